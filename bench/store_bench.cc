@@ -1,0 +1,98 @@
+// Object-table micro-benchmarks: the store path (reserve + finish write), the
+// lookup path (read lock + release), and lock/unlock under thread contention.
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "alloc/slab_allocator.h"
+#include "common/clock.h"
+#include "store/eviction_policy.h"
+#include "store/object_table.h"
+
+namespace lmcache::store {
+namespace {
+
+constexpr std::uint64_t kPoolBytes = 16ull << 30;  // address space only: never touched
+constexpr std::uint64_t kChunk = 2 << 20;
+
+std::vector<ObjectKey> Keys(std::size_t first, std::size_t count) {
+  std::vector<ObjectKey> keys(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uint64_t n = first + i;
+    for (int b = 0; b < 8; ++b) keys[i].chunk_hash[b] = static_cast<std::uint8_t>(n >> (8 * b));
+    keys[i].chunk_hash[31] = 0x11;
+    keys[i].model_name = "meta-llama/Llama-3.1-8B-Instruct";
+    keys[i].kv_rank = (1 << 24) | (1 << 8);
+  }
+  return keys;
+}
+
+struct Fixture {
+  Fixture() {
+    void* base = std::aligned_alloc(1 << 21, 1 << 21);
+    allocator = std::move(alloc::SlabAllocator::Create(
+                              {static_cast<std::byte*>(base), kPoolBytes}, {}))
+                    .value();
+    table = std::make_unique<ObjectTable>(allocator.get(), &lru, &SteadyClock::Instance(),
+                                          ObjectTableConfig{});
+  }
+  std::unique_ptr<alloc::SlabAllocator> allocator;
+  LruPolicy lru;
+  std::unique_ptr<ObjectTable> table;
+};
+
+Fixture& Shared() {
+  static Fixture* fixture = new Fixture();
+  return *fixture;
+}
+
+// Store a batch of `range(0)` chunks, then delete it (so the table stays small).
+void BM_StoreBatch(benchmark::State& state) {
+  Fixture f;
+  const auto keys = Keys(0, static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) {
+    auto r = f.table->ReserveWrite(keys, kChunk, 1, AllocationMode::kAllOrNothing);
+    benchmark::DoNotOptimize(r);
+    f.table->FinishWrite(keys, 1);
+    f.table->Delete(keys, /*force=*/false);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_StoreBatch)->Arg(1)->Arg(16)->Arg(512);
+
+// Lock then release a prefix of `range(0)` resident chunks (a lookup + retrieve).
+void BM_ReadLockUnlock(benchmark::State& state) {
+  Fixture f;
+  const auto keys = Keys(0, static_cast<std::size_t>(state.range(0)));
+  (void)f.table->ReserveWrite(keys, kChunk, 1, AllocationMode::kAllOrNothing);
+  f.table->FinishWrite(keys, 1);
+  for (auto _ : state) {
+    auto grants = f.table->ReserveRead(keys, 1, 2, ReadMode::kPrefix);
+    benchmark::DoNotOptimize(grants);
+    (void)f.table->FinishRead(keys, 1, 2);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_ReadLockUnlock)->Arg(1)->Arg(16)->Arg(512);
+
+// Many threads locking and releasing their own chunks: measures shard contention.
+void BM_ReadLockUnlockContended(benchmark::State& state) {
+  Fixture& f = Shared();
+  const auto keys = Keys(1000 * static_cast<std::size_t>(state.thread_index()), 16);
+  (void)f.table->ReserveWrite(keys, kChunk, 1, AllocationMode::kAllOrNothing);
+  f.table->FinishWrite(keys, 1);
+  for (auto _ : state) {
+    auto grants = f.table->ReserveRead(keys, 1, 2, ReadMode::kPrefix);
+    benchmark::DoNotOptimize(grants);
+    (void)f.table->FinishRead(keys, 1, 2);
+  }
+  state.SetItemsProcessed(state.iterations() * 16);
+}
+BENCHMARK(BM_ReadLockUnlockContended)->Threads(1)->Threads(2)->Threads(4);
+
+}  // namespace
+}  // namespace lmcache::store
+
+BENCHMARK_MAIN();

@@ -1,0 +1,31 @@
+# All third-party dependencies, from Debian 12 packages, found by CMake.
+#   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev
+#   libgtest-dev libbenchmark-dev   (tools/dev.sh installs them)
+find_package(Threads REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(cppzmq REQUIRED)
+# Debian 12's libmsgpack-cxx-dev ships its config as "msgpack" (target msgpackc-cxx).
+find_package(msgpack REQUIRED CONFIG PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/msgpackc-cxx)
+if(LMC_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(LMC_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+
+# CUDA is optional: AUTO enables it only when a CUDA compiler works.
+set(LMC_HAVE_CUDA OFF)
+if(NOT LMC_ENABLE_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(LMC_HAVE_CUDA ON)
+  elseif(LMC_ENABLE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "LMC_ENABLE_CUDA=ON but no working CUDA compiler was found")
+  endif()
+endif()
+message(STATUS "lmcache: CUDA support: ${LMC_HAVE_CUDA}")

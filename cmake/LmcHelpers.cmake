@@ -1,0 +1,31 @@
+# lmc_add_library(name SRCS ... DEPS ...): one static library per layer folder.
+function(lmc_add_library name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SRCS})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE lmc_warnings)
+  target_link_libraries(${name} PUBLIC lmc_sanitizers)
+endfunction()
+
+# lmc_add_test(name SRCS ... DEPS ... [LABELS ...]): one GoogleTest binary, registered with CTest.
+function(lmc_add_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main lmc_warnings)
+  if(NOT ARG_LABELS)
+    set(ARG_LABELS unit)
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_test(NAME ${name} COMMAND ${name} --gtest_brief=1)
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+endfunction()
+
+# lmc_add_bench(name SRCS ... DEPS ...): one Google Benchmark binary.
+function(lmc_add_bench name)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SRCS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} benchmark::benchmark lmc_warnings)
+endfunction()

@@ -1,0 +1,295 @@
+#include "alloc/slab_allocator.h"
+
+#include <algorithm>
+#include <bit>
+#include <string>
+
+namespace lmcache::alloc {
+namespace {
+
+std::uint64_t RoundUp(std::uint64_t value, std::uint64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+Status ValidateConfig(std::span<std::byte> span, const SlabAllocatorConfig& c) {
+  if (c.align_bytes < 64 || !std::has_single_bit(c.align_bytes)) {
+    return InvalidConfig("--l1-align-bytes must be a power of two >= 64, got " +
+                         std::to_string(c.align_bytes));
+  }
+  if (c.page_bytes == 0 || c.page_bytes % c.align_bytes != 0) {
+    return InvalidConfig("slab page size (" + std::to_string(c.page_bytes) +
+                         " bytes) must be a non-zero multiple of --l1-align-bytes (" +
+                         std::to_string(c.align_bytes) + ")");
+  }
+  if (c.slab_target_bytes == 0) return InvalidConfig("slab target size must be > 0");
+  if (c.max_classes == 0) return InvalidConfig("max size classes must be > 0");
+  if (reinterpret_cast<std::uintptr_t>(span.data()) % c.align_bytes != 0) {
+    return InvalidArgument("allocator span is not aligned to " + std::to_string(c.align_bytes));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SlabAllocator>> SlabAllocator::Create(std::span<std::byte> span,
+                                                             const SlabAllocatorConfig& config) {
+  LMC_RETURN_IF_ERROR(ValidateConfig(span, config));
+  return std::unique_ptr<SlabAllocator>(new SlabAllocator(span, config));
+}
+
+SlabAllocator::SlabAllocator(std::span<std::byte> span, const SlabAllocatorConfig& config)
+    : span_(span),
+      config_(config),
+      num_pages_(span.size() / config.page_bytes),
+      pool_(num_pages_),
+      page_to_slab_(num_pages_, 0) {}
+
+std::uint64_t SlabAllocator::AlignedSize(std::uint64_t size) const {
+  return RoundUp(std::max<std::uint64_t>(size, 1), config_.align_bytes);
+}
+
+Result<std::uint32_t> SlabAllocator::ClassForLocked(std::uint64_t object_bytes) {
+  if (auto it = class_by_size_.find(object_bytes); it != class_by_size_.end()) return it->second;
+  if (class_by_size_.size() >= config_.max_classes) {
+    return Status(ErrorCode::kResourceExhausted,
+                  "too many distinct object sizes in use (" + std::to_string(config_.max_classes) +
+                      "); cannot add a class for " + std::to_string(object_bytes) + " bytes");
+  }
+  SizeClass cls;
+  cls.object_bytes = object_bytes;
+  const std::uint64_t wanted = std::max<std::uint64_t>(1, config_.slab_target_bytes / object_bytes);
+  cls.pages_per_slab = RoundUp(wanted * object_bytes, config_.page_bytes) / config_.page_bytes;
+  // The page rounding may leave room for more objects than asked for: use it.
+  cls.objects_per_slab = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(cls.pages_per_slab * config_.page_bytes / object_bytes, UINT32_MAX));
+  cls.live = true;
+  std::uint32_t id = 0;
+  while (id < classes_.size() && classes_[id].live) ++id;
+  if (id == classes_.size()) {
+    classes_.push_back(std::move(cls));
+  } else {
+    classes_[id] = std::move(cls);
+  }
+  class_by_size_.emplace(object_bytes, id);
+  return id;
+}
+
+void SlabAllocator::MaybeRetireClassLocked(std::uint32_t class_id) {
+  SizeClass& cls = classes_[class_id];
+  if (cls.slabs != 0) return;
+  class_by_size_.erase(cls.object_bytes);
+  cls = SizeClass{};
+}
+
+std::optional<std::uint32_t> SlabAllocator::AddSlabLocked(std::uint32_t class_id) {
+  SizeClass& cls = classes_[class_id];
+  // A full-size slab first; when the pool has no run that long (a small or
+  // fragmented pool), halve the slab down to a single object before giving up.
+  std::uint64_t objects = cls.objects_per_slab;
+  std::uint64_t pages = cls.pages_per_slab;
+  std::optional<std::uint64_t> first = pool_.Take(pages);
+  while (!first && objects > 1) {
+    objects /= 2;
+    pages = RoundUp(objects * cls.object_bytes, config_.page_bytes) / config_.page_bytes;
+    first = pool_.Take(pages);
+  }
+  if (!first) return std::nullopt;
+  const auto capacity = static_cast<std::uint32_t>(
+      std::min<std::uint64_t>(pages * config_.page_bytes / cls.object_bytes, UINT32_MAX));
+  std::uint32_t id;
+  if (!unused_slab_ids_.empty()) {
+    id = unused_slab_ids_.back();
+    unused_slab_ids_.pop_back();
+  } else {
+    id = static_cast<std::uint32_t>(slabs_.size());
+    slabs_.emplace_back();
+  }
+  Slab& slab = slabs_[id];
+  slab.class_id = class_id;
+  slab.first_page = *first;
+  slab.num_pages = pages;
+  slab.capacity = capacity;
+  slab.in_use.assign(slab.capacity, false);
+  slab.free_slots.resize(slab.capacity);
+  for (std::uint32_t i = 0; i < slab.capacity; ++i) slab.free_slots[i] = slab.capacity - 1 - i;
+  slab.live = true;
+  std::fill_n(page_to_slab_.begin() + static_cast<std::ptrdiff_t>(slab.first_page), slab.num_pages,
+              id + 1);
+  cls.slabs += 1;
+  cls.free_slots += slab.capacity;
+  cls.partial.emplace(slab.first_page, id);
+  return id;
+}
+
+void SlabAllocator::ReleaseSlabLocked(std::uint32_t slab_id) {
+  Slab& slab = slabs_[slab_id];
+  SizeClass& cls = classes_[slab.class_id];
+  cls.partial.erase(slab.first_page);
+  cls.slabs -= 1;
+  cls.free_slots -= slab.capacity;
+  std::fill_n(page_to_slab_.begin() + static_cast<std::ptrdiff_t>(slab.first_page), slab.num_pages,
+              0);
+  pool_.Give(slab.first_page, slab.num_pages);
+  const std::uint32_t class_id = slab.class_id;
+  slab = Slab{};
+  unused_slab_ids_.push_back(slab_id);
+  MaybeRetireClassLocked(class_id);
+}
+
+Offset SlabAllocator::TakeSlotLocked(std::uint32_t class_id) {
+  SizeClass& cls = classes_[class_id];
+  // Lowest-address partial slab first: live objects gather at the bottom, so
+  // slabs higher up empty and return to the pool.
+  const std::uint32_t slab_id = cls.partial.begin()->second;
+  Slab& slab = slabs_[slab_id];
+  const std::uint32_t slot = slab.free_slots.back();
+  slab.free_slots.pop_back();
+  slab.in_use[slot] = true;
+  if (slab.free_slots.empty()) cls.partial.erase(slab.first_page);
+  cls.free_slots -= 1;
+  cls.used += 1;
+  used_bytes_ += cls.object_bytes;
+  return slab.first_page * config_.page_bytes + std::uint64_t{slot} * cls.object_bytes;
+}
+
+Result<std::vector<Offset>> SlabAllocator::AllocateLocked(std::uint64_t size, std::size_t count) {
+  if (size == 0) return InvalidArgument("cannot allocate an object of 0 bytes");
+  const std::uint64_t object_bytes = AlignedSize(size);
+  if (object_bytes > capacity_bytes()) {
+    failed_allocations_ += 1;
+    return Status(ErrorCode::kOutOfMemory, "object of " + std::to_string(object_bytes) +
+                                               " bytes exceeds the pool capacity of " +
+                                               std::to_string(capacity_bytes()) + " bytes");
+  }
+  if (count == 0) return std::vector<Offset>{};
+  LMC_ASSIGN_OR_RETURN(const std::uint32_t class_id, ClassForLocked(object_bytes));
+  // Grow the class until it has `count` free slots; undo the growth on failure.
+  std::vector<std::uint32_t> added_slabs;
+  while (classes_[class_id].free_slots < count) {
+    const auto slab_id = AddSlabLocked(class_id);
+    if (!slab_id) {
+      for (const std::uint32_t added : added_slabs) ReleaseSlabLocked(added);
+      MaybeRetireClassLocked(class_id);
+      failed_allocations_ += 1;
+      return Status(ErrorCode::kOutOfMemory,
+                    "no room for " + std::to_string(count) + " object(s) of " +
+                        std::to_string(object_bytes) + " bytes");
+    }
+    added_slabs.push_back(*slab_id);
+  }
+  std::vector<Offset> offsets;
+  offsets.reserve(count);
+  for (std::size_t i = 0; i < count; ++i) offsets.push_back(TakeSlotLocked(class_id));
+  allocations_ += count;
+  return offsets;
+}
+
+Result<Offset> SlabAllocator::Allocate(std::uint64_t size) {
+  MutexLock lock(&mu_);
+  LMC_ASSIGN_OR_RETURN(std::vector<Offset> offsets, AllocateLocked(size, 1));
+  return offsets.front();
+}
+
+Result<std::vector<Offset>> SlabAllocator::AllocateBatch(std::uint64_t size, std::size_t count) {
+  MutexLock lock(&mu_);
+  return AllocateLocked(size, count);
+}
+
+Result<std::uint32_t> SlabAllocator::SlabOfLocked(Offset offset, std::uint32_t* slot) const {
+  const std::uint64_t page = offset / config_.page_bytes;
+  if (page >= num_pages_ || page_to_slab_[page] == 0) {
+    return InvalidArgument("offset " + std::to_string(offset) + " is not inside a live slab");
+  }
+  const std::uint32_t slab_id = page_to_slab_[page] - 1;
+  const Slab& slab = slabs_[slab_id];
+  const std::uint64_t object_bytes = classes_[slab.class_id].object_bytes;
+  const std::uint64_t within = offset - slab.first_page * config_.page_bytes;
+  if (within % object_bytes != 0 || within / object_bytes >= slab.capacity ||
+      !slab.in_use[within / object_bytes]) {
+    return InvalidArgument("offset " + std::to_string(offset) + " is not a live object");
+  }
+  *slot = static_cast<std::uint32_t>(within / object_bytes);
+  return slab_id;
+}
+
+Status SlabAllocator::FreeLocked(Offset offset) {
+  std::uint32_t slot = 0;
+  LMC_ASSIGN_OR_RETURN(const std::uint32_t slab_id, SlabOfLocked(offset, &slot));
+  Slab& slab = slabs_[slab_id];
+  SizeClass& cls = classes_[slab.class_id];
+  slab.in_use[slot] = false;
+  if (slab.free_slots.empty()) cls.partial.emplace(slab.first_page, slab_id);
+  slab.free_slots.push_back(slot);
+  cls.free_slots += 1;
+  cls.used -= 1;
+  used_bytes_ -= cls.object_bytes;
+  frees_ += 1;
+  if (slab.free_slots.size() == slab.capacity) ReleaseSlabLocked(slab_id);
+  return Status::Ok();
+}
+
+Status SlabAllocator::Free(Offset offset) {
+  MutexLock lock(&mu_);
+  return FreeLocked(offset);
+}
+
+Status SlabAllocator::FreeBatch(std::span<const Offset> offsets) {
+  MutexLock lock(&mu_);
+  Status first_error;
+  for (const Offset offset : offsets) {
+    Status status = FreeLocked(offset);
+    if (!status.ok() && first_error.ok()) first_error = std::move(status);
+  }
+  return first_error;
+}
+
+Result<std::uint64_t> SlabAllocator::ObjectSize(Offset offset) const {
+  MutexLock lock(&mu_);
+  std::uint32_t slot = 0;
+  LMC_ASSIGN_OR_RETURN(const std::uint32_t slab_id, SlabOfLocked(offset, &slot));
+  return classes_[slabs_[slab_id].class_id].object_bytes;
+}
+
+std::uint64_t SlabAllocator::UsedBytes() const {
+  MutexLock lock(&mu_);
+  return used_bytes_;
+}
+
+AllocatorStats SlabAllocator::Stats() const {
+  MutexLock lock(&mu_);
+  AllocatorStats stats;
+  stats.capacity_bytes = capacity_bytes();
+  stats.used_bytes = used_bytes_;
+  stats.free_bytes = stats.capacity_bytes - used_bytes_;
+  stats.pool_free_bytes = pool_.free_pages() * config_.page_bytes;
+  stats.slab_slack_bytes = stats.free_bytes - stats.pool_free_bytes;
+  stats.largest_free_run_bytes = pool_.largest_run() * config_.page_bytes;
+  stats.largest_allocatable_bytes = stats.largest_free_run_bytes;
+  stats.fragmentation =
+      stats.pool_free_bytes == 0
+          ? 0
+          : 1.0 - static_cast<double>(stats.largest_free_run_bytes) /
+                      static_cast<double>(stats.pool_free_bytes);
+  stats.allocations = allocations_;
+  stats.frees = frees_;
+  stats.failed_allocations = failed_allocations_;
+  for (const auto& [object_bytes, class_id] : class_by_size_) {
+    const SizeClass& cls = classes_[class_id];
+    stats.classes.push_back({cls.object_bytes, cls.objects_per_slab, cls.slabs, cls.used,
+                             cls.free_slots});
+    if (cls.free_slots > 0) {
+      stats.largest_allocatable_bytes = std::max(stats.largest_allocatable_bytes, object_bytes);
+    }
+  }
+  return stats;
+}
+
+Result<std::byte*> SlabAllocator::Resolve(Offset offset, std::uint64_t length) const {
+  if (offset > span_.size() || length > span_.size() - offset) {
+    return InvalidArgument("range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                           ") lies outside the " + std::to_string(span_.size()) + "-byte pool");
+  }
+  return span_.data() + offset;
+}
+
+}  // namespace lmcache::alloc

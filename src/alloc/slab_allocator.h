@@ -1,0 +1,161 @@
+// SlabAllocator: fixed-size objects carved from slabs of a span it is handed.
+//
+// Built for KV chunks: every object of one layout has the same size (a 256-token
+// chunk of an 8B model in bf16 is 32 MiB) and a node serves a few layouts at
+// once. Each distinct aligned object size is a size class. A class takes slabs
+// (runs of whole pages, sized to hold about `slab_target_bytes` of its objects)
+// from a global PagePool; a slab that empties goes back to the pool, so memory
+// moves freely between classes. Objects are named by their byte offset from the
+// span base, never by pointer, so the same value means the same bytes in every
+// process that maps the segment. All metadata (free-slot stacks, the page ->
+// slab table) lives in this process's heap, never inside the span, which
+// clients may write.
+//
+// Thread-safety: internally synchronised by one mutex; every method may be
+// called from any thread. The allocator is a leaf in the lock order: it calls
+// nothing while holding its mutex.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "alloc/page_pool.h"
+#include "common/mutex.h"
+#include "lmcache/status.h"
+
+namespace lmcache::alloc {
+
+// Byte offset of an object from the start of the managed span.
+using Offset = std::uint64_t;
+
+struct SlabAllocatorConfig {
+  // Alignment and size granule of every object, in bytes. Power of two >= 64.
+  // Default 4096 (one page; the reference's --l1-align-bytes default).
+  std::uint64_t align_bytes = 4096;
+  // Granule of the global page pool in bytes: slabs are whole runs of pages.
+  // Multiple of align_bytes. Default 2 MiB.
+  std::uint64_t page_bytes = 2ull << 20;
+  // A slab holds max(1, floor(slab_target_bytes / object size)) objects, rounded
+  // up to whole pages. Larger slabs mean fewer pool operations; smaller ones
+  // return memory to the pool sooner. Default 64 MiB.
+  std::uint64_t slab_target_bytes = 64ull << 20;
+  // Upper bound on simultaneously existing size classes (a class disappears
+  // when its last slab empties). Default 256.
+  std::uint32_t max_classes = 256;
+};
+
+struct ClassStats {
+  std::uint64_t object_bytes = 0;
+  std::uint64_t objects_per_slab = 0;
+  std::uint64_t slabs = 0;
+  std::uint64_t used_objects = 0;
+  std::uint64_t free_objects = 0;  // free slots inside this class's slabs
+};
+
+struct AllocatorStats {
+  std::uint64_t capacity_bytes = 0;    // whole pages under management
+  std::uint64_t used_bytes = 0;        // sum of the aligned sizes of live objects
+  std::uint64_t free_bytes = 0;        // capacity - used
+  std::uint64_t pool_free_bytes = 0;   // pages in no slab
+  std::uint64_t slab_slack_bytes = 0;  // free slots and tails inside slabs
+  std::uint64_t largest_free_run_bytes = 0;
+  // Largest object that one Allocate() is sure to satisfy now: a free pool run,
+  // or a free slot of an existing class, whichever is larger.
+  std::uint64_t largest_allocatable_bytes = 0;
+  // 1 - largest_free_run / pool_free: 0 when the free pages form one run.
+  double fragmentation = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t frees = 0;
+  std::uint64_t failed_allocations = 0;
+  std::vector<ClassStats> classes;  // ordered by object size
+};
+
+class SlabAllocator {
+ public:
+  // `span` must be aligned to config.align_bytes. Fails on an invalid config.
+  static Result<std::unique_ptr<SlabAllocator>> Create(std::span<std::byte> span,
+                                                       const SlabAllocatorConfig& config);
+
+  SlabAllocator(const SlabAllocator&) = delete;
+  SlabAllocator& operator=(const SlabAllocator&) = delete;
+
+  // One object of at least `size` bytes (rounded up to the alignment).
+  Result<Offset> Allocate(std::uint64_t size) LMC_EXCLUDES(mu_);
+  // `count` objects of `size` bytes: all of them, or none (kOutOfMemory).
+  Result<std::vector<Offset>> AllocateBatch(std::uint64_t size, std::size_t count)
+      LMC_EXCLUDES(mu_);
+  // Frees an object. Rejects offsets that are not a live object's start
+  // (kInvalidArgument), so a bad offset can never corrupt the free lists.
+  Status Free(Offset offset) LMC_EXCLUDES(mu_);
+  // Frees each offset; returns the first error but frees every valid one.
+  Status FreeBatch(std::span<const Offset> offsets) LMC_EXCLUDES(mu_);
+
+  // The aligned size of the live object at `offset`, or an error.
+  Result<std::uint64_t> ObjectSize(Offset offset) const LMC_EXCLUDES(mu_);
+  std::uint64_t AlignedSize(std::uint64_t size) const;
+
+  AllocatorStats Stats() const LMC_EXCLUDES(mu_);
+  std::uint64_t UsedBytes() const LMC_EXCLUDES(mu_);
+  std::uint64_t capacity_bytes() const { return num_pages_ * config_.page_bytes; }
+  const SlabAllocatorConfig& config() const { return config_; }
+
+  // The bytes of [offset, offset + length) if they lie inside the span.
+  Result<std::byte*> Resolve(Offset offset, std::uint64_t length) const;
+
+ private:
+  struct Slab {
+    std::uint32_t class_id = 0;
+    std::uint64_t first_page = 0;
+    std::uint64_t num_pages = 0;
+    std::uint32_t capacity = 0;
+    std::vector<std::uint32_t> free_slots;  // stack; lowest index on top
+    std::vector<bool> in_use;
+    bool live = false;
+  };
+  struct SizeClass {
+    std::uint64_t object_bytes = 0;
+    std::uint32_t objects_per_slab = 0;
+    std::uint64_t pages_per_slab = 0;
+    std::uint64_t slabs = 0;
+    std::uint64_t used = 0;
+    std::uint64_t free_slots = 0;
+    std::map<std::uint64_t, std::uint32_t> partial;  // first page -> slab id, slabs with free slots
+    bool live = false;
+  };
+
+  SlabAllocator(std::span<std::byte> span, const SlabAllocatorConfig& config);
+
+  Result<std::uint32_t> ClassForLocked(std::uint64_t object_bytes) LMC_REQUIRES(mu_);
+  void MaybeRetireClassLocked(std::uint32_t class_id) LMC_REQUIRES(mu_);
+  // The id of a new slab for the class, or nullopt when the pool has no run for it.
+  std::optional<std::uint32_t> AddSlabLocked(std::uint32_t class_id) LMC_REQUIRES(mu_);
+  void ReleaseSlabLocked(std::uint32_t slab_id) LMC_REQUIRES(mu_);
+  Offset TakeSlotLocked(std::uint32_t class_id) LMC_REQUIRES(mu_);
+  Result<std::uint32_t> SlabOfLocked(Offset offset, std::uint32_t* slot) const LMC_REQUIRES(mu_);
+  Status FreeLocked(Offset offset) LMC_REQUIRES(mu_);
+  Result<std::vector<Offset>> AllocateLocked(std::uint64_t size, std::size_t count)
+      LMC_REQUIRES(mu_);
+
+  const std::span<std::byte> span_;
+  const SlabAllocatorConfig config_;
+  const std::uint64_t num_pages_;
+
+  mutable Mutex mu_;
+  PagePool pool_ LMC_GUARDED_BY(mu_);
+  std::vector<std::uint32_t> page_to_slab_ LMC_GUARDED_BY(mu_);  // slab id + 1; 0 = free page
+  std::vector<Slab> slabs_ LMC_GUARDED_BY(mu_);
+  std::vector<std::uint32_t> unused_slab_ids_ LMC_GUARDED_BY(mu_);
+  std::vector<SizeClass> classes_ LMC_GUARDED_BY(mu_);
+  std::map<std::uint64_t, std::uint32_t> class_by_size_ LMC_GUARDED_BY(mu_);
+  std::uint64_t used_bytes_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t allocations_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t frees_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t failed_allocations_ LMC_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace lmcache::alloc

@@ -1,0 +1,60 @@
+// Annotated mutex, scoped lock and condition variable.
+//
+// Thin wrappers over std::mutex / std::condition_variable that carry clang
+// capability annotations, so lock requirements are checked at compile time.
+// Thread-safety: Mutex and CondVar are internally synchronised, as their std
+// counterparts; a MutexLock belongs to the thread that created it.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include "common/thread_annotations.h"
+
+namespace lmcache {
+
+class LMC_CAPABILITY("mutex") Mutex {
+ public:
+  Mutex() = default;
+  Mutex(const Mutex&) = delete;
+  Mutex& operator=(const Mutex&) = delete;
+
+  void Lock() LMC_ACQUIRE() { mu_.lock(); }
+  void Unlock() LMC_RELEASE() { mu_.unlock(); }
+
+ private:
+  friend class CondVar;
+  friend class MutexLock;
+  std::mutex mu_;
+};
+
+// RAII holder of a Mutex for one scope.
+class LMC_SCOPED_CAPABILITY MutexLock {
+ public:
+  explicit MutexLock(Mutex* mu) LMC_ACQUIRE(mu) : lock_(mu->mu_) {}
+  ~MutexLock() LMC_RELEASE() = default;
+  MutexLock(const MutexLock&) = delete;
+  MutexLock& operator=(const MutexLock&) = delete;
+
+ private:
+  friend class CondVar;
+  std::unique_lock<std::mutex> lock_;
+};
+
+class CondVar {
+ public:
+  void NotifyOne() { cv_.notify_one(); }
+  void NotifyAll() { cv_.notify_all(); }
+  // Waits until notified or `timeout` passed; the caller re-checks its predicate.
+  template <typename Rep, typename Period>
+  void WaitFor(MutexLock* lock, std::chrono::duration<Rep, Period> timeout) {
+    cv_.wait_for(lock->lock_, timeout);
+  }
+  void Wait(MutexLock* lock) { cv_.wait(lock->lock_); }
+
+ private:
+  std::condition_variable cv_;
+};
+
+}  // namespace lmcache

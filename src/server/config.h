@@ -1,0 +1,49 @@
+// ServerConfig: every command-line flag of lmcache-server, its default and its
+// validation.
+//
+// AddFlags() registers the flags with CLI11 (so --help documents each one with
+// units and default); Finalize() fills machine-dependent defaults and checks
+// the whole configuration, returning an error that names the flag to change.
+// Thread-safety: plain data; build it on the main thread before starting others.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "lmcache/status.h"
+#include "store/l1_cache.h"
+
+namespace lmcache::server {
+
+struct ServerConfig {
+  double l1_size_gb = 0;  // 0 = machine default (see DefaultL1SizeGb)
+  std::string shm_name;   // "" = lmcache_l1_pool_<pid>
+  std::uint64_t l1_align_bytes = 4096;
+  std::int64_t l1_write_ttl_seconds = 600;
+  std::int64_t l1_read_ttl_seconds = 300;
+  std::string eviction_policy = "LRU";
+  double eviction_trigger_watermark = 0.8;
+  double eviction_ratio = 0.2;
+  std::uint32_t eviction_interval_ms = 1000;
+  bool on_demand_eviction = true;
+  unsigned prefault_threads = 0;
+  std::string log_level = "info";
+  std::string shm_dir = "/dev/shm";
+
+  // Filled by Finalize().
+  store::L1Config l1;
+};
+
+void AddFlags(CLI::App& app, ServerConfig* config);
+
+// The default pool size in GiB: a quarter of physical memory, in whole GiB, at
+// least 1. A quarter leaves the rest to the inference engine (its own pinned
+// buffers and host memory) and to the page cache.
+double DefaultL1SizeGb();
+
+// Applies defaults, validates, and derives `l1`. `pid` names the default segment.
+Status Finalize(ServerConfig* config, pid_t pid);
+
+}  // namespace lmcache::server

@@ -1,0 +1,79 @@
+// ShmSegment: one RAII POSIX shared-memory mapping (the L1 pool).
+//
+// Create() is the server side: it removes a stale segment of the same name,
+// checks that /dev/shm can hold the size, creates the segment with mode 0600
+// and O_CLOEXEC, reserves its pages with posix_fallocate (so a short /dev/shm
+// fails here, not with SIGBUS later) and maps it MAP_SHARED. The creator owns
+// the name: its destructor (or Unlink()) removes it. Attach() is the client
+// side: it maps an existing segment by name, checks the expected size and never
+// unlinks. The mapping is unmapped and the fd closed on destruction.
+//
+// Thread-safety: a ShmSegment object is not synchronised, but its accessors are
+// const and may be read from many threads once constructed. The mapped bytes
+// themselves are shared with other processes; callers coordinate access to
+// them through the object table's leases.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/unique_fd.h"
+#include "lmcache/status.h"
+
+namespace lmcache::shm {
+
+struct CreateOptions {
+  std::string name;               // already normalised (see shm_name.h)
+  std::uint64_t size_bytes = 0;   // > 0
+  std::string shm_dir = "/dev/shm";  // where the name appears; for the capacity check
+};
+
+struct PrefaultReport {
+  double seconds = 0;
+  double gib_per_second = 0;
+  unsigned threads = 0;
+};
+
+class ShmSegment {
+ public:
+  static Result<std::unique_ptr<ShmSegment>> Create(const CreateOptions& options);
+  // `expected_size` == 0 skips the size check.
+  static Result<std::unique_ptr<ShmSegment>> Attach(const std::string& name,
+                                                    std::uint64_t expected_size);
+
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  std::byte* base() const { return base_; }
+  std::uint64_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+  bool owner() const { return owner_; }
+  std::span<std::byte> bytes() const { return {base_, static_cast<std::size_t>(size_)}; }
+
+  // Touches every page of the mapping from `threads` threads (0 = all cores)
+  // so later copies do not pay page faults.
+  PrefaultReport Prefault(unsigned threads) const;
+
+  // Removes the name (owner only; idempotent). The mapping stays valid.
+  Status Unlink();
+
+ private:
+  ShmSegment(std::string name, UniqueFd fd, std::byte* base, std::uint64_t size, bool owner);
+
+  std::string name_;
+  UniqueFd fd_;
+  std::byte* base_ = nullptr;
+  std::uint64_t size_ = 0;
+  bool owner_ = false;
+  bool unlinked_ = false;
+};
+
+// The operator-facing message for a /dev/shm that cannot hold `needed` bytes.
+std::string ShmTooSmallMessage(std::uint64_t needed, std::uint64_t free_bytes,
+                               const std::string& shm_dir);
+
+}  // namespace lmcache::shm

@@ -1,0 +1,116 @@
+#include "store/evictor.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <exception>
+#include <string>
+
+namespace lmcache::store {
+
+Status ValidateEvictorConfig(const EvictorConfig& config) {
+  if (!(config.trigger_watermark > 0 && config.trigger_watermark <= 1)) {
+    return InvalidConfig("--eviction-trigger-watermark must be in (0, 1], got " +
+                         std::to_string(config.trigger_watermark));
+  }
+  if (!(config.eviction_ratio > 0 && config.eviction_ratio <= 1)) {
+    return InvalidConfig("--eviction-ratio must be in (0, 1], got " +
+                         std::to_string(config.eviction_ratio));
+  }
+  if (config.interval_ms == 0) return InvalidConfig("--eviction-interval-ms must be > 0");
+  return Status::Ok();
+}
+
+std::uint64_t Evictor::BytesToEvict(std::uint64_t used, std::uint64_t capacity,
+                                    const EvictorConfig& config) {
+  if (capacity == 0) return 0;
+  const double usage = static_cast<double>(used) / static_cast<double>(capacity);
+  if (usage < config.trigger_watermark) return 0;
+  const double low = std::max(0.0, config.trigger_watermark - config.eviction_ratio);
+  const auto target = static_cast<std::uint64_t>(std::floor(low * static_cast<double>(capacity)));
+  return used > target ? used - target : 0;
+}
+
+Evictor::Evictor(ObjectTable* table, const EvictorConfig& config)
+    : table_(table), config_(config) {}
+
+Evictor::~Evictor() { Stop(); }
+
+void Evictor::Start() {
+  if (thread_.joinable()) return;
+  {
+    MutexLock lock(&mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void Evictor::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  wake_.NotifyAll();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Evictor::Nudge() {
+  {
+    MutexLock lock(&mu_);
+    nudged_ = true;
+  }
+  wake_.NotifyAll();
+}
+
+void Evictor::RunPass() {
+  passes_.fetch_add(1, std::memory_order_relaxed);
+  try {
+    reclaimed_.fetch_add(table_->ReclaimExpired(), std::memory_order_relaxed);
+    alloc::SlabAllocator& allocator = table_->allocator();
+    const std::uint64_t to_evict =
+        BytesToEvict(allocator.UsedBytes(), allocator.capacity_bytes(), config_);
+    if (to_evict > 0) {
+      triggered_.fetch_add(1, std::memory_order_relaxed);
+      const EvictionReport report = table_->EvictLru(to_evict);
+      evicted_objects_.fetch_add(report.objects, std::memory_order_relaxed);
+      evicted_bytes_.fetch_add(report.bytes, std::memory_order_relaxed);
+      if (report.bytes < to_evict) {
+        spdlog::debug("eviction freed {} of {} bytes: the rest is locked or staging", report.bytes,
+                      to_evict);
+      }
+    }
+    last_success_.store(WallClockSeconds(), std::memory_order_relaxed);
+  } catch (const std::exception& e) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("eviction pass failed (the loop goes on): {}", e.what());
+  } catch (...) {
+    errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::error("eviction pass failed with an unknown exception (the loop goes on)");
+  }
+}
+
+void Evictor::Loop() {
+  while (true) {
+    {
+      MutexLock lock(&mu_);
+      if (!stop_ && !nudged_) wake_.WaitFor(&lock, std::chrono::milliseconds(config_.interval_ms));
+      if (stop_) return;
+      nudged_ = false;
+    }
+    RunPass();
+  }
+}
+
+EvictorStats Evictor::Stats() const {
+  EvictorStats stats;
+  stats.passes = passes_.load(std::memory_order_relaxed);
+  stats.triggered_passes = triggered_.load(std::memory_order_relaxed);
+  stats.errors = errors_.load(std::memory_order_relaxed);
+  stats.evicted_objects = evicted_objects_.load(std::memory_order_relaxed);
+  stats.evicted_bytes = evicted_bytes_.load(std::memory_order_relaxed);
+  stats.reclaimed_objects = reclaimed_.load(std::memory_order_relaxed);
+  stats.last_success_wall_seconds = last_success_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+}  // namespace lmcache::store

@@ -1,0 +1,49 @@
+// ObjectKey: the identity of one stored object (one chunk of one KV shard).
+//
+// Same fields and rules as the reference (spec 4.1, 5.4, 5.6): a 32-byte BLAKE3
+// chunk hash, the model name (the cache namespace; no '@'), the packed kv_rank,
+// the object group id (hybrid models; 0 otherwise) and the cache salt (per-tenant
+// isolation; at most 128 characters, none of '@', '/', '\\', NUL).
+// Thread-safety: a plain value.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "lmcache/status.h"
+
+namespace lmcache::store {
+
+using ChunkHash = std::array<std::uint8_t, 32>;
+
+struct ObjectKey {
+  ChunkHash chunk_hash{};
+  std::string model_name;
+  std::int64_t kv_rank = 0;
+  std::int32_t object_group_id = 0;
+  std::string cache_salt;
+
+  bool operator==(const ObjectKey&) const = default;
+  // "<hash hex prefix>@<model>@<rank>..." for logs.
+  std::string DebugString() const;
+};
+
+inline constexpr std::size_t kMaxCacheSaltLength = 128;
+inline constexpr std::size_t kMaxModelNameLength = 1024;
+
+// kInvalidKey with the offending field named, or OK.
+Status ValidateModelName(const std::string& model_name);
+Status ValidateCacheSalt(const std::string& cache_salt);
+Status ValidateObjectKey(const ObjectKey& key);
+
+// The reference's packing: (world_size << 24) | (rank << 16) | (world_size << 8) | rank,
+// with local and global rank equal in MP mode. Fails unless 0 <= rank < world_size <= 255.
+Result<std::int64_t> PackKvRank(std::int64_t world_size, std::int64_t worker_id);
+
+struct ObjectKeyHash {
+  std::size_t operator()(const ObjectKey& key) const noexcept;
+};
+
+}  // namespace lmcache::store

@@ -1,0 +1,44 @@
+#include "alloc/page_pool.h"
+
+#include <gtest/gtest.h>
+
+namespace lmcache::alloc {
+namespace {
+
+TEST(PagePool, TakesBestFitAndCoalescesOnGive) {
+  PagePool pool(100);
+  EXPECT_EQ(pool.free_pages(), 100u);
+  auto a = pool.Take(10);
+  auto b = pool.Take(20);
+  auto c = pool.Take(30);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(*a, 0u);
+  EXPECT_EQ(*b, 10u);
+  EXPECT_EQ(*c, 30u);
+  EXPECT_EQ(pool.free_pages(), 40u);
+  pool.Give(*b, 20);  // hole of 20 at 10; tail of 40 at 60
+  EXPECT_EQ(pool.run_count(), 2u);
+  auto d = pool.Take(15);  // best fit: the 20-page hole, not the 40-page tail
+  ASSERT_TRUE(d);
+  EXPECT_EQ(*d, 10u);
+  pool.Give(*d, 15);
+  pool.Give(*a, 10);
+  pool.Give(*c, 30);
+  EXPECT_EQ(pool.run_count(), 1u);
+  EXPECT_EQ(pool.largest_run(), 100u);
+}
+
+TEST(PagePool, RefusesRunsLongerThanAnyFreeRun) {
+  PagePool pool(8);
+  auto a = pool.Take(3);
+  auto b = pool.Take(2);
+  ASSERT_TRUE(a && b);
+  pool.Give(*a, 3);  // free: [0,3) and [5,8): 6 pages, but no run of 4
+  EXPECT_EQ(pool.free_pages(), 6u);
+  EXPECT_FALSE(pool.Take(4));
+  EXPECT_FALSE(pool.Take(0));
+  EXPECT_TRUE(pool.Take(3));
+}
+
+}  // namespace
+}  // namespace lmcache::alloc

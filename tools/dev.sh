@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One entry point for setting up, building, running and testing lmcache-server
+# on Debian 12. Installs missing packages with apt (as root, or through sudo).
+#
+#   tools/dev.sh run [server flags...]   set up, build Release, start lmcache-server
+#   tools/dev.sh test                    set up, build, run the whole suite:
+#                                        Release, then ASan+UBSan (gcc), then TSan (clang,
+#                                        which also enforces -Wthread-safety)
+#   tools/dev.sh test --fast             Release build and tests only
+#   tools/dev.sh build [release|asan|tsan]
+#   tools/dev.sh deps                    install the packages only
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+JOBS="${JOBS:-$(nproc)}"
+
+PACKAGES=(
+  build-essential cmake pkg-config git
+  libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
+)
+
+log() { printf '\033[1m[dev.sh] %s\033[0m\n' "$*" >&2; }
+
+install_deps() {
+  local missing=()
+  for pkg in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  log "installing: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+# build <flavour>: configures and builds into build/ (release), build-asan/, build-tsan/.
+build() {
+  local flavour="${1:-release}" dir args=()
+  case "$flavour" in
+    release) dir="$ROOT/build"; args=(-DCMAKE_BUILD_TYPE=Release) ;;
+    asan) dir="$ROOT/build-asan"
+          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMC_SANITIZE=address,undefined
+                -DLMC_BUILD_BENCH=OFF -DLMC_ENABLE_CUDA=OFF) ;;
+    tsan) dir="$ROOT/build-tsan"
+          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMC_SANITIZE=thread -DLMC_BUILD_BENCH=OFF
+                -DLMC_ENABLE_CUDA=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
+    *) echo "unknown build flavour: $flavour (release, asan, tsan)" >&2; exit 2 ;;
+  esac
+  log "building $flavour in ${dir#"$ROOT"/}"
+  cmake -S "$ROOT" -B "$dir" "${args[@]}" >/dev/null
+  cmake --build "$dir" -j "$JOBS"
+  BUILD_DIR="$dir"
+}
+
+run_ctest() {
+  local dir="$1"
+  shift
+  log "testing ${dir#"$ROOT"/}"
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  deps) install_deps ;;
+  build) install_deps; build "${1:-release}" ;;
+  run)
+    install_deps
+    build release
+    log "starting lmcache-server $*"
+    exec "$ROOT/build/src/lmcache-server" "$@"
+    ;;
+  test)
+    install_deps
+    build release
+    run_ctest "$ROOT/build"
+    if [ "${1:-}" != "--fast" ]; then
+      build asan
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        run_ctest "$ROOT/build-asan"
+      build tsan
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 run_ctest "$ROOT/build-tsan"
+    fi
+    log "all tests passed"
+    ;;
+  *)
+    sed -n '2,13p' "$0" >&2
+    exit 2
+    ;;
+esac
