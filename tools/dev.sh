@@ -19,6 +19,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
+  b3sum
 )
 
 log() { printf '\033[1m[dev.sh] %s\033[0m\n' "$*" >&2; }
