@@ -1,5 +1,6 @@
-// lmcache-server: parse flags, build the L1 cache, serve until SIGINT/SIGTERM,
-// then shut down in order (the pool segment is unlinked on the way out).
+// lmcache-server: parse flags, build the L1 cache, the service and the ZMQ
+// loop, serve until SIGINT/SIGTERM, then shut down in order (the pool segment
+// is unlinked on the way out).
 #include <signal.h>
 #include <unistd.h>
 
@@ -8,11 +9,14 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/system_info.h"
 #include "server/config.h"
+#include "server/router_loop.h"
+#include "server/service.h"
 #include "store/l1_cache.h"
 
 namespace {
@@ -26,6 +30,12 @@ sigset_t BlockShutdownSignals() {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
+}
+
+std::string Join(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : " ") + item;
+  return out;
 }
 
 }  // namespace
@@ -47,21 +57,35 @@ int main(int argc, char** argv) {
     return 2;
   }
   const sigset_t shutdown_signals = BlockShutdownSignals();
+  const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
 
   spdlog::info("creating L1 pool /dev/shm/{} of {:.2f} GiB", config.l1.shm_name,
                static_cast<double>(config.l1.size_bytes) / static_cast<double>(lmcache::kGiB));
-  auto cache = lmcache::store::L1Cache::Create(config.l1, &lmcache::SteadyClock::Instance());
+  auto cache = lmcache::store::L1Cache::Create(config.l1, &clock);
   if (!cache.ok()) {
     spdlog::critical("cannot start: {}", cache.status().message());
     return 1;
   }
-  spdlog::info("lmcache-server ready: L1 pool {} ({} bytes), eviction {} at {:.2f}, pid {}",
-               config.l1.shm_name, config.l1.size_bytes, config.eviction_policy,
-               config.eviction_trigger_watermark, getpid());
+  lmcache::server::Service service(cache->get(), &clock, config.service);
+  auto loop = lmcache::server::RouterLoop::Create(&service, config.router);
+  if (!loop.ok()) {
+    spdlog::critical("cannot start: {}", loop.status().message());
+    return 1;
+  }
+  service.StartMaintenance();
+  std::thread loop_thread([&loop] { (*loop)->Run(); });
+  spdlog::info("lmcache-server ready: serving {} | L1 pool {} ({} bytes) | chunk {} tokens | "
+               "boot id {} | pid {}",
+               Join((*loop)->endpoints()), config.l1.shm_name, config.l1.size_bytes,
+               config.chunk_size, service.boot_id(), getpid());
 
   int signal_number = 0;
   sigwait(&shutdown_signals, &signal_number);
   spdlog::info("received {}; shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  (*loop)->Stop();
+  loop_thread.join();
+  loop->reset();
+  service.StopMaintenance();
   cache->reset();
   spdlog::info("L1 pool {} removed; bye", config.l1.shm_name);
   return 0;

@@ -20,6 +20,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   b3sum
+  python3-zmq python3-msgpack python3-numpy python3-pytest
 )
 
 log() { printf '\033[1m[dev.sh] %s\033[0m\n' "$*" >&2; }

@@ -10,6 +10,44 @@
 namespace lmcache::server {
 
 void AddFlags(CLI::App& app, ServerConfig* c) {
+  app.add_option("--url", c->urls,
+                 "Endpoint to serve, repeatable: tcp://HOST:PORT or ipc:///PATH (an ipc socket "
+                 "file is created with mode 0600). Default: tcp://--host:--port");
+  // Given together with --url, --host/--port add a tcp endpoint; alone they name the default one.
+  app.add_option("--host", c->host, "Host of the tcp endpoint (the reference's spelling)")
+      ->capture_default_str()
+      ->each([c](const std::string&) { c->host_or_port_given = true; });
+  app.add_option("--port", c->port, "Port of the tcp endpoint")
+      ->capture_default_str()
+      ->each([c](const std::string&) { c->host_or_port_given = true; });
+  app.add_option("--chunk-size", c->chunk_size, "Tokens per chunk (the unit of caching)")
+      ->capture_default_str();
+  app.add_option("--max-workers", c->max_workers,
+                 "Default size of both request thread pools")
+      ->capture_default_str();
+  app.add_option("--max-gpu-workers", c->max_gpu_workers,
+                 "Threads of the transfer pool (prepare/commit store and retrieve), one queue "
+                 "per thread keyed by client; 0 = --max-workers")
+      ->capture_default_str();
+  app.add_option("--max-cpu-workers", c->max_cpu_workers,
+                 "Threads of the general pool (lookup, status, sessions, clear, ping); "
+                 "0 = --max-workers")
+      ->capture_default_str();
+  app.add_option("--worker-reap-timeout-seconds", c->worker_reap_timeout_seconds,
+                 "Seconds of silence after which a worker that has sent requests is "
+                 "unregistered and its pending transfers released; 0 disables, else >= 30")
+      ->capture_default_str();
+  app.add_option("--worker-registration-grace-seconds", c->worker_registration_grace_seconds,
+                 "Seconds a worker that registered but never sent another request is kept; "
+                 ">= the reap timeout")
+      ->capture_default_str();
+  app.add_option("--session-ttl-seconds", c->session_ttl_seconds,
+                 "Seconds after its last use that a request's session (cached hashes, lookup "
+                 "state) is dropped")
+      ->capture_default_str();
+  app.add_option("--hash-algorithm", c->hash_algorithm,
+                 "Chunk hash: blake3 (the only one; the reference's default)")
+      ->capture_default_str();
   app.add_option("--l1-size-gb", c->l1_size_gb,
                  "Size of the L1 shared-memory pool in GiB (2^30 bytes; fractions allowed). "
                  "Default: a quarter of physical memory in whole GiB, at least 1 (" +
@@ -49,6 +87,52 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
       ->capture_default_str();
 }
 
+namespace {
+
+Status FinalizeTransport(ServerConfig* c) {
+  if (c->chunk_size < 1 || c->chunk_size > (1 << 20)) {
+    return InvalidConfig("--chunk-size must be in [1, 1048576] tokens, got " +
+                         std::to_string(c->chunk_size));
+  }
+  if (c->hash_algorithm != "blake3") {
+    return InvalidConfig("--hash-algorithm: only blake3 is supported (got '" + c->hash_algorithm +
+                         "'); it is the reference's default");
+  }
+  if (c->max_workers < 1) return InvalidConfig("--max-workers must be >= 1");
+  if (c->worker_reap_timeout_seconds != 0 && c->worker_reap_timeout_seconds < 30) {
+    return InvalidConfig("--worker-reap-timeout-seconds must be 0 (off) or >= 30, got " +
+                         std::to_string(c->worker_reap_timeout_seconds));
+  }
+  if (c->worker_registration_grace_seconds < c->worker_reap_timeout_seconds) {
+    return InvalidConfig("--worker-registration-grace-seconds must be >= "
+                         "--worker-reap-timeout-seconds");
+  }
+  if (c->session_ttl_seconds <= 0) return InvalidConfig("--session-ttl-seconds must be > 0");
+  for (const std::string& url : c->urls) {
+    if (!url.starts_with("tcp://") && !url.starts_with("ipc://")) {
+      return InvalidConfig("--url '" + url + "' must start with tcp:// or ipc://");
+    }
+  }
+  RouterConfig& router = c->router;
+  router.urls = c->urls;
+  if (c->urls.empty() || c->host_or_port_given) {
+    // ZMQ binds to an address or interface, not a host name.
+    const std::string host = c->host == "localhost" ? "127.0.0.1" : c->host;
+    router.urls.push_back("tcp://" + host + ":" + std::to_string(c->port));
+  }
+  router.affinity_workers = c->max_gpu_workers == 0 ? c->max_workers : c->max_gpu_workers;
+  router.cpu_workers = c->max_cpu_workers == 0 ? c->max_workers : c->max_cpu_workers;
+
+  ServiceConfig& service = c->service;
+  service.chunk_size = c->chunk_size;
+  service.session_idle_ttl_ms = c->session_ttl_seconds * 1000;
+  service.worker_reap_timeout_ms = c->worker_reap_timeout_seconds * 1000;
+  service.worker_registration_grace_ms = c->worker_registration_grace_seconds * 1000;
+  return Status::Ok();
+}
+
+}  // namespace
+
 double DefaultL1SizeGb() {
   const std::uint64_t quarter_gib = PhysicalMemoryBytes() / 4 / kGiB;
   return static_cast<double>(std::max<std::uint64_t>(quarter_gib, 1));
@@ -70,6 +154,7 @@ Status Finalize(ServerConfig* c, pid_t pid) {
     return InvalidConfig("--log-level: unknown level '" + c->log_level + "'");
   }
   LMC_ASSIGN_OR_RETURN(c->l1.shm_name, shm::NormalizePoolName(c->shm_name, pid));
+  LMC_RETURN_IF_ERROR(FinalizeTransport(c));
 
   store::L1Config& l1 = c->l1;
   l1.size_bytes = static_cast<std::uint64_t>(c->l1_size_gb * static_cast<double>(kGiB));

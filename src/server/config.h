@@ -13,11 +13,26 @@
 #include <CLI/CLI.hpp>
 
 #include "lmcache/status.h"
+#include "server/router_loop.h"
+#include "server/service.h"
 #include "store/l1_cache.h"
 
 namespace lmcache::server {
 
 struct ServerConfig {
+  // Transport and request handling (reference spec 15.2).
+  std::vector<std::string> urls;  // --url, repeatable
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 5555;
+  std::int64_t chunk_size = 256;
+  unsigned max_workers = 1;
+  unsigned max_gpu_workers = 0;  // 0 = max_workers
+  unsigned max_cpu_workers = 0;  // 0 = max_workers
+  std::int64_t worker_reap_timeout_seconds = 120;
+  std::int64_t worker_registration_grace_seconds = 3600;
+  std::int64_t session_ttl_seconds = 600;
+  std::string hash_algorithm = "blake3";
+  // L1 (reference spec 15.3).
   double l1_size_gb = 0;  // 0 = machine default (see DefaultL1SizeGb)
   std::string shm_name;   // "" = lmcache_l1_pool_<pid>
   std::uint64_t l1_align_bytes = 4096;
@@ -34,6 +49,9 @@ struct ServerConfig {
 
   // Filled by Finalize().
   store::L1Config l1;
+  ServiceConfig service;
+  RouterConfig router;
+  bool host_or_port_given = false;
 };
 
 void AddFlags(CLI::App& app, ServerConfig* config);

@@ -275,6 +275,26 @@ Result<std::vector<ReadGrant>> ObjectTable::ReserveRead(std::span<const ObjectKe
   return grants;
 }
 
+Result<std::vector<ReadGrant>> ObjectTable::AcquireForRead(std::span<const ObjectKey> keys,
+                                                           OwnerId owner) {
+  LMC_RETURN_IF_ERROR(ValidateKeys(keys, /*require_distinct=*/false));
+  std::vector<ReadGrant> grants(keys.size());
+  ShardSetLock lock(*this, keys);
+  const TimeMs now = clock_->NowMs();
+  std::vector<ResidentEntry*> entries(keys.size(), nullptr);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    Shard& shard = ShardOf(keys[i]);
+    auto it = shard.resident.find(keys[i]);
+    if (it == shard.resident.end()) return grants;  // all or nothing
+    entries[i] = &it->second;
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (!entries[i]->lease.IsLocked(now)) entries[i]->lease.Lock(owner, 1, now, config_.read_ttl_ms);
+    grants[i] = {true, entries[i]->offset, entries[i]->size};
+  }
+  return grants;
+}
+
 Result<std::vector<ReleaseOutcome>> ObjectTable::FinishRead(std::span<const ObjectKey> keys,
                                                             std::uint32_t count, OwnerId owner) {
   if (count < 1 || count > kMaxReadLockCount) {

@@ -146,6 +146,12 @@ class ObjectTable {
   // Takes `count` (1..128) read locks on each granted key for `owner`.
   Result<std::vector<ReadGrant>> ReserveRead(std::span<const ObjectKey> keys, std::uint32_t count,
                                              OwnerId owner, ReadMode mode);
+  // For a transfer out of keys a lookup locked: all keys must be resident, or
+  // nothing changes and the grants are all false. A key whose read lease has
+  // expired meanwhile is locked again for `owner` (an expired lease makes an
+  // object evictable, not unreadable), so every granted key is locked while the
+  // copy runs; the caller releases one lock per key when it is done.
+  Result<std::vector<ReadGrant>> AcquireForRead(std::span<const ObjectKey> keys, OwnerId owner);
   // Releases `count` (1..128) read locks per key, `owner`'s first.
   Result<std::vector<ReleaseOutcome>> FinishRead(std::span<const ObjectKey> keys,
                                                  std::uint32_t count, OwnerId owner);

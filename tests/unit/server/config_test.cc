@@ -65,6 +65,44 @@ TEST(ServerConfig, InvalidValuesNameTheFlag) {
   ExpectRejected({"--shm-name", "a/b"}, "--shm-name");
   ExpectRejected({"--log-level", "loud"}, "--log-level");
   ExpectRejected({"--eviction-interval-ms", "0"}, "--eviction-interval-ms");
+  ExpectRejected({"--chunk-size", "0"}, "--chunk-size");
+  ExpectRejected({"--worker-reap-timeout-seconds", "10"}, "--worker-reap-timeout-seconds");
+  ExpectRejected({"--worker-reap-timeout-seconds", "300", "--worker-registration-grace-seconds",
+                  "100"},
+                 "--worker-registration-grace-seconds");
+  ExpectRejected({"--session-ttl-seconds", "0"}, "--session-ttl-seconds");
+  ExpectRejected({"--hash-algorithm", "sha256_cbor"}, "--hash-algorithm");
+  ExpectRejected({"--url", "http://x"}, "--url");
+  ExpectRejected({"--max-workers", "0"}, "--max-workers");
+}
+
+TEST(ServerConfig, EndpointsFollowTheReferenceSpelling) {
+  auto plain = Parse({});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->router.urls, std::vector<std::string>{"tcp://127.0.0.1:5555"});
+  auto host_port = Parse({"--host", "localhost", "--port", "6000"});
+  ASSERT_TRUE(host_port.ok());
+  EXPECT_EQ(host_port->router.urls, std::vector<std::string>{"tcp://127.0.0.1:6000"});
+  auto ipc_only = Parse({"--url", "ipc:///tmp/a.sock"});
+  ASSERT_TRUE(ipc_only.ok());
+  EXPECT_EQ(ipc_only->router.urls, std::vector<std::string>{"ipc:///tmp/a.sock"});
+  auto both = Parse({"--url", "ipc:///tmp/a.sock", "--port", "7000"});
+  ASSERT_TRUE(both.ok());
+  EXPECT_EQ(both->router.urls,
+            (std::vector<std::string>{"ipc:///tmp/a.sock", "tcp://127.0.0.1:7000"}));
+}
+
+TEST(ServerConfig, WorkerPoolsDefaultToMaxWorkers) {
+  auto config = Parse({"--max-workers", "3", "--max-cpu-workers", "5"});
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->router.affinity_workers, 3u);
+  EXPECT_EQ(config->router.cpu_workers, 5u);
+  EXPECT_EQ(config->service.chunk_size, 256);
+  EXPECT_EQ(config->service.worker_reap_timeout_ms, 120'000);
+  EXPECT_EQ(config->service.worker_registration_grace_ms, 3'600'000);
+  auto no_reaper = Parse({"--worker-reap-timeout-seconds", "0"});
+  ASSERT_TRUE(no_reaper.ok());
+  EXPECT_EQ(no_reaper->service.worker_reap_timeout_ms, 0);
 }
 
 }  // namespace

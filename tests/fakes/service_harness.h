@@ -1,0 +1,121 @@
+// ServiceHarness: an in-process Service over a small real L1 pool, driven
+// with a fake clock, plus helpers that build payload frames and read replies.
+// Thread-safety: one test thread (Call itself may be used from several).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/msgpack_codec.h"
+#include "fakes/fake_clock.h"
+#include "server/codec.h"
+#include "server/service.h"
+#include "store/l1_cache.h"
+
+namespace lmcache::testing {
+
+struct KeyArgs {
+  std::vector<std::uint32_t> tokens;
+  std::int64_t start = 0;
+  std::int64_t end = 0;
+  std::optional<std::int64_t> worker_id = 0;
+  std::string request_id = "req";
+  std::string model = "model";
+  std::int64_t world_size = 1;
+  std::int64_t readers = 1;
+  std::string salt;
+};
+
+inline std::vector<std::uint32_t> Tokens(std::size_t count, std::uint32_t seed = 1) {
+  std::vector<std::uint32_t> tokens(count);
+  for (std::size_t i = 0; i < count; ++i) tokens[i] = seed * 100'003u + static_cast<std::uint32_t>(i);
+  return tokens;
+}
+
+inline std::string KeyFrame(const KeyArgs& k) {
+  mp::Encoder e;
+  e.Map(9);
+  e.Str("model_name").Str(k.model);
+  e.Str("world_size").Int(k.world_size);
+  e.Str("worker_id");
+  if (k.worker_id) e.Int(*k.worker_id); else e.Nil();
+  e.Str("token_ids").Array(static_cast<std::uint32_t>(k.tokens.size()));
+  for (auto t : k.tokens) e.Uint(t);
+  e.Str("start").Int(k.start);
+  e.Str("end").Int(k.end);
+  e.Str("request_id").Str(k.request_id);
+  e.Str("cache_salt").Str(k.salt);
+  e.Str("num_kv_readers").Int(k.readers);
+  return e.Take();
+}
+
+inline std::string IntFrame(std::int64_t v) { return mp::Encoder().Int(v).Take(); }
+inline std::string StrFrame(std::string_view v) { return mp::Encoder().Str(v).Take(); }
+
+inline std::string RegisterFrame(std::int64_t instance, const std::string& model = "model",
+                                 std::int64_t world_size = 1, std::int64_t layers = 2,
+                                 std::int64_t hidden = 64, const std::string& dtype = "bfloat16") {
+  mp::Encoder e;
+  e.Map(8);
+  e.Str("instance_id").Int(instance);
+  e.Str("model_name").Str(model);
+  e.Str("world_size").Int(world_size);
+  e.Str("block_size").Int(16);
+  e.Str("num_layers").Int(layers);
+  e.Str("hidden_dim_size").Int(hidden);
+  e.Str("dtype_str").Str(dtype);
+  e.Str("use_mla").Bool(false);
+  return e.Take();
+}
+
+class ServiceHarness {
+ public:
+  explicit ServiceHarness(std::uint64_t pool_bytes = 64ull << 20,
+                          server::ServiceConfig config = {}, bool on_demand_eviction = true) {
+    store::L1Config l1;
+    l1.shm_name = "lmcache_l1_pool_svc_test_" + std::to_string(getpid()) + "_" +
+                  std::to_string(counter_++);
+    l1.size_bytes = pool_bytes;
+    l1.prefault_threads = 1;
+    l1.allocator.slab_target_bytes = 2ull << 20;
+    l1.table.on_demand_eviction = on_demand_eviction;
+    cache_ = std::move(store::L1Cache::Create(l1, &clock_)).value();
+    service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config);
+  }
+
+  // Runs `op` (a name) and returns the reply.
+  server::Reply Call(std::string_view op, std::vector<std::string> frames) {
+    auto spec = server::FindOpByName(op);
+    if (!spec) return {Status(ErrorCode::kUnknownOperation, std::string(op)), {}};
+    std::vector<std::string_view> views(frames.begin(), frames.end());
+    return service_->Dispatch(*spec, views);
+  }
+  // The reply value of a call that must succeed, parsed.
+  msgpack::object_handle Ok(std::string_view op, std::vector<std::string> frames) {
+    server::Reply reply = Call(op, std::move(frames));
+    if (!reply.status.ok()) {
+      ADD_FAILURE() << op << " failed: " << reply.status.ToString();
+      return msgpack::object_handle();
+    }
+    return std::move(mp::Parse(reply.value, op)).value();
+  }
+
+  server::Service& service() { return *service_; }
+  store::L1Cache& l1() { return *cache_; }
+  FakeClock& clock() { return clock_; }
+  std::byte* pool() { return cache_->segment().base(); }
+
+ private:
+  static inline int counter_ = 0;
+  FakeClock clock_;
+  std::unique_ptr<store::L1Cache> cache_;
+  std::unique_ptr<server::Service> service_;
+};
+
+}  // namespace lmcache::testing

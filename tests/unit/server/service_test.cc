@@ -1,0 +1,460 @@
+// The service in-process: every operation, lock balance after each flow,
+// failures, unregister and the reaper.
+#include "server/service.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "fakes/service_harness.h"
+
+namespace lmcache::server {
+namespace {
+
+using testing::IntFrame;
+using testing::KeyArgs;
+using testing::KeyFrame;
+using testing::RegisterFrame;
+using testing::StrFrame;
+using testing::Tokens;
+
+constexpr std::uint64_t kObject = 2 * 2 * 256 * 64 * 2;  // [2, 2, 256, 64] bfloat16
+
+struct Slot {
+  std::uint64_t offset;
+  std::uint64_t length;
+};
+
+std::vector<Slot> SlotsOf(const msgpack::object& context) {
+  auto map = std::move(mp::MapReader::Make(context, "context")).value();
+  const msgpack::object* slots = map.Field("slots");
+  std::vector<Slot> out;
+  for (std::uint32_t i = 0; slots != nullptr && i < slots->via.array.size; ++i) {
+    auto slot = std::move(mp::MapReader::Make(slots->via.array.ptr[i], "slot")).value();
+    out.push_back({slot.Field("offset")->via.u64, slot.Field("length")->via.u64});
+  }
+  return out;
+}
+
+const msgpack::object& Field(const msgpack::object& map, std::string_view name) {
+  static const msgpack::object kNil;
+  auto reader = mp::MapReader::Make(map, "reply");
+  if (!reader.ok() || reader->Field(name) == nullptr) {
+    ADD_FAILURE() << "no field " << name;
+    return kNil;
+  }
+  return *reader->Field(name);
+}
+
+class ServiceTest : public ::testing::Test {
+ protected:
+  explicit ServiceTest(std::uint64_t pool = 64ull << 20, bool on_demand = true)
+      : h_(pool, ServiceConfig{}, on_demand) {}
+
+  void Register(std::int64_t instance, std::int64_t world_size = 1) {
+    auto reply = h_.Ok("register_kv_cache_engine_driven_context",
+                       {RegisterFrame(instance, "model", world_size)});
+    EXPECT_EQ(Field(reply.get(), "object_bytes").via.u64, kObject);
+  }
+  // prepare_store + fill each slot with a byte derived from its chunk + commit.
+  std::vector<Slot> Store(std::int64_t instance, const KeyArgs& key, bool commit = true) {
+    auto prepared = h_.Ok("prepare_store", {KeyFrame(key), IntFrame(instance)});
+    std::vector<Slot> slots = SlotsOf(Field(prepared.get(), "context"));
+    const msgpack::object& indices = Field(Field(prepared.get(), "context"), "chunk_indices");
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const auto chunk = key.start / 256 + static_cast<std::int64_t>(indices.via.array.ptr[i].via.u64);
+      std::memset(h_.pool() + slots[i].offset, Pattern(key, chunk), slots[i].length);
+    }
+    if (commit) {
+      auto done = h_.Ok("commit_store", {KeyFrame(key), IntFrame(instance),
+                                         mp::Encoder().Bin("").Take()});
+      EXPECT_TRUE(done.get().via.boolean);
+    }
+    return slots;
+  }
+  static int Pattern(const KeyArgs& key, std::int64_t chunk) {
+    return static_cast<int>((key.tokens[0] + static_cast<std::uint32_t>(chunk) * 7) & 0xff);
+  }
+  std::uint64_t Lookup(const KeyArgs& key) {
+    KeyArgs scheduler = key;
+    scheduler.worker_id.reset();
+    auto ack = h_.Ok("lookup", {KeyFrame(scheduler), IntFrame(1)});
+    EXPECT_EQ(ack.get().type, msgpack::type::NIL);
+    return h_.Ok("query_prefetch_status", {StrFrame(key.request_id)}).get().via.u64;
+  }
+  // prepare_retrieve + verify bytes + commit_retrieve.
+  void Retrieve(std::int64_t instance, const KeyArgs& key) {
+    auto prepared = h_.Ok("prepare_retrieve", {KeyFrame(key), IntFrame(instance)});
+    ASSERT_TRUE(Field(prepared.get(), "success").via.boolean);
+    const std::vector<Slot> slots = SlotsOf(Field(prepared.get(), "context"));
+    ASSERT_EQ(static_cast<std::int64_t>(slots.size()), (key.end - key.start) / 256);
+    for (std::size_t i = 0; i < slots.size(); ++i) {
+      const auto expected = static_cast<std::byte>(Pattern(key, key.start / 256 + static_cast<std::int64_t>(i)));
+      const std::byte* p = h_.pool() + slots[i].offset;
+      ASSERT_EQ(slots[i].length, kObject);
+      ASSERT_EQ(p[0], expected);
+      ASSERT_EQ(p[kObject - 1], expected);
+    }
+    EXPECT_TRUE(h_.Ok("commit_retrieve", {KeyFrame(key), IntFrame(instance)}).get().via.boolean);
+  }
+  store::TableStats Table() { return h_.service().table().Stats(); }
+
+  testing::ServiceHarness h_;
+};
+
+KeyArgs Key(std::size_t tokens, std::int64_t end_chunks, std::uint32_t seed = 1,
+            std::string request = "req") {
+  KeyArgs key;
+  key.tokens = Tokens(tokens, seed);
+  key.end = end_chunks * 256;
+  key.request_id = std::move(request);
+  return key;
+}
+
+TEST_F(ServiceTest, RegisterReturnsPoolAndIsIdempotent) {
+  auto first = h_.Ok("register_kv_cache_engine_driven_context", {RegisterFrame(1)});
+  EXPECT_EQ(std::string(Field(first.get(), "shm_name").via.str.ptr, Field(first.get(), "shm_name").via.str.size),
+            h_.l1().segment().name());
+  EXPECT_EQ(Field(first.get(), "pool_size").via.u64, h_.l1().segment().size());
+  EXPECT_EQ(Field(first.get(), "error").type, msgpack::type::NIL);
+  auto again = h_.Ok("register_kv_cache_engine_driven_context", {RegisterFrame(1)});
+  EXPECT_EQ(Field(again.get(), "boot_id").as<std::string>(), h_.service().boot_id());
+  EXPECT_EQ(h_.service().instances().size(), 1u);
+}
+
+TEST_F(ServiceTest, LayoutMismatchIsRefused) {
+  Register(1);
+  auto other_layers = h_.Call("register_kv_cache_engine_driven_context",
+                              {RegisterFrame(1, "model", 1, /*layers=*/4)});
+  EXPECT_EQ(other_layers.status.code(), ErrorCode::kLayoutMismatch);
+  auto second_instance = h_.Call("register_kv_cache_engine_driven_context",
+                                 {RegisterFrame(2, "model", 1, 2, /*hidden=*/128)});
+  EXPECT_EQ(second_instance.status.code(), ErrorCode::kLayoutMismatch);
+  EXPECT_NE(second_instance.status.message().find("already served"), std::string::npos);
+  EXPECT_TRUE(h_.Call("register_kv_cache_engine_driven_context",
+                      {RegisterFrame(3, "model", 1, 2, 64, "bfloat16")}).status.ok());
+  EXPECT_EQ(h_.Call("register_kv_cache_engine_driven_context",
+                    {RegisterFrame(4, "model", 1, 2, 64, "complex64")}).status.code(),
+            ErrorCode::kInvalidArgument);
+}
+
+TEST_F(ServiceTest, StoreLookupRetrieveBalancesLocks) {
+  Register(1);
+  const KeyArgs key = Key(800, 3);  // 3 full chunks and a partial tail
+  EXPECT_EQ(Store(1, key).size(), 3u);
+  EXPECT_EQ(Table().resident_objects, 3u);
+  EXPECT_EQ(Lookup(key), 3u);
+  EXPECT_EQ(Table().locked_objects, 3u);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 0u);  // consumed
+  Retrieve(1, key);
+  EXPECT_EQ(Table().locked_objects, 0u);
+  EXPECT_EQ(Table().staging_objects, 0u);
+}
+
+TEST_F(ServiceTest, SecondStoreOfSameKeyIsAlreadyCached) {
+  Register(1);
+  Register(2);
+  const KeyArgs key = Key(512, 2);
+  Store(1, key);
+  EXPECT_TRUE(Store(2, key).empty());
+  EXPECT_EQ(h_.l1().allocator().UsedBytes(), 2 * kObject);
+}
+
+TEST_F(ServiceTest, LookupIgnoresRangeAndCountsLeadingChunks) {
+  Register(1);
+  Store(1, Key(1024, 2, 5, "a"));  // chunks 0, 1 of prompt 5
+  KeyArgs longer = Key(1024, 0, 5, "b");
+  EXPECT_EQ(Lookup(longer), 2u);  // the whole prompt is looked up, 2 of 4 chunks hit
+  KeyArgs other = Key(1024, 0, 6, "c");
+  EXPECT_EQ(Lookup(other), 0u);
+  KeyArgs salted = Key(1024, 0, 5, "d");
+  salted.salt = "tenant-b";
+  EXPECT_EQ(Lookup(salted), 0u);
+}
+
+TEST_F(ServiceTest, MultipleReadersEachReleaseOneLock) {
+  for (int i = 1; i <= 3; ++i) Register(i);
+  KeyArgs key = Key(512, 2);
+  Store(1, key);
+  key.readers = 3;
+  EXPECT_EQ(Lookup(key), 2u);
+  Retrieve(1, key);
+  Retrieve(2, key);
+  EXPECT_EQ(Table().locked_objects, 2u);
+  Retrieve(3, key);
+  EXPECT_EQ(Table().locked_objects, 0u);
+}
+
+TEST_F(ServiceTest, FreeLookupLocksReleasesUnusedRangeOnce) {
+  Register(1);
+  KeyArgs key = Key(1024, 4);
+  Store(1, key);
+  key.readers = 2;
+  EXPECT_EQ(Lookup(key), 4u);
+  KeyArgs tail = key;
+  tail.worker_id.reset();
+  tail.start = 512;
+  tail.end = 1024;
+  h_.Ok("free_lookup_locks", {KeyFrame(tail), IntFrame(1)});
+  h_.Ok("free_lookup_locks", {KeyFrame(tail), IntFrame(1)});  // idempotent
+  EXPECT_EQ(Table().locked_objects, 2u);
+  KeyArgs head = key;
+  head.end = 512;
+  head.readers = 2;
+  Retrieve(1, head);
+  EXPECT_EQ(Table().locked_objects, 2u);  // one reader of two done
+  Retrieve(1, head);
+  EXPECT_EQ(Table().locked_objects, 0u);
+}
+
+TEST_F(ServiceTest, RetrieveOfMissingChunkFailsAndLeavesNoLock) {
+  Register(1);
+  KeyArgs stored = Key(1024, 2);
+  Store(1, stored);
+  EXPECT_EQ(Lookup(stored), 2u);
+  KeyArgs wider = stored;
+  wider.end = 768;  // chunk 2 was never stored
+  auto reply = h_.Call("prepare_retrieve", {KeyFrame(wider), IntFrame(1)});
+  EXPECT_EQ(reply.status.code(), ErrorCode::kNotFound);
+  EXPECT_EQ(Table().locked_objects, 0u);
+  EXPECT_EQ(h_.service().instances().pending_reads(), 0u);
+}
+
+TEST_F(ServiceTest, RetrieveAfterReadLeaseExpiryStillWorksAndRelocks) {
+  Register(1);
+  KeyArgs key = Key(512, 2);
+  Store(1, key);
+  EXPECT_EQ(Lookup(key), 2u);
+  h_.clock().Advance(h_.service().table().config().read_ttl_ms + 1);
+  EXPECT_EQ(Table().locked_objects, 0u);  // evictable now, but still resident
+  auto prepared = h_.Ok("prepare_retrieve", {KeyFrame(key), IntFrame(1)});
+  ASSERT_TRUE(Field(prepared.get(), "success").via.boolean);
+  EXPECT_EQ(Table().locked_objects, 2u);  // pinned for the copy
+  h_.Ok("commit_retrieve", {KeyFrame(key), IntFrame(1)});
+  EXPECT_EQ(Table().locked_objects, 0u);
+}
+
+TEST_F(ServiceTest, CommitStoreErrors) {
+  Register(1);
+  const KeyArgs key = Key(512, 2);
+  auto none = h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
+  EXPECT_EQ(none.status.code(), ErrorCode::kNotFound);
+  Store(1, key, /*commit=*/false);
+  auto inline_data = h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("x").Take()});
+  EXPECT_EQ(inline_data.status.code(), ErrorCode::kNotSupported);
+  h_.clock().Advance(h_.service().table().config().write_ttl_ms + 1);
+  auto expired = h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
+  EXPECT_EQ(expired.status.code(), ErrorCode::kLeaseExpired);
+  EXPECT_EQ(Table().resident_objects, 0u);
+  EXPECT_EQ(h_.l1().allocator().UsedBytes(), 0u);
+}
+
+TEST_F(ServiceTest, TransfersNeedRegistrationAndMatchingKey) {
+  const KeyArgs key = Key(512, 2);
+  EXPECT_EQ(h_.Call("prepare_store", {KeyFrame(key), IntFrame(9)}).status.code(),
+            ErrorCode::kNotRegistered);
+  Register(1);
+  KeyArgs other_model = key;
+  other_model.model = "other";
+  EXPECT_EQ(h_.Call("prepare_store", {KeyFrame(other_model), IntFrame(1)}).status.code(),
+            ErrorCode::kLayoutMismatch);
+  KeyArgs misaligned = key;
+  misaligned.end = 300;
+  EXPECT_EQ(h_.Call("prepare_store", {KeyFrame(misaligned), IntFrame(1)}).status.code(),
+            ErrorCode::kInvalidArgument);
+  KeyArgs beyond = key;
+  beyond.end = 768;
+  EXPECT_EQ(h_.Call("prepare_store", {KeyFrame(beyond), IntFrame(1)}).status.code(),
+            ErrorCode::kInvalidArgument);
+  KeyArgs no_worker = key;
+  no_worker.worker_id.reset();
+  EXPECT_EQ(h_.Call("prepare_store", {KeyFrame(no_worker), IntFrame(1)}).status.code(),
+            ErrorCode::kInvalidArgument);
+  KeyArgs bad_rank = key;
+  bad_rank.worker_id = 3;
+  EXPECT_FALSE(h_.Call("prepare_store", {KeyFrame(bad_rank), IntFrame(1)}).status.ok());
+}
+
+TEST_F(ServiceTest, UnregisterReleasesPendingWritesAndReads) {
+  Register(1);
+  KeyArgs stored = Key(512, 2, 1, "s");
+  Store(1, stored);
+  EXPECT_EQ(Lookup(stored), 2u);
+  h_.Ok("prepare_retrieve", {KeyFrame(stored), IntFrame(1)});  // reading, no commit
+  Store(1, Key(768, 3, 2, "w"), /*commit=*/false);              // writing, no commit
+  EXPECT_EQ(Table().staging_objects, 3u);
+  EXPECT_EQ(Table().locked_objects, 5u);
+  h_.Ok("unregister_kv_cache_engine_driven_context", {IntFrame(1)});
+  EXPECT_EQ(Table().staging_objects, 0u);
+  EXPECT_EQ(Table().locked_objects, 0u);
+  EXPECT_EQ(Table().resident_objects, 2u);  // committed data stays
+  EXPECT_EQ(h_.l1().allocator().UsedBytes(), 2 * kObject);
+  EXPECT_EQ(h_.Call("prepare_store", {KeyFrame(stored), IntFrame(1)}).status.code(),
+            ErrorCode::kNotRegistered);
+}
+
+TEST_F(ServiceTest, ReaperReleasesSilentWorkers) {
+  Register(1);  // will ping, then fall silent
+  Register(2);  // registers and never speaks again
+  h_.Ok("ping", {IntFrame(1)});
+  Store(1, Key(512, 2), /*commit=*/false);
+  EXPECT_EQ(Table().staging_objects, 2u);
+  h_.clock().Advance(121'000);
+  h_.service().RunMaintenance();
+  EXPECT_EQ(h_.service().instances().size(), 1u);  // 1 reaped, 2 within its grace
+  EXPECT_EQ(Table().staging_objects, 0u);
+  h_.clock().Advance(3'600'000);
+  h_.service().RunMaintenance();
+  EXPECT_EQ(h_.service().instances().size(), 0u);
+}
+
+TEST_F(ServiceTest, AnyRequestCountsAsLiveness) {
+  Register(1);
+  for (int i = 0; i < 5; ++i) {
+    h_.clock().Advance(100'000);
+    h_.Ok("ping", {IntFrame(1)});
+    h_.service().RunMaintenance();
+  }
+  EXPECT_EQ(h_.service().instances().size(), 1u);
+}
+
+TEST_F(ServiceTest, SessionsExpireAfterIdleTimeNotCreation) {
+  Register(1);
+  KeyArgs key = Key(512, 2);
+  Store(1, key);
+  KeyArgs scheduler = key;
+  scheduler.worker_id.reset();
+  h_.Ok("lookup", {KeyFrame(scheduler), IntFrame(1)});
+  for (int i = 0; i < 3; ++i) {  // used every 400 s: survives 1200 s with a 600 s TTL
+    h_.clock().Advance(400'000);
+    h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")});
+    h_.service().RunMaintenance();
+  }
+  EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().via.u64, 2u);
+  h_.clock().Advance(601'000);
+  h_.service().RunMaintenance();
+  EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().via.u64, 0u);
+}
+
+TEST_F(ServiceTest, RepeatedLookupReleasesUnconsumedLocks) {
+  Register(1);
+  KeyArgs key = Key(512, 2);
+  Store(1, key);
+  KeyArgs scheduler = key;
+  scheduler.worker_id.reset();
+  h_.Ok("lookup", {KeyFrame(scheduler), IntFrame(1)});
+  h_.Ok("lookup", {KeyFrame(scheduler), IntFrame(1)});
+  EXPECT_EQ(Table().locked_objects, 2u);
+  h_.Ok("end_session", {StrFrame("req")});
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 0u);
+}
+
+TEST_F(ServiceTest, LookupValidationAndUnknownModels) {
+  KeyArgs key = Key(512, 0);
+  key.worker_id.reset();
+  key.readers = 0;
+  EXPECT_EQ(h_.Call("lookup", {KeyFrame(key), IntFrame(1)}).status.code(), ErrorCode::kInvalidArgument);
+  key.readers = 1;
+  h_.Ok("lookup", {KeyFrame(key), IntFrame(1)});  // nobody registered the model: 0 hits
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 0u);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("unknown")}).get().via.u64, 0u);
+  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("unknown"), mp::Encoder().Float(1.0).Take()})
+                .get().via.u64, 0u);
+}
+
+TEST_F(ServiceTest, SmallOpsAndOurExtras) {
+  EXPECT_EQ(h_.Ok("get_chunk_size", {}).get().via.u64, 256u);
+  EXPECT_EQ(h_.Ok("noop", {}).get().as<std::string>(), "OK");
+  EXPECT_EQ(h_.Ok("get_experimental", {}).get().via.array.size, 0u);
+  EXPECT_TRUE(h_.Ok("ping", {}).get().via.boolean);
+  EXPECT_TRUE(h_.Ok("ping", {mp::Encoder().Nil().Take()}).get().via.boolean);
+  auto info = h_.Ok("server_info", {});
+  EXPECT_EQ(Field(info.get(), "boot_id").as<std::string>(), h_.service().boot_id());
+  EXPECT_EQ(Field(info.get(), "chunk_size").via.u64, 256u);
+  auto stats = h_.Ok("stats", {});
+  EXPECT_EQ(Field(Field(stats.get(), "l1"), "capacity_bytes").via.u64, 64ull << 20);
+  EXPECT_GE(Field(Field(Field(stats.get(), "operations"), "ping"), "requests").via.u64, 2u);
+  h_.Ok("report_block_allocation", {IntFrame(1), StrFrame("model"), mp::Encoder().Array(0).Take()});
+  for (const char* op : {"store", "retrieve", "register_kv_cache"}) {
+    auto spec = FindOpByName(op);
+    std::vector<std::string> frames(spec->min_payloads, mp::Encoder().Nil().Take());
+    auto reply = h_.Call(op, frames);
+    EXPECT_EQ(reply.status.code(), ErrorCode::kNotSupported) << op;
+    EXPECT_NE(reply.status.message().find("CUDA"), std::string::npos);
+  }
+}
+
+TEST_F(ServiceTest, ClearKeepsLockedObjectsUnlessForced) {
+  Register(1);
+  KeyArgs key = Key(512, 2);
+  Store(1, key);
+  Store(1, Key(512, 2, 9, "other"));
+  EXPECT_EQ(Lookup(key), 2u);
+  h_.Ok("clear", {});
+  EXPECT_EQ(Table().resident_objects, 2u);
+  h_.Ok("clear", {mp::Encoder().Bool(true).Take()});
+  EXPECT_EQ(Table().resident_objects, 0u);
+  EXPECT_EQ(Table().retired_objects, 2u);  // memory kept until the readers finish
+}
+
+TEST_F(ServiceTest, GarbageInputNeverCrashesAndAlwaysFailsCleanly) {
+  Register(1);
+  std::mt19937 rng(7);
+  for (int op_id = 1; op_id <= 34; ++op_id) {
+    const auto spec = FindOpById(op_id);
+    ASSERT_TRUE(spec);
+    for (std::size_t frames = 0; frames <= spec->max_payloads + 1u && frames < 10; ++frames) {
+      for (int trial = 0; trial < 5; ++trial) {
+        std::vector<std::string> payloads;
+        for (std::size_t f = 0; f < frames; ++f) {
+          std::string garbage(rng() % 40, '\0');
+          for (char& c : garbage) c = static_cast<char>(rng());
+          payloads.push_back(garbage);
+        }
+        std::vector<std::string_view> views(payloads.begin(), payloads.end());
+        Reply reply = h_.service().Dispatch(*spec, views);
+        if (reply.status.ok()) {
+          EXPECT_FALSE(reply.value.empty());
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(h_.Ok("ping", {}).get().via.boolean);
+  EXPECT_EQ(Table().locked_objects, 0u);
+}
+
+class ServiceOomTest : public ServiceTest {
+ protected:
+  ServiceOomTest() : ServiceTest(4ull << 20, /*on_demand=*/false) {}
+};
+
+TEST_F(ServiceOomTest, PartialOomStoresOnlyAllocatedChunks) {
+  Register(1);
+  const KeyArgs big = Key(40 * 256, 40);  // 40 chunks of 128 KiB into a 4 MiB pool
+  auto prepared = h_.Ok("prepare_store", {KeyFrame(big), IntFrame(1)});
+  const auto slots = SlotsOf(Field(prepared.get(), "context"));
+  EXPECT_EQ(slots.size(), 32u);
+  EXPECT_EQ(Field(prepared.get(), "oom_chunks").via.u64, 8u);
+  EXPECT_TRUE(h_.Ok("commit_store", {KeyFrame(big), IntFrame(1), mp::Encoder().Bin("").Take()})
+                  .get().via.boolean);
+  EXPECT_EQ(Table().resident_objects, 32u);
+  KeyArgs again = big;
+  again.request_id = "again";
+  EXPECT_EQ(Lookup(again), 32u);  // exactly the stored prefix
+}
+
+TEST_F(ServiceTest, OnDemandEvictionMakesRoomForNewPrompts) {
+  testing::ServiceHarness small(4ull << 20);
+  ASSERT_TRUE(small.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
+  for (std::uint32_t prompt = 1; prompt <= 3; ++prompt) {
+    KeyArgs key = Key(16 * 256, 16, prompt, "p" + std::to_string(prompt));
+    auto prepared = small.Ok("prepare_store", {KeyFrame(key), IntFrame(1)});
+    EXPECT_EQ(SlotsOf(Field(prepared.get(), "context")).size(), 16u) << prompt;
+    small.Ok("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
+  }
+  EXPECT_GT(small.service().table().Stats().on_demand_evictions, 0u);
+}
+
+}  // namespace
+}  // namespace lmcache::server
