@@ -7,6 +7,15 @@ function(lmc_add_library name)
   target_link_libraries(${name} PUBLIC lmc_sanitizers)
 endfunction()
 
+# Environment of every test: sanitizer options (the TSan build suppresses reports
+# inside the uninstrumented libzmq, see tools/tsan.supp).
+set(LMC_TEST_ENV "")
+if(LMC_SANITIZE MATCHES "thread")
+  set(LMC_TEST_ENV "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tools/tsan.supp:halt_on_error=1:second_deadlock_stack=1")
+elseif(LMC_SANITIZE MATCHES "address")
+  set(LMC_TEST_ENV "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1;UBSAN_OPTIONS=print_stacktrace=1")
+endif()
+
 # lmc_add_test(name SRCS ... DEPS ... [LABELS ...]): one GoogleTest binary, registered with CTest.
 function(lmc_add_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
@@ -20,7 +29,8 @@ function(lmc_add_test name)
     set(ARG_TIMEOUT 300)
   endif()
   add_test(NAME ${name} COMMAND ${name} --gtest_brief=1)
-  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+  set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                       ENVIRONMENT "${LMC_TEST_ENV}")
 endfunction()
 
 # lmc_add_bench(name SRCS ... DEPS ...): one Google Benchmark binary.

@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
     spdlog::critical("invalid configuration: {}", status.message());
     return 2;
   }
+  for (const std::string& notice : config.notices) spdlog::warn("{}", notice);
   const sigset_t shutdown_signals = BlockShutdownSignals();
   const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
 

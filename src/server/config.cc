@@ -48,6 +48,21 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--hash-algorithm", c->hash_algorithm,
                  "Chunk hash: blake3 (the only one; the reference's default)")
       ->capture_default_str();
+  // Reference flags kept so its command lines work here unchanged.
+  app.add_option("--engine-type", c->engine_type,
+                 "Reference compatibility: 'default' only (CacheBlend is out of scope)")
+      ->capture_default_str();
+  app.add_option("--supported-transfer-mode", c->supported_transfer_mode,
+                 "Reference compatibility: auto, engine_driven or lmcache_driven; this server "
+                 "serves the engine-driven shared-memory path")
+      ->capture_default_str();
+  app.add_option("--instance-id", c->instance_id,
+                 "Reference compatibility: an identity for this server, shown in server_info");
+  app.add_flag("--l1-use-lazy,!--no-l1-use-lazy", c->l1_use_lazy,
+               "Reference compatibility: the pool is always allocated and pre-faulted at "
+               "startup (shared memory needs it), so lazy growth is not available");
+  app.add_option("--l1-init-size-gb", c->l1_init_size_gb,
+                 "Reference compatibility: ignored (the whole pool is allocated at startup)");
   app.add_option("--l1-size-gb", c->l1_size_gb,
                  "Size of the L1 shared-memory pool in GiB (2^30 bytes; fractions allowed). "
                  "Default: a quarter of physical memory in whole GiB, at least 1 (" +
@@ -94,6 +109,26 @@ Status FinalizeTransport(ServerConfig* c) {
     return InvalidConfig("--chunk-size must be in [1, 1048576] tokens, got " +
                          std::to_string(c->chunk_size));
   }
+  if (c->engine_type != "default") {
+    return InvalidConfig("--engine-type '" + c->engine_type +
+                         "' is not supported: lmcache-server serves 'default' only");
+  }
+  if (c->supported_transfer_mode != "auto" && c->supported_transfer_mode != "engine_driven" &&
+      c->supported_transfer_mode != "lmcache_driven") {
+    return InvalidConfig("--supported-transfer-mode must be auto, engine_driven or "
+                         "lmcache_driven, got '" + c->supported_transfer_mode + "'");
+  }
+  if (c->supported_transfer_mode == "lmcache_driven") {
+    c->notices.push_back("--supported-transfer-mode lmcache_driven: the CUDA-IPC path is not "
+                         "available yet; store/retrieve requests get an error reply");
+  }
+  if (c->l1_use_lazy) {
+    c->notices.push_back("--l1-use-lazy is ignored: the shared-memory pool is allocated and "
+                         "pre-faulted at startup");
+  }
+  if (c->l1_init_size_gb != 0) {
+    c->notices.push_back("--l1-init-size-gb is ignored: the whole pool is allocated at startup");
+  }
   if (c->hash_algorithm != "blake3") {
     return InvalidConfig("--hash-algorithm: only blake3 is supported (got '" + c->hash_algorithm +
                          "'); it is the reference's default");
@@ -125,6 +160,7 @@ Status FinalizeTransport(ServerConfig* c) {
 
   ServiceConfig& service = c->service;
   service.chunk_size = c->chunk_size;
+  service.instance_id = c->instance_id;
   service.session_idle_ttl_ms = c->session_ttl_seconds * 1000;
   service.worker_reap_timeout_ms = c->worker_reap_timeout_seconds * 1000;
   service.worker_registration_grace_ms = c->worker_registration_grace_seconds * 1000;

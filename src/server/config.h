@@ -32,6 +32,12 @@ struct ServerConfig {
   std::int64_t worker_registration_grace_seconds = 3600;
   std::int64_t session_ttl_seconds = 600;
   std::string hash_algorithm = "blake3";
+  // Reference flags accepted so existing command lines keep working (15.2, 15.3).
+  std::string engine_type = "default";
+  std::string supported_transfer_mode = "auto";
+  std::string instance_id;
+  bool l1_use_lazy = false;
+  double l1_init_size_gb = 0;
   // L1 (reference spec 15.3).
   double l1_size_gb = 0;  // 0 = machine default (see DefaultL1SizeGb)
   std::string shm_name;   // "" = lmcache_l1_pool_<pid>
@@ -52,6 +58,8 @@ struct ServerConfig {
   ServiceConfig service;
   RouterConfig router;
   bool host_or_port_given = false;
+  // What Finalize() wants the operator told (flags accepted but without effect).
+  std::vector<std::string> notices;
 };
 
 void AddFlags(CLI::App& app, ServerConfig* config);

@@ -47,9 +47,11 @@ std::vector<store::ObjectKey> ExpandKeys(const std::vector<store::ChunkHash>& ha
   return keys;
 }
 
-Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config)
+Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
+                 tier::Prefetcher* prefetcher)
     : l1_(l1),
       clock_(clock),
+      prefetcher_(prefetcher),
       config_(config),
       boot_id_(NewBootId()),
       instances_(clock),
@@ -101,9 +103,9 @@ Result<std::string> Service::Handle(Op op, Payloads p) {
     case Op::kPrepareRetrieve: return PrepareRetrieve(p);
     case Op::kCommitRetrieve: return CommitRetrieve(p);
     case Op::kLookup: return Lookup(p);
-    case Op::kQueryPrefetchStatus:
-    case Op::kWaitPrefetchStatus: return QueryPrefetchStatus(p, /*consume=*/true);
-    case Op::kQueryPrefetchLookupHits: return QueryPrefetchStatus(p, /*consume=*/false);
+    case Op::kQueryPrefetchStatus: return QueryPrefetchStatus(p, StatusQuery::kStatus);
+    case Op::kWaitPrefetchStatus: return QueryPrefetchStatus(p, StatusQuery::kWait);
+    case Op::kQueryPrefetchLookupHits: return QueryPrefetchStatus(p, StatusQuery::kHits);
     case Op::kFreeLookupLocks: return FreeLookupLocks(p);
     case Op::kEndSession: return EndSession(p);
     case Op::kPing: return Ping(p);
@@ -157,8 +159,9 @@ Result<std::string> Service::Clear(Payloads p) {
 
 Result<std::string> Service::ServerInfo() {
   Encoder e;
-  e.Map(8);
+  e.Map(9);
   e.Str("version").Str(config_.version);
+  e.Str("instance_id").Str(config_.instance_id);
   e.Str("boot_id").Str(boot_id_);
   e.Str("pid").Int(static_cast<std::int64_t>(getpid()));
   e.Str("shm_name").Str(l1_->segment().name());

@@ -32,6 +32,7 @@
 #include "server/operations.h"
 #include "server/session.h"
 #include "store/l1_cache.h"
+#include "tier/prefetcher.h"
 
 namespace lmcache::server {
 
@@ -43,6 +44,7 @@ struct ServiceConfig {
   TimeMs worker_registration_grace_ms = 3'600'000;  // --worker-registration-grace-seconds
   std::size_t max_prompt_tokens = 4u << 20;      // tokens per key (a 16 MiB msgpack array)
   std::string version = "0.1.0";
+  std::string instance_id;                       // --instance-id, shown by server_info
 };
 
 struct Reply {
@@ -52,8 +54,10 @@ struct Reply {
 
 class Service {
  public:
-  // `l1` and `clock` must outlive the service.
-  Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config);
+  // `l1`, `clock` and `prefetcher` must outlive the service. Without a
+  // prefetcher (no L2 tier) a lookup completes from L1 at once.
+  Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
+          tier::Prefetcher* prefetcher = nullptr);
   ~Service();
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
@@ -89,7 +93,8 @@ class Service {
 
   // Lookup and sessions (service_lookup.cc).
   Result<std::string> Lookup(Payloads p);
-  Result<std::string> QueryPrefetchStatus(Payloads p, bool consume);
+  enum class StatusQuery { kStatus, kWait, kHits };
+  Result<std::string> QueryPrefetchStatus(Payloads p, StatusQuery query);
   Result<std::string> FreeLookupLocks(Payloads p);
   Result<std::string> EndSession(Payloads p);
 
@@ -105,6 +110,7 @@ class Service {
 
   store::L1Cache* const l1_;
   const Clock* const clock_;
+  tier::Prefetcher* const prefetcher_;
   const ServiceConfig config_;
   const std::string boot_id_;
   InstanceRegistry instances_;

@@ -6,6 +6,9 @@
 // chunk; anything left expires with the read lease.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
+
 #include "server/codec.h"
 #include "server/service.h"
 #include "server/service_internal.h"
@@ -85,20 +88,69 @@ Result<std::string> Service::Lookup(Payloads p) {
     (void)table().FinishRead(partial, lookup.readers, owner);
   }
   lookup.lookup_released.assign(lookup.hit_chunks, false);
+  if (prefetcher_ != nullptr && lookup.hit_chunks < chunks) {
+    // The rest may be in L2: its loads land read-locked for this session.
+    tier::PrefetchRequest request;
+    request.keys = std::vector<store::ObjectKey>(
+        keys.begin() + static_cast<std::ptrdiff_t>(locked_keys), keys.end());
+    request.ranks = ranks.size();
+    request.readers = lookup.readers;
+    request.owner = owner;
+    lookup.prefetch_handle = prefetcher_->Submit(std::move(request));
+    lookup.prefetch_pending = true;
+  }
   return Encoder().Nil().Take();
 }
 
-Result<std::string> Service::QueryPrefetchStatus(Payloads p, bool consume) {
+namespace {
+
+// Adds the chunks a finished prefetch loaded to the lookup's hit prefix.
+void FoldPrefetch(LookupState& lookup, std::optional<std::size_t> landed) {
+  if (!landed) return;
+  lookup.prefetch_pending = false;
+  lookup.hit_chunks += *landed;
+  lookup.lookup_released.resize(lookup.hit_chunks, false);
+}
+
+}  // namespace
+
+Result<std::string> Service::QueryPrefetchStatus(Payloads p, StatusQuery query) {
   LMC_ASSIGN_OR_RETURN(const std::string request_id, DecodeString(p[0], "request_id"));
-  if (p.size() > 1) LMC_RETURN_IF_ERROR(DecodeFloat(p[1], "timeout").status());
+  double timeout_seconds = 0;
+  if (p.size() > 1) {
+    LMC_ASSIGN_OR_RETURN(timeout_seconds, DecodeFloat(p[1], "timeout"));
+  }
   std::shared_ptr<Session> session = sessions_.Find(request_id);
   if (!session) return Encoder().Int(0).Take();  // unknown request: 0, as the reference
+  std::optional<tier::PrefetchHandle> waiting;
+  {
+    MutexLock lock(&session->mu);
+    LookupState& lookup = session->lookup();
+    if (lookup.prefetch_pending) {
+      if (query != StatusQuery::kWait) {
+        FoldPrefetch(lookup, prefetcher_->Poll(lookup.prefetch_handle));
+        if (lookup.prefetch_pending) return Encoder().Nil().Take();  // still loading
+      } else {
+        waiting = lookup.prefetch_handle;
+      }
+    }
+  }
+  if (waiting) {
+    // Wait without the session's mutex: other calls of this request go on.
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<std::int64_t>(std::clamp(timeout_seconds, 0.0, 3600.0) * 1000));
+    const std::optional<std::size_t> landed = prefetcher_->Wait(*waiting, timeout);
+    MutexLock lock(&session->mu);
+    LookupState& lookup = session->lookup();
+    if (lookup.prefetch_pending && lookup.prefetch_handle == *waiting) FoldPrefetch(lookup, landed);
+    if (lookup.prefetch_pending) return Encoder().Nil().Take();  // timed out
+  }
   MutexLock lock(&session->mu);
   LookupState& lookup = session->lookup();
   if (!lookup.active || lookup.status_consumed) return Encoder().Int(0).Take();
-  // With no L2 tier the result is known as soon as the lookup returns; the
-  // status is reported once (a second query answers 0, as the reference).
-  if (consume) lookup.status_consumed = true;
+  // The status is reported once (a second query answers 0, as the reference);
+  // the lookup hits may be asked for any number of times.
+  if (query != StatusQuery::kHits) lookup.status_consumed = true;
   return Encoder().Uint(lookup.hit_chunks).Take();
 }
 

@@ -35,6 +35,8 @@ struct LookupState {
   std::uint32_t readers = 0;          // read locks per object
   std::vector<store::ChunkHash> hashes;  // every full chunk of the looked-up prompt
   std::size_t hit_chunks = 0;         // leading chunks found and locked on every rank
+  bool prefetch_pending = false;      // L2 is still loading chunks after the L1 prefix
+  std::uint64_t prefetch_handle = 0;
   bool status_consumed = false;       // query/wait_prefetch_status returned the result
   std::vector<bool> lookup_released;  // per hit chunk: free_lookup_locks released it
 };

@@ -77,7 +77,8 @@ inline std::string RegisterFrame(std::int64_t instance, const std::string& model
 class ServiceHarness {
  public:
   explicit ServiceHarness(std::uint64_t pool_bytes = 64ull << 20,
-                          server::ServiceConfig config = {}, bool on_demand_eviction = true) {
+                          server::ServiceConfig config = {}, bool on_demand_eviction = true,
+                          tier::Prefetcher* prefetcher = nullptr) {
     store::L1Config l1;
     l1.shm_name = "lmcache_l1_pool_svc_test_" + std::to_string(getpid()) + "_" +
                   std::to_string(counter_++);
@@ -86,7 +87,7 @@ class ServiceHarness {
     l1.allocator.slab_target_bytes = 2ull << 20;
     l1.table.on_demand_eviction = on_demand_eviction;
     cache_ = std::move(store::L1Cache::Create(l1, &clock_)).value();
-    service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config);
+    service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher);
   }
 
   // Runs `op` (a name) and returns the reply.

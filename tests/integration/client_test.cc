@@ -138,6 +138,9 @@ class ClientTest : public ::testing::Test {
 };
 
 TEST_F(ClientTest, PingInfoAndRegistration) {
+  struct stat socket_file {};
+  ASSERT_EQ(stat(url_->substr(6).c_str(), &socket_file), 0);
+  EXPECT_EQ(socket_file.st_mode & 0777, 0600u);  // only the server's user may connect
   auto client = Connected(101);
   EXPECT_TRUE(client->Ping().ok());
   auto info = client->GetServerInfo();
@@ -202,7 +205,11 @@ TEST_F(ClientTest, FourWorkerProcessesShareOverlappingPrefixes) {
           // Each round a fresh prompt per worker; seeds overlap across workers.
           const auto seed = static_cast<std::uint32_t>((w + round) % 5 + 1);
           const auto tokens = Prompt(kChunks * 256, seed, kShared);
-          const std::string request = "w" + std::to_string(w) + "r" + std::to_string(round);
+          // Built piecewise: "w" + to_string(...) trips GCC 12's -Wrestrict false positive.
+          std::string request = "w";
+          request += std::to_string(w);
+          request += "r";
+          request += std::to_string(round);
           auto stored = StoreChunks(*client, tokens, kChunks, request);
           if (!stored.ok() || stored->out_of_memory != 0) code = 2;
           auto loaded = LoadAndVerify(*client, tokens, request + "load");

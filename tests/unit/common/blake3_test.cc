@@ -1,89 +1,23 @@
 #include "common/blake3.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "fakes/b3sum_oracle.h"
+
 namespace lmcache {
 namespace {
 
-// b3sum (the BLAKE3 team's own tool) is the oracle. A missing b3sum is a failure, not a skip:
-// otherwise a CI image without it would silently stop checking the digests.
-constexpr const char* kInstallHint =
-    "b3sum not found: install it (apt-get install b3sum, or tools/dev.sh) - the BLAKE3 tests "
-    "use it as the reference implementation";
-
-// Runs `command` through the shell; returns its stdout, or nullopt if it did not exit 0.
-std::optional<std::string> RunCommand(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return std::nullopt;
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
-  const int status = pclose(pipe);
-  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  return out;
-}
-
-// Path of the b3sum binary, or "" if it is not installed.
-std::string FindB3sum() {
-  if (std::filesystem::exists("/usr/bin/b3sum")) return "/usr/bin/b3sum";
-  const auto found = RunCommand("command -v b3sum 2>/dev/null");
-  if (!found || found->empty()) return "";
-  return found->substr(0, found->find('\n'));
-}
-
-std::string ShellQuote(const std::string& s) {
-  std::string quoted = "'";
-  for (const char c : s) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return quoted + "'";
-}
-
-// A private temporary directory, removed with its contents when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "blake3_test.XXXXXX").string();
-    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-// Writes `bytes` to a file in `dir` and returns b3sum's hex digest of it ("" on error).
-std::string B3sumHex(const std::string& b3sum, const TempDir& dir,
-                     std::span<const std::uint8_t> bytes) {
-  const auto file = dir.path() / "input.bin";
-  {
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()),
-              static_cast<std::streamsize>(bytes.size()));
-    if (!out) return "";
-  }
-  const auto out = RunCommand(ShellQuote(b3sum) + " --no-names " + ShellQuote(file.string()));
-  if (!out || out->size() < 64) return "";
-  return out->substr(0, 64);
-}
+using testing::B3sumHex;
+using testing::FindB3sum;
+using testing::kB3sumInstallHint;
+using testing::TempDir;
 
 std::vector<std::uint8_t> RandomBytes(std::mt19937& rng, std::size_t size) {
   std::vector<std::uint8_t> bytes(size);
@@ -111,15 +45,16 @@ TEST(Blake3, EmptyInputHasTheWellKnownDigest) {
 
 TEST(Blake3, MatchesB3sumAcrossLengths) {
   const std::string b3sum = FindB3sum();
-  ASSERT_FALSE(b3sum.empty()) << kInstallHint;
-  TempDir dir;
+  ASSERT_FALSE(b3sum.empty()) << kB3sumInstallHint;
+  TempDir dir("blake3_test");
   ASSERT_FALSE(dir.path().empty()) << "mkdtemp failed";
   std::mt19937 rng(20240601);
   int checked = 0;
   for (const std::size_t length : OracleLengths()) {
     const auto bytes = RandomBytes(rng, length);
     const std::string expected = B3sumHex(b3sum, dir, bytes);
-    ASSERT_EQ(expected.size(), 64u) << "b3sum failed on length " << length << "; " << kInstallHint;
+    ASSERT_EQ(expected.size(), 64u)
+        << "b3sum failed on length " << length << "; " << kB3sumInstallHint;
     EXPECT_EQ(ToHex(Blake3(bytes)), expected) << "length " << length;
     ++checked;
   }
@@ -132,8 +67,8 @@ TEST(Blake3, TwelveZeroBytesMatchB3sum) {
   const std::string ours = ToHex(Blake3(zeros));
   EXPECT_EQ(ours, "7e3eff9ef7613a50340eb12677ee03b83ac759fcba9bb32705f07248d56d473b");
   const std::string b3sum = FindB3sum();
-  ASSERT_FALSE(b3sum.empty()) << kInstallHint;
-  TempDir dir;
+  ASSERT_FALSE(b3sum.empty()) << kB3sumInstallHint;
+  TempDir dir("blake3_test");
   ASSERT_FALSE(dir.path().empty()) << "mkdtemp failed";
   EXPECT_EQ(ours, B3sumHex(b3sum, dir, zeros));
 }

@@ -92,6 +92,19 @@ TEST(ServerConfig, EndpointsFollowTheReferenceSpelling) {
             (std::vector<std::string>{"ipc:///tmp/a.sock", "tcp://127.0.0.1:7000"}));
 }
 
+TEST(ServerConfig, ReferenceCommandLinesStillParse) {
+  auto config = Parse({"--l1-size-gb", "2", "--no-l1-use-lazy", "--eviction-policy", "LRU",
+                       "--supported-transfer-mode", "engine_driven", "--engine-type", "default",
+                       "--instance-id", "node-7", "--max-workers", "4"});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_TRUE(config->notices.empty());
+  auto lazy = Parse({"--l1-use-lazy", "--l1-init-size-gb", "20"});
+  ASSERT_TRUE(lazy.ok());
+  EXPECT_EQ(lazy->notices.size(), 2u);  // accepted, and the operator is told they do nothing
+  ExpectRejected({"--engine-type", "blend"}, "--engine-type");
+  ExpectRejected({"--supported-transfer-mode", "pickle"}, "--supported-transfer-mode");
+}
+
 TEST(ServerConfig, WorkerPoolsDefaultToMaxWorkers) {
   auto config = Parse({"--max-workers", "3", "--max-cpu-workers", "5"});
   ASSERT_TRUE(config.ok());

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "fakes/fake_prefetcher.h"
 #include "fakes/service_harness.h"
 
 namespace lmcache::server {
@@ -454,6 +455,62 @@ TEST_F(ServiceTest, OnDemandEvictionMakesRoomForNewPrompts) {
     small.Ok("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
   }
   EXPECT_GT(small.service().table().Stats().on_demand_evictions, 0u);
+}
+
+// With an L2 tier, the lookup's answer waits for the prefetch (spec 9.3).
+class ServicePrefetchTest : public ::testing::Test {
+ protected:
+  ServicePrefetchTest() : prefetcher_(kObject), h_(64ull << 20, ServiceConfig{}, true, &prefetcher_) {
+    prefetcher_.Attach(&h_.service().table());
+    EXPECT_TRUE(h_.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
+  }
+  testing::FakePrefetcher prefetcher_;
+  testing::ServiceHarness h_;
+};
+
+TEST_F(ServicePrefetchTest, StatusIsNilUntilThePrefetchLandsThenCountsBothTiers) {
+  KeyArgs stored = Key(1024, 2);  // L1 holds chunks 0-1 of a 4-chunk prompt
+  auto prepared = h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
+  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), mp::Encoder().Bin("").Take()});
+  KeyArgs lookup = Key(1024, 0);
+  lookup.worker_id.reset();
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_EQ(prefetcher_.pending(), 1u);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().type, msgpack::type::NIL);
+  EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().type,
+            msgpack::type::NIL);
+  prefetcher_.Complete(prefetcher_.last_handle(), 1);  // L2 had chunk 2, not chunk 3
+  EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().via.u64, 3u);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 3u);
+  EXPECT_EQ(h_.service().table().Stats().locked_objects, 3u);  // L1 prefix + the landed chunk
+  KeyArgs all = lookup;
+  all.start = 0;
+  all.end = 1024;
+  h_.Ok("free_lookup_locks", {KeyFrame(all), IntFrame(1)});
+  EXPECT_EQ(h_.service().table().Stats().locked_objects, 0u);
+}
+
+TEST_F(ServicePrefetchTest, WaitReturnsNilOnTimeoutAndTheResultOnceLanded) {
+  KeyArgs lookup = Key(512, 0);
+  lookup.worker_id.reset();
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  const std::string timeout = mp::Encoder().Float(0.01).Take();
+  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), timeout}).get().type,
+            msgpack::type::NIL);
+  prefetcher_.Complete(prefetcher_.last_handle(), 2);
+  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), timeout}).get().via.u64, 2u);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 0u);  // consumed
+}
+
+TEST_F(ServicePrefetchTest, FullL1HitNeedsNoPrefetch) {
+  KeyArgs stored = Key(512, 2);
+  h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
+  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), mp::Encoder().Bin("").Take()});
+  KeyArgs lookup = Key(512, 0);
+  lookup.worker_id.reset();
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_EQ(prefetcher_.pending(), 0u);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 2u);
 }
 
 }  // namespace

@@ -1,85 +1,36 @@
 #include "server/token_hasher.h"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/blake3.h"
+#include "fakes/b3sum_oracle.h"
 
 namespace lmcache::server {
 namespace {
 
-// b3sum is the independent oracle; a missing b3sum is a failure, not a skip.
-constexpr const char* kInstallHint =
-    "b3sum not found: install it (apt-get install b3sum, or tools/dev.sh) - the token hasher "
-    "tests use it as the reference BLAKE3 implementation";
-
-std::optional<std::string> RunCommand(const std::string& command) {
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return std::nullopt;
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof(buf), pipe) != nullptr) out += buf;
-  const int status = pclose(pipe);
-  if (status == -1 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return std::nullopt;
-  return out;
-}
-
-std::string FindB3sum() {
-  if (std::filesystem::exists("/usr/bin/b3sum")) return "/usr/bin/b3sum";
-  const auto found = RunCommand("command -v b3sum 2>/dev/null");
-  if (!found || found->empty()) return "";
-  return found->substr(0, found->find('\n'));
-}
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "token_hasher_test.XXXXXX").string();
-    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using testing::B3sumHex;
+using testing::FindB3sum;
+using testing::kB3sumInstallHint;
+using testing::TempDir;
 
 // b3sum's hex digest of prefix || tokens as 4-byte big-endian ("" on error). The byte layout
 // is written out here independently of the code under test.
 std::string OracleHex(const std::string& b3sum, const TempDir& dir, const ChunkHash& prefix,
                       const std::vector<std::uint32_t>& tokens) {
-  std::string bytes(prefix.begin(), prefix.end());
+  std::vector<std::uint8_t> bytes(prefix.begin(), prefix.end());
   for (const std::uint32_t t : tokens) {
-    bytes.push_back(static_cast<char>((t >> 24) & 0xff));
-    bytes.push_back(static_cast<char>((t >> 16) & 0xff));
-    bytes.push_back(static_cast<char>((t >> 8) & 0xff));
-    bytes.push_back(static_cast<char>(t & 0xff));
+    bytes.push_back(static_cast<std::uint8_t>((t >> 24) & 0xff));
+    bytes.push_back(static_cast<std::uint8_t>((t >> 16) & 0xff));
+    bytes.push_back(static_cast<std::uint8_t>((t >> 8) & 0xff));
+    bytes.push_back(static_cast<std::uint8_t>(t & 0xff));
   }
-  const auto file = dir.path() / "chunk.bin";
-  {
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return "";
-  }
-  const auto out = RunCommand(b3sum + " --no-names '" + file.string() + "'");
-  if (!out || out->size() < 64) return "";
-  return out->substr(0, 64);
+  return B3sumHex(b3sum, dir, bytes);
 }
 
 std::vector<std::uint32_t> RandomTokens(std::mt19937& rng, std::size_t n) {
@@ -100,8 +51,8 @@ TEST(TokenHasher, NoneHashIsBlake3OfTwelveZeroBytes) {
 
 TEST(TokenHasher, HashChunkMatchesB3sumOfPrefixAndBigEndianTokens) {
   const std::string b3sum = FindB3sum();
-  ASSERT_FALSE(b3sum.empty()) << kInstallHint;
-  TempDir dir;
+  ASSERT_FALSE(b3sum.empty()) << kB3sumInstallHint;
+  TempDir dir("token_hasher_test");
   ASSERT_FALSE(dir.path().empty()) << "mkdtemp failed";
   std::mt19937 rng(0x70CE);
   // Token counts around the hasher's 1 KiB staging block (256 tokens) and BLAKE3's chunk.
@@ -109,15 +60,15 @@ TEST(TokenHasher, HashChunkMatchesB3sumOfPrefixAndBigEndianTokens) {
     const ChunkHash prefix = n % 2 == 0 ? NoneHash() : RandomHash(rng);
     const auto tokens = RandomTokens(rng, n);
     const std::string expected = OracleHex(b3sum, dir, prefix, tokens);
-    ASSERT_EQ(expected.size(), 64u) << "b3sum failed; " << kInstallHint;
+    ASSERT_EQ(expected.size(), 64u) << "b3sum failed; " << kB3sumInstallHint;
     EXPECT_EQ(ToHex(HashChunk(prefix, tokens)), expected) << n << " tokens";
   }
 }
 
 TEST(TokenHasher, TokensAreBigEndian) {
   const std::string b3sum = FindB3sum();
-  ASSERT_FALSE(b3sum.empty()) << kInstallHint;
-  TempDir dir;
+  ASSERT_FALSE(b3sum.empty()) << kB3sumInstallHint;
+  TempDir dir("token_hasher_test");
   ASSERT_FALSE(dir.path().empty()) << "mkdtemp failed";
   const std::vector<std::uint32_t> tokens = {0x01020304u, 0xff000000u, 0x000000ffu, 0xffffffffu};
   EXPECT_EQ(ToHex(HashChunk(NoneHash(), tokens)), OracleHex(b3sum, dir, NoneHash(), tokens));

@@ -1,0 +1,76 @@
+// FakePrefetcher: a Prefetcher whose loads finish when the test says so.
+// Complete(handle, n) "loads" the first n chunks of the request into L1
+// (staged, admitted, then read-locked for the request's owner and readers,
+// as a real L2 prefetch must leave them).
+// Thread-safety: internally synchronised.
+#pragma once
+
+#include <map>
+#include <mutex>
+
+#include "store/object_table.h"
+#include "tier/prefetcher.h"
+
+namespace lmcache::testing {
+
+class FakePrefetcher final : public tier::Prefetcher {
+ public:
+  explicit FakePrefetcher(std::uint64_t object_bytes) : object_bytes_(object_bytes) {}
+  // The table loads land in (the service's, built after the fake).
+  void Attach(store::ObjectTable* table) { table_ = table; }
+
+  tier::PrefetchHandle Submit(tier::PrefetchRequest request) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const tier::PrefetchHandle handle = ++next_;
+    jobs_[handle] = Job{std::move(request), std::nullopt};
+    return handle;
+  }
+  std::optional<std::size_t> Poll(tier::PrefetchHandle handle) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(handle);
+    if (it == jobs_.end() || !it->second.landed) return std::nullopt;
+    const std::size_t landed = *it->second.landed;
+    jobs_.erase(it);
+    return landed;
+  }
+  std::optional<std::size_t> Wait(tier::PrefetchHandle handle,
+                                  std::chrono::milliseconds) override {
+    return Poll(handle);  // tests complete jobs before waiting on them
+  }
+
+  // Loads the first `chunks` chunks of job `handle` into L1, read-locked.
+  void Complete(tier::PrefetchHandle handle, std::size_t chunks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Job& job = jobs_.at(handle);
+    const std::vector<store::ObjectKey> keys(
+        job.request.keys.begin(),
+        job.request.keys.begin() + static_cast<std::ptrdiff_t>(chunks * job.request.ranks));
+    constexpr store::OwnerId kLoader = 0x4c32;  // "L2"
+    (void)table_->ReserveWrite(keys, object_bytes_, kLoader, store::AllocationMode::kAllOrNothing);
+    table_->FinishWrite(keys, kLoader);
+    (void)table_->ReserveRead(keys, job.request.readers, job.request.owner,
+                              store::ReadMode::kAllOrNothing);
+    job.landed = chunks;
+  }
+  tier::PrefetchHandle last_handle() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_;
+  }
+  std::size_t pending() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return jobs_.size();
+  }
+
+ private:
+  struct Job {
+    tier::PrefetchRequest request;
+    std::optional<std::size_t> landed;
+  };
+  store::ObjectTable* table_ = nullptr;
+  const std::uint64_t object_bytes_;
+  mutable std::mutex mu_;
+  tier::PrefetchHandle next_ = 0;
+  std::map<tier::PrefetchHandle, Job> jobs_;
+};
+
+}  // namespace lmcache::testing
