@@ -19,7 +19,7 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  b3sum
+  b3sum redis-server libhiredis-dev
   python3-zmq python3-msgpack python3-numpy python3-pytest
 )
 

@@ -36,6 +36,11 @@ struct ClientOptions {
   // Threads for copies into and out of the pool; 0 = one per core. Copies
   // below 8 MiB stay on the calling thread.
   unsigned copy_threads = 0;
+  // Map every page of the pool into this process at Register(), so no copy
+  // pays a page fault (a first touch of a shared page costs about as much as
+  // copying it). Takes about a second per 10 GiB of pool; turn it off for
+  // short-lived clients that copy little.
+  bool prefault_pool = true;
 };
 
 struct ServerInfo {

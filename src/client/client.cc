@@ -245,6 +245,7 @@ Result<Registration> Client::Register(const EngineContext& c) {
     return Status(ErrorCode::kNotSupported, "the server offers no shared-memory pool");
   }
   LMC_ASSIGN_OR_RETURN(impl_->pool, shm::ShmSegment::Attach(r.shm_name, r.pool_size));
+  if (impl_->options.prefault_pool) (void)impl_->pool->Prefault(impl_->options.copy_threads);
   LMC_RETURN_IF_ERROR(map.Required("object_bytes", &impl_->object_bytes, AsUint));
   LMC_ASSIGN_OR_RETURN(impl_->chunk_size, GetChunkSize());
   impl_->engine = c;

@@ -36,7 +36,8 @@ constexpr std::array kOps = {
     OpSpec{Op::kCommitRetrieve, "commit_retrieve", true, P::kAffinity, 2, 2, F::kFalse},
     OpSpec{Op::kClear, "clear", true, P::kCpu, 0, 1, F::kNil},
     OpSpec{Op::kGetChunkSize, "get_chunk_size", true, P::kInline, 0, 0, F::kNil},
-    OpSpec{Op::kPing, "ping", true, P::kCpu, 0, 1, F::kFalse},
+    // Inline (the reference uses its CPU pool): a liveness touch is cheaper than a thread hop.
+    OpSpec{Op::kPing, "ping", true, P::kInline, 0, 1, F::kFalse},
     OpSpec{Op::kReportBlockAllocation, "report_block_allocation", true, P::kCpu, 3, 3, F::kNil},
     OpSpec{Op::kNoop, "noop", true, P::kInline, 0, 0, F::kNil},
     OpSpec{Op::kCbRegisterRope, "cb_register_rope", true, P::kInline, 0, 16, F::kNil},

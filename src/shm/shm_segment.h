@@ -54,8 +54,12 @@ class ShmSegment {
   bool owner() const { return owner_; }
   std::span<std::byte> bytes() const { return {base_, static_cast<std::size_t>(size_)}; }
 
-  // Touches every page of the mapping from `threads` threads (0 = all cores)
-  // so later copies do not pay page faults.
+  // Maps every page of the segment into this process's page tables from
+  // `threads` threads (0 = all cores), so later copies do not pay page faults.
+  // Contents are preserved (MADV_POPULATE_WRITE; on kernels without it, a
+  // read then a write-back of one byte per page, which is safe only while no
+  // other process writes the segment: at server startup, or before a client
+  // starts copying).
   PrefaultReport Prefault(unsigned threads) const;
 
   // Removes the name (owner only; idempotent). The mapping stays valid.

@@ -1,0 +1,102 @@
+// Codec and hashing micro-benchmarks: decoding the key of a long lookup, and
+// BLAKE3 (ours against the b3sum tool on the same bytes).
+#include <benchmark/benchmark.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "common/blake3.h"
+#include "common/msgpack_codec.h"
+#include "server/codec.h"
+#include "server/token_hasher.h"
+
+namespace lmcache {
+namespace {
+
+std::string LookupKeyFrame(std::size_t tokens) {
+  mp::Encoder e;
+  e.Map(9);
+  e.Str("model_name").Str("meta-llama/Llama-3.1-8B-Instruct");
+  e.Str("world_size").Int(1);
+  e.Str("worker_id").Nil();
+  e.Str("token_ids").Array(static_cast<std::uint32_t>(tokens));
+  std::mt19937 rng(1);
+  for (std::size_t i = 0; i < tokens; ++i) e.Uint(rng() % 128256);  // Llama 3 vocabulary
+  e.Str("start").Int(0);
+  e.Str("end").Int(static_cast<std::int64_t>(tokens));
+  e.Str("request_id").Str("bench");
+  e.Str("cache_salt").Str("");
+  e.Str("num_kv_readers").Int(1);
+  return e.Take();
+}
+
+void BM_DecodeLookupKey(benchmark::State& state) {
+  const std::string frame = LookupKeyFrame(static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) {
+    auto key = server::DecodeIpcKey(frame);
+    benchmark::DoNotOptimize(key);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(frame.size()));
+}
+BENCHMARK(BM_DecodeLookupKey)->Arg(4096)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+void BM_HashPromptChunks(benchmark::State& state) {
+  const auto tokens = static_cast<std::size_t>(state.range(0));
+  std::vector<std::uint32_t> ids(tokens);
+  std::mt19937 rng(2);
+  for (auto& t : ids) t = rng() % 128256;
+  for (auto _ : state) {
+    auto hashes = server::HashChunks(ids, 256, 0, tokens / 256, server::NoneHash());
+    benchmark::DoNotOptimize(hashes);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(tokens * 4));
+}
+BENCHMARK(BM_HashPromptChunks)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
+std::vector<std::uint8_t> RandomBytes(std::size_t size) {
+  std::vector<std::uint8_t> bytes(size);
+  std::mt19937_64 rng(3);
+  for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+  return bytes;
+}
+
+void BM_Blake3(benchmark::State& state) {
+  const auto bytes = RandomBytes(static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(Blake3(bytes));
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_Blake3)->Arg(1024)->Arg(512 * 1024)->Arg(16 << 20);
+
+// b3sum over the same bytes from a file in /dev/shm (page cache, no disk), one
+// thread as ours: seconds per run include its process start, so compare the
+// large size. Reported as a time per iteration and bytes per second.
+void BM_B3sumTool(benchmark::State& state) {
+  const auto size = static_cast<std::size_t>(state.range(0));
+  const std::string path = "/dev/shm/lmcache_b3sum_bench_" + std::to_string(getpid());
+  {
+    const auto bytes = RandomBytes(size);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                                static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::string command = "b3sum --num-threads 1 --no-names " + path + " > /dev/null";
+  for (auto _ : state) {
+    if (std::system(command.c_str()) != 0) {
+      state.SkipWithError("b3sum not installed (apt-get install b3sum)");
+      break;
+    }
+  }
+  std::filesystem::remove(path);
+  state.SetBytesProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_B3sumTool)->Arg(16 << 20)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace lmcache
+
+BENCHMARK_MAIN();
