@@ -1,0 +1,208 @@
+#include "common/msgpack_cursor.h"
+
+namespace lmcache::mp {
+
+std::uint64_t MsgpackCursor::BigEndian(std::size_t at, std::size_t bytes) const {
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < bytes; ++i) value = (value << 8) | Byte(at + i);
+  return value;
+}
+
+Status MsgpackCursor::Truncated(std::string_view what) const {
+  return Malformed(what, "truncated msgpack at byte " + std::to_string(pos_));
+}
+
+Result<std::uint32_t> MsgpackCursor::ReadContainerHeader(std::string_view what, bool map) {
+  if (!Has(1)) return Truncated(what);
+  const std::uint8_t b = Byte(pos_);
+  std::uint64_t count = 0;
+  std::size_t header = 1;
+  if (map && (b & 0xf0) == 0x80) {
+    count = b & 0x0f;
+  } else if (!map && (b & 0xf0) == 0x90) {
+    count = b & 0x0f;
+  } else if (b == (map ? 0xde : 0xdc)) {
+    header = 3;
+  } else if (b == (map ? 0xdf : 0xdd)) {
+    header = 5;
+  } else {
+    return Malformed(what, map ? "expected map" : "expected array");
+  }
+  if (!Has(header)) return Truncated(what);
+  if (header > 1) count = BigEndian(pos_ + 1, header - 1);
+  if (count > (map ? limits_.max_map_items : limits_.max_array_items)) {
+    return Status(ErrorCode::kTooLarge, std::string(what) + ": " + std::to_string(count) +
+                                            " items exceed the limit");
+  }
+  // Each item takes at least one byte (two for a map entry): a cheap bound
+  // that rejects a lying header before anything is allocated for it.
+  if (count * (map ? 2 : 1) > data_.size() - pos_ - header) return Truncated(what);
+  pos_ += header;
+  return static_cast<std::uint32_t>(count);
+}
+
+Result<std::uint32_t> MsgpackCursor::ReadMapHeader(std::string_view what) {
+  return ReadContainerHeader(what, /*map=*/true);
+}
+
+Result<std::uint32_t> MsgpackCursor::ReadArrayHeader(std::string_view what) {
+  return ReadContainerHeader(what, /*map=*/false);
+}
+
+Result<std::string_view> MsgpackCursor::ReadStr(std::string_view what) {
+  if (!Has(1)) return Truncated(what);
+  const std::uint8_t b = Byte(pos_);
+  std::size_t header = 1;
+  std::uint64_t length = 0;
+  if ((b & 0xe0) == 0xa0) {
+    length = b & 0x1f;
+  } else if (b == 0xd9 || b == 0xda || b == 0xdb) {
+    header = 1 + (std::size_t{1} << (b - 0xd9));
+    if (!Has(header)) return Truncated(what);
+    length = BigEndian(pos_ + 1, header - 1);
+  } else {
+    return Malformed(what, "expected str");
+  }
+  if (length > limits_.max_string_bytes) {
+    return Status(ErrorCode::kTooLarge, std::string(what) + ": string over the limit");
+  }
+  if (!Has(header + length)) return Truncated(what);
+  const std::string_view text = data_.substr(pos_ + header, length);
+  pos_ += header + length;
+  return text;
+}
+
+Result<std::int64_t> MsgpackCursor::ReadInt(std::string_view what) {
+  if (!Has(1)) return Truncated(what);
+  const std::uint8_t b = Byte(pos_);
+  if (b <= 0x7f) {
+    pos_ += 1;
+    return std::int64_t{b};
+  }
+  if (b >= 0xe0) {
+    pos_ += 1;
+    return static_cast<std::int64_t>(static_cast<std::int8_t>(b));
+  }
+  if (b == 0xc2 || b == 0xc3) {
+    pos_ += 1;
+    return std::int64_t{b == 0xc3 ? 1 : 0};
+  }
+  if (b < 0xcc || b > 0xd3) return Malformed(what, "expected int");
+  const std::size_t bytes = std::size_t{1} << ((b - 0xcc) & 3);
+  if (!Has(1 + bytes)) return Truncated(what);
+  const std::uint64_t raw = BigEndian(pos_ + 1, bytes);
+  pos_ += 1 + bytes;
+  if (b <= 0xcf) {  // unsigned
+    if (raw > static_cast<std::uint64_t>(INT64_MAX)) return Malformed(what, "integer out of range");
+    return static_cast<std::int64_t>(raw);
+  }
+  const unsigned shift = static_cast<unsigned>(64 - 8 * bytes);  // sign-extend
+  return static_cast<std::int64_t>(raw << shift) >> shift;
+}
+
+Result<bool> MsgpackCursor::ReadBool(std::string_view what) {
+  if (Has(1) && (Byte(pos_) == 0xc2 || Byte(pos_) == 0xc3)) return Byte(pos_++) == 0xc3;
+  LMC_ASSIGN_OR_RETURN(const std::int64_t value, ReadInt(what));
+  if (value != 0 && value != 1) return Malformed(what, "expected bool");
+  return value == 1;
+}
+
+Result<std::vector<std::uint32_t>> MsgpackCursor::ReadUint32Array(std::string_view what) {
+  LMC_ASSIGN_OR_RETURN(const std::uint32_t count, ReadArrayHeader(what));
+  std::vector<std::uint32_t> values(count);
+  const auto* bytes = reinterpret_cast<const std::uint8_t*>(data_.data());
+  const std::size_t size = data_.size();
+  std::size_t pos = pos_;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    // Token ids are fixints (< 128), uint8, uint16 or uint32: each form is read
+    // directly. (A branch-free table decode measured slower: the table load
+    // lengthens the chain from one item's position to the next.)
+    if (pos >= size) return Truncated(what);
+    const std::uint8_t b = bytes[pos];
+    if (b <= 0x7f) {
+      values[i] = b;
+      pos += 1;
+    } else if (b == 0xcd && size - pos >= 3) {
+      values[i] = static_cast<std::uint32_t>(bytes[pos + 1]) << 8 | bytes[pos + 2];
+      pos += 3;
+    } else if (b == 0xce && size - pos >= 5) {
+      values[i] = static_cast<std::uint32_t>(bytes[pos + 1]) << 24 |
+                  static_cast<std::uint32_t>(bytes[pos + 2]) << 16 |
+                  static_cast<std::uint32_t>(bytes[pos + 3]) << 8 | bytes[pos + 4];
+      pos += 5;
+    } else if (b == 0xcc && size - pos >= 2) {
+      values[i] = bytes[pos + 1];
+      pos += 2;
+    } else if (b == 0xcf && size - pos >= 9 && BigEndian(pos + 1, 8) <= UINT32_MAX) {
+      values[i] = static_cast<std::uint32_t>(BigEndian(pos + 1, 8));
+      pos += 9;
+    } else {
+      pos_ = pos;
+      if (b >= 0xcc && b <= 0xcf && !Has(std::size_t{1} + (std::size_t{1} << (b - 0xcc)))) {
+        return Truncated(what);
+      }
+      return Malformed(what, "item " + std::to_string(i) + " is not an integer in [0, 2^32)");
+    }
+  }
+  pos_ = pos;
+  return values;
+}
+
+Status MsgpackCursor::ReadNil(std::string_view what) {
+  if (!NextIsNil()) return Malformed(what, "expected nil");
+  pos_ += 1;
+  return Status::Ok();
+}
+
+Status MsgpackCursor::Skip() { return SkipDepth(0); }
+
+Status MsgpackCursor::SkipDepth(std::size_t depth) {
+  if (depth >= limits_.max_depth) return Status(ErrorCode::kTooLarge, "msgpack nested too deeply");
+  if (!Has(1)) return Truncated("value");
+  const std::uint8_t b = Byte(pos_);
+  auto skip_bytes = [this](std::size_t n) -> Status {
+    if (!Has(n)) return Truncated("value");
+    pos_ += n;
+    return Status::Ok();
+  };
+  auto skip_sized = [&](std::size_t header, std::size_t extra) -> Status {
+    if (!Has(header)) return Truncated("value");
+    const std::uint64_t length = BigEndian(pos_ + 1, header - 1);
+    if (length > limits_.max_bin_bytes) return Status(ErrorCode::kTooLarge, "value over the limit");
+    return skip_bytes(header + extra + length);
+  };
+  auto skip_items = [&](std::uint64_t items) -> Status {
+    for (std::uint64_t i = 0; i < items; ++i) LMC_RETURN_IF_ERROR(SkipDepth(depth + 1));
+    return Status::Ok();
+  };
+  if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) return skip_bytes(1);
+  if ((b & 0xe0) == 0xa0) return skip_bytes(1 + (b & 0x1f));  // fixstr
+  if ((b & 0xf0) == 0x90 || b == 0xdc || b == 0xdd) {
+    LMC_ASSIGN_OR_RETURN(const std::uint32_t n, ReadArrayHeader("array"));
+    return skip_items(n);
+  }
+  if ((b & 0xf0) == 0x80 || b == 0xde || b == 0xdf) {
+    LMC_ASSIGN_OR_RETURN(const std::uint32_t n, ReadMapHeader("map"));
+    return skip_items(std::uint64_t{n} * 2);
+  }
+  switch (b) {
+    case 0xcc: case 0xd0: return skip_bytes(2);
+    case 0xcd: case 0xd1: return skip_bytes(3);
+    case 0xce: case 0xd2: case 0xca: return skip_bytes(5);
+    case 0xcf: case 0xd3: case 0xcb: return skip_bytes(9);
+    case 0xd9: case 0xc4: return skip_sized(2, 0);  // str8, bin8
+    case 0xda: case 0xc5: return skip_sized(3, 0);
+    case 0xdb: case 0xc6: return skip_sized(5, 0);
+    case 0xd4: return skip_bytes(3);  // fixext 1..16: type byte + data
+    case 0xd5: return skip_bytes(4);
+    case 0xd6: return skip_bytes(6);
+    case 0xd7: return skip_bytes(10);
+    case 0xd8: return skip_bytes(18);
+    case 0xc7: return skip_sized(2, 1);  // ext8/16/32: length, type byte, data
+    case 0xc8: return skip_sized(3, 1);
+    case 0xc9: return skip_sized(5, 1);
+    default: return Malformed("value", "invalid msgpack byte 0xc1");
+  }
+}
+
+}  // namespace lmcache::mp
