@@ -74,7 +74,7 @@ TEST(MsgpackCursor, SkipsEveryTypeItMayMeet) {
   e.Array(8).Nil().Bool(true).Int(-5).Uint(1ull << 40).Float(1.5).Str("x").Bin("yz").Map(1).Str(
       "k").Array(0);
   std::string frame = e.Take();
-  frame += "\xd6\x01\x00\x00\x00\x00";  // fixext 4 after the array
+  frame += std::string("\xd6\x01\x00\x00\x00\x00", 6);  // fixext 4 after the array
   MsgpackCursor cursor(frame);
   EXPECT_TRUE(cursor.Skip().ok());
   EXPECT_TRUE(cursor.Skip().ok());
