@@ -81,8 +81,9 @@ void BM_B3sumTool(benchmark::State& state) {
   const std::string path = "/dev/shm/lmcache_b3sum_bench_" + std::to_string(getpid());
   {
     const auto bytes = RandomBytes(size);
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                                static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
   }
   const std::string command = "b3sum --num-threads 1 --no-names " + path + " > /dev/null";
   for (auto _ : state) {

@@ -32,9 +32,9 @@ std::vector<ObjectKey> Keys(std::size_t first, std::size_t count) {
 struct Fixture {
   Fixture() {
     void* base = std::aligned_alloc(1 << 21, 1 << 21);
-    allocator = std::move(alloc::SlabAllocator::Create(
-                              {static_cast<std::byte*>(base), kPoolBytes}, {}))
-                    .value();
+    allocator =
+        std::move(alloc::SlabAllocator::Create({static_cast<std::byte*>(base), kPoolBytes}, {}))
+            .value();
     table = std::make_unique<ObjectTable>(allocator.get(), &lru, &SteadyClock::Instance(),
                                           ObjectTableConfig{});
   }

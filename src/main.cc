@@ -75,10 +75,11 @@ int main(int argc, char** argv) {
   }
   service.StartMaintenance();
   std::thread loop_thread([&loop] { (*loop)->Run(); });
-  spdlog::info("lmcache-server ready: serving {} | L1 pool {} ({} bytes) | chunk {} tokens | "
-               "boot id {} | pid {}",
-               Join((*loop)->endpoints()), config.l1.shm_name, config.l1.size_bytes,
-               config.chunk_size, service.boot_id(), getpid());
+  spdlog::info(
+      "lmcache-server ready: serving {} | L1 pool {} ({} bytes) | chunk {} tokens | "
+      "boot id {} | pid {}",
+      Join((*loop)->endpoints()), config.l1.shm_name, config.l1.size_bytes, config.chunk_size,
+      service.boot_id(), getpid());
 
   int signal_number = 0;
   sigwait(&shutdown_signals, &signal_number);

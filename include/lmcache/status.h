@@ -83,7 +83,7 @@ template <typename T>
 class [[nodiscard]] Result {
  public:
   Result(T value) : data_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
-  Result(Status status)                          // NOLINT(google-explicit-constructor)
+  Result(Status status)                         // NOLINT(google-explicit-constructor)
       : data_(status.ok() ? Status(ErrorCode::kInternal, "Result built from an OK status")
                           : std::move(status)) {}
 
@@ -110,15 +110,15 @@ class [[nodiscard]] Result {
 #define LMC_STATUS_CONCAT(a, b) LMC_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` from the enclosing function when it is not OK.
-#define LMC_RETURN_IF_ERROR(expr)                  \
-  do {                                             \
-    ::lmcache::Status lmc_status_ = (expr);        \
-    if (!lmc_status_.ok()) return lmc_status_;     \
+#define LMC_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::lmcache::Status lmc_status_ = (expr);    \
+    if (!lmc_status_.ok()) return lmc_status_; \
   } while (0)
 
 // `lhs = value of expr` or return its Status from the enclosing function.
-#define LMC_ASSIGN_OR_RETURN(lhs, expr)                                          \
-  auto LMC_STATUS_CONCAT(lmc_result_, __LINE__) = (expr);                        \
-  if (!LMC_STATUS_CONCAT(lmc_result_, __LINE__).ok())                            \
-    return LMC_STATUS_CONCAT(lmc_result_, __LINE__).status();                    \
+#define LMC_ASSIGN_OR_RETURN(lhs, expr)                       \
+  auto LMC_STATUS_CONCAT(lmc_result_, __LINE__) = (expr);     \
+  if (!LMC_STATUS_CONCAT(lmc_result_, __LINE__).ok())         \
+    return LMC_STATUS_CONCAT(lmc_result_, __LINE__).status(); \
   lhs = std::move(LMC_STATUS_CONCAT(lmc_result_, __LINE__)).value()

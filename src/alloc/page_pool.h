@@ -35,7 +35,7 @@ class PagePool {
   void Insert(std::uint64_t first, std::uint64_t count);
   void Erase(std::map<std::uint64_t, std::uint64_t>::iterator it);
 
-  std::map<std::uint64_t, std::uint64_t> by_start_;           // first page -> count
+  std::map<std::uint64_t, std::uint64_t> by_start_;            // first page -> count
   std::set<std::pair<std::uint64_t, std::uint64_t>> by_size_;  // (count, first page)
   std::uint64_t free_pages_ = 0;
 };

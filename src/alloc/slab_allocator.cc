@@ -171,9 +171,9 @@ Result<std::vector<Offset>> SlabAllocator::AllocateLocked(std::uint64_t size, st
       for (const std::uint32_t added : added_slabs) ReleaseSlabLocked(added);
       MaybeRetireClassLocked(class_id);
       failed_allocations_ += 1;
-      return Status(ErrorCode::kOutOfMemory,
-                    "no room for " + std::to_string(count) + " object(s) of " +
-                        std::to_string(object_bytes) + " bytes");
+      return Status(ErrorCode::kOutOfMemory, "no room for " + std::to_string(count) +
+                                                 " object(s) of " + std::to_string(object_bytes) +
+                                                 " bytes");
     }
     added_slabs.push_back(*slab_id);
   }
@@ -265,18 +265,17 @@ AllocatorStats SlabAllocator::Stats() const {
   stats.slab_slack_bytes = stats.free_bytes - stats.pool_free_bytes;
   stats.largest_free_run_bytes = pool_.largest_run() * config_.page_bytes;
   stats.largest_allocatable_bytes = stats.largest_free_run_bytes;
-  stats.fragmentation =
-      stats.pool_free_bytes == 0
-          ? 0
-          : 1.0 - static_cast<double>(stats.largest_free_run_bytes) /
-                      static_cast<double>(stats.pool_free_bytes);
+  stats.fragmentation = stats.pool_free_bytes == 0
+                            ? 0
+                            : 1.0 - static_cast<double>(stats.largest_free_run_bytes) /
+                                        static_cast<double>(stats.pool_free_bytes);
   stats.allocations = allocations_;
   stats.frees = frees_;
   stats.failed_allocations = failed_allocations_;
   for (const auto& [object_bytes, class_id] : class_by_size_) {
     const SizeClass& cls = classes_[class_id];
-    stats.classes.push_back({cls.object_bytes, cls.objects_per_slab, cls.slabs, cls.used,
-                             cls.free_slots});
+    stats.classes.push_back(
+        {cls.object_bytes, cls.objects_per_slab, cls.slabs, cls.used, cls.free_slots});
     if (cls.free_slots > 0) {
       stats.largest_allocatable_bytes = std::max(stats.largest_allocatable_bytes, object_bytes);
     }

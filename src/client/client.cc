@@ -7,6 +7,7 @@
 
 #include "common/msgpack_codec.h"
 #include "common/parallel.h"
+#include "lmcache/protocol.h"
 #include "shm/shm_segment.h"
 
 namespace lmcache::client {
@@ -60,6 +61,24 @@ Result<std::vector<Slot>> DecodeSlots(const msgpack::object& slots) {
   return out;
 }
 
+// The "context" map of a prepare_store / prepare_retrieve reply and its slots.
+struct ReplyContext {
+  std::vector<Slot> slots;
+  const msgpack::object* chunk_indices = nullptr;  // prepare_store only
+};
+
+Result<ReplyContext> ReadContext(const MapReader& reply, std::string_view what) {
+  const msgpack::object* context = reply.Field("context");
+  if (context == nullptr) return mp::Malformed(what, "no context");
+  LMC_ASSIGN_OR_RETURN(const MapReader map, MapReader::Make(*context, "context"));
+  const msgpack::object* slots = map.Field("slots");
+  if (slots == nullptr) return mp::Malformed(what, "no slots");
+  ReplyContext out;
+  LMC_ASSIGN_OR_RETURN(out.slots, DecodeSlots(*slots));
+  out.chunk_indices = map.Field("chunk_indices");
+  return out;
+}
+
 struct CopyPiece {
   std::byte* dst;
   const std::byte* src;
@@ -110,8 +129,8 @@ struct Client::Impl {
       socket.send(zmq::buffer(op_frame),
                   payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
       for (std::size_t i = 0; i < payloads.size(); ++i) {
-        socket.send(zmq::buffer(payloads[i]), i + 1 == payloads.size() ? zmq::send_flags::none
-                                                                       : zmq::send_flags::sndmore);
+        socket.send(zmq::buffer(payloads[i]),
+                    i + 1 == payloads.size() ? zmq::send_flags::none : zmq::send_flags::sndmore);
       }
       const auto deadline = std::chrono::steady_clock::now() + options.request_timeout;
       while (true) {
@@ -146,8 +165,9 @@ struct Client::Impl {
     return Status(static_cast<ErrorCode>(code), message);
   }
 
-  Result<std::string> CallOp(std::int64_t op, std::vector<std::string> payloads) {
-    return Call(Encoder().Int(op).Take(), std::move(payloads));
+  // By frozen integer id, as reference clients send it.
+  Result<std::string> CallOp(Op op, std::vector<std::string> payloads) {
+    return Call(Encoder().Int(static_cast<std::int64_t>(op)).Take(), std::move(payloads));
   }
 
   std::string InstanceFrame() const { return Encoder().Int(engine->instance_id).Take(); }
@@ -191,14 +211,15 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
     impl->socket.set(zmq::sockopt::reconnect_ivl_max, 1000);
     impl->socket.connect(options.url);
   } catch (const zmq::error_t& e) {
-    return Status(ErrorCode::kInvalidArgument, "cannot connect to " + options.url + ": " + e.what());
+    return Status(ErrorCode::kInvalidArgument,
+                  "cannot connect to " + options.url + ": " + e.what());
   }
   std::unique_ptr<Client> client(new Client(std::move(impl)));
   return client;
 }
 
 Status Client::Ping() {
-  LMC_ASSIGN_OR_RETURN(const std::string value, impl_->CallOp(22, {Encoder().Nil().Take()}));
+  LMC_ASSIGN_OR_RETURN(const std::string value, impl_->CallOp(Op::kPing, {Encoder().Nil().Take()}));
   LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "ping reply"));
   LMC_ASSIGN_OR_RETURN(const bool ok, AsBool(handle.get(), "ping reply"));
   return ok ? Status::Ok() : Status(ErrorCode::kUnavailable, "ping answered false");
@@ -218,7 +239,7 @@ Result<ServerInfo> Client::GetServerInfo() {
 }
 
 Result<std::int64_t> Client::GetChunkSize() {
-  LMC_ASSIGN_OR_RETURN(const std::string value, impl_->CallOp(21, {}));
+  LMC_ASSIGN_OR_RETURN(const std::string value, impl_->CallOp(Op::kGetChunkSize, {}));
   LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "chunk size"));
   return AsInt(handle.get(), "chunk size");
 }
@@ -234,7 +255,8 @@ Result<Registration> Client::Register(const EngineContext& c) {
   e.Str("hidden_dim_size").Int(c.hidden_dim_size);
   e.Str("dtype_str").Str(c.dtype);
   e.Str("use_mla").Bool(c.use_mla);
-  LMC_ASSIGN_OR_RETURN(const std::string value, impl_->CallOp(14, {e.Take()}));
+  LMC_ASSIGN_OR_RETURN(const std::string value,
+                       impl_->CallOp(Op::kRegisterEngineContext, {e.Take()}));
   LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "registration"));
   LMC_ASSIGN_OR_RETURN(const MapReader map, MapReader::Make(handle.get(), "registration"));
   Registration r;
@@ -255,7 +277,8 @@ Result<Registration> Client::Register(const EngineContext& c) {
 
 Status Client::Unregister() {
   if (!impl_->engine) return Status::Ok();
-  LMC_RETURN_IF_ERROR(impl_->CallOp(15, {impl_->InstanceFrame()}).status());
+  LMC_RETURN_IF_ERROR(
+      impl_->CallOp(Op::kUnregisterEngineContext, {impl_->InstanceFrame()}).status());
   impl_->pool.reset();
   impl_->engine.reset();
   return Status::Ok();
@@ -273,19 +296,15 @@ Result<StoreResult> Client::Store(const KeySpec& key,
   }
   const std::string key_frame = EncodeKey(key);
   LMC_ASSIGN_OR_RETURN(const std::string value,
-                       impl_->CallOp(16, {key_frame, impl_->InstanceFrame()}));
+                       impl_->CallOp(Op::kPrepareStore, {key_frame, impl_->InstanceFrame()}));
   LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "prepare_store reply"));
   LMC_ASSIGN_OR_RETURN(const MapReader reply, MapReader::Make(handle.get(), "prepare_store"));
-  const msgpack::object* context = reply.Field("context");
-  if (context == nullptr) return mp::Malformed("prepare_store reply", "no context");
-  LMC_ASSIGN_OR_RETURN(const MapReader ctx, MapReader::Make(*context, "context"));
-  const msgpack::object* slots_field = ctx.Field("slots");
-  const msgpack::object* indices_field = ctx.Field("chunk_indices");
-  if (slots_field == nullptr || indices_field == nullptr ||
-      indices_field->type != msgpack::type::ARRAY) {
-    return mp::Malformed("prepare_store reply", "no slots/chunk_indices");
+  LMC_ASSIGN_OR_RETURN(const ReplyContext context, ReadContext(reply, "prepare_store reply"));
+  const msgpack::object* indices_field = context.chunk_indices;
+  if (indices_field == nullptr || indices_field->type != msgpack::type::ARRAY) {
+    return mp::Malformed("prepare_store reply", "no chunk_indices");
   }
-  LMC_ASSIGN_OR_RETURN(const std::vector<Slot> slots, DecodeSlots(*slots_field));
+  const std::vector<Slot>& slots = context.slots;
   StoreResult result;
   LMC_RETURN_IF_ERROR(reply.Optional("oom_chunks", &result.out_of_memory, AsUint));
   if (slots.empty()) {
@@ -299,13 +318,15 @@ Result<StoreResult> Client::Store(const KeySpec& key,
   for (std::size_t i = 0; i < slots.size(); ++i) {
     LMC_ASSIGN_OR_RETURN(const std::uint64_t index,
                          AsUint(indices_field->via.array.ptr[i], "chunk index"));
-    if (index >= chunks.size()) return mp::Malformed("prepare_store reply", "chunk index out of range");
-    LMC_ASSIGN_OR_RETURN(std::byte* dst, impl_->PoolBytes(slots[i]));
+    if (index >= chunks.size())
+      return mp::Malformed("prepare_store reply", "chunk index out of range");
+    LMC_ASSIGN_OR_RETURN(std::byte * dst, impl_->PoolBytes(slots[i]));
     pieces.push_back({dst, chunks[index].data(), chunks[index].size()});
   }
   ParallelCopy(pieces, impl_->options.copy_threads);
   LMC_ASSIGN_OR_RETURN(const std::string committed,
-                       impl_->CallOp(17, {key_frame, impl_->InstanceFrame(), Encoder().Bin("").Take()}));
+                       impl_->CallOp(Op::kCommitStore, {key_frame, impl_->InstanceFrame(),
+                                                        Encoder().Bin("").Take()}));
   LMC_ASSIGN_OR_RETURN(auto commit_handle, mp::Parse(committed, "commit_store reply"));
   LMC_ASSIGN_OR_RETURN(const bool ok, AsBool(commit_handle.get(), "commit_store reply"));
   if (!ok) return Status(ErrorCode::kInternal, "commit_store answered false");
@@ -318,10 +339,11 @@ Result<std::size_t> Client::Lookup(const KeySpec& key) {
   KeySpec lookup = key;
   lookup.worker_id.reset();
   LMC_RETURN_IF_ERROR(
-      impl_->CallOp(8, {EncodeKey(lookup), Encoder().Int(lookup.world_size).Take()}).status());
+      impl_->CallOp(Op::kLookup, {EncodeKey(lookup), Encoder().Int(lookup.world_size).Take()})
+          .status());
   LMC_ASSIGN_OR_RETURN(const std::string value,
-                       impl_->CallOp(10, {Encoder().Str(key.request_id).Take(),
-                                          Encoder().Float(10.0).Take()}));
+                       impl_->CallOp(Op::kWaitPrefetchStatus, {Encoder().Str(key.request_id).Take(),
+                                                               Encoder().Float(10.0).Take()}));
   LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "prefetch status"));
   if (handle.get().type == msgpack::type::NIL) {
     return Status(ErrorCode::kTimeout, "the lookup did not finish");
@@ -335,18 +357,14 @@ Status Client::Retrieve(const KeySpec& key, std::span<const std::span<std::byte>
   LMC_RETURN_IF_ERROR(impl_->CheckChunks(key, out.size()));
   const std::string key_frame = EncodeKey(key);
   LMC_ASSIGN_OR_RETURN(const std::string value,
-                       impl_->CallOp(18, {key_frame, impl_->InstanceFrame()}));
+                       impl_->CallOp(Op::kPrepareRetrieve, {key_frame, impl_->InstanceFrame()}));
   LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "prepare_retrieve reply"));
   LMC_ASSIGN_OR_RETURN(const MapReader reply, MapReader::Make(handle.get(), "prepare_retrieve"));
   bool success = false;
   LMC_RETURN_IF_ERROR(reply.Required("success", &success, AsBool));
   if (!success) return Status(ErrorCode::kNotFound, "prepare_retrieve failed");
-  const msgpack::object* context = reply.Field("context");
-  if (context == nullptr) return mp::Malformed("prepare_retrieve reply", "no context");
-  LMC_ASSIGN_OR_RETURN(const MapReader ctx, MapReader::Make(*context, "context"));
-  const msgpack::object* slots_field = ctx.Field("slots");
-  if (slots_field == nullptr) return mp::Malformed("prepare_retrieve reply", "no slots");
-  LMC_ASSIGN_OR_RETURN(const std::vector<Slot> slots, DecodeSlots(*slots_field));
+  LMC_ASSIGN_OR_RETURN(const ReplyContext context, ReadContext(reply, "prepare_retrieve reply"));
+  const std::vector<Slot>& slots = context.slots;
   Status copy_status;
   if (slots.size() != out.size()) {
     copy_status = mp::Malformed("prepare_retrieve reply", "slot count differs from the range");
@@ -355,8 +373,8 @@ Status Client::Retrieve(const KeySpec& key, std::span<const std::span<std::byte>
     for (std::size_t i = 0; i < slots.size() && copy_status.ok(); ++i) {
       auto src = impl_->PoolBytes(slots[i]);
       if (!src.ok() || out[i].size() != slots[i].length) {
-        copy_status = src.ok() ? InvalidArgument("an output buffer has the wrong size")
-                               : src.status();
+        copy_status =
+            src.ok() ? InvalidArgument("an output buffer has the wrong size") : src.status();
         break;
       }
       pieces.push_back({out[i].data(), *src, out[i].size()});
@@ -364,7 +382,7 @@ Status Client::Retrieve(const KeySpec& key, std::span<const std::span<std::byte>
     if (copy_status.ok()) ParallelCopy(pieces, impl_->options.copy_threads);
   }
   // Release the locks whatever happened to the copy.
-  Status commit = impl_->CallOp(19, {key_frame, impl_->InstanceFrame()}).status();
+  Status commit = impl_->CallOp(Op::kCommitRetrieve, {key_frame, impl_->InstanceFrame()}).status();
   LMC_RETURN_IF_ERROR(copy_status);
   return commit;
 }
@@ -372,11 +390,13 @@ Status Client::Retrieve(const KeySpec& key, std::span<const std::span<std::byte>
 Status Client::FreeLookupLocks(const KeySpec& key) {
   KeySpec lookup = key;
   lookup.worker_id.reset();
-  return impl_->CallOp(12, {EncodeKey(lookup), Encoder().Int(lookup.world_size).Take()}).status();
+  return impl_
+      ->CallOp(Op::kFreeLookupLocks, {EncodeKey(lookup), Encoder().Int(lookup.world_size).Take()})
+      .status();
 }
 
 Status Client::EndSession(const std::string& request_id) {
-  return impl_->CallOp(13, {Encoder().Str(request_id).Take()}).status();
+  return impl_->CallOp(Op::kEndSession, {Encoder().Str(request_id).Take()}).status();
 }
 
 std::uint64_t Client::ObjectBytes() const { return impl_->object_bytes; }

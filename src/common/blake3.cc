@@ -24,7 +24,7 @@ constexpr int kRounds = 7;
 // The spec permutes the message words between rounds; instead, precompute which original word
 // each round reads at each position, so the compression never moves message words around.
 constexpr std::array<std::array<std::uint8_t, 16>, kRounds> MakeSchedule() {
-  constexpr std::array<std::uint8_t, 16> kPermutation = {2, 6,  3,  10, 7,  0,  4,  13,
+  constexpr std::array<std::uint8_t, 16> kPermutation = {2, 6,  3,  10, 7, 0,  4,  13,
                                                          1, 11, 12, 5,  9, 14, 15, 8};
   std::array<std::array<std::uint8_t, 16>, kRounds> schedule{};
   for (std::uint8_t i = 0; i < 16; ++i) schedule[0][i] = i;
@@ -74,9 +74,18 @@ inline void AllRounds(std::uint32_t (&v)[16], const BlockWords& m,
 // chaining value, which for a ROOT compression with counter 0 is also the 32-byte digest.
 inline void Compress(Cv& cv, const BlockWords& m, std::uint64_t counter, std::uint32_t block_len,
                      std::uint32_t flags) {
-  std::uint32_t v[16] = {cv[0],  cv[1],  cv[2],  cv[3],
-                         cv[4],  cv[5],  cv[6],  cv[7],
-                         kIv[0], kIv[1], kIv[2], kIv[3],
+  std::uint32_t v[16] = {cv[0],
+                         cv[1],
+                         cv[2],
+                         cv[3],
+                         cv[4],
+                         cv[5],
+                         cv[6],
+                         cv[7],
+                         kIv[0],
+                         kIv[1],
+                         kIv[2],
+                         kIv[3],
                          static_cast<std::uint32_t>(counter),
                          static_cast<std::uint32_t>(counter >> 32),
                          block_len,

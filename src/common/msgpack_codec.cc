@@ -45,8 +45,8 @@ Status Malformed(std::string_view what, std::string_view why) {
 }
 
 Status WrongType(std::string_view what, std::string_view expected, const msgpack::object& o) {
-  return Malformed(what, "expected " + std::string(expected) + ", got " +
-                             std::string(TypeName(o.type)));
+  return Malformed(what,
+                   "expected " + std::string(expected) + ", got " + std::string(TypeName(o.type)));
 }
 
 Result<msgpack::object_handle> Parse(std::string_view frame, std::string_view what,
@@ -71,7 +71,8 @@ Result<msgpack::object_handle> Parse(std::string_view frame, std::string_view wh
   } catch (const msgpack::depth_size_overflow&) {
     return Status(ErrorCode::kTooLarge, std::string(what) + ": nested too deeply");
   } catch (const msgpack::size_overflow& e) {
-    return Status(ErrorCode::kTooLarge, std::string(what) + ": over a decode limit (" + e.what() + ")");
+    return Status(ErrorCode::kTooLarge,
+                  std::string(what) + ": over a decode limit (" + e.what() + ")");
   } catch (const std::exception& e) {
     return Malformed(what, std::string("undecodable msgpack (") + e.what() + ")");
   }
@@ -139,14 +140,17 @@ const msgpack::object* MapReader::Field(std::string_view name) const {
   return nullptr;
 }
 
-#define LMC_PACK(expr)                      \
-  do {                                      \
-    StringWriter writer{&buffer_};          \
+#define LMC_PACK(expr)                        \
+  do {                                        \
+    StringWriter writer{&buffer_};            \
     msgpack::packer<StringWriter> pk(writer); \
-    pk.expr;                                \
+    pk.expr;                                  \
   } while (0)
 
-Encoder& Encoder::Nil() { LMC_PACK(pack_nil()); return *this; }
+Encoder& Encoder::Nil() {
+  LMC_PACK(pack_nil());
+  return *this;
+}
 Encoder& Encoder::Bool(bool value) {
   if (value) {
     LMC_PACK(pack_true());
@@ -155,8 +159,14 @@ Encoder& Encoder::Bool(bool value) {
   }
   return *this;
 }
-Encoder& Encoder::Int(std::int64_t value) { LMC_PACK(pack_int64(value)); return *this; }
-Encoder& Encoder::Uint(std::uint64_t value) { LMC_PACK(pack_uint64(value)); return *this; }
+Encoder& Encoder::Int(std::int64_t value) {
+  LMC_PACK(pack_int64(value));
+  return *this;
+}
+Encoder& Encoder::Uint(std::uint64_t value) {
+  LMC_PACK(pack_uint64(value));
+  return *this;
+}
 Encoder& Encoder::Float(double value) {
   // msgpack-c's pack_double writes whole numbers as integers; a float field
   // must stay a float64 on the wire (0xcb + 8 big-endian bytes).
@@ -180,8 +190,14 @@ Encoder& Encoder::Bin(std::string_view value) {
   pk.pack_bin_body(value.data(), static_cast<std::uint32_t>(value.size()));
   return *this;
 }
-Encoder& Encoder::Array(std::uint32_t size) { LMC_PACK(pack_array(size)); return *this; }
-Encoder& Encoder::Map(std::uint32_t size) { LMC_PACK(pack_map(size)); return *this; }
+Encoder& Encoder::Array(std::uint32_t size) {
+  LMC_PACK(pack_array(size));
+  return *this;
+}
+Encoder& Encoder::Map(std::uint32_t size) {
+  LMC_PACK(pack_map(size));
+  return *this;
+}
 
 #undef LMC_PACK
 

@@ -23,8 +23,8 @@
 namespace lmcache::mp {
 
 struct DecodeLimits {
-  std::size_t max_frame_bytes = 64u << 20;   // one payload frame
-  std::size_t max_array_items = 16u << 20;   // token lists of very long prompts
+  std::size_t max_frame_bytes = 64u << 20;  // one payload frame
+  std::size_t max_array_items = 16u << 20;  // token lists of very long prompts
   std::size_t max_map_items = 256;
   std::size_t max_string_bytes = 1u << 20;
   std::size_t max_bin_bytes = 64u << 20;

@@ -31,8 +31,8 @@ Result<std::uint32_t> MsgpackCursor::ReadContainerHeader(std::string_view what, 
   if (!Has(header)) return Truncated(what);
   if (header > 1) count = BigEndian(pos_ + 1, header - 1);
   if (count > (map ? limits_.max_map_items : limits_.max_array_items)) {
-    return Status(ErrorCode::kTooLarge, std::string(what) + ": " + std::to_string(count) +
-                                            " items exceed the limit");
+    return Status(ErrorCode::kTooLarge,
+                  std::string(what) + ": " + std::to_string(count) + " items exceed the limit");
   }
   // Each item takes at least one byte (two for a map entry): a cheap bound
   // that rejects a lying header before anything is allocated for it.
@@ -186,13 +186,22 @@ Status MsgpackCursor::SkipDepth(std::size_t depth) {
     return skip_items(std::uint64_t{n} * 2);
   }
   switch (b) {
-    case 0xcc: case 0xd0: return skip_bytes(2);
-    case 0xcd: case 0xd1: return skip_bytes(3);
-    case 0xce: case 0xd2: case 0xca: return skip_bytes(5);
-    case 0xcf: case 0xd3: case 0xcb: return skip_bytes(9);
-    case 0xd9: case 0xc4: return skip_sized(2, 0);  // str8, bin8
-    case 0xda: case 0xc5: return skip_sized(3, 0);
-    case 0xdb: case 0xc6: return skip_sized(5, 0);
+    case 0xcc:
+    case 0xd0: return skip_bytes(2);
+    case 0xcd:
+    case 0xd1: return skip_bytes(3);
+    case 0xce:
+    case 0xd2:
+    case 0xca: return skip_bytes(5);
+    case 0xcf:
+    case 0xd3:
+    case 0xcb: return skip_bytes(9);
+    case 0xd9:
+    case 0xc4: return skip_sized(2, 0);  // str8, bin8
+    case 0xda:
+    case 0xc5: return skip_sized(3, 0);
+    case 0xdb:
+    case 0xc6: return skip_sized(5, 0);
     case 0xd4: return skip_bytes(3);  // fixext 1..16: type byte + data
     case 0xd5: return skip_bytes(4);
     case 0xd6: return skip_bytes(6);

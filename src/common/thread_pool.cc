@@ -60,8 +60,8 @@ void ThreadPool::WorkerLoop() {
 AffinityPool::AffinityPool(std::string name, unsigned threads, std::size_t max_queue_per_thread) {
   threads = std::max(1u, threads);
   for (unsigned i = 0; i < threads; ++i) {
-    lanes_.push_back(std::make_unique<ThreadPool>(name + "-" + std::to_string(i), 1,
-                                                  max_queue_per_thread));
+    lanes_.push_back(
+        std::make_unique<ThreadPool>(name + "-" + std::to_string(i), 1, max_queue_per_thread));
   }
 }
 

@@ -7,7 +7,6 @@
 namespace lmcache::server {
 namespace {
 
-using msgpack::type::object_type;
 using mp::AsBool;
 using mp::AsBytes;
 using mp::AsFloat;
@@ -17,6 +16,7 @@ using mp::Malformed;
 using mp::MapReader;
 using mp::Parse;
 using mp::WrongType;
+using msgpack::type::object_type;
 
 }  // namespace
 
@@ -31,11 +31,11 @@ Result<OpSpec> DecodeOperation(std::string_view frame) {
   if (o.type == object_type::POSITIVE_INTEGER || o.type == object_type::NEGATIVE_INTEGER) {
     if (o.type == object_type::POSITIVE_INTEGER &&
         o.via.u64 > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
-      return Status(ErrorCode::kUnknownOperation, "unknown operation id " + std::to_string(o.via.u64));
+      return Status(ErrorCode::kUnknownOperation,
+                    "unknown operation id " + std::to_string(o.via.u64));
     }
-    const std::int64_t id = o.type == object_type::POSITIVE_INTEGER
-                                ? static_cast<std::int64_t>(o.via.u64)
-                                : o.via.i64;
+    const std::int64_t id =
+        o.type == object_type::POSITIVE_INTEGER ? static_cast<std::int64_t>(o.via.u64) : o.via.i64;
     if (auto spec = FindOpById(id)) return *spec;
     return Status(ErrorCode::kUnknownOperation, "unknown operation id " + std::to_string(id));
   }
@@ -145,14 +145,15 @@ Result<IpcKey> DecodeIpcKey(std::string_view frame) {
   }
   if (!in.AtEnd()) return Malformed("key", "trailing bytes after the map");
   static constexpr std::pair<std::uint32_t, const char*> kRequired[] = {
-      {1, "model_name"}, {2, "world_size"}, {4, "token_ids"}, {8, "start"},
-      {16, "end"},       {32, "request_id"}};
+      {1, "model_name"}, {2, "world_size"}, {4, "token_ids"},
+      {8, "start"},      {16, "end"},       {32, "request_id"}};
   for (const auto& [bit, field] : kRequired) {
     if ((required & bit) == 0) {
       return Malformed("key", "missing required field '" + std::string(field) + "'");
     }
   }
-  if (!has_worker) return Malformed("key", "missing required field 'worker_id' (nil for all ranks)");
+  if (!has_worker)
+    return Malformed("key", "missing required field 'worker_id' (nil for all ranks)");
   return key;
 }
 
@@ -170,7 +171,6 @@ Result<RegisterContextPayload> DecodeRegisterContext(std::string_view frame) {
   LMC_RETURN_IF_ERROR(map.Required("use_mla", &p.use_mla, AsBool));
   return p;
 }
-
 
 std::string EncodeFailureValue(FailureValue failure, std::string_view message) {
   Encoder e;
@@ -195,8 +195,11 @@ std::string EncodeFailureValue(FailureValue failure, std::string_view message) {
 
 std::string EncodeErrorMap(const Status& status) {
   Encoder e;
-  e.Map(2).Str("code").Int(static_cast<std::int64_t>(status.code())).Str("message").Str(
-      status.message());
+  e.Map(2)
+      .Str("code")
+      .Int(static_cast<std::int64_t>(status.code()))
+      .Str("message")
+      .Str(status.message());
   return e.Take();
 }
 

@@ -22,8 +22,7 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
       ->each([c](const std::string&) { c->host_or_port_given = true; });
   app.add_option("--chunk-size", c->chunk_size, "Tokens per chunk (the unit of caching)")
       ->capture_default_str();
-  app.add_option("--max-workers", c->max_workers,
-                 "Default size of both request thread pools")
+  app.add_option("--max-workers", c->max_workers, "Default size of both request thread pools")
       ->capture_default_str();
   app.add_option("--max-gpu-workers", c->max_gpu_workers,
                  "Threads of the transfer pool (prepare/commit store and retrieve), one queue "
@@ -115,16 +114,20 @@ Status FinalizeTransport(ServerConfig* c) {
   }
   if (c->supported_transfer_mode != "auto" && c->supported_transfer_mode != "engine_driven" &&
       c->supported_transfer_mode != "lmcache_driven") {
-    return InvalidConfig("--supported-transfer-mode must be auto, engine_driven or "
-                         "lmcache_driven, got '" + c->supported_transfer_mode + "'");
+    return InvalidConfig(
+        "--supported-transfer-mode must be auto, engine_driven or "
+        "lmcache_driven, got '" +
+        c->supported_transfer_mode + "'");
   }
   if (c->supported_transfer_mode == "lmcache_driven") {
-    c->notices.push_back("--supported-transfer-mode lmcache_driven: the CUDA-IPC path is not "
-                         "available yet; store/retrieve requests get an error reply");
+    c->notices.push_back(
+        "--supported-transfer-mode lmcache_driven: the CUDA-IPC path is not "
+        "available yet; store/retrieve requests get an error reply");
   }
   if (c->l1_use_lazy) {
-    c->notices.push_back("--l1-use-lazy is ignored: the shared-memory pool is allocated and "
-                         "pre-faulted at startup");
+    c->notices.push_back(
+        "--l1-use-lazy is ignored: the shared-memory pool is allocated and "
+        "pre-faulted at startup");
   }
   if (c->l1_init_size_gb != 0) {
     c->notices.push_back("--l1-init-size-gb is ignored: the whole pool is allocated at startup");
@@ -139,8 +142,9 @@ Status FinalizeTransport(ServerConfig* c) {
                          std::to_string(c->worker_reap_timeout_seconds));
   }
   if (c->worker_registration_grace_seconds < c->worker_reap_timeout_seconds) {
-    return InvalidConfig("--worker-registration-grace-seconds must be >= "
-                         "--worker-reap-timeout-seconds");
+    return InvalidConfig(
+        "--worker-registration-grace-seconds must be >= "
+        "--worker-reap-timeout-seconds");
   }
   if (c->session_ttl_seconds <= 0) return InvalidConfig("--session-ttl-seconds must be > 0");
   for (const std::string& url : c->urls) {

@@ -18,10 +18,25 @@ std::string ChunkLayout::Describe() const {
 
 Result<std::uint32_t> DtypeItemSize(const std::string& dtype) {
   static const std::array<std::pair<const char*, std::uint32_t>, 20> kSizes = {{
-      {"float16", 2}, {"half", 2}, {"bfloat16", 2}, {"float32", 4}, {"float", 4},
-      {"float64", 8}, {"double", 8}, {"int8", 1}, {"uint8", 1}, {"int16", 2},
-      {"short", 2}, {"int32", 4}, {"int", 4}, {"int64", 8}, {"long", 8},
-      {"float8_e4m3fn", 1}, {"float8_e5m2", 1}, {"float8_e4m3fnuz", 1}, {"float8_e5m2fnuz", 1},
+      {"float16", 2},
+      {"half", 2},
+      {"bfloat16", 2},
+      {"float32", 4},
+      {"float", 4},
+      {"float64", 8},
+      {"double", 8},
+      {"int8", 1},
+      {"uint8", 1},
+      {"int16", 2},
+      {"short", 2},
+      {"int32", 4},
+      {"int", 4},
+      {"int64", 8},
+      {"long", 8},
+      {"float8_e4m3fn", 1},
+      {"float8_e5m2", 1},
+      {"float8_e4m3fnuz", 1},
+      {"float8_e5m2fnuz", 1},
       {"bool", 1},
   }};
   std::string name = dtype;
@@ -86,8 +101,8 @@ Result<bool> InstanceRegistry::Register(const RegisterContextPayload& payload,
     existing.last_seen_ms = now;
     return false;
   }
-  if (auto it = layouts_.find(layout_key); it != layouts_.end() && it->second.refs > 0 &&
-                                          !it->second.layout.SameGeometry(layout)) {
+  if (auto it = layouts_.find(layout_key);
+      it != layouts_.end() && it->second.refs > 0 && !it->second.layout.SameGeometry(layout)) {
     return Status(ErrorCode::kLayoutMismatch,
                   "model " + payload.model_name + " with world size " +
                       std::to_string(payload.world_size) + " is already served with layout " +

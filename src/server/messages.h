@@ -21,9 +21,9 @@ struct IpcKey {
   std::vector<std::uint32_t> token_ids;   // the whole prompt
   std::int64_t start = 0;                 // chunk-aligned token range [start, end)
   std::int64_t end = 0;
-  std::string request_id;                 // session key; not part of the identity
+  std::string request_id;  // session key; not part of the identity
   std::string cache_salt;
-  std::int64_t num_kv_readers = 0;        // 0 = not sent (rejected by lookup)
+  std::int64_t num_kv_readers = 0;  // 0 = not sent (rejected by lookup)
 };
 
 // RegisterEngineDrivenContextPayload (spec 4.2), single-group core.

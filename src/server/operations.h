@@ -11,47 +11,11 @@
 #include <optional>
 #include <string_view>
 
+#include "lmcache/protocol.h"
+
 namespace lmcache::server {
 
-enum class Op : std::uint8_t {
-  kRegisterKvCache = 1,
-  kUnregisterKvCache = 2,
-  kRegisterQCache = 3,
-  kUnregisterQCache = 4,
-  kStoreQ = 5,
-  kStore = 6,
-  kRetrieve = 7,
-  kLookup = 8,
-  kQueryPrefetchStatus = 9,
-  kWaitPrefetchStatus = 10,
-  kQueryPrefetchLookupHits = 11,
-  kFreeLookupLocks = 12,
-  kEndSession = 13,
-  kRegisterEngineContext = 14,
-  kUnregisterEngineContext = 15,
-  kPrepareStore = 16,
-  kCommitStore = 17,
-  kPrepareRetrieve = 18,
-  kCommitRetrieve = 19,
-  kClear = 20,
-  kGetChunkSize = 21,
-  kPing = 22,
-  kReportBlockAllocation = 23,
-  kNoop = 24,
-  kCbRegisterRope = 25,
-  kCbUnregisterRope = 26,
-  kCbRetrievePreComputed = 27,
-  kCbUnifiedLookup = 28,
-  kP2pLookupAndLock = 29,
-  kP2pQueryLookupResults = 30,
-  kP2pUnlockObjects = 31,
-  kGetExperimental = 32,
-  kCbProtocolHandshake = 33,
-  kPollKvEvents = 34,
-  // Ours: no integer id on the wire (sent by name only).
-  kServerInfo = 100,
-  kStats = 101,
-};
+using Op = lmcache::Op;
 
 // Where a request runs (reference spec 16).
 enum class Pool : std::uint8_t {
@@ -66,16 +30,16 @@ enum class FailureValue : std::uint8_t {
   kFalse,
   kZero,
   kEmptyList,
-  kStoreRetrieveFailure,  // [b"", false]
-  kEmptyPrepareStore,     // {"context": {"slots": [], "chunk_indices": []}}
-  kFailedPrepareRetrieve, // {"success": false, "data": b"", "context": {}}
-  kFailedRegistration,    // {"shm_name": "", "pool_size": 0, "error": <message>}
+  kStoreRetrieveFailure,   // [b"", false]
+  kEmptyPrepareStore,      // {"context": {"slots": [], "chunk_indices": []}}
+  kFailedPrepareRetrieve,  // {"success": false, "data": b"", "context": {}}
+  kFailedRegistration,     // {"shm_name": "", "pool_size": 0, "error": <message>}
 };
 
 struct OpSpec {
   Op op;
   std::string_view name;
-  bool frozen_id;          // travels as an integer id in reference clients
+  bool frozen_id;  // travels as an integer id in reference clients
   Pool pool;
   std::uint8_t min_payloads;
   std::uint8_t max_payloads;

@@ -27,9 +27,9 @@ struct RouterLoop::Outgoing {
 
 namespace {
 
-constexpr std::int64_t kMaxMessageBytes = 256 << 20; // ZMQ drops peers that send more in one frame
-constexpr int kHighWaterMark = 100'000;      // messages queued per peer
-constexpr int kReceiveBatch = 256;           // messages per socket per poll round
+constexpr std::int64_t kMaxMessageBytes = 256 << 20;  // ZMQ drops peers that send more in one frame
+constexpr int kHighWaterMark = 100'000;               // messages queued per peer
+constexpr int kReceiveBatch = 256;                    // messages per socket per poll round
 
 }  // namespace
 
@@ -55,8 +55,8 @@ Result<std::unique_ptr<RouterLoop>> RouterLoop::Create(Service* service,
   for (const std::string& url : config.urls) LMC_RETURN_IF_ERROR(loop->Bind(url));
   loop->affinity_pool_ = std::make_unique<AffinityPool>("transfer", config.affinity_workers,
                                                         config.max_queued_requests);
-  loop->cpu_pool_ = std::make_unique<ThreadPool>("cpu", config.cpu_workers,
-                                                 config.max_queued_requests);
+  loop->cpu_pool_ =
+      std::make_unique<ThreadPool>("cpu", config.cpu_workers, config.max_queued_requests);
   return loop;
 }
 

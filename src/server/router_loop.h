@@ -35,9 +35,9 @@ class socket_t;
 namespace lmcache::server {
 
 struct RouterConfig {
-  std::vector<std::string> urls;      // tcp://host:port or ipc:///path; at least one
-  unsigned affinity_workers = 1;      // --max-gpu-workers
-  unsigned cpu_workers = 1;           // --max-cpu-workers
+  std::vector<std::string> urls;           // tcp://host:port or ipc:///path; at least one
+  unsigned affinity_workers = 1;           // --max-gpu-workers
+  unsigned cpu_workers = 1;                // --max-cpu-workers
   std::size_t max_queued_requests = 4096;  // per pool lane; beyond it requests get UNAVAILABLE
 };
 

@@ -14,9 +14,9 @@ namespace lmcache::server {
 
 std::string NewBootId() {
   std::random_device device;
-  std::mt19937_64 rng((static_cast<std::uint64_t>(device()) << 32) ^ device() ^
-                      static_cast<std::uint64_t>(
-                          std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::mt19937_64 rng(
+      (static_cast<std::uint64_t>(device()) << 32) ^ device() ^
+      static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   static constexpr char kHex[] = "0123456789abcdef";
   std::string id;
   for (int i = 0; i < 2; ++i) {
@@ -66,12 +66,12 @@ Reply Service::Dispatch(const OpSpec& spec, std::span<const std::string_view> pa
   requests_[slot].fetch_add(1, std::memory_order_relaxed);
   Reply reply;
   if (payloads.size() < spec.min_payloads || payloads.size() > spec.max_payloads) {
-    reply.status = Status(ErrorCode::kMalformedRequest,
-                          std::string(spec.name) + " takes " + std::to_string(spec.min_payloads) +
-                              (spec.min_payloads == spec.max_payloads
-                                   ? ""
-                                   : " to " + std::to_string(spec.max_payloads)) +
-                              " payload frame(s), got " + std::to_string(payloads.size()));
+    reply.status = Status(
+        ErrorCode::kMalformedRequest,
+        std::string(spec.name) + " takes " + std::to_string(spec.min_payloads) +
+            (spec.min_payloads == spec.max_payloads ? ""
+                                                    : " to " + std::to_string(spec.max_payloads)) +
+            " payload frame(s), got " + std::to_string(payloads.size()));
   } else {
     try {
       auto result = Handle(spec.op, payloads);

@@ -37,14 +37,14 @@
 namespace lmcache::server {
 
 struct ServiceConfig {
-  std::int64_t chunk_size = 256;                 // --chunk-size, tokens
-  TimeMs session_idle_ttl_ms = 600'000;          // --session-ttl-seconds
+  std::int64_t chunk_size = 256;         // --chunk-size, tokens
+  TimeMs session_idle_ttl_ms = 600'000;  // --session-ttl-seconds
   std::size_t max_sessions = 1'000'000;
-  TimeMs worker_reap_timeout_ms = 120'000;       // --worker-reap-timeout-seconds; 0 = never reap
+  TimeMs worker_reap_timeout_ms = 120'000;          // --worker-reap-timeout-seconds; 0 = never reap
   TimeMs worker_registration_grace_ms = 3'600'000;  // --worker-registration-grace-seconds
-  std::size_t max_prompt_tokens = 4u << 20;      // tokens per key (a 16 MiB msgpack array)
+  std::size_t max_prompt_tokens = 4u << 20;         // tokens per key (a 16 MiB msgpack array)
   std::string version = "0.1.0";
-  std::string instance_id;                       // --instance-id, shown by server_info
+  std::string instance_id;  // --instance-id, shown by server_info
 };
 
 struct Reply {

@@ -23,8 +23,9 @@ std::vector<store::ObjectKey> LookupKeys(const LookupState& lookup, std::size_t 
                                          std::size_t last) {
   last = std::min(last, lookup.hashes.size());
   if (first >= last) return {};
-  const std::vector<store::ChunkHash> hashes(lookup.hashes.begin() + static_cast<std::ptrdiff_t>(first),
-                                             lookup.hashes.begin() + static_cast<std::ptrdiff_t>(last));
+  const std::vector<store::ChunkHash> hashes(
+      lookup.hashes.begin() + static_cast<std::ptrdiff_t>(first),
+      lookup.hashes.begin() + static_cast<std::ptrdiff_t>(last));
   return ExpandKeys(hashes, lookup.model_name, lookup.cache_salt, AllRanks(lookup.world_size));
 }
 
@@ -83,8 +84,9 @@ Result<std::string> Service::Lookup(Payloads p) {
   // partially found chunk at once (the reference leaves them to the TTL).
   const std::size_t locked_keys = lookup.hit_chunks * ranks.size();
   if (found > locked_keys) {
-    const std::vector<store::ObjectKey> partial(keys.begin() + static_cast<std::ptrdiff_t>(locked_keys),
-                                                keys.begin() + static_cast<std::ptrdiff_t>(found));
+    const std::vector<store::ObjectKey> partial(
+        keys.begin() + static_cast<std::ptrdiff_t>(locked_keys),
+        keys.begin() + static_cast<std::ptrdiff_t>(found));
     (void)table().FinishRead(partial, lookup.readers, owner);
   }
   lookup.lookup_released.assign(lookup.hit_chunks, false);

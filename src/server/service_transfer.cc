@@ -72,8 +72,8 @@ Result<Service::WorkerKeys> Service::ResolveWorkerKeys(const IpcKey& key,
   std::vector<store::ChunkHash> hashes;
   {
     MutexLock lock(&session->mu);
-    hashes = session->Hashes(key.token_ids, static_cast<std::size_t>(config_.chunk_size), first,
-                             last);
+    hashes =
+        session->Hashes(key.token_ids, static_cast<std::size_t>(config_.chunk_size), first, last);
   }
   WorkerKeys out;
   out.instance = instance;
@@ -128,7 +128,7 @@ void Service::ReleaseInstance(const RemovedInstance& removed, const char* why) {
     if (auto outcomes = table().FinishRead(keys, 1, owner); outcomes.ok()) released += keys.size();
   }
   const store::OwnerReleaseReport rest = table().ReleaseOwner(owner);
-  spdlog::info("instance {} {}: {} staged writes aborted, {} read locks released", 
+  spdlog::info("instance {} {}: {} staged writes aborted, {} read locks released",
                removed.info.instance_id, why, aborted + rest.writes_aborted,
                released + rest.read_locks_released);
 }
@@ -199,8 +199,10 @@ Result<std::string> Service::CommitStore(Payloads p) {
                                             std::to_string(instance_id));
   }
   std::size_t lost = 0;
-  for (const store::WriteOutcome outcome : table().FinishWrite(*pending, InstanceOwner(instance_id))) {
-    if (outcome == store::WriteOutcome::kNotStaged || outcome == store::WriteOutcome::kLeaseExpired) {
+  for (const store::WriteOutcome outcome :
+       table().FinishWrite(*pending, InstanceOwner(instance_id))) {
+    if (outcome == store::WriteOutcome::kNotStaged ||
+        outcome == store::WriteOutcome::kLeaseExpired) {
       lost += 1;
     }
   }

@@ -11,8 +11,8 @@ std::vector<store::ChunkHash> Session::Hashes(const std::vector<std::uint32_t>& 
                                               std::size_t last) {
   if (tokens != tokens_) {
     // Keep the hashes of full chunks both prompts share.
-    const auto mismatch = std::mismatch(tokens.begin(), tokens.end(), tokens_.begin(),
-                                        tokens_.end());
+    const auto mismatch =
+        std::mismatch(tokens.begin(), tokens.end(), tokens_.begin(), tokens_.end());
     const auto common = static_cast<std::size_t>(mismatch.first - tokens.begin());
     hashes_.resize(std::min(hashes_.size(), common / chunk_size));
     tokens_ = tokens;
@@ -62,9 +62,8 @@ std::shared_ptr<Session> SessionManager::Remove(const std::string& request_id) {
 }
 
 std::size_t SessionManager::ExpireIdleLocked(TimeMs now) {
-  return std::erase_if(sessions_, [&](const auto& item) {
-    return now - item.second.last_used_ms >= idle_ttl_ms_;
-  });
+  return std::erase_if(
+      sessions_, [&](const auto& item) { return now - item.second.last_used_ms >= idle_ttl_ms_; });
 }
 
 std::size_t SessionManager::ExpireIdle() {

@@ -32,10 +32,10 @@ struct LookupState {
   std::string model_name;
   std::int64_t world_size = 0;
   std::string cache_salt;
-  std::uint32_t readers = 0;          // read locks per object
+  std::uint32_t readers = 0;             // read locks per object
   std::vector<store::ChunkHash> hashes;  // every full chunk of the looked-up prompt
-  std::size_t hit_chunks = 0;         // leading chunks found and locked on every rank
-  bool prefetch_pending = false;      // L2 is still loading chunks after the L1 prefix
+  std::size_t hit_chunks = 0;            // leading chunks found and locked on every rank
+  bool prefetch_pending = false;         // L2 is still loading chunks after the L1 prefix
   std::uint64_t prefetch_handle = 0;
   bool status_consumed = false;       // query/wait_prefetch_status returned the result
   std::vector<bool> lookup_released;  // per hit chunk: free_lookup_locks released it
@@ -48,8 +48,8 @@ class Session {
   // Replaces the prompt (keeping cached hashes of the unchanged full-chunk
   // prefix) and returns the hashes of chunks [first, last).
   std::vector<store::ChunkHash> Hashes(const std::vector<std::uint32_t>& tokens,
-                                       std::size_t chunk_size, std::size_t first,
-                                       std::size_t last) LMC_REQUIRES(mu);
+                                       std::size_t chunk_size, std::size_t first, std::size_t last)
+      LMC_REQUIRES(mu);
   LookupState& lookup() LMC_REQUIRES(mu) { return lookup_; }
 
  private:

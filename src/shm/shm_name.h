@@ -6,9 +6,9 @@
 // Thread-safety: stateless functions, safe anywhere.
 #pragma once
 
+#include <sys/types.h>
 #include <string>
 #include <string_view>
-#include <sys/types.h>
 #include <vector>
 
 #include "lmcache/status.h"

@@ -41,7 +41,8 @@ Result<UniqueFd> OpenExclusive(const std::string& name) {
   UniqueFd fd(shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
   if (!fd.valid()) return Status(ErrorCode::kIoError, SysError("shm_open", name, errno));
   // The umask cannot widen 0600, but an inherited default ACL could: set it explicitly.
-  if (fchmod(fd.get(), 0600) != 0) return Status(ErrorCode::kIoError, SysError("fchmod", name, errno));
+  if (fchmod(fd.get(), 0600) != 0)
+    return Status(ErrorCode::kIoError, SysError("fchmod", name, errno));
   return fd;
 }
 
@@ -70,9 +71,9 @@ Result<std::byte*> MapShared(int fd, const std::string& name, std::uint64_t size
 Status CheckCapacity(const CreateOptions& options) {
   auto space = QueryFilesystemSpace(options.shm_dir);
   if (!space.ok()) {
-    return Status(ErrorCode::kShmTooSmall,
-                  "cannot tell whether " + options.shm_dir + " can hold the L1 pool (" +
-                      space.status().message() + "); mount a tmpfs there");
+    return Status(ErrorCode::kShmTooSmall, "cannot tell whether " + options.shm_dir +
+                                               " can hold the L1 pool (" +
+                                               space.status().message() + "); mount a tmpfs there");
   }
   if (space->free_bytes < options.size_bytes) {
     return Status(ErrorCode::kShmTooSmall,
@@ -131,12 +132,13 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Attach(const std::string& name,
     return Status(code, SysError("shm_open", name, errno));
   }
   struct stat info {};
-  if (fstat(fd.get(), &info) != 0) return Status(ErrorCode::kIoError, SysError("fstat", name, errno));
+  if (fstat(fd.get(), &info) != 0)
+    return Status(ErrorCode::kIoError, SysError("fstat", name, errno));
   const auto actual = static_cast<std::uint64_t>(info.st_size);
   if (actual == 0 || (expected_size != 0 && actual != expected_size)) {
-    return Status(ErrorCode::kLayoutMismatch,
-                  "shared-memory segment " + name + " has " + std::to_string(actual) +
-                      " bytes, expected " + std::to_string(expected_size));
+    return Status(ErrorCode::kLayoutMismatch, "shared-memory segment " + name + " has " +
+                                                  std::to_string(actual) + " bytes, expected " +
+                                                  std::to_string(expected_size));
   }
   LMC_ASSIGN_OR_RETURN(std::byte * base, MapShared(fd.get(), name, actual));
   return std::unique_ptr<ShmSegment>(new ShmSegment(name, std::move(fd), base, actual, false));
@@ -157,9 +159,9 @@ PrefaultReport ShmSegment::Prefault(unsigned threads) const {
                 for (std::size_t off = begin; off < end; off += page) bytes[off] = bytes[off];
               });
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  report.gib_per_second = report.seconds > 0
-                              ? static_cast<double>(size_) / static_cast<double>(kGiB) / report.seconds
-                              : 0;
+  report.gib_per_second =
+      report.seconds > 0 ? static_cast<double>(size_) / static_cast<double>(kGiB) / report.seconds
+                         : 0;
   return report;
 }
 

@@ -26,8 +26,8 @@
 namespace lmcache::shm {
 
 struct CreateOptions {
-  std::string name;               // already normalised (see shm_name.h)
-  std::uint64_t size_bytes = 0;   // > 0
+  std::string name;                  // already normalised (see shm_name.h)
+  std::uint64_t size_bytes = 0;      // > 0
   std::string shm_dir = "/dev/shm";  // where the name appears; for the capacity check
 };
 

@@ -15,9 +15,9 @@
 #include <cstddef>
 #include <list>
 #include <memory>
-#include <unordered_map>
 #include <span>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/mutex.h"
@@ -52,8 +52,7 @@ class LruPolicy final : public EvictionPolicy {
 
  private:
   // Moves (or inserts) every key to the most-recent end, the batch's first key last.
-  void MakeMostRecentLocked(std::span<const ObjectKey> keys, bool insert_unknown)
-      LMC_REQUIRES(mu_);
+  void MakeMostRecentLocked(std::span<const ObjectKey> keys, bool insert_unknown) LMC_REQUIRES(mu_);
 
   mutable Mutex mu_;
   std::list<ObjectKey> order_ LMC_GUARDED_BY(mu_);  // front = least recently used

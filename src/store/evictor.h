@@ -23,8 +23,8 @@
 namespace lmcache::store {
 
 struct EvictorConfig {
-  double trigger_watermark = 0.8;  // --eviction-trigger-watermark: fraction of capacity, (0, 1]
-  double eviction_ratio = 0.2;     // --eviction-ratio: fraction of capacity to free, (0, 1]
+  double trigger_watermark = 0.8;    // --eviction-trigger-watermark: fraction of capacity, (0, 1]
+  double eviction_ratio = 0.2;       // --eviction-ratio: fraction of capacity to free, (0, 1]
   std::uint32_t interval_ms = 1000;  // --eviction-interval-ms: time between passes
 };
 

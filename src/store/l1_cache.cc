@@ -13,8 +13,8 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
   LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy));
 
   for (const std::string& name : shm::RemoveOrphanedPoolSegments(config.shm_dir)) {
-    spdlog::warn("removed stale segment {}/{} left by a server that no longer runs",
-                 config.shm_dir, name);
+    spdlog::warn("removed stale segment {}/{} left by a server that no longer runs", config.shm_dir,
+                 name);
   }
   shm::CreateOptions options{config.shm_name, config.size_bytes, config.shm_dir};
   LMC_ASSIGN_OR_RETURN(cache->segment_, shm::ShmSegment::Create(options));

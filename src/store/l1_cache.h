@@ -25,9 +25,9 @@
 namespace lmcache::store {
 
 struct L1Config {
-  std::string shm_name;            // normalised segment name
-  std::uint64_t size_bytes = 0;    // pool size
-  unsigned prefault_threads = 0;   // 0 = one per core
+  std::string shm_name;           // normalised segment name
+  std::uint64_t size_bytes = 0;   // pool size
+  unsigned prefault_threads = 0;  // 0 = one per core
   std::string eviction_policy = "LRU";
   alloc::SlabAllocatorConfig allocator;
   ObjectTableConfig table;

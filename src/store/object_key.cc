@@ -32,8 +32,8 @@ Status ValidateModelName(const std::string& model_name) {
 
 Status ValidateCacheSalt(const std::string& cache_salt) {
   if (cache_salt.size() > kMaxCacheSaltLength) {
-    return Status(ErrorCode::kInvalidKey,
-                  "cache_salt is longer than " + std::to_string(kMaxCacheSaltLength) + " characters");
+    return Status(ErrorCode::kInvalidKey, "cache_salt is longer than " +
+                                              std::to_string(kMaxCacheSaltLength) + " characters");
   }
   if (cache_salt.find_first_of(std::string("@/\\\0", 4)) != std::string::npos) {
     return Status(ErrorCode::kInvalidKey, "cache_salt must not contain '@', '/', '\\' or NUL");
@@ -57,8 +57,8 @@ Result<std::int64_t> PackKvRank(std::int64_t world_size, std::int64_t worker_id)
                   "world_size must be in [1, 255], got " + std::to_string(world_size));
   }
   if (worker_id < 0 || worker_id >= world_size) {
-    return Status(ErrorCode::kInvalidKey, "worker_id must be in [0, world_size), got " +
-                                              std::to_string(worker_id));
+    return Status(ErrorCode::kInvalidKey,
+                  "worker_id must be in [0, world_size), got " + std::to_string(worker_id));
   }
   return (world_size << 24) | (worker_id << 16) | (world_size << 8) | worker_id;
 }

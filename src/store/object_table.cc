@@ -17,9 +17,10 @@ StagedEntry* FindStaged(std::vector<StagedEntry>& entries, OwnerId owner) {
   return nullptr;
 }
 
-void EraseStaged(std::unordered_map<ObjectKey, std::vector<StagedEntry>, ObjectKeyHash>& staging,
-                 std::unordered_map<ObjectKey, std::vector<StagedEntry>, ObjectKeyHash>::iterator it,
-                 OwnerId owner) {
+void EraseStaged(
+    std::unordered_map<ObjectKey, std::vector<StagedEntry>, ObjectKeyHash>& staging,
+    std::unordered_map<ObjectKey, std::vector<StagedEntry>, ObjectKeyHash>::iterator it,
+    OwnerId owner) {
   std::erase_if(it->second, [owner](const StagedEntry& e) { return e.owner == owner; });
   if (it->second.empty()) staging.erase(it);
 }
@@ -64,8 +65,7 @@ Status ObjectTable::ValidateKeys(std::span<const ObjectKey> keys, bool require_d
   return Status::Ok();
 }
 
-Result<std::vector<Offset>> ObjectTable::AllocateWithEviction(std::uint64_t size,
-                                                              std::size_t count,
+Result<std::vector<Offset>> ObjectTable::AllocateWithEviction(std::uint64_t size, std::size_t count,
                                                               AllocationMode mode) {
   auto batch = allocator_->AllocateBatch(size, count);
   if (batch.ok() || batch.status().code() != ErrorCode::kOutOfMemory) return batch;
@@ -115,8 +115,8 @@ Result<ReserveWriteResult> ObjectTable::ReserveWrite(std::span<const ObjectKey> 
         continue;
       }
       auto staged_it = shard.staging.find(keys[i]);
-      StagedEntry* mine = staged_it == shard.staging.end() ? nullptr
-                                                           : FindStaged(staged_it->second, owner);
+      StagedEntry* mine =
+          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, owner);
       if (mine != nullptr && mine->size == size) {
         // A repeated reservation by the same writer gets its buffer back (the
         // reference leaks the first one until its TTL, spec 17.11).
@@ -175,8 +175,7 @@ Result<ReserveWriteResult> ObjectTable::ReserveWrite(std::span<const ObjectKey> 
   return result;
 }
 
-std::vector<WriteOutcome> ObjectTable::FinishWrite(std::span<const ObjectKey> keys,
-                                                   OwnerId owner) {
+std::vector<WriteOutcome> ObjectTable::FinishWrite(std::span<const ObjectKey> keys, OwnerId owner) {
   std::vector<WriteOutcome> outcomes(keys.size(), WriteOutcome::kNotStaged);
   std::vector<ObjectKey> admitted;
   std::vector<Offset> to_free;
@@ -186,14 +185,14 @@ std::vector<WriteOutcome> ObjectTable::FinishWrite(std::span<const ObjectKey> ke
     for (std::size_t i = 0; i < keys.size(); ++i) {
       Shard& shard = ShardOf(keys[i]);
       auto staged_it = shard.staging.find(keys[i]);
-      StagedEntry* mine = staged_it == shard.staging.end() ? nullptr
-                                                           : FindStaged(staged_it->second, owner);
+      StagedEntry* mine =
+          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, owner);
       if (mine == nullptr) {
         // A forced delete may have retired this writer's copy: free it now.
-        auto retired = std::find_if(shard.retired.begin(), shard.retired.end(),
-                                    [&](const RetiredEntry& r) {
-                                      return r.staged && r.writer == owner && r.key == keys[i];
-                                    });
+        auto retired =
+            std::find_if(shard.retired.begin(), shard.retired.end(), [&](const RetiredEntry& r) {
+              return r.staged && r.writer == owner && r.key == keys[i];
+            });
         if (retired != shard.retired.end()) {
           to_free.push_back(retired->offset);
           shard.retired.erase(retired);
@@ -289,7 +288,8 @@ Result<std::vector<ReadGrant>> ObjectTable::AcquireForRead(std::span<const Objec
     entries[i] = &it->second;
   }
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (!entries[i]->lease.IsLocked(now)) entries[i]->lease.Lock(owner, 1, now, config_.read_ttl_ms);
+    if (!entries[i]->lease.IsLocked(now))
+      entries[i]->lease.Lock(owner, 1, now, config_.read_ttl_ms);
     grants[i] = {true, entries[i]->offset, entries[i]->size};
   }
   return grants;

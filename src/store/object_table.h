@@ -44,10 +44,10 @@ namespace lmcache::store {
 using alloc::Offset;
 
 struct ObjectTableConfig {
-  TimeMs write_ttl_ms = 600'000;  // --l1-write-ttl-seconds (600 s)
-  TimeMs read_ttl_ms = 300'000;   // --l1-read-ttl-seconds (300 s)
-  std::uint32_t num_shards = 64;  // power of two not required; > 0
-  bool on_demand_eviction = true; // evict LRU objects when a reservation cannot allocate
+  TimeMs write_ttl_ms = 600'000;   // --l1-write-ttl-seconds (600 s)
+  TimeMs read_ttl_ms = 300'000;    // --l1-read-ttl-seconds (300 s)
+  std::uint32_t num_shards = 64;   // power of two not required; > 0
+  bool on_demand_eviction = true;  // evict LRU objects when a reservation cannot allocate
 };
 
 inline constexpr std::uint32_t kMaxReadLockCount = 128;
@@ -116,7 +116,8 @@ struct TableStats {
   std::uint64_t resident_bytes = 0;
   std::uint64_t staging_objects = 0;
   std::uint64_t staging_bytes = 0;
-  std::uint64_t locked_objects = 0;  // resident with a live read lease, or staging with a live write lease
+  std::uint64_t locked_objects =
+      0;  // resident with a live read lease, or staging with a live write lease
   std::uint64_t locked_bytes = 0;
   std::uint64_t retired_objects = 0;  // force-deleted while locked, freed when the lease ends
   std::uint64_t retired_bytes = 0;

@@ -31,10 +31,10 @@ struct RetiredEntry {
   ObjectKey key;
   Offset offset = 0;
   std::uint64_t size = 0;
-  bool staged = false;      // a writer's copy (write lease) rather than a resident one
-  OwnerId writer = 0;       // staged only
-  TimeMs expires_ms = 0;    // staged only
-  ReadLease lease;          // resident only
+  bool staged = false;    // a writer's copy (write lease) rather than a resident one
+  OwnerId writer = 0;     // staged only
+  TimeMs expires_ms = 0;  // staged only
+  ReadLease lease;        // resident only
   bool Ended(TimeMs now) const { return staged ? now >= expires_ms : !lease.IsLocked(now); }
 };
 
@@ -49,8 +49,8 @@ struct ObjectTable::Shard {
 // against any other ShardSetLock) and unlocks them on destruction.
 class ObjectTable::ShardSetLock {
  public:
-  ShardSetLock(const ObjectTable& table, std::span<const ObjectKey> keys) LMC_NO_THREAD_SAFETY_ANALYSIS
-      : table_(table) {
+  ShardSetLock(const ObjectTable& table,
+               std::span<const ObjectKey> keys) LMC_NO_THREAD_SAFETY_ANALYSIS : table_(table) {
     indices_.reserve(keys.size());
     for (const ObjectKey& key : keys) indices_.push_back(table.ShardIndex(key));
     std::sort(indices_.begin(), indices_.end());
@@ -58,7 +58,8 @@ class ObjectTable::ShardSetLock {
     for (const std::uint32_t i : indices_) table_.shards_[i].mu.Lock();
   }
   ShardSetLock(const ObjectTable& table, std::uint32_t index) LMC_NO_THREAD_SAFETY_ANALYSIS
-      : table_(table), indices_{index} {
+      : table_(table),
+        indices_{index} {
     table_.shards_[index].mu.Lock();
   }
   ~ShardSetLock() LMC_NO_THREAD_SAFETY_ANALYSIS {

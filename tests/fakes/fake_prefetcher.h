@@ -33,8 +33,7 @@ class FakePrefetcher final : public tier::Prefetcher {
     jobs_.erase(it);
     return landed;
   }
-  std::optional<std::size_t> Wait(tier::PrefetchHandle handle,
-                                  std::chrono::milliseconds) override {
+  std::optional<std::size_t> Wait(tier::PrefetchHandle handle, std::chrono::milliseconds) override {
     return Poll(handle);  // tests complete jobs before waiting on them
   }
 

@@ -34,7 +34,8 @@ struct KeyArgs {
 
 inline std::vector<std::uint32_t> Tokens(std::size_t count, std::uint32_t seed = 1) {
   std::vector<std::uint32_t> tokens(count);
-  for (std::size_t i = 0; i < count; ++i) tokens[i] = seed * 100'003u + static_cast<std::uint32_t>(i);
+  for (std::size_t i = 0; i < count; ++i)
+    tokens[i] = seed * 100'003u + static_cast<std::uint32_t>(i);
   return tokens;
 }
 
@@ -44,7 +45,10 @@ inline std::string KeyFrame(const KeyArgs& k) {
   e.Str("model_name").Str(k.model);
   e.Str("world_size").Int(k.world_size);
   e.Str("worker_id");
-  if (k.worker_id) e.Int(*k.worker_id); else e.Nil();
+  if (k.worker_id)
+    e.Int(*k.worker_id);
+  else
+    e.Nil();
   e.Str("token_ids").Array(static_cast<std::uint32_t>(k.tokens.size()));
   for (auto t : k.tokens) e.Uint(t);
   e.Str("start").Int(k.start);
@@ -76,12 +80,11 @@ inline std::string RegisterFrame(std::int64_t instance, const std::string& model
 
 class ServiceHarness {
  public:
-  explicit ServiceHarness(std::uint64_t pool_bytes = 64ull << 20,
-                          server::ServiceConfig config = {}, bool on_demand_eviction = true,
-                          tier::Prefetcher* prefetcher = nullptr) {
+  explicit ServiceHarness(std::uint64_t pool_bytes = 64ull << 20, server::ServiceConfig config = {},
+                          bool on_demand_eviction = true, tier::Prefetcher* prefetcher = nullptr) {
     store::L1Config l1;
-    l1.shm_name = "lmcache_l1_pool_svc_test_" + std::to_string(getpid()) + "_" +
-                  std::to_string(counter_++);
+    l1.shm_name =
+        "lmcache_l1_pool_svc_test_" + std::to_string(getpid()) + "_" + std::to_string(counter_++);
     l1.size_bytes = pool_bytes;
     l1.prefault_threads = 1;
     l1.allocator.slab_target_bytes = 2ull << 20;

@@ -99,7 +99,8 @@ class ClientTest : public ::testing::Test {
                                          std::size_t chunks, const std::string& request,
                                          const std::string& model = "test-model") {
     std::vector<std::vector<std::byte>> data;
-    for (std::size_t c = 0; c < chunks; ++c) data.push_back(ChunkBytes(tokens, c, 256, client.ObjectBytes()));
+    for (std::size_t c = 0; c < chunks; ++c)
+      data.push_back(ChunkBytes(tokens, c, 256, client.ObjectBytes()));
     std::vector<std::span<const std::byte>> spans(data.begin(), data.end());
     return client.Store(Key(tokens, chunks, request, model), spans);
   }
@@ -261,8 +262,9 @@ TEST_F(ClientTest, WorkerKilledBetweenPrepareAndCommitIsCleanedUpByUnregister) {
   ASSERT_TRUE(WIFSIGNALED(status));
   auto observer = Connected(301);
   EXPECT_EQ(LockedObjects(*observer), 2u);  // the dead worker's staged writes
-  ASSERT_TRUE(observer->Call("unregister_kv_cache_engine_driven_context",
-                             {mp::Encoder().Int(302).Take()}).ok());
+  ASSERT_TRUE(
+      observer->Call("unregister_kv_cache_engine_driven_context", {mp::Encoder().Int(302).Take()})
+          .ok());
   EXPECT_EQ(LockedObjects(*observer), 0u);
   auto loaded = LoadAndVerify(*observer, Prompt(2 * 256, 77, 0), "after-kill");
   ASSERT_TRUE(loaded.ok());

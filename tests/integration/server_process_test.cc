@@ -24,7 +24,9 @@ void StartsServesAndCleansUpOn(int signal_number) {
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 
-TEST(ServerProcess, StartsWithOneGibPoolAndRemovesItOnSigterm) { StartsServesAndCleansUpOn(SIGTERM); }
+TEST(ServerProcess, StartsWithOneGibPoolAndRemovesItOnSigterm) {
+  StartsServesAndCleansUpOn(SIGTERM);
+}
 
 TEST(ServerProcess, RemovesItsPoolOnSigint) { StartsServesAndCleansUpOn(SIGINT); }
 
@@ -68,8 +70,8 @@ TEST(ServerProcess, HelpDocumentsFlagsWithDefaults) {
   ServerProcess server({"--help"});
   EXPECT_EQ(server.WaitExit(std::chrono::seconds(10)), 0);
   const std::string log = server.Log();
-  for (const char* flag : {"--l1-size-gb", "--shm-name", "--l1-align-bytes", "--l1-write-ttl-seconds",
-                           "--l1-read-ttl-seconds", "--eviction-policy",
+  for (const char* flag : {"--l1-size-gb", "--shm-name", "--l1-align-bytes",
+                           "--l1-write-ttl-seconds", "--l1-read-ttl-seconds", "--eviction-policy",
                            "--eviction-trigger-watermark", "--eviction-ratio", "--log-level"}) {
     EXPECT_NE(log.find(flag), std::string::npos) << flag;
   }

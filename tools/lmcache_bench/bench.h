@@ -19,15 +19,16 @@
 namespace lmcache::bench {
 
 struct BenchOptions {
-  std::string url;                   // connect to this server instead of starting one
-  std::string server_binary;         // lmcache-server to start (default: next to this tool)
+  std::string url;            // connect to this server instead of starting one
+  std::string server_binary;  // lmcache-server to start (default: next to this tool)
   std::string redis_binary = "/usr/bin/redis-server";
   std::uint64_t tokens_per_prompt = 4096;
-  std::uint64_t bytes_per_token = 32768;  // 8 MiB per 256-token chunk (e.g. 8 layers x 1024 x K,V x bf16)
+  std::uint64_t bytes_per_token =
+      32768;  // 8 MiB per 256-token chunk (e.g. 8 layers x 1024 x K,V x bf16)
   std::uint64_t chunk_size = 256;
   int workers = 2;
   int prompts_per_worker = 2;
-  int rounds = 5;                    // repetitions of each measurement; medians are reported
+  int rounds = 5;  // repetitions of each measurement; medians are reported
   double pool_gb = 4;
   std::uint64_t lookup_tokens = 131072;
   int latency_samples = 2000;

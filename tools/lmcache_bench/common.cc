@@ -48,7 +48,8 @@ PromptBuffers MakePromptBuffers(const BenchOptions& o, int worker) {
 
 Status PromptBuffers::Verify() const {
   for (std::size_t p = 0; p < data.size(); ++p) {
-    if (out[p] != data[p]) return Internal("prompt " + std::to_string(p) + ": retrieved bytes differ");
+    if (out[p] != data[p])
+      return Internal("prompt " + std::to_string(p) + ": retrieved bytes differ");
   }
   return Status::Ok();
 }

@@ -12,6 +12,7 @@
 #include "bench.h"
 #include "common/msgpack_codec.h"
 #include "lmcache/client.h"
+#include "lmcache/protocol.h"
 
 namespace lmcache::bench {
 namespace {
@@ -59,7 +60,7 @@ Result<double> EchoP50(int samples) {
   dealer.set(zmq::sockopt::linger, 0);
   dealer.connect(url);
   // The frames of a ping: uid, operation id 22, nil instance id.
-  const std::string op = mp::Encoder().Int(22).Take();
+  const std::string op = mp::Encoder().Int(static_cast<std::int64_t>(Op::kPing)).Take();
   const std::string nil = mp::Encoder().Nil().Take();
   std::vector<double> times;
   Status status;

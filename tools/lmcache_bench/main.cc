@@ -63,7 +63,8 @@ class LocalServer {
       int status = 0;
       if (waitpid(server->pid_, &status, WNOHANG) == server->pid_) {
         server->pid_ = -1;
-        return Status(ErrorCode::kUnavailable, binary + " exited during startup (see its log above)");
+        return Status(ErrorCode::kUnavailable,
+                      binary + " exited during startup (see its log above)");
       }
     }
     return Status(ErrorCode::kTimeout, binary + " did not answer within 120 s");
@@ -157,13 +158,15 @@ int Run(BenchOptions o) {
     if (!info.ok()) return fail(info.status());
     report.server_version = info->version;
     if (info->chunk_size != static_cast<std::int64_t>(o.chunk_size)) {
-      return fail(InvalidArgument("the server's chunk size is " + std::to_string(info->chunk_size)));
+      return fail(
+          InvalidArgument("the server's chunk size is " + std::to_string(info->chunk_size)));
     }
   }
   auto main_paths = MeasurePaths(o, url);
   if (!main_paths.ok()) return fail(main_paths.status());
   report.main = std::move(main_paths).value();
-  Progress("latencies: ping, bare ZMQ echo, lookup of " + std::to_string(o.lookup_tokens) + " tokens");
+  Progress("latencies: ping, bare ZMQ echo, lookup of " + std::to_string(o.lookup_tokens) +
+           " tokens");
   auto latencies = MeasureLatencies(o, url);
   if (!latencies.ok()) return fail(latencies.status());
   report.latencies = *latencies;
@@ -188,11 +191,14 @@ int Run(BenchOptions o) {
 
 int main(int argc, char** argv) {
   lmcache::bench::BenchOptions o;
-  CLI::App app{"lmcache-bench: lmcache-server's shared-memory path against memcpy, a "
-               "copy-through-socket path and Redis, in one run. Defaults fit a 2-core, "
-               "24 GiB machine.", "lmcache-bench"};
-  app.add_option("--url", o.url, "Benchmark a running server (ipc:// or tcp://) instead of "
-                                 "starting one; it must share this host's /dev/shm");
+  CLI::App app{
+      "lmcache-bench: lmcache-server's shared-memory path against memcpy, a "
+      "copy-through-socket path and Redis, in one run. Defaults fit a 2-core, "
+      "24 GiB machine.",
+      "lmcache-bench"};
+  app.add_option("--url", o.url,
+                 "Benchmark a running server (ipc:// or tcp://) instead of "
+                 "starting one; it must share this host's /dev/shm");
   app.add_option("--server-binary", o.server_binary,
                  "lmcache-server to start (default: the one built next to this tool)");
   app.add_option("--tokens-per-prompt", o.tokens_per_prompt, "Tokens per prompt (full chunks)")

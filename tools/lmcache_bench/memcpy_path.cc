@@ -22,7 +22,8 @@ Result<double> MeasureMemcpyGbps(const BenchOptions& o) {
         ready.count_down();
         go.wait();
         for (std::size_t p = 0; p < buffers[w].data.size(); ++p) {
-          std::memcpy(buffers[w].out[p].data(), buffers[w].data[p].data(), buffers[w].data[p].size());
+          std::memcpy(buffers[w].out[p].data(), buffers[w].data[p].data(),
+                      buffers[w].data[p].size());
         }
       });
     }
@@ -30,7 +31,8 @@ Result<double> MeasureMemcpyGbps(const BenchOptions& o) {
     const auto start = std::chrono::steady_clock::now();
     go.count_down();
     for (auto& t : threads) t.join();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     samples.push_back(static_cast<double>(o.bytes_per_round()) / seconds / 1e9);
   }
   for (const PromptBuffers& b : buffers) LMC_RETURN_IF_ERROR(b.Verify());

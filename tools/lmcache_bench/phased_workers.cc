@@ -60,8 +60,8 @@ void Report(int fd, const Status& status) {
   while (ReadAll(from_parent, &command, 1) && command == kGo) {
     std::uint32_t index = 0;
     if (!ReadAll(from_parent, &index, sizeof(index))) break;
-    Report(to_parent, index < phases.size() ? phases[index](worker)
-                                            : InvalidArgument("no such phase"));
+    Report(to_parent,
+           index < phases.size() ? phases[index](worker) : InvalidArgument("no such phase"));
   }
   _exit(0);  // no destructors of the parent's objects in the child
 }

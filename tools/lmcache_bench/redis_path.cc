@@ -7,12 +7,12 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <thread>
 
 #include "bench.h"
@@ -33,8 +33,8 @@ using RedisReplyPtr = std::unique_ptr<redisReply, ReplyFree>;
 Result<RedisConnection> Connect(const std::string& socket_path) {
   RedisConnection connection(redisConnectUnix(socket_path.c_str()));
   if (!connection || connection->err != 0) {
-    return Status(ErrorCode::kUnavailable,
-                  "redis at " + socket_path + ": " + (connection ? connection->errstr : "no memory"));
+    return Status(ErrorCode::kUnavailable, "redis at " + socket_path + ": " +
+                                               (connection ? connection->errstr : "no memory"));
   }
   return connection;
 }
@@ -150,10 +150,12 @@ Result<Throughput> MeasureRedisPath(const BenchOptions& o) {
         void* raw = nullptr;
         if (redisGetReply(c, &raw) != REDIS_OK) return Internal(c->errstr);
         RedisReplyPtr reply(static_cast<redisReply*>(raw));
-        if (reply->type != REDIS_REPLY_STRING || static_cast<std::uint64_t>(reply->len) != o.object_bytes()) {
+        if (reply->type != REDIS_REPLY_STRING ||
+            static_cast<std::uint64_t>(reply->len) != o.object_bytes()) {
           return Internal("redis returned no chunk");
         }
-        std::memcpy(state->buffers.out[p].data() + chunk * o.object_bytes(), reply->str, reply->len);
+        std::memcpy(state->buffers.out[p].data() + chunk * o.object_bytes(), reply->str,
+                    reply->len);
       }
     }
     return Status::Ok();
@@ -164,7 +166,8 @@ Result<Throughput> MeasureRedisPath(const BenchOptions& o) {
     stop_server();
     return workers.status();
   }
-  Result<Throughput> result = RunRounds(o, **workers, [&admin] { return Command(admin.get(), {"FLUSHALL"}); });
+  Result<Throughput> result =
+      RunRounds(o, **workers, [&admin] { return Command(admin.get(), {"FLUSHALL"}); });
   workers->reset();
   admin.reset();
   stop_server();

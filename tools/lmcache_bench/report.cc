@@ -98,12 +98,13 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
 
 void PrintTable(const BenchReport& r) {
   const BenchOptions& o = r.options;
-  std::printf("\nlmcache-bench: %d workers, %llu-token prompts, %llu bytes/token, %llu-token chunks "
-              "(%.1f MiB each), %d prompts/worker, median of %d rounds\n\n",
-              o.workers, static_cast<unsigned long long>(o.tokens_per_prompt),
-              static_cast<unsigned long long>(o.bytes_per_token),
-              static_cast<unsigned long long>(o.chunk_size),
-              static_cast<double>(o.object_bytes()) / (1 << 20), o.prompts_per_worker, o.rounds);
+  std::printf(
+      "\nlmcache-bench: %d workers, %llu-token prompts, %llu bytes/token, %llu-token chunks "
+      "(%.1f MiB each), %d prompts/worker, median of %d rounds\n\n",
+      o.workers, static_cast<unsigned long long>(o.tokens_per_prompt),
+      static_cast<unsigned long long>(o.bytes_per_token),
+      static_cast<unsigned long long>(o.chunk_size),
+      static_cast<double>(o.object_bytes()) / (1 << 20), o.prompts_per_worker, o.rounds);
   std::printf("  %-22s %14s %14s\n", "path", "store GB/s", "retrieve GB/s");
   auto row = [](const char* name, double store, double retrieve) {
     std::printf("  %-22s %14.2f %14.2f\n", name, store, retrieve);
@@ -127,8 +128,7 @@ void PrintTable(const BenchReport& r) {
   for (const PathResults& p : r.sweep) {
     std::printf("  sweep %7llu tokens: memcpy %.2f | shm %.2f / %.2f | socket %.2f / %.2f GB/s\n",
                 static_cast<unsigned long long>(p.tokens_per_prompt), p.memcpy_gbps,
-                p.shm.store_gbps, p.shm.retrieve_gbps, p.socket.store_gbps,
-                p.socket.retrieve_gbps);
+                p.shm.store_gbps, p.shm.retrieve_gbps, p.socket.store_gbps, p.socket.retrieve_gbps);
   }
   std::fflush(stdout);
 }
@@ -137,15 +137,16 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
   const BenchOptions& o = r.options;
   std::ostringstream out;
   out << "{\n  \"schema\": \"lmcache-bench/1\",\n";
-  out << "  \"machine\": {\"cpu\": \"" << Escape(CpuModel()) << "\", \"cores\": "
-      << std::thread::hardware_concurrency() << ", \"memory_bytes\": " << PhysicalMemoryBytes()
-      << ", \"server_version\": \"" << Escape(r.server_version) << "\"},\n";
-  out << "  \"parameters\": {\"workers\": " << o.workers << ", \"tokens_per_prompt\": "
-      << o.tokens_per_prompt << ", \"bytes_per_token\": " << o.bytes_per_token
-      << ", \"chunk_size\": " << o.chunk_size << ", \"prompts_per_worker\": "
-      << o.prompts_per_worker << ", \"rounds\": " << o.rounds << ", \"pool_gb\": " << o.pool_gb
-      << ", \"lookup_tokens\": " << o.lookup_tokens << ", \"quick\": "
-      << (o.quick ? "true" : "false") << "},\n";
+  out << "  \"machine\": {\"cpu\": \"" << Escape(CpuModel())
+      << "\", \"cores\": " << std::thread::hardware_concurrency()
+      << ", \"memory_bytes\": " << PhysicalMemoryBytes() << ", \"server_version\": \""
+      << Escape(r.server_version) << "\"},\n";
+  out << "  \"parameters\": {\"workers\": " << o.workers
+      << ", \"tokens_per_prompt\": " << o.tokens_per_prompt
+      << ", \"bytes_per_token\": " << o.bytes_per_token << ", \"chunk_size\": " << o.chunk_size
+      << ", \"prompts_per_worker\": " << o.prompts_per_worker << ", \"rounds\": " << o.rounds
+      << ", \"pool_gb\": " << o.pool_gb << ", \"lookup_tokens\": " << o.lookup_tokens
+      << ", \"quick\": " << (o.quick ? "true" : "false") << "},\n";
   out << "  \"results\": {\n";
   const auto fields = HeadlineFields(r);
   for (std::size_t i = 0; i < fields.size(); ++i) {

@@ -38,14 +38,16 @@ std::string RequestId(char tag, std::uint64_t prompt) {
 
 std::uint64_t PromptId(const BenchOptions& o, int round, int worker, int p) {
   return (static_cast<std::uint64_t>(round) * static_cast<std::uint64_t>(o.workers) +
-          static_cast<std::uint64_t>(worker)) * static_cast<std::uint64_t>(o.prompts_per_worker) +
+          static_cast<std::uint64_t>(worker)) *
+             static_cast<std::uint64_t>(o.prompts_per_worker) +
          static_cast<std::uint64_t>(p) + 1;
 }
 
 }  // namespace
 
 Result<Throughput> MeasureShmPath(const BenchOptions& o, const std::string& url) {
-  if (o.bytes_per_token % 4 != 0) return InvalidArgument("--bytes-per-token must be a multiple of 4");
+  if (o.bytes_per_token % 4 != 0)
+    return InvalidArgument("--bytes-per-token must be a multiple of 4");
   auto state = std::make_shared<ShmWorker>();  // each forked worker gets its own copy
   auto setup = [&o, &url, state](int w) -> Status {
     client::ClientOptions options;
@@ -56,7 +58,8 @@ Result<Throughput> MeasureShmPath(const BenchOptions& o, const std::string& url)
     context.instance_id = kInstanceBase + w;
     context.model_name = "bench-shm";
     context.num_layers = 1;
-    context.hidden_dim_size = static_cast<std::int64_t>(o.bytes_per_token / 4);  // [2,1,chunk,h] bf16
+    context.hidden_dim_size =
+        static_cast<std::int64_t>(o.bytes_per_token / 4);  // [2,1,chunk,h] bf16
     LMC_RETURN_IF_ERROR(state->client->Register(context).status());
     if (state->client->ObjectBytes() != o.object_bytes()) return Internal("unexpected object size");
     state->buffers = MakePromptBuffers(o, w);
@@ -69,9 +72,9 @@ Result<Throughput> MeasureShmPath(const BenchOptions& o, const std::string& url)
       for (std::uint64_t c = 0; c < o.chunks_per_prompt(); ++c) {
         chunks.emplace_back(state->buffers.data[p].data() + c * o.object_bytes(), o.object_bytes());
       }
-      LMC_ASSIGN_OR_RETURN(const client::StoreResult stored,
-                           state->client->Store(PromptKey(o, prompt, RequestId('s', prompt)),
-                                                chunks));
+      LMC_ASSIGN_OR_RETURN(
+          const client::StoreResult stored,
+          state->client->Store(PromptKey(o, prompt, RequestId('s', prompt)), chunks));
       if (stored.stored != chunks.size()) {
         return Internal("stored " + std::to_string(stored.stored) + " of " +
                         std::to_string(chunks.size()) + " chunks (pool too small?)");
@@ -86,7 +89,8 @@ Result<Throughput> MeasureShmPath(const BenchOptions& o, const std::string& url)
       const std::string request = RequestId('r', prompt);
       client::KeySpec key = PromptKey(o, prompt, request);
       LMC_ASSIGN_OR_RETURN(const std::size_t hits, state->client->Lookup(key));
-      if (hits != o.chunks_per_prompt()) return Internal("lookup found " + std::to_string(hits) + " chunks");
+      if (hits != o.chunks_per_prompt())
+        return Internal("lookup found " + std::to_string(hits) + " chunks");
       std::vector<std::span<std::byte>> out;
       for (std::uint64_t c = 0; c < o.chunks_per_prompt(); ++c) {
         out.emplace_back(state->buffers.out[p].data() + c * o.object_bytes(), o.object_bytes());
@@ -98,7 +102,8 @@ Result<Throughput> MeasureShmPath(const BenchOptions& o, const std::string& url)
     return Status::Ok();
   };
   auto verify = [state](int) { return state->buffers.Verify(); };
-  LMC_ASSIGN_OR_RETURN(auto workers, PhasedWorkers::Start(o.workers, setup, {store, retrieve, verify}));
+  LMC_ASSIGN_OR_RETURN(auto workers,
+                       PhasedWorkers::Start(o.workers, setup, {store, retrieve, verify}));
 
   client::ClientOptions admin_options;
   admin_options.url = url;

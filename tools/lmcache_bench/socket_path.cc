@@ -133,7 +133,8 @@ Result<Throughput> MeasureSocketPath(const BenchOptions& o) {
       if (reply.size() != o.chunks_per_prompt()) return Internal("socket server lost chunks");
       for (std::uint64_t c = 0; c < o.chunks_per_prompt(); ++c) {
         zmq::message_t chunk = reply.pop();
-        std::memcpy(state->buffers.out[p].data() + c * o.object_bytes(), chunk.data(), chunk.size());
+        std::memcpy(state->buffers.out[p].data() + c * o.object_bytes(), chunk.data(),
+                    chunk.size());
       }
     }
     return Status::Ok();
@@ -150,12 +151,12 @@ Result<Throughput> MeasureSocketPath(const BenchOptions& o) {
   admin.set(zmq::sockopt::linger, 0);
   admin.connect(url);
   Result<Throughput> result = RunRounds(o, **workers, [&admin] {
-        zmq::multipart_t reset;
-        reset.addstr("admin");
-        reset.addstr("reset");
-        reset.addstr("");
-        return Roundtrip(admin, std::move(reset)).status();
-      });
+    zmq::multipart_t reset;
+    reset.addstr("admin");
+    reset.addstr("reset");
+    reset.addstr("");
+    return Roundtrip(admin, std::move(reset)).status();
+  });
   workers->reset();
   stop_server();
   std::filesystem::remove(url.substr(6));

@@ -62,9 +62,8 @@ TEST_F(SlabAllocatorTest, BytesWrittenToOneObjectDoNotTouchAnother) {
   }
   for (std::size_t i = 0; i < offsets->size(); ++i) {
     const std::byte* p = *a->Resolve((*offsets)[i], 256 * 1024);
-    EXPECT_TRUE(std::all_of(p, p + 256 * 1024, [i](std::byte b) {
-      return b == static_cast<std::byte>(i + 1);
-    }));
+    EXPECT_TRUE(std::all_of(p, p + 256 * 1024,
+                            [i](std::byte b) { return b == static_cast<std::byte>(i + 1); }));
   }
 }
 

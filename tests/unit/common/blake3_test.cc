@@ -29,9 +29,9 @@ std::vector<std::uint8_t> RandomBytes(std::mt19937& rng, std::size_t size) {
 // short last blocks, exactly full chunks (which must not be merged before Finalize), and
 // non-power-of-two chunk counts. Plus random lengths from a fixed seed.
 std::vector<std::size_t> OracleLengths() {
-  std::vector<std::size_t> lengths = {0,     1,     63,    64,    65,     1023,      1024, 1025,
-                                      2048,  2049,  3072,  4096,  4097,   5121,      8192, 16385,
-                                      31744, 65536, 65537, 100000, 512 * 1024};
+  std::vector<std::size_t> lengths = {0,    1,     63,    64,    65,    1023,   1024,
+                                      1025, 2048,  2049,  3072,  4096,  4097,   5121,
+                                      8192, 16385, 31744, 65536, 65537, 100000, 512 * 1024};
   std::mt19937 rng(0xB1A4E3);
   std::uniform_int_distribution<std::size_t> dist(0, 300000);
   for (int i = 0; i < 40; ++i) lengths.push_back(dist(rng));

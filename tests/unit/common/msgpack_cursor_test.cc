@@ -71,8 +71,17 @@ TEST(MsgpackCursor, SkipHonoursTheDepthLimit) {
 
 TEST(MsgpackCursor, SkipsEveryTypeItMayMeet) {
   Encoder e;
-  e.Array(8).Nil().Bool(true).Int(-5).Uint(1ull << 40).Float(1.5).Str("x").Bin("yz").Map(1).Str(
-      "k").Array(0);
+  e.Array(8)
+      .Nil()
+      .Bool(true)
+      .Int(-5)
+      .Uint(1ull << 40)
+      .Float(1.5)
+      .Str("x")
+      .Bin("yz")
+      .Map(1)
+      .Str("k")
+      .Array(0);
   std::string frame = e.Take();
   frame += std::string("\xd6\x01\x00\x00\x00\x00", 6);  // fixext 4 after the array
   MsgpackCursor cursor(frame);

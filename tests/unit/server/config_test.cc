@@ -34,9 +34,9 @@ TEST(ServerConfig, DefaultsMatchTheReference) {
 }
 
 TEST(ServerConfig, FlagsAreApplied) {
-  auto config = Parse({"--l1-size-gb", "1.5", "--shm-name", "/pool", "--l1-write-ttl-seconds",
-                       "30", "--eviction-policy", "noop", "--no-on-demand-eviction",
-                       "--l1-align-bytes", "65536"});
+  auto config =
+      Parse({"--l1-size-gb", "1.5", "--shm-name", "/pool", "--l1-write-ttl-seconds", "30",
+             "--eviction-policy", "noop", "--no-on-demand-eviction", "--l1-align-bytes", "65536"});
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->l1.size_bytes, 3ull << 29);
   EXPECT_EQ(config->l1.shm_name, "lmcache_l1_pool_pool");
@@ -49,8 +49,7 @@ TEST(ServerConfig, FlagsAreApplied) {
 void ExpectRejected(std::vector<std::string> args, const std::string& flag) {
   auto config = Parse(args);
   ASSERT_FALSE(config.ok()) << "accepted: " << args[0];
-  EXPECT_NE(config.status().message().find(flag), std::string::npos)
-      << config.status().message();
+  EXPECT_NE(config.status().message().find(flag), std::string::npos) << config.status().message();
 }
 
 TEST(ServerConfig, InvalidValuesNameTheFlag) {
@@ -67,9 +66,9 @@ TEST(ServerConfig, InvalidValuesNameTheFlag) {
   ExpectRejected({"--eviction-interval-ms", "0"}, "--eviction-interval-ms");
   ExpectRejected({"--chunk-size", "0"}, "--chunk-size");
   ExpectRejected({"--worker-reap-timeout-seconds", "10"}, "--worker-reap-timeout-seconds");
-  ExpectRejected({"--worker-reap-timeout-seconds", "300", "--worker-registration-grace-seconds",
-                  "100"},
-                 "--worker-registration-grace-seconds");
+  ExpectRejected(
+      {"--worker-reap-timeout-seconds", "300", "--worker-registration-grace-seconds", "100"},
+      "--worker-registration-grace-seconds");
   ExpectRejected({"--session-ttl-seconds", "0"}, "--session-ttl-seconds");
   ExpectRejected({"--hash-algorithm", "sha256_cbor"}, "--hash-algorithm");
   ExpectRejected({"--url", "http://x"}, "--url");

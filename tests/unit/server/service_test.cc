@@ -64,12 +64,13 @@ class ServiceTest : public ::testing::Test {
     std::vector<Slot> slots = SlotsOf(Field(prepared.get(), "context"));
     const msgpack::object& indices = Field(Field(prepared.get(), "context"), "chunk_indices");
     for (std::size_t i = 0; i < slots.size(); ++i) {
-      const auto chunk = key.start / 256 + static_cast<std::int64_t>(indices.via.array.ptr[i].via.u64);
+      const auto chunk =
+          key.start / 256 + static_cast<std::int64_t>(indices.via.array.ptr[i].via.u64);
       std::memset(h_.pool() + slots[i].offset, Pattern(key, chunk), slots[i].length);
     }
     if (commit) {
-      auto done = h_.Ok("commit_store", {KeyFrame(key), IntFrame(instance),
-                                         mp::Encoder().Bin("").Take()});
+      auto done =
+          h_.Ok("commit_store", {KeyFrame(key), IntFrame(instance), mp::Encoder().Bin("").Take()});
       EXPECT_TRUE(done.get().via.boolean);
     }
     return slots;
@@ -91,7 +92,8 @@ class ServiceTest : public ::testing::Test {
     const std::vector<Slot> slots = SlotsOf(Field(prepared.get(), "context"));
     ASSERT_EQ(static_cast<std::int64_t>(slots.size()), (key.end - key.start) / 256);
     for (std::size_t i = 0; i < slots.size(); ++i) {
-      const auto expected = static_cast<std::byte>(Pattern(key, key.start / 256 + static_cast<std::int64_t>(i)));
+      const auto expected =
+          static_cast<std::byte>(Pattern(key, key.start / 256 + static_cast<std::int64_t>(i)));
       const std::byte* p = h_.pool() + slots[i].offset;
       ASSERT_EQ(slots[i].length, kObject);
       ASSERT_EQ(p[0], expected);
@@ -115,7 +117,8 @@ KeyArgs Key(std::size_t tokens, std::int64_t end_chunks, std::uint32_t seed = 1,
 
 TEST_F(ServiceTest, RegisterReturnsPoolAndIsIdempotent) {
   auto first = h_.Ok("register_kv_cache_engine_driven_context", {RegisterFrame(1)});
-  EXPECT_EQ(std::string(Field(first.get(), "shm_name").via.str.ptr, Field(first.get(), "shm_name").via.str.size),
+  EXPECT_EQ(std::string(Field(first.get(), "shm_name").via.str.ptr,
+                        Field(first.get(), "shm_name").via.str.size),
             h_.l1().segment().name());
   EXPECT_EQ(Field(first.get(), "pool_size").via.u64, h_.l1().segment().size());
   EXPECT_EQ(Field(first.get(), "error").type, msgpack::type::NIL);
@@ -134,9 +137,11 @@ TEST_F(ServiceTest, LayoutMismatchIsRefused) {
   EXPECT_EQ(second_instance.status.code(), ErrorCode::kLayoutMismatch);
   EXPECT_NE(second_instance.status.message().find("already served"), std::string::npos);
   EXPECT_TRUE(h_.Call("register_kv_cache_engine_driven_context",
-                      {RegisterFrame(3, "model", 1, 2, 64, "bfloat16")}).status.ok());
+                      {RegisterFrame(3, "model", 1, 2, 64, "bfloat16")})
+                  .status.ok());
   EXPECT_EQ(h_.Call("register_kv_cache_engine_driven_context",
-                    {RegisterFrame(4, "model", 1, 2, 64, "complex64")}).status.code(),
+                    {RegisterFrame(4, "model", 1, 2, 64, "complex64")})
+                .status.code(),
             ErrorCode::kInvalidArgument);
 }
 
@@ -242,10 +247,12 @@ TEST_F(ServiceTest, CommitStoreErrors) {
   auto none = h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
   EXPECT_EQ(none.status.code(), ErrorCode::kNotFound);
   Store(1, key, /*commit=*/false);
-  auto inline_data = h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("x").Take()});
+  auto inline_data =
+      h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("x").Take()});
   EXPECT_EQ(inline_data.status.code(), ErrorCode::kNotSupported);
   h_.clock().Advance(h_.service().table().config().write_ttl_ms + 1);
-  auto expired = h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
+  auto expired =
+      h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
   EXPECT_EQ(expired.status.code(), ErrorCode::kLeaseExpired);
   EXPECT_EQ(Table().resident_objects, 0u);
   EXPECT_EQ(h_.l1().allocator().UsedBytes(), 0u);
@@ -283,7 +290,7 @@ TEST_F(ServiceTest, UnregisterReleasesPendingWritesAndReads) {
   Store(1, stored);
   EXPECT_EQ(Lookup(stored), 2u);
   h_.Ok("prepare_retrieve", {KeyFrame(stored), IntFrame(1)});  // reading, no commit
-  Store(1, Key(768, 3, 2, "w"), /*commit=*/false);              // writing, no commit
+  Store(1, Key(768, 3, 2, "w"), /*commit=*/false);             // writing, no commit
   EXPECT_EQ(Table().staging_objects, 3u);
   EXPECT_EQ(Table().locked_objects, 5u);
   h_.Ok("unregister_kv_cache_engine_driven_context", {IntFrame(1)});
@@ -355,13 +362,16 @@ TEST_F(ServiceTest, LookupValidationAndUnknownModels) {
   KeyArgs key = Key(512, 0);
   key.worker_id.reset();
   key.readers = 0;
-  EXPECT_EQ(h_.Call("lookup", {KeyFrame(key), IntFrame(1)}).status.code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(h_.Call("lookup", {KeyFrame(key), IntFrame(1)}).status.code(),
+            ErrorCode::kInvalidArgument);
   key.readers = 1;
   h_.Ok("lookup", {KeyFrame(key), IntFrame(1)});  // nobody registered the model: 0 hits
   EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 0u);
   EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("unknown")}).get().via.u64, 0u);
   EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("unknown"), mp::Encoder().Float(1.0).Take()})
-                .get().via.u64, 0u);
+                .get()
+                .via.u64,
+            0u);
 }
 
 TEST_F(ServiceTest, SmallOpsAndOurExtras) {
@@ -438,7 +448,8 @@ TEST_F(ServiceOomTest, PartialOomStoresOnlyAllocatedChunks) {
   EXPECT_EQ(slots.size(), 32u);
   EXPECT_EQ(Field(prepared.get(), "oom_chunks").via.u64, 8u);
   EXPECT_TRUE(h_.Ok("commit_store", {KeyFrame(big), IntFrame(1), mp::Encoder().Bin("").Take()})
-                  .get().via.boolean);
+                  .get()
+                  .via.boolean);
   EXPECT_EQ(Table().resident_objects, 32u);
   KeyArgs again = big;
   again.request_id = "again";
@@ -447,7 +458,8 @@ TEST_F(ServiceOomTest, PartialOomStoresOnlyAllocatedChunks) {
 
 TEST_F(ServiceTest, OnDemandEvictionMakesRoomForNewPrompts) {
   testing::ServiceHarness small(4ull << 20);
-  ASSERT_TRUE(small.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
+  ASSERT_TRUE(
+      small.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
   for (std::uint32_t prompt = 1; prompt <= 3; ++prompt) {
     KeyArgs key = Key(16 * 256, 16, prompt, "p" + std::to_string(prompt));
     auto prepared = small.Ok("prepare_store", {KeyFrame(key), IntFrame(1)});
@@ -460,7 +472,8 @@ TEST_F(ServiceTest, OnDemandEvictionMakesRoomForNewPrompts) {
 // With an L2 tier, the lookup's answer waits for the prefetch (spec 9.3).
 class ServicePrefetchTest : public ::testing::Test {
  protected:
-  ServicePrefetchTest() : prefetcher_(kObject), h_(64ull << 20, ServiceConfig{}, true, &prefetcher_) {
+  ServicePrefetchTest()
+      : prefetcher_(kObject), h_(64ull << 20, ServiceConfig{}, true, &prefetcher_) {
     prefetcher_.Attach(&h_.service().table());
     EXPECT_TRUE(h_.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
   }
@@ -477,8 +490,7 @@ TEST_F(ServicePrefetchTest, StatusIsNilUntilThePrefetchLandsThenCountsBothTiers)
   h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
   EXPECT_EQ(prefetcher_.pending(), 1u);
   EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().type, msgpack::type::NIL);
-  EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().type,
-            msgpack::type::NIL);
+  EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().type, msgpack::type::NIL);
   prefetcher_.Complete(prefetcher_.last_handle(), 1);  // L2 had chunk 2, not chunk 3
   EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().via.u64, 3u);
   EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 3u);

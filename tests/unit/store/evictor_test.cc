@@ -53,7 +53,8 @@ class EvictorTest : public ::testing::Test {
   void Fill(std::size_t objects) {
     const auto keys = testing::KeysN(next_, objects);
     next_ += objects;
-    ASSERT_EQ(table_->ReserveWrite(keys, kMiB, 1, AllocationMode::kAllOrNothing)->reserved, objects);
+    ASSERT_EQ(table_->ReserveWrite(keys, kMiB, 1, AllocationMode::kAllOrNothing)->reserved,
+              objects);
     table_->FinishWrite(keys, 1);
   }
   testing::AlignedBuffer buffer_;
@@ -95,9 +96,9 @@ TEST_F(EvictorTest, LockedObjectsLimitWhatAPassCanFree) {
 }
 
 TEST_F(EvictorTest, PassReclaimsExpiredWrites) {
-  ASSERT_EQ(table_->ReserveWrite(testing::KeysN(50, 3), kMiB, 9, AllocationMode::kAllOrNothing)
-                ->reserved,
-            3u);
+  ASSERT_EQ(
+      table_->ReserveWrite(testing::KeysN(50, 3), kMiB, 9, AllocationMode::kAllOrNothing)->reserved,
+      3u);
   clock_.Advance(table_->config().write_ttl_ms + 1);
   Evictor evictor(table_.get(), EvictorConfig{});
   evictor.RunPass();

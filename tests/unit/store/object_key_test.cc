@@ -46,8 +46,8 @@ TEST(ObjectKey, EveryFieldTakesPartInIdentity) {
   other_salt.cache_salt = "tenant";
   ObjectKey other_model = base;
   other_model.model_name = "n";
-  std::unordered_set<ObjectKey, ObjectKeyHash> set{base, other_rank, other_group, other_salt,
-                                                   other_model, base};
+  std::unordered_set<ObjectKey, ObjectKeyHash> set{base,       other_rank,  other_group,
+                                                   other_salt, other_model, base};
   EXPECT_EQ(set.size(), 5u);
   EXPECT_TRUE(ValidateObjectKey(base).ok());
   ObjectKey negative = base;

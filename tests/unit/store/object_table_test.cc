@@ -102,7 +102,8 @@ TEST_F(ObjectTableTest, RepeatedReservationBySameWriterReturnsSameBuffer) {
 TEST_F(ObjectTableTest, FirstWriterWinsAndDuplicateIsDiscarded) {
   const auto keys = KeysN(0, 1);
   ASSERT_TRUE(table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing).ok());
-  ASSERT_TRUE(table_->ReserveWrite(keys, kObject, kOtherWriter, AllocationMode::kAllOrNothing).ok());
+  ASSERT_TRUE(
+      table_->ReserveWrite(keys, kObject, kOtherWriter, AllocationMode::kAllOrNothing).ok());
   EXPECT_EQ(allocator_->UsedBytes(), 2 * kObject);
   EXPECT_EQ(table_->FinishWrite(keys, kOtherWriter)[0], WriteOutcome::kAdmitted);
   EXPECT_EQ(table_->FinishWrite(keys, kWriter)[0], WriteOutcome::kDuplicateDiscarded);
@@ -218,7 +219,8 @@ TEST_F(ObjectTableTest, ReleaseOwnerDropsItsReadsAndWrites) {
   Store(KeysN(0, 2));
   ASSERT_TRUE(table_->ReserveRead(KeysN(0, 2), 3, kReader, ReadMode::kEach).ok());
   ASSERT_TRUE(table_->ReserveRead(KeysN(0, 1), 1, kOtherWriter, ReadMode::kEach).ok());
-  ASSERT_TRUE(table_->ReserveWrite(KeysN(10, 2), kObject, kReader, AllocationMode::kAllOrNothing).ok());
+  ASSERT_TRUE(
+      table_->ReserveWrite(KeysN(10, 2), kObject, kReader, AllocationMode::kAllOrNothing).ok());
   const OwnerReleaseReport report = table_->ReleaseOwner(kReader);
   EXPECT_EQ(report.read_locks_released, 6u);
   EXPECT_EQ(report.writes_aborted, 2u);
@@ -250,7 +252,7 @@ TEST_F(ObjectTableTest, EvictLruTakesOldestUnlockedTailFirst) {
   EXPECT_TRUE(Resident(KeyN(3)));   // locked: skipped
   EXPECT_FALSE(Resident(KeyN(2)));  // the tail of A went first
   EXPECT_FALSE(Resident(KeyN(1)));
-  EXPECT_TRUE(Resident(KeyN(0)));   // A's head stays
+  EXPECT_TRUE(Resident(KeyN(0)));  // A's head stays
   EXPECT_TRUE(Resident(KeyN(10)));
   EXPECT_EQ(table_->Stats().evicted_objects, 2u);
 }
@@ -274,7 +276,8 @@ TEST_F(ObjectTableTest, WithoutOnDemandEvictionAllOrNothingFailsWhole) {
   EXPECT_EQ(r->reserved, 0u);
   EXPECT_EQ(r->out_of_memory, 4u);
   EXPECT_EQ(allocator_->UsedBytes(), 14 * kObject);
-  auto prefix = table_->ReserveWrite(KeysN(100, 4), kObject, kWriter, AllocationMode::kLongestPrefix);
+  auto prefix =
+      table_->ReserveWrite(KeysN(100, 4), kObject, kWriter, AllocationMode::kLongestPrefix);
   ASSERT_TRUE(prefix.ok());
   EXPECT_EQ(prefix->reserved, 2u);
   EXPECT_EQ(prefix->outcomes[0], WriteReservation::kReserved);
@@ -292,17 +295,18 @@ TEST_F(ObjectTableTest, LockedObjectsAreNeverEvictedOnDemand) {
 }
 
 TEST_F(ObjectTableTest, InvalidInputIsRejected) {
-  EXPECT_EQ(table_->ReserveWrite(KeysN(0, 1), 0, kWriter, AllocationMode::kAllOrNothing)
-                .status().code(),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(
+      table_->ReserveWrite(KeysN(0, 1), 0, kWriter, AllocationMode::kAllOrNothing).status().code(),
+      ErrorCode::kInvalidArgument);
   auto dup = std::vector{KeyN(1), KeyN(1)};
-  EXPECT_EQ(table_->ReserveWrite(dup, kObject, kWriter, AllocationMode::kAllOrNothing)
-                .status().code(),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(
+      table_->ReserveWrite(dup, kObject, kWriter, AllocationMode::kAllOrNothing).status().code(),
+      ErrorCode::kInvalidArgument);
   auto bad = KeyN(1);
   bad.cache_salt = "a/b";
   EXPECT_EQ(table_->ReserveWrite(std::vector{bad}, kObject, kWriter, AllocationMode::kAllOrNothing)
-                .status().code(),
+                .status()
+                .code(),
             ErrorCode::kInvalidKey);
   EXPECT_EQ(allocator_->UsedBytes(), 0u);
 }

@@ -43,9 +43,9 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
     for (int iter = 0; iter < 300; ++iter) {
       const auto first = rng() % (kKeySpace - 8);
       const auto keys = testing::KeysN(first, 1 + rng() % 8);
-      auto r = table.ReserveWrite(keys, kObject, owner,
-                                  iter % 2 ? AllocationMode::kAllOrNothing
-                                           : AllocationMode::kLongestPrefix);
+      auto r = table.ReserveWrite(
+          keys, kObject, owner,
+          iter % 2 ? AllocationMode::kAllOrNothing : AllocationMode::kLongestPrefix);
       if (!r.ok()) {
         failed = true;
         return;
@@ -96,7 +96,8 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
   });
   // An owner that takes locks and departs without releasing them.
   threads.emplace_back([&] {
-    for (int i = 0; i < 50; ++i) (void)table.ReserveRead(testing::KeysN(i, 4), 2, 99, ReadMode::kEach);
+    for (int i = 0; i < 50; ++i)
+      (void)table.ReserveRead(testing::KeysN(i, 4), 2, 99, ReadMode::kEach);
     table.ReleaseOwner(99);
   });
   for (auto& t : threads) t.join();

@@ -1,0 +1,55 @@
+// lmcache/protocol.h: operation identifiers of the wire protocol.
+//
+// The integer ids 1-34 are the reference's frozen table (LMCache MP, spec 2.4):
+// a request's operation frame carries the id as a msgpack integer, or the
+// operation's snake_case name as a msgpack string. Operations added by
+// lmcache-server (server_info, stats) travel by name only; their values here
+// are internal and never sent. Values never change once released.
+// Thread-safety: constants only.
+#pragma once
+
+#include <cstdint>
+
+namespace lmcache {
+
+enum class Op : std::uint8_t {
+  kRegisterKvCache = 1,
+  kUnregisterKvCache = 2,
+  kRegisterQCache = 3,
+  kUnregisterQCache = 4,
+  kStoreQ = 5,
+  kStore = 6,
+  kRetrieve = 7,
+  kLookup = 8,
+  kQueryPrefetchStatus = 9,
+  kWaitPrefetchStatus = 10,
+  kQueryPrefetchLookupHits = 11,
+  kFreeLookupLocks = 12,
+  kEndSession = 13,
+  kRegisterEngineContext = 14,
+  kUnregisterEngineContext = 15,
+  kPrepareStore = 16,
+  kCommitStore = 17,
+  kPrepareRetrieve = 18,
+  kCommitRetrieve = 19,
+  kClear = 20,
+  kGetChunkSize = 21,
+  kPing = 22,
+  kReportBlockAllocation = 23,
+  kNoop = 24,
+  kCbRegisterRope = 25,
+  kCbUnregisterRope = 26,
+  kCbRetrievePreComputed = 27,
+  kCbUnifiedLookup = 28,
+  kP2pLookupAndLock = 29,
+  kP2pQueryLookupResults = 30,
+  kP2pUnlockObjects = 31,
+  kGetExperimental = 32,
+  kCbProtocolHandshake = 33,
+  kPollKvEvents = 34,
+  // Ours: no integer id on the wire (sent by name only).
+  kServerInfo = 100,
+  kStats = 101,
+};
+
+}  // namespace lmcache
