@@ -86,6 +86,9 @@ int main(int argc, char** argv) {
   spdlog::info("received {}; shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   (*loop)->Stop();
   loop_thread.join();
+  const lmcache::server::RouterStats traffic = (*loop)->Stats();
+  spdlog::info("served {} requests: {} replies sent, {} rejected before dispatch, {} undeliverable",
+               traffic.received, traffic.replied, traffic.rejected, traffic.undeliverable);
   loop->reset();
   service.StopMaintenance();
   cache->reset();

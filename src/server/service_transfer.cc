@@ -2,22 +2,13 @@
 // (spec 11): prepare_store / commit_store, prepare_retrieve / commit_retrieve.
 #include <spdlog/spdlog.h>
 
+#include "common/blake3.h"
 #include "server/codec.h"
 #include "server/service.h"
 #include "server/service_internal.h"
 
 namespace lmcache::server {
 namespace {
-
-std::string HexPrefix(const store::ChunkHash& hash) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (const std::uint8_t byte : hash) {
-    out += kHex[byte >> 4];
-    out += kHex[byte & 0xf];
-  }
-  return out;
-}
 
 // {offset, length, shape, dtype} for one slot (spec 11.3).
 void EncodeSlot(Encoder& e, const store::ReadGrant& slot, const ChunkLayout& layout) {
@@ -80,7 +71,7 @@ Result<Service::WorkerKeys> Service::ResolveWorkerKeys(const IpcKey& key,
   out.keys = ExpandKeys(hashes, key.model_name, key.cache_salt, {kv_rank});
   out.transfer = key.model_name + "|" + std::to_string(kv_rank) + "|" + key.cache_salt + "|" +
                  std::to_string(key.start) + "|" + std::to_string(key.end) + "|" +
-                 (hashes.empty() ? std::string() : HexPrefix(hashes.back()));
+                 (hashes.empty() ? std::string() : ToHex(hashes.back()));
   return out;
 }
 

@@ -241,6 +241,24 @@ std::size_t ObjectTable::AbortWrite(std::span<const ObjectKey> keys, OwnerId own
   return aborted;
 }
 
+bool ObjectTable::CollectResident(std::span<const ObjectKey> keys, ReadMode mode,
+                                  std::vector<ResidentEntry*>* entries) const {
+  entries->assign(keys.size(), nullptr);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    Shard& shard = ShardOf(keys[i]);
+    auto it = shard.resident.find(keys[i]);
+    if (it != shard.resident.end()) {
+      (*entries)[i] = &it->second;
+    } else if (mode == ReadMode::kAllOrNothing) {
+      entries->clear();
+      return false;
+    } else if (mode == ReadMode::kPrefix) {
+      break;
+    }
+  }
+  return true;
+}
+
 Result<std::vector<ReadGrant>> ObjectTable::ReserveRead(std::span<const ObjectKey> keys,
                                                         std::uint32_t count, OwnerId owner,
                                                         ReadMode mode) {
@@ -252,18 +270,8 @@ Result<std::vector<ReadGrant>> ObjectTable::ReserveRead(std::span<const ObjectKe
   std::vector<ObjectKey> granted_keys;
   ShardSetLock lock(*this, keys);
   const TimeMs now = clock_->NowMs();
-  std::vector<ResidentEntry*> entries(keys.size(), nullptr);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    Shard& shard = ShardOf(keys[i]);
-    auto it = shard.resident.find(keys[i]);
-    if (it != shard.resident.end()) {
-      entries[i] = &it->second;
-    } else if (mode == ReadMode::kAllOrNothing) {
-      return grants;  // nothing locked
-    } else if (mode == ReadMode::kPrefix) {
-      break;
-    }
-  }
+  std::vector<ResidentEntry*> entries;
+  if (!CollectResident(keys, mode, &entries)) return grants;  // nothing locked
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (entries[i] == nullptr) continue;
     entries[i]->lease.Lock(owner, count, now, config_.read_ttl_ms);
@@ -280,13 +288,8 @@ Result<std::vector<ReadGrant>> ObjectTable::AcquireForRead(std::span<const Objec
   std::vector<ReadGrant> grants(keys.size());
   ShardSetLock lock(*this, keys);
   const TimeMs now = clock_->NowMs();
-  std::vector<ResidentEntry*> entries(keys.size(), nullptr);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    Shard& shard = ShardOf(keys[i]);
-    auto it = shard.resident.find(keys[i]);
-    if (it == shard.resident.end()) return grants;  // all or nothing
-    entries[i] = &it->second;
-  }
+  std::vector<ResidentEntry*> entries;
+  if (!CollectResident(keys, ReadMode::kAllOrNothing, &entries)) return grants;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (!entries[i]->lease.IsLocked(now))
       entries[i]->lease.Lock(owner, 1, now, config_.read_ttl_ms);

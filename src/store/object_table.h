@@ -127,6 +127,8 @@ struct TableStats {
   std::uint64_t expired_writes_reclaimed = 0;
 };
 
+struct ResidentEntry;  // object_table_internal.h
+
 class ObjectTable {
  public:
   // `allocator`, `policy` and `clock` must outlive the table.
@@ -188,6 +190,11 @@ class ObjectTable {
   Shard& ShardOf(const ObjectKey& key) const;
   std::uint32_t ShardIndex(const ObjectKey& key) const;
   Status ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const;
+  // The resident entry of each key (nullptr where absent, and after the first
+  // miss in kPrefix mode), with the keys' shards locked by the caller. False,
+  // with nothing collected, when a key is missing in kAllOrNothing mode.
+  bool CollectResident(std::span<const ObjectKey> keys, ReadMode mode,
+                       std::vector<ResidentEntry*>* entries) const;
   // Allocates up to `count` objects, evicting on demand; fewer than `count`
   // only in kLongestPrefix mode.
   Result<std::vector<Offset>> AllocateWithEviction(std::uint64_t size, std::size_t count,
