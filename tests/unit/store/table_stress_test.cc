@@ -37,6 +37,7 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
   evictor.Start();
 
   std::atomic<bool> failed{false};
+  std::atomic<int> writers_running{3};
   std::atomic<std::uint64_t> bytes_verified{0};
   auto writer = [&](OwnerId owner) {
     std::mt19937 rng(static_cast<unsigned>(owner));
@@ -67,7 +68,12 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
   };
   auto reader = [&](OwnerId owner) {
     std::mt19937 rng(static_cast<unsigned>(owner));
-    for (int iter = 0; iter < 400; ++iter) {
+    // At least 400 rounds, and on until the writers are done and this reader
+    // has checked some bytes: on a fast machine the readers could otherwise
+    // finish before anything is admitted. Bounded all the same.
+    for (int iter = 0; iter < 400 || ((writers_running.load() > 0 || bytes_verified.load() == 0) &&
+                                      iter < 2'000'000);
+         ++iter) {
       const auto first = rng() % (kKeySpace - 8);
       const auto keys = testing::KeysN(first, 1 + rng() % 8);
       auto grants = table.ReserveRead(keys, 1, owner, ReadMode::kPrefix);
@@ -89,7 +95,12 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
     }
   };
   std::vector<std::thread> threads;
-  for (OwnerId w = 1; w <= 3; ++w) threads.emplace_back(writer, w);
+  for (OwnerId w = 1; w <= 3; ++w) {
+    threads.emplace_back([&, w] {
+      writer(w);
+      writers_running.fetch_sub(1);
+    });
+  }
   for (OwnerId r = 10; r <= 12; ++r) threads.emplace_back(reader, r);
   threads.emplace_back([&] {
     for (int i = 0; i < 100; ++i) table.Delete(testing::KeysN(i, 3), /*force=*/false);
