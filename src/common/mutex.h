@@ -2,12 +2,17 @@
 //
 // Thin wrappers over std::mutex / std::condition_variable that carry clang
 // capability annotations, so lock requirements are checked at compile time.
+// A Mutex also counts the threads waiting for it right now (`waiters()`),
+// which costs one failed try_lock only when the lock is contended: tests use
+// it to park a request at a known point, and stats can report contention.
 // Thread-safety: Mutex and CondVar are internally synchronised, as their std
 // counterparts; a MutexLock belongs to the thread that created it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 
 #include "common/thread_annotations.h"
@@ -20,19 +25,31 @@ class LMC_CAPABILITY("mutex") Mutex {
   Mutex(const Mutex&) = delete;
   Mutex& operator=(const Mutex&) = delete;
 
-  void Lock() LMC_ACQUIRE() { mu_.lock(); }
+  void Lock() LMC_ACQUIRE() { LockStd(); }
   void Unlock() LMC_RELEASE() { mu_.unlock(); }
+  // Threads blocked in Lock() at this moment.
+  std::uint32_t waiters() const { return waiters_.load(std::memory_order_acquire); }
 
  private:
   friend class CondVar;
   friend class MutexLock;
+  void LockStd() {
+    if (mu_.try_lock()) return;
+    waiters_.fetch_add(1, std::memory_order_acq_rel);
+    mu_.lock();
+    waiters_.fetch_sub(1, std::memory_order_acq_rel);
+  }
   std::mutex mu_;
+  std::atomic<std::uint32_t> waiters_{0};
 };
 
 // RAII holder of a Mutex for one scope.
 class LMC_SCOPED_CAPABILITY MutexLock {
  public:
-  explicit MutexLock(Mutex* mu) LMC_ACQUIRE(mu) : lock_(mu->mu_) {}
+  explicit MutexLock(Mutex* mu) LMC_ACQUIRE(mu) : lock_(mu->mu_, std::defer_lock) {
+    mu->LockStd();
+    lock_ = std::unique_lock<std::mutex>(mu->mu_, std::adopt_lock);
+  }
   ~MutexLock() LMC_RELEASE() = default;
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;

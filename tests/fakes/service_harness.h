@@ -93,6 +93,11 @@ class ServiceHarness {
     service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher);
   }
 
+  // Runs `op` (a name) as sent from `connection` and returns the reply.
+  server::Reply CallAs(std::string_view /*connection*/, std::string_view op,
+                       std::vector<std::string> frames) {
+    return Call(op, std::move(frames));
+  }
   // Runs `op` (a name) and returns the reply.
   server::Reply Call(std::string_view op, std::vector<std::string> frames) {
     auto spec = server::FindOpByName(op);
