@@ -13,33 +13,27 @@
 
 #include "common/blake3.h"
 #include "common/msgpack_codec.h"
-#include "server/codec.h"
+#include "protocol/wire_codec.h"
 #include "server/token_hasher.h"
 
 namespace lmcache {
 namespace {
 
 std::string LookupKeyFrame(std::size_t tokens) {
-  mp::Encoder e;
-  e.Map(9);
-  e.Str("model_name").Str("meta-llama/Llama-3.1-8B-Instruct");
-  e.Str("world_size").Int(1);
-  e.Str("worker_id").Nil();
-  e.Str("token_ids").Array(static_cast<std::uint32_t>(tokens));
+  IpcKey key;
+  key.model_name = "meta-llama/Llama-3.1-8B-Instruct";
+  key.worker_id.reset();
   std::mt19937 rng(1);
-  for (std::size_t i = 0; i < tokens; ++i) e.Uint(rng() % 128256);  // Llama 3 vocabulary
-  e.Str("start").Int(0);
-  e.Str("end").Int(static_cast<std::int64_t>(tokens));
-  e.Str("request_id").Str("bench");
-  e.Str("cache_salt").Str("");
-  e.Str("num_kv_readers").Int(1);
-  return e.Take();
+  for (std::size_t i = 0; i < tokens; ++i) key.token_ids.push_back(rng() % 128256);  // Llama 3
+  key.end = static_cast<std::int64_t>(tokens);
+  key.request_id = "bench";
+  return protocol::EncodeIpcKey(key);
 }
 
 void BM_DecodeLookupKey(benchmark::State& state) {
   const std::string frame = LookupKeyFrame(static_cast<std::size_t>(state.range(0)));
   for (auto _ : state) {
-    auto key = server::DecodeIpcKey(frame);
+    auto key = protocol::DecodeIpcKey(frame);
     benchmark::DoNotOptimize(key);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(frame.size()));

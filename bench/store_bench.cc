@@ -43,6 +43,8 @@ struct Fixture {
   std::unique_ptr<ObjectTable> table;
 };
 
+const Owner kWriter = Owner::Instance(1);
+
 Fixture& Shared() {
   static Fixture* fixture = new Fixture();
   return *fixture;
@@ -53,26 +55,38 @@ void BM_StoreBatch(benchmark::State& state) {
   Fixture f;
   const auto keys = Keys(0, static_cast<std::size_t>(state.range(0)));
   for (auto _ : state) {
-    auto r = f.table->ReserveWrite(keys, kChunk, 1, AllocationMode::kAllOrNothing);
+    auto r = f.table->ReserveWrite(keys, kChunk, kWriter, AllocationMode::kAllOrNothing);
     benchmark::DoNotOptimize(r);
-    f.table->FinishWrite(keys, 1);
+    f.table->FinishWrite(r->lease);
     f.table->Delete(keys, /*force=*/false);
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_StoreBatch)->Arg(1)->Arg(16)->Arg(512);
 
-// Lock then release a prefix of `range(0)` resident chunks (a lookup + retrieve).
+// Admits `keys` for kWriter.
+void Admit(ObjectTable& table, const std::vector<ObjectKey>& keys) {
+  auto r = table.ReserveWrite(keys, kChunk, kWriter, AllocationMode::kAllOrNothing);
+  table.FinishWrite(r->lease);
+}
+
+// Locks a prefix then releases its lease (a lookup + retrieve).
+void LockAndRelease(ObjectTable& table, const std::vector<ObjectKey>& keys) {
+  ReadRequest request;
+  request.keys = keys;
+  request.owner = Owner::Instance(2);
+  request.mode = ReadMode::kPrefix;
+  auto acquired = table.AcquireRead(request);
+  benchmark::DoNotOptimize(acquired);
+  table.ReleaseRead(acquired->lease);
+}
+
+// Lock then release a prefix of `range(0)` resident chunks.
 void BM_ReadLockUnlock(benchmark::State& state) {
   Fixture f;
   const auto keys = Keys(0, static_cast<std::size_t>(state.range(0)));
-  (void)f.table->ReserveWrite(keys, kChunk, 1, AllocationMode::kAllOrNothing);
-  f.table->FinishWrite(keys, 1);
-  for (auto _ : state) {
-    auto grants = f.table->ReserveRead(keys, 1, 2, ReadMode::kPrefix);
-    benchmark::DoNotOptimize(grants);
-    (void)f.table->FinishRead(keys, 1, 2);
-  }
+  Admit(*f.table, keys);
+  for (auto _ : state) LockAndRelease(*f.table, keys);
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_ReadLockUnlock)->Arg(1)->Arg(16)->Arg(512);
@@ -81,13 +95,8 @@ BENCHMARK(BM_ReadLockUnlock)->Arg(1)->Arg(16)->Arg(512);
 void BM_ReadLockUnlockContended(benchmark::State& state) {
   Fixture& f = Shared();
   const auto keys = Keys(1000 * static_cast<std::size_t>(state.thread_index()), 16);
-  (void)f.table->ReserveWrite(keys, kChunk, 1, AllocationMode::kAllOrNothing);
-  f.table->FinishWrite(keys, 1);
-  for (auto _ : state) {
-    auto grants = f.table->ReserveRead(keys, 1, 2, ReadMode::kPrefix);
-    benchmark::DoNotOptimize(grants);
-    (void)f.table->FinishRead(keys, 1, 2);
-  }
+  Admit(*f.table, keys);
+  for (auto _ : state) LockAndRelease(*f.table, keys);
   state.SetItemsProcessed(state.iterations() * 16);
 }
 BENCHMARK(BM_ReadLockUnlockContended)->Threads(1)->Threads(2)->Threads(4);

@@ -29,3 +29,40 @@ if(NOT LMC_ENABLE_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "lmcache: CUDA support: ${LMC_HAVE_CUDA}")
+
+# libxxhash-dev: XXH3 for the chunk-hash cache and checksums (header plus static library).
+find_path(LMC_XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+find_library(LMC_XXHASH_LIBRARY NAMES libxxhash.a xxhash REQUIRED)
+add_library(lmc_xxhash INTERFACE)
+target_include_directories(lmc_xxhash SYSTEM INTERFACE ${LMC_XXHASH_INCLUDE_DIR})
+target_link_libraries(lmc_xxhash INTERFACE ${LMC_XXHASH_LIBRARY})
+
+# The official BLAKE3 C implementation, built from the sources Debian's
+# librust-blake3-dev installs (its c/ directory): a dependency found on the
+# system, not code copied into this tree. Its runtime dispatch picks the
+# SSE2/SSE4.1/AVX2/AVX-512 kernels the CPU has.
+file(GLOB _lmc_blake3_dirs LIST_DIRECTORIES true /usr/share/cargo/registry/blake3-*/c)
+find_path(LMC_BLAKE3_SOURCE_DIR blake3_dispatch.c HINTS ${_lmc_blake3_dirs} NO_DEFAULT_PATH)
+if(NOT LMC_BLAKE3_SOURCE_DIR)
+  message(FATAL_ERROR "the BLAKE3 C sources were not found under /usr/share/cargo/registry: "
+                      "apt install librust-blake3-dev (tools/dev.sh deps does)")
+endif()
+set(_lmc_blake3_srcs blake3.c blake3_dispatch.c blake3_portable.c)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  enable_language(ASM)
+  list(APPEND _lmc_blake3_srcs blake3_sse2_x86-64_unix.S blake3_sse41_x86-64_unix.S
+       blake3_avx2_x86-64_unix.S blake3_avx512_x86-64_unix.S)
+elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
+  list(APPEND _lmc_blake3_srcs blake3_neon.c)
+else()
+  set(_lmc_blake3_defs BLAKE3_NO_SSE2 BLAKE3_NO_SSE41 BLAKE3_NO_AVX2 BLAKE3_NO_AVX512)
+endif()
+list(TRANSFORM _lmc_blake3_srcs PREPEND ${LMC_BLAKE3_SOURCE_DIR}/)
+add_library(lmc_blake3 STATIC ${_lmc_blake3_srcs})
+target_include_directories(lmc_blake3 SYSTEM PUBLIC ${LMC_BLAKE3_SOURCE_DIR})
+target_compile_definitions(lmc_blake3 PRIVATE ${_lmc_blake3_defs})
+set_target_properties(lmc_blake3 PROPERTIES POSITION_INDEPENDENT_CODE ON)
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
+  target_compile_definitions(lmc_blake3 PRIVATE BLAKE3_USE_NEON=1)
+endif()
+message(STATUS "lmcache: BLAKE3 C sources: ${LMC_BLAKE3_SOURCE_DIR}")

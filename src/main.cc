@@ -1,6 +1,7 @@
-// lmcache-server: parse flags, build the L1 cache, the service and the ZMQ
-// loop, serve until SIGINT/SIGTERM, then shut down in order (the pool segment
-// is unlinked on the way out).
+// lmcache-server: parse flags, bind the endpoints (before touching any pool
+// segment, so a duplicate start harms nothing), build the L1 cache and the
+// service, serve until SIGINT/SIGTERM, then shut down in order (the pool
+// segment is unlinked on the way out).
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/system_info.h"
+#include "common/version.h"
 #include "server/config.h"
 #include "server/router_loop.h"
 #include "server/service.h"
@@ -45,7 +47,7 @@ int main(int argc, char** argv) {
                "lmcache-server"};
   lmcache::server::ServerConfig config;
   lmcache::server::AddFlags(app, &config);
-  app.set_version_flag("--version", "lmcache-server 0.1.0");
+  app.set_version_flag("--version", std::string("lmcache-server ") + lmcache::kVersion);
   CLI11_PARSE(app, argc, argv);
 
   if (auto status = lmcache::InitLogging(config.log_level); !status.ok()) {
@@ -60,6 +62,12 @@ int main(int argc, char** argv) {
   const sigset_t shutdown_signals = BlockShutdownSignals();
   const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
 
+  // Endpoints first: a second server refused here has touched nothing.
+  auto loop = lmcache::server::RouterLoop::Create(config.router);
+  if (!loop.ok()) {
+    spdlog::critical("cannot start: {}", loop.status().message());
+    return 1;
+  }
   spdlog::info("creating L1 pool /dev/shm/{} of {:.2f} GiB", config.l1.shm_name,
                static_cast<double>(config.l1.size_bytes) / static_cast<double>(lmcache::kGiB));
   auto cache = lmcache::store::L1Cache::Create(config.l1, &clock);
@@ -68,13 +76,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   lmcache::server::Service service(cache->get(), &clock, config.service);
-  auto loop = lmcache::server::RouterLoop::Create(&service, config.router);
-  if (!loop.ok()) {
-    spdlog::critical("cannot start: {}", loop.status().message());
-    return 1;
-  }
+  lmcache::server::RouterLoop* router = loop->get();
+  service.SetTransportStatsSource([router] { return router->Stats(); });
   service.StartMaintenance();
-  std::thread loop_thread([&loop] { (*loop)->Run(); });
+  std::thread loop_thread([router, &service] { router->Run(&service); });
   spdlog::info(
       "lmcache-server ready: serving {} | L1 pool {} ({} bytes) | chunk {} tokens | "
       "boot id {} | pid {}",
@@ -86,9 +91,11 @@ int main(int argc, char** argv) {
   spdlog::info("received {}; shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
   (*loop)->Stop();
   loop_thread.join();
-  const lmcache::server::RouterStats traffic = (*loop)->Stats();
-  spdlog::info("served {} requests: {} replies sent, {} rejected before dispatch, {} undeliverable",
-               traffic.received, traffic.replied, traffic.rejected, traffic.undeliverable);
+  const lmcache::server::TransportStats traffic = (*loop)->Stats();
+  spdlog::info("served {} requests: {} replies sent, {} refused before dispatch ({} overloaded), "
+               "{} undeliverable",
+               traffic.received, traffic.replied, traffic.refused, traffic.overloaded,
+               traffic.undeliverable);
   loop->reset();
   service.StopMaintenance();
   cache->reset();

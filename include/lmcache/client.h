@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "lmcache/messages.h"
 #include "lmcache/status.h"
 
 namespace lmcache::client {
@@ -51,37 +52,12 @@ struct ServerInfo {
   std::int64_t chunk_size = 0;
 };
 
-// The engine's KV layout (RegisterEngineDrivenContextPayload).
-struct EngineContext {
-  std::int64_t instance_id = 0;
-  std::string model_name;
-  std::int64_t world_size = 1;
-  std::int64_t block_size = 16;
-  std::int64_t num_layers = 0;
-  std::int64_t hidden_dim_size = 0;
-  std::string dtype = "bfloat16";
-  bool use_mla = false;
-};
-
-struct Registration {
-  std::string shm_name;
-  std::uint64_t pool_size = 0;
-  std::string boot_id;
-};
-
-// A range of a prompt (IPCCacheServerKey). start/end are token offsets that
-// must be multiples of the chunk size; token_ids is the whole prompt.
-struct KeySpec {
-  std::string model_name;
-  std::int64_t world_size = 1;
-  std::optional<std::int64_t> worker_id = 0;  // this worker's KV rank; nullopt = all (lookups)
-  std::vector<std::uint32_t> token_ids;
-  std::int64_t start = 0;
-  std::int64_t end = 0;
-  std::string request_id;
-  std::string cache_salt;
-  std::int64_t num_kv_readers = 1;
-};
+// The wire's payload types (lmcache/messages.h), under the client's names.
+using EngineContext = lmcache::EngineContext;  // the engine's KV layout
+using Registration = lmcache::Registration;
+// A range of a prompt: start/end are token offsets that must be multiples of
+// the chunk size; token_ids is the whole prompt.
+using KeySpec = lmcache::IpcKey;
 
 struct StoreResult {
   std::size_t stored = 0;          // chunks copied in and committed
@@ -96,6 +72,8 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+  // True from a live server; once registered, also proves the server still
+  // holds this client's registration (kNotRegistered: register again).
   Status Ping();
   Result<ServerInfo> GetServerInfo();
   Result<std::int64_t> GetChunkSize();

@@ -25,6 +25,7 @@ enum class ErrorCode : std::uint16_t {
   kUnknownOperation = 102,
   kInvalidKey = 103,
   kTooLarge = 104,
+  kPermissionDenied = 105,
   // 2xx: the request conflicts with the current state of an object or client.
   kNotFound = 200,
   kAlreadyExists = 201,
@@ -110,10 +111,13 @@ class [[nodiscard]] Result {
 #define LMC_STATUS_CONCAT(a, b) LMC_STATUS_CONCAT_INNER(a, b)
 
 // Returns the Status of `expr` from the enclosing function when it is not OK.
-#define LMC_RETURN_IF_ERROR(expr)              \
-  do {                                         \
-    ::lmcache::Status lmc_status_ = (expr);    \
-    if (!lmc_status_.ok()) return lmc_status_; \
+// (The variable's name carries the line, so a use nested in a lambda inside
+// another use's expression does not shadow it.)
+#define LMC_RETURN_IF_ERROR(expr)                                                 \
+  do {                                                                            \
+    ::lmcache::Status LMC_STATUS_CONCAT(lmc_status_, __LINE__) = (expr);          \
+    if (!LMC_STATUS_CONCAT(lmc_status_, __LINE__).ok())                           \
+      return LMC_STATUS_CONCAT(lmc_status_, __LINE__);                            \
   } while (0)
 
 // `lhs = value of expr` or return its Status from the enclosing function.

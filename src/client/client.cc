@@ -6,78 +6,18 @@
 #include <zmq_addon.hpp>
 
 #include "common/msgpack_codec.h"
+#include "common/msgpack_cursor.h"
 #include "common/parallel.h"
 #include "lmcache/protocol.h"
+#include "protocol/wire_codec.h"
 #include "shm/shm_segment.h"
 
 namespace lmcache::client {
 namespace {
 
-using mp::AsBool;
-using mp::AsInt;
-using mp::AsString;
-using mp::AsUint;
 using mp::Encoder;
-using mp::MapReader;
 
 constexpr std::size_t kParallelCopyBytes = 8u << 20;
-
-std::string EncodeKey(const KeySpec& key) {
-  Encoder e;
-  e.Map(9);
-  e.Str("model_name").Str(key.model_name);
-  e.Str("world_size").Int(key.world_size);
-  e.Str("worker_id");
-  if (key.worker_id) {
-    e.Int(*key.worker_id);
-  } else {
-    e.Nil();
-  }
-  e.Str("token_ids").Array(static_cast<std::uint32_t>(key.token_ids.size()));
-  for (const std::uint32_t token : key.token_ids) e.Uint(token);
-  e.Str("start").Int(key.start);
-  e.Str("end").Int(key.end);
-  e.Str("request_id").Str(key.request_id);
-  e.Str("cache_salt").Str(key.cache_salt);
-  e.Str("num_kv_readers").Int(key.num_kv_readers);
-  return e.Take();
-}
-
-struct Slot {
-  std::uint64_t offset = 0;
-  std::uint64_t length = 0;
-};
-
-Result<std::vector<Slot>> DecodeSlots(const msgpack::object& slots) {
-  if (slots.type != msgpack::type::ARRAY) return mp::WrongType("slots", "array", slots);
-  std::vector<Slot> out;
-  for (std::uint32_t i = 0; i < slots.via.array.size; ++i) {
-    LMC_ASSIGN_OR_RETURN(const MapReader slot, MapReader::Make(slots.via.array.ptr[i], "slot"));
-    Slot s;
-    LMC_RETURN_IF_ERROR(slot.Required("offset", &s.offset, AsUint));
-    LMC_RETURN_IF_ERROR(slot.Required("length", &s.length, AsUint));
-    out.push_back(s);
-  }
-  return out;
-}
-
-// The "context" map of a prepare_store / prepare_retrieve reply and its slots.
-struct ReplyContext {
-  std::vector<Slot> slots;
-  const msgpack::object* chunk_indices = nullptr;  // prepare_store only
-};
-
-Result<ReplyContext> ReadContext(const MapReader& reply, std::string_view what) {
-  const msgpack::object* context = reply.Field("context");
-  if (context == nullptr) return mp::Malformed(what, "no context");
-  LMC_ASSIGN_OR_RETURN(const MapReader map, MapReader::Make(*context, "context"));
-  const msgpack::object* slots = map.Field("slots");
-  if (slots == nullptr) return mp::Malformed(what, "no slots");
-  ReplyContext out;
-  LMC_ASSIGN_OR_RETURN(out.slots, DecodeSlots(*slots));
-  out.chunk_indices = map.Field("chunk_indices");
-  return out;
-}
 
 struct CopyPiece {
   std::byte* dst;
@@ -145,24 +85,12 @@ struct Client::Impl {
         std::vector<zmq::message_t> frames;
         (void)zmq::recv_multipart(socket, std::back_inserter(frames));
         if (frames.size() < 3 || frames[0].to_string_view() != uid_frame) continue;  // stale
-        if (frames.size() >= 4) return DecodeError(frames[3].to_string_view());
+        if (frames.size() >= 4) return protocol::DecodeErrorMap(frames[3].to_string_view());
         return std::string(frames[2].to_string_view());
       }
     } catch (const zmq::error_t& e) {
       return Status(ErrorCode::kUnavailable, std::string("zmq: ") + e.what());
     }
-  }
-
-  static Status DecodeError(std::string_view frame) {
-    auto handle = mp::Parse(frame, "error");
-    if (!handle.ok()) return handle.status();
-    auto map = MapReader::Make(handle->get(), "error");
-    if (!map.ok()) return map.status();
-    std::int64_t code = static_cast<std::int64_t>(ErrorCode::kInternal);
-    std::string message = "server error without a message";
-    (void)map->Optional("code", &code, AsInt);
-    (void)map->Optional("message", &message, AsString);
-    return Status(static_cast<ErrorCode>(code), message);
   }
 
   // By frozen integer id, as reference clients send it.
@@ -188,7 +116,7 @@ struct Client::Impl {
     return Status::Ok();
   }
 
-  Result<std::byte*> PoolBytes(const Slot& slot) const {
+  Result<std::byte*> PoolBytes(const SlotDescriptor& slot) const {
     if (slot.length != object_bytes || slot.offset > pool->size() ||
         slot.length > pool->size() - slot.offset) {
       return Status(ErrorCode::kInternal, "the server returned a slot outside the pool");
@@ -219,56 +147,61 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 }
 
 Status Client::Ping() {
-  LMC_ASSIGN_OR_RETURN(const std::string value, impl_->CallOp(Op::kPing, {Encoder().Nil().Take()}));
-  LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "ping reply"));
-  LMC_ASSIGN_OR_RETURN(const bool ok, AsBool(handle.get(), "ping reply"));
-  return ok ? Status::Ok() : Status(ErrorCode::kUnavailable, "ping answered false");
+  const std::string instance =
+      impl_->engine ? impl_->InstanceFrame() : Encoder().Nil().Take();
+  LMC_ASSIGN_OR_RETURN(const std::string value, impl_->CallOp(Op::kPing, {instance}));
+  LMC_ASSIGN_OR_RETURN(const bool ok, protocol::DecodeBool(value, "ping reply"));
+  if (ok) return Status::Ok();
+  return Status(ErrorCode::kNotRegistered,
+                "the server does not hold this client's registration (restarted, reaped, or "
+                "the connection changed): register again");
 }
 
 Result<ServerInfo> Client::GetServerInfo() {
   LMC_ASSIGN_OR_RETURN(const std::string value, Call("server_info", {}));
-  LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "server_info"));
-  LMC_ASSIGN_OR_RETURN(const MapReader map, MapReader::Make(handle.get(), "server_info"));
   ServerInfo info;
-  LMC_RETURN_IF_ERROR(map.Required("version", &info.version, AsString));
-  LMC_RETURN_IF_ERROR(map.Required("boot_id", &info.boot_id, AsString));
-  LMC_RETURN_IF_ERROR(map.Required("shm_name", &info.shm_name, AsString));
-  LMC_RETURN_IF_ERROR(map.Required("pool_size", &info.pool_size, AsUint));
-  LMC_RETURN_IF_ERROR(map.Required("chunk_size", &info.chunk_size, AsInt));
+  unsigned seen = 0;
+  mp::MsgpackCursor in(value);
+  LMC_RETURN_IF_ERROR(in.ReadFields("server_info", [&](std::string_view name) -> Result<bool> {
+    auto text = [&](std::string* out) -> Result<bool> {
+      LMC_ASSIGN_OR_RETURN(const std::string_view v, in.ReadStr(name));
+      *out = std::string(v);
+      seen += 1;
+      return true;
+    };
+    if (name == "version") return text(&info.version);
+    if (name == "boot_id") return text(&info.boot_id);
+    if (name == "shm_name") return text(&info.shm_name);
+    if (name == "pool_size") {
+      LMC_ASSIGN_OR_RETURN(info.pool_size, in.ReadUint(name));
+    } else if (name == "chunk_size") {
+      LMC_ASSIGN_OR_RETURN(info.chunk_size, in.ReadInt(name));
+    } else {
+      return false;
+    }
+    seen += 1;
+    return true;
+  }));
+  if (seen < 5) return mp::Malformed("server_info", "missing fields");
   return info;
 }
 
 Result<std::int64_t> Client::GetChunkSize() {
   LMC_ASSIGN_OR_RETURN(const std::string value, impl_->CallOp(Op::kGetChunkSize, {}));
-  LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "chunk size"));
-  return AsInt(handle.get(), "chunk size");
+  return protocol::DecodeInt(value, "chunk size");
 }
 
 Result<Registration> Client::Register(const EngineContext& c) {
-  Encoder e;
-  e.Map(8);
-  e.Str("instance_id").Int(c.instance_id);
-  e.Str("model_name").Str(c.model_name);
-  e.Str("world_size").Int(c.world_size);
-  e.Str("block_size").Int(c.block_size);
-  e.Str("num_layers").Int(c.num_layers);
-  e.Str("hidden_dim_size").Int(c.hidden_dim_size);
-  e.Str("dtype_str").Str(c.dtype);
-  e.Str("use_mla").Bool(c.use_mla);
   LMC_ASSIGN_OR_RETURN(const std::string value,
-                       impl_->CallOp(Op::kRegisterEngineContext, {e.Take()}));
-  LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "registration"));
-  LMC_ASSIGN_OR_RETURN(const MapReader map, MapReader::Make(handle.get(), "registration"));
-  Registration r;
-  LMC_RETURN_IF_ERROR(map.Required("shm_name", &r.shm_name, AsString));
-  LMC_RETURN_IF_ERROR(map.Required("pool_size", &r.pool_size, AsUint));
-  LMC_RETURN_IF_ERROR(map.Optional("boot_id", &r.boot_id, AsString));
+                       impl_->CallOp(Op::kRegisterEngineContext, {protocol::EncodeEngineContext(c)}));
+  LMC_ASSIGN_OR_RETURN(const Registration r, protocol::DecodeRegistration(value));
   if (r.shm_name.empty()) {
     return Status(ErrorCode::kNotSupported, "the server offers no shared-memory pool");
   }
+  if (r.object_bytes == 0) return mp::Malformed("registration", "no object_bytes");
   LMC_ASSIGN_OR_RETURN(impl_->pool, shm::ShmSegment::Attach(r.shm_name, r.pool_size));
   if (impl_->options.prefault_pool) (void)impl_->pool->Prefault(impl_->options.copy_threads);
-  LMC_RETURN_IF_ERROR(map.Required("object_bytes", &impl_->object_bytes, AsUint));
+  impl_->object_bytes = r.object_bytes;
   LMC_ASSIGN_OR_RETURN(impl_->chunk_size, GetChunkSize());
   impl_->engine = c;
   impl_->registration = r;
@@ -294,85 +227,70 @@ Result<StoreResult> Client::Store(const KeySpec& key,
                              " bytes, one holds " + std::to_string(chunk.size()));
     }
   }
-  const std::string key_frame = EncodeKey(key);
+  const std::string key_frame = protocol::EncodeIpcKey(key);
   LMC_ASSIGN_OR_RETURN(const std::string value,
                        impl_->CallOp(Op::kPrepareStore, {key_frame, impl_->InstanceFrame()}));
-  LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "prepare_store reply"));
-  LMC_ASSIGN_OR_RETURN(const MapReader reply, MapReader::Make(handle.get(), "prepare_store"));
-  LMC_ASSIGN_OR_RETURN(const ReplyContext context, ReadContext(reply, "prepare_store reply"));
-  const msgpack::object* indices_field = context.chunk_indices;
-  if (indices_field == nullptr || indices_field->type != msgpack::type::ARRAY) {
-    return mp::Malformed("prepare_store reply", "no chunk_indices");
-  }
-  const std::vector<Slot>& slots = context.slots;
+  LMC_ASSIGN_OR_RETURN(const PrepareStoreReply reply, protocol::DecodePrepareStoreReply(value));
   StoreResult result;
-  LMC_RETURN_IF_ERROR(reply.Optional("oom_chunks", &result.out_of_memory, AsUint));
-  if (slots.empty()) {
-    result.already_cached = chunks.size() - result.out_of_memory;
+  result.out_of_memory = reply.oom_chunks;
+  if (reply.slots.empty()) {
+    result.already_cached = chunks.size() - std::min<std::size_t>(result.out_of_memory, chunks.size());
     return result;
   }
-  if (indices_field->via.array.size != slots.size()) {
-    return mp::Malformed("prepare_store reply", "slots and chunk_indices differ in length");
-  }
   std::vector<CopyPiece> pieces;
-  for (std::size_t i = 0; i < slots.size(); ++i) {
-    LMC_ASSIGN_OR_RETURN(const std::uint64_t index,
-                         AsUint(indices_field->via.array.ptr[i], "chunk index"));
-    if (index >= chunks.size())
+  for (std::size_t i = 0; i < reply.slots.size(); ++i) {
+    const std::uint64_t index = reply.chunk_indices[i];
+    if (index >= chunks.size()) {
       return mp::Malformed("prepare_store reply", "chunk index out of range");
-    LMC_ASSIGN_OR_RETURN(std::byte * dst, impl_->PoolBytes(slots[i]));
+    }
+    LMC_ASSIGN_OR_RETURN(std::byte * dst, impl_->PoolBytes(reply.slots[i]));
     pieces.push_back({dst, chunks[index].data(), chunks[index].size()});
   }
   ParallelCopy(pieces, impl_->options.copy_threads);
   LMC_ASSIGN_OR_RETURN(const std::string committed,
                        impl_->CallOp(Op::kCommitStore, {key_frame, impl_->InstanceFrame(),
                                                         Encoder().Bin("").Take()}));
-  LMC_ASSIGN_OR_RETURN(auto commit_handle, mp::Parse(committed, "commit_store reply"));
-  LMC_ASSIGN_OR_RETURN(const bool ok, AsBool(commit_handle.get(), "commit_store reply"));
+  LMC_ASSIGN_OR_RETURN(const bool ok, protocol::DecodeBool(committed, "commit_store reply"));
   if (!ok) return Status(ErrorCode::kInternal, "commit_store answered false");
-  result.stored = slots.size();
-  result.already_cached = chunks.size() - slots.size() - result.out_of_memory;
+  result.stored = reply.slots.size();
+  result.already_cached = chunks.size() - reply.slots.size() - result.out_of_memory;
   return result;
 }
 
 Result<std::size_t> Client::Lookup(const KeySpec& key) {
   KeySpec lookup = key;
   lookup.worker_id.reset();
-  LMC_RETURN_IF_ERROR(
-      impl_->CallOp(Op::kLookup, {EncodeKey(lookup), Encoder().Int(lookup.world_size).Take()})
-          .status());
+  LMC_RETURN_IF_ERROR(impl_
+                          ->CallOp(Op::kLookup, {protocol::EncodeIpcKey(lookup),
+                                                 Encoder().Int(lookup.world_size).Take()})
+                          .status());
   LMC_ASSIGN_OR_RETURN(const std::string value,
                        impl_->CallOp(Op::kWaitPrefetchStatus, {Encoder().Str(key.request_id).Take(),
                                                                Encoder().Float(10.0).Take()}));
-  LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "prefetch status"));
-  if (handle.get().type == msgpack::type::NIL) {
-    return Status(ErrorCode::kTimeout, "the lookup did not finish");
-  }
-  LMC_ASSIGN_OR_RETURN(const std::uint64_t hits, AsUint(handle.get(), "prefetch status"));
-  return static_cast<std::size_t>(hits);
+  LMC_ASSIGN_OR_RETURN(const std::optional<std::int64_t> hits,
+                       protocol::DecodeOptionalInt(value, "prefetch status"));
+  if (!hits) return Status(ErrorCode::kTimeout, "the lookup did not finish");
+  if (*hits < 0) return mp::Malformed("prefetch status", "negative chunk count");
+  return static_cast<std::size_t>(*hits);
 }
 
 Status Client::Retrieve(const KeySpec& key, std::span<const std::span<std::byte>> out) {
   LMC_RETURN_IF_ERROR(impl_->RequireRegistration());
   LMC_RETURN_IF_ERROR(impl_->CheckChunks(key, out.size()));
-  const std::string key_frame = EncodeKey(key);
+  const std::string key_frame = protocol::EncodeIpcKey(key);
   LMC_ASSIGN_OR_RETURN(const std::string value,
                        impl_->CallOp(Op::kPrepareRetrieve, {key_frame, impl_->InstanceFrame()}));
-  LMC_ASSIGN_OR_RETURN(auto handle, mp::Parse(value, "prepare_retrieve reply"));
-  LMC_ASSIGN_OR_RETURN(const MapReader reply, MapReader::Make(handle.get(), "prepare_retrieve"));
-  bool success = false;
-  LMC_RETURN_IF_ERROR(reply.Required("success", &success, AsBool));
-  if (!success) return Status(ErrorCode::kNotFound, "prepare_retrieve failed");
-  LMC_ASSIGN_OR_RETURN(const ReplyContext context, ReadContext(reply, "prepare_retrieve reply"));
-  const std::vector<Slot>& slots = context.slots;
+  LMC_ASSIGN_OR_RETURN(const PrepareRetrieveReply reply,
+                       protocol::DecodePrepareRetrieveReply(value));
+  if (!reply.success) return Status(ErrorCode::kNotFound, "prepare_retrieve failed");
   Status copy_status;
-  if (slots.size() != out.size()) {
+  if (reply.slots.size() != out.size()) {
     copy_status = mp::Malformed("prepare_retrieve reply", "slot count differs from the range");
   } else {
     std::vector<CopyPiece> pieces;
-    for (std::size_t i = 0; i < slots.size() && copy_status.ok(); ++i) {
-      auto src = impl_->PoolBytes(slots[i]);
-      if (!src.ok() || out[i].size() != slots[i].length) {
+    for (std::size_t i = 0; i < reply.slots.size(); ++i) {
+      auto src = impl_->PoolBytes(reply.slots[i]);
+      if (!src.ok() || out[i].size() != reply.slots[i].length) {
         copy_status =
             src.ok() ? InvalidArgument("an output buffer has the wrong size") : src.status();
         break;
@@ -391,7 +309,8 @@ Status Client::FreeLookupLocks(const KeySpec& key) {
   KeySpec lookup = key;
   lookup.worker_id.reset();
   return impl_
-      ->CallOp(Op::kFreeLookupLocks, {EncodeKey(lookup), Encoder().Int(lookup.world_size).Take()})
+      ->CallOp(Op::kFreeLookupLocks,
+               {protocol::EncodeIpcKey(lookup), Encoder().Int(lookup.world_size).Take()})
       .status();
 }
 

@@ -38,4 +38,18 @@ Status InitLogging(std::string_view level) {
   return Status::Ok();
 }
 
+bool RateLimitedLog::Allow(std::uint64_t* suppressed) {
+  const TimeMs now = clock_->NowMs();
+  TimeMs next = next_allowed_ms_.load(std::memory_order_relaxed);
+  if (now < next ||
+      !next_allowed_ms_.compare_exchange_strong(next, now + interval_ms_,
+                                                std::memory_order_relaxed)) {
+    suppressed_.fetch_add(1, std::memory_order_relaxed);
+    total_suppressed_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  *suppressed = suppressed_.exchange(0, std::memory_order_relaxed);
+  return true;
+}
+
 }  // namespace lmcache

@@ -1,5 +1,7 @@
 #include "common/msgpack_codec.h"
 
+#include "common/utf8.h"
+
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -177,6 +179,9 @@ Encoder& Encoder::Float(double value) {
   return *this;
 }
 Encoder& Encoder::Str(std::string_view value) {
+  // A str must be UTF-8 (clients decode strictly); text that came from a
+  // request may not be, so repair it rather than produce an undecodable reply.
+  if (!IsValidUtf8(value)) return Str(RepairUtf8(value));
   StringWriter writer{&buffer_};
   msgpack::packer<StringWriter> pk(writer);
   pk.pack_str(static_cast<std::uint32_t>(value.size()));

@@ -4,7 +4,8 @@
 // trailing bytes); the As*() helpers convert a value with a type check that
 // names the field; MapReader reads name-keyed structs the way the reference's
 // msgspec does (unknown keys ignored, missing optional fields defaulted);
-// Encoder builds a value. Nothing here throws: msgpack-c's exceptions become
+// Encoder builds a value (its Str() repairs invalid UTF-8, so no reply can
+// carry an undecodable str). Nothing here throws: msgpack-c's exceptions become
 // Status values (kMalformedRequest, kTooLarge).
 // Thread-safety: stateless functions; Encoder and MapReader are plain values.
 #pragma once
@@ -91,11 +92,37 @@ class Encoder {
   Encoder& Bin(std::string_view value);
   Encoder& Array(std::uint32_t size);
   Encoder& Map(std::uint32_t size);
+  // Appends bytes that already are one encoded msgpack value.
+  Encoder& Raw(std::string_view encoded) {
+    buffer_.append(encoded);
+    return *this;
+  }
   const std::string& bytes() const { return buffer_; }
   std::string Take() { return std::move(buffer_); }
 
  private:
   std::string buffer_;
+};
+
+// Builds a map whose size is the number of fields written, so adding a field
+// can never leave a stale count behind: each Field() writes the key and
+// returns the Encoder for exactly one value.
+class MapWriter {
+ public:
+  Encoder& Field(std::string_view name) {
+    entries_ += 1;
+    return body_.Str(name);
+  }
+  std::uint32_t size() const { return entries_; }
+  std::string Take() {
+    Encoder out;
+    out.Map(entries_).Raw(body_.bytes());
+    return out.Take();
+  }
+
+ private:
+  Encoder body_;
+  std::uint32_t entries_ = 0;
 };
 
 }  // namespace lmcache::mp

@@ -1,5 +1,10 @@
 #include "common/msgpack_cursor.h"
 
+#include <bit>
+#include <cmath>
+
+#include "common/utf8.h"
+
 namespace lmcache::mp {
 
 std::uint64_t MsgpackCursor::BigEndian(std::size_t at, std::size_t bytes) const {
@@ -30,7 +35,7 @@ Result<std::uint32_t> MsgpackCursor::ReadContainerHeader(std::string_view what, 
   }
   if (!Has(header)) return Truncated(what);
   if (header > 1) count = BigEndian(pos_ + 1, header - 1);
-  if (count > (map ? limits_.max_map_items : limits_.max_array_items)) {
+  if (count > (map ? limits_->max_map_items : limits_->max_array_items)) {
     return Status(ErrorCode::kTooLarge,
                   std::string(what) + ": " + std::to_string(count) + " items exceed the limit");
   }
@@ -63,13 +68,110 @@ Result<std::string_view> MsgpackCursor::ReadStr(std::string_view what) {
   } else {
     return Malformed(what, "expected str");
   }
-  if (length > limits_.max_string_bytes) {
+  if (length > limits_->max_string_bytes) {
     return Status(ErrorCode::kTooLarge, std::string(what) + ": string over the limit");
   }
   if (!Has(header + length)) return Truncated(what);
   const std::string_view text = data_.substr(pos_ + header, length);
+  if (!IsValidUtf8(text)) return Malformed(what, "str is not valid UTF-8");
   pos_ += header + length;
   return text;
+}
+
+bool MsgpackCursor::NextIsInt() const {
+  if (pos_ >= data_.size()) return false;
+  const std::uint8_t b = Byte(pos_);
+  return b <= 0x7f || b >= 0xe0 || (b >= 0xcc && b <= 0xd3);
+}
+
+Result<std::uint64_t> MsgpackCursor::ReadUint(std::string_view what) {
+  if (Has(9) && Byte(pos_) == 0xcf) {
+    const std::uint64_t value = BigEndian(pos_ + 1, 8);
+    pos_ += 9;
+    return value;
+  }
+  LMC_ASSIGN_OR_RETURN(const std::int64_t value, ReadInt(what));
+  if (value < 0) return Malformed(what, "expected a non-negative integer");
+  return static_cast<std::uint64_t>(value);
+}
+
+Result<double> MsgpackCursor::ReadFloat(std::string_view what) {
+  if (!Has(1)) return Truncated(what);
+  const std::uint8_t b = Byte(pos_);
+  double value = 0;
+  if (b == 0xca) {
+    if (!Has(5)) return Truncated(what);
+    value = std::bit_cast<float>(static_cast<std::uint32_t>(BigEndian(pos_ + 1, 4)));
+    pos_ += 5;
+  } else if (b == 0xcb) {
+    if (!Has(9)) return Truncated(what);
+    value = std::bit_cast<double>(BigEndian(pos_ + 1, 8));
+    pos_ += 9;
+  } else {
+    LMC_ASSIGN_OR_RETURN(const std::int64_t integer, ReadInt(what));
+    return static_cast<double>(integer);
+  }
+  if (!std::isfinite(value)) return Malformed(what, "not a finite number");
+  return value;
+}
+
+Result<std::string_view> MsgpackCursor::ReadBytes(std::string_view what) {
+  if (NextIsStr()) return ReadStr(what);
+  if (!Has(1)) return Truncated(what);
+  const std::uint8_t b = Byte(pos_);
+  if (b < 0xc4 || b > 0xc6) return Malformed(what, "expected bin");
+  const std::size_t header = 1 + (std::size_t{1} << (b - 0xc4));
+  if (!Has(header)) return Truncated(what);
+  const std::uint64_t length = BigEndian(pos_ + 1, header - 1);
+  if (length > limits_->max_bin_bytes) {
+    return Status(ErrorCode::kTooLarge, std::string(what) + ": bin over the limit");
+  }
+  if (!Has(header + length)) return Truncated(what);
+  const std::string_view bytes = data_.substr(pos_ + header, length);
+  pos_ += header + length;
+  return bytes;
+}
+
+Result<std::pair<std::int8_t, std::string_view>> MsgpackCursor::ReadExt(std::string_view what) {
+  if (!Has(1)) return Truncated(what);
+  const std::uint8_t b = Byte(pos_);
+  std::size_t header = 0;
+  std::uint64_t length = 0;
+  if (b >= 0xd4 && b <= 0xd8) {  // fixext 1, 2, 4, 8, 16
+    header = 2;
+    length = std::uint64_t{1} << (b - 0xd4);
+  } else if (b >= 0xc7 && b <= 0xc9) {  // ext 8, 16, 32
+    const std::size_t size_bytes = std::size_t{1} << (b - 0xc7);
+    if (!Has(1 + size_bytes)) return Truncated(what);
+    length = BigEndian(pos_ + 1, size_bytes);
+    header = 2 + size_bytes;
+  } else {
+    return Malformed(what, "expected ext");
+  }
+  if (length > limits_->max_bin_bytes) {
+    return Status(ErrorCode::kTooLarge, std::string(what) + ": ext over the limit");
+  }
+  if (!Has(header + length)) return Truncated(what);
+  const auto type = static_cast<std::int8_t>(Byte(pos_ + header - 1));
+  const std::string_view body = data_.substr(pos_ + header, length);
+  pos_ += header + length;
+  return std::make_pair(type, body);
+}
+
+Status MsgpackCursor::ReadFields(
+    std::string_view what, const std::function<Result<bool>(std::string_view name)>& field) {
+  LMC_ASSIGN_OR_RETURN(const std::uint32_t count, ReadMapHeader(what));
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (!NextIsStr()) {
+      LMC_RETURN_IF_ERROR(Skip());  // key
+      LMC_RETURN_IF_ERROR(Skip());  // value
+      continue;
+    }
+    LMC_ASSIGN_OR_RETURN(const std::string_view name, ReadStr(what));
+    LMC_ASSIGN_OR_RETURN(const bool read, field(name));
+    if (!read) LMC_RETURN_IF_ERROR(Skip());
+  }
+  return Status::Ok();
 }
 
 Result<std::int64_t> MsgpackCursor::ReadInt(std::string_view what) {
@@ -157,7 +259,7 @@ Status MsgpackCursor::ReadNil(std::string_view what) {
 Status MsgpackCursor::Skip() { return SkipDepth(0); }
 
 Status MsgpackCursor::SkipDepth(std::size_t depth) {
-  if (depth >= limits_.max_depth) return Status(ErrorCode::kTooLarge, "msgpack nested too deeply");
+  if (depth >= limits_->max_depth) return Status(ErrorCode::kTooLarge, "msgpack nested too deeply");
   if (!Has(1)) return Truncated("value");
   const std::uint8_t b = Byte(pos_);
   auto skip_bytes = [this](std::size_t n) -> Status {
@@ -168,7 +270,7 @@ Status MsgpackCursor::SkipDepth(std::size_t depth) {
   auto skip_sized = [&](std::size_t header, std::size_t extra) -> Status {
     if (!Has(header)) return Truncated("value");
     const std::uint64_t length = BigEndian(pos_ + 1, header - 1);
-    if (length > limits_.max_bin_bytes) return Status(ErrorCode::kTooLarge, "value over the limit");
+    if (length > limits_->max_bin_bytes) return Status(ErrorCode::kTooLarge, "value over the limit");
     return skip_bytes(header + extra + length);
   };
   auto skip_items = [&](std::uint64_t items) -> Status {

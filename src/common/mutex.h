@@ -14,7 +14,9 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <thread>
 
+#include "common/check.h"
 #include "common/thread_annotations.h"
 
 namespace lmcache {
@@ -26,7 +28,15 @@ class LMC_CAPABILITY("mutex") Mutex {
   Mutex& operator=(const Mutex&) = delete;
 
   void Lock() LMC_ACQUIRE() { LockStd(); }
-  void Unlock() LMC_RELEASE() { mu_.unlock(); }
+  void Unlock() LMC_RELEASE() { UnlockStd(); }
+  // Tells the thread-safety analysis that the caller holds this mutex (taken
+  // through a path it cannot follow, such as a set of shard locks); builds
+  // without NDEBUG also check that the calling thread is the holder.
+  void AssertHeld() const LMC_ASSERT_CAPABILITY(this) {
+#ifndef NDEBUG
+    LMC_CHECK(holder_.load(std::memory_order_relaxed) == std::this_thread::get_id());
+#endif
+  }
   // Threads blocked in Lock() at this moment.
   std::uint32_t waiters() const { return waiters_.load(std::memory_order_acquire); }
 
@@ -34,11 +44,25 @@ class LMC_CAPABILITY("mutex") Mutex {
   friend class CondVar;
   friend class MutexLock;
   void LockStd() {
-    if (mu_.try_lock()) return;
-    waiters_.fetch_add(1, std::memory_order_acq_rel);
-    mu_.lock();
-    waiters_.fetch_sub(1, std::memory_order_acq_rel);
+    if (!mu_.try_lock()) {
+      waiters_.fetch_add(1, std::memory_order_acq_rel);
+      mu_.lock();
+      waiters_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    MarkHeld();
   }
+  void UnlockStd() {
+    MarkReleased();
+    mu_.unlock();
+  }
+#ifndef NDEBUG
+  void MarkHeld() { holder_.store(std::this_thread::get_id(), std::memory_order_relaxed); }
+  void MarkReleased() { holder_.store(std::thread::id(), std::memory_order_relaxed); }
+  std::atomic<std::thread::id> holder_{};
+#else
+  void MarkHeld() {}
+  void MarkReleased() {}
+#endif
   std::mutex mu_;
   std::atomic<std::uint32_t> waiters_{0};
 };
@@ -46,16 +70,20 @@ class LMC_CAPABILITY("mutex") Mutex {
 // RAII holder of a Mutex for one scope.
 class LMC_SCOPED_CAPABILITY MutexLock {
  public:
-  explicit MutexLock(Mutex* mu) LMC_ACQUIRE(mu) : lock_(mu->mu_, std::defer_lock) {
+  explicit MutexLock(Mutex* mu) LMC_ACQUIRE(mu) : mu_(mu) {
     mu->LockStd();
     lock_ = std::unique_lock<std::mutex>(mu->mu_, std::adopt_lock);
   }
-  ~MutexLock() LMC_RELEASE() = default;
+  ~MutexLock() LMC_RELEASE() {
+    mu_->MarkReleased();
+    // lock_ unlocks the std::mutex.
+  }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
 
  private:
   friend class CondVar;
+  Mutex* mu_;
   std::unique_lock<std::mutex> lock_;
 };
 
@@ -66,9 +94,15 @@ class CondVar {
   // Waits until notified or `timeout` passed; the caller re-checks its predicate.
   template <typename Rep, typename Period>
   void WaitFor(MutexLock* lock, std::chrono::duration<Rep, Period> timeout) {
+    lock->mu_->MarkReleased();
     cv_.wait_for(lock->lock_, timeout);
+    lock->mu_->MarkHeld();
   }
-  void Wait(MutexLock* lock) { cv_.wait(lock->lock_); }
+  void Wait(MutexLock* lock) {
+    lock->mu_->MarkReleased();
+    cv_.wait(lock->lock_);
+    lock->mu_->MarkHeld();
+  }
 
  private:
   std::condition_variable cv_;

@@ -11,6 +11,7 @@ std::string_view ErrorCodeName(ErrorCode code) {
     case ErrorCode::kUnknownOperation: return "UNKNOWN_OPERATION";
     case ErrorCode::kInvalidKey: return "INVALID_KEY";
     case ErrorCode::kTooLarge: return "TOO_LARGE";
+    case ErrorCode::kPermissionDenied: return "PERMISSION_DENIED";
     case ErrorCode::kNotFound: return "NOT_FOUND";
     case ErrorCode::kAlreadyExists: return "ALREADY_EXISTS";
     case ErrorCode::kLocked: return "LOCKED";

@@ -21,4 +21,5 @@
 #define LMC_ACQUIRE(...) LMC_THREAD_ANNOTATION(acquire_capability(__VA_ARGS__))
 #define LMC_RELEASE(...) LMC_THREAD_ANNOTATION(release_capability(__VA_ARGS__))
 #define LMC_EXCLUDES(...) LMC_THREAD_ANNOTATION(locks_excluded(__VA_ARGS__))
+#define LMC_ASSERT_CAPABILITY(x) LMC_THREAD_ANNOTATION(assert_capability(x))
 #define LMC_NO_THREAD_SAFETY_ANALYSIS LMC_THREAD_ANNOTATION(no_thread_safety_analysis)

@@ -7,8 +7,8 @@
 
 namespace lmcache {
 
-ThreadPool::ThreadPool(std::string name, unsigned threads, std::size_t max_queue)
-    : name_(std::move(name)), max_queue_(max_queue) {
+ThreadPool::ThreadPool(std::string name, unsigned threads, const FairQueueLimits& limits)
+    : name_(std::move(name)), queue_(limits) {
   threads = std::max(1u, threads);
   workers_.reserve(threads);
   for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -16,39 +16,22 @@ ThreadPool::ThreadPool(std::string name, unsigned threads, std::size_t max_queue
 
 ThreadPool::~ThreadPool() { Stop(); }
 
-bool ThreadPool::Submit(std::function<void()> task) {
-  {
-    MutexLock lock(&mu_);
-    if (stopping_ || queue_.size() >= max_queue_) return false;
-    queue_.push_back(std::move(task));
-  }
-  ready_.NotifyOne();
-  return true;
+FairQueue::Admission ThreadPool::Submit(std::uint64_t client, std::size_t bytes,
+                                        std::function<void()> task) {
+  return queue_.Push(client, bytes, std::move(task));
 }
 
 void ThreadPool::Stop() {
-  {
-    MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  ready_.NotifyAll();
+  queue_.Stop();
   for (auto& worker : workers_) {
     if (worker.joinable()) worker.join();
   }
 }
 
 void ThreadPool::WorkerLoop() {
-  while (true) {
-    std::function<void()> task;
-    {
-      MutexLock lock(&mu_);
-      while (!stopping_ && queue_.empty()) ready_.Wait(&lock);
-      if (queue_.empty()) return;  // stopping and drained
-      task = std::move(queue_.front());
-      queue_.pop_front();
-    }
+  while (std::optional<FairQueue::Task> task = queue_.Pop()) {
     try {
-      task();
+      (*task)();
     } catch (const std::exception& e) {
       spdlog::error("{}: task threw (the worker goes on): {}", name_, e.what());
     } catch (...) {
@@ -57,20 +40,35 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
-AffinityPool::AffinityPool(std::string name, unsigned threads, std::size_t max_queue_per_thread) {
+AffinityPool::AffinityPool(std::string name, unsigned threads,
+                           const FairQueueLimits& limits_per_lane) {
   threads = std::max(1u, threads);
   for (unsigned i = 0; i < threads; ++i) {
     lanes_.push_back(
-        std::make_unique<ThreadPool>(name + "-" + std::to_string(i), 1, max_queue_per_thread));
+        std::make_unique<ThreadPool>(name + "-" + std::to_string(i), 1, limits_per_lane));
   }
 }
 
-bool AffinityPool::Submit(std::uint64_t affinity_key, std::function<void()> task) {
-  return lanes_[affinity_key % lanes_.size()]->Submit(std::move(task));
+FairQueue::Admission AffinityPool::Submit(std::uint64_t affinity_key, std::size_t bytes,
+                                          std::function<void()> task) {
+  return lanes_[affinity_key % lanes_.size()]->Submit(affinity_key, bytes, std::move(task));
 }
 
 void AffinityPool::Stop() {
   for (auto& lane : lanes_) lane->Stop();
+}
+
+FairQueueStats AffinityPool::Stats() const {
+  FairQueueStats total;
+  for (const auto& lane : lanes_) {
+    const FairQueueStats s = lane->Stats();
+    total.tasks += s.tasks;
+    total.bytes += s.bytes;
+    total.clients += s.clients;
+    total.refused_client_full += s.refused_client_full;
+    total.refused_server_full += s.refused_server_full;
+  }
+  return total;
 }
 
 }  // namespace lmcache

@@ -44,6 +44,25 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "Seconds after its last use that a request's session (cached hashes, lookup "
                  "state) is dropped")
       ->capture_default_str();
+  app.add_option("--session-memory-mb", c->session_memory_mb,
+                 "MiB that all sessions together may hold (chunk hashes and lookup state of "
+                 "requests in flight); past it the least recently used sessions are dropped")
+      ->capture_default_str();
+  app.add_option("--hash-cache-mb", c->hash_cache_mb,
+                 "MiB of the cache of chunk hashes shared by all requests (a prompt whose prefix "
+                 "was seen before skips hashing it); 0 disables")
+      ->capture_default_str();
+  app.add_option("--admin-ops", c->admin_ops,
+                 "Who may run destructive operations (clear): any, local (ipc and loopback tcp "
+                 "peers) or off")
+      ->capture_default_str();
+  app.add_option("--max-client-queue-mb", c->max_client_queue_mb,
+                 "MiB of requests one client may have queued per thread pool; beyond it its "
+                 "requests are refused (402) while other clients are still served")
+      ->capture_default_str();
+  app.add_option("--max-queue-mb", c->max_queue_mb,
+                 "MiB of requests all clients together may have queued per thread pool")
+      ->capture_default_str();
   app.add_option("--hash-algorithm", c->hash_algorithm,
                  "Chunk hash: blake3 (the only one; the reference's default)")
       ->capture_default_str();
@@ -161,13 +180,30 @@ Status FinalizeTransport(ServerConfig* c) {
   }
   router.affinity_workers = c->max_gpu_workers == 0 ? c->max_workers : c->max_gpu_workers;
   router.cpu_workers = c->max_cpu_workers == 0 ? c->max_workers : c->max_cpu_workers;
+  if (c->max_client_queue_mb < 1 || c->max_queue_mb < c->max_client_queue_mb) {
+    return InvalidConfig("--max-client-queue-mb must be >= 1 and <= --max-queue-mb");
+  }
+  router.queue_limits.client_bytes = c->max_client_queue_mb << 20;
+  router.queue_limits.total_bytes = c->max_queue_mb << 20;
 
   ServiceConfig& service = c->service;
   service.chunk_size = c->chunk_size;
   service.instance_id = c->instance_id;
-  service.session_idle_ttl_ms = c->session_ttl_seconds * 1000;
+  service.sessions.idle_ttl_ms = c->session_ttl_seconds * 1000;
+  service.sessions.max_bytes = c->session_memory_mb << 20;
+  service.hash_cache_bytes = c->hash_cache_mb << 20;
   service.worker_reap_timeout_ms = c->worker_reap_timeout_seconds * 1000;
   service.worker_registration_grace_ms = c->worker_registration_grace_seconds * 1000;
+  if (c->session_memory_mb < 1) return InvalidConfig("--session-memory-mb must be >= 1");
+  if (c->admin_ops == "any") {
+    service.admin_access = AdminAccess::kAny;
+  } else if (c->admin_ops == "local") {
+    service.admin_access = AdminAccess::kLocal;
+  } else if (c->admin_ops == "off") {
+    service.admin_access = AdminAccess::kOff;
+  } else {
+    return InvalidConfig("--admin-ops must be any, local or off, got '" + c->admin_ops + "'");
+  }
   return Status::Ok();
 }
 

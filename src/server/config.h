@@ -31,6 +31,11 @@ struct ServerConfig {
   std::int64_t worker_reap_timeout_seconds = 120;
   std::int64_t worker_registration_grace_seconds = 3600;
   std::int64_t session_ttl_seconds = 600;
+  std::uint64_t session_memory_mb = 256;
+  std::uint64_t hash_cache_mb = 64;
+  std::string admin_ops = "local";
+  std::uint64_t max_client_queue_mb = 64;
+  std::uint64_t max_queue_mb = 512;
   std::string hash_algorithm = "blake3";
   // Reference flags accepted so existing command lines keep working (15.2, 15.3).
   std::string engine_type = "default";

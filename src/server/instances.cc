@@ -47,7 +47,7 @@ Result<std::uint32_t> DtypeItemSize(const std::string& dtype) {
   return InvalidArgument("dtype_str '" + dtype + "' is not a supported torch dtype name");
 }
 
-Result<ChunkLayout> MakeChunkLayout(const RegisterContextPayload& p, std::int64_t chunk_size) {
+Result<ChunkLayout> MakeChunkLayout(const EngineContext& p, std::int64_t chunk_size) {
   constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;
   if (p.num_layers <= 0 || p.num_layers > kMaxDim) {
     return InvalidArgument("num_layers must be in [1, 2^24], got " + std::to_string(p.num_layers));
@@ -79,33 +79,76 @@ Result<ChunkLayout> MakeChunkLayout(const RegisterContextPayload& p, std::int64_
   return layout;
 }
 
-InstanceRegistry::InstanceRegistry(const Clock* clock) : clock_(clock) {}
+namespace {
 
-Result<bool> InstanceRegistry::Register(const RegisterContextPayload& payload,
-                                        const ChunkLayout& layout) {
+Status NotRegistered(std::int64_t instance_id) {
+  return Status(ErrorCode::kNotRegistered,
+                "instance " + std::to_string(instance_id) +
+                    " is not registered (the server may have restarted or reaped it): "
+                    "register the engine context again");
+}
+
+Status OtherConnection(std::int64_t instance_id) {
+  return Status(ErrorCode::kPermissionDenied,
+                "instance " + std::to_string(instance_id) +
+                    " was registered from another connection; only that connection may act "
+                    "for it (a restarted worker registers again)");
+}
+
+}  // namespace
+
+InstanceRegistry::InstanceRegistry(const Clock* clock, std::size_t max_pending)
+    : clock_(clock), max_pending_(max_pending) {}
+
+RemovedInstance InstanceRegistry::RemoveLocked(std::map<std::int64_t, Instance>::iterator it) {
+  Instance& instance = it->second;
+  RemovedInstance removed;
+  removed.info = std::move(instance.info);
+  for (const auto& [transfer, write] : instance.pending_writes) {
+    removed.writes.push_back(write.lease);
+  }
+  for (const auto& [transfer, leases] : instance.pending_reads) {
+    removed.reads.insert(removed.reads.end(), leases.begin(), leases.end());
+  }
+  auto layout = layouts_.find({removed.info.model_name, removed.info.world_size});
+  if (layout != layouts_.end() && --layout->second.refs <= 0) layouts_.erase(layout);
+  instances_.erase(it);
+  return removed;
+}
+
+Result<RegisterOutcome> InstanceRegistry::Register(const EngineContext& context,
+                                                   const ChunkLayout& layout,
+                                                   std::string_view connection) {
   MutexLock lock(&mu_);
   const TimeMs now = clock_->NowMs();
-  const LayoutKey layout_key{payload.model_name, payload.world_size};
-  if (auto it = instances_.find(payload.instance_id); it != instances_.end()) {
+  RegisterOutcome outcome;
+  if (auto it = instances_.find(context.instance_id); it != instances_.end()) {
     Instance& existing = it->second;
-    if (existing.info.model_name != payload.model_name ||
-        existing.info.world_size != payload.world_size ||
-        !existing.info.layout.SameGeometry(layout)) {
+    if (existing.connection != connection) {
+      // The same id from a new connection: a new process. The old one's
+      // staged writes and reads are released by the caller at once.
+      outcome.replaced = RemoveLocked(it);
+    } else if (existing.info.model_name != context.model_name ||
+               existing.info.world_size != context.world_size ||
+               !existing.info.layout.SameGeometry(layout)) {
       return Status(ErrorCode::kLayoutMismatch,
-                    "instance " + std::to_string(payload.instance_id) + " is registered for " +
+                    "instance " + std::to_string(context.instance_id) + " is registered for " +
                         existing.info.model_name + " (world size " +
                         std::to_string(existing.info.world_size) + ", layout " +
                         existing.info.layout.Describe() + "); unregister it before registering " +
-                        payload.model_name + " with layout " + layout.Describe());
+                        context.model_name + " with layout " + layout.Describe());
+    } else {
+      existing.last_seen_ms = now;
+      outcome.info = existing.info;
+      return outcome;
     }
-    existing.last_seen_ms = now;
-    return false;
   }
+  const LayoutKey layout_key{context.model_name, context.world_size};
   if (auto it = layouts_.find(layout_key);
       it != layouts_.end() && it->second.refs > 0 && !it->second.layout.SameGeometry(layout)) {
     return Status(ErrorCode::kLayoutMismatch,
-                  "model " + payload.model_name + " with world size " +
-                      std::to_string(payload.world_size) + " is already served with layout " +
+                  "model " + context.model_name + " with world size " +
+                      std::to_string(context.world_size) + " is already served with layout " +
                       it->second.layout.Describe() + " by another instance; refusing " +
                       layout.Describe() + " (use another model name for another geometry)");
   }
@@ -113,36 +156,56 @@ Result<bool> InstanceRegistry::Register(const RegisterContextPayload& payload,
   if (ref.refs == 0) ref.layout = layout;
   ref.refs += 1;
   Instance instance;
-  instance.info = {payload.instance_id, payload.model_name, payload.world_size, layout};
+  instance.info = {context.instance_id, next_registration_.fetch_add(1), context.model_name,
+                   context.world_size, layout};
+  instance.connection = std::string(connection);
   instance.last_seen_ms = now;
-  instances_.emplace(payload.instance_id, std::move(instance));
-  return true;
+  outcome.info = instance.info;
+  outcome.is_new = true;
+  instances_.emplace(context.instance_id, std::move(instance));
+  return outcome;
 }
 
-std::optional<RemovedInstance> InstanceRegistry::Unregister(std::int64_t instance_id) {
+Result<InstanceInfo> InstanceRegistry::Authorize(std::int64_t instance_id,
+                                                 std::string_view connection) {
   MutexLock lock(&mu_);
   auto it = instances_.find(instance_id);
-  if (it == instances_.end()) return std::nullopt;
-  RemovedInstance removed{std::move(it->second.info), std::move(it->second.pending_writes),
-                          std::move(it->second.pending_reads)};
-  instances_.erase(it);
-  auto layout = layouts_.find({removed.info.model_name, removed.info.world_size});
-  if (layout != layouts_.end() && --layout->second.refs <= 0) layouts_.erase(layout);
-  return removed;
-}
-
-Result<InstanceInfo> InstanceRegistry::Touch(std::int64_t instance_id) {
-  MutexLock lock(&mu_);
-  auto it = instances_.find(instance_id);
-  if (it == instances_.end()) {
-    return Status(ErrorCode::kNotRegistered,
-                  "instance " + std::to_string(instance_id) +
-                      " is not registered (the server may have restarted or reaped it): "
-                      "register the engine context again");
-  }
+  if (it == instances_.end()) return NotRegistered(instance_id);
+  if (it->second.connection != connection) return OtherConnection(instance_id);
   it->second.last_seen_ms = clock_->NowMs();
   it->second.heard_since_registration = true;
   return it->second.info;
+}
+
+bool InstanceRegistry::Heartbeat(std::int64_t instance_id, std::string_view connection) {
+  return Authorize(instance_id, connection).ok();
+}
+
+Result<RemovedInstance> InstanceRegistry::Unregister(std::int64_t instance_id,
+                                                     std::string_view connection) {
+  MutexLock lock(&mu_);
+  auto it = instances_.find(instance_id);
+  if (it == instances_.end()) return NotRegistered(instance_id);
+  if (it->second.connection != connection) return OtherConnection(instance_id);
+  return RemoveLocked(it);
+}
+
+std::optional<RemovedInstance> InstanceRegistry::Remove(std::int64_t instance_id) {
+  MutexLock lock(&mu_);
+  auto it = instances_.find(instance_id);
+  if (it == instances_.end()) return std::nullopt;
+  return RemoveLocked(it);
+}
+
+std::vector<RemovedInstance> InstanceRegistry::RemoveConnection(std::string_view connection) {
+  MutexLock lock(&mu_);
+  std::vector<RemovedInstance> removed;
+  for (auto it = instances_.begin(); it != instances_.end();) {
+    auto next = std::next(it);
+    if (it->second.connection == connection) removed.push_back(RemoveLocked(it));
+    it = next;
+  }
+  return removed;
 }
 
 std::optional<ChunkLayout> InstanceRegistry::LayoutOf(const std::string& model,
@@ -153,58 +216,73 @@ std::optional<ChunkLayout> InstanceRegistry::LayoutOf(const std::string& model,
   return it->second.layout;
 }
 
-namespace {
-
-void AddPending(PendingMap& map, const std::string& transfer, std::vector<store::ObjectKey> keys) {
-  std::vector<store::ObjectKey>& entry = map[transfer];
-  for (auto& key : keys) {
-    if (std::find(entry.begin(), entry.end(), key) == entry.end()) entry.push_back(std::move(key));
+InstanceRegistry::Instance* InstanceRegistry::CurrentLocked(const InstanceInfo& instance) {
+  auto it = instances_.find(instance.instance_id);
+  if (it == instances_.end() || it->second.info.registration != instance.registration) {
+    return nullptr;
   }
+  return &it->second;
 }
 
-std::optional<std::vector<store::ObjectKey>> TakePending(PendingMap& map,
-                                                         const std::string& transfer) {
-  auto it = map.find(transfer);
-  if (it == map.end()) return std::nullopt;
-  std::vector<store::ObjectKey> keys = std::move(it->second);
-  map.erase(it);
-  return keys;
-}
-
-}  // namespace
-
-void InstanceRegistry::AddPendingWrite(std::int64_t instance_id, const std::string& transfer,
-                                       std::vector<store::ObjectKey> keys) {
+Result<std::optional<PendingWrite>> InstanceRegistry::AddPendingWrite(
+    const InstanceInfo& instance, const std::string& transfer, PendingWrite write) {
   MutexLock lock(&mu_);
-  if (auto it = instances_.find(instance_id); it != instances_.end()) {
-    AddPending(it->second.pending_writes, transfer, std::move(keys));
+  Instance* current = CurrentLocked(instance);
+  if (current == nullptr) return NotRegistered(instance.instance_id);
+  auto [it, inserted] = current->pending_writes.try_emplace(transfer, write);
+  if (inserted) {
+    if (current->pending_writes.size() > max_pending_) {
+      current->pending_writes.erase(it);
+      return Status(ErrorCode::kResourceExhausted,
+                    "instance " + std::to_string(instance.instance_id) + " has " +
+                        std::to_string(max_pending_) +
+                        " prepare_store calls without commit_store; commit or abandon some");
+    }
+    return std::optional<PendingWrite>();
   }
+  return std::optional<PendingWrite>(std::exchange(it->second, write));
 }
 
-std::optional<std::vector<store::ObjectKey>> InstanceRegistry::TakePendingWrite(
-    std::int64_t instance_id, const std::string& transfer) {
+std::optional<PendingWrite> InstanceRegistry::TakePendingWrite(const InstanceInfo& instance,
+                                                               const std::string& transfer) {
   MutexLock lock(&mu_);
-  auto it = instances_.find(instance_id);
-  if (it == instances_.end()) return std::nullopt;
-  return TakePending(it->second.pending_writes, transfer);
+  Instance* current = CurrentLocked(instance);
+  if (current == nullptr) return std::nullopt;
+  auto it = current->pending_writes.find(transfer);
+  if (it == current->pending_writes.end()) return std::nullopt;
+  const PendingWrite write = it->second;
+  current->pending_writes.erase(it);
+  return write;
 }
 
-void InstanceRegistry::AddPendingRead(std::int64_t instance_id, const std::string& transfer,
-                                      std::vector<store::ObjectKey> keys) {
+Status InstanceRegistry::AddPendingRead(const InstanceInfo& instance, const std::string& transfer,
+                                        store::LeaseId lease) {
   MutexLock lock(&mu_);
-  if (auto it = instances_.find(instance_id); it != instances_.end()) {
-    // Reads are counted: a second prepare of the same range holds locks twice.
-    std::vector<store::ObjectKey>& entry = it->second.pending_reads[transfer];
-    entry.insert(entry.end(), keys.begin(), keys.end());
+  Instance* current = CurrentLocked(instance);
+  if (current == nullptr) return NotRegistered(instance.instance_id);
+  if (current->pending_read_count >= max_pending_) {
+    return Status(ErrorCode::kResourceExhausted,
+                  "instance " + std::to_string(instance.instance_id) + " has " +
+                      std::to_string(max_pending_) +
+                      " prepare_retrieve calls without commit_retrieve; commit some");
   }
+  current->pending_reads[transfer].push_back(lease);
+  current->pending_read_count += 1;
+  return Status::Ok();
 }
 
-std::optional<std::vector<store::ObjectKey>> InstanceRegistry::TakePendingRead(
-    std::int64_t instance_id, const std::string& transfer) {
+std::optional<store::LeaseId> InstanceRegistry::TakePendingRead(const InstanceInfo& instance,
+                                                                const std::string& transfer) {
   MutexLock lock(&mu_);
-  auto it = instances_.find(instance_id);
-  if (it == instances_.end()) return std::nullopt;
-  return TakePending(it->second.pending_reads, transfer);
+  Instance* current = CurrentLocked(instance);
+  if (current == nullptr) return std::nullopt;
+  auto it = current->pending_reads.find(transfer);
+  if (it == current->pending_reads.end()) return std::nullopt;
+  const store::LeaseId lease = it->second.front();
+  it->second.pop_front();
+  if (it->second.empty()) current->pending_reads.erase(it);
+  current->pending_read_count -= 1;
+  return lease;
 }
 
 std::vector<std::int64_t> InstanceRegistry::Silent(TimeMs timeout_ms, TimeMs grace_ms) const {
@@ -218,23 +296,22 @@ std::vector<std::int64_t> InstanceRegistry::Silent(TimeMs timeout_ms, TimeMs gra
   return silent;
 }
 
-std::size_t InstanceRegistry::size() const {
+std::vector<InstanceInfo> InstanceRegistry::List() const {
   MutexLock lock(&mu_);
-  return instances_.size();
+  std::vector<InstanceInfo> out;
+  for (const auto& [id, instance] : instances_) out.push_back(instance.info);
+  return out;
 }
 
-std::size_t InstanceRegistry::pending_writes() const {
+RegistryCounts InstanceRegistry::Counts() const {
   MutexLock lock(&mu_);
-  std::size_t n = 0;
-  for (const auto& [id, instance] : instances_) n += instance.pending_writes.size();
-  return n;
-}
-
-std::size_t InstanceRegistry::pending_reads() const {
-  MutexLock lock(&mu_);
-  std::size_t n = 0;
-  for (const auto& [id, instance] : instances_) n += instance.pending_reads.size();
-  return n;
+  RegistryCounts counts;
+  counts.instances = instances_.size();
+  for (const auto& [id, instance] : instances_) {
+    counts.pending_writes += instance.pending_writes.size();
+    counts.pending_reads += instance.pending_read_count;
+  }
+  return counts;
 }
 
 }  // namespace lmcache::server

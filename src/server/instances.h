@@ -1,32 +1,42 @@
 // InstanceRegistry: the registered engine-driven contexts (workers), their
-// layouts, liveness and pending transfers.
+// layouts, the connection each was registered from, liveness and pending
+// transfers.
 //
 // A worker registers its instance id with a chunk layout (model, world size,
-// layers, hidden size, dtype, MLA). One (model, world size) pair has one
-// layout: a second instance, or the same one re-registering, with another
-// geometry is refused (kLayoutMismatch) instead of serving mismatched bytes.
-// Every request an instance makes refreshes its liveness. Pending writes
-// (prepare_store without commit) and reads (prepare_retrieve without commit)
-// are recorded per (instance, transfer key) so unregister and the reaper can
-// release them at once.
+// layers, hidden size, dtype, MLA) over one connection. One (model, world
+// size) pair has one layout: another geometry is refused (kLayoutMismatch)
+// instead of serving mismatched bytes. Operations that name an instance are
+// accepted only from the connection that registered it (kPermissionDenied
+// otherwise). The same instance id registered from a new connection is a new
+// process (the old one crashed and restarted): the old registration is
+// removed, and handed back so its leases are released at once.
 //
-// Thread-safety: internally synchronised (one mutex; the registry holds small
-// maps and its methods do no I/O). Lock order: it calls nothing while holding
-// its mutex.
+// Every registration gets a serial, the owner id of its leases. Pending
+// transfers (a prepare without its commit) hold lease ids, recorded under
+// (registration, transfer key). A record is accepted only while that exact
+// registration is current: this is the one lock that orders a prepare
+// against unregister, so a prepare that loses the race fails and releases
+// what it reserved, and nothing is left behind.
+//
+// Thread-safety: internally synchronised (one mutex, a leaf: it calls nothing
+// while holding it; lease releases happen in the caller, outside).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "lmcache/messages.h"
 #include "lmcache/status.h"
-#include "server/messages.h"
-#include "store/object_key.h"
+#include "store/owner.h"
 
 namespace lmcache::server {
 
@@ -49,64 +59,100 @@ struct ChunkLayout {
 
 // Bytes per element of a torch dtype name ("bfloat16", "float16", "half", ...).
 Result<std::uint32_t> DtypeItemSize(const std::string& dtype);
-Result<ChunkLayout> MakeChunkLayout(const RegisterContextPayload& payload, std::int64_t chunk_size);
+Result<ChunkLayout> MakeChunkLayout(const EngineContext& context, std::int64_t chunk_size);
 
 struct InstanceInfo {
   std::int64_t instance_id = 0;
+  std::uint64_t registration = 0;  // serial of this registration
   std::string model_name;
   std::int64_t world_size = 0;
   ChunkLayout layout;
+  store::Owner owner() const { return store::Owner::Instance(registration); }
 };
 
-// Pending transfers of one instance, keyed by a transfer key (see service).
-using PendingMap = std::map<std::string, std::vector<store::ObjectKey>>;
-
+// What a registration left behind when it went: the leases its pending
+// transfers hold (the caller releases them).
 struct RemovedInstance {
   InstanceInfo info;
-  PendingMap pending_writes;
-  PendingMap pending_reads;
+  std::vector<store::LeaseId> writes;
+  std::vector<store::LeaseId> reads;
+};
+
+// A prepare_store waiting for its commit: its write lease and how many
+// objects it staged (so a commit can tell when some were lost meanwhile).
+struct PendingWrite {
+  store::LeaseId lease = store::kNoLease;
+  std::size_t objects = 0;
+};
+
+struct RegisterOutcome {
+  InstanceInfo info;
+  bool is_new = false;                     // false: the same connection registered again
+  std::optional<RemovedInstance> replaced;  // the same id's registration from another connection
+};
+
+struct RegistryCounts {
+  std::size_t instances = 0;
+  std::size_t pending_writes = 0;
+  std::size_t pending_reads = 0;
 };
 
 class InstanceRegistry {
  public:
-  explicit InstanceRegistry(const Clock* clock);
+  // At most `max_pending` pending transfers per instance and kind.
+  InstanceRegistry(const Clock* clock, std::size_t max_pending = 16384);
 
-  // Registers (or refreshes, when already registered with the same layout).
-  // Returns true when the instance is new.
-  Result<bool> Register(const RegisterContextPayload& payload, const ChunkLayout& layout)
+  Result<RegisterOutcome> Register(const EngineContext& context, const ChunkLayout& layout,
+                                   std::string_view connection) LMC_EXCLUDES(mu_);
+  // The instance's registration if `connection` made it, refreshing its
+  // liveness: kNotRegistered if unknown, kPermissionDenied if another
+  // connection registered it.
+  Result<InstanceInfo> Authorize(std::int64_t instance_id, std::string_view connection)
       LMC_EXCLUDES(mu_);
-  std::optional<RemovedInstance> Unregister(std::int64_t instance_id) LMC_EXCLUDES(mu_);
-  // The instance's registration, refreshing its liveness; kNotRegistered if unknown.
-  Result<InstanceInfo> Touch(std::int64_t instance_id) LMC_EXCLUDES(mu_);
+  // A heartbeat: true (and liveness refreshed) when `connection` holds the registration.
+  bool Heartbeat(std::int64_t instance_id, std::string_view connection) LMC_EXCLUDES(mu_);
+  // Unregisters on behalf of the connection that registered it.
+  Result<RemovedInstance> Unregister(std::int64_t instance_id, std::string_view connection)
+      LMC_EXCLUDES(mu_);
+  // Unregisters whoever holds it (the reaper).
+  std::optional<RemovedInstance> Remove(std::int64_t instance_id) LMC_EXCLUDES(mu_);
+  // Unregisters every instance `connection` registered (it closed).
+  std::vector<RemovedInstance> RemoveConnection(std::string_view connection) LMC_EXCLUDES(mu_);
   // The layout registered for (model, world size), if any instance registered it.
   std::optional<ChunkLayout> LayoutOf(const std::string& model, std::int64_t world_size) const
       LMC_EXCLUDES(mu_);
 
-  void AddPendingWrite(std::int64_t instance_id, const std::string& transfer,
-                       std::vector<store::ObjectKey> keys) LMC_EXCLUDES(mu_);
-  std::optional<std::vector<store::ObjectKey>> TakePendingWrite(std::int64_t instance_id,
-                                                                const std::string& transfer)
-      LMC_EXCLUDES(mu_);
-  void AddPendingRead(std::int64_t instance_id, const std::string& transfer,
-                      std::vector<store::ObjectKey> keys) LMC_EXCLUDES(mu_);
-  std::optional<std::vector<store::ObjectKey>> TakePendingRead(std::int64_t instance_id,
-                                                               const std::string& transfer)
-      LMC_EXCLUDES(mu_);
+  // Records a prepare_store under (registration, transfer). Fails with
+  // kNotRegistered when that registration is no longer current. A write
+  // recorded earlier for the same transfer is returned (replaced).
+  Result<std::optional<PendingWrite>> AddPendingWrite(const InstanceInfo& instance,
+                                                      const std::string& transfer,
+                                                      PendingWrite write) LMC_EXCLUDES(mu_);
+  std::optional<PendingWrite> TakePendingWrite(const InstanceInfo& instance,
+                                               const std::string& transfer) LMC_EXCLUDES(mu_);
+  // Records the read lease of a prepare_retrieve; several may wait for the
+  // same transfer, and commits take them in the order they were made.
+  Status AddPendingRead(const InstanceInfo& instance, const std::string& transfer,
+                        store::LeaseId lease) LMC_EXCLUDES(mu_);
+  std::optional<store::LeaseId> TakePendingRead(const InstanceInfo& instance,
+                                                const std::string& transfer) LMC_EXCLUDES(mu_);
 
   // Instances silent for longer than `timeout_ms` (if they ever sent a request
   // after registering) or `grace_ms` (if they never did).
   std::vector<std::int64_t> Silent(TimeMs timeout_ms, TimeMs grace_ms) const LMC_EXCLUDES(mu_);
-  std::size_t size() const LMC_EXCLUDES(mu_);
-  std::size_t pending_writes() const LMC_EXCLUDES(mu_);
-  std::size_t pending_reads() const LMC_EXCLUDES(mu_);
+  std::vector<InstanceInfo> List() const LMC_EXCLUDES(mu_);
+  RegistryCounts Counts() const LMC_EXCLUDES(mu_);
+  std::size_t size() const LMC_EXCLUDES(mu_) { return Counts().instances; }
 
  private:
   struct Instance {
     InstanceInfo info;
+    std::string connection;
     TimeMs last_seen_ms = 0;
     bool heard_since_registration = false;
-    PendingMap pending_writes;
-    PendingMap pending_reads;
+    std::map<std::string, PendingWrite> pending_writes;
+    std::map<std::string, std::deque<store::LeaseId>> pending_reads;
+    std::size_t pending_read_count = 0;
   };
   struct LayoutRef {
     ChunkLayout layout;
@@ -114,7 +160,13 @@ class InstanceRegistry {
   };
   using LayoutKey = std::pair<std::string, std::int64_t>;
 
+  RemovedInstance RemoveLocked(std::map<std::int64_t, Instance>::iterator it) LMC_REQUIRES(mu_);
+  // The instance if `registration` is still its current one.
+  Instance* CurrentLocked(const InstanceInfo& instance) LMC_REQUIRES(mu_);
+
   const Clock* const clock_;
+  const std::size_t max_pending_;
+  std::atomic<std::uint64_t> next_registration_{1};
   mutable Mutex mu_;
   std::map<std::int64_t, Instance> instances_ LMC_GUARDED_BY(mu_);
   std::map<LayoutKey, LayoutRef> layouts_ LMC_GUARDED_BY(mu_);

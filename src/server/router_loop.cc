@@ -7,82 +7,163 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <unordered_map>
 #include <zmq.hpp>
+#include <zmq_addon.hpp>
 
-#include "server/codec.h"
+#include "common/logging.h"
+#include "common/msgpack_codec.h"
+#include "common/msgpack_cursor.h"
+#include "server/endpoint_guard.h"
 
 namespace lmcache::server {
 
-// One request's frames, owned by whichever thread handles it.
+// One bound ROUTER socket, its monitor, and the client connections it serves.
+struct RouterLoop::Endpoint {
+  std::unique_ptr<IpcEndpointLock> ipc_lock;  // ipc only; outlives the socket
+  std::unique_ptr<zmq::socket_t> socket;
+  std::unique_ptr<zmq::socket_t> monitor;  // PAIR receiving the socket's events
+  Transport transport = Transport::kTcp;
+  // The connection ids seen on each file descriptor (a closed descriptor's
+  // connections are gone), and the descriptor of each id.
+  std::unordered_map<int, std::vector<std::string>> by_fd;
+  std::unordered_map<std::string, int> fd_of;
+};
+
+// One request's frames as received (no copy), owned by whichever thread handles it.
 struct RouterLoop::Message {
   std::size_t socket_index = 0;
-  std::vector<std::string> frames;  // identity, uid, operation, payload...
+  std::vector<zmq::message_t> frames;  // identity, uid, operation, payload...
+  std::vector<std::string_view> payloads;
+  std::string connection;  // socket index + routing id
+  RequestContext context;
+  std::size_t payload_bytes = 0;
 };
 
 // A reply on its way back to the loop thread.
 struct RouterLoop::Outgoing {
   std::size_t socket_index = 0;
-  std::vector<std::string> frames;  // identity, uid, operation, value [, error]
+  zmq::message_t identity;
+  zmq::message_t uid;
+  zmq::message_t operation;
+  ReplyFrames reply;
 };
 
 namespace {
 
-constexpr std::int64_t kMaxMessageBytes = 256 << 20;  // ZMQ drops peers that send more in one frame
-constexpr int kHighWaterMark = 100'000;               // messages queued per peer
-constexpr int kReceiveBatch = 256;                    // messages per socket per poll round
+// A frame above it makes ZMQ drop the peer's connection (no request needs more:
+// the largest, a 4 Mi-token key, is about 20 MiB).
+constexpr std::int64_t kMaxMessageBytes = 64 << 20;
+constexpr int kReceiveBatch = 256;  // messages per socket per poll round
+constexpr auto kProbeTimeout = std::chrono::milliseconds(2000);
+
+bool IsLoopback(std::string_view address) {
+  return address.starts_with("127.") || address == "::1" || address.starts_with("::ffff:127.");
+}
+
+// The pid of an lmcache-server answering server_info at `url`, if one answers.
+std::optional<std::int64_t> ProbeServerPid(zmq::context_t& context, const std::string& url) {
+  try {
+    zmq::socket_t probe(context, zmq::socket_type::dealer);
+    probe.set(zmq::sockopt::linger, 0);
+    probe.connect(url);
+    const std::string uid = mp::Encoder().Uint(0).Take();
+    const std::string op = mp::Encoder().Str("server_info").Take();
+    probe.send(zmq::buffer(uid), zmq::send_flags::sndmore);
+    probe.send(zmq::buffer(op), zmq::send_flags::none);
+    zmq::pollitem_t item{probe.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, kProbeTimeout) == 0) return std::nullopt;
+    std::vector<zmq::message_t> frames;
+    (void)zmq::recv_multipart(probe, std::back_inserter(frames));
+    if (frames.size() < 3) return std::nullopt;
+    mp::MsgpackCursor in(frames[2].to_string_view());
+    std::optional<std::int64_t> pid;
+    const Status read = in.ReadFields("server_info", [&](std::string_view name) -> Result<bool> {
+      if (name != "pid") return false;
+      LMC_ASSIGN_OR_RETURN(pid, in.ReadInt("pid"));
+      return true;
+    });
+    return read.ok() ? pid : std::nullopt;
+  } catch (const zmq::error_t&) {
+    return std::nullopt;
+  }
+}
 
 }  // namespace
 
-RouterLoop::RouterLoop(Service* service, const RouterConfig& config)
-    : service_(service), config_(config), context_(std::make_unique<zmq::context_t>(1)) {}
+RouterLoop::RouterLoop(const RouterConfig& config)
+    : config_(config), context_(std::make_unique<zmq::context_t>(1)) {}
 
 RouterLoop::~RouterLoop() {
   Stop();
   if (affinity_pool_) affinity_pool_->Stop();
   if (cpu_pool_) cpu_pool_->Stop();
-  for (auto& socket : sockets_) socket->close();
-  for (const std::string& path : ipc_paths_) ::unlink(path.c_str());
+  for (auto& endpoint : sockets_) {
+    if (endpoint->monitor) endpoint->monitor->close();
+    endpoint->socket->close();
+  }
+  // The endpoints (and their ipc locks, which remove the socket files) go next.
 }
 
-Result<std::unique_ptr<RouterLoop>> RouterLoop::Create(Service* service,
-                                                       const RouterConfig& config) {
+Result<std::unique_ptr<RouterLoop>> RouterLoop::Create(const RouterConfig& config) {
   if (config.urls.empty()) return InvalidConfig("no endpoint to bind: give --url or --host/--port");
-  std::unique_ptr<RouterLoop> loop(new RouterLoop(service, config));
+  std::unique_ptr<RouterLoop> loop(new RouterLoop(config));
   loop->wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!loop->wake_fd_.valid()) {
     return Status(ErrorCode::kIoError, std::string("eventfd failed: ") + std::strerror(errno));
   }
   for (const std::string& url : config.urls) LMC_RETURN_IF_ERROR(loop->Bind(url));
-  loop->affinity_pool_ = std::make_unique<AffinityPool>("transfer", config.affinity_workers,
-                                                        config.max_queued_requests);
-  loop->cpu_pool_ =
-      std::make_unique<ThreadPool>("cpu", config.cpu_workers, config.max_queued_requests);
+  loop->affinity_pool_ =
+      std::make_unique<AffinityPool>("transfer", config.affinity_workers, config.queue_limits);
+  loop->cpu_pool_ = std::make_unique<ThreadPool>("cpu", config.cpu_workers, config.queue_limits);
   return loop;
 }
 
 Status RouterLoop::Bind(const std::string& url) {
-  auto socket = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::router);
+  auto endpoint = std::make_unique<Endpoint>();
+  const bool ipc = url.starts_with("ipc://");
+  endpoint->transport = ipc ? Transport::kIpc : Transport::kTcp;
+  if (ipc) {
+    LMC_ASSIGN_OR_RETURN(endpoint->ipc_lock, IpcEndpointLock::Acquire(url.substr(6)));
+  }
+  endpoint->socket = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::router);
+  zmq::socket_t& socket = *endpoint->socket;
   try {
-    socket->set(zmq::sockopt::router_mandatory, 1);
-    socket->set(zmq::sockopt::linger, 0);
-    socket->set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
-    socket->set(zmq::sockopt::sndhwm, kHighWaterMark);
-    socket->set(zmq::sockopt::rcvhwm, kHighWaterMark);
-    socket->bind(url);
+    socket.set(zmq::sockopt::router_mandatory, 1);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+    socket.set(zmq::sockopt::sndhwm, config_.high_water_mark);
+    socket.set(zmq::sockopt::rcvhwm, config_.high_water_mark);
+    socket.bind(url);
   } catch (const zmq::error_t& e) {
+    if (e.num() == EADDRINUSE) {
+      if (const auto pid = ProbeServerPid(*context_, url)) {
+        return Status(ErrorCode::kAlreadyExists, "another lmcache-server (pid " +
+                                                     std::to_string(*pid) + ") already serves " +
+                                                     url + "; stop it first or choose another port");
+      }
+    }
     return Status(ErrorCode::kIoError, "cannot bind " + url + ": " + e.what());
   }
-  std::string endpoint = socket->get(zmq::sockopt::last_endpoint);
-  if (endpoint.starts_with("ipc://")) {
+  // Connection lifecycle events, so the loop learns when a client goes away.
+  const std::string monitor_url = "inproc://lmc-monitor-" + std::to_string(sockets_.size());
+  if (zmq_socket_monitor(socket.handle(), monitor_url.c_str(),
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    return Status(ErrorCode::kIoError, "cannot monitor " + url + ": " + zmq_strerror(zmq_errno()));
+  }
+  endpoint->monitor = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::pair);
+  endpoint->monitor->connect(monitor_url);
+  std::string bound = socket.get(zmq::sockopt::last_endpoint);
+  if (ipc) {
     // Only the server's user may connect: the socket grants access to the pool.
-    const std::string path = endpoint.substr(6);
+    const std::string path = bound.substr(6);
     if (::chmod(path.c_str(), 0600) != 0) {
       return Status(ErrorCode::kIoError, "chmod 0600 " + path + ": " + std::strerror(errno));
     }
-    ipc_paths_.push_back(path);
+    endpoint->ipc_lock->RecordBound();
   }
-  endpoints_.push_back(std::move(endpoint));
-  sockets_.push_back(std::move(socket));
+  endpoints_.push_back(std::move(bound));
+  sockets_.push_back(std::move(endpoint));
   return Status::Ok();
 }
 
@@ -94,10 +175,15 @@ void RouterLoop::Stop() {
   }
 }
 
-void RouterLoop::Run() {
+void RouterLoop::Run(RequestHandler* handler) {
+  handler_ = handler;
+  loop_thread_ = std::this_thread::get_id();
+  // Sockets first, then their monitors, then the eventfd.
   std::vector<zmq::pollitem_t> items;
-  for (auto& socket : sockets_) items.push_back({socket->handle(), 0, ZMQ_POLLIN, 0});
+  for (auto& endpoint : sockets_) items.push_back({endpoint->socket->handle(), 0, ZMQ_POLLIN, 0});
+  for (auto& endpoint : sockets_) items.push_back({endpoint->monitor->handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({nullptr, wake_fd_.get(), ZMQ_POLLIN, 0});
+  const std::size_t n = sockets_.size();
   while (!stop_.load()) {
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(1000));
@@ -110,7 +196,10 @@ void RouterLoop::Run() {
       std::uint64_t count = 0;
       (void)!::read(wake_fd_.get(), &count, sizeof(count));
     }
-    for (std::size_t i = 0; i < sockets_.size(); ++i) {
+    // Closed connections first: a descriptor reused by a new connection is
+    // then mapped afresh by the messages that follow.
+    for (std::size_t i = 0; i < n; ++i) ReceiveMonitorEvents(i);
+    for (std::size_t i = 0; i < n; ++i) {
       if (items[i].revents & ZMQ_POLLIN) Receive(i);
     }
     DrainOutbox();
@@ -122,83 +211,161 @@ void RouterLoop::Run() {
 }
 
 void RouterLoop::Receive(std::size_t socket_index) {
-  zmq::socket_t& socket = *sockets_[socket_index];
+  Endpoint& endpoint = *sockets_[socket_index];
   for (int n = 0; n < kReceiveBatch; ++n) {
-    std::vector<std::string> frames;
-    zmq::message_t part;
+    auto message = std::make_unique<Message>();
+    message->socket_index = socket_index;
     try {
-      if (!socket.recv(part, zmq::recv_flags::dontwait)) return;  // nothing more
-      frames.emplace_back(part.data<char>(), part.size());
-      while (part.more()) {
-        (void)socket.recv(part, zmq::recv_flags::none);
-        frames.emplace_back(part.data<char>(), part.size());
+      zmq::message_t part;
+      if (!endpoint.socket->recv(part, zmq::recv_flags::dontwait)) return;  // nothing more
+      bool more = part.more();
+      message->frames.push_back(std::move(part));
+      while (more) {
+        zmq::message_t next;
+        (void)endpoint.socket->recv(next, zmq::recv_flags::none);
+        more = next.more();
+        message->frames.push_back(std::move(next));
       }
     } catch (const zmq::error_t& e) {
-      spdlog::warn("receive failed: {}", e.what());
+      static RateLimitedLog log(std::chrono::seconds(10));
+      log.Warn("receive failed: {}", e.what());
       return;
     }
     received_.fetch_add(1, std::memory_order_relaxed);
-    Handle(socket_index, std::move(frames));
+    // The socket's index and the peer's routing id name one client connection.
+    message->connection.push_back(static_cast<char>(socket_index));
+    message->connection.append(message->frames[0].to_string_view());
+    if (message->frames.size() > 1 && !endpoint.fd_of.contains(message->connection)) {
+      // The descriptor a frame came in on (ZMQ_SRCFD). Not the routing id frame:
+      // ROUTER makes that one itself, and after a poll it carries no descriptor.
+      const int fd = zmq_msg_get(message->frames[1].handle(), ZMQ_SRCFD);
+      if (fd >= 0) {
+        endpoint.fd_of.emplace(message->connection, fd);
+        endpoint.by_fd[fd].push_back(message->connection);
+      }
+    }
+    message->context.connection = message->connection;
+    message->context.transport = endpoint.transport;
+    message->context.local_peer = endpoint.transport != Transport::kTcp;
+    if (endpoint.transport == Transport::kTcp && message->frames.size() > 1) {
+      // Peer-Address is metadata of every frame received over tcp.
+      const char* peer = zmq_msg_gets(message->frames[1].handle(), "Peer-Address");
+      message->context.local_peer = peer != nullptr && IsLoopback(peer);
+    }
+    Dispatch(std::move(message));
   }
 }
 
-void RouterLoop::Reject(std::size_t socket_index, std::vector<std::string>& frames,
-                        const Status& status) {
-  rejected_.fetch_add(1, std::memory_order_relaxed);
-  service_->CountTransportError();
-  if (frames.size() < 2) return;  // no uid to answer to: a peer that is no DEALER
-  Outgoing reply{socket_index, {std::move(frames[0]), std::move(frames[1])}};
+void RouterLoop::ReceiveMonitorEvents(std::size_t socket_index) {
+  Endpoint& endpoint = *sockets_[socket_index];
+  while (true) {
+    std::vector<zmq::message_t> event;
+    try {
+      if (!zmq::recv_multipart(*endpoint.monitor, std::back_inserter(event),
+                               zmq::recv_flags::dontwait)) {
+        return;
+      }
+    } catch (const zmq::error_t&) {
+      return;
+    }
+    // Frame 0: a 16-bit event id and a 32-bit value (the descriptor), native order.
+    if (event.empty() || event[0].size() < 6) continue;
+    std::uint16_t id = 0;
+    std::uint32_t fd = 0;
+    std::memcpy(&id, event[0].data(), sizeof(id));
+    std::memcpy(&fd, static_cast<const char*>(event[0].data()) + 2, sizeof(fd));
+    if (id == ZMQ_EVENT_ACCEPTED) {
+      connections_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    if (id != ZMQ_EVENT_DISCONNECTED) continue;
+    connections_.fetch_sub(1, std::memory_order_relaxed);
+    disconnects_.fetch_add(1, std::memory_order_relaxed);
+    auto it = endpoint.by_fd.find(static_cast<int>(fd));
+    if (it == endpoint.by_fd.end()) continue;
+    for (const std::string& connection : it->second) {
+      endpoint.fd_of.erase(connection);
+      handler_->OnDisconnect(connection);
+    }
+    endpoint.by_fd.erase(it);
+  }
+}
+
+void RouterLoop::Refuse(Message& message, const RequestRoute* route, const Status& status) {
+  refused_.fetch_add(1, std::memory_order_relaxed);
+  if (message.frames.size() < 2) return;  // no uid to answer to: a peer that is no DEALER
+  Outgoing reply{message.socket_index, std::move(message.frames[0]), std::move(message.frames[1]),
+                 {}, handler_->Refuse(route, status)};
   // Echo the operation frame when there was one; nil otherwise.
-  reply.frames.push_back(frames.size() > 2 ? std::move(frames[2]) : Encoder().Nil().Take());
-  reply.frames.push_back(Encoder().Nil().Take());
-  reply.frames.push_back(EncodeErrorMap(status));
-  spdlog::debug("rejected a request: {}", status.ToString());
+  if (message.frames.size() > 2) {
+    reply.operation = std::move(message.frames[2]);
+  } else {
+    const std::string nil = mp::Encoder().Nil().Take();
+    reply.operation = zmq::message_t(nil.data(), nil.size());
+  }
+  spdlog::debug("refused a request: {}", status.ToString());
   Send(reply);
 }
 
-void RouterLoop::Handle(std::size_t socket_index, std::vector<std::string> frames) {
+void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
+  std::vector<zmq::message_t>& frames = message->frames;
   if (frames.size() < 3) {
-    Reject(socket_index, frames,
+    Refuse(*message, nullptr,
            Status(ErrorCode::kMalformedRequest,
                   "a request needs at least a uid frame and an operation frame, got " +
                       std::to_string(frames.size() == 0 ? 0 : frames.size() - 1) + " frame(s)"));
     return;
   }
-  auto spec = DecodeOperation(frames[2]);
-  if (!spec.ok()) {
-    Reject(socket_index, frames, spec.status());
+  Result<RequestRoute> route = handler_->Route(frames[2].to_string_view());
+  if (!route.ok()) {
+    Refuse(*message, nullptr, route.status());
     return;
   }
-  auto message = std::make_shared<Message>(Message{socket_index, std::move(frames)});
-  const OpSpec op = *spec;
-  auto run = [this, message, op] {
-    std::vector<std::string_view> payloads(message->frames.begin() + 3, message->frames.end());
-    Reply reply = service_->Dispatch(op, payloads);
-    Outgoing out{message->socket_index,
-                 {std::move(message->frames[0]), std::move(message->frames[1]),
-                  std::move(message->frames[2])}};
-    if (reply.status.ok()) {
-      out.frames.push_back(std::move(reply.value));
-    } else {
-      out.frames.push_back(EncodeFailureValue(op.failure, reply.status.message()));
-      out.frames.push_back(EncodeErrorMap(reply.status));
-    }
-    return out;
+  for (std::size_t i = 3; i < frames.size(); ++i) {
+    message->payloads.push_back(frames[i].to_string_view());
+    message->payload_bytes += frames[i].size();
+  }
+  // Bound the work a request can cause before anything decodes it.
+  if (message->payload_bytes > route->max_request_bytes) {
+    Refuse(*message, &*route,
+           Status(ErrorCode::kTooLarge, "the request's payload of " +
+                                            std::to_string(message->payload_bytes) +
+                                            " bytes exceeds this operation's limit of " +
+                                            std::to_string(route->max_request_bytes)));
+    return;
+  }
+  const RequestRoute routed = *route;
+  auto run = [this, routed](std::shared_ptr<Message> request) {
+    Message& m = *request;
+    handler_->Handle(routed, m.context, m.payloads, [this, request](ReplyFrames reply) {
+      Outgoing out{request->socket_index, std::move(request->frames[0]),
+                   std::move(request->frames[1]), std::move(request->frames[2]),
+                   std::move(reply)};
+      if (std::this_thread::get_id() == loop_thread_) {
+        Send(out);  // an inline operation: no hop through the outbox
+      } else {
+        Complete(std::move(out));
+      }
+    });
   };
-  if (op.pool == Pool::kInline) {
-    Outgoing out = run();
-    Send(out);
+  std::shared_ptr<Message> shared(std::move(message));
+  if (routed.pool == Pool::kInline) {
+    run(shared);
     return;
   }
-  auto task = [this, run] { Complete(run()); };
-  const bool queued =
-      op.pool == Pool::kAffinity
-          ? affinity_pool_->Submit(std::hash<std::string>{}(message->frames[0]), std::move(task))
-          : cpu_pool_->Submit(std::move(task));
-  if (!queued) {
-    std::vector<std::string> frames_back = message->frames;
-    Reject(socket_index, frames_back,
-           Status(ErrorCode::kUnavailable, "server overloaded: request queue full; retry later"));
+  const std::uint64_t client = std::hash<std::string>{}(shared->connection);
+  const std::size_t bytes = shared->payload_bytes;
+  auto task = [run, shared] { run(shared); };
+  const FairQueue::Admission admission =
+      routed.pool == Pool::kAffinity ? affinity_pool_->Submit(client, bytes, std::move(task))
+                                     : cpu_pool_->Submit(client, bytes, std::move(task));
+  if (admission != FairQueue::Admission::kQueued) {
+    overloaded_.fetch_add(1, std::memory_order_relaxed);
+    const char* why = admission == FairQueue::Admission::kClientFull
+                          ? "this client has too many requests queued; read replies before "
+                            "sending more"
+                          : "server overloaded: request queue full; retry later";
+    Refuse(*shared, &routed, Status(ErrorCode::kUnavailable, why));
   }
 }
 
@@ -221,16 +388,22 @@ void RouterLoop::DrainOutbox() {
 }
 
 void RouterLoop::Send(Outgoing& reply) {
-  zmq::socket_t& socket = *sockets_[reply.socket_index];
+  static RateLimitedLog dropped_log(std::chrono::seconds(10));
+  zmq::socket_t& socket = *sockets_[reply.socket_index]->socket;
+  std::vector<zmq::message_t> parts;
+  parts.push_back(std::move(reply.identity));
+  parts.push_back(std::move(reply.uid));
+  parts.push_back(std::move(reply.operation));
+  parts.emplace_back(reply.reply.value.data(), reply.reply.value.size());
+  if (reply.reply.error) parts.emplace_back(reply.reply.error->data(), reply.reply.error->size());
   try {
-    for (std::size_t i = 0; i < reply.frames.size(); ++i) {
-      const bool last = i + 1 == reply.frames.size();
-      zmq::message_t part(reply.frames[i].data(), reply.frames[i].size());
-      auto sent = socket.send(part, (last ? zmq::send_flags::none : zmq::send_flags::sndmore) |
-                                        zmq::send_flags::dontwait);
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const bool last = i + 1 == parts.size();
+      auto sent = socket.send(parts[i], (last ? zmq::send_flags::none : zmq::send_flags::sndmore) |
+                                            zmq::send_flags::dontwait);
       if (!sent) {  // the peer's queue is full: drop rather than block every client
         undeliverable_.fetch_add(1, std::memory_order_relaxed);
-        spdlog::warn("dropped a reply: the client's queue is full");
+        dropped_log.Warn("dropped a reply: the client's queue is full (it is not reading replies)");
         return;
       }
     }
@@ -242,8 +415,22 @@ void RouterLoop::Send(Outgoing& reply) {
   }
 }
 
-RouterStats RouterLoop::Stats() const {
-  return {received_.load(), replied_.load(), undeliverable_.load(), rejected_.load()};
+TransportStats RouterLoop::Stats() const {
+  TransportStats stats;
+  stats.received = received_.load();
+  stats.replied = replied_.load();
+  stats.undeliverable = undeliverable_.load();
+  stats.refused = refused_.load();
+  stats.overloaded = overloaded_.load();
+  stats.connections = connections_.load();
+  stats.disconnects = disconnects_.load();
+  if (affinity_pool_ && cpu_pool_) {
+    const FairQueueStats affinity = affinity_pool_->Stats();
+    const FairQueueStats cpu = cpu_pool_->Stats();
+    stats.queued_requests = affinity.tasks + cpu.tasks;
+    stats.queued_bytes = affinity.bytes + cpu.bytes;
+  }
+  return stats;
 }
 
 }  // namespace lmcache::server

@@ -1,17 +1,32 @@
 // RouterLoop: the ZeroMQ transport. One thread owns every ROUTER socket.
 //
-// The loop receives [identity, uid, operation, payload...] messages, decodes
-// the operation, and runs the request inline (cheap operations), on the
-// affinity pool keyed by the client identity (transfers: one client's
-// transfers run in order on one thread), or on the CPU pool. Workers never
-// touch a socket: they push finished replies onto a queue and wake the loop
-// through an eventfd polled beside the sockets. Replies echo the uid and
-// operation frames byte for byte and always carry frame 3; a failed request
-// carries the operation's failure value in frame 3 and {code, message} in an
-// extra frame 4, so every request gets an answer.
+// Create() binds every endpoint before the server touches anything else, and
+// refuses to take over one a live server holds: an ipc path is guarded by an
+// flock'ed "<path>.lock" file naming its owner's pid plus a probe for a live
+// listener, so a socket file a live server listens on is never unlinked; a
+// tcp port in use is probed with server_info so the refusal names the
+// running lmcache-server's pid.
+//
+// Run() receives [identity, uid, operation, payload...] messages, resolves
+// the operation through the RequestHandler and runs the request inline
+// (cheap operations), on the affinity pool keyed by the client identity
+// (transfers: one client's transfers run in order on one thread), or on the
+// CPU pool. Pools are fair queues: clients are served round robin and each
+// client's queued requests are bounded in bytes and count (and all clients'
+// together), so a flood is refused with 402 without delaying others. A
+// request's frames are kept as received (no copy) until its reply is built.
+// Workers never touch a socket: they push finished replies onto a queue and
+// wake the loop through an eventfd polled beside the sockets. A socket
+// monitor reports each client connection that closes; the loop maps it back
+// (by file descriptor) to the connection ids that spoke over it and tells the
+// handler, so a dead worker's registration is released at once. Replies echo
+// the uid and operation frames byte for byte and always carry frame 3; a
+// failed request carries the operation's failure value in frame 3 and
+// {code, message} in an extra frame 4, so every request gets an answer.
 //
 // Thread-safety: Run() on one thread; Stop() from any thread (also from a
-// signal-handling thread). Everything else is private to the loop thread.
+// signal-handling thread); Stats() from any thread. Everything else is
+// private to the loop thread.
 #pragma once
 
 #include <atomic>
@@ -19,13 +34,15 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/fair_queue.h"
 #include "common/mutex.h"
 #include "common/thread_pool.h"
 #include "common/unique_fd.h"
 #include "lmcache/status.h"
-#include "server/service.h"
+#include "server/request_handler.h"
 
 namespace zmq {
 class context_t;
@@ -35,52 +52,49 @@ class socket_t;
 namespace lmcache::server {
 
 struct RouterConfig {
-  std::vector<std::string> urls;           // tcp://host:port or ipc:///path; at least one
-  unsigned affinity_workers = 1;           // --max-gpu-workers
-  unsigned cpu_workers = 1;                // --max-cpu-workers
-  std::size_t max_queued_requests = 4096;  // per pool lane; beyond it requests get UNAVAILABLE
-};
-
-struct RouterStats {
-  std::uint64_t received = 0;
-  std::uint64_t replied = 0;
-  std::uint64_t undeliverable = 0;  // the peer left before its reply
-  std::uint64_t rejected = 0;       // answered with an error before dispatch
+  std::vector<std::string> urls;  // tcp://host:port or ipc:///path; at least one
+  unsigned affinity_workers = 1;  // --max-gpu-workers
+  unsigned cpu_workers = 1;       // --max-cpu-workers
+  FairQueueLimits queue_limits;   // per pool, and per lane of the affinity pool
+  int high_water_mark = 10000;    // ZMQ messages queued per peer and direction
 };
 
 class RouterLoop {
  public:
-  // Binds every URL (fails, naming the URL, if one cannot be bound).
-  static Result<std::unique_ptr<RouterLoop>> Create(Service* service, const RouterConfig& config);
+  // Binds every URL (fails, naming the URL and any server holding it).
+  static Result<std::unique_ptr<RouterLoop>> Create(const RouterConfig& config);
   ~RouterLoop();
   RouterLoop(const RouterLoop&) = delete;
   RouterLoop& operator=(const RouterLoop&) = delete;
 
-  // Serves until Stop(); then drains the pools and sends their last replies.
-  void Run();
+  // Serves `handler` until Stop(); then drains the pools and sends their last replies.
+  void Run(RequestHandler* handler);
   void Stop();
   // The bound endpoints (a tcp port 0 resolved to the real port).
   const std::vector<std::string>& endpoints() const { return endpoints_; }
-  RouterStats Stats() const;
+  TransportStats Stats() const;
 
  private:
+  struct Endpoint;
   struct Message;
   struct Outgoing;
-  RouterLoop(Service* service, const RouterConfig& config);
+  explicit RouterLoop(const RouterConfig& config);
   Status Bind(const std::string& url);
   void Receive(std::size_t socket_index);
-  void Handle(std::size_t socket_index, std::vector<std::string> frames);
-  void Reject(std::size_t socket_index, std::vector<std::string>& frames, const Status& status);
+  // Drains the socket's monitor: connections that closed are reported.
+  void ReceiveMonitorEvents(std::size_t socket_index);
+  void Dispatch(std::unique_ptr<Message> message);
+  void Refuse(Message& message, const RequestRoute* route, const Status& status);
   void Complete(Outgoing reply) LMC_EXCLUDES(outbox_mu_);
   void DrainOutbox() LMC_EXCLUDES(outbox_mu_);
   void Send(Outgoing& reply);
 
-  Service* const service_;
   const RouterConfig config_;
+  RequestHandler* handler_ = nullptr;
+  std::thread::id loop_thread_;
   std::unique_ptr<zmq::context_t> context_;
-  std::vector<std::unique_ptr<zmq::socket_t>> sockets_;
+  std::vector<std::unique_ptr<Endpoint>> sockets_;
   std::vector<std::string> endpoints_;
-  std::vector<std::string> ipc_paths_;
   UniqueFd wake_fd_;  // eventfd: replies queued or stop requested
   std::unique_ptr<AffinityPool> affinity_pool_;
   std::unique_ptr<ThreadPool> cpu_pool_;
@@ -92,7 +106,10 @@ class RouterLoop {
   std::atomic<std::uint64_t> received_{0};
   std::atomic<std::uint64_t> replied_{0};
   std::atomic<std::uint64_t> undeliverable_{0};
-  std::atomic<std::uint64_t> rejected_{0};
+  std::atomic<std::uint64_t> refused_{0};
+  std::atomic<std::uint64_t> overloaded_{0};
+  std::atomic<std::uint64_t> connections_{0};
+  std::atomic<std::uint64_t> disconnects_{0};
 };
 
 }  // namespace lmcache::server

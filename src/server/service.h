@@ -1,68 +1,68 @@
-// Service: the protocol's operations, transport-free.
+// Service: the protocol's operations behind one RequestHandler.
 //
-// Dispatch() takes a decoded operation and its raw payload frames and returns
-// the reply value (frame 3), or a Status that the transport turns into the
-// operation's failure value plus an error frame. No ZMQ type appears here, so
-// tests drive the service in-process and the transport can be swapped.
+// It owns the state the operations share (ServiceState), the operation
+// families that define them (transfer, lookup, admin; GPU transfer next),
+// the op table they fill, and the per-operation statistics (requests, errors,
+// latency), indexed by table row. The transport (RouterLoop) resolves and
+// runs requests through the RequestHandler interface; tests and tools call
+// operations in process with Call().
 //
-// Locking: the service keeps no lock of its own beyond the stats counters
-// (atomics); it composes internally synchronised parts: ObjectTable,
-// InstanceRegistry, SessionManager (and a Session's own mutex while one
-// request uses it). Lock order: Session::mu -> ObjectTable shards -> ...;
-// the registry's and session manager's mutexes are leaves.
+// Every request gets a reply: a failed operation answers its failure value
+// (frame 3, the type a reference client decodes) and {code, message}
+// (frame 4); a handler that throws costs one request, not the server.
 //
-// Thread-safety: Dispatch may be called from any number of threads at once.
-// Start/Stop (the maintenance thread) belong to the controlling thread.
+// Thread-safety: Handle and Call may run on any number of threads at once.
+// Start/StopMaintenance belong to the controlling thread.
 #pragma once
 
-#include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "common/clock.h"
+#include "common/histogram.h"
 #include "common/mutex.h"
 #include "lmcache/status.h"
-#include "server/instances.h"
-#include "server/messages.h"
-#include "server/operations.h"
-#include "server/session.h"
-#include "store/l1_cache.h"
-#include "tier/prefetcher.h"
+#include "server/admin_ops.h"
+#include "server/lookup_ops.h"
+#include "server/op_table.h"
+#include "server/request_handler.h"
+#include "server/service_state.h"
+#include "server/stats.h"
+#include "server/transfer_ops.h"
 
 namespace lmcache::server {
 
-struct ServiceConfig {
-  std::int64_t chunk_size = 256;         // --chunk-size, tokens
-  TimeMs session_idle_ttl_ms = 600'000;  // --session-ttl-seconds
-  std::size_t max_sessions = 1'000'000;
-  TimeMs worker_reap_timeout_ms = 120'000;          // --worker-reap-timeout-seconds; 0 = never reap
-  TimeMs worker_registration_grace_ms = 3'600'000;  // --worker-registration-grace-seconds
-  std::size_t max_prompt_tokens = 4u << 20;         // tokens per key (a 16 MiB msgpack array)
-  std::string version = "0.1.0";
-  std::string instance_id;  // --instance-id, shown by server_info
-};
-
+// The outcome of an in-process call: OK with frame 3's value, or the error.
 struct Reply {
-  Status status;      // OK: `value` is frame 3. Not OK: the transport answers the failure value.
-  std::string value;  // msgpack
+  Status status;
+  std::string value;
 };
 
-class Service {
+class Service final : public RequestHandler {
  public:
-  // `l1`, `clock` and `prefetcher` must outlive the service. Without a
-  // prefetcher (no L2 tier) a lookup completes from L1 at once.
+  // `l1`, `clock` and `prefetcher` (may be null: no L2) must outlive the service.
   Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
           tier::Prefetcher* prefetcher = nullptr);
-  ~Service();
+  ~Service() override;
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
 
-  Reply Dispatch(const OpSpec& spec, std::span<const std::string_view> payloads);
+  // RequestHandler.
+  Result<RequestRoute> Route(std::string_view operation_frame) const override;
+  void Handle(const RequestRoute& route, const RequestContext& context, Payloads payloads,
+              ReplyFn done) override;
+  ReplyFrames Refuse(const RequestRoute* route, const Status& status) override;
+  void OnDisconnect(std::string_view connection) override;
+
+  // Runs the operation named `op` in process and waits for its reply.
+  Reply Call(std::string_view op, Payloads payloads, const RequestContext& context);
 
   // Reaps silent instances and expires idle sessions (what the maintenance
   // thread runs every few seconds).
@@ -70,66 +70,39 @@ class Service {
   void StartMaintenance();
   void StopMaintenance();
 
-  // Counts a request that failed before dispatch (bad frames, unknown op).
-  void CountTransportError();
+  // Where the transport's counters come from (set once, before serving).
+  void SetTransportStatsSource(std::function<TransportStats()> source);
+  StatsSnapshot Snapshot();
 
-  const std::string& boot_id() const { return boot_id_; }
-  InstanceRegistry& instances() { return instances_; }
-  SessionManager& sessions() { return sessions_; }
-  store::ObjectTable& table() { return l1_->table(); }
+  const OpTable& ops() const { return table_; }
+  const std::string& boot_id() const { return state_.boot_id(); }
+  ServiceState& state() { return state_; }
+  InstanceRegistry& instances() { return state_.instances(); }
+  SessionManager& sessions() { return state_.sessions(); }
+  store::ObjectTable& table() { return state_.table(); }
 
  private:
-  using Payloads = std::span<const std::string_view>;
-  Result<std::string> Handle(Op op, Payloads payloads);
+  struct RowStats {
+    std::atomic<std::uint64_t> requests{0};
+    std::atomic<std::uint64_t> errors{0};
+    LatencyHistogram latency;
+  };
+  ReplyFrames Frames(const OpRow& row, const Result<std::string>& result);
 
-  // Engine-driven context and shared-memory transfers (service_transfer.cc).
-  Result<std::string> RegisterEngineContext(Payloads p);
-  Result<std::string> UnregisterEngineContext(Payloads p);
-  Result<std::string> PrepareStore(Payloads p);
-  Result<std::string> CommitStore(Payloads p);
-  Result<std::string> PrepareRetrieve(Payloads p);
-  Result<std::string> CommitRetrieve(Payloads p);
-  void ReleaseInstance(const RemovedInstance& removed, const char* why);
-
-  // Lookup and sessions (service_lookup.cc).
-  Result<std::string> Lookup(Payloads p);
-  enum class StatusQuery { kStatus, kWait, kHits };
-  Result<std::string> QueryPrefetchStatus(Payloads p, StatusQuery query);
-  Result<std::string> FreeLookupLocks(Payloads p);
-  Result<std::string> EndSession(Payloads p);
-
-  // Management (service.cc).
-  Result<std::string> Ping(Payloads p);
-  Result<std::string> Clear(Payloads p);
-  Result<std::string> ServerInfo();
-  Result<std::string> Stats();
-
-  struct WorkerKeys;
-  Result<WorkerKeys> ResolveWorkerKeys(const IpcKey& key, const InstanceInfo& instance);
-  Status CheckKeyRange(const IpcKey& key) const;
-
-  store::L1Cache* const l1_;
-  const Clock* const clock_;
-  tier::Prefetcher* const prefetcher_;
-  const ServiceConfig config_;
-  const std::string boot_id_;
-  InstanceRegistry instances_;
-  SessionManager sessions_;
-
-  static constexpr std::size_t kOpSlots = 128;
-  std::array<std::atomic<std::uint64_t>, kOpSlots> requests_{};
-  std::array<std::atomic<std::uint64_t>, kOpSlots> errors_{};
-  std::atomic<std::uint64_t> transport_errors_{0};
-  std::atomic<std::uint64_t> reaped_instances_{0};
-  std::atomic<std::uint64_t> block_allocation_reports_{0};
+  ServiceState state_;
+  TransferOps transfer_ops_;
+  LookupOps lookup_ops_;
+  AdminOps admin_ops_;
+  OpTable table_;
+  std::unique_ptr<RowStats[]> row_stats_;
+  std::atomic<std::uint64_t> refused_{0};
+  const std::chrono::steady_clock::time_point started_;
+  std::function<TransportStats()> transport_stats_;
 
   std::thread maintenance_;
   Mutex maintenance_mu_;
   CondVar maintenance_wake_;
   bool maintenance_stop_ LMC_GUARDED_BY(maintenance_mu_) = false;
 };
-
-// A fresh random id (32 hex digits) naming one server start.
-std::string NewBootId();
 
 }  // namespace lmcache::server

@@ -2,73 +2,213 @@
 
 #include <algorithm>
 
-#include "server/token_hasher.h"
-
 namespace lmcache::server {
+namespace {
 
-std::vector<store::ChunkHash> Session::Hashes(const std::vector<std::uint32_t>& tokens,
-                                              std::size_t chunk_size, std::size_t first,
-                                              std::size_t last) {
-  if (tokens != tokens_) {
-    // Keep the hashes of full chunks both prompts share.
-    const auto mismatch =
-        std::mismatch(tokens.begin(), tokens.end(), tokens_.begin(), tokens_.end());
-    const auto common = static_cast<std::size_t>(mismatch.first - tokens.begin());
-    hashes_.resize(std::min(hashes_.size(), common / chunk_size));
-    tokens_ = tokens;
-  }
-  last = std::min(last, tokens_.size() / chunk_size);
-  if (hashes_.size() < last) {
-    const std::size_t have = hashes_.size();
-    const store::ChunkHash& prefix = have == 0 ? NoneHash() : hashes_.back();
-    auto more = HashChunks(tokens_, chunk_size, have, last - have, prefix);
-    hashes_.insert(hashes_.end(), more.begin(), more.end());
-  }
-  if (first >= last) return {};
-  return {hashes_.begin() + static_cast<std::ptrdiff_t>(first),
-          hashes_.begin() + static_cast<std::ptrdiff_t>(last)};
+// Earlier lookups' leases kept consumable per tenant: a scheduler re-running
+// a lookup of the same request while its workers still retrieve is rare, so
+// a few suffice; older ones are released.
+constexpr std::size_t kMaxEarlierLeases = 4;
+
+}  // namespace
+
+LookupState* Session::FindLookup(const std::string& salt) {
+  auto it = lookups_.find(salt);
+  return it == lookups_.end() ? nullptr : &it->second;
 }
 
-SessionManager::SessionManager(const Clock* clock, TimeMs idle_ttl_ms, std::size_t max_sessions)
-    : clock_(clock), idle_ttl_ms_(idle_ttl_ms), max_sessions_(max_sessions) {}
+Result<LookupRelease> Session::BeginLookup(const std::string& salt, std::size_t max_tenants) {
+  LookupRelease out;
+  std::vector<store::LeaseId>& release = out.leases;
+  auto it = lookups_.find(salt);
+  if (it == lookups_.end()) {
+    if (lookups_.size() >= max_tenants) {
+      return Status(ErrorCode::kResourceExhausted,
+                    "request id is used by " + std::to_string(lookups_.size()) +
+                        " tenants (cache salts) already; use distinct request ids");
+    }
+    it = lookups_.emplace(salt, LookupState{}).first;
+  }
+  LookupState& previous = it->second;
+  std::vector<store::LeaseId> earlier = std::move(previous.earlier_leases);
+  if (previous.status_consumed) {
+    // Workers may be retrieving from it.
+    earlier.insert(earlier.begin(), previous.leases.begin(), previous.leases.end());
+  } else {
+    // Nobody saw the result: no worker will retrieve it.
+    release.insert(release.end(), previous.leases.begin(), previous.leases.end());
+  }
+  while (earlier.size() > kMaxEarlierLeases) {
+    release.push_back(earlier.back());
+    earlier.pop_back();
+  }
+  if (previous.prefetch_pending) out.prefetches.push_back(previous.prefetch_handle);
+  previous = LookupState{};
+  previous.sequence = next_sequence_++;
+  previous.cache_salt = salt;
+  previous.earlier_leases = std::move(earlier);
+  return out;
+}
+
+LookupState* Session::StatusLookup() {
+  LookupState* oldest_unreported = nullptr;
+  LookupState* newest = nullptr;
+  for (auto& [salt, lookup] : lookups_) {
+    if (!lookup.status_consumed &&
+        (oldest_unreported == nullptr || lookup.sequence < oldest_unreported->sequence)) {
+      oldest_unreported = &lookup;
+    }
+    if (newest == nullptr || lookup.sequence > newest->sequence) newest = &lookup;
+  }
+  return oldest_unreported != nullptr ? oldest_unreported : newest;
+}
+
+std::vector<store::LeaseId> Session::ConsumableLeases(const std::string& salt) {
+  std::vector<store::LeaseId> leases;
+  if (const LookupState* lookup = FindLookup(salt)) {
+    leases.insert(leases.end(), lookup->leases.begin(), lookup->leases.end());
+    leases.insert(leases.end(), lookup->earlier_leases.begin(), lookup->earlier_leases.end());
+  }
+  return leases;
+}
+
+LookupRelease Session::TakeAll() {
+  LookupRelease out;
+  for (auto& [salt, lookup] : lookups_) {
+    out.leases.insert(out.leases.end(), lookup.leases.begin(), lookup.leases.end());
+    out.leases.insert(out.leases.end(), lookup.earlier_leases.begin(),
+                      lookup.earlier_leases.end());
+    if (lookup.prefetch_pending) out.prefetches.push_back(lookup.prefetch_handle);
+    lookup.leases.clear();
+    lookup.earlier_leases.clear();
+    lookup.prefetch_pending = false;
+  }
+  return out;
+}
+
+std::vector<LookupState*> Session::Lookups() {
+  std::vector<LookupState*> out;
+  for (auto& [salt, lookup] : lookups_) out.push_back(&lookup);
+  return out;
+}
+
+void Session::Account() {
+  // A fixed overhead per session and lookup, plus what grows with the prompt.
+  std::size_t bytes = 256;
+  for (const auto& [salt, lookup] : lookups_) {
+    bytes += 192 + salt.size() + lookup.model_name.size() +
+             lookup.hashes.capacity() * sizeof(store::ChunkHash) +
+             lookup.earlier_leases.capacity() * sizeof(store::LeaseId);
+  }
+  const std::size_t before = bytes_.exchange(bytes, std::memory_order_relaxed);
+  if (total_bytes_ != nullptr && counted_) {
+    total_bytes_->fetch_add(bytes, std::memory_order_relaxed);
+    total_bytes_->fetch_sub(before, std::memory_order_relaxed);
+  }
+}
+
+SessionManager::SessionManager(const Clock* clock, const SessionLimits& limits, DropFn on_drop)
+    : clock_(clock), limits_(limits), on_drop_(std::move(on_drop)) {}
+
+void SessionManager::UseLocked(Entry& entry, TimeMs now) {
+  entry.last_used_ms = now;
+  lru_.splice(lru_.end(), lru_, entry.lru);
+}
+
+void SessionManager::DropLocked(const std::string& request_id,
+                                std::vector<std::shared_ptr<Session>>* dropped) {
+  auto it = sessions_.find(request_id);
+  if (it == sessions_.end()) return;
+  lru_.erase(it->second.lru);
+  dropped->push_back(std::move(it->second.session));
+  sessions_.erase(it);
+}
+
+void SessionManager::RunDrops(std::vector<std::shared_ptr<Session>>& dropped) {
+  for (const std::shared_ptr<Session>& session : dropped) {
+    if (on_drop_) on_drop_(*session);
+    // Its bytes leave the total with it (a request may still hold it).
+    MutexLock lock(&session->mu);
+    session->counted_ = false;
+    total_bytes_.fetch_sub(session->bytes_.exchange(0, std::memory_order_relaxed),
+                           std::memory_order_relaxed);
+  }
+}
 
 std::shared_ptr<Session> SessionManager::GetOrCreate(const std::string& request_id) {
-  MutexLock lock(&mu_);
-  const TimeMs now = clock_->NowMs();
-  auto it = sessions_.find(request_id);
-  if (it == sessions_.end()) {
-    if (sessions_.size() >= max_sessions_ && ExpireIdleLocked(now) == 0) return nullptr;
-    it = sessions_.emplace(request_id, Entry{std::make_shared<Session>(), now}).first;
+  std::vector<std::shared_ptr<Session>> dropped;
+  std::shared_ptr<Session> session;
+  {
+    MutexLock lock(&mu_);
+    const TimeMs now = clock_->NowMs();
+    auto it = sessions_.find(request_id);
+    if (it == sessions_.end()) {
+      // Make room: the least recently used sessions go first.
+      while (!lru_.empty() && sessions_.size() >= limits_.max_sessions) {
+        DropLocked(lru_.front(), &dropped);
+      }
+      session = std::make_shared<Session>(next_serial_.fetch_add(1), &total_bytes_);
+      lru_.push_back(request_id);
+      it = sessions_.emplace(request_id, Entry{session, now, std::prev(lru_.end())}).first;
+    }
+    UseLocked(it->second, now);
+    session = it->second.session;
   }
-  it->second.last_used_ms = now;
-  return it->second.session;
+  {
+    MutexLock lock(&session->mu);
+    if (session->bytes() == 0) session->Account();
+  }
+  RunDrops(dropped);
+  return session;
 }
 
 std::shared_ptr<Session> SessionManager::Find(const std::string& request_id) {
   MutexLock lock(&mu_);
   auto it = sessions_.find(request_id);
   if (it == sessions_.end()) return nullptr;
-  it->second.last_used_ms = clock_->NowMs();
+  UseLocked(it->second, clock_->NowMs());
   return it->second.session;
 }
 
-std::shared_ptr<Session> SessionManager::Remove(const std::string& request_id) {
-  MutexLock lock(&mu_);
-  auto it = sessions_.find(request_id);
-  if (it == sessions_.end()) return nullptr;
-  std::shared_ptr<Session> session = std::move(it->second.session);
-  sessions_.erase(it);
-  return session;
-}
-
-std::size_t SessionManager::ExpireIdleLocked(TimeMs now) {
-  return std::erase_if(
-      sessions_, [&](const auto& item) { return now - item.second.last_used_ms >= idle_ttl_ms_; });
+bool SessionManager::Remove(const std::string& request_id) {
+  std::vector<std::shared_ptr<Session>> dropped;
+  {
+    MutexLock lock(&mu_);
+    DropLocked(request_id, &dropped);
+  }
+  RunDrops(dropped);
+  return !dropped.empty();
 }
 
 std::size_t SessionManager::ExpireIdle() {
-  MutexLock lock(&mu_);
-  return ExpireIdleLocked(clock_->NowMs());
+  std::vector<std::shared_ptr<Session>> dropped;
+  {
+    MutexLock lock(&mu_);
+    const TimeMs now = clock_->NowMs();
+    // The LRU order is the order of last use: the idle ones are at the front.
+    while (!lru_.empty() && now - sessions_.at(lru_.front()).last_used_ms >= limits_.idle_ttl_ms) {
+      DropLocked(lru_.front(), &dropped);
+    }
+  }
+  RunDrops(dropped);
+  return dropped.size();
+}
+
+std::size_t SessionManager::Trim() {
+  std::vector<std::shared_ptr<Session>> dropped;
+  {
+    MutexLock lock(&mu_);
+    std::size_t bytes = total_bytes_.load(std::memory_order_relaxed);
+    // The most recently used session (the caller's) stays.
+    while (bytes > limits_.max_bytes && lru_.size() > 1) {
+      const std::size_t freed = sessions_.at(lru_.front()).session->bytes();
+      DropLocked(lru_.front(), &dropped);
+      bytes -= std::min(bytes, freed);
+    }
+  }
+  dropped_for_memory_.fetch_add(dropped.size(), std::memory_order_relaxed);
+  RunDrops(dropped);
+  return dropped.size();
 }
 
 std::size_t SessionManager::size() const {

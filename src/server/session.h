@@ -1,21 +1,33 @@
-// Sessions: per-request state shared by the scheduler's and the workers' calls
-// (spec 5.3), keyed by request_id.
+// Sessions: per-request state shared by the scheduler's and the workers'
+// calls (spec 5.3), keyed by request_id.
 //
-// A session caches the prompt's rolling chunk hashes (so the lookup, every
-// worker's store and retrieve hash each chunk once) and the state of the last
-// lookup (how many chunks were hit and locked, which ranges free_lookup_locks
-// already released, so a repeated free never releases twice). Unlike the
-// reference, a session expires after `ttl` of *disuse*, not `ttl` after its
-// creation, so a long request keeps its state.
+// A session holds the lookups of its request, one per tenant (cache salt), so
+// two tenants that happen to use one request id never replace or release
+// each other's lookup. A lookup records the chunk hashes of the prompt, how
+// many leading chunks were hit, and the read lease holding them for the
+// workers that will retrieve (docs/threading.md, "Lease rules"). A lookup
+// that is replaced after its result was reported keeps its lease consumable
+// (workers may still be retrieving from it) until the session ends.
+//
+// Sessions expire after `idle_ttl` of disuse (the reference: after creation),
+// and their memory is capped in bytes as well as in count: past either cap
+// the least recently used sessions are dropped first. A dropped, expired or
+// ended session's leases are released through the `on_drop` callback, which
+// the manager calls outside its own mutex.
 //
 // Thread-safety: SessionManager is internally synchronised. A Session is
-// shared (shared_ptr) and guarded by its own mutex `mu`; callers hold it while
-// they read or change the session. Lock order: SessionManager::mu_ is never
-// held while a Session::mu is taken.
+// shared (shared_ptr) and guarded by its own mutex `mu`. Lock order:
+// SessionManager::mu_ is never held while a Session::mu is taken, and the
+// manager's callers hold no Session::mu when they call GetOrCreate, Trim,
+// Remove or ExpireIdle (on_drop takes the dropped session's mutex).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -23,68 +35,126 @@
 
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "lmcache/status.h"
 #include "store/object_key.h"
+#include "store/owner.h"
+#include "tier/prefetcher.h"
 
 namespace lmcache::server {
 
 struct LookupState {
-  bool active = false;
+  std::uint64_t sequence = 0;  // order of lookups in the session (status is reported FIFO)
   std::string model_name;
   std::int64_t world_size = 0;
   std::string cache_salt;
   std::uint32_t readers = 0;             // read locks per object
   std::vector<store::ChunkHash> hashes;  // every full chunk of the looked-up prompt
   std::size_t hit_chunks = 0;            // leading chunks found and locked on every rank
-  bool prefetch_pending = false;         // L2 is still loading chunks after the L1 prefix
-  std::uint64_t prefetch_handle = 0;
-  bool status_consumed = false;       // query/wait_prefetch_status returned the result
-  std::vector<bool> lookup_released;  // per hit chunk: free_lookup_locks released it
+  // The locks of the hit chunks: the L1 prefix's lease, then a prefetch's.
+  std::vector<store::LeaseId> leases;
+  // Leases of earlier lookups of this tenant whose results were reported:
+  // workers may still consume from them.
+  std::vector<store::LeaseId> earlier_leases;
+  bool prefetch_pending = false;  // L2 is still loading chunks after the L1 prefix
+  tier::PrefetchHandle prefetch_handle = 0;
+  bool status_consumed = false;  // query/wait_prefetch_status returned the result
+};
+
+// What a session hands back when a lookup is replaced or the session ends:
+// leases to release and prefetches to cancel.
+struct LookupRelease {
+  std::vector<store::LeaseId> leases;
+  std::vector<tier::PrefetchHandle> prefetches;
 };
 
 class Session {
  public:
+  // `total_bytes` is the manager's sum of session bytes (nullptr: none).
+  Session(std::uint64_t serial, std::atomic<std::size_t>* total_bytes)
+      : serial_(serial), total_bytes_(total_bytes) {}
   Mutex mu;
 
-  // Replaces the prompt (keeping cached hashes of the unchanged full-chunk
-  // prefix) and returns the hashes of chunks [first, last).
-  std::vector<store::ChunkHash> Hashes(const std::vector<std::uint32_t>& tokens,
-                                       std::size_t chunk_size, std::size_t first, std::size_t last)
+  // The owner of the session's leases (unique per session object).
+  store::Owner owner() const { return store::Owner::Session(serial_); }
+  // The lookup of tenant `salt`, or nullptr.
+  LookupState* FindLookup(const std::string& salt) LMC_REQUIRES(mu);
+  // Starts a new lookup for `salt` (at most `max_tenants` salts per session).
+  // Returns what the caller must release now (a previous lookup whose result
+  // nobody read, consumable leases beyond the few kept, a pending prefetch).
+  Result<LookupRelease> BeginLookup(const std::string& salt, std::size_t max_tenants)
       LMC_REQUIRES(mu);
-  LookupState& lookup() LMC_REQUIRES(mu) { return lookup_; }
+  // The lookup whose status is to be reported next (the oldest unreported),
+  // or the newest one when all were reported; nullptr when there is none.
+  LookupState* StatusLookup() LMC_REQUIRES(mu);
+  // Leases a reader of tenant `salt` may consume from, newest first.
+  std::vector<store::LeaseId> ConsumableLeases(const std::string& salt) LMC_REQUIRES(mu);
+  // Everything the session holds, taken out of it (ending it).
+  LookupRelease TakeAll() LMC_REQUIRES(mu);
+  std::vector<LookupState*> Lookups() LMC_REQUIRES(mu);
+  // Bytes the session's state takes (the manager's memory cap counts them).
+  std::size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
+  // Recomputes bytes() after a change; called by whoever changed it.
+  void Account() LMC_REQUIRES(mu);
 
  private:
-  std::vector<std::uint32_t> tokens_ LMC_GUARDED_BY(mu);
-  std::vector<store::ChunkHash> hashes_ LMC_GUARDED_BY(mu);  // hashes_[i] = chunk i
-  LookupState lookup_ LMC_GUARDED_BY(mu);
+  friend class SessionManager;
+  const std::uint64_t serial_;
+  std::uint64_t next_sequence_ LMC_GUARDED_BY(mu) = 1;
+  std::map<std::string, LookupState> lookups_ LMC_GUARDED_BY(mu);  // by cache salt
+  std::atomic<std::size_t> bytes_{0};
+  std::atomic<std::size_t>* const total_bytes_;
+  bool counted_ LMC_GUARDED_BY(mu) = true;  // still part of the manager's sum
+};
+
+struct SessionLimits {
+  TimeMs idle_ttl_ms = 600'000;
+  std::size_t max_sessions = 1'000'000;
+  std::size_t max_bytes = 256u << 20;
+  std::size_t max_tenants_per_session = 16;
 };
 
 class SessionManager {
  public:
-  SessionManager(const Clock* clock, TimeMs idle_ttl_ms, std::size_t max_sessions);
+  using DropFn = std::function<void(Session&)>;
+  SessionManager(const Clock* clock, const SessionLimits& limits, DropFn on_drop);
 
-  // The session of `request_id`, created when missing; refreshes its last use.
-  // Fails only when `max_sessions` sessions exist and none has expired.
+  // The session of `request_id`, created when missing; refreshes its last
+  // use. Drops least recently used sessions first when a cap is reached.
   std::shared_ptr<Session> GetOrCreate(const std::string& request_id) LMC_EXCLUDES(mu_);
   // The session if it exists (refreshing its last use), else nullptr.
   std::shared_ptr<Session> Find(const std::string& request_id) LMC_EXCLUDES(mu_);
-  // Removes and returns the session, nullptr if none.
-  std::shared_ptr<Session> Remove(const std::string& request_id) LMC_EXCLUDES(mu_);
+  // Removes the session (on_drop runs); false if none.
+  bool Remove(const std::string& request_id) LMC_EXCLUDES(mu_);
   // Drops sessions idle for the TTL or longer; returns how many.
   std::size_t ExpireIdle() LMC_EXCLUDES(mu_);
+  // Drops least recently used sessions while over the byte cap.
+  std::size_t Trim() LMC_EXCLUDES(mu_);
   std::size_t size() const LMC_EXCLUDES(mu_);
+  std::size_t bytes() const { return total_bytes_.load(std::memory_order_relaxed); }
+  std::uint64_t dropped_for_memory() const { return dropped_for_memory_.load(); }
+  const SessionLimits& limits() const { return limits_; }
 
  private:
   struct Entry {
     std::shared_ptr<Session> session;
     TimeMs last_used_ms = 0;
+    std::list<std::string>::iterator lru;  // position in lru_
   };
-  std::size_t ExpireIdleLocked(TimeMs now) LMC_REQUIRES(mu_);
+  // Moves the entry to the most recently used end.
+  void UseLocked(Entry& entry, TimeMs now) LMC_REQUIRES(mu_);
+  void DropLocked(const std::string& request_id, std::vector<std::shared_ptr<Session>>* dropped)
+      LMC_REQUIRES(mu_);
+  void RunDrops(std::vector<std::shared_ptr<Session>>& dropped) LMC_EXCLUDES(mu_);
 
   const Clock* const clock_;
-  const TimeMs idle_ttl_ms_;
-  const std::size_t max_sessions_;
+  const SessionLimits limits_;
+  const DropFn on_drop_;
+  std::atomic<std::uint64_t> next_serial_{1};
+  std::atomic<std::size_t> total_bytes_{0};
+  std::atomic<std::uint64_t> dropped_for_memory_{0};
   mutable Mutex mu_;
   std::unordered_map<std::string, Entry> sessions_ LMC_GUARDED_BY(mu_);
+  std::list<std::string> lru_ LMC_GUARDED_BY(mu_);  // front = least recently used
 };
 
 }  // namespace lmcache::server

@@ -1,9 +1,14 @@
 #include "shm/shm_name.h"
 
+#include "common/file_lock.h"
+#include "common/unique_fd.h"
+
 #include <dirent.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/mman.h>
+
+#include <fcntl.h>
 
 #include <cerrno>
 #include <charconv>
@@ -49,6 +54,11 @@ std::vector<std::string> RemoveOrphanedPoolSegments(const std::string& shm_dir) 
     // ESRCH: no such process, so nobody serves this segment any more. EPERM
     // means the process exists under another user: leave it alone.
     if (kill(pid, 0) == 0 || errno != ESRCH) continue;
+    // And nobody holds its lock (a live server of another pid namespace would).
+    UniqueFd fd(shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0));
+    if (!fd.valid()) continue;
+    const Result<bool> unowned = TryLockExclusive(fd.get());
+    if (!unowned.ok() || !*unowned) continue;
     if (shm_unlink(("/" + name).c_str()) == 0) removed.push_back(name);
   }
   return removed;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/file_lock.h"
 #include "common/parallel.h"
 #include "common/system_info.h"
 
@@ -37,9 +38,37 @@ Status UnlinkIfPresent(const std::string& name) {
   return Status(ErrorCode::kIoError, SysError("shm_unlink", name, errno));
 }
 
+Status InUse(const std::string& name, int fd) {
+  const std::optional<pid_t> holder = FlockHolder(fd);
+  return Status(ErrorCode::kAlreadyExists,
+                "shared-memory segment " + name + " is in use by a running lmcache-server (pid " +
+                    (holder ? std::to_string(*holder) : std::string("unknown")) +
+                    "); stop it first or choose another --shm-name");
+}
+
+// A segment of our name is either a live server's (it holds the segment's
+// lock: refuse) or a leftover of a dead one (nobody holds it: remove it).
+Status RemoveIfStale(const std::string& name) {
+  UniqueFd fd(shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd.valid()) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status(ErrorCode::kIoError, SysError("shm_open", name, errno));
+  }
+  LMC_ASSIGN_OR_RETURN(const bool ours, TryLockExclusive(fd.get()));
+  if (!ours) return InUse(name, fd.get());
+  return UnlinkIfPresent(name);
+}
+
 Result<UniqueFd> OpenExclusive(const std::string& name) {
   UniqueFd fd(shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.valid() && errno == EEXIST) {
+    return Status(ErrorCode::kAlreadyExists,
+                  "shared-memory segment " + name + " was created by another process meanwhile");
+  }
   if (!fd.valid()) return Status(ErrorCode::kIoError, SysError("shm_open", name, errno));
+  // Held for the server's whole life: proof to later starts that it is alive.
+  LMC_ASSIGN_OR_RETURN(const bool locked, TryLockExclusive(fd.get()));
+  if (!locked) return InUse(name, fd.get());
   // The umask cannot widen 0600, but an inherited default ACL could: set it explicitly.
   if (fchmod(fd.get(), 0600) != 0)
     return Status(ErrorCode::kIoError, SysError("fchmod", name, errno));
@@ -108,9 +137,10 @@ ShmSegment::~ShmSegment() {
 
 Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const CreateOptions& options) {
   if (options.size_bytes == 0) return InvalidArgument("shared-memory segment size must be > 0");
-  // A segment of our own name can only be a leftover of a crashed run (pid
-  // reuse or an explicit --shm-name): nobody else may own it, so remove it.
-  LMC_RETURN_IF_ERROR(UnlinkIfPresent(options.name));
+  // A segment of our own name is refused while a live server holds it, and
+  // removed when it is the leftover of a crashed run (pid reuse or an
+  // explicit --shm-name).
+  LMC_RETURN_IF_ERROR(RemoveIfStale(options.name));
   LMC_RETURN_IF_ERROR(CheckCapacity(options));
   LMC_ASSIGN_OR_RETURN(UniqueFd fd, OpenExclusive(options.name));
   // From here on the name is ours: remove it again if any later step fails.

@@ -1,10 +1,12 @@
 // ShmSegment: one RAII POSIX shared-memory mapping (the L1 pool).
 //
-// Create() is the server side: it removes a stale segment of the same name,
-// checks that /dev/shm can hold the size, creates the segment with mode 0600
-// and O_CLOEXEC, reserves its pages with posix_fallocate (so a short /dev/shm
-// fails here, not with SIGBUS later) and maps it MAP_SHARED. The creator owns
-// the name: its destructor (or Unlink()) removes it. Attach() is the client
+// Create() is the server side: it refuses a segment of the same name that a
+// live server holds (kAlreadyExists, naming its pid) and removes one a dead
+// server left, checks that /dev/shm can hold the size, creates the segment
+// with mode 0600 and O_CLOEXEC, takes an flock on it for its whole life (the
+// proof of a live owner), reserves its pages with posix_fallocate (so a short
+// /dev/shm fails here, not with SIGBUS later) and maps it MAP_SHARED. The
+// creator owns the name: its destructor (or Unlink()) removes it. Attach() is the client
 // side: it maps an existing segment by name, checks the expected size and never
 // unlinks. The mapping is unmapped and the fd closed on destruction.
 //

@@ -7,10 +7,15 @@
 
 namespace lmcache::store {
 
-Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const Clock* clock) {
+Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const Clock* clock,
+                                                 std::unique_ptr<EvictionPolicy> policy) {
   LMC_RETURN_IF_ERROR(ValidateEvictorConfig(config.evictor));
   std::unique_ptr<L1Cache> cache(new L1Cache());
-  LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy));
+  if (policy) {
+    cache->policy_ = std::move(policy);
+  } else {
+    LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy));
+  }
 
   for (const std::string& name : shm::RemoveOrphanedPoolSegments(config.shm_dir)) {
     spdlog::warn("removed stale segment {}/{} left by a server that no longer runs", config.shm_dir,

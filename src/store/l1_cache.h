@@ -37,7 +37,9 @@ struct L1Config {
 
 class L1Cache {
  public:
-  static Result<std::unique_ptr<L1Cache>> Create(const L1Config& config, const Clock* clock);
+  // `policy`, when given, replaces the one config.eviction_policy names (tests).
+  static Result<std::unique_ptr<L1Cache>> Create(const L1Config& config, const Clock* clock,
+                                                 std::unique_ptr<EvictionPolicy> policy = nullptr);
   ~L1Cache();
   L1Cache(const L1Cache&) = delete;
   L1Cache& operator=(const L1Cache&) = delete;

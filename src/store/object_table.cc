@@ -5,27 +5,40 @@
 
 #include <unordered_set>
 
+#include "common/check.h"
 #include "store/object_table_internal.h"
 
 namespace lmcache::store {
 namespace {
 
-StagedEntry* FindStaged(std::vector<StagedEntry>& entries, OwnerId owner) {
+template <typename Match>
+StagedEntry* FindStaged(std::vector<StagedEntry>& entries, Match match) {
   for (StagedEntry& entry : entries) {
-    if (entry.owner == owner) return &entry;
+    if (match(entry)) return &entry;
   }
   return nullptr;
 }
 
-void EraseStaged(
-    std::unordered_map<ObjectKey, std::vector<StagedEntry>, ObjectKeyHash>& staging,
-    std::unordered_map<ObjectKey, std::vector<StagedEntry>, ObjectKeyHash>::iterator it,
-    OwnerId owner) {
-  std::erase_if(it->second, [owner](const StagedEntry& e) { return e.owner == owner; });
+// Erases the entries of `it` that match; erases the key when none is left.
+template <typename Match>
+void EraseStaged(StagingMap& staging, StagingMap::iterator it, Match match) {
+  std::erase_if(it->second, match);
   if (it->second.empty()) staging.erase(it);
 }
 
+Status CheckLockCount(std::uint32_t count) {
+  if (count >= 1 && count <= kMaxReadLockCount) return Status::Ok();
+  return InvalidArgument("read lock count must be in [1, 128], got " + std::to_string(count));
+}
+
 }  // namespace
+
+DeferredFree::~DeferredFree() {
+  for (const Offset offset : offsets_) {
+    const Status status = table_.allocator().Free(offset);
+    if (!status.ok()) spdlog::error("object table freed a non-live offset: {}", status.ToString());
+  }
+}
 
 ObjectTable::ObjectTable(alloc::SlabAllocator* allocator, EvictionPolicy* policy,
                          const Clock* clock, const ObjectTableConfig& config)
@@ -37,18 +50,16 @@ ObjectTable::ObjectTable(alloc::SlabAllocator* allocator, EvictionPolicy* policy
 
 ObjectTable::~ObjectTable() = default;
 
+std::uint32_t ObjectTable::num_shards() const {
+  return std::max<std::uint32_t>(config_.num_shards, 1);
+}
+
 std::uint32_t ObjectTable::ShardIndex(const ObjectKey& key) const {
-  return static_cast<std::uint32_t>(ObjectKeyHash{}(key) %
-                                    std::max<std::uint32_t>(config_.num_shards, 1));
+  return static_cast<std::uint32_t>(ObjectKeyHash{}(key) % num_shards());
 }
 
 ObjectTable::Shard& ObjectTable::ShardOf(const ObjectKey& key) const {
   return shards_[ShardIndex(key)];
-}
-
-void ObjectTable::FreeOffset(Offset offset) {
-  Status status = allocator_->Free(offset);
-  if (!status.ok()) spdlog::error("object table freed a non-live offset: {}", status.ToString());
 }
 
 Status ObjectTable::ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const {
@@ -92,47 +103,50 @@ Result<std::vector<Offset>> ObjectTable::AllocateWithEviction(std::uint64_t size
   return prefix;
 }
 
-Result<ReserveWriteResult> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys,
-                                                     std::uint64_t size, OwnerId owner,
-                                                     AllocationMode mode) {
+Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, std::uint64_t size,
+                                             Owner owner, AllocationMode mode) {
   if (size == 0) return InvalidArgument("reserve_write: object size must be > 0");
   LMC_RETURN_IF_ERROR(ValidateKeys(keys, /*require_distinct=*/true));
-  ReserveWriteResult result;
+  WriteLease result;
   result.outcomes.assign(keys.size(), WriteReservation::kOutOfMemory);
   result.offsets.assign(keys.size(), 0);
+  const LeaseId lease = leases_.NewId();
+  auto owned_by = [&owner](const StagedEntry& e) { return e.owner == owner; };
   std::vector<std::size_t> needs_memory;
-  std::vector<Offset> to_free;
 
   // Phase 1: classify under the shard locks. Allocation happens outside them,
   // because on-demand eviction must lock other shards.
   {
+    DeferredFree freed(*this);
     ShardSetLock lock(*this, keys);
     const TimeMs now = clock_->NowMs();
     for (std::size_t i = 0; i < keys.size(); ++i) {
       Shard& shard = ShardOf(keys[i]);
+      shard.mu.AssertHeld();
       if (shard.resident.contains(keys[i])) {
         result.outcomes[i] = WriteReservation::kAlreadyResident;
         continue;
       }
       auto staged_it = shard.staging.find(keys[i]);
       StagedEntry* mine =
-          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, owner);
+          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, owned_by);
       if (mine != nullptr && mine->size == size) {
         // A repeated reservation by the same writer gets its buffer back (the
-        // reference leaks the first one until its TTL, spec 17.11).
+        // reference leaks the first one until its TTL, spec 17.11); the copy
+        // moves to the new lease.
+        mine->lease = lease;
         mine->expires_ms = now + config_.write_ttl_ms;
         result.outcomes[i] = WriteReservation::kReserved;
         result.offsets[i] = mine->offset;
         continue;
       }
       if (mine != nullptr) {
-        to_free.push_back(mine->offset);  // same writer, new size: start over
-        EraseStaged(shard.staging, staged_it, owner);
+        freed.Add(mine->offset);  // same writer, new size: start over
+        EraseStaged(shard.staging, staged_it, owned_by);
       }
       needs_memory.push_back(i);
     }
   }
-  for (const Offset offset : to_free) FreeOffset(offset);
 
   // Phase 2: allocate.
   std::vector<Offset> offsets;
@@ -141,196 +155,295 @@ Result<ReserveWriteResult> ObjectTable::ReserveWrite(std::span<const ObjectKey> 
   }
 
   // Phase 3: stage what got memory, re-checking what changed meanwhile.
-  to_free.clear();
   {
+    DeferredFree freed(*this);
     ShardSetLock lock(*this, keys);
     const TimeMs now = clock_->NowMs();
     for (std::size_t j = 0; j < needs_memory.size() && j < offsets.size(); ++j) {
       const std::size_t i = needs_memory[j];
       Shard& shard = ShardOf(keys[i]);
+      shard.mu.AssertHeld();
       if (shard.resident.contains(keys[i])) {
-        to_free.push_back(offsets[j]);
+        freed.Add(offsets[j]);
         result.outcomes[i] = WriteReservation::kAlreadyResident;
         continue;
       }
       std::vector<StagedEntry>& entries = shard.staging[keys[i]];
-      if (StagedEntry* mine = FindStaged(entries, owner); mine != nullptr) {
-        // The same owner raced itself with two reservations: keep the first.
-        to_free.push_back(offsets[j]);
+      if (StagedEntry* mine = FindStaged(entries, owned_by); mine != nullptr) {
+        // The same owner raced itself with two reservations: keep the first copy.
+        freed.Add(offsets[j]);
+        mine->lease = lease;
         mine->expires_ms = now + config_.write_ttl_ms;
         result.offsets[i] = mine->offset;
       } else {
-        entries.push_back({owner, offsets[j], size, now + config_.write_ttl_ms});
+        entries.push_back({lease, owner, offsets[j], size, now + config_.write_ttl_ms});
         result.offsets[i] = offsets[j];
       }
       result.outcomes[i] = WriteReservation::kReserved;
     }
   }
-  for (const Offset offset : to_free) FreeOffset(offset);
 
-  for (const WriteReservation outcome : result.outcomes) {
-    if (outcome == WriteReservation::kReserved) result.reserved += 1;
-    if (outcome == WriteReservation::kOutOfMemory) result.out_of_memory += 1;
+  LeaseRecord record{owner, LeaseKind::kWrite, {}, clock_->NowMs() + config_.write_ttl_ms};
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (result.outcomes[i] == WriteReservation::kReserved) record.keys.push_back(keys[i]);
+    if (result.outcomes[i] == WriteReservation::kOutOfMemory) result.out_of_memory += 1;
+  }
+  result.reserved = record.keys.size();
+  if (result.reserved > 0) {
+    result.lease = lease;
+    leases_.Add(lease, std::move(record));
   }
   return result;
 }
 
-std::vector<WriteOutcome> ObjectTable::FinishWrite(std::span<const ObjectKey> keys, OwnerId owner) {
-  std::vector<WriteOutcome> outcomes(keys.size(), WriteOutcome::kNotStaged);
+WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
+  WriteCompletion completion;
+  std::optional<LeaseRecord> record = leases_.Take(write_lease, LeaseKind::kWrite);
+  if (!record) return completion;
+  completion.keys = std::move(record->keys);
+  completion.outcomes.assign(completion.keys.size(), WriteOutcome::kNotStaged);
+  auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };
   std::vector<ObjectKey> admitted;
-  std::vector<Offset> to_free;
+  DeferredFree freed(*this);
+  ShardSetLock lock(*this, completion.keys);
+  const TimeMs now = clock_->NowMs();
+  for (std::size_t i = 0; i < completion.keys.size(); ++i) {
+    const ObjectKey& key = completion.keys[i];
+    Shard& shard = ShardOf(key);
+    shard.mu.AssertHeld();
+    auto staged_it = shard.staging.find(key);
+    StagedEntry* mine =
+        staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, of_lease);
+    if (mine == nullptr) {
+      // A forced delete may have retired this lease's copy: free it now.
+      auto retired = std::find_if(shard.retired.begin(), shard.retired.end(),
+                                  [&](const RetiredEntry& r) {
+                                    return r.staged && r.write_lease == write_lease && r.key == key;
+                                  });
+      if (retired != shard.retired.end()) {
+        freed.Add(retired->offset);
+        shard.retired.erase(retired);
+      }
+      continue;
+    }
+    const StagedEntry entry = *mine;
+    EraseStaged(shard.staging, staged_it, of_lease);
+    if (now >= entry.expires_ms) {
+      freed.Add(entry.offset);
+      completion.outcomes[i] = WriteOutcome::kLeaseExpired;
+    } else if (shard.resident.contains(key)) {
+      freed.Add(entry.offset);
+      completion.outcomes[i] = WriteOutcome::kDuplicateDiscarded;
+    } else {
+      shard.resident.emplace(key, ResidentEntry{entry.offset, entry.size, ReadLocks{}});
+      admitted.push_back(key);
+      completion.outcomes[i] = WriteOutcome::kAdmitted;
+    }
+  }
+  // Inside the shard locks, so an eviction of these keys cannot slip between
+  // admission and the policy learning of it.
+  if (!admitted.empty()) policy_->OnAdmitted(admitted);
+  completion.admitted = admitted.size();
+  for (const WriteOutcome outcome : completion.outcomes) {
+    if (outcome == WriteOutcome::kNotStaged || outcome == WriteOutcome::kLeaseExpired) {
+      completion.lost += 1;
+    }
+  }
+  return completion;
+}
+
+Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Owner reader,
+                                                        std::uint32_t count) {
+  LMC_RETURN_IF_ERROR(CheckLockCount(count));
+  ReadAcquisition out;
+  std::optional<LeaseRecord> record = leases_.Take(write_lease, LeaseKind::kWrite);
+  if (!record) return out;
+  const std::vector<ObjectKey>& keys = record->keys;
+  out.grants.assign(keys.size(), ReadGrant{});
+  auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };
+  const LeaseId lease = leases_.NewId();
+  std::vector<ObjectKey> admitted;
+  std::vector<ObjectKey> locked;
   {
+    DeferredFree freed(*this);
     ShardSetLock lock(*this, keys);
     const TimeMs now = clock_->NowMs();
     for (std::size_t i = 0; i < keys.size(); ++i) {
       Shard& shard = ShardOf(keys[i]);
+      shard.mu.AssertHeld();
       auto staged_it = shard.staging.find(keys[i]);
       StagedEntry* mine =
-          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, owner);
-      if (mine == nullptr) {
-        // A forced delete may have retired this writer's copy: free it now.
-        auto retired =
-            std::find_if(shard.retired.begin(), shard.retired.end(), [&](const RetiredEntry& r) {
-              return r.staged && r.writer == owner && r.key == keys[i];
-            });
-        if (retired != shard.retired.end()) {
-          to_free.push_back(retired->offset);
-          shard.retired.erase(retired);
-        }
-        continue;
-      }
+          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, of_lease);
+      if (mine == nullptr) continue;
       const StagedEntry entry = *mine;
-      EraseStaged(shard.staging, staged_it, owner);
-      if (now >= entry.expires_ms) {
-        to_free.push_back(entry.offset);
-        outcomes[i] = WriteOutcome::kLeaseExpired;
-      } else if (shard.resident.contains(keys[i])) {
-        to_free.push_back(entry.offset);
-        outcomes[i] = WriteOutcome::kDuplicateDiscarded;
+      EraseStaged(shard.staging, staged_it, of_lease);
+      auto resident = shard.resident.find(keys[i]);
+      if (now >= entry.expires_ms || resident != shard.resident.end()) {
+        freed.Add(entry.offset);  // expired, or another writer admitted it first
       } else {
-        shard.resident.emplace(keys[i], ResidentEntry{entry.offset, entry.size, ReadLease{}});
+        resident = shard.resident.emplace(keys[i], ResidentEntry{entry.offset, entry.size, {}}).first;
         admitted.push_back(keys[i]);
-        outcomes[i] = WriteOutcome::kAdmitted;
       }
+      if (resident == shard.resident.end()) continue;
+      resident->second.locks.Lock(lease, reader, count, now, config_.read_ttl_ms);
+      out.grants[i] = {true, resident->second.offset, resident->second.size};
+      locked.push_back(keys[i]);
     }
-    // Inside the shard locks, so an eviction of these keys cannot slip between
-    // admission and the policy learning of it.
     if (!admitted.empty()) policy_->OnAdmitted(admitted);
   }
-  for (const Offset offset : to_free) FreeOffset(offset);
-  return outcomes;
+  out.granted = locked.size();
+  if (!locked.empty()) {
+    out.lease = lease;
+    leases_.Add(lease, {reader, LeaseKind::kRead, std::move(locked),
+                        clock_->NowMs() + config_.read_ttl_ms});
+  }
+  return out;
 }
 
-std::size_t ObjectTable::AbortWrite(std::span<const ObjectKey> keys, OwnerId owner) {
-  std::size_t aborted = 0;
-  std::vector<Offset> to_free;
-  {
-    ShardSetLock lock(*this, keys);
-    for (const ObjectKey& key : keys) {
-      Shard& shard = ShardOf(key);
-      auto staged_it = shard.staging.find(key);
-      if (staged_it == shard.staging.end()) continue;
-      if (StagedEntry* mine = FindStaged(staged_it->second, owner); mine != nullptr) {
-        to_free.push_back(mine->offset);
-        EraseStaged(shard.staging, staged_it, owner);
-        aborted += 1;
-      }
-    }
-  }
-  for (const Offset offset : to_free) FreeOffset(offset);
-  return aborted;
+std::size_t ObjectTable::AbortWrite(LeaseId write_lease) {
+  std::optional<LeaseRecord> record = leases_.Take(write_lease, LeaseKind::kWrite);
+  return record ? AbortStaged(write_lease, record->keys) : 0;
 }
 
-bool ObjectTable::CollectResident(std::span<const ObjectKey> keys, ReadMode mode,
-                                  std::vector<ResidentEntry*>* entries) const {
-  entries->assign(keys.size(), nullptr);
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    Shard& shard = ShardOf(keys[i]);
-    auto it = shard.resident.find(keys[i]);
-    if (it != shard.resident.end()) {
-      (*entries)[i] = &it->second;
-    } else if (mode == ReadMode::kAllOrNothing) {
-      entries->clear();
-      return false;
-    } else if (mode == ReadMode::kPrefix) {
-      break;
-    }
-  }
-  return true;
-}
-
-Result<std::vector<ReadGrant>> ObjectTable::ReserveRead(std::span<const ObjectKey> keys,
-                                                        std::uint32_t count, OwnerId owner,
-                                                        ReadMode mode) {
-  if (count < 1 || count > kMaxReadLockCount) {
-    return InvalidArgument("read lock count must be in [1, 128], got " + std::to_string(count));
-  }
-  LMC_RETURN_IF_ERROR(ValidateKeys(keys, /*require_distinct=*/false));
-  std::vector<ReadGrant> grants(keys.size());
-  std::vector<ObjectKey> granted_keys;
+std::size_t ObjectTable::AbortStaged(LeaseId write_lease, std::span<const ObjectKey> keys) {
+  auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };
+  DeferredFree freed(*this);
   ShardSetLock lock(*this, keys);
-  const TimeMs now = clock_->NowMs();
-  std::vector<ResidentEntry*> entries;
-  if (!CollectResident(keys, mode, &entries)) return grants;  // nothing locked
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (entries[i] == nullptr) continue;
-    entries[i]->lease.Lock(owner, count, now, config_.read_ttl_ms);
-    grants[i] = {true, entries[i]->offset, entries[i]->size};
-    granted_keys.push_back(keys[i]);
-  }
-  if (!granted_keys.empty()) policy_->OnAccessed(granted_keys);
-  return grants;
-}
-
-Result<std::vector<ReadGrant>> ObjectTable::AcquireForRead(std::span<const ObjectKey> keys,
-                                                           OwnerId owner) {
-  LMC_RETURN_IF_ERROR(ValidateKeys(keys, /*require_distinct=*/false));
-  std::vector<ReadGrant> grants(keys.size());
-  ShardSetLock lock(*this, keys);
-  const TimeMs now = clock_->NowMs();
-  std::vector<ResidentEntry*> entries;
-  if (!CollectResident(keys, ReadMode::kAllOrNothing, &entries)) return grants;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (!entries[i]->lease.IsLocked(now))
-      entries[i]->lease.Lock(owner, 1, now, config_.read_ttl_ms);
-    grants[i] = {true, entries[i]->offset, entries[i]->size};
-  }
-  return grants;
-}
-
-Result<std::vector<ReleaseOutcome>> ObjectTable::FinishRead(std::span<const ObjectKey> keys,
-                                                            std::uint32_t count, OwnerId owner) {
-  if (count < 1 || count > kMaxReadLockCount) {
-    return InvalidArgument("read lock count must be in [1, 128], got " + std::to_string(count));
-  }
-  std::vector<ReleaseOutcome> outcomes(keys.size(), ReleaseOutcome::kNotFound);
-  std::vector<Offset> to_free;
-  {
-    ShardSetLock lock(*this, keys);
-    const TimeMs now = clock_->NowMs();
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      Shard& shard = ShardOf(keys[i]);
-      auto it = shard.resident.find(keys[i]);
-      if (it != shard.resident.end()) {
-        outcomes[i] = it->second.lease.Unlock(owner, count, now) > 0 ? ReleaseOutcome::kReleased
-                                                                     : ReleaseOutcome::kNotLocked;
+  for (const ObjectKey& key : keys) {
+    Shard& shard = ShardOf(key);
+    shard.mu.AssertHeld();
+    if (auto staged_it = shard.staging.find(key); staged_it != shard.staging.end()) {
+      if (StagedEntry* mine = FindStaged(staged_it->second, of_lease); mine != nullptr) {
+        freed.Add(mine->offset);
+        EraseStaged(shard.staging, staged_it, of_lease);
         continue;
       }
-      // A reader of a force-deleted object releases the retired copy.
-      for (auto r = shard.retired.begin(); r != shard.retired.end(); ++r) {
-        if (r->staged || !(r->key == keys[i]) || !r->lease.IsLocked(now)) continue;
-        r->lease.Unlock(owner, count, now);
-        outcomes[i] = ReleaseOutcome::kReleased;
-        if (r->Ended(now)) {
-          to_free.push_back(r->offset);
-          shard.retired.erase(r);
-        }
+    }
+    std::erase_if(shard.retired, [&](const RetiredEntry& r) {
+      if (!r.staged || r.write_lease != write_lease || !(r.key == key)) return false;
+      freed.Add(r.offset);
+      return true;
+    });
+  }
+  return freed.size();
+}
+
+void ObjectTable::LockGranted(const ReadRequest& request, LeaseId lease,
+                              const std::vector<ResidentEntry*>& entries, std::size_t granted,
+                              TimeMs now, ReadAcquisition* out) const {
+  for (std::size_t i = 0; i < granted; ++i) {
+    ReadLocks& locks = entries[i]->locks;
+    std::uint32_t fresh = request.count;
+    for (const LeaseId from : request.consume) {
+      if (locks.Transfer(from, lease, request.owner, now, config_.read_ttl_ms)) {
+        out->consumed += 1;
+        fresh -= 1;
         break;
       }
     }
+    if (fresh > 0) locks.Lock(lease, request.owner, fresh, now, config_.read_ttl_ms);
+    out->grants[i] = {true, entries[i]->offset, entries[i]->size};
   }
-  for (const Offset offset : to_free) FreeOffset(offset);
-  return outcomes;
+}
+
+Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
+  LMC_RETURN_IF_ERROR(CheckLockCount(request.count));
+  const std::span<const ObjectKey> keys = request.keys;
+  if (request.group == 0 || keys.size() % request.group != 0) {
+    return InvalidArgument("read request of " + std::to_string(keys.size()) +
+                           " keys is not made of whole groups of " + std::to_string(request.group));
+  }
+  LMC_RETURN_IF_ERROR(ValidateKeys(keys, /*require_distinct=*/false));
+  ReadAcquisition out;
+  out.grants.assign(keys.size(), ReadGrant{});
+  const LeaseId lease = request.extend != kNoLease ? request.extend : leases_.NewId();
+  {
+    ShardSetLock lock(*this, keys);
+    const TimeMs now = clock_->NowMs();
+    std::vector<ResidentEntry*> entries(keys.size(), nullptr);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      Shard& shard = ShardOf(keys[i]);
+      shard.mu.AssertHeld();
+      auto it = shard.resident.find(keys[i]);
+      if (it != shard.resident.end()) entries[i] = &it->second;
+    }
+    if (request.mode == ReadMode::kAllOrNothing) {
+      out.missing = static_cast<std::size_t>(std::count(entries.begin(), entries.end(), nullptr));
+      if (out.missing > 0) {
+        // Nothing is locked. A failed retrieve still gives its share of the
+        // lookup's locks back on what it found (spec 11.5).
+        for (ResidentEntry* entry : entries) {
+          if (entry == nullptr || !request.release_share_on_miss) continue;
+          for (const LeaseId from : request.consume) {
+            if (entry->locks.Unlock(from, 1, now) > 0) break;
+          }
+        }
+        return out;
+      }
+      out.granted = keys.size();
+    } else {
+      // Whole groups only, up to the first incomplete one: no lock-then-undo.
+      while (out.granted < keys.size() &&
+             std::all_of(entries.begin() + static_cast<std::ptrdiff_t>(out.granted),
+                         entries.begin() + static_cast<std::ptrdiff_t>(out.granted + request.group),
+                         [](const ResidentEntry* e) { return e != nullptr; })) {
+        out.granted += request.group;
+      }
+    }
+    LockGranted(request, lease, entries, out.granted, now, &out);
+    if (out.granted > 0) policy_->OnAccessed(keys.first(out.granted));
+  }
+  if (out.granted > 0) {
+    out.lease = lease;
+    LeaseRecord record{request.owner, LeaseKind::kRead,
+                       {keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(out.granted)},
+                       clock_->NowMs() + config_.read_ttl_ms};
+    if (request.extend != kNoLease) {
+      leases_.Append(lease, std::move(record));
+    } else {
+      leases_.Add(lease, std::move(record));
+    }
+  }
+  return out;
+}
+
+std::uint64_t ObjectTable::ReleaseLocked(LeaseId lease, std::span<const ObjectKey> keys,
+                                         std::uint32_t count, TimeMs now,
+                                         std::vector<Offset>* to_free) {
+  std::uint64_t released = 0;
+  for (const ObjectKey& key : keys) {
+    Shard& shard = ShardOf(key);
+    shard.mu.AssertHeld();
+    if (auto it = shard.resident.find(key); it != shard.resident.end()) {
+      released += it->second.locks.Unlock(lease, count, now);
+      continue;
+    }
+    // A reader of a force-deleted object releases the retired copy.
+    for (auto r = shard.retired.begin(); r != shard.retired.end(); ++r) {
+      if (r->staged || !(r->key == key) || r->locks.LeaseCount(lease, now) == 0) continue;
+      released += r->locks.Unlock(lease, count, now);
+      if (r->Ended(now)) {
+        to_free->push_back(r->offset);
+        shard.retired.erase(r);
+      }
+      break;
+    }
+  }
+  return released;
+}
+
+std::uint64_t ObjectTable::ReleaseRead(LeaseId read_lease, std::span<const ObjectKey> keys,
+                                       std::uint32_t count) {
+  if (read_lease == kNoLease || keys.empty()) return 0;
+  DeferredFree freed(*this);
+  ShardSetLock lock(*this, keys);
+  return ReleaseLocked(read_lease, keys, count, clock_->NowMs(), freed.list());
+}
+
+std::uint64_t ObjectTable::ReleaseRead(LeaseId read_lease) {
+  std::optional<LeaseRecord> record = leases_.Take(read_lease, LeaseKind::kRead);
+  if (!record) return 0;
+  return ReleaseRead(read_lease, record->keys, kMaxReadLockCount);
 }
 
 }  // namespace lmcache::store

@@ -2,29 +2,37 @@
 //
 // An object is first *staged* by one writer (reserve_write: memory allocated,
 // write-leased, invisible to readers), then *admitted* as resident
-// (finish_write) or dropped (abort_write). Readers take owner-tracked,
-// TTL-bounded read leases on resident objects (reserve_read / finish_read with
-// a count of 1..128). This follows the reference's newest state machine (spec
+// (finish_write) or dropped (abort_write). Readers take read leases on
+// resident objects. This follows the reference's newest state machine (spec
 // 7.3): several writers may stage the same key; the first finish_write admits
 // it and later copies are discarded. A resident key is never overwritten.
 //
-// Beyond the reference: every lease records its owner, so ReleaseOwner() drops
-// everything a departed client held; a forced delete or clear of a locked
-// object *retires* it (gone from the index at once, memory freed only when its
-// last lease ends) so an in-flight copy never touches reused memory; and when a
+// Leases are exact (docs/threading.md, "Lease rules"). Every acquisition
+// returns a LeaseId; every lock and staged copy belongs to exactly one lease
+// and one Owner (owner.h); a release names its lease and releases nothing
+// else, and ReleaseOwner() drops everything of one owner at once. An expired
+// read lease makes an object evictable; it is never transferred to anyone. A
+// reader may consume its share of another lease (a lookup's locks) by
+// transferring one lock per object to its own lease, atomically.
+//
+// Beyond the reference: a forced delete or clear of a locked object *retires*
+// it (gone from the index at once, memory freed only when its last lease
+// ends) so an in-flight copy never touches reused memory; and when a
 // reservation cannot be allocated, unlocked objects are evicted on demand.
 //
-// Batches are atomic: every key of a batch is examined and changed under the
-// mutexes of all shards it touches, taken in ascending shard order.
+// Every operation is atomic: it examines and changes all its keys under the
+// mutexes of all shards they live in, taken in ascending shard order.
 //
 // Thread-safety: internally synchronised; every method may be called from any
 // thread. Lock order: shard mutexes (ascending index) -> eviction policy mutex
-// -> allocator mutex. The policy and the allocator never call back in.
+// -> allocator mutex. The lease registry's mutex is a leaf taken with no shard
+// mutex held. The policy and the allocator never call back in.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -36,8 +44,10 @@
 #include "common/mutex.h"
 #include "lmcache/status.h"
 #include "store/eviction_policy.h"
+#include "store/lease_registry.h"
 #include "store/object_key.h"
-#include "store/read_lease.h"
+#include "store/owner.h"
+#include "store/read_locks.h"
 
 namespace lmcache::store {
 
@@ -46,11 +56,9 @@ using alloc::Offset;
 struct ObjectTableConfig {
   TimeMs write_ttl_ms = 600'000;   // --l1-write-ttl-seconds (600 s)
   TimeMs read_ttl_ms = 300'000;    // --l1-read-ttl-seconds (300 s)
-  std::uint32_t num_shards = 64;   // power of two not required; > 0
+  std::uint32_t num_shards = 64;   // > 0
   bool on_demand_eviction = true;  // evict LRU objects when a reservation cannot allocate
 };
-
-inline constexpr std::uint32_t kMaxReadLockCount = 128;
 
 // How ReserveWrite allocates the keys that need memory.
 enum class AllocationMode {
@@ -59,12 +67,15 @@ enum class AllocationMode {
 };
 
 enum class WriteReservation : std::uint8_t {
-  kReserved,         // staged for this owner (new, or the owner's earlier staging handed back)
+  kReserved,         // staged under the returned lease
   kAlreadyResident,  // skipped: the key is cached already
   kOutOfMemory,      // skipped: no memory even after eviction
 };
 
-struct ReserveWriteResult {
+// What ReserveWrite staged. `lease` covers every kReserved key (kNoLease when
+// none was reserved) and is finished or aborted as a whole.
+struct WriteLease {
+  LeaseId lease = kNoLease;
   std::vector<WriteReservation> outcomes;  // one per key
   std::vector<Offset> offsets;             // valid where outcomes[i] == kReserved
   std::size_t reserved = 0;
@@ -74,14 +85,39 @@ struct ReserveWriteResult {
 enum class WriteOutcome : std::uint8_t {
   kAdmitted,            // now resident and readable
   kDuplicateDiscarded,  // another writer admitted it first; this copy was freed
-  kNotStaged,           // this owner had no staging entry (or it was deleted)
+  kNotStaged,           // this lease has no staged copy (re-reserved, deleted or reclaimed)
   kLeaseExpired,        // the write lease ran out; the copy was freed
 };
 
+struct WriteCompletion {
+  std::vector<ObjectKey> keys;  // the lease's keys, in reservation order
+  std::vector<WriteOutcome> outcomes;
+  std::size_t admitted = 0;
+  std::size_t lost = 0;  // kNotStaged + kLeaseExpired
+};
+
 enum class ReadMode {
-  kEach,          // lock every resident key
-  kPrefix,        // lock resident keys up to the first missing one
-  kAllOrNothing,  // lock all keys, or none if any is missing
+  kAllOrNothing,  // every key, or none
+  kPrefix,        // the leading run of complete groups
+};
+
+struct ReadRequest {
+  std::span<const ObjectKey> keys;
+  Owner owner;
+  std::uint32_t count = 1;  // locks per key, 1..128
+  ReadMode mode = ReadMode::kAllOrNothing;
+  // Keys per group (the ranks of one chunk): a group is granted only when all
+  // its keys are resident, so a partial chunk is never locked.
+  std::size_t group = 1;
+  // Leases to consume one lock per key from (first that holds one), instead
+  // of locking afresh: a worker taking over its share of a lookup's locks.
+  std::span<const LeaseId> consume;
+  // kAllOrNothing only: when a key is missing, still release one lock per
+  // present key from `consume` (a failed retrieve gives its share back).
+  bool release_share_on_miss = false;
+  // Adds the locks to this lease of `owner` (one lookup locking its prompt
+  // window by window) instead of a new one.
+  LeaseId extend = kNoLease;
 };
 
 struct ReadGrant {
@@ -90,7 +126,14 @@ struct ReadGrant {
   std::uint64_t size = 0;
 };
 
-enum class ReleaseOutcome : std::uint8_t { kReleased, kNotLocked, kNotFound };
+struct ReadAcquisition {
+  LeaseId lease = kNoLease;  // kNoLease when nothing was granted
+  std::size_t granted = 0;   // leading keys granted (whole groups; kAllOrNothing: 0 or all)
+  std::size_t missing = 0;   // kAllOrNothing: keys not resident
+  std::size_t consumed = 0;  // locks taken over from `consume`
+  std::vector<ReadGrant> grants;  // one per key
+};
+
 enum class DeleteOutcome : std::uint8_t { kDeleted, kLocked, kNotFound };
 
 enum class ObjectState : std::uint8_t { kResident, kStaging };
@@ -98,7 +141,8 @@ struct ObjectInfo {
   ObjectState state = ObjectState::kResident;
   Offset offset = 0;
   std::uint64_t size = 0;
-  std::uint32_t read_locks = 0;  // live read locks (resident only)
+  std::uint32_t read_locks = 0;  // live read locks of all leases (resident only)
+  std::size_t read_leases = 0;   // leases holding them
 };
 
 struct OwnerReleaseReport {
@@ -116,11 +160,14 @@ struct TableStats {
   std::uint64_t resident_bytes = 0;
   std::uint64_t staging_objects = 0;
   std::uint64_t staging_bytes = 0;
-  std::uint64_t locked_objects =
-      0;  // resident with a live read lease, or staging with a live write lease
+  // Resident with a live read lease, or staging with a live write lease.
+  std::uint64_t locked_objects = 0;
   std::uint64_t locked_bytes = 0;
+  std::uint64_t read_locks = 0;  // live read locks summed over resident objects
   std::uint64_t retired_objects = 0;  // force-deleted while locked, freed when the lease ends
   std::uint64_t retired_bytes = 0;
+  std::uint64_t read_leases = 0;   // registered read leases
+  std::uint64_t write_leases = 0;  // registered write leases
   std::uint64_t evicted_objects = 0;
   std::uint64_t evicted_bytes = 0;
   std::uint64_t on_demand_evictions = 0;  // reservations that evicted to make room
@@ -138,27 +185,37 @@ class ObjectTable {
   ObjectTable(const ObjectTable&) = delete;
   ObjectTable& operator=(const ObjectTable&) = delete;
 
-  // Stages every key that is not resident for `owner`, all with `size` bytes.
-  // Keys must be valid and distinct. Errors only for invalid input.
-  Result<ReserveWriteResult> ReserveWrite(std::span<const ObjectKey> keys, std::uint64_t size,
-                                          OwnerId owner, AllocationMode mode);
-  std::vector<WriteOutcome> FinishWrite(std::span<const ObjectKey> keys, OwnerId owner);
-  // Drops `owner`'s staging entries of these keys; returns how many.
-  std::size_t AbortWrite(std::span<const ObjectKey> keys, OwnerId owner);
+  // --- writes ---
+  // Stages every key that is not resident, all with `size` bytes, under one
+  // new write lease of `owner`. A key `owner` staged already (same size) is
+  // handed back and moves to the new lease. Keys must be valid and distinct.
+  // Errors only for invalid input.
+  Result<WriteLease> ReserveWrite(std::span<const ObjectKey> keys, std::uint64_t size, Owner owner,
+                                  AllocationMode mode);
+  // Admits every copy the lease staged; the lease ends.
+  WriteCompletion FinishWrite(LeaseId write_lease);
+  // Admits the lease's copies and read-locks each admitted (or, where another
+  // writer won, already resident) object `count` times under a new read lease
+  // of `reader`, atomically: eviction cannot slip in between (an L2 load
+  // landing for its lookup). `granted` counts the keys locked, in order.
+  Result<ReadAcquisition> FinishWriteAndRead(LeaseId write_lease, Owner reader,
+                                             std::uint32_t count);
+  // Drops the lease's staged copies; returns how many.
+  std::size_t AbortWrite(LeaseId write_lease);
 
-  // Takes `count` (1..128) read locks on each granted key for `owner`.
-  Result<std::vector<ReadGrant>> ReserveRead(std::span<const ObjectKey> keys, std::uint32_t count,
-                                             OwnerId owner, ReadMode mode);
-  // For a transfer out of keys a lookup locked: all keys must be resident, or
-  // nothing changes and the grants are all false. A key whose read lease has
-  // expired meanwhile is locked again for `owner` (an expired lease makes an
-  // object evictable, not unreadable), so every granted key is locked while the
-  // copy runs; the caller releases one lock per key when it is done.
-  Result<std::vector<ReadGrant>> AcquireForRead(std::span<const ObjectKey> keys, OwnerId owner);
-  // Releases `count` (1..128) read locks per key, `owner`'s first.
-  Result<std::vector<ReleaseOutcome>> FinishRead(std::span<const ObjectKey> keys,
-                                                 std::uint32_t count, OwnerId owner);
+  // --- reads ---
+  Result<ReadAcquisition> AcquireRead(const ReadRequest& request);
+  // Releases up to `count` locks of `read_lease` on each of `keys`; returns
+  // how many. The lease stays registered (other keys may still be held).
+  std::uint64_t ReleaseRead(LeaseId read_lease, std::span<const ObjectKey> keys,
+                            std::uint32_t count = kMaxReadLockCount);
+  // Releases everything left of the lease; the lease ends. Returns the locks released.
+  std::uint64_t ReleaseRead(LeaseId read_lease);
 
+  // Ends every lease of `owner`: read locks released, staged copies dropped.
+  OwnerReleaseReport ReleaseOwner(const Owner& owner);
+
+  // --- maintenance ---
   // Deletes resident and staged copies. Without `force`, a key with a live
   // lease is left alone (kLocked); with it, locked copies are retired.
   std::vector<DeleteOutcome> Delete(std::span<const ObjectKey> keys, bool force);
@@ -166,15 +223,11 @@ class ObjectTable {
   std::uint64_t Clear(bool force);
   // Marks resident keys as recently used.
   void Touch(std::span<const ObjectKey> keys);
-
-  // Releases every read lock of `owner` and aborts its staged writes.
-  OwnerReleaseReport ReleaseOwner(OwnerId owner);
-
   // Evicts unlocked resident objects in policy order until `bytes` are freed
   // or no candidate is left.
   EvictionReport EvictLru(std::uint64_t bytes);
   // Frees staging copies whose write lease expired and retired objects whose
-  // leases ended. Returns how many objects were freed.
+  // leases ended, and forgets expired lease records. Returns objects freed.
   std::uint64_t ReclaimExpired();
 
   std::optional<ObjectInfo> Find(const ObjectKey& key) const;
@@ -189,23 +242,28 @@ class ObjectTable {
 
   Shard& ShardOf(const ObjectKey& key) const;
   std::uint32_t ShardIndex(const ObjectKey& key) const;
+  std::uint32_t num_shards() const;
   Status ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const;
-  // The resident entry of each key (nullptr where absent, and after the first
-  // miss in kPrefix mode), with the keys' shards locked by the caller. False,
-  // with nothing collected, when a key is missing in kAllOrNothing mode.
-  bool CollectResident(std::span<const ObjectKey> keys, ReadMode mode,
-                       std::vector<ResidentEntry*>* entries) const;
   // Allocates up to `count` objects, evicting on demand; fewer than `count`
   // only in kLongestPrefix mode.
   Result<std::vector<Offset>> AllocateWithEviction(std::uint64_t size, std::size_t count,
                                                    AllocationMode mode);
-  void FreeOffset(Offset offset);
+  // Locks `count` of `lease` on each granted entry; `consume` first.
+  void LockGranted(const ReadRequest& request, LeaseId lease,
+                   const std::vector<ResidentEntry*>& entries, std::size_t granted, TimeMs now,
+                   ReadAcquisition* out) const;
+  // Releases up to `count` locks of `lease` on the keys (shards locked by the caller).
+  std::uint64_t ReleaseLocked(LeaseId lease, std::span<const ObjectKey> keys,
+                              std::uint32_t count, TimeMs now, std::vector<Offset>* to_free);
+  // Drops the staged copies of `write_lease` among `keys` (its record already taken).
+  std::size_t AbortStaged(LeaseId write_lease, std::span<const ObjectKey> keys);
 
   alloc::SlabAllocator* const allocator_;
   EvictionPolicy* const policy_;
   const Clock* const clock_;
   const ObjectTableConfig config_;
   std::unique_ptr<Shard[]> shards_;
+  mutable LeaseRegistry leases_;
 
   std::atomic<std::uint64_t> evicted_objects_{0};
   std::atomic<std::uint64_t> evicted_bytes_{0};

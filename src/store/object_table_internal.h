@@ -1,7 +1,11 @@
-// Private parts of ObjectTable shared by its two source files: the shard and
-// the multi-shard lock. Not for use outside src/store/object_table*.cc.
+// Private parts of ObjectTable shared by its source files: the entries, the
+// shard and the multi-shard lock. Not for use outside src/store/object_table*.cc.
 //
-// Thread-safety: every field of a Shard is guarded by that shard's `mu`.
+// Thread-safety: every field of a Shard is guarded by that shard's `mu`. The
+// shards of an operation are locked as a set (ShardSetLock), which the clang
+// analysis cannot follow, so code that touches a shard first calls
+// `shard.mu.AssertHeld()`: the analysis then checks every access, and builds
+// without NDEBUG check at run time that the calling thread holds the mutex.
 #pragma once
 
 #include <algorithm>
@@ -15,34 +19,38 @@ namespace lmcache::store {
 struct ResidentEntry {
   Offset offset = 0;
   std::uint64_t size = 0;  // bytes the writer asked for (slot length); memory is size aligned up
-  ReadLease lease;
+  ReadLocks locks;
 };
 
 struct StagedEntry {
-  OwnerId owner = 0;
+  LeaseId lease = kNoLease;  // the write lease the copy belongs to
+  Owner owner;
   Offset offset = 0;
   std::uint64_t size = 0;
   TimeMs expires_ms = 0;  // write lease
 };
 
 // A copy removed from the index by a forced delete while a lease still held it.
-// Its memory is freed once the lease ends (released or expired).
+// Its memory is freed once the lease ends (released, finished or expired).
 struct RetiredEntry {
   ObjectKey key;
   Offset offset = 0;
   std::uint64_t size = 0;
-  bool staged = false;    // a writer's copy (write lease) rather than a resident one
-  OwnerId writer = 0;     // staged only
-  TimeMs expires_ms = 0;  // staged only
-  ReadLease lease;        // resident only
-  bool Ended(TimeMs now) const { return staged ? now >= expires_ms : !lease.IsLocked(now); }
+  bool staged = false;         // a writer's copy (write lease) rather than a resident one
+  LeaseId write_lease = kNoLease;  // staged only
+  Owner writer;                // staged only
+  TimeMs expires_ms = 0;       // staged only
+  ReadLocks locks;             // resident only
+  bool Ended(TimeMs now) const { return staged ? now >= expires_ms : !locks.IsLocked(now); }
 };
+
+using StagingMap = std::unordered_map<ObjectKey, std::vector<StagedEntry>, ObjectKeyHash>;
 
 struct ObjectTable::Shard {
   Mutex mu;
-  std::unordered_map<ObjectKey, ResidentEntry, ObjectKeyHash> resident;
-  std::unordered_map<ObjectKey, std::vector<StagedEntry>, ObjectKeyHash> staging;
-  std::vector<RetiredEntry> retired;
+  std::unordered_map<ObjectKey, ResidentEntry, ObjectKeyHash> resident LMC_GUARDED_BY(mu);
+  StagingMap staging LMC_GUARDED_BY(mu);
+  std::vector<RetiredEntry> retired LMC_GUARDED_BY(mu);
 };
 
 // Locks the shards of a set of keys in ascending index order (deadlock-free
@@ -71,6 +79,24 @@ class ObjectTable::ShardSetLock {
  private:
   const ObjectTable& table_;
   std::vector<std::uint32_t> indices_;
+};
+
+// Frees the offsets collected under shard locks once the locks are gone: the
+// allocator is a leaf, but freeing outside the shard locks keeps them short.
+// Declare it before the ShardSetLock so it runs after the unlock.
+class DeferredFree {
+ public:
+  explicit DeferredFree(const ObjectTable& table) : table_(table) {}
+  ~DeferredFree();
+  DeferredFree(const DeferredFree&) = delete;
+  DeferredFree& operator=(const DeferredFree&) = delete;
+  void Add(Offset offset) { offsets_.push_back(offset); }
+  std::vector<Offset>* list() { return &offsets_; }
+  std::size_t size() const { return offsets_.size(); }
+
+ private:
+  const ObjectTable& table_;
+  std::vector<Offset> offsets_;
 };
 
 }  // namespace lmcache::store

@@ -1,6 +1,7 @@
 // ObjectTable: deletion, owner release, eviction, reclamation and statistics.
 #include <spdlog/spdlog.h>
 
+#include "common/logging.h"
 #include "store/object_table.h"
 #include "store/object_table_internal.h"
 
@@ -15,7 +16,7 @@ RetiredEntry RetireResident(const ObjectKey& key, const ResidentEntry& entry) {
   retired.key = key;
   retired.offset = entry.offset;
   retired.size = entry.size;
-  retired.lease = entry.lease;
+  retired.locks = entry.locks;
   return retired;
 }
 
@@ -25,6 +26,7 @@ RetiredEntry RetireStaged(const ObjectKey& key, const StagedEntry& entry) {
   retired.offset = entry.offset;
   retired.size = entry.size;
   retired.staged = true;
+  retired.write_lease = entry.lease;
   retired.writer = entry.owner;
   retired.expires_ms = entry.expires_ms;
   return retired;
@@ -35,60 +37,59 @@ RetiredEntry RetireStaged(const ObjectKey& key, const StagedEntry& entry) {
 std::vector<DeleteOutcome> ObjectTable::Delete(std::span<const ObjectKey> keys, bool force) {
   std::vector<DeleteOutcome> outcomes(keys.size(), DeleteOutcome::kNotFound);
   std::vector<ObjectKey> removed;
-  std::vector<Offset> to_free;
-  {
-    ShardSetLock lock(*this, keys);
-    const TimeMs now = clock_->NowMs();
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      Shard& shard = ShardOf(keys[i]);
-      auto res = shard.resident.find(keys[i]);
-      auto stg = shard.staging.find(keys[i]);
-      if (stg != shard.staging.end()) {  // expired writer copies go in any case
-        std::erase_if(stg->second, [&](const StagedEntry& e) {
-          if (now < e.expires_ms) return false;
-          to_free.push_back(e.offset);
-          return true;
-        });
-        if (stg->second.empty()) {
-          shard.staging.erase(stg);
-          stg = shard.staging.end();
-        }
-      }
-      const bool resident_locked = res != shard.resident.end() && res->second.lease.IsLocked(now);
-      const bool staged_live = stg != shard.staging.end();
-      if (res == shard.resident.end() && !staged_live) continue;
-      if (!force && (resident_locked || staged_live)) {
-        outcomes[i] = DeleteOutcome::kLocked;
-        continue;
-      }
-      if (res != shard.resident.end()) {
-        if (resident_locked) {
-          shard.retired.push_back(RetireResident(keys[i], res->second));
-        } else {
-          to_free.push_back(res->second.offset);
-        }
-        shard.resident.erase(res);
-        removed.push_back(keys[i]);
-      }
-      if (staged_live) {
-        for (const StagedEntry& e : stg->second) shard.retired.push_back(RetireStaged(keys[i], e));
+  DeferredFree freed(*this);
+  ShardSetLock lock(*this, keys);
+  const TimeMs now = clock_->NowMs();
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    Shard& shard = ShardOf(keys[i]);
+    shard.mu.AssertHeld();
+    auto res = shard.resident.find(keys[i]);
+    auto stg = shard.staging.find(keys[i]);
+    if (stg != shard.staging.end()) {  // expired writer copies go in any case
+      std::erase_if(stg->second, [&](const StagedEntry& e) {
+        if (now < e.expires_ms) return false;
+        freed.Add(e.offset);
+        return true;
+      });
+      if (stg->second.empty()) {
         shard.staging.erase(stg);
+        stg = shard.staging.end();
       }
-      outcomes[i] = DeleteOutcome::kDeleted;
     }
-    if (!removed.empty()) policy_->OnRemoved(removed);
+    const bool resident_locked = res != shard.resident.end() && res->second.locks.IsLocked(now);
+    const bool staged_live = stg != shard.staging.end();
+    if (res == shard.resident.end() && !staged_live) continue;
+    if (!force && (resident_locked || staged_live)) {
+      outcomes[i] = DeleteOutcome::kLocked;
+      continue;
+    }
+    if (res != shard.resident.end()) {
+      if (resident_locked) {
+        shard.retired.push_back(RetireResident(keys[i], res->second));
+      } else {
+        freed.Add(res->second.offset);
+      }
+      shard.resident.erase(res);
+      removed.push_back(keys[i]);
+    }
+    if (staged_live) {
+      for (const StagedEntry& e : stg->second) shard.retired.push_back(RetireStaged(keys[i], e));
+      shard.staging.erase(stg);
+    }
+    outcomes[i] = DeleteOutcome::kDeleted;
   }
-  for (const Offset offset : to_free) FreeOffset(offset);
+  if (!removed.empty()) policy_->OnRemoved(removed);
   return outcomes;
 }
 
 std::uint64_t ObjectTable::Clear(bool force) {
   std::uint64_t cleared = 0;
-  for (std::uint32_t s = 0; s < std::max<std::uint32_t>(config_.num_shards, 1); ++s) {
+  for (std::uint32_t s = 0; s < num_shards(); ++s) {
     std::vector<ObjectKey> keys;
     {
       ShardSetLock lock(*this, s);
       const Shard& shard = shards_[s];
+      shard.mu.AssertHeld();
       keys.reserve(shard.resident.size() + shard.staging.size());
       for (const auto& [key, entry] : shard.resident) keys.push_back(key);
       for (const auto& [key, entries] : shard.staging) {
@@ -108,39 +109,14 @@ void ObjectTable::Touch(std::span<const ObjectKey> keys) {
   policy_->OnAccessed(keys);
 }
 
-OwnerReleaseReport ObjectTable::ReleaseOwner(OwnerId owner) {
+OwnerReleaseReport ObjectTable::ReleaseOwner(const Owner& owner) {
   OwnerReleaseReport report;
-  for (std::uint32_t s = 0; s < std::max<std::uint32_t>(config_.num_shards, 1); ++s) {
-    std::vector<Offset> to_free;
-    {
-      ShardSetLock lock(*this, s);
-      Shard& shard = shards_[s];
-      const TimeMs now = clock_->NowMs();
-      for (auto& [key, entry] : shard.resident) {
-        report.read_locks_released += entry.lease.ReleaseOwner(owner, now);
-      }
-      for (auto it = shard.staging.begin(); it != shard.staging.end();) {
-        std::erase_if(it->second, [&](const StagedEntry& e) {
-          if (e.owner != owner) return false;
-          to_free.push_back(e.offset);
-          report.writes_aborted += 1;
-          return true;
-        });
-        it = it->second.empty() ? shard.staging.erase(it) : std::next(it);
-      }
-      std::erase_if(shard.retired, [&](RetiredEntry& r) {
-        if (r.staged && r.writer == owner) {
-          report.writes_aborted += 1;
-          r.expires_ms = now;  // ends it
-        } else if (!r.staged) {
-          report.read_locks_released += r.lease.ReleaseOwner(owner, now);
-        }
-        if (!r.Ended(now)) return false;
-        to_free.push_back(r.offset);
-        return true;
-      });
+  for (auto& [lease, record] : leases_.TakeOwner(owner)) {
+    if (record.kind == LeaseKind::kRead) {
+      report.read_locks_released += ReleaseRead(lease, record.keys, kMaxReadLockCount);
+      continue;
     }
-    for (const Offset offset : to_free) FreeOffset(offset);
+    report.writes_aborted += AbortStaged(lease, record.keys);
   }
   return report;
 }
@@ -151,33 +127,30 @@ EvictionReport ObjectTable::EvictLru(std::uint64_t bytes) {
   while (report.bytes < bytes) {
     const std::vector<ObjectKey> candidates = policy_->Candidates(skip, kEvictionBatch);
     if (candidates.empty()) break;
-    std::vector<Offset> to_free;
-    {
-      ShardSetLock lock(*this, candidates);
-      const TimeMs now = clock_->NowMs();
-      std::vector<ObjectKey> removed;
-      for (const ObjectKey& key : candidates) {
-        if (report.bytes >= bytes) break;
-        Shard& shard = ShardOf(key);
-        auto it = shard.resident.find(key);
-        if (it == shard.resident.end()) {
-          removed.push_back(key);  // the policy lagged behind a delete: forget it
-          continue;
-        }
-        if (it->second.lease.IsLocked(now)) {
-          skip += 1;
-          continue;
-        }
-        const std::uint64_t freed = allocator_->AlignedSize(it->second.size);
-        to_free.push_back(it->second.offset);
-        shard.resident.erase(it);
-        removed.push_back(key);
-        report.objects += 1;
-        report.bytes += freed;
+    DeferredFree freed(*this);
+    ShardSetLock lock(*this, candidates);
+    const TimeMs now = clock_->NowMs();
+    std::vector<ObjectKey> removed;
+    for (const ObjectKey& key : candidates) {
+      if (report.bytes >= bytes) break;
+      Shard& shard = ShardOf(key);
+      shard.mu.AssertHeld();
+      auto it = shard.resident.find(key);
+      if (it == shard.resident.end()) {
+        removed.push_back(key);  // the policy lagged behind a delete: forget it
+        continue;
       }
-      if (!removed.empty()) policy_->OnRemoved(removed);
+      if (it->second.locks.IsLocked(now)) {
+        skip += 1;
+        continue;
+      }
+      report.bytes += allocator_->AlignedSize(it->second.size);
+      report.objects += 1;
+      freed.Add(it->second.offset);
+      shard.resident.erase(it);
+      removed.push_back(key);
     }
-    for (const Offset offset : to_free) FreeOffset(offset);
+    if (!removed.empty()) policy_->OnRemoved(removed);
   }
   evicted_objects_.fetch_add(report.objects, std::memory_order_relaxed);
   evicted_bytes_.fetch_add(report.bytes, std::memory_order_relaxed);
@@ -185,32 +158,38 @@ EvictionReport ObjectTable::EvictLru(std::uint64_t bytes) {
 }
 
 std::uint64_t ObjectTable::ReclaimExpired() {
+  static RateLimitedLog expired_write_log(std::chrono::seconds(10));
   std::uint64_t reclaimed = 0;
-  for (std::uint32_t s = 0; s < std::max<std::uint32_t>(config_.num_shards, 1); ++s) {
-    std::vector<Offset> to_free;
-    {
-      ShardSetLock lock(*this, s);
-      Shard& shard = shards_[s];
-      const TimeMs now = clock_->NowMs();
-      for (auto it = shard.staging.begin(); it != shard.staging.end();) {
-        std::erase_if(it->second, [&](const StagedEntry& e) {
-          if (now < e.expires_ms) return false;
-          spdlog::warn("write lease of {} (owner {}) expired before commit; freeing its buffer",
-                       it->first.DebugString(), e.owner);
-          to_free.push_back(e.offset);
-          expired_writes_reclaimed_.fetch_add(1, std::memory_order_relaxed);
-          return true;
-        });
-        it = it->second.empty() ? shard.staging.erase(it) : std::next(it);
-      }
-      std::erase_if(shard.retired, [&](const RetiredEntry& r) {
-        if (!r.Ended(now)) return false;
-        to_free.push_back(r.offset);
+  std::uint64_t expired_writes = 0;
+  for (std::uint32_t s = 0; s < num_shards(); ++s) {
+    DeferredFree freed(*this);
+    ShardSetLock lock(*this, s);
+    Shard& shard = shards_[s];
+    shard.mu.AssertHeld();
+    const TimeMs now = clock_->NowMs();
+    for (auto it = shard.staging.begin(); it != shard.staging.end();) {
+      std::erase_if(it->second, [&](const StagedEntry& e) {
+        if (now < e.expires_ms) return false;
+        freed.Add(e.offset);
+        expired_writes += 1;
         return true;
       });
+      it = it->second.empty() ? shard.staging.erase(it) : std::next(it);
     }
-    reclaimed += to_free.size();
-    for (const Offset offset : to_free) FreeOffset(offset);
+    std::erase_if(shard.retired, [&](const RetiredEntry& r) {
+      if (!r.Ended(now)) return false;
+      freed.Add(r.offset);
+      return true;
+    });
+    reclaimed += freed.size();
+  }
+  // The locks of expired leases expired with them: only the records remain.
+  (void)leases_.TakeExpired(clock_->NowMs());
+  if (expired_writes > 0) {
+    expired_writes_reclaimed_.fetch_add(expired_writes, std::memory_order_relaxed);
+    expired_write_log.Warn("{} staged writes were not committed within their write lease; their "
+                           "buffers were freed",
+                           expired_writes);
   }
   return reclaimed;
 }
@@ -218,31 +197,34 @@ std::uint64_t ObjectTable::ReclaimExpired() {
 std::optional<ObjectInfo> ObjectTable::Find(const ObjectKey& key) const {
   ShardSetLock lock(*this, ShardIndex(key));
   const Shard& shard = ShardOf(key);
+  shard.mu.AssertHeld();
   const TimeMs now = clock_->NowMs();
   if (auto it = shard.resident.find(key); it != shard.resident.end()) {
     return ObjectInfo{ObjectState::kResident, it->second.offset, it->second.size,
-                      it->second.lease.count(now)};
+                      it->second.locks.count(now), it->second.locks.holds(now)};
   }
   if (auto it = shard.staging.find(key); it != shard.staging.end() && !it->second.empty()) {
     const StagedEntry& e = it->second.front();
-    return ObjectInfo{ObjectState::kStaging, e.offset, e.size, 0};
+    return ObjectInfo{ObjectState::kStaging, e.offset, e.size, 0, 0};
   }
   return std::nullopt;
 }
 
 TableStats ObjectTable::Stats() const {
   TableStats stats;
-  for (std::uint32_t s = 0; s < std::max<std::uint32_t>(config_.num_shards, 1); ++s) {
+  for (std::uint32_t s = 0; s < num_shards(); ++s) {
     ShardSetLock lock(*this, s);
     const Shard& shard = shards_[s];
+    shard.mu.AssertHeld();
     const TimeMs now = clock_->NowMs();
     for (const auto& [key, entry] : shard.resident) {
       const std::uint64_t bytes = allocator_->AlignedSize(entry.size);
       stats.resident_objects += 1;
       stats.resident_bytes += bytes;
-      if (entry.lease.IsLocked(now)) {
+      if (const std::uint32_t locks = entry.locks.count(now); locks > 0) {
         stats.locked_objects += 1;
         stats.locked_bytes += bytes;
+        stats.read_locks += locks;
       }
     }
     for (const auto& [key, entries] : shard.staging) {
@@ -261,6 +243,9 @@ TableStats ObjectTable::Stats() const {
       stats.retired_bytes += allocator_->AlignedSize(r.size);
     }
   }
+  const LeaseCounts leases = leases_.Counts();
+  stats.read_leases = leases.read;
+  stats.write_leases = leases.write;
   stats.evicted_objects = evicted_objects_.load(std::memory_order_relaxed);
   stats.evicted_bytes = evicted_bytes_.load(std::memory_order_relaxed);
   stats.on_demand_evictions = on_demand_evictions_.load(std::memory_order_relaxed);

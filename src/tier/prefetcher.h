@@ -3,14 +3,15 @@
 //
 // After a lookup has read-locked the prefix of the prompt found in L1, the
 // service hands the remaining chunks to a Prefetcher, which loads what it can
-// from L2 into L1 and read-locks it for the same owner and reader count. The
-// lookup's result is known only when the prefetch is done: until then
-// query_prefetch_status answers nil (reference spec 9.3). With no L2
-// configured there is no Prefetcher and the lookup completes from L1 at once.
-// The L2 tier issue implements this interface (store/prefetch controllers).
+// from L2 into L1 and admits it already read-locked (ObjectTable::
+// FinishWriteAndRead) under one read lease of the request's owner, with the
+// lookup's reader count. The lookup's result is known only when the
+// prefetch is done: until then query_prefetch_status answers nil (reference
+// spec 9.3). With no L2 configured there is no Prefetcher and the lookup
+// completes from L1 at once.
 //
-// Thread-safety: implementations are internally synchronised; Submit, Poll
-// and Wait may be called from any thread.
+// Thread-safety: implementations are internally synchronised; every method
+// may be called from any thread.
 #pragma once
 
 #include <chrono>
@@ -20,7 +21,7 @@
 #include <vector>
 
 #include "store/object_key.h"
-#include "store/read_lease.h"
+#include "store/owner.h"
 
 namespace lmcache::tier {
 
@@ -30,7 +31,15 @@ struct PrefetchRequest {
   std::vector<store::ObjectKey> keys;
   std::size_t ranks = 1;
   std::uint32_t readers = 1;  // read locks to take per loaded object
-  store::OwnerId owner = 0;   // owner of those locks (the lookup's session)
+  store::Owner owner;         // owner of those locks (the lookup's session)
+};
+
+// What a finished prefetch left in L1: the leading `chunks` chunks of the
+// request, present on every rank and read-locked under `lease` (kNoLease
+// when nothing landed). The caller owns the lease from then on.
+struct PrefetchResult {
+  std::size_t chunks = 0;
+  store::LeaseId lease = store::kNoLease;
 };
 
 using PrefetchHandle = std::uint64_t;
@@ -39,13 +48,15 @@ class Prefetcher {
  public:
   virtual ~Prefetcher() = default;
   virtual PrefetchHandle Submit(PrefetchRequest request) = 0;
-  // nullopt while the prefetch runs; then the number of leading chunks of the
-  // request that are now in L1 on every rank and read-locked. The handle is
-  // released by the first call that returns a value.
-  virtual std::optional<std::size_t> Poll(PrefetchHandle handle) = 0;
+  // nullopt while the prefetch runs, then its result. The handle is released
+  // by the first call that returns a value.
+  virtual std::optional<PrefetchResult> Poll(PrefetchHandle handle) = 0;
   // Like Poll, but waits up to `timeout` for the result.
-  virtual std::optional<std::size_t> Wait(PrefetchHandle handle,
-                                          std::chrono::milliseconds timeout) = 0;
+  virtual std::optional<PrefetchResult> Wait(PrefetchHandle handle,
+                                             std::chrono::milliseconds timeout) = 0;
+  // The caller no longer wants the result (its session ended): whatever the
+  // prefetch locked, now or when it lands, is released.
+  virtual void Cancel(PrefetchHandle handle) = 0;
 };
 
 }  // namespace lmcache::tier

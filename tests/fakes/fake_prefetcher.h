@@ -1,7 +1,7 @@
 // FakePrefetcher: a Prefetcher whose loads finish when the test says so.
 // Complete(handle, n) "loads" the first n chunks of the request into L1
-// (staged, admitted, then read-locked for the request's owner and readers,
-// as a real L2 prefetch must leave them).
+// (staged, then admitted already read-locked for the request's owner and
+// readers, as a real L2 prefetch must leave them).
 // Thread-safety: internally synchronised.
 #pragma once
 
@@ -25,16 +25,25 @@ class FakePrefetcher final : public tier::Prefetcher {
     jobs_[handle] = Job{std::move(request), std::nullopt};
     return handle;
   }
-  std::optional<std::size_t> Poll(tier::PrefetchHandle handle) override {
+  std::optional<tier::PrefetchResult> Poll(tier::PrefetchHandle handle) override {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(handle);
     if (it == jobs_.end() || !it->second.landed) return std::nullopt;
-    const std::size_t landed = *it->second.landed;
+    const tier::PrefetchResult landed = *it->second.landed;
     jobs_.erase(it);
     return landed;
   }
-  std::optional<std::size_t> Wait(tier::PrefetchHandle handle, std::chrono::milliseconds) override {
+  std::optional<tier::PrefetchResult> Wait(tier::PrefetchHandle handle,
+                                           std::chrono::milliseconds) override {
     return Poll(handle);  // tests complete jobs before waiting on them
+  }
+  void Cancel(tier::PrefetchHandle handle) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(handle);
+    if (it == jobs_.end()) return;
+    if (it->second.landed) table_->ReleaseRead(it->second.landed->lease);
+    jobs_.erase(it);
+    cancelled_ += 1;
   }
 
   // Loads the first `chunks` chunks of job `handle` into L1, read-locked.
@@ -44,12 +53,11 @@ class FakePrefetcher final : public tier::Prefetcher {
     const std::vector<store::ObjectKey> keys(
         job.request.keys.begin(),
         job.request.keys.begin() + static_cast<std::ptrdiff_t>(chunks * job.request.ranks));
-    constexpr store::OwnerId kLoader = 0x4c32;  // "L2"
-    (void)table_->ReserveWrite(keys, object_bytes_, kLoader, store::AllocationMode::kAllOrNothing);
-    table_->FinishWrite(keys, kLoader);
-    (void)table_->ReserveRead(keys, job.request.readers, job.request.owner,
-                              store::ReadMode::kAllOrNothing);
-    job.landed = chunks;
+    const store::Owner loader = store::Owner::Internal(0x4c32);  // "L2"
+    auto staged =
+        table_->ReserveWrite(keys, object_bytes_, loader, store::AllocationMode::kAllOrNothing);
+    auto locked = table_->FinishWriteAndRead(staged->lease, job.request.owner, job.request.readers);
+    job.landed = tier::PrefetchResult{chunks, locked->lease};
   }
   tier::PrefetchHandle last_handle() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -59,17 +67,22 @@ class FakePrefetcher final : public tier::Prefetcher {
     std::lock_guard<std::mutex> lock(mu_);
     return jobs_.size();
   }
+  std::size_t cancelled() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
 
  private:
   struct Job {
     tier::PrefetchRequest request;
-    std::optional<std::size_t> landed;
+    std::optional<tier::PrefetchResult> landed;
   };
   store::ObjectTable* table_ = nullptr;
   const std::uint64_t object_bytes_;
   mutable std::mutex mu_;
   tier::PrefetchHandle next_ = 0;
   std::map<tier::PrefetchHandle, Job> jobs_;
+  std::size_t cancelled_ = 0;
 };
 
 }  // namespace lmcache::testing

@@ -14,7 +14,7 @@
 
 #include "common/msgpack_codec.h"
 #include "fakes/fake_clock.h"
-#include "server/codec.h"
+#include "protocol/wire_codec.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
 
@@ -39,25 +39,21 @@ inline std::vector<std::uint32_t> Tokens(std::size_t count, std::uint32_t seed =
   return tokens;
 }
 
-inline std::string KeyFrame(const KeyArgs& k) {
-  mp::Encoder e;
-  e.Map(9);
-  e.Str("model_name").Str(k.model);
-  e.Str("world_size").Int(k.world_size);
-  e.Str("worker_id");
-  if (k.worker_id)
-    e.Int(*k.worker_id);
-  else
-    e.Nil();
-  e.Str("token_ids").Array(static_cast<std::uint32_t>(k.tokens.size()));
-  for (auto t : k.tokens) e.Uint(t);
-  e.Str("start").Int(k.start);
-  e.Str("end").Int(k.end);
-  e.Str("request_id").Str(k.request_id);
-  e.Str("cache_salt").Str(k.salt);
-  e.Str("num_kv_readers").Int(k.readers);
-  return e.Take();
+inline IpcKey ToIpcKey(const KeyArgs& k) {
+  IpcKey key;
+  key.model_name = k.model;
+  key.world_size = k.world_size;
+  key.worker_id = k.worker_id;
+  key.token_ids = k.tokens;
+  key.start = k.start;
+  key.end = k.end;
+  key.request_id = k.request_id;
+  key.cache_salt = k.salt;
+  key.num_kv_readers = k.readers;
+  return key;
 }
+
+inline std::string KeyFrame(const KeyArgs& k) { return protocol::EncodeIpcKey(ToIpcKey(k)); }
 
 inline std::string IntFrame(std::int64_t v) { return mp::Encoder().Int(v).Take(); }
 inline std::string StrFrame(std::string_view v) { return mp::Encoder().Str(v).Take(); }
@@ -65,23 +61,23 @@ inline std::string StrFrame(std::string_view v) { return mp::Encoder().Str(v).Ta
 inline std::string RegisterFrame(std::int64_t instance, const std::string& model = "model",
                                  std::int64_t world_size = 1, std::int64_t layers = 2,
                                  std::int64_t hidden = 64, const std::string& dtype = "bfloat16") {
-  mp::Encoder e;
-  e.Map(8);
-  e.Str("instance_id").Int(instance);
-  e.Str("model_name").Str(model);
-  e.Str("world_size").Int(world_size);
-  e.Str("block_size").Int(16);
-  e.Str("num_layers").Int(layers);
-  e.Str("hidden_dim_size").Int(hidden);
-  e.Str("dtype_str").Str(dtype);
-  e.Str("use_mla").Bool(false);
-  return e.Take();
+  EngineContext c;
+  c.instance_id = instance;
+  c.model_name = model;
+  c.world_size = world_size;
+  c.block_size = 16;
+  c.num_layers = layers;
+  c.hidden_dim_size = hidden;
+  c.dtype_str = dtype;
+  c.use_mla = false;
+  return protocol::EncodeEngineContext(c);
 }
 
 class ServiceHarness {
  public:
   explicit ServiceHarness(std::uint64_t pool_bytes = 64ull << 20, server::ServiceConfig config = {},
-                          bool on_demand_eviction = true, tier::Prefetcher* prefetcher = nullptr) {
+                          bool on_demand_eviction = true, tier::Prefetcher* prefetcher = nullptr,
+                          std::unique_ptr<store::EvictionPolicy> policy = nullptr) {
     store::L1Config l1;
     l1.shm_name =
         "lmcache_l1_pool_svc_test_" + std::to_string(getpid()) + "_" + std::to_string(counter_++);
@@ -89,21 +85,26 @@ class ServiceHarness {
     l1.prefault_threads = 1;
     l1.allocator.slab_target_bytes = 2ull << 20;
     l1.table.on_demand_eviction = on_demand_eviction;
-    cache_ = std::move(store::L1Cache::Create(l1, &clock_)).value();
+    // No background passes: tests evict explicitly (or on demand), never by timing.
+    l1.evictor.interval_ms = 3'600'000;
+    cache_ = std::move(store::L1Cache::Create(l1, &clock_, std::move(policy))).value();
     service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher);
   }
 
-  // Runs `op` (a name) as sent from `connection` and returns the reply.
-  server::Reply CallAs(std::string_view /*connection*/, std::string_view op,
-                       std::vector<std::string> frames) {
-    return Call(op, std::move(frames));
-  }
-  // Runs `op` (a name) and returns the reply.
-  server::Reply Call(std::string_view op, std::vector<std::string> frames) {
-    auto spec = server::FindOpByName(op);
-    if (!spec) return {Status(ErrorCode::kUnknownOperation, std::string(op)), {}};
+  // Runs `op` (a name) as sent from `connection` (over ipc) and returns the reply.
+  server::Reply CallAs(std::string_view connection, std::string_view op,
+                       std::vector<std::string> frames,
+                       server::Transport transport = server::Transport::kIpc) {
     std::vector<std::string_view> views(frames.begin(), frames.end());
-    return service_->Dispatch(*spec, views);
+    server::RequestContext context;
+    context.connection = connection;
+    context.transport = transport;
+    context.local_peer = transport != server::Transport::kTcp;
+    return service_->Call(op, views, context);
+  }
+  // Runs `op` (a name) from the harness's default connection.
+  server::Reply Call(std::string_view op, std::vector<std::string> frames) {
+    return CallAs("test-connection", op, std::move(frames));
   }
   // The reply value of a call that must succeed, parsed.
   msgpack::object_handle Ok(std::string_view op, std::vector<std::string> frames) {

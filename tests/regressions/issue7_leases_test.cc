@@ -7,6 +7,7 @@
 #include <future>
 #include <thread>
 
+#include "fakes/blocking_policy.h"
 #include "fakes/service_harness.h"
 
 namespace lmcache::server {
@@ -83,9 +84,16 @@ KeyArgs Key(std::size_t tokens, std::int64_t end_chunks, std::uint32_t seed, std
   return key;
 }
 
+std::unique_ptr<store::EvictionPolicy> NewBlockingPolicy(testing::BlockingPolicy** out) {
+  auto policy = std::make_unique<testing::BlockingPolicy>();
+  *out = policy.get();
+  return policy;
+}
+
 class Issue7Test : public ::testing::Test {
  protected:
-  explicit Issue7Test(std::uint64_t pool = 64ull << 20) : h_(pool) {}
+  explicit Issue7Test(std::uint64_t pool = 64ull << 20)
+      : h_(pool, ServiceConfig{}, true, nullptr, NewBlockingPolicy(&policy_)) {}
 
   void Register(std::int64_t instance, std::string_view connection = "conn-a",
                 std::int64_t world_size = 1) {
@@ -127,6 +135,7 @@ class Issue7Test : public ::testing::Test {
   }
   store::TableStats Table() { return h_.service().table().Stats(); }
 
+  testing::BlockingPolicy* policy_ = nullptr;  // owned by the harness's L1
   testing::ServiceHarness h_;
 };
 
@@ -172,38 +181,56 @@ TEST_F(Issue7Test, ExpiredLookupLeaseReaderDoesNotReleaseAFreshOne) {
   EXPECT_EQ(Table().locked_objects, 0u);
 }
 
-// Runs `op` for instance 7 on a thread while the test holds the request's
-// session busy, unregisters 7 meanwhile, then lets the request go on.
-server::Reply RaceUnregister(testing::ServiceHarness& h, std::string_view op, const KeyArgs& key) {
-  std::shared_ptr<Session> session = h.service().sessions().GetOrCreate(key.request_id);
-  std::future<server::Reply> reply;
-  {
-    MutexLock busy(&session->mu);
-    reply = std::async(std::launch::async,
-                       [&] { return h.CallAs("conn-a", op, {KeyFrame(key), IntFrame(7)}); });
-    while (session->mu.waiters() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    EXPECT_TRUE(
-        h.CallAs("conn-a", "unregister_kv_cache_engine_driven_context", {IntFrame(7)}).status.ok());
-  }
+// Runs `op` for instance 7 on a thread, parks it after its registration was
+// checked (`park` returns once it is parked), unregisters 7 meanwhile, then
+// lets the request go on.
+server::Reply RaceUnregister(testing::ServiceHarness& h, std::string_view op, const KeyArgs& key,
+                             const std::function<void()>& park,
+                             const std::function<void()>& unpark) {
+  std::future<server::Reply> reply =
+      std::async(std::launch::async,
+                 [&] { return h.CallAs("conn-a", op, {KeyFrame(key), IntFrame(7)}); });
+  park();
+  EXPECT_TRUE(
+      h.CallAs("conn-a", "unregister_kv_cache_engine_driven_context", {IntFrame(7)}).status.ok());
+  unpark();
   return reply.get();
 }
 
-// Finding 2: unregister while a prepare_store is in flight: the prepare fails
-// and leaves nothing staged.
+// Finding 2: unregister while a prepare_store is in flight (parked in its
+// on-demand eviction, the pool being full): the prepare fails and leaves
+// nothing staged.
 TEST_F(Issue7Test, UnregisterDuringPrepareStoreLeavesNothingStaged) {
+  Register(1, "conn-b");
+  for (std::uint32_t i = 0; i < 512; ++i) Store(1, Key(256, 1, 5000 + i, "fill"), 0x01, "conn-b");
   Register(7);
-  const server::Reply reply = RaceUnregister(h_, "prepare_store", Key(4096, 16, 3, "rr"));
+  policy_->Arm();
+  const server::Reply reply = RaceUnregister(
+      h_, "prepare_store", Key(4096, 16, 3, "rr"), [this] { policy_->WaitParked(); },
+      [this] { policy_->Release(); });
   EXPECT_EQ(reply.status.code(), ErrorCode::kNotRegistered) << reply.status.ToString();
   EXPECT_EQ(Table().staging_objects, 0u);
   EXPECT_EQ(Table().locked_objects, 0u);
-  EXPECT_EQ(h_.l1().allocator().UsedBytes(), 0u);
+  EXPECT_EQ(h_.l1().allocator().UsedBytes(), Table().resident_bytes);
 }
 
-// Finding 2, read side: the prepare_retrieve fails and holds no read lock.
+// Finding 2, read side (parked on the request's session, which a retrieve
+// takes to consume the lookup's locks): the prepare_retrieve fails and holds
+// no read lock.
 TEST_F(Issue7Test, UnregisterDuringPrepareRetrieveLeavesNoLock) {
   Register(7);
   Store(7, Key(4096, 16, 3, "writer"), 0x33);
-  const server::Reply reply = RaceUnregister(h_, "prepare_retrieve", Key(4096, 16, 3, "rr"));
+  std::shared_ptr<Session> session = h_.service().sessions().GetOrCreate("rr");
+  std::optional<MutexLock> busy;
+  const server::Reply reply = RaceUnregister(
+      h_, "prepare_retrieve", Key(4096, 16, 3, "rr"),
+      [&] {
+        busy.emplace(&session->mu);
+        while (session->mu.waiters() == 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      },
+      [&] { busy.reset(); });
   EXPECT_EQ(reply.status.code(), ErrorCode::kNotRegistered) << reply.status.ToString();
   EXPECT_EQ(Table().locked_objects, 0u);
 }

@@ -8,23 +8,19 @@
 #include <vector>
 
 #include "fakes/fake_clock.h"
-#include "fakes/keys.h"
 
 namespace lmcache::server {
 namespace {
-
-using testing::KeyN;
-using testing::KeysN;
 
 constexpr std::int64_t kChunk = 256;
 constexpr TimeMs kTimeoutMs = 30'000;
 constexpr TimeMs kGraceMs = 120'000;
 
-RegisterContextPayload Payload(std::int64_t instance, std::string model = "llama",
+EngineContext Payload(std::int64_t instance, std::string model = "llama",
                                std::int64_t world = 2, std::int64_t layers = 32,
                                std::int64_t hidden = 1024, std::string dtype = "bfloat16",
                                bool mla = false) {
-  RegisterContextPayload p;
+  EngineContext p;
   p.instance_id = instance;
   p.model_name = std::move(model);
   p.world_size = world;
@@ -36,7 +32,7 @@ RegisterContextPayload Payload(std::int64_t instance, std::string model = "llama
   return p;
 }
 
-ChunkLayout LayoutFor(const RegisterContextPayload& p) {
+ChunkLayout LayoutFor(const EngineContext& p) {
   auto layout = MakeChunkLayout(p, kChunk);
   EXPECT_TRUE(layout.ok()) << layout.status().ToString();
   return layout.ok() ? *layout : ChunkLayout{};
@@ -111,26 +107,38 @@ TEST(MakeChunkLayout, UnknownDtypeIsAnError) {
 
 // --- InstanceRegistry ---------------------------------------------------------------------
 
+constexpr std::string_view kConn = "conn-1";
+
 class InstanceRegistryTest : public ::testing::Test {
  protected:
-  Result<bool> Register(const RegisterContextPayload& p) {
-    return registry_.Register(p, LayoutFor(p));
+  // Registers from `connection`; true when the instance is new.
+  Result<bool> Register(const EngineContext& p, std::string_view connection = kConn) {
+    LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
+                         registry_.Register(p, LayoutFor(p), connection));
+    return outcome.is_new;
+  }
+  InstanceInfo Info(std::int64_t id) {
+    auto info = registry_.Authorize(id, kConn);
+    EXPECT_TRUE(info.ok()) << info.status().ToString();
+    return info.ok() ? *info : InstanceInfo{};
   }
   bool Has(const std::vector<std::int64_t>& ids, std::int64_t id) {
     return std::find(ids.begin(), ids.end(), id) != ids.end();
   }
 
   testing::FakeClock clock_;
-  InstanceRegistry registry_{&clock_};
+  InstanceRegistry registry_{&clock_, /*max_pending=*/4};
 };
 
 TEST_F(InstanceRegistryTest, RegisterNewThenRefresh) {
   auto first = Register(Payload(1));
   ASSERT_TRUE(first.ok()) << first.status().ToString();
   EXPECT_TRUE(*first);
+  const std::uint64_t serial = Info(1).registration;
   auto again = Register(Payload(1));
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_FALSE(*again);
+  EXPECT_EQ(Info(1).registration, serial);  // the same registration, refreshed
   EXPECT_EQ(registry_.size(), 1u);
 }
 
@@ -153,7 +161,7 @@ TEST_F(InstanceRegistryTest, SecondInstanceWithAnotherGeometryIsRefused) {
   EXPECT_NE(r.status().message().find("llama"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("float32"), std::string::npos) << r.status().message();
   EXPECT_EQ(registry_.size(), 1u);
-  EXPECT_FALSE(registry_.Touch(2).ok());
+  EXPECT_FALSE(registry_.Authorize(2, kConn).ok());
 }
 
 TEST_F(InstanceRegistryTest, SecondInstanceWithTheSameGeometryShares) {
@@ -162,6 +170,7 @@ TEST_F(InstanceRegistryTest, SecondInstanceWithTheSameGeometryShares) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(*r);
   EXPECT_EQ(registry_.size(), 2u);
+  EXPECT_NE(Info(1).owner(), Info(2).owner());
 }
 
 TEST_F(InstanceRegistryTest, OtherModelOrWorldSizeMayUseAnotherGeometry) {
@@ -175,22 +184,51 @@ TEST_F(InstanceRegistryTest, OtherModelOrWorldSizeMayUseAnotherGeometry) {
   EXPECT_EQ(registry_.LayoutOf("llama", 4)->num_layers, 8);
 }
 
-TEST_F(InstanceRegistryTest, TouchUnknownIsNotRegistered) {
-  auto r = registry_.Touch(42);
+TEST_F(InstanceRegistryTest, AuthorizeUnknownIsNotRegistered) {
+  auto r = registry_.Authorize(42, kConn);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kNotRegistered);
   EXPECT_NE(r.status().message().find("42"), std::string::npos) << r.status().message();
+  EXPECT_FALSE(registry_.Heartbeat(42, kConn));
 }
 
-TEST_F(InstanceRegistryTest, TouchReturnsTheRegistration) {
+TEST_F(InstanceRegistryTest, OnlyTheRegisteringConnectionMayActForAnInstance) {
+  ASSERT_TRUE(Register(Payload(1), "conn-a").ok());
+  EXPECT_TRUE(registry_.Authorize(1, "conn-a").ok());
+  auto other = registry_.Authorize(1, "conn-b");
+  ASSERT_FALSE(other.ok());
+  EXPECT_EQ(other.status().code(), ErrorCode::kPermissionDenied);
+  EXPECT_FALSE(registry_.Heartbeat(1, "conn-b"));
+  EXPECT_EQ(registry_.Unregister(1, "conn-b").status().code(), ErrorCode::kPermissionDenied);
+  EXPECT_EQ(registry_.size(), 1u);
+}
+
+TEST_F(InstanceRegistryTest, RegisteringFromANewConnectionReplacesTheOldRegistration) {
+  ASSERT_TRUE(Register(Payload(1), "dead-process").ok());
+  const InstanceInfo old = *registry_.Authorize(1, "dead-process");
+  ASSERT_TRUE(registry_.AddPendingWrite(old, "w", {11, 2}).ok());
+  ASSERT_TRUE(registry_.AddPendingRead(old, "r", 12).ok());
+  auto outcome = registry_.Register(Payload(1), LayoutFor(Payload(1)), "new-process");
+  ASSERT_TRUE(outcome.ok()) << outcome.status().ToString();
+  EXPECT_TRUE(outcome->is_new);
+  ASSERT_TRUE(outcome->replaced.has_value());
+  EXPECT_EQ(outcome->replaced->writes, std::vector<store::LeaseId>{11});
+  EXPECT_EQ(outcome->replaced->reads, std::vector<store::LeaseId>{12});
+  EXPECT_NE(outcome->info.registration, old.registration);
+  // The old registration's leftovers are gone and it can record nothing more.
+  EXPECT_EQ(registry_.AddPendingWrite(old, "w2", {13, 1}).status().code(),
+            ErrorCode::kNotRegistered);
+  EXPECT_FALSE(registry_.TakePendingRead(old, "r").has_value());
+}
+
+TEST_F(InstanceRegistryTest, AuthorizeReturnsTheRegistration) {
   ASSERT_TRUE(Register(Payload(7, "llama", 2, 32, 1024, "torch.float16")).ok());
-  auto info = registry_.Touch(7);
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->instance_id, 7);
-  EXPECT_EQ(info->model_name, "llama");
-  EXPECT_EQ(info->world_size, 2);
-  EXPECT_EQ(info->layout.dtype, "float16");
-  EXPECT_EQ(info->layout.object_bytes, 2u * 32 * kChunk * 1024 * 2);
+  const InstanceInfo info = Info(7);
+  EXPECT_EQ(info.instance_id, 7);
+  EXPECT_EQ(info.model_name, "llama");
+  EXPECT_EQ(info.world_size, 2);
+  EXPECT_EQ(info.layout.dtype, "float16");
+  EXPECT_EQ(info.layout.object_bytes, 2u * 32 * kChunk * 1024 * 2);
 }
 
 TEST_F(InstanceRegistryTest, LayoutOfUnknownIsEmpty) {
@@ -201,81 +239,100 @@ TEST_F(InstanceRegistryTest, LayoutOfUnknownIsEmpty) {
   EXPECT_FALSE(registry_.LayoutOf("other", 2).has_value());
 }
 
-TEST_F(InstanceRegistryTest, UnregisterReturnsThePendingTransfers) {
+TEST_F(InstanceRegistryTest, UnregisterReturnsThePendingLeases) {
   ASSERT_TRUE(Register(Payload(1)).ok());
-  registry_.AddPendingWrite(1, "w", KeysN(0, 2));
-  registry_.AddPendingRead(1, "r", KeysN(10, 3));
-  auto removed = registry_.Unregister(1);
-  ASSERT_TRUE(removed.has_value());
+  const InstanceInfo info = Info(1);
+  ASSERT_TRUE(registry_.AddPendingWrite(info, "w", {5, 2}).ok());
+  ASSERT_TRUE(registry_.AddPendingRead(info, "r", 6).ok());
+  ASSERT_TRUE(registry_.AddPendingRead(info, "r", 7).ok());
+  auto removed = registry_.Unregister(1, kConn);
+  ASSERT_TRUE(removed.ok());
   EXPECT_EQ(removed->info.instance_id, 1);
-  ASSERT_EQ(removed->pending_writes.count("w"), 1u);
-  EXPECT_EQ(removed->pending_writes.at("w"), KeysN(0, 2));
-  ASSERT_EQ(removed->pending_reads.count("r"), 1u);
-  EXPECT_EQ(removed->pending_reads.at("r"), KeysN(10, 3));
+  EXPECT_EQ(removed->writes, std::vector<store::LeaseId>{5});
+  EXPECT_EQ(removed->reads, (std::vector<store::LeaseId>{6, 7}));
   EXPECT_EQ(registry_.size(), 0u);
-  EXPECT_FALSE(registry_.Unregister(1).has_value());
-  EXPECT_EQ(registry_.Touch(1).status().code(), ErrorCode::kNotRegistered);
+  EXPECT_EQ(registry_.Unregister(1, kConn).status().code(), ErrorCode::kNotRegistered);
+  EXPECT_EQ(registry_.Authorize(1, kConn).status().code(), ErrorCode::kNotRegistered);
+}
+
+TEST_F(InstanceRegistryTest, APrepareThatLostTheRaceWithUnregisterCannotRecord) {
+  ASSERT_TRUE(Register(Payload(1)).ok());
+  const InstanceInfo info = Info(1);  // a prepare checked the registration...
+  ASSERT_TRUE(registry_.Remove(1).has_value());  // ...the reaper removed it meanwhile
+  EXPECT_EQ(registry_.AddPendingWrite(info, "w", {5, 2}).status().code(),
+            ErrorCode::kNotRegistered);
+  EXPECT_EQ(registry_.AddPendingRead(info, "r", 6).code(), ErrorCode::kNotRegistered);
+  ASSERT_TRUE(Register(Payload(1)).ok());  // even when the same id registers again
+  EXPECT_EQ(registry_.AddPendingRead(info, "r", 6).code(), ErrorCode::kNotRegistered);
 }
 
 TEST_F(InstanceRegistryTest, LayoutIsDroppedWhenTheLastInstanceLeaves) {
   ASSERT_TRUE(Register(Payload(1)).ok());
   ASSERT_TRUE(Register(Payload(2)).ok());
-  ASSERT_TRUE(registry_.Unregister(1).has_value());
+  ASSERT_TRUE(registry_.Unregister(1, kConn).ok());
   EXPECT_TRUE(registry_.LayoutOf("llama", 2).has_value());
   EXPECT_EQ(Register(Payload(3, "llama", 2, 16)).status().code(), ErrorCode::kLayoutMismatch);
-  ASSERT_TRUE(registry_.Unregister(2).has_value());
+  ASSERT_TRUE(registry_.Unregister(2, kConn).ok());
   EXPECT_FALSE(registry_.LayoutOf("llama", 2).has_value());
   auto r = Register(Payload(3, "llama", 2, 16));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(registry_.LayoutOf("llama", 2)->num_layers, 16);
 }
 
-TEST_F(InstanceRegistryTest, PendingWritesAreDeduplicated) {
+TEST_F(InstanceRegistryTest, APendingWriteIsReplacedByTheNextPrepareOfTheSameTransfer) {
   ASSERT_TRUE(Register(Payload(1)).ok());
-  registry_.AddPendingWrite(1, "t", KeysN(0, 3));
-  registry_.AddPendingWrite(1, "t", KeysN(1, 3));  // 1 and 2 again, 3 new
-  EXPECT_EQ(registry_.pending_writes(), 1u);
-  auto keys = registry_.TakePendingWrite(1, "t");
-  ASSERT_TRUE(keys.has_value());
-  EXPECT_EQ(*keys, KeysN(0, 4));
-  EXPECT_FALSE(registry_.TakePendingWrite(1, "t").has_value());
-  EXPECT_EQ(registry_.pending_writes(), 0u);
+  const InstanceInfo info = Info(1);
+  auto first = registry_.AddPendingWrite(info, "t", {5, 3});
+  ASSERT_TRUE(first.ok());
+  EXPECT_FALSE(first->has_value());
+  auto second = registry_.AddPendingWrite(info, "t", {6, 4});
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(second->has_value());
+  EXPECT_EQ((*second)->lease, 5u);  // handed back for the caller to abort
+  EXPECT_EQ(registry_.Counts().pending_writes, 1u);
+  auto taken = registry_.TakePendingWrite(info, "t");
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->lease, 6u);
+  EXPECT_EQ(taken->objects, 4u);
+  EXPECT_FALSE(registry_.TakePendingWrite(info, "t").has_value());
 }
 
-TEST_F(InstanceRegistryTest, PendingReadsAreCounted) {
+TEST_F(InstanceRegistryTest, PendingReadsAreTakenInTheOrderTheyWereMade) {
   ASSERT_TRUE(Register(Payload(1)).ok());
-  registry_.AddPendingRead(1, "t", KeysN(0, 2));
-  registry_.AddPendingRead(1, "t", KeysN(0, 2));
-  EXPECT_EQ(registry_.pending_reads(), 1u);
-  auto keys = registry_.TakePendingRead(1, "t");
-  ASSERT_TRUE(keys.has_value());
-  ASSERT_EQ(keys->size(), 4u);
-  EXPECT_EQ(std::count(keys->begin(), keys->end(), KeyN(0)), 2);
-  EXPECT_EQ(std::count(keys->begin(), keys->end(), KeyN(1)), 2);
-  EXPECT_FALSE(registry_.TakePendingRead(1, "t").has_value());
+  const InstanceInfo info = Info(1);
+  ASSERT_TRUE(registry_.AddPendingRead(info, "t", 8).ok());
+  ASSERT_TRUE(registry_.AddPendingRead(info, "t", 9).ok());
+  EXPECT_EQ(registry_.Counts().pending_reads, 2u);
+  EXPECT_EQ(registry_.TakePendingRead(info, "t"), std::optional<store::LeaseId>(8));
+  EXPECT_EQ(registry_.TakePendingRead(info, "t"), std::optional<store::LeaseId>(9));
+  EXPECT_FALSE(registry_.TakePendingRead(info, "t").has_value());
 }
 
 TEST_F(InstanceRegistryTest, PendingTransfersAreKeptPerInstanceAndTransfer) {
   ASSERT_TRUE(Register(Payload(1)).ok());
   ASSERT_TRUE(Register(Payload(2)).ok());
-  registry_.AddPendingWrite(1, "a", KeysN(0, 1));
-  registry_.AddPendingWrite(1, "b", KeysN(5, 1));
-  registry_.AddPendingWrite(2, "a", KeysN(9, 1));
-  EXPECT_EQ(registry_.pending_writes(), 3u);
-  EXPECT_EQ(*registry_.TakePendingWrite(2, "a"), KeysN(9, 1));
-  EXPECT_EQ(*registry_.TakePendingWrite(1, "a"), KeysN(0, 1));
-  EXPECT_FALSE(registry_.TakePendingWrite(1, "c").has_value());
-  EXPECT_FALSE(registry_.TakePendingRead(1, "b").has_value());  // writes and reads are apart
-  EXPECT_EQ(*registry_.TakePendingWrite(1, "b"), KeysN(5, 1));
+  ASSERT_TRUE(registry_.AddPendingWrite(Info(1), "a", {1, 1}).ok());
+  ASSERT_TRUE(registry_.AddPendingWrite(Info(1), "b", {2, 1}).ok());
+  ASSERT_TRUE(registry_.AddPendingWrite(Info(2), "a", {3, 1}).ok());
+  EXPECT_EQ(registry_.Counts().pending_writes, 3u);
+  EXPECT_EQ(registry_.TakePendingWrite(Info(2), "a")->lease, 3u);
+  EXPECT_EQ(registry_.TakePendingWrite(Info(1), "a")->lease, 1u);
+  EXPECT_FALSE(registry_.TakePendingWrite(Info(1), "c").has_value());
+  EXPECT_FALSE(registry_.TakePendingRead(Info(1), "b").has_value());  // writes and reads are apart
+  EXPECT_EQ(registry_.TakePendingWrite(Info(1), "b")->lease, 2u);
 }
 
-TEST_F(InstanceRegistryTest, PendingForUnknownInstanceIsIgnored) {
-  registry_.AddPendingWrite(9, "t", KeysN(0, 1));
-  registry_.AddPendingRead(9, "t", KeysN(0, 1));
-  EXPECT_EQ(registry_.pending_writes(), 0u);
-  EXPECT_EQ(registry_.pending_reads(), 0u);
-  EXPECT_FALSE(registry_.TakePendingWrite(9, "t").has_value());
-  EXPECT_FALSE(registry_.TakePendingRead(9, "t").has_value());
+TEST_F(InstanceRegistryTest, PendingTransfersAreBoundedPerInstance) {
+  ASSERT_TRUE(Register(Payload(1)).ok());
+  const InstanceInfo info = Info(1);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(registry_.AddPendingRead(info, "t" + std::to_string(i), 10 + i).ok());
+    ASSERT_TRUE(registry_.AddPendingWrite(info, "t" + std::to_string(i), {20u + i, 1}).ok());
+  }
+  EXPECT_EQ(registry_.AddPendingRead(info, "x", 99).code(), ErrorCode::kResourceExhausted);
+  EXPECT_EQ(registry_.AddPendingWrite(info, "x", {99, 1}).status().code(),
+            ErrorCode::kResourceExhausted);
+  EXPECT_TRUE(registry_.AddPendingWrite(info, "t0", {30, 1}).ok());  // replacing is fine
 }
 
 TEST_F(InstanceRegistryTest, NeverHeardInstanceIsSilentOnlyAfterTheGrace) {
@@ -291,7 +348,7 @@ TEST_F(InstanceRegistryTest, NeverHeardInstanceIsSilentOnlyAfterTheGrace) {
 TEST_F(InstanceRegistryTest, HeardInstanceIsSilentAfterTheTimeout) {
   ASSERT_TRUE(Register(Payload(1)).ok());
   ASSERT_TRUE(Register(Payload(2)).ok());
-  ASSERT_TRUE(registry_.Touch(1).ok());
+  ASSERT_TRUE(registry_.Authorize(1, kConn).ok());
   clock_.Advance(kTimeoutMs);
   EXPECT_TRUE(registry_.Silent(kTimeoutMs, kGraceMs).empty());
   clock_.Advance(1);
@@ -300,11 +357,11 @@ TEST_F(InstanceRegistryTest, HeardInstanceIsSilentAfterTheTimeout) {
   EXPECT_FALSE(Has(silent, 2));  // never heard: still in its grace
 }
 
-TEST_F(InstanceRegistryTest, TouchKeepsAnInstanceAlive) {
+TEST_F(InstanceRegistryTest, HeartbeatKeepsAnInstanceAlive) {
   ASSERT_TRUE(Register(Payload(1)).ok());
   for (int i = 0; i < 10; ++i) {
     clock_.Advance(kTimeoutMs - 1'000);
-    ASSERT_TRUE(registry_.Touch(1).ok());
+    ASSERT_TRUE(registry_.Heartbeat(1, kConn));
     EXPECT_TRUE(registry_.Silent(kTimeoutMs, kGraceMs).empty()) << "step " << i;
   }
   clock_.Advance(kTimeoutMs + 1);

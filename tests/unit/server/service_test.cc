@@ -224,7 +224,7 @@ TEST_F(ServiceTest, RetrieveOfMissingChunkFailsAndLeavesNoLock) {
   auto reply = h_.Call("prepare_retrieve", {KeyFrame(wider), IntFrame(1)});
   EXPECT_EQ(reply.status.code(), ErrorCode::kNotFound);
   EXPECT_EQ(Table().locked_objects, 0u);
-  EXPECT_EQ(h_.service().instances().pending_reads(), 0u);
+  EXPECT_EQ(h_.service().instances().Counts().pending_reads, 0u);
 }
 
 TEST_F(ServiceTest, RetrieveAfterReadLeaseExpiryStillWorksAndRelocks) {
@@ -388,8 +388,8 @@ TEST_F(ServiceTest, SmallOpsAndOurExtras) {
   EXPECT_GE(Field(Field(Field(stats.get(), "operations"), "ping"), "requests").via.u64, 2u);
   h_.Ok("report_block_allocation", {IntFrame(1), StrFrame("model"), mp::Encoder().Array(0).Take()});
   for (const char* op : {"store", "retrieve", "register_kv_cache"}) {
-    auto spec = FindOpByName(op);
-    std::vector<std::string> frames(spec->min_payloads, mp::Encoder().Nil().Take());
+    const OpRow* row = h_.service().ops().FindByName(op);
+    std::vector<std::string> frames(row->spec.min_payloads, mp::Encoder().Nil().Take());
     auto reply = h_.Call(op, frames);
     EXPECT_EQ(reply.status.code(), ErrorCode::kNotSupported) << op;
     EXPECT_NE(reply.status.message().find("CUDA"), std::string::npos);
@@ -413,9 +413,9 @@ TEST_F(ServiceTest, GarbageInputNeverCrashesAndAlwaysFailsCleanly) {
   Register(1);
   std::mt19937 rng(7);
   for (int op_id = 1; op_id <= 34; ++op_id) {
-    const auto spec = FindOpById(op_id);
-    ASSERT_TRUE(spec);
-    for (std::size_t frames = 0; frames <= spec->max_payloads + 1u && frames < 10; ++frames) {
+    const OpRow* row = h_.service().ops().FindById(op_id);
+    ASSERT_NE(row, nullptr);
+    for (std::size_t frames = 0; frames <= row->spec.max_payloads + 1u && frames < 10; ++frames) {
       for (int trial = 0; trial < 5; ++trial) {
         std::vector<std::string> payloads;
         for (std::size_t f = 0; f < frames; ++f) {
@@ -423,8 +423,7 @@ TEST_F(ServiceTest, GarbageInputNeverCrashesAndAlwaysFailsCleanly) {
           for (char& c : garbage) c = static_cast<char>(rng());
           payloads.push_back(garbage);
         }
-        std::vector<std::string_view> views(payloads.begin(), payloads.end());
-        Reply reply = h_.service().Dispatch(*spec, views);
+        const Reply reply = h_.Call(row->spec.name, payloads);
         if (reply.status.ok()) {
           EXPECT_FALSE(reply.value.empty());
         }

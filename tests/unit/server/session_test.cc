@@ -1,124 +1,106 @@
+// Sessions: lookups per tenant, what a replaced lookup hands back, idle
+// expiry, and the count and byte caps (least recently used dropped first).
 #include "server/session.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 #include "fakes/fake_clock.h"
-#include "server/token_hasher.h"
 
 namespace lmcache::server {
 namespace {
 
-constexpr std::size_t kChunk = 4;
 constexpr TimeMs kTtlMs = 600'000;
 
-std::vector<std::uint32_t> Prompt(std::size_t n, std::uint32_t first = 100) {
-  std::vector<std::uint32_t> tokens(n);
-  std::iota(tokens.begin(), tokens.end(), first);
-  return tokens;
-}
+// --- Session ------------------------------------------------------------------------------
 
-// The reference: every full chunk of `tokens` hashed from scratch.
-std::vector<store::ChunkHash> Expected(const std::vector<std::uint32_t>& tokens) {
-  return HashChunks(tokens, kChunk, 0, tokens.size() / kChunk, NoneHash());
-}
-
-std::vector<store::ChunkHash> HashesOf(Session& session, const std::vector<std::uint32_t>& tokens,
-                                       std::size_t first, std::size_t last) {
+TEST(Session, EachTenantHasItsOwnLookup) {
+  Session session(1, nullptr);
   MutexLock lock(&session.mu);
-  return session.Hashes(tokens, kChunk, first, last);
+  ASSERT_TRUE(session.BeginLookup("a", 16).ok());
+  session.FindLookup("a")->leases = {10};
+  ASSERT_TRUE(session.BeginLookup("b", 16).ok());
+  session.FindLookup("b")->leases = {20};
+  EXPECT_EQ(session.ConsumableLeases("a"), std::vector<store::LeaseId>{10});
+  EXPECT_EQ(session.ConsumableLeases("b"), std::vector<store::LeaseId>{20});
+  EXPECT_TRUE(session.ConsumableLeases("c").empty());
 }
 
-// --- Session::Hashes ----------------------------------------------------------------------
-
-TEST(Session, HashesEqualHashChunks) {
-  Session session;
-  const auto tokens = Prompt(5 * kChunk);
-  EXPECT_EQ(HashesOf(session, tokens, 0, 5), Expected(tokens));
+TEST(Session, AnUnreportedLookupIsReleasedWhenReplaced) {
+  Session session(1, nullptr);
+  MutexLock lock(&session.mu);
+  ASSERT_TRUE(session.BeginLookup("", 16).ok());
+  session.FindLookup("")->leases = {10};
+  auto release = session.BeginLookup("", 16);
+  ASSERT_TRUE(release.ok());
+  EXPECT_EQ(release->leases, std::vector<store::LeaseId>{10});  // nobody saw it
+  EXPECT_TRUE(session.ConsumableLeases("").empty());
 }
 
-TEST(Session, ReturnsTheRequestedRange) {
-  Session session;
-  const auto tokens = Prompt(5 * kChunk);
-  const auto all = Expected(tokens);
-  EXPECT_EQ(HashesOf(session, tokens, 1, 3),
-            std::vector<store::ChunkHash>(all.begin() + 1, all.begin() + 3));
-  EXPECT_EQ(HashesOf(session, tokens, 4, 5), std::vector<store::ChunkHash>{all[4]});
-  EXPECT_TRUE(HashesOf(session, tokens, 3, 3).empty());
+TEST(Session, AReportedLookupStaysConsumableWhenReplaced) {
+  Session session(1, nullptr);
+  MutexLock lock(&session.mu);
+  ASSERT_TRUE(session.BeginLookup("", 16).ok());
+  session.FindLookup("")->leases = {10};
+  session.FindLookup("")->status_consumed = true;  // workers may be retrieving from it
+  auto release = session.BeginLookup("", 16);
+  ASSERT_TRUE(release.ok());
+  EXPECT_TRUE(release->leases.empty());
+  session.FindLookup("")->leases = {11};
+  EXPECT_EQ(session.ConsumableLeases(""), (std::vector<store::LeaseId>{11, 10}));
+  const LookupRelease all = session.TakeAll();
+  EXPECT_EQ(all.leases.size(), 2u);
+  EXPECT_TRUE(session.ConsumableLeases("").empty());
 }
 
-TEST(Session, PartialTrailingChunkIsNeverHashed) {
-  Session session;
-  const auto tokens = Prompt(2 * kChunk + 3);
-  const auto hashes = HashesOf(session, tokens, 0, 100);
-  EXPECT_EQ(hashes.size(), 2u);
-  EXPECT_EQ(hashes, Expected(tokens));
-  EXPECT_TRUE(HashesOf(session, tokens, 2, 3).empty());
+TEST(Session, TooManyTenantsForOneRequestIdAreRefused) {
+  Session session(1, nullptr);
+  MutexLock lock(&session.mu);
+  ASSERT_TRUE(session.BeginLookup("a", 2).ok());
+  ASSERT_TRUE(session.BeginLookup("b", 2).ok());
+  EXPECT_EQ(session.BeginLookup("c", 2).status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_TRUE(session.BeginLookup("a", 2).ok());  // an existing tenant goes on
 }
 
-TEST(Session, LongerPromptSharingThePrefixExtendsTheHashes) {
-  Session session;
-  const auto longer = Prompt(6 * kChunk);
-  const std::vector<std::uint32_t> shorter(longer.begin(), longer.begin() + 2 * kChunk + 1);
-  const auto first = HashesOf(session, shorter, 0, 10);
-  ASSERT_EQ(first.size(), 2u);
-  const auto extended = HashesOf(session, longer, 0, 10);
-  ASSERT_EQ(extended.size(), 6u);
-  EXPECT_EQ(extended[0], first[0]);
-  EXPECT_EQ(extended[1], first[1]);
-  EXPECT_EQ(extended, Expected(longer));
-}
-
-TEST(Session, IncrementalRequestsMatchOneShot) {
-  Session session;
-  const auto tokens = Prompt(6 * kChunk);
-  const auto all = Expected(tokens);
-  EXPECT_EQ(HashesOf(session, tokens, 0, 2),
-            std::vector<store::ChunkHash>(all.begin(), all.begin() + 2));
-  EXPECT_EQ(HashesOf(session, tokens, 4, 6),
-            std::vector<store::ChunkHash>(all.begin() + 4, all.end()));
-  EXPECT_EQ(HashesOf(session, tokens, 0, 6), all);
-}
-
-TEST(Session, DifferentPromptIsRecomputed) {
-  Session session;
-  const auto a = Prompt(4 * kChunk, 100);
-  const auto b = Prompt(4 * kChunk, 900);
-  ASSERT_EQ(HashesOf(session, a, 0, 4), Expected(a));
-  EXPECT_EQ(HashesOf(session, b, 0, 4), Expected(b));
-  EXPECT_NE(Expected(a)[0], Expected(b)[0]);
-}
-
-TEST(Session, PromptDivergingMidwayRecomputesFromTheDivergence) {
-  Session session;
-  const auto a = Prompt(4 * kChunk);
-  auto b = a;
-  b[2 * kChunk + 1] += 1000;  // chunk 2 differs
-  ASSERT_EQ(HashesOf(session, a, 0, 4), Expected(a));
-  const auto hashes = HashesOf(session, b, 0, 4);
-  EXPECT_EQ(hashes, Expected(b));
-  EXPECT_EQ(hashes[1], Expected(a)[1]);
-  EXPECT_NE(hashes[2], Expected(a)[2]);
-}
-
-TEST(Session, ShorterPromptThenTheLongerOneAgain) {
-  Session session;
-  const auto a = Prompt(4 * kChunk);
-  const std::vector<std::uint32_t> head(a.begin(), a.begin() + kChunk + 2);
-  ASSERT_EQ(HashesOf(session, a, 0, 4), Expected(a));
-  EXPECT_EQ(HashesOf(session, head, 0, 4), Expected(head));
-  EXPECT_EQ(HashesOf(session, a, 0, 4), Expected(a));
+TEST(Session, StatusIsReportedOldestUnreportedFirst) {
+  Session session(1, nullptr);
+  MutexLock lock(&session.mu);
+  ASSERT_TRUE(session.BeginLookup("a", 16).ok());
+  session.FindLookup("a")->hit_chunks = 1;
+  ASSERT_TRUE(session.BeginLookup("b", 16).ok());
+  session.FindLookup("b")->hit_chunks = 2;
+  EXPECT_EQ(session.StatusLookup()->hit_chunks, 1u);
+  session.StatusLookup()->status_consumed = true;
+  EXPECT_EQ(session.StatusLookup()->hit_chunks, 2u);
+  session.StatusLookup()->status_consumed = true;
+  EXPECT_EQ(session.StatusLookup()->hit_chunks, 2u);  // the newest, already reported
 }
 
 // --- SessionManager -----------------------------------------------------------------------
 
 class SessionManagerTest : public ::testing::Test {
  protected:
+  SessionManagerTest() : sessions_(&clock_, Limits(), [this](Session& s) { dropped_.push_back(&s); }) {}
+  static SessionLimits Limits() {
+    SessionLimits limits;
+    limits.idle_ttl_ms = kTtlMs;
+    limits.max_sessions = 3;
+    limits.max_bytes = 64u << 10;
+    return limits;
+  }
+  // Gives `session` a lookup of `chunks` hashes (its memory grows with them).
+  static void Grow(Session& session, std::size_t chunks) {
+    MutexLock lock(&session.mu);
+    (void)session.BeginLookup("", 16);
+    session.FindLookup("")->hashes.resize(chunks);
+    session.Account();
+  }
+
   testing::FakeClock clock_;
-  SessionManager sessions_{&clock_, kTtlMs, 3};
+  std::vector<Session*> dropped_;
+  SessionManager sessions_;
 };
 
 TEST_F(SessionManagerTest, GetOrCreateCreatesOnceThenReturnsTheSame) {
@@ -129,6 +111,7 @@ TEST_F(SessionManagerTest, GetOrCreateCreatesOnceThenReturnsTheSame) {
   auto other = sessions_.GetOrCreate("req-2");
   ASSERT_NE(other, nullptr);
   EXPECT_NE(other, first);
+  EXPECT_NE(other->owner(), first->owner());  // owners never derive from the request id
   EXPECT_EQ(sessions_.size(), 2u);
 }
 
@@ -139,25 +122,13 @@ TEST_F(SessionManagerTest, FindDoesNotCreate) {
   EXPECT_EQ(sessions_.Find("req-1"), session);
 }
 
-TEST_F(SessionManagerTest, RemoveReturnsTheSessionOnce) {
+TEST_F(SessionManagerTest, RemoveDropsTheSessionOnceAndReleasesIt) {
   auto session = sessions_.GetOrCreate("req-1");
-  EXPECT_EQ(sessions_.Remove("req-1"), session);
-  EXPECT_EQ(sessions_.Remove("req-1"), nullptr);
+  EXPECT_TRUE(sessions_.Remove("req-1"));
+  EXPECT_FALSE(sessions_.Remove("req-1"));
+  EXPECT_EQ(dropped_, std::vector<Session*>{session.get()});
   EXPECT_EQ(sessions_.Find("req-1"), nullptr);
-  EXPECT_EQ(sessions_.size(), 0u);
   EXPECT_NE(sessions_.GetOrCreate("req-1"), session);  // a fresh one
-}
-
-TEST_F(SessionManagerTest, SessionStateSurvivesBetweenLookups) {
-  {
-    auto session = sessions_.GetOrCreate("req-1");
-    MutexLock lock(&session->mu);
-    session->lookup().hit_chunks = 7;
-  }
-  auto again = sessions_.Find("req-1");
-  ASSERT_NE(again, nullptr);
-  MutexLock lock(&again->mu);
-  EXPECT_EQ(again->lookup().hit_chunks, 7u);
 }
 
 TEST_F(SessionManagerTest, UseRefreshesTheIdleTimer) {
@@ -182,39 +153,44 @@ TEST_F(SessionManagerTest, IdleSessionExpiresOnlyAfterTheTtl) {
   clock_.Advance(2);
   EXPECT_EQ(sessions_.ExpireIdle(), 1u);
   EXPECT_EQ(sessions_.size(), 0u);
+  EXPECT_EQ(dropped_.size(), 1u);
 }
 
-TEST_F(SessionManagerTest, ExpireIdleReturnsTheCount) {
-  sessions_.GetOrCreate("a");
-  sessions_.GetOrCreate("b");
-  clock_.Advance(kTtlMs / 2);
-  sessions_.GetOrCreate("c");
-  clock_.Advance(kTtlMs / 2 + 1);
-  EXPECT_EQ(sessions_.ExpireIdle(), 2u);
-  EXPECT_EQ(sessions_.size(), 1u);
-  EXPECT_NE(sessions_.Find("c"), nullptr);
-  EXPECT_EQ(sessions_.ExpireIdle(), 0u);
-}
-
-TEST_F(SessionManagerTest, FullWithNoneExpiredRefusesNewSessions) {
+TEST_F(SessionManagerTest, FullByCountDropsTheLeastRecentlyUsed) {
   ASSERT_NE(sessions_.GetOrCreate("a"), nullptr);
   ASSERT_NE(sessions_.GetOrCreate("b"), nullptr);
   ASSERT_NE(sessions_.GetOrCreate("c"), nullptr);
-  EXPECT_EQ(sessions_.GetOrCreate("d"), nullptr);
+  ASSERT_NE(sessions_.Find("a"), nullptr);  // a is used again: b is now the idlest
+  ASSERT_NE(sessions_.GetOrCreate("d"), nullptr);
   EXPECT_EQ(sessions_.size(), 3u);
-  EXPECT_NE(sessions_.GetOrCreate("a"), nullptr);  // existing ones are still served
+  EXPECT_EQ(sessions_.Find("b"), nullptr);
+  EXPECT_NE(sessions_.Find("a"), nullptr);
+  EXPECT_EQ(dropped_.size(), 1u);
 }
 
-TEST_F(SessionManagerTest, FullMakesRoomByExpiringIdleSessions) {
-  ASSERT_NE(sessions_.GetOrCreate("a"), nullptr);
-  ASSERT_NE(sessions_.GetOrCreate("b"), nullptr);
-  clock_.Advance(kTtlMs / 2);
-  ASSERT_NE(sessions_.GetOrCreate("c"), nullptr);
-  clock_.Advance(kTtlMs / 2 + 1);  // a and b are idle past the TTL, c is not
-  EXPECT_NE(sessions_.GetOrCreate("d"), nullptr);
-  EXPECT_EQ(sessions_.size(), 2u);
-  EXPECT_EQ(sessions_.Find("a"), nullptr);
-  EXPECT_NE(sessions_.Find("c"), nullptr);
+TEST_F(SessionManagerTest, MemoryIsCappedInBytesDroppingIdleSessionsFirst) {
+  auto idle = sessions_.GetOrCreate("idle");
+  Grow(*idle, 1200);  // 38 KB of hashes
+  auto busy = sessions_.GetOrCreate("busy");
+  Grow(*busy, 1200);
+  EXPECT_GT(sessions_.bytes(), 64u << 10);
+  EXPECT_EQ(sessions_.Trim(), 1u);
+  EXPECT_EQ(sessions_.Find("idle"), nullptr);
+  EXPECT_NE(sessions_.Find("busy"), nullptr);
+  EXPECT_LE(sessions_.bytes(), 64u << 10);
+  EXPECT_EQ(sessions_.dropped_for_memory(), 1u);
+  EXPECT_EQ(dropped_, std::vector<Session*>{idle.get()});
+}
+
+TEST_F(SessionManagerTest, BytesFollowTheSessionsThatHoldThem) {
+  auto a = sessions_.GetOrCreate("a");
+  const std::size_t empty = sessions_.bytes();
+  Grow(*a, 100);
+  EXPECT_GE(sessions_.bytes(), empty + 100 * sizeof(store::ChunkHash));
+  sessions_.Remove("a");
+  EXPECT_EQ(sessions_.bytes(), 0u);
+  Grow(*a, 200);  // a request still holding the dropped session changes nothing
+  EXPECT_EQ(sessions_.bytes(), 0u);
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 #include "shm/shm_segment.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -40,12 +43,32 @@ TEST(ShmSegment, CreateMakesA0600SegmentOfTheSizeAndUnlinksOnDestruction) {
 }
 
 TEST(ShmSegment, StaleSegmentOfTheSameNameIsReplaced) {
+  // A crashed server's leftover: the segment exists, nobody holds its lock.
   const std::string name = TestName("stale");
-  auto stale = ShmSegment::Create({name, 4 * kMiB});
-  ASSERT_TRUE(stale.ok());
+  {
+    const int fd = shm_open(("/" + name).c_str(), O_CREAT | O_RDWR, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(ftruncate(fd, 4 * kMiB), 0);
+    close(fd);
+  }
   auto fresh = ShmSegment::Create({name, 6 * kMiB});
   ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
   EXPECT_EQ(std::filesystem::file_size("/dev/shm/" + name), 6 * kMiB);
+}
+
+TEST(ShmSegment, ALiveSegmentOfTheSameNameIsRefusedNamingItsOwner) {
+  const std::string name = TestName("live");
+  auto live = ShmSegment::Create({name, 4 * kMiB});
+  ASSERT_TRUE(live.ok());
+  auto second = ShmSegment::Create({name, 6 * kMiB});
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), ErrorCode::kAlreadyExists);
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(getpid())), std::string::npos)
+      << second.status().message();
+  EXPECT_EQ(std::filesystem::file_size("/dev/shm/" + name), 4 * kMiB);  // untouched
+  // A client attaching to it (and going away) does not release the owner's lock.
+  { auto attached = ShmSegment::Attach(name, 4 * kMiB); }
+  EXPECT_FALSE(ShmSegment::Create({name, 6 * kMiB}).ok());
 }
 
 TEST(ShmSegment, TooLargeFailsFastWithTheFix) {

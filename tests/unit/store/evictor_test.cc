@@ -53,9 +53,10 @@ class EvictorTest : public ::testing::Test {
   void Fill(std::size_t objects) {
     const auto keys = testing::KeysN(next_, objects);
     next_ += objects;
-    ASSERT_EQ(table_->ReserveWrite(keys, kMiB, 1, AllocationMode::kAllOrNothing)->reserved,
+    auto lease = table_->ReserveWrite(keys, kMiB, Owner::Instance(1), AllocationMode::kAllOrNothing);
+    ASSERT_EQ(lease->reserved,
               objects);
-    table_->FinishWrite(keys, 1);
+    table_->FinishWrite(lease->lease);
   }
   testing::AlignedBuffer buffer_;
   std::unique_ptr<alloc::SlabAllocator> allocator_;
@@ -88,7 +89,11 @@ TEST_F(EvictorTest, PassAboveTriggerFreesToLowWatermarkInBytes) {
 
 TEST_F(EvictorTest, LockedObjectsLimitWhatAPassCanFree) {
   Fill(18);
-  ASSERT_TRUE(table_->ReserveRead(testing::KeysN(0, 16), 1, 7, ReadMode::kEach).ok());
+  const auto locked = testing::KeysN(0, 16);
+  ReadRequest request;
+  request.keys = locked;
+  request.owner = Owner::Instance(7);
+  ASSERT_EQ(table_->AcquireRead(request)->granted, 16u);
   Evictor evictor(table_.get(), EvictorConfig{});
   evictor.RunPass();
   EXPECT_EQ(allocator_->UsedBytes(), 16 * kMiB);  // only the two unlocked went
@@ -97,7 +102,9 @@ TEST_F(EvictorTest, LockedObjectsLimitWhatAPassCanFree) {
 
 TEST_F(EvictorTest, PassReclaimsExpiredWrites) {
   ASSERT_EQ(
-      table_->ReserveWrite(testing::KeysN(50, 3), kMiB, 9, AllocationMode::kAllOrNothing)->reserved,
+      table_->ReserveWrite(testing::KeysN(50, 3), kMiB, Owner::Instance(9),
+                           AllocationMode::kAllOrNothing)
+          ->reserved,
       3u);
   clock_.Advance(table_->config().write_ttl_ms + 1);
   Evictor evictor(table_.get(), EvictorConfig{});

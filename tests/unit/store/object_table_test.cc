@@ -1,3 +1,5 @@
+// ObjectTable: the write path, exact read leases, owner release, retirement,
+// eviction and reclamation.
 #include "store/object_table.h"
 
 #include <gtest/gtest.h>
@@ -14,9 +16,10 @@ using testing::KeysN;
 
 constexpr std::uint64_t kMiB = 1 << 20;
 constexpr std::uint64_t kObject = 1 * kMiB;
-constexpr OwnerId kWriter = 1;
-constexpr OwnerId kOtherWriter = 2;
-constexpr OwnerId kReader = 3;
+const Owner kWriter = Owner::Instance(1);
+const Owner kOtherWriter = Owner::Instance(2);
+const Owner kReader = Owner::Instance(3);
+const Owner kLookup = Owner::Session(4);
 
 class ObjectTableTest : public ::testing::Test {
  protected:
@@ -32,18 +35,39 @@ class ObjectTableTest : public ::testing::Test {
   void Rebuild() {
     table_ = std::make_unique<ObjectTable>(allocator_.get(), &lru_, &clock_, config_);
   }
+  WriteLease Reserve(const std::vector<ObjectKey>& keys, Owner owner = kWriter,
+                     AllocationMode mode = AllocationMode::kAllOrNothing) {
+    auto r = table_->ReserveWrite(keys, kObject, owner, mode);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : WriteLease{};
+  }
   // Stages and admits `keys` for kWriter.
   void Store(const std::vector<ObjectKey>& keys) {
-    auto r = table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    ASSERT_EQ(r->reserved, keys.size());
-    for (auto outcome : table_->FinishWrite(keys, kWriter)) {
-      ASSERT_EQ(outcome, WriteOutcome::kAdmitted);
-    }
+    const WriteLease lease = Reserve(keys);
+    ASSERT_EQ(lease.reserved, keys.size());
+    const WriteCompletion done = table_->FinishWrite(lease.lease);
+    ASSERT_EQ(done.admitted, keys.size());
+  }
+  ReadAcquisition Read(const std::vector<ObjectKey>& keys, Owner owner = kReader,
+                       ReadMode mode = ReadMode::kAllOrNothing, std::uint32_t count = 1,
+                       std::vector<LeaseId> consume = {}) {
+    ReadRequest request;
+    request.keys = keys;
+    request.owner = owner;
+    request.mode = mode;
+    request.count = count;
+    request.consume = consume;
+    auto r = table_->AcquireRead(request);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : ReadAcquisition{};
   }
   bool Resident(const ObjectKey& key) {
     auto info = table_->Find(key);
     return info && info->state == ObjectState::kResident;
+  }
+  std::uint32_t Locks(const ObjectKey& key) {
+    auto info = table_->Find(key);
+    return info ? info->read_locks : 0;
   }
 
   testing::AlignedBuffer buffer_;
@@ -54,119 +78,272 @@ class ObjectTableTest : public ::testing::Test {
   std::unique_ptr<ObjectTable> table_;
 };
 
+// --- writes -------------------------------------------------------------------------------
+
 TEST_F(ObjectTableTest, StagedObjectIsInvisibleToReadersUntilFinished) {
   const auto keys = KeysN(0, 3);
-  auto r = table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->reserved, 3u);
-  auto grants = table_->ReserveRead(keys, 1, kReader, ReadMode::kEach);
-  ASSERT_TRUE(grants.ok());
-  for (const auto& g : *grants) EXPECT_FALSE(g.granted);
+  const WriteLease staged = Reserve(keys);
+  EXPECT_EQ(staged.reserved, 3u);
+  EXPECT_NE(staged.lease, kNoLease);
+  const ReadAcquisition early = Read(keys);
+  EXPECT_EQ(early.granted, 0u);
+  EXPECT_EQ(early.missing, 3u);
   EXPECT_EQ(table_->Stats().staging_objects, 3u);
   EXPECT_EQ(table_->Stats().staging_bytes, 3 * kObject);
 
-  table_->FinishWrite(keys, kWriter);
-  grants = table_->ReserveRead(keys, 1, kReader, ReadMode::kAllOrNothing);
-  ASSERT_TRUE(grants.ok());
+  EXPECT_EQ(table_->FinishWrite(staged.lease).admitted, 3u);
+  const ReadAcquisition read = Read(keys);
+  ASSERT_EQ(read.granted, 3u);
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    EXPECT_TRUE((*grants)[i].granted);
-    EXPECT_EQ((*grants)[i].offset, r->offsets[i]);
-    EXPECT_EQ((*grants)[i].size, kObject);
+    EXPECT_TRUE(read.grants[i].granted);
+    EXPECT_EQ(read.grants[i].offset, staged.offsets[i]);
+    EXPECT_EQ(read.grants[i].size, kObject);
   }
   const TableStats stats = table_->Stats();
   EXPECT_EQ(stats.resident_objects, 3u);
   EXPECT_EQ(stats.staging_objects, 0u);
   EXPECT_EQ(stats.locked_objects, 3u);
   EXPECT_EQ(stats.locked_bytes, 3 * kObject);
+  EXPECT_EQ(stats.read_leases, 1u);
+  EXPECT_EQ(stats.write_leases, 0u);
 }
 
 TEST_F(ObjectTableTest, ReserveSkipsResidentKeys) {
   Store(KeysN(0, 2));
-  auto r = table_->ReserveWrite(KeysN(0, 3), kObject, kWriter, AllocationMode::kAllOrNothing);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->outcomes[0], WriteReservation::kAlreadyResident);
-  EXPECT_EQ(r->outcomes[1], WriteReservation::kAlreadyResident);
-  EXPECT_EQ(r->outcomes[2], WriteReservation::kReserved);
-  EXPECT_EQ(r->reserved, 1u);
+  const WriteLease r = Reserve(KeysN(0, 3));
+  EXPECT_EQ(r.outcomes[0], WriteReservation::kAlreadyResident);
+  EXPECT_EQ(r.outcomes[1], WriteReservation::kAlreadyResident);
+  EXPECT_EQ(r.outcomes[2], WriteReservation::kReserved);
+  EXPECT_EQ(r.reserved, 1u);
 }
 
-TEST_F(ObjectTableTest, RepeatedReservationBySameWriterReturnsSameBuffer) {
+TEST_F(ObjectTableTest, NothingReservedMeansNoLease) {
+  Store(KeysN(0, 2));
+  const WriteLease r = Reserve(KeysN(0, 2));
+  EXPECT_EQ(r.reserved, 0u);
+  EXPECT_EQ(r.lease, kNoLease);
+  EXPECT_EQ(table_->Stats().write_leases, 0u);
+}
+
+TEST_F(ObjectTableTest, RepeatedReservationBySameWriterMovesTheSameBuffersToTheNewLease) {
   const auto keys = KeysN(0, 2);
-  auto first = table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing);
-  auto second = table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing);
-  ASSERT_TRUE(first.ok() && second.ok());
-  EXPECT_EQ(first->offsets, second->offsets);
+  const WriteLease first = Reserve(keys);
+  const WriteLease second = Reserve(keys);
+  EXPECT_EQ(first.offsets, second.offsets);
+  EXPECT_NE(first.lease, second.lease);
   EXPECT_EQ(allocator_->UsedBytes(), 2 * kObject);  // nothing leaked
+  EXPECT_EQ(table_->FinishWrite(first.lease).admitted, 0u);  // its copies moved on
+  EXPECT_EQ(table_->FinishWrite(second.lease).admitted, 2u);
 }
 
 TEST_F(ObjectTableTest, FirstWriterWinsAndDuplicateIsDiscarded) {
   const auto keys = KeysN(0, 1);
-  ASSERT_TRUE(table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing).ok());
-  ASSERT_TRUE(
-      table_->ReserveWrite(keys, kObject, kOtherWriter, AllocationMode::kAllOrNothing).ok());
+  const WriteLease mine = Reserve(keys, kWriter);
+  const WriteLease other = Reserve(keys, kOtherWriter);
   EXPECT_EQ(allocator_->UsedBytes(), 2 * kObject);
-  EXPECT_EQ(table_->FinishWrite(keys, kOtherWriter)[0], WriteOutcome::kAdmitted);
-  EXPECT_EQ(table_->FinishWrite(keys, kWriter)[0], WriteOutcome::kDuplicateDiscarded);
+  EXPECT_EQ(table_->FinishWrite(other.lease).outcomes[0], WriteOutcome::kAdmitted);
+  const WriteCompletion late = table_->FinishWrite(mine.lease);
+  EXPECT_EQ(late.outcomes[0], WriteOutcome::kDuplicateDiscarded);
+  EXPECT_EQ(late.lost, 0u);
   EXPECT_EQ(allocator_->UsedBytes(), kObject);
-  EXPECT_EQ(table_->FinishWrite(keys, kWriter)[0], WriteOutcome::kNotStaged);
+  EXPECT_TRUE(table_->FinishWrite(mine.lease).keys.empty());  // the lease ended
 }
 
-TEST_F(ObjectTableTest, AbortWriteFreesTheBuffer) {
-  const auto keys = KeysN(0, 2);
-  ASSERT_TRUE(table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing).ok());
-  EXPECT_EQ(table_->AbortWrite(keys, kOtherWriter), 0u);
-  EXPECT_EQ(table_->AbortWrite(keys, kWriter), 2u);
-  EXPECT_EQ(allocator_->UsedBytes(), 0u);
-  EXPECT_FALSE(table_->Find(keys[0]));
+TEST_F(ObjectTableTest, AbortWriteFreesExactlyItsLease) {
+  const WriteLease mine = Reserve(KeysN(0, 2), kWriter);
+  const WriteLease other = Reserve(KeysN(0, 2), kOtherWriter);
+  EXPECT_EQ(table_->AbortWrite(mine.lease), 2u);
+  EXPECT_EQ(table_->AbortWrite(mine.lease), 0u);
+  EXPECT_EQ(allocator_->UsedBytes(), 2 * kObject);
+  EXPECT_EQ(table_->FinishWrite(other.lease).admitted, 2u);
 }
 
 TEST_F(ObjectTableTest, ExpiredWriteLeaseIsNotAdmittedAndIsReclaimed) {
-  const auto keys = KeysN(0, 2);
-  ASSERT_TRUE(table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing).ok());
+  const WriteLease a = Reserve(KeysN(0, 1));
+  const WriteLease b = Reserve(KeysN(1, 1));
   clock_.Advance(config_.write_ttl_ms);
-  EXPECT_EQ(table_->FinishWrite(std::vector{keys[0]}, kWriter)[0], WriteOutcome::kLeaseExpired);
-  EXPECT_EQ(table_->ReclaimExpired(), 1u);  // the other one
+  const WriteCompletion late = table_->FinishWrite(a.lease);
+  EXPECT_EQ(late.outcomes[0], WriteOutcome::kLeaseExpired);
+  EXPECT_EQ(late.lost, 1u);
+  EXPECT_EQ(table_->ReclaimExpired(), 1u);  // b's copy
   EXPECT_EQ(allocator_->UsedBytes(), 0u);
   EXPECT_EQ(table_->Stats().expired_writes_reclaimed, 1u);
+  EXPECT_EQ(table_->Stats().write_leases, 0u);  // the expired record went too
+  EXPECT_TRUE(table_->FinishWrite(b.lease).keys.empty());
 }
 
-TEST_F(ObjectTableTest, ReadModes) {
+TEST_F(ObjectTableTest, FinishWriteAndReadAdmitsAlreadyLocked) {
+  const auto keys = KeysN(0, 3);
+  Store(KeysN(1, 1));  // another writer won chunk 1 meanwhile
+  const WriteLease staged = Reserve(keys, Owner::Internal(9));
+  auto landed = table_->FinishWriteAndRead(staged.lease, kLookup, 2);
+  ASSERT_TRUE(landed.ok());
+  EXPECT_EQ(landed->granted, 2u);  // chunk 1 was resident already: it was not staged
+  EXPECT_EQ(Locks(KeyN(0)), 2u);
+  EXPECT_EQ(Locks(KeyN(1)), 0u);
+  EXPECT_EQ(Locks(KeyN(2)), 2u);
+  // Eviction cannot slip in: the loaded objects are locked from the moment they exist.
+  EXPECT_EQ(table_->EvictLru(100 * kMiB).objects, 1u);  // only chunk 1 went
+  EXPECT_EQ(table_->ReleaseRead(landed->lease), 4u);
+  EXPECT_EQ(table_->Stats().locked_objects, 0u);
+}
+
+// --- exact read leases --------------------------------------------------------------------
+
+TEST_F(ObjectTableTest, ReadModesAndGroups) {
   Store({KeyN(0), KeyN(1), KeyN(3)});
   const auto keys = KeysN(0, 4);  // 2 is missing
-  auto each = table_->ReserveRead(keys, 1, kReader, ReadMode::kEach);
-  auto prefix = table_->ReserveRead(keys, 1, kReader, ReadMode::kPrefix);
-  auto all = table_->ReserveRead(keys, 1, kReader, ReadMode::kAllOrNothing);
-  ASSERT_TRUE(each.ok() && prefix.ok() && all.ok());
-  EXPECT_EQ(((*each)[0].granted + (*each)[1].granted + (*each)[2].granted + (*each)[3].granted), 3);
-  EXPECT_TRUE((*prefix)[0].granted && (*prefix)[1].granted);
-  EXPECT_FALSE((*prefix)[2].granted || (*prefix)[3].granted);
-  for (const auto& g : *all) EXPECT_FALSE(g.granted);
-  EXPECT_EQ(table_->Find(KeyN(0))->read_locks, 2u);  // each + prefix; all-or-nothing took none
-  EXPECT_EQ(table_->Find(KeyN(3))->read_locks, 1u);
+  const ReadAcquisition prefix = Read(keys, kReader, ReadMode::kPrefix);
+  EXPECT_EQ(prefix.granted, 2u);
+  EXPECT_TRUE(prefix.grants[1].granted && !prefix.grants[2].granted && !prefix.grants[3].granted);
+  const ReadAcquisition all = Read(keys, kReader, ReadMode::kAllOrNothing);
+  EXPECT_EQ(all.granted, 0u);
+  EXPECT_EQ(all.missing, 1u);
+  EXPECT_EQ(all.lease, kNoLease);
+  // Groups of two (two ranks per chunk): the group {2, 3} is incomplete, so 3 is never locked.
+  ReadRequest grouped;
+  grouped.keys = keys;
+  grouped.owner = kLookup;
+  grouped.mode = ReadMode::kPrefix;
+  grouped.group = 2;
+  auto chunks = table_->AcquireRead(grouped);
+  ASSERT_TRUE(chunks.ok());
+  EXPECT_EQ(chunks->granted, 2u);
+  EXPECT_EQ(Locks(KeyN(3)), 0u);
+  grouped.group = 3;
+  EXPECT_EQ(table_->AcquireRead(grouped).status().code(), ErrorCode::kInvalidArgument);
 }
 
-TEST_F(ObjectTableTest, ReadCountsAreBoundedAndBalanced) {
+TEST_F(ObjectTableTest, AReleaseReleasesOnlyItsOwnLease) {
+  Store(KeysN(0, 1));
+  const ReadAcquisition a = Read(KeysN(0, 1), kReader);
+  const ReadAcquisition b = Read(KeysN(0, 1), kOtherWriter);
+  ASSERT_NE(a.lease, b.lease);
+  EXPECT_EQ(Locks(KeyN(0)), 2u);
+  EXPECT_EQ(table_->ReleaseRead(a.lease), 1u);
+  EXPECT_EQ(table_->ReleaseRead(a.lease), 0u);  // ended: a second release finds nothing
+  EXPECT_EQ(Locks(KeyN(0)), 1u);                // b's lock is untouched
+  EXPECT_EQ(table_->EvictLru(kObject).objects, 0u);
+  EXPECT_EQ(table_->ReleaseRead(b.lease), 1u);
+  EXPECT_EQ(table_->EvictLru(kObject).objects, 1u);
+}
+
+TEST_F(ObjectTableTest, ReadersConsumeTheirShareOfALookupAndReleaseOnlyTheirOwn) {
   Store(KeysN(0, 2));
-  const auto keys = KeysN(0, 2);
-  EXPECT_EQ(table_->ReserveRead(keys, 0, kReader, ReadMode::kEach).status().code(),
-            ErrorCode::kInvalidArgument);
-  EXPECT_EQ(table_->ReserveRead(keys, 129, kReader, ReadMode::kEach).status().code(),
-            ErrorCode::kInvalidArgument);
-  ASSERT_TRUE(table_->ReserveRead(keys, 4, kReader, ReadMode::kEach).ok());
-  for (int reader = 0; reader < 4; ++reader) {
-    auto released = table_->FinishRead(keys, 1, 100 + reader);  // other owners hand over
-    ASSERT_TRUE(released.ok());
-    EXPECT_EQ((*released)[0], ReleaseOutcome::kReleased);
-  }
-  EXPECT_EQ(table_->Find(keys[0])->read_locks, 0u);
-  EXPECT_EQ((*table_->FinishRead(keys, 1, kReader))[0], ReleaseOutcome::kNotLocked);
-  EXPECT_EQ((*table_->FinishRead(KeysN(9, 1), 1, kReader))[0], ReleaseOutcome::kNotFound);
+  // A lookup for two readers (MLA: two TP ranks read each object).
+  const ReadAcquisition lookup = Read(KeysN(0, 2), kLookup, ReadMode::kPrefix, 2);
+  EXPECT_EQ(Locks(KeyN(0)), 2u);
+  const ReadAcquisition first = Read(KeysN(0, 2), kReader, ReadMode::kAllOrNothing, 1,
+                                     {lookup.lease});
+  EXPECT_EQ(first.consumed, 2u);
+  EXPECT_EQ(Locks(KeyN(0)), 2u);  // moved, not added
+  const ReadAcquisition second = Read(KeysN(0, 2), kOtherWriter, ReadMode::kAllOrNothing, 1,
+                                      {lookup.lease});
+  EXPECT_EQ(second.consumed, 2u);
+  const ReadAcquisition third = Read(KeysN(0, 2), Owner::Instance(7), ReadMode::kAllOrNothing, 1,
+                                     {lookup.lease});
+  EXPECT_EQ(third.consumed, 0u);  // the lookup's share is used up: locked afresh
+  EXPECT_EQ(Locks(KeyN(0)), 3u);
+  EXPECT_EQ(table_->ReleaseRead(first.lease), 2u);
+  EXPECT_EQ(table_->ReleaseRead(lookup.lease), 0u);  // nothing left of it
+  EXPECT_EQ(Locks(KeyN(0)), 2u);
+  table_->ReleaseRead(second.lease);
+  table_->ReleaseRead(third.lease);
   EXPECT_EQ(table_->Stats().locked_objects, 0u);
+  EXPECT_EQ(table_->Stats().read_leases, 0u);
+}
+
+TEST_F(ObjectTableTest, AnExpiredLookupLeaseIsNeverConsumedAndReadsLockAfresh) {
+  Store(KeysN(0, 1));
+  const ReadAcquisition lookup = Read(KeysN(0, 1), kLookup, ReadMode::kPrefix);
+  clock_.Advance(config_.read_ttl_ms);
+  EXPECT_EQ(Locks(KeyN(0)), 0u);  // expired: evictable, still resident
+  const ReadAcquisition reader =
+      Read(KeysN(0, 1), kReader, ReadMode::kAllOrNothing, 1, {lookup.lease});
+  EXPECT_EQ(reader.granted, 1u);
+  EXPECT_EQ(reader.consumed, 0u);
+  EXPECT_EQ(Locks(KeyN(0)), 1u);
+  EXPECT_EQ(table_->EvictLru(kObject).objects, 0u);
+}
+
+TEST_F(ObjectTableTest, AFailedReadTakesNothingAndCanGiveItsShareBack) {
+  Store(KeysN(0, 2));
+  const ReadAcquisition lookup = Read(KeysN(0, 2), kLookup, ReadMode::kPrefix, 2);
+  ReadRequest request;
+  const std::vector<ObjectKey> keys = KeysN(0, 3);  // chunk 2 is not there
+  request.keys = keys;
+  request.owner = kReader;
+  request.consume = std::span(&lookup.lease, 1);
+  request.release_share_on_miss = true;
+  auto failed = table_->AcquireRead(request);
+  ASSERT_TRUE(failed.ok());
+  EXPECT_EQ(failed->granted, 0u);
+  EXPECT_EQ(failed->missing, 1u);
+  EXPECT_EQ(Locks(KeyN(0)), 1u);  // this reader's share of the lookup went back
+  EXPECT_EQ(Locks(KeyN(1)), 1u);
+  EXPECT_EQ(table_->Stats().read_leases, 1u);  // only the lookup's
+}
+
+TEST_F(ObjectTableTest, PartialReleaseOfALeaseKeepsTheRestLocked) {
+  Store(KeysN(0, 4));
+  const ReadAcquisition lookup = Read(KeysN(0, 4), kLookup, ReadMode::kPrefix, 3);
+  EXPECT_EQ(table_->ReleaseRead(lookup.lease, KeysN(2, 2)), 6u);
+  EXPECT_EQ(table_->ReleaseRead(lookup.lease, KeysN(2, 2)), 0u);  // idempotent
+  EXPECT_EQ(Locks(KeyN(1)), 3u);
+  EXPECT_EQ(Locks(KeyN(2)), 0u);
+  EXPECT_EQ(table_->ReleaseRead(lookup.lease), 6u);
+}
+
+TEST_F(ObjectTableTest, ExtendAddsAWindowToTheSameLease) {
+  Store(KeysN(0, 4));
+  const ReadAcquisition first = Read(KeysN(0, 2), kLookup, ReadMode::kPrefix);
+  ReadRequest more;
+  const std::vector<ObjectKey> keys = KeysN(2, 2);
+  more.keys = keys;
+  more.owner = kLookup;
+  more.mode = ReadMode::kPrefix;
+  more.extend = first.lease;
+  auto second = table_->AcquireRead(more);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->lease, first.lease);
+  EXPECT_EQ(table_->Stats().read_leases, 1u);
+  EXPECT_EQ(table_->ReleaseRead(first.lease), 4u);
+}
+
+TEST_F(ObjectTableTest, ReadCountsAreBounded) {
+  Store(KeysN(0, 2));
+  ReadRequest request;
+  const std::vector<ObjectKey> keys = KeysN(0, 2);
+  request.keys = keys;
+  request.owner = kReader;
+  request.count = 0;
+  EXPECT_EQ(table_->AcquireRead(request).status().code(), ErrorCode::kInvalidArgument);
+  request.count = 129;
+  EXPECT_EQ(table_->AcquireRead(request).status().code(), ErrorCode::kInvalidArgument);
+  request.count = 128;
+  EXPECT_TRUE(table_->AcquireRead(request).ok());
+}
+
+// --- owners, retirement, clear ------------------------------------------------------------
+
+TEST_F(ObjectTableTest, ReleaseOwnerDropsItsReadsAndWritesOnly) {
+  Store(KeysN(0, 2));
+  Read(KeysN(0, 2), kReader, ReadMode::kAllOrNothing, 3);
+  Read(KeysN(0, 1), kOtherWriter);
+  Reserve(KeysN(10, 2), kReader);
+  const OwnerReleaseReport report = table_->ReleaseOwner(kReader);
+  EXPECT_EQ(report.read_locks_released, 6u);
+  EXPECT_EQ(report.writes_aborted, 2u);
+  EXPECT_EQ(Locks(KeyN(0)), 1u);  // kOtherWriter's stays
+  EXPECT_EQ(Locks(KeyN(1)), 0u);
+  EXPECT_FALSE(table_->Find(KeyN(10)));
+  EXPECT_EQ(allocator_->UsedBytes(), 2 * kObject);
+  EXPECT_EQ(table_->ReleaseOwner(kReader).read_locks_released, 0u);
 }
 
 TEST_F(ObjectTableTest, DeleteRefusesLockedUnlessForced) {
   Store(KeysN(0, 2));
-  ASSERT_TRUE(table_->ReserveRead(KeysN(0, 1), 1, kReader, ReadMode::kEach).ok());
+  Read(KeysN(0, 1));
   auto outcomes = table_->Delete(KeysN(0, 3), /*force=*/false);
   EXPECT_EQ(outcomes[0], DeleteOutcome::kLocked);
   EXPECT_EQ(outcomes[1], DeleteOutcome::kDeleted);
@@ -175,37 +352,34 @@ TEST_F(ObjectTableTest, DeleteRefusesLockedUnlessForced) {
   EXPECT_EQ(lru_.size(), 1u);
 }
 
-TEST_F(ObjectTableTest, ForcedDeleteOfLockedObjectKeepsMemoryUntilReadFinishes) {
+TEST_F(ObjectTableTest, ForcedDeleteOfLockedObjectKeepsMemoryUntilItsLeaseEnds) {
   Store(KeysN(0, 1));
-  auto grant = table_->ReserveRead(KeysN(0, 1), 1, kReader, ReadMode::kEach);
-  ASSERT_TRUE(grant.ok());
-  const Offset reading = (*grant)[0].offset;
+  const ReadAcquisition reading = Read(KeysN(0, 1));
   EXPECT_EQ(table_->Delete(KeysN(0, 1), /*force=*/true)[0], DeleteOutcome::kDeleted);
   EXPECT_FALSE(table_->Find(KeyN(0)));
   EXPECT_EQ(table_->Stats().retired_objects, 1u);
-  // The reader is still copying out of `reading`: a new object must not get it.
-  auto other = table_->ReserveWrite(KeysN(5, 1), kObject, kWriter, AllocationMode::kAllOrNothing);
-  ASSERT_TRUE(other.ok());
-  EXPECT_NE(other->offsets[0], reading);
-  EXPECT_EQ((*table_->FinishRead(KeysN(0, 1), 1, kReader))[0], ReleaseOutcome::kReleased);
+  // The reader is still copying out of its slot: a new object must not get it.
+  const WriteLease other = Reserve(KeysN(5, 1));
+  EXPECT_NE(other.offsets[0], reading.grants[0].offset);
+  EXPECT_EQ(table_->ReleaseRead(reading.lease), 1u);
   EXPECT_EQ(table_->Stats().retired_objects, 0u);
   EXPECT_EQ(allocator_->UsedBytes(), kObject);  // only the new staging copy
 }
 
 TEST_F(ObjectTableTest, ForcedDeleteOfStagingIsFreedWhenWriterFinishes) {
   const auto keys = KeysN(0, 1);
-  ASSERT_TRUE(table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing).ok());
+  const WriteLease staged = Reserve(keys);
   EXPECT_EQ(table_->Delete(keys, /*force=*/false)[0], DeleteOutcome::kLocked);
   EXPECT_EQ(table_->Delete(keys, /*force=*/true)[0], DeleteOutcome::kDeleted);
   EXPECT_EQ(allocator_->UsedBytes(), kObject);  // the writer may still be copying in
-  EXPECT_EQ(table_->FinishWrite(keys, kWriter)[0], WriteOutcome::kNotStaged);
+  EXPECT_EQ(table_->FinishWrite(staged.lease).outcomes[0], WriteOutcome::kNotStaged);
   EXPECT_EQ(allocator_->UsedBytes(), 0u);
   EXPECT_FALSE(table_->Find(keys[0]));
 }
 
 TEST_F(ObjectTableTest, ClearHonoursLocksUnlessForced) {
   Store(KeysN(0, 4));
-  ASSERT_TRUE(table_->ReserveRead(KeysN(0, 1), 1, kReader, ReadMode::kEach).ok());
+  Read(KeysN(0, 1));
   EXPECT_EQ(table_->Clear(/*force=*/false), 3u);
   EXPECT_TRUE(Resident(KeyN(0)));
   EXPECT_EQ(table_->Clear(/*force=*/true), 1u);
@@ -213,39 +387,27 @@ TEST_F(ObjectTableTest, ClearHonoursLocksUnlessForced) {
   clock_.Advance(config_.read_ttl_ms);  // the reader never came back
   EXPECT_EQ(table_->ReclaimExpired(), 1u);
   EXPECT_EQ(allocator_->UsedBytes(), 0u);
+  EXPECT_EQ(table_->Stats().read_leases, 0u);
 }
 
-TEST_F(ObjectTableTest, ReleaseOwnerDropsItsReadsAndWrites) {
-  Store(KeysN(0, 2));
-  ASSERT_TRUE(table_->ReserveRead(KeysN(0, 2), 3, kReader, ReadMode::kEach).ok());
-  ASSERT_TRUE(table_->ReserveRead(KeysN(0, 1), 1, kOtherWriter, ReadMode::kEach).ok());
-  ASSERT_TRUE(
-      table_->ReserveWrite(KeysN(10, 2), kObject, kReader, AllocationMode::kAllOrNothing).ok());
-  const OwnerReleaseReport report = table_->ReleaseOwner(kReader);
-  EXPECT_EQ(report.read_locks_released, 6u);
-  EXPECT_EQ(report.writes_aborted, 2u);
-  EXPECT_EQ(table_->Find(KeyN(0))->read_locks, 1u);  // kOtherWriter's stays
-  EXPECT_EQ(table_->Find(KeyN(1))->read_locks, 0u);
-  EXPECT_FALSE(table_->Find(KeyN(10)));
-  EXPECT_EQ(allocator_->UsedBytes(), 2 * kObject);
-}
+// --- eviction -----------------------------------------------------------------------------
 
 TEST_F(ObjectTableTest, ExpiredReadLeaseStillReadableButEvictable) {
   Store(KeysN(0, 1));
-  ASSERT_TRUE(table_->ReserveRead(KeysN(0, 1), 1, kReader, ReadMode::kEach).ok());
+  const ReadAcquisition first = Read(KeysN(0, 1));
   EXPECT_EQ(table_->EvictLru(kObject).objects, 0u);  // locked
   clock_.Advance(config_.read_ttl_ms);
-  auto again = table_->ReserveRead(KeysN(0, 1), 1, kReader, ReadMode::kEach);
-  ASSERT_TRUE(again.ok());
-  EXPECT_TRUE((*again)[0].granted);  // still resident: reading it is fine
-  ASSERT_TRUE(table_->FinishRead(KeysN(0, 1), 1, kReader).ok());
+  const ReadAcquisition again = Read(KeysN(0, 1));
+  EXPECT_EQ(again.granted, 1u);  // still resident: reading it is fine
+  table_->ReleaseRead(again.lease);
+  table_->ReleaseRead(first.lease);
   EXPECT_EQ(table_->EvictLru(kObject).objects, 1u);
 }
 
 TEST_F(ObjectTableTest, EvictLruTakesOldestUnlockedTailFirst) {
   Store(KeysN(0, 4));   // prompt A: chunks 0..3
   Store(KeysN(10, 2));  // prompt B, newer
-  ASSERT_TRUE(table_->ReserveRead(std::vector{KeyN(3)}, 1, kReader, ReadMode::kEach).ok());
+  Read(std::vector{KeyN(3)});
   const EvictionReport report = table_->EvictLru(2 * kObject);
   EXPECT_EQ(report.objects, 2u);
   EXPECT_EQ(report.bytes, 2 * kObject);
@@ -259,9 +421,8 @@ TEST_F(ObjectTableTest, EvictLruTakesOldestUnlockedTailFirst) {
 
 TEST_F(ObjectTableTest, OnDemandEvictionMakesRoomForAStore) {
   Store(KeysN(0, 16));  // the 16 MiB pool is full
-  auto r = table_->ReserveWrite(KeysN(100, 4), kObject, kWriter, AllocationMode::kAllOrNothing);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->reserved, 4u);
+  const WriteLease r = Reserve(KeysN(100, 4));
+  EXPECT_EQ(r.reserved, 4u);
   EXPECT_EQ(table_->Stats().on_demand_evictions, 1u);
   EXPECT_EQ(table_->Stats().resident_objects, 12u);
   EXPECT_TRUE(Resident(KeyN(0)));  // heads survive
@@ -271,26 +432,22 @@ TEST_F(ObjectTableTest, WithoutOnDemandEvictionAllOrNothingFailsWhole) {
   config_.on_demand_eviction = false;
   Rebuild();
   Store(KeysN(0, 14));
-  auto r = table_->ReserveWrite(KeysN(100, 4), kObject, kWriter, AllocationMode::kAllOrNothing);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->reserved, 0u);
-  EXPECT_EQ(r->out_of_memory, 4u);
+  const WriteLease r = Reserve(KeysN(100, 4));
+  EXPECT_EQ(r.reserved, 0u);
+  EXPECT_EQ(r.out_of_memory, 4u);
   EXPECT_EQ(allocator_->UsedBytes(), 14 * kObject);
-  auto prefix =
-      table_->ReserveWrite(KeysN(100, 4), kObject, kWriter, AllocationMode::kLongestPrefix);
-  ASSERT_TRUE(prefix.ok());
-  EXPECT_EQ(prefix->reserved, 2u);
-  EXPECT_EQ(prefix->outcomes[0], WriteReservation::kReserved);
-  EXPECT_EQ(prefix->outcomes[1], WriteReservation::kReserved);
-  EXPECT_EQ(prefix->outcomes[2], WriteReservation::kOutOfMemory);
+  const WriteLease prefix = Reserve(KeysN(100, 4), kWriter, AllocationMode::kLongestPrefix);
+  EXPECT_EQ(prefix.reserved, 2u);
+  EXPECT_EQ(prefix.outcomes[0], WriteReservation::kReserved);
+  EXPECT_EQ(prefix.outcomes[1], WriteReservation::kReserved);
+  EXPECT_EQ(prefix.outcomes[2], WriteReservation::kOutOfMemory);
 }
 
 TEST_F(ObjectTableTest, LockedObjectsAreNeverEvictedOnDemand) {
   Store(KeysN(0, 16));
-  ASSERT_TRUE(table_->ReserveRead(KeysN(0, 16), 1, kReader, ReadMode::kEach).ok());
-  auto r = table_->ReserveWrite(KeysN(100, 1), kObject, kWriter, AllocationMode::kAllOrNothing);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->out_of_memory, 1u);
+  Read(KeysN(0, 16));
+  const WriteLease r = Reserve(KeysN(100, 1));
+  EXPECT_EQ(r.out_of_memory, 1u);
   EXPECT_EQ(table_->Stats().resident_objects, 16u);
 }
 

@@ -1,7 +1,8 @@
 // Many threads drive the object table and allocator at once: writers stage and
-// admit overlapping keys, readers lock and release, a deleter and the evictor
-// run alongside, and an owner departs mid-run. Afterwards every lock balances
-// and the allocator's accounting matches the table's. Run under TSan in CI.
+// admit overlapping keys, readers lock and release (some consuming a shared
+// lookup lease), a deleter and the evictor run alongside, and an owner departs
+// mid-run. Afterwards every lock balances and the allocator's accounting
+// matches the table's. Run under TSan in CI.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -39,8 +40,9 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
   std::atomic<bool> failed{false};
   std::atomic<int> writers_running{3};
   std::atomic<std::uint64_t> bytes_verified{0};
-  auto writer = [&](OwnerId owner) {
-    std::mt19937 rng(static_cast<unsigned>(owner));
+  auto writer = [&](std::uint64_t id) {
+    const Owner owner = Owner::Instance(id);
+    std::mt19937 rng(static_cast<unsigned>(id));
     for (int iter = 0; iter < 300; ++iter) {
       const auto first = rng() % (kKeySpace - 8);
       const auto keys = testing::KeysN(first, 1 + rng() % 8);
@@ -51,23 +53,24 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
         failed = true;
         return;
       }
-      std::vector<ObjectKey> staged;
       for (std::size_t i = 0; i < keys.size(); ++i) {
         if (r->outcomes[i] != WriteReservation::kReserved) continue;
         // Write a pattern naming the key into the buffer the writer owns.
         std::byte* p = *allocator->Resolve(r->offsets[i], kObject);
         std::memset(p, static_cast<int>((first + i) & 0xff), kObject);
-        staged.push_back(keys[i]);
       }
       if (rng() % 10 == 0) {
-        table.AbortWrite(staged, owner);
+        table.AbortWrite(r->lease);
       } else {
-        table.FinishWrite(staged, owner);
+        table.FinishWrite(r->lease);
       }
     }
   };
-  auto reader = [&](OwnerId owner) {
-    std::mt19937 rng(static_cast<unsigned>(owner));
+  // A lookup lease readers consume their shares from while it lasts.
+  std::atomic<LeaseId> shared_lookup{kNoLease};
+  auto reader = [&](std::uint64_t id) {
+    const Owner owner = Owner::Instance(id);
+    std::mt19937 rng(static_cast<unsigned>(id));
     // At least 400 rounds, and on until the writers are done and this reader
     // has checked some bytes: on a fast machine the readers could otherwise
     // finish before anything is admitted. Bounded all the same.
@@ -76,40 +79,74 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
          ++iter) {
       const auto first = rng() % (kKeySpace - 8);
       const auto keys = testing::KeysN(first, 1 + rng() % 8);
-      auto grants = table.ReserveRead(keys, 1, owner, ReadMode::kPrefix);
+      const LeaseId lookup = shared_lookup.load();
+      ReadRequest request;
+      request.keys = keys;
+      request.owner = owner;
+      request.mode = ReadMode::kPrefix;
+      request.consume = std::span(&lookup, lookup == kNoLease ? 0 : 1);
+      auto grants = table.AcquireRead(request);
       if (!grants.ok()) {
         failed = true;
         return;
       }
-      std::vector<ObjectKey> locked;
-      for (std::size_t i = 0; i < keys.size(); ++i) {
-        if (!(*grants)[i].granted) break;
+      for (std::size_t i = 0; i < grants->granted; ++i) {
         // A read-locked object is never evicted or reused: its bytes hold.
-        const std::byte* p = *allocator->Resolve((*grants)[i].offset, kObject);
+        const std::byte* p = *allocator->Resolve(grants->grants[i].offset, kObject);
         const auto expected = static_cast<std::byte>((first + i) & 0xff);
         if (p[0] != expected || p[kObject - 1] != expected) failed = true;
         bytes_verified += kObject;
-        locked.push_back(keys[i]);
       }
-      if (!locked.empty() && !table.FinishRead(locked, 1, owner).ok()) failed = true;
+      if (grants->granted > 0 && table.ReleaseRead(grants->lease) != grants->granted) {
+        failed = true;  // exactly its own locks come back
+      }
     }
   };
   std::vector<std::thread> threads;
-  for (OwnerId w = 1; w <= 3; ++w) {
+  for (std::uint64_t w = 1; w <= 3; ++w) {
     threads.emplace_back([&, w] {
       writer(w);
       writers_running.fetch_sub(1);
     });
   }
-  for (OwnerId r = 10; r <= 12; ++r) threads.emplace_back(reader, r);
+  for (std::uint64_t r = 10; r <= 12; ++r) threads.emplace_back(reader, r);
+  // Lookups: take 3 locks per object of a prefix, let readers consume, release the rest.
+  threads.emplace_back([&] {
+    const Owner session = Owner::Session(1);
+    for (int i = 0; i < 200; ++i) {
+      ReadRequest request;
+      const auto keys = testing::KeysN(static_cast<std::uint64_t>(i % 150), 8);
+      request.keys = keys;
+      request.owner = session;
+      request.count = 3;
+      request.mode = ReadMode::kPrefix;
+      auto lookup = table.AcquireRead(request);
+      if (!lookup.ok()) {
+        failed = true;
+        return;
+      }
+      shared_lookup.store(lookup->lease);
+      std::this_thread::yield();
+      shared_lookup.store(kNoLease);
+      table.ReleaseRead(lookup->lease);
+    }
+  });
   threads.emplace_back([&] {
     for (int i = 0; i < 100; ++i) table.Delete(testing::KeysN(i, 3), /*force=*/false);
   });
   // An owner that takes locks and departs without releasing them.
   threads.emplace_back([&] {
-    for (int i = 0; i < 50; ++i)
-      (void)table.ReserveRead(testing::KeysN(i, 4), 2, 99, ReadMode::kEach);
-    table.ReleaseOwner(99);
+    const Owner departing = Owner::Instance(99);
+    for (int i = 0; i < 50; ++i) {
+      ReadRequest request;
+      const auto keys = testing::KeysN(static_cast<std::uint64_t>(i), 4);
+      request.keys = keys;
+      request.owner = departing;
+      request.count = 2;
+      request.mode = ReadMode::kPrefix;
+      (void)table.AcquireRead(request);
+    }
+    table.ReleaseOwner(departing);
   });
   for (auto& t : threads) t.join();
   evictor.Stop();
@@ -118,6 +155,8 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
   EXPECT_GT(bytes_verified.load(), 0u);
   const TableStats stats = table.Stats();
   EXPECT_EQ(stats.locked_objects, 0u);  // every lock was released
+  EXPECT_EQ(stats.read_leases, 0u);
+  EXPECT_EQ(stats.write_leases, 0u);
   EXPECT_EQ(stats.staging_objects, 0u);
   EXPECT_EQ(stats.retired_objects, 0u);
   EXPECT_EQ(stats.resident_bytes, allocator->UsedBytes());

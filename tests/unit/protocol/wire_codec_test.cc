@@ -1,4 +1,4 @@
-#include "server/codec.h"
+#include "protocol/wire_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,9 @@
 #include <utility>
 #include <vector>
 
-namespace lmcache::server {
+#include "common/msgpack_codec.h"
+
+namespace lmcache::protocol {
 namespace {
 
 using msgpack::type::object_type;
@@ -59,73 +61,6 @@ std::vector<Field> With(std::vector<Field> fields, const std::string& name, std:
 void ExpectMalformedNaming(const Status& status, const std::string& field) {
   EXPECT_EQ(status.code(), ErrorCode::kMalformedRequest) << status.ToString();
   EXPECT_NE(status.message().find(field), std::string::npos) << status.message();
-}
-
-// --- DecodeOperation ----------------------------------------------------------------------
-
-TEST(DecodeOperation, EveryFrozenIdDecodes) {
-  for (std::int64_t id = 1; id <= 34; ++id) {
-    auto spec = DecodeOperation(Encoder().Int(id).Take());
-    ASSERT_TRUE(spec.ok()) << "id " << id << ": " << spec.status().ToString();
-    EXPECT_EQ(static_cast<std::int64_t>(spec->op), id);
-    EXPECT_TRUE(spec->frozen_id);
-  }
-  EXPECT_EQ(DecodeOperation(Encoder().Int(16).Take())->op, Op::kPrepareStore);
-}
-
-TEST(DecodeOperation, IdsOutsideTheFrozenTableAreUnknown) {
-  for (const std::int64_t id : {0, 35, 99, -1, 100, 101}) {
-    auto spec = DecodeOperation(Encoder().Int(id).Take());
-    ASSERT_FALSE(spec.ok()) << "id " << id << " decoded";
-    EXPECT_EQ(spec.status().code(), ErrorCode::kUnknownOperation) << id;
-  }
-}
-
-TEST(DecodeOperation, IdsAboveInt64MaxAreUnknown) {
-  // 2^63 + 1 must not alias a valid id (e.g. 1) by dropping its top bit.
-  for (const std::uint64_t id :
-       {(std::uint64_t{1} << 63) + 1, (std::uint64_t{1} << 63) + 16, ~std::uint64_t{0}}) {
-    auto spec = DecodeOperation(Encoder().Uint(id).Take());
-    ASSERT_FALSE(spec.ok()) << "id " << id << " decoded as " << (spec.ok() ? spec->name : "");
-    EXPECT_EQ(spec.status().code(), ErrorCode::kUnknownOperation) << id;
-  }
-}
-
-TEST(DecodeOperation, ByName) {
-  auto prepare = DecodeOperation(Encoder().Str("prepare_store").Take());
-  ASSERT_TRUE(prepare.ok()) << prepare.status().ToString();
-  EXPECT_EQ(prepare->op, Op::kPrepareStore);
-  auto info = DecodeOperation(Encoder().Str("server_info").Take());
-  ASSERT_TRUE(info.ok()) << info.status().ToString();
-  EXPECT_EQ(info->op, Op::kServerInfo);
-  EXPECT_FALSE(info->frozen_id);
-}
-
-TEST(DecodeOperation, FinishReadIsCommitRetrieve) {
-  auto spec = DecodeOperation(Encoder().Str("finish_read").Take());
-  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
-  EXPECT_EQ(spec->op, Op::kCommitRetrieve);
-  EXPECT_EQ(spec->name, "commit_retrieve");
-}
-
-TEST(DecodeOperation, UnknownNameIsUnknownOperationNamingIt) {
-  auto spec = DecodeOperation(Encoder().Str("teleport").Take());
-  ASSERT_FALSE(spec.ok());
-  EXPECT_EQ(spec.status().code(), ErrorCode::kUnknownOperation);
-  EXPECT_NE(spec.status().message().find("teleport"), std::string::npos);
-}
-
-TEST(DecodeOperation, WrongTypesAreMalformed) {
-  for (const std::string& frame :
-       {Encoder().Map(1).Str("op").Int(1).Take(), Encoder().Float(1.5).Take(),
-        Encoder().Bool(true).Take(), Encoder().Nil().Take(), std::string()}) {
-    auto spec = DecodeOperation(frame);
-    ASSERT_FALSE(spec.ok()) << "decoded " << spec->name << " from a frame starting 0x" << std::hex
-                            << (frame.empty()
-                                    ? -1
-                                    : static_cast<int>(static_cast<std::uint8_t>(frame[0])));
-    EXPECT_EQ(spec.status().code(), ErrorCode::kMalformedRequest) << spec.status().ToString();
-  }
 }
 
 // --- DecodeIpcKey -------------------------------------------------------------------------
@@ -245,7 +180,7 @@ TEST(DecodeIpcKey, NonMapIsMalformed) {
   EXPECT_EQ(key.status().code(), ErrorCode::kMalformedRequest);
 }
 
-// --- DecodeRegisterContext ----------------------------------------------------------------
+// --- DecodeEngineContext ----------------------------------------------------------------
 
 std::vector<Field> FullContextFields() {
   return {{"instance_id", Encoder().Int(77).Take()},
@@ -258,10 +193,10 @@ std::vector<Field> FullContextFields() {
           {"use_mla", Encoder().Bool(true).Take()}};
 }
 
-TEST(DecodeRegisterContext, ReadsEveryField) {
+TEST(DecodeEngineContext, ReadsEveryField) {
   auto fields = FullContextFields();
   fields.emplace_back("kv_caches_meta", Encoder().Array(0).Take());  // unknown: ignored
-  auto p = DecodeRegisterContext(MapFrame(fields));
+  auto p = DecodeEngineContext(MapFrame(fields));
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(p->instance_id, 77);
   EXPECT_EQ(p->model_name, "llama");
@@ -273,102 +208,29 @@ TEST(DecodeRegisterContext, ReadsEveryField) {
   EXPECT_TRUE(p->use_mla);
 }
 
-TEST(DecodeRegisterContext, EveryFieldIsRequired) {
+TEST(DecodeEngineContext, EveryFieldIsRequired) {
   for (const auto& [name, value] : FullContextFields()) {
-    auto p = DecodeRegisterContext(MapFrame(Without(FullContextFields(), name)));
+    auto p = DecodeEngineContext(MapFrame(Without(FullContextFields(), name)));
     ASSERT_FALSE(p.ok()) << "accepted without " << name;
     ExpectMalformedNaming(p.status(), name);
   }
 }
 
-TEST(DecodeRegisterContext, WrongTypesNameTheField) {
-  auto p = DecodeRegisterContext(
+TEST(DecodeEngineContext, WrongTypesNameTheField) {
+  auto p = DecodeEngineContext(
       MapFrame(With(FullContextFields(), "dtype_str", Encoder().Int(2).Take())));
   ASSERT_FALSE(p.ok());
   ExpectMalformedNaming(p.status(), "payload.dtype_str");
-  p = DecodeRegisterContext(
+  p = DecodeEngineContext(
       MapFrame(With(FullContextFields(), "use_mla", Encoder().Str("no").Take())));
   ASSERT_FALSE(p.ok());
   ExpectMalformedNaming(p.status(), "payload.use_mla");
 }
 
-// --- Failure values and error maps --------------------------------------------------------
-
 msgpack::object_handle ParseOk(const std::string& frame) {
   auto handle = mp::Parse(frame, "reply");
   EXPECT_TRUE(handle.ok()) << handle.status().ToString();
   return handle.ok() ? std::move(handle).value() : msgpack::object_handle();
-}
-
-TEST(EncodeFailureValue, ScalarValues) {
-  EXPECT_EQ(ParseOk(EncodeFailureValue(FailureValue::kNil, "x")).get().type, object_type::NIL);
-  auto f = ParseOk(EncodeFailureValue(FailureValue::kFalse, "x"));
-  ASSERT_EQ(f.get().type, object_type::BOOLEAN);
-  EXPECT_FALSE(f.get().via.boolean);
-  auto zero = ParseOk(EncodeFailureValue(FailureValue::kZero, "x"));
-  ASSERT_EQ(zero.get().type, object_type::POSITIVE_INTEGER);
-  EXPECT_EQ(zero.get().via.u64, 0u);
-  auto list = ParseOk(EncodeFailureValue(FailureValue::kEmptyList, "x"));
-  ASSERT_EQ(list.get().type, object_type::ARRAY);
-  EXPECT_EQ(list.get().via.array.size, 0u);
-}
-
-TEST(EncodeFailureValue, StoreRetrieveFailureIsEmptyBytesAndFalse) {
-  auto h = ParseOk(EncodeFailureValue(FailureValue::kStoreRetrieveFailure, "x"));
-  ASSERT_EQ(h.get().type, object_type::ARRAY);
-  ASSERT_EQ(h.get().via.array.size, 2u);
-  EXPECT_EQ(h.get().via.array.ptr[0].type, object_type::BIN);
-  EXPECT_EQ(h.get().via.array.ptr[0].via.bin.size, 0u);
-  ASSERT_EQ(h.get().via.array.ptr[1].type, object_type::BOOLEAN);
-  EXPECT_FALSE(h.get().via.array.ptr[1].via.boolean);
-}
-
-TEST(EncodeFailureValue, EmptyPrepareStoreHasEmptySlotsAndChunkIndices) {
-  auto h = ParseOk(EncodeFailureValue(FailureValue::kEmptyPrepareStore, "x"));
-  auto map = mp::MapReader::Make(h.get(), "reply");
-  ASSERT_TRUE(map.ok());
-  EXPECT_EQ(h.get().via.map.size, 1u);
-  const msgpack::object* context = map->Field("context");
-  ASSERT_NE(context, nullptr);
-  auto inner = mp::MapReader::Make(*context, "context");
-  ASSERT_TRUE(inner.ok());
-  EXPECT_EQ(context->via.map.size, 2u);
-  for (const char* name : {"slots", "chunk_indices"}) {
-    const msgpack::object* list = inner->Field(name);
-    ASSERT_NE(list, nullptr) << name;
-    ASSERT_EQ(list->type, object_type::ARRAY) << name;
-    EXPECT_EQ(list->via.array.size, 0u) << name;
-  }
-}
-
-TEST(EncodeFailureValue, FailedPrepareRetrieve) {
-  auto h = ParseOk(EncodeFailureValue(FailureValue::kFailedPrepareRetrieve, "x"));
-  auto map = mp::MapReader::Make(h.get(), "reply");
-  ASSERT_TRUE(map.ok());
-  EXPECT_EQ(h.get().via.map.size, 3u);
-  ASSERT_NE(map->Field("success"), nullptr);
-  ASSERT_EQ(map->Field("success")->type, object_type::BOOLEAN);
-  EXPECT_FALSE(map->Field("success")->via.boolean);
-  ASSERT_NE(map->Field("data"), nullptr);
-  ASSERT_EQ(map->Field("data")->type, object_type::BIN);
-  EXPECT_EQ(map->Field("data")->via.bin.size, 0u);
-  ASSERT_NE(map->Field("context"), nullptr);
-  ASSERT_EQ(map->Field("context")->type, object_type::MAP);
-  EXPECT_EQ(map->Field("context")->via.map.size, 0u);
-}
-
-TEST(EncodeFailureValue, FailedRegistrationCarriesTheMessage) {
-  auto h = ParseOk(EncodeFailureValue(FailureValue::kFailedRegistration, "layout mismatch"));
-  auto map = mp::MapReader::Make(h.get(), "reply");
-  ASSERT_TRUE(map.ok());
-  EXPECT_EQ(h.get().via.map.size, 3u);
-  ASSERT_NE(map->Field("shm_name"), nullptr);
-  EXPECT_EQ(*mp::AsString(*map->Field("shm_name"), "shm_name"), "");
-  ASSERT_NE(map->Field("pool_size"), nullptr);
-  ASSERT_EQ(map->Field("pool_size")->type, object_type::POSITIVE_INTEGER);
-  EXPECT_EQ(map->Field("pool_size")->via.u64, 0u);
-  ASSERT_NE(map->Field("error"), nullptr);
-  EXPECT_EQ(*mp::AsString(*map->Field("error"), "error"), "layout mismatch");
 }
 
 TEST(EncodeErrorMap, HoldsCodeAndMessage) {
@@ -407,4 +269,4 @@ TEST(DecodeScalars, DecodeOneValueAndRejectTrailingBytes) {
 }
 
 }  // namespace
-}  // namespace lmcache::server
+}  // namespace lmcache::protocol

@@ -1,0 +1,70 @@
+// WireCodec: msgpack frames <-> the typed payloads of lmcache/messages.h.
+//
+// The one place that knows how each message looks on the wire: the server
+// decodes requests and encodes replies with it, the client library encodes
+// requests and decodes replies, tests and benchmarks build frames with it.
+// Decoding follows the reference's msgspec rules: maps keyed by field name,
+// unknown keys ignored, missing optional fields defaulted, missing required
+// fields and wrong types refused with a message naming the field, integers
+// accept booleans, floats accept integers, strings must be UTF-8. Decoders
+// read in place (MsgpackCursor): a request costs memory in proportion to
+// what is kept from it (e.g. 4 bytes per token), never to the shape of what
+// it sends, and trailing bytes after a value are an error.
+// Thread-safety: stateless functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/msgpack_codec.h"
+#include "lmcache/messages.h"
+#include "lmcache/status.h"
+
+namespace lmcache::protocol {
+
+using mp::Encoder;
+
+// Bounds on a key, checked while it is decoded (before anything is kept).
+struct KeyLimits {
+  std::size_t max_tokens = 4u << 20;
+  std::size_t max_model_name_bytes = 1024;
+  std::size_t max_request_id_bytes = 4096;
+  std::size_t max_cache_salt_bytes = 128;
+};
+
+// One frame holding one scalar value.
+Result<std::int64_t> DecodeInt(std::string_view frame, std::string_view what);
+Result<std::optional<std::int64_t>> DecodeOptionalInt(std::string_view frame,
+                                                      std::string_view what);
+Result<bool> DecodeBool(std::string_view frame, std::string_view what);
+Result<double> DecodeFloat(std::string_view frame, std::string_view what);
+Result<std::string> DecodeString(std::string_view frame, std::string_view what);
+// bin (or str, which older encoders produce for bytes).
+Result<std::string> DecodeBytes(std::string_view frame, std::string_view what);
+
+std::string EncodeIpcKey(const IpcKey& key);
+// Fields the reference requires must be present (worker_id may be nil); a
+// missing num_kv_readers decodes as 0, as the reference's default.
+Result<IpcKey> DecodeIpcKey(std::string_view frame, const KeyLimits& limits = {});
+
+std::string EncodeEngineContext(const EngineContext& context);
+Result<EngineContext> DecodeEngineContext(std::string_view frame);
+
+std::string EncodeRegistration(const Registration& registration);
+Result<Registration> DecodeRegistration(std::string_view frame);
+
+void EncodeSlot(Encoder& e, const SlotDescriptor& slot);
+std::string EncodePrepareStoreReply(const PrepareStoreReply& reply);
+Result<PrepareStoreReply> DecodePrepareStoreReply(std::string_view frame);
+std::string EncodePrepareRetrieveReply(const PrepareRetrieveReply& reply);
+Result<PrepareRetrieveReply> DecodePrepareRetrieveReply(std::string_view frame);
+
+// The extra frame of a failed reply: {"code": int, "message": str}.
+std::string EncodeErrorMap(const Status& status);
+// The Status an error frame carries (a malformed frame becomes kMalformedRequest).
+Status DecodeErrorMap(std::string_view frame);
+
+}  // namespace lmcache::protocol

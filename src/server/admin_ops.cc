@@ -1,0 +1,161 @@
+#include "server/admin_ops.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include "common/version.h"
+
+namespace lmcache::server {
+namespace {
+
+struct NoArgs {};
+Result<NoArgs> DecodeNothing(Payloads) { return NoArgs{}; }
+
+Result<std::optional<std::int64_t>> DecodePing(Payloads p) {
+  // The scheduler pings with nil; older clients send no frame at all.
+  if (p.empty()) return std::optional<std::int64_t>();
+  return protocol::DecodeOptionalInt(p[0], "instance_id");
+}
+
+Result<bool> DecodeClear(Payloads p) {
+  if (p.empty()) return false;
+  LMC_ASSIGN_OR_RETURN(const std::optional<std::int64_t> force,
+                       protocol::DecodeOptionalInt(p[0], "force"));
+  return force.value_or(0) != 0;
+}
+
+Handler Answer(std::string value) {
+  return [value](const RequestContext&, Payloads, const Respond& respond) { respond(value); };
+}
+
+}  // namespace
+
+bool MayRunDestructive(AdminAccess access, const RequestContext& context) {
+  switch (access) {
+    case AdminAccess::kAny: return true;
+    case AdminAccess::kLocal: return context.local_peer;
+    case AdminAccess::kOff: return false;
+  }
+  return false;
+}
+
+void AdminOps::AddTo(OpTable* table) {
+  using F = FailureValue;
+  using P = Pool;
+  // Inline (the reference uses its CPU pool): a liveness touch is cheaper than a thread hop.
+  table->Add({Op::kPing, "ping", true, P::kInline, 0, 1, 64, F::kFalse},
+             Bind(DecodePing, [this](const RequestContext& c, std::optional<std::int64_t> id) {
+               return Ping(c, id);
+             }));
+  table->Add({Op::kClear, "clear", true, P::kCpu, 0, 1, 64, F::kNil},
+             Bind(DecodeClear, [this](const RequestContext& c, bool force) { return Clear(c, force); }));
+  table->Add({Op::kGetChunkSize, "get_chunk_size", true, P::kInline, 0, 0, 0, F::kZero},
+             Answer(mp::Encoder().Int(state_->config().chunk_size).Take()));
+  table->Add({Op::kNoop, "noop", true, P::kInline, 0, 0, 0, F::kEmptyString},
+             Answer(mp::Encoder().Str("OK").Take()));
+  table->Add({Op::kGetExperimental, "get_experimental", true, P::kInline, 0, 0, 0, F::kEmptyList},
+             Answer(mp::Encoder().Array(0).Take()));
+  table->Add({Op::kReportBlockAllocation, "report_block_allocation", true, P::kCpu, 1, 3,
+              4u << 20, F::kNil},
+             [this](const RequestContext&, Payloads, const Respond& respond) {
+               // Observability only (spec 3.1): counted, not decoded.
+               state_->counters().block_allocation_reports.fetch_add(1, std::memory_order_relaxed);
+               respond(mp::Encoder().Nil().Take());
+             });
+  table->Add({Op::kServerInfo, "server_info", false, P::kInline, 0, 0, 0, F::kNil},
+             Bind(DecodeNothing, [this](const RequestContext&, NoArgs) { return ServerInfo(); }));
+  table->Add({Op::kStats, "stats", false, P::kCpu, 0, 0, 0, F::kNil},
+             Bind(DecodeNothing, [this](const RequestContext&, NoArgs) -> Result<std::string> {
+               return render_stats_();
+             }));
+}
+
+void AdminOps::AddUnsupported(OpTable* table) {
+  using F = FailureValue;
+  using P = Pool;
+  auto refuse = [](std::string message) -> Handler {
+    return [message](const RequestContext&, Payloads, const Respond& respond) {
+      respond(Status(ErrorCode::kNotSupported, message));
+    };
+  };
+  const std::string cuda =
+      ": the CUDA-IPC path (server-side GPU copies) is not available in this server yet; use the "
+      "shared-memory path (register_kv_cache_engine_driven_context, prepare_store/commit_store, "
+      "prepare_retrieve/commit_retrieve)";
+  const std::string scope =
+      " is not supported by lmcache-server (CacheBlend, p2p, QStore and KV events are out of "
+      "scope)";
+  const std::size_t kMax = 24u << 20;
+  const struct {
+    OpSpec spec;
+    bool cuda;
+  } rows[] = {
+      {{Op::kRegisterKvCache, "register_kv_cache", true, P::kInline, 7, 7, 4u << 20, F::kNil}, true},
+      {{Op::kUnregisterKvCache, "unregister_kv_cache", true, P::kInline, 1, 1, 64, F::kNil}, true},
+      {{Op::kStore, "store", true, P::kAffinity, 4, 4, kMax, F::kEventFailure}, true},
+      {{Op::kRetrieve, "retrieve", true, P::kAffinity, 5, 5, kMax, F::kEventFailure}, true},
+      {{Op::kRegisterQCache, "register_q_cache", true, P::kInline, 0, 16, 4u << 20, F::kNil}, false},
+      {{Op::kUnregisterQCache, "unregister_q_cache", true, P::kInline, 0, 16, 64, F::kNil}, false},
+      {{Op::kStoreQ, "store_q", true, P::kAffinity, 0, 16, kMax, F::kEventFailure}, false},
+      {{Op::kCbRegisterRope, "cb_register_rope", true, P::kInline, 0, 16, 1u << 20, F::kNil}, false},
+      {{Op::kCbUnregisterRope, "cb_unregister_rope", true, P::kInline, 0, 16, 1u << 20, F::kNil},
+       false},
+      {{Op::kCbRetrievePreComputed, "cb_retrieve_pre_computed", true, P::kInline, 0, 16, kMax,
+        F::kEventFailure},
+       false},
+      {{Op::kCbUnifiedLookup, "cb_unified_lookup", true, P::kInline, 0, 16, kMax, F::kNil}, false},
+      {{Op::kP2pLookupAndLock, "p2p_lookup_and_lock", true, P::kInline, 0, 16, kMax, F::kZero},
+       false},
+      {{Op::kP2pQueryLookupResults, "p2p_query_lookup_results", true, P::kInline, 0, 16, 1u << 20,
+        F::kNil},
+       false},
+      {{Op::kP2pUnlockObjects, "p2p_unlock_objects", true, P::kInline, 0, 16, kMax, F::kNil},
+       false},
+      {{Op::kCbProtocolHandshake, "cb_protocol_handshake", true, P::kInline, 0, 16, 1u << 20,
+        F::kZeroFalse},
+       false},
+      {{Op::kPollKvEvents, "poll_kv_events", true, P::kInline, 0, 16, 1u << 20,
+        F::kKvEventsDisabled},
+       false},
+  };
+  for (const auto& row : rows) {
+    table->Add(row.spec, refuse(std::string(row.spec.name) + (row.cuda ? cuda : scope)));
+  }
+}
+
+Result<std::string> AdminOps::Ping(const RequestContext& context,
+                                   std::optional<std::int64_t> instance) {
+  // The scheduler's ping (nil) is about the server: True. A worker's ping is
+  // True while this connection holds its registration; False tells a newer
+  // reference client to register again (after a restart, a reap, or a
+  // reconnect that changed its connection).
+  if (!instance) return mp::Encoder().Bool(true).Take();
+  return mp::Encoder().Bool(state_->instances().Heartbeat(*instance, context.connection)).Take();
+}
+
+Result<std::string> AdminOps::Clear(const RequestContext& context, bool force) {
+  if (!MayRunDestructive(state_->config().admin_access, context)) {
+    return Status(ErrorCode::kPermissionDenied,
+                  "clear is not allowed from this connection (--admin-ops; the default allows "
+                  "it over ipc and from loopback addresses only)");
+  }
+  const std::uint64_t cleared = state_->table().Clear(force);
+  spdlog::info("clear(force={}): {} objects removed", force, cleared);
+  return mp::Encoder().Nil().Take();
+}
+
+Result<std::string> AdminOps::ServerInfo() const {
+  mp::MapWriter e;
+  e.Field("version").Str(kVersion);
+  e.Field("instance_id").Str(state_->config().instance_id);
+  e.Field("boot_id").Str(state_->boot_id());
+  e.Field("pid").Int(static_cast<std::int64_t>(getpid()));
+  e.Field("shm_name").Str(state_->l1().segment().name());
+  e.Field("pool_size").Uint(state_->l1().segment().size());
+  e.Field("chunk_size").Int(state_->config().chunk_size);
+  e.Field("hash_algorithm").Str("blake3");
+  e.Field("features").Array(2).Str("shm").Str("engine_driven");
+  return e.Take();
+}
+
+}  // namespace lmcache::server

@@ -1,0 +1,70 @@
+// ChunkHasher: the rolling chunk hashes of a prompt (token_hasher.h), with a
+// bounded cache of (previous hash, chunk tokens) -> chunk hash shared by all
+// requests.
+//
+// Every request names its range by the whole prompt, so the scheduler's
+// lookup and each worker's stores and retrieves need the same hashes, and
+// prompts that share a prefix (a system prompt) share their leading chunks.
+// The cache answers those from memory: a hit costs a fast non-cryptographic
+// hash of the chunk and a comparison of its tokens, not a BLAKE3 pass. Keys
+// are compared in full (the previous hash and every token), so a crafted
+// collision of the fast hash costs a miss, never a wrong chunk hash. The
+// cache is capped in bytes and evicts least recently used entries; with a
+// capacity of 0 every chunk is hashed afresh.
+//
+// Thread-safety: internally synchronised (sharded mutexes, leaves in the lock
+// order); Hashes may be called from any number of threads.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/mutex.h"
+#include "server/token_hasher.h"
+
+namespace lmcache::server {
+
+struct ChunkHasherStats {
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t entries = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t capacity_bytes = 0;
+};
+
+class ChunkHasher {
+ public:
+  ChunkHasher(std::size_t chunk_size, std::size_t cache_bytes);
+  ~ChunkHasher();
+  ChunkHasher(const ChunkHasher&) = delete;
+  ChunkHasher& operator=(const ChunkHasher&) = delete;
+
+  // Hashes of chunks [0, count) of `tokens`, which must hold at least
+  // count * chunk_size tokens.
+  std::vector<ChunkHash> Hashes(std::span<const std::uint32_t> tokens, std::size_t count);
+  ChunkHasherStats Stats() const;
+  std::size_t chunk_size() const { return chunk_size_; }
+
+ private:
+  struct Shard;
+  // The cached hash of the chunk after `previous`, or nullopt.
+  bool Find(std::uint64_t fingerprint, const ChunkHash& previous,
+            std::span<const std::uint32_t> tokens, ChunkHash* out);
+  void Insert(std::uint64_t fingerprint, const ChunkHash& previous,
+              std::span<const std::uint32_t> tokens, const ChunkHash& hash);
+
+  const std::size_t chunk_size_;
+  const std::size_t cache_bytes_;
+  std::unique_ptr<Shard[]> shards_;
+  std::atomic<std::uint64_t> hits_{0};
+  std::atomic<std::uint64_t> misses_{0};
+};
+
+}  // namespace lmcache::server

@@ -1,0 +1,258 @@
+#include "server/lookup_ops.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace lmcache::server {
+namespace {
+
+// Keys expanded at a time (chunks x ranks): bounds a lookup's transient
+// memory whatever its world size and prompt length.
+constexpr std::size_t kWindowKeys = 4096;
+constexpr std::size_t kKeyRequestBytes = 24u << 20;
+
+// Adds what a finished prefetch loaded to the lookup's hit prefix.
+void FoldPrefetch(LookupState& lookup, const std::optional<tier::PrefetchResult>& landed) {
+  if (!landed) return;
+  lookup.prefetch_pending = false;
+  lookup.hit_chunks += landed->chunks;
+  if (landed->lease != store::kNoLease) lookup.leases.push_back(landed->lease);
+}
+
+}  // namespace
+
+Result<LookupOps::KeyArgs> LookupOps::DecodeKey(Payloads p) const {
+  // p[1] (tp_size) is kept for arity; num_kv_readers decides the lock count.
+  LMC_ASSIGN_OR_RETURN(IpcKey key, protocol::DecodeIpcKey(p[0], state_->config().key_limits));
+  return KeyArgs{std::move(key)};
+}
+
+namespace {
+
+Result<LookupOps::StatusArgs> DecodeStatus(Payloads p) {
+  LookupOps::StatusArgs args;
+  LMC_ASSIGN_OR_RETURN(args.request_id, protocol::DecodeString(p[0], "request_id"));
+  if (p.size() > 1) {
+    LMC_ASSIGN_OR_RETURN(args.timeout_seconds, protocol::DecodeFloat(p[1], "timeout"));
+  }
+  return args;
+}
+
+Result<std::string> DecodeRequestId(Payloads p) {
+  // p[1] (end_info, newest clients) carries nothing this server uses.
+  return protocol::DecodeString(p[0], "request_id");
+}
+
+}  // namespace
+
+void LookupOps::AddTo(OpTable* table) {
+  using F = FailureValue;
+  using P = Pool;
+  auto key = [this](Payloads p) { return DecodeKey(p); };
+  auto status = [this](StatusQuery query) {
+    return [this, query](const RequestContext&, const StatusArgs& args) {
+      return QueryStatus(args, query);
+    };
+  };
+  table->Add({Op::kLookup, "lookup", true, P::kCpu, 1, 2, kKeyRequestBytes, F::kNil},
+             Bind(key, [this](const RequestContext&, const KeyArgs& a) { return Lookup(a.key); }));
+  table->Add({Op::kQueryPrefetchStatus, "query_prefetch_status", true, P::kCpu, 1, 1, 8192,
+              F::kZero},
+             Bind(DecodeStatus, status(StatusQuery::kStatus)));
+  table->Add({Op::kWaitPrefetchStatus, "wait_prefetch_status", true, P::kCpu, 1, 2, 8192,
+              F::kZero},
+             Bind(DecodeStatus, status(StatusQuery::kWait)));
+  table->Add({Op::kQueryPrefetchLookupHits, "query_prefetch_lookup_hits", true, P::kCpu, 1, 1,
+              8192, F::kZero},
+             Bind(DecodeStatus, status(StatusQuery::kHits)));
+  table->Add({Op::kFreeLookupLocks, "free_lookup_locks", true, P::kCpu, 1, 2, kKeyRequestBytes,
+              F::kNil},
+             Bind(key, [this](const RequestContext&, const KeyArgs& a) {
+               return FreeLookupLocks(a.key);
+             }));
+  table->Add({Op::kEndSession, "end_session", true, P::kCpu, 1, 2, 64u << 10, F::kNil},
+             Bind(DecodeRequestId, [this](const RequestContext&, const std::string& request_id) {
+               return EndSession(request_id);
+             }));
+}
+
+void LookupOps::ForEachKeyWindow(
+    const LookupState& lookup, std::size_t first, std::size_t last,
+    const std::function<void(std::span<const store::ObjectKey>)>& fn) const {
+  last = std::min(last, lookup.hashes.size());
+  const std::vector<std::int64_t> ranks = AllRanks(lookup.world_size);
+  const std::size_t window = std::max<std::size_t>(1, kWindowKeys / ranks.size());
+  for (std::size_t c = first; c < last; c += window) {
+    const std::size_t n = std::min(window, last - c);
+    const std::vector<store::ObjectKey> keys =
+        ExpandKeys(std::span(lookup.hashes).subspan(c, n), lookup.model_name, lookup.cache_salt,
+                   ranks);
+    fn(keys);
+  }
+}
+
+Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t chunks,
+                             LookupState* lookup) {
+  const std::vector<std::int64_t> ranks = AllRanks(lookup->world_size);
+  const std::size_t window = std::max<std::size_t>(1, kWindowKeys / ranks.size());
+  store::LeaseId lease = store::kNoLease;
+  for (std::size_t c = 0; c < chunks; c += window) {
+    const std::size_t n = std::min(window, chunks - c);
+    const std::vector<store::ObjectKey> keys = ExpandKeys(
+        std::span(lookup->hashes).subspan(c, n), lookup->model_name, lookup->cache_salt, ranks);
+    store::ReadRequest request;
+    request.keys = keys;
+    request.owner = owner;
+    request.count = lookup->readers;
+    request.mode = store::ReadMode::kPrefix;
+    request.group = ranks.size();  // a chunk counts only when every rank has it
+    request.extend = lease;
+    LMC_ASSIGN_OR_RETURN(const store::ReadAcquisition acquired,
+                         state_->table().AcquireRead(request));
+    if (acquired.lease != store::kNoLease) lease = acquired.lease;
+    lookup->hit_chunks += acquired.granted / ranks.size();
+    if (acquired.granted < keys.size()) break;
+  }
+  if (lease != store::kNoLease) lookup->leases.push_back(lease);
+  return Status::Ok();
+}
+
+Result<std::string> LookupOps::Lookup(const IpcKey& key) {
+  if (key.num_kv_readers < 1 || key.num_kv_readers > store::kMaxReadLockCount) {
+    return InvalidArgument("key.num_kv_readers must be in [1, 128], got " +
+                           std::to_string(key.num_kv_readers) +
+                           " (0 means an old client that does not send it)");
+  }
+  if (key.world_size < 1 || key.world_size > 255) {
+    return InvalidArgument("key.world_size must be in [1, 255]");
+  }
+  LMC_RETURN_IF_ERROR(state_->CheckKeyRange(key));
+  const auto chunk = static_cast<std::size_t>(state_->config().chunk_size);
+  const std::size_t chunks = key.token_ids.size() / chunk;  // the whole prompt (spec 9.2)
+  std::shared_ptr<Session> session = state_->sessions().GetOrCreate(key.request_id);
+  LookupRelease release;
+  std::size_t hit_chunks = 0;
+  {
+    MutexLock lock(&session->mu);
+    LMC_ASSIGN_OR_RETURN(release, session->BeginLookup(
+                                      key.cache_salt,
+                                      state_->sessions().limits().max_tenants_per_session));
+    LookupState& lookup = *session->FindLookup(key.cache_salt);
+    lookup.model_name = key.model_name;
+    lookup.world_size = key.world_size;
+    lookup.readers = static_cast<std::uint32_t>(key.num_kv_readers);
+    // No instance registered this (model, world size): nothing can be cached (spec 9.2).
+    if (state_->instances().LayoutOf(key.model_name, key.world_size)) {
+      lookup.hashes = state_->hasher().Hashes(key.token_ids, chunks);
+      const Status locked = LockPrefix(session->owner(), chunks, &lookup);
+      if (!locked.ok()) {
+        session->Account();
+        return locked;
+      }
+      tier::Prefetcher* prefetcher = state_->prefetcher();
+      if (prefetcher != nullptr && lookup.hit_chunks < chunks) {
+        // The rest may be in L2: its loads land read-locked for this session.
+        const std::vector<std::int64_t> ranks = AllRanks(key.world_size);
+        tier::PrefetchRequest request;
+        request.keys = ExpandKeys(std::span(lookup.hashes).subspan(lookup.hit_chunks),
+                                  key.model_name, key.cache_salt, ranks);
+        request.ranks = ranks.size();
+        request.readers = lookup.readers;
+        request.owner = session->owner();
+        lookup.prefetch_handle = prefetcher->Submit(std::move(request));
+        lookup.prefetch_pending = true;
+      }
+    }
+    hit_chunks = lookup.hit_chunks;
+    session->Account();
+  }
+  state_->Release(release);
+  state_->sessions().Trim();
+  ServiceCounters& counters = state_->counters();
+  counters.lookups.fetch_add(1, std::memory_order_relaxed);
+  counters.lookup_requested_tokens.fetch_add(chunks * chunk, std::memory_order_relaxed);
+  counters.lookup_hit_tokens.fetch_add(hit_chunks * chunk, std::memory_order_relaxed);
+  return mp::Encoder().Nil().Take();
+}
+
+Result<std::string> LookupOps::QueryStatus(const StatusArgs& args, StatusQuery query) {
+  std::shared_ptr<Session> session = state_->sessions().Find(args.request_id);
+  if (!session) return mp::Encoder().Int(0).Take();  // unknown request: 0, as the reference
+  tier::Prefetcher* prefetcher = state_->prefetcher();
+  std::optional<tier::PrefetchHandle> waiting;
+  std::string salt;
+  std::uint64_t sequence = 0;
+  {
+    MutexLock lock(&session->mu);
+    LookupState* lookup = session->StatusLookup();
+    if (lookup == nullptr) return mp::Encoder().Int(0).Take();
+    if (lookup->prefetch_pending) {
+      if (query != StatusQuery::kWait) {
+        FoldPrefetch(*lookup, prefetcher->Poll(lookup->prefetch_handle));
+        if (lookup->prefetch_pending) return mp::Encoder().Nil().Take();  // still loading
+      } else {
+        waiting = lookup->prefetch_handle;
+        salt = lookup->cache_salt;
+        sequence = lookup->sequence;
+      }
+    }
+  }
+  if (waiting) {
+    // Wait without the session's mutex: other calls of this request go on.
+    const auto timeout = std::chrono::milliseconds(
+        static_cast<std::int64_t>(std::clamp(args.timeout_seconds, 0.0, 3600.0) * 1000));
+    const std::optional<tier::PrefetchResult> landed = prefetcher->Wait(*waiting, timeout);
+    MutexLock lock(&session->mu);
+    LookupState* lookup = session->FindLookup(salt);
+    if (lookup != nullptr && lookup->sequence == sequence && lookup->prefetch_pending) {
+      FoldPrefetch(*lookup, landed);
+    } else if (landed && landed->lease != store::kNoLease) {
+      state_->table().ReleaseRead(landed->lease);  // the lookup it was for is gone
+    }
+    if (lookup != nullptr && lookup->prefetch_pending) return mp::Encoder().Nil().Take();
+  }
+  MutexLock lock(&session->mu);
+  LookupState* lookup = session->StatusLookup();
+  if (lookup == nullptr || lookup->status_consumed) return mp::Encoder().Int(0).Take();
+  // The status is reported once (a second query answers 0, as the reference);
+  // the lookup hits may be asked for any number of times.
+  if (query != StatusQuery::kHits) lookup->status_consumed = true;
+  return mp::Encoder().Uint(lookup->hit_chunks).Take();
+}
+
+Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {
+  if (key.start < 0 || key.end <= key.start) return mp::Encoder().Nil().Take();
+  std::shared_ptr<Session> session = state_->sessions().Find(key.request_id);
+  if (!session) return mp::Encoder().Nil().Take();
+  const auto chunk = static_cast<std::size_t>(state_->config().chunk_size);
+  MutexLock lock(&session->mu);
+  const LookupState* lookup = session->FindLookup(key.cache_salt);
+  if (lookup == nullptr) return mp::Encoder().Nil().Take();
+  // A chunk partly reused by the engine stays locked until retrieve or TTL
+  // (spec 9.6). Whatever the lookup's leases still hold in the range goes:
+  // releasing twice finds nothing the second time.
+  const std::size_t first = static_cast<std::size_t>(key.start) / chunk;
+  const std::size_t last = std::min(static_cast<std::size_t>(key.end) / chunk, lookup->hit_chunks);
+  ForEachKeyWindow(*lookup, first, last, [&](std::span<const store::ObjectKey> keys) {
+    for (const store::LeaseId lease : lookup->leases) state_->table().ReleaseRead(lease, keys);
+  });
+  return mp::Encoder().Nil().Take();
+}
+
+Result<std::string> LookupOps::EndSession(const std::string& request_id) {
+  std::shared_ptr<Session> session = state_->sessions().Find(request_id);
+  if (!session) return mp::Encoder().Nil().Take();
+  {
+    MutexLock lock(&session->mu);
+    // The main recency signal for LRU (spec 9.7): every chunk of the prompt.
+    for (const LookupState* lookup : session->Lookups()) {
+      ForEachKeyWindow(*lookup, 0, lookup->hashes.size(),
+                       [&](std::span<const store::ObjectKey> keys) { state_->table().Touch(keys); });
+    }
+  }
+  // Every lock the session still holds goes with it (leases no retrieve consumed).
+  state_->sessions().Remove(request_id);
+  return mp::Encoder().Nil().Take();
+}
+
+}  // namespace lmcache::server

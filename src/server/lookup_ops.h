@@ -1,0 +1,54 @@
+// LookupOps: lookup, query_prefetch_status, wait_prefetch_status,
+// query_prefetch_lookup_hits, free_lookup_locks and end_session (spec 9).
+//
+// A lookup hashes the whole prompt and read-locks the leading run of chunks
+// present on every rank, `num_kv_readers` locks per object, under one lease
+// of the request's session; the rest may be prefetched from L2 (tier::
+// Prefetcher) and lands locked under a lease of the same session. Each
+// worker's prepare_retrieve consumes one lock per object into a lease of its
+// own (transfer_ops); free_lookup_locks releases what the lookup's leases
+// still hold in a range, end_session everything the session holds (lock
+// balance: docs/threading.md, "Lease rules"). Keys are expanded window by
+// window, so a prompt of any world size costs bounded memory.
+//
+// Thread-safety: the handlers may run on any threads at once; a request's
+// calls serialise on its session's mutex.
+#pragma once
+
+#include "server/op_table.h"
+#include "server/service_state.h"
+
+namespace lmcache::server {
+
+class LookupOps {
+ public:
+  explicit LookupOps(ServiceState* state) : state_(state) {}
+  void AddTo(OpTable* table);
+
+  // The payloads of query/wait_prefetch_status and query_prefetch_lookup_hits.
+  struct StatusArgs {
+    std::string request_id;
+    double timeout_seconds = 0;
+  };
+
+ private:
+  enum class StatusQuery { kStatus, kWait, kHits };
+  struct KeyArgs {
+    IpcKey key;
+  };
+  Result<KeyArgs> DecodeKey(Payloads p) const;
+
+  Result<std::string> Lookup(const IpcKey& key);
+  Result<std::string> QueryStatus(const StatusArgs& args, StatusQuery query);
+  Result<std::string> FreeLookupLocks(const IpcKey& key);
+  Result<std::string> EndSession(const std::string& request_id);
+  // Locks the hit prefix of `lookup` for `owner`, window by window.
+  Status LockPrefix(const store::Owner& owner, std::size_t chunks, LookupState* lookup);
+  // Calls `touch` on the lookup's keys of chunks [first, last), window by window.
+  void ForEachKeyWindow(const LookupState& lookup, std::size_t first, std::size_t last,
+                        const std::function<void(std::span<const store::ObjectKey>)>& fn) const;
+
+  ServiceState* const state_;
+};
+
+}  // namespace lmcache::server

@@ -1,0 +1,111 @@
+// OpTable: every operation of the protocol, one row each.
+//
+// A row is the whole definition of an operation: its wire identity (the
+// reference's frozen integer id and snake_case name, spec 2.4), the thread
+// pool that runs it (spec 16), its payload arity and size limit (checked
+// before anything is decoded), the failure value a reference client decodes
+// as the operation's declared reply type (frame 3 of a failed reply), and
+// its handler bound to a typed payload decoder. Operation families
+// (transfer_ops, lookup_ops, admin_ops, ...) add their rows; the table then
+// resolves operation frames and indexes per-operation statistics by row.
+//
+// Thread-safety: built on one thread before serving; read-only afterwards,
+// so lookups are safe from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmcache/protocol.h"
+#include "lmcache/status.h"
+#include "server/request.h"
+
+namespace lmcache::server {
+
+using Op = lmcache::Op;
+
+// Where a request runs (reference spec 16).
+enum class Pool : std::uint8_t {
+  kInline,    // on the loop thread: cheap, never blocks
+  kAffinity,  // transfer pool, one ordered queue per client (--max-gpu-workers)
+  kCpu,       // general pool (--max-cpu-workers)
+};
+
+// Frame 3 of a failed request: a value of the operation's declared reply
+// type, so a reference client (which decodes typed) degrades instead of
+// waiting for its timeout.
+enum class FailureValue : std::uint8_t {
+  kNil,                    // None / Optional
+  kFalse,                  // bool
+  kZero,                   // int / int | None
+  kEmptyString,            // str
+  kEmptyList,              // list
+  kEventFailure,           // tuple[bytes, bool]: [b"", false]
+  kZeroFalse,              // tuple[int, bool]: [0, false]
+  kEmptyPrepareStore,      // {"context": {"slots": [], "chunk_indices": []}}
+  kFailedPrepareRetrieve,  // {"success": false, "data": b"", "context": {}}
+  kFailedRegistration,     // {"shm_name": "", "pool_size": 0, "error": <message>}
+  kKvEventsDisabled,       // KVEventPollResult with enabled = false
+};
+
+struct OpSpec {
+  Op op;
+  std::string_view name;
+  bool frozen_id;  // travels as an integer id in reference clients (1-34)
+  Pool pool;
+  std::uint8_t min_payloads;
+  std::uint8_t max_payloads;
+  std::size_t max_request_bytes;  // all payload frames together
+  FailureValue failure;
+};
+
+// Called exactly once with the operation's result, from any thread.
+using Respond = std::function<void(Result<std::string>)>;
+// Runs one request. The payload views stay valid until `respond` is called.
+using Handler = std::function<void(const RequestContext&, Payloads, Respond)>;
+
+struct OpRow {
+  OpSpec spec;
+  Handler handle;
+  std::size_t index = 0;  // position in the table (statistics)
+};
+
+// A handler from a typed payload decoder (Payloads -> Result<Args>) and a
+// synchronous function (context, Args) -> Result<std::string> of its result.
+template <typename Decode, typename Fn>
+Handler Bind(Decode decode, Fn fn) {
+  return [decode, fn](const RequestContext& context, Payloads payloads, const Respond& respond) {
+    auto args = decode(payloads);
+    if (!args.ok()) {
+      respond(args.status());
+      return;
+    }
+    respond(fn(context, *args));
+  };
+}
+
+class OpTable {
+ public:
+  // Adds a row; an operation id or name may be added once.
+  void Add(OpSpec spec, Handler handler);
+  // By integer id (frozen ids only) or name. "finish_read" names commit_retrieve.
+  const OpRow* FindById(std::int64_t id) const;
+  const OpRow* FindByName(std::string_view name) const;
+  const OpRow* Find(Op op) const;
+  // The row an operation frame names (a msgpack int or str).
+  Result<const OpRow*> Resolve(std::string_view operation_frame) const;
+  const std::vector<OpRow>& rows() const { return rows_; }
+
+ private:
+  std::vector<OpRow> rows_;
+};
+
+// Frame 3 of a failed reply to `spec`.
+std::string EncodeFailureValue(const OpSpec& spec, const Status& status);
+
+}  // namespace lmcache::server

@@ -1,0 +1,36 @@
+// The transport-free view of one request: who sent it, over what, and its
+// payload frames; and the reply frames that go back.
+//
+// RouterLoop fills a RequestContext from the ZMQ message (the connection is
+// the socket plus the peer's routing id, so it names one client socket for
+// as long as it stays connected); in-process tests make their own.
+// Thread-safety: plain values; the views point into frames the caller keeps
+// alive for the duration of the call.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "lmcache/status.h"
+
+namespace lmcache::server {
+
+enum class Transport : std::uint8_t { kTcp, kIpc, kInproc };
+
+struct RequestContext {
+  std::string_view connection;  // opaque, stable while the client stays connected
+  Transport transport = Transport::kIpc;
+  bool local_peer = true;  // ipc, inproc, or tcp from a loopback address
+};
+
+using Payloads = std::span<const std::string_view>;
+
+// Frames 3 and 4 of a reply: the value, and for a failed request the error map.
+struct ReplyFrames {
+  std::string value;
+  std::optional<std::string> error;
+};
+
+}  // namespace lmcache::server

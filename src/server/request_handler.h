@@ -1,0 +1,63 @@
+// RequestHandler: what the transport (RouterLoop) needs from the service.
+//
+// The loop resolves each request's operation frame to a route (which pool
+// runs it, how many payload bytes it may carry), hands the request over, and
+// sends the reply frames it gets back; a request it refuses before running
+// (malformed, too large, overloaded) still gets the operation's failure
+// reply from Refuse(). Nothing here knows ZeroMQ, so the loop can be tested
+// with a fake handler and the service without a socket.
+//
+// Thread-safety: implementations must accept Handle from any number of
+// threads at once, and call `done` exactly once per request, from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "lmcache/status.h"
+#include "server/op_table.h"
+#include "server/request.h"
+
+namespace lmcache::server {
+
+struct RequestRoute {
+  Pool pool = Pool::kInline;
+  std::size_t max_request_bytes = 0;  // all payload frames together
+  std::size_t row = 0;                // the handler's own index of the operation
+};
+
+// What the transport counts; exported with the service's statistics.
+struct TransportStats {
+  std::uint64_t received = 0;
+  std::uint64_t replied = 0;
+  std::uint64_t undeliverable = 0;  // the peer left, or its queue was full
+  std::uint64_t refused = 0;        // answered with an error before running
+  std::uint64_t overloaded = 0;     // refused because a queue was full (402)
+  std::uint64_t connections = 0;    // client connections open now
+  std::uint64_t disconnects = 0;    // client connections that closed
+  std::size_t queued_requests = 0;  // waiting in the pools now
+  std::size_t queued_bytes = 0;
+};
+
+using ReplyFn = std::function<void(ReplyFrames)>;
+
+class RequestHandler {
+ public:
+  virtual ~RequestHandler() = default;
+  // The route of an operation frame; kUnknownOperation / kMalformedRequest otherwise.
+  virtual Result<RequestRoute> Route(std::string_view operation_frame) const = 0;
+  // Runs the request; `done` gets its reply frames exactly once. The payload
+  // views stay valid until `done` is called.
+  virtual void Handle(const RequestRoute& route, const RequestContext& context, Payloads payloads,
+                      ReplyFn done) = 0;
+  // The reply to a request refused before it ran (`route` is null when the
+  // operation itself could not be resolved).
+  virtual ReplyFrames Refuse(const RequestRoute* route, const Status& status) = 0;
+  // The client connection closed (its process exited, crashed or hung up):
+  // whatever it registered is gone. Called on the transport's thread.
+  virtual void OnDisconnect(std::string_view connection) = 0;
+};
+
+}  // namespace lmcache::server

@@ -1,0 +1,123 @@
+// ServiceState: what every operation family shares, and the rules they share.
+//
+// The L1 cache, the registry of instances, the sessions, the chunk hasher,
+// the configuration and the counters that are not per operation. Families
+// (transfer_ops, lookup_ops, admin_ops, ...) hold a pointer to it and never to
+// each other.
+//
+// Thread-safety: the members are internally synchronised (see each one's
+// header); the configuration and boot id are immutable after construction.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "lmcache/messages.h"
+#include "lmcache/status.h"
+#include "protocol/wire_codec.h"
+#include "server/chunk_hasher.h"
+#include "server/instances.h"
+#include "server/request.h"
+#include "server/session.h"
+#include "store/l1_cache.h"
+#include "tier/prefetcher.h"
+
+namespace lmcache::server {
+
+// Who may run destructive operations (clear), --admin-ops.
+enum class AdminAccess : std::uint8_t {
+  kAny,    // every connection
+  kLocal,  // ipc sockets and tcp peers on a loopback address (the default)
+  kOff,    // nobody
+};
+
+struct ServiceConfig {
+  std::int64_t chunk_size = 256;  // --chunk-size, tokens
+  SessionLimits sessions;         // --session-ttl-seconds, --session-memory-mb
+  TimeMs worker_reap_timeout_ms = 120'000;          // --worker-reap-timeout-seconds; 0 = never
+  TimeMs worker_registration_grace_ms = 3'600'000;  // --worker-registration-grace-seconds
+  protocol::KeyLimits key_limits;                   // tokens per key (a 16 MiB msgpack array)
+  std::size_t hash_cache_bytes = 64u << 20;         // --hash-cache-mb
+  std::size_t max_pending_transfers = 16384;        // per instance and direction
+  AdminAccess admin_access = AdminAccess::kLocal;
+  std::string instance_id;  // --instance-id, shown by server_info
+};
+
+struct ServiceCounters {
+  std::atomic<std::uint64_t> reaped_instances{0};
+  std::atomic<std::uint64_t> replaced_registrations{0};
+  std::atomic<std::uint64_t> departed_instances{0};
+  std::atomic<std::uint64_t> block_allocation_reports{0};
+  std::atomic<std::uint64_t> lookups{0};
+  std::atomic<std::uint64_t> lookup_requested_tokens{0};
+  std::atomic<std::uint64_t> lookup_hit_tokens{0};
+};
+
+// The objects one worker's transfer names: chunks [start, end) on its own rank.
+struct WorkerKeys {
+  InstanceInfo instance;
+  std::vector<store::ObjectKey> keys;
+  std::string transfer;  // names the transfer among the instance's pending ones
+};
+
+class ServiceState {
+ public:
+  // `l1`, `clock` and `prefetcher` (may be null) must outlive the state.
+  ServiceState(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
+               tier::Prefetcher* prefetcher);
+
+  store::L1Cache& l1() { return *l1_; }
+  store::ObjectTable& table() { return l1_->table(); }
+  const Clock& clock() const { return *clock_; }
+  tier::Prefetcher* prefetcher() const { return prefetcher_; }
+  const ServiceConfig& config() const { return config_; }
+  const std::string& boot_id() const { return boot_id_; }
+  InstanceRegistry& instances() { return instances_; }
+  SessionManager& sessions() { return sessions_; }
+  ChunkHasher& hasher() { return hasher_; }
+  ServiceCounters& counters() { return counters_; }
+
+  // The key's range must be chunk-aligned and inside its tokens, its model
+  // name and cache salt valid.
+  Status CheckKeyRange(const IpcKey& key) const;
+  // The registration `context` made of `instance_id` (see InstanceRegistry::Authorize).
+  Result<InstanceInfo> Authorize(std::int64_t instance_id, const RequestContext& context);
+  // The objects of a worker's transfer: its rank, chunks [start, end).
+  Result<WorkerKeys> ResolveWorkerKeys(const IpcKey& key, const InstanceInfo& instance);
+  // Releases everything a registration left behind (pending writes are
+  // aborted, never published; pending reads released), logging `why`.
+  void ReleaseInstance(const RemovedInstance& removed, const char* why);
+  // Releases every lease a session holds (ended, expired or dropped) and
+  // cancels its prefetches.
+  void ReleaseSession(Session& session);
+  // Releases what a session handed back.
+  void Release(const LookupRelease& release);
+
+ private:
+  store::L1Cache* const l1_;
+  const Clock* const clock_;
+  tier::Prefetcher* const prefetcher_;
+  const ServiceConfig config_;
+  const std::string boot_id_;
+  ServiceCounters counters_;
+  InstanceRegistry instances_;
+  SessionManager sessions_;
+  ChunkHasher hasher_;
+};
+
+// A fresh random id (32 hex digits) naming one server start.
+std::string NewBootId();
+
+// Object keys of chunks [0, hashes.size()) for every rank in `kv_ranks`,
+// chunk-major and rank-minor (spec 5.5).
+std::vector<store::ObjectKey> ExpandKeys(std::span<const store::ChunkHash> hashes,
+                                         const std::string& model, const std::string& salt,
+                                         std::span<const std::int64_t> kv_ranks);
+
+// kv_rank of every worker of a world.
+std::vector<std::int64_t> AllRanks(std::int64_t world_size);
+
+}  // namespace lmcache::server

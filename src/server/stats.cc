@@ -1,0 +1,139 @@
+#include "server/stats.h"
+
+#include "common/msgpack_codec.h"
+
+namespace lmcache::server {
+namespace {
+
+std::string L1Map(const StatsSnapshot& s) {
+  mp::MapWriter m;
+  m.Field("capacity_bytes").Uint(s.allocator.capacity_bytes);
+  m.Field("used_bytes").Uint(s.allocator.used_bytes);
+  m.Field("resident_bytes").Uint(s.table.resident_bytes);
+  m.Field("staging_bytes").Uint(s.table.staging_bytes);
+  m.Field("locked_bytes").Uint(s.table.locked_bytes);
+  m.Field("retired_bytes").Uint(s.table.retired_bytes);
+  m.Field("resident_objects").Uint(s.table.resident_objects);
+  m.Field("staging_objects").Uint(s.table.staging_objects);
+  m.Field("locked_objects").Uint(s.table.locked_objects);
+  m.Field("retired_objects").Uint(s.table.retired_objects);
+  m.Field("read_locks").Uint(s.table.read_locks);
+  m.Field("read_leases").Uint(s.table.read_leases);
+  m.Field("write_leases").Uint(s.table.write_leases);
+  m.Field("expired_writes_reclaimed").Uint(s.table.expired_writes_reclaimed);
+  m.Field("largest_allocatable_bytes").Uint(s.allocator.largest_allocatable_bytes);
+  m.Field("largest_free_run_bytes").Uint(s.allocator.largest_free_run_bytes);
+  m.Field("pool_free_bytes").Uint(s.allocator.pool_free_bytes);
+  m.Field("slab_slack_bytes").Uint(s.allocator.slab_slack_bytes);
+  m.Field("fragmentation").Float(s.allocator.fragmentation);
+  m.Field("allocations").Uint(s.allocator.allocations);
+  m.Field("frees").Uint(s.allocator.frees);
+  m.Field("failed_allocations").Uint(s.allocator.failed_allocations);
+  mp::Encoder classes;
+  for (const alloc::ClassStats& c : s.allocator.classes) {
+    mp::MapWriter cm;
+    cm.Field("object_bytes").Uint(c.object_bytes);
+    cm.Field("objects_per_slab").Uint(c.objects_per_slab);
+    cm.Field("slabs").Uint(c.slabs);
+    cm.Field("used_objects").Uint(c.used_objects);
+    cm.Field("free_objects").Uint(c.free_objects);
+    classes.Raw(cm.Take());
+  }
+  m.Field("size_classes")
+      .Array(static_cast<std::uint32_t>(s.allocator.classes.size()))
+      .Raw(classes.bytes());
+  return m.Take();
+}
+
+std::string EvictionMap(const StatsSnapshot& s) {
+  mp::MapWriter m;
+  m.Field("passes").Uint(s.evictor.passes);
+  m.Field("triggered_passes").Uint(s.evictor.triggered_passes);
+  m.Field("errors").Uint(s.evictor.errors);
+  m.Field("evicted_objects").Uint(s.table.evicted_objects);
+  m.Field("evicted_bytes").Uint(s.table.evicted_bytes);
+  m.Field("background_evicted_objects").Uint(s.evictor.evicted_objects);
+  m.Field("background_evicted_bytes").Uint(s.evictor.evicted_bytes);
+  m.Field("reclaimed_objects").Uint(s.evictor.reclaimed_objects);
+  m.Field("on_demand_evictions").Uint(s.table.on_demand_evictions);
+  m.Field("last_success_unix_seconds").Float(s.evictor.last_success_wall_seconds);
+  return m.Take();
+}
+
+std::string OperationsMap(const StatsSnapshot& s) {
+  mp::MapWriter m;
+  for (const OperationStats& op : s.operations) {
+    if (op.requests == 0) continue;
+    mp::MapWriter om;
+    om.Field("requests").Uint(op.requests);
+    om.Field("errors").Uint(op.errors);
+    om.Field("latency_sum_us").Uint(op.latency.sum_us);
+    mp::Encoder buckets;
+    for (const std::uint64_t n : op.latency.buckets) buckets.Uint(n);
+    om.Field("latency_buckets_us")
+        .Array(static_cast<std::uint32_t>(op.latency.buckets.size()))
+        .Raw(buckets.bytes());
+    m.Field(op.name).Raw(om.Take());
+  }
+  return m.Take();
+}
+
+std::string TransportMap(const StatsSnapshot& s) {
+  mp::MapWriter m;
+  m.Field("received").Uint(s.transport.received);
+  m.Field("replied").Uint(s.transport.replied);
+  m.Field("undeliverable").Uint(s.transport.undeliverable);
+  m.Field("refused").Uint(s.transport.refused);
+  m.Field("overloaded").Uint(s.transport.overloaded);
+  m.Field("queued_requests").Uint(s.transport.queued_requests);
+  m.Field("queued_bytes").Uint(s.transport.queued_bytes);
+  m.Field("connections").Uint(s.transport.connections);
+  m.Field("disconnects").Uint(s.transport.disconnects);
+  return m.Take();
+}
+
+std::string InstancesMap(const StatsSnapshot& s) {
+  mp::MapWriter m;
+  m.Field("registered").Uint(s.instances.instances);
+  m.Field("pending_writes").Uint(s.instances.pending_writes);
+  m.Field("pending_reads").Uint(s.instances.pending_reads);
+  m.Field("reaped").Uint(s.reaped_instances);
+  m.Field("replaced").Uint(s.replaced_registrations);
+  m.Field("departed").Uint(s.departed_instances);
+  return m.Take();
+}
+
+std::string LookupMap(const StatsSnapshot& s) {
+  mp::MapWriter m;
+  m.Field("lookups").Uint(s.lookups);
+  m.Field("requested_tokens").Uint(s.lookup_requested_tokens);
+  m.Field("hit_tokens").Uint(s.lookup_hit_tokens);
+  m.Field("hash_cache_hits").Uint(s.hash_cache.hits);
+  m.Field("hash_cache_misses").Uint(s.hash_cache.misses);
+  m.Field("hash_cache_entries").Uint(s.hash_cache.entries);
+  m.Field("hash_cache_bytes").Uint(s.hash_cache.bytes);
+  return m.Take();
+}
+
+}  // namespace
+
+std::string EncodeStatsMsgpack(const StatsSnapshot& s) {
+  mp::MapWriter m;
+  m.Field("version").Str(s.version);
+  m.Field("boot_id").Str(s.boot_id);
+  m.Field("uptime_seconds").Float(s.uptime_seconds);
+  m.Field("l1").Raw(L1Map(s));
+  m.Field("eviction").Raw(EvictionMap(s));
+  m.Field("operations").Raw(OperationsMap(s));
+  m.Field("transport_errors").Uint(s.refused_requests);
+  m.Field("router").Raw(TransportMap(s));
+  m.Field("instances").Raw(InstancesMap(s));
+  m.Field("sessions").Uint(s.sessions);
+  m.Field("session_bytes").Uint(s.session_bytes);
+  m.Field("sessions_dropped_for_memory").Uint(s.sessions_dropped_for_memory);
+  m.Field("lookup").Raw(LookupMap(s));
+  m.Field("block_allocation_reports").Uint(s.block_allocation_reports);
+  return m.Take();
+}
+
+}  // namespace lmcache::server

@@ -1,0 +1,58 @@
+// StatsSnapshot: every counter and gauge of the server, collected once and
+// rendered by each exporter (the msgpack `stats` operation here, Prometheus
+// text over HTTP), so no figure is counted twice or exported by one and not
+// the other.
+//
+// Thread-safety: a snapshot is a plain value taken from internally
+// synchronised sources; rendering is a pure function.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "alloc/slab_allocator.h"
+#include "common/histogram.h"
+#include "server/chunk_hasher.h"
+#include "server/instances.h"
+#include "server/request_handler.h"
+#include "store/evictor.h"
+#include "store/object_table.h"
+
+namespace lmcache::server {
+
+struct OperationStats {
+  std::string name;
+  std::uint64_t requests = 0;
+  std::uint64_t errors = 0;
+  LatencyHistogram::Snapshot latency;
+};
+
+struct StatsSnapshot {
+  std::string version;
+  std::string boot_id;
+  double uptime_seconds = 0;
+  alloc::AllocatorStats allocator;
+  store::TableStats table;
+  store::EvictorStats evictor;
+  TransportStats transport;
+  std::vector<OperationStats> operations;  // one per operation row, in table order
+  std::uint64_t refused_requests = 0;      // answered before dispatch (bad frames, unknown op)
+  std::size_t sessions = 0;
+  std::size_t session_bytes = 0;
+  std::uint64_t sessions_dropped_for_memory = 0;
+  RegistryCounts instances;
+  std::uint64_t reaped_instances = 0;
+  std::uint64_t replaced_registrations = 0;
+  std::uint64_t departed_instances = 0;
+  ChunkHasherStats hash_cache;
+  std::uint64_t lookups = 0;
+  std::uint64_t lookup_requested_tokens = 0;
+  std::uint64_t lookup_hit_tokens = 0;
+  std::uint64_t block_allocation_reports = 0;
+};
+
+// The `stats` reply: a msgpack map (docs/protocol.md lists its fields).
+std::string EncodeStatsMsgpack(const StatsSnapshot& stats);
+
+}  // namespace lmcache::server

@@ -1,0 +1,243 @@
+#include "server/transfer_ops.h"
+
+#include <spdlog/spdlog.h>
+
+#include "common/logging.h"
+
+namespace lmcache::server {
+namespace {
+
+// A prepare/commit frame carries a key of up to 4 Mi tokens (at most 5 bytes each).
+constexpr std::size_t kKeyRequestBytes = 24u << 20;
+
+SlotDescriptor Slot(const ChunkLayout& layout, store::Offset offset) {
+  return {offset, layout.object_bytes, layout.shape, layout.dtype};
+}
+
+Result<EngineContext> DecodeRegister(Payloads p) { return protocol::DecodeEngineContext(p[0]); }
+
+Result<std::int64_t> DecodeInstanceId(Payloads p) {
+  return protocol::DecodeInt(p[0], "instance_id");
+}
+
+}  // namespace
+
+Result<TransferOps::TransferArgs> TransferOps::DecodeTransfer(Payloads p) const {
+  TransferArgs args;
+  LMC_ASSIGN_OR_RETURN(args.key, protocol::DecodeIpcKey(p[0], state_->config().key_limits));
+  LMC_ASSIGN_OR_RETURN(args.instance_id, protocol::DecodeInt(p[1], "instance_id"));
+  if (p.size() > 2) {  // commit_store's data
+    LMC_ASSIGN_OR_RETURN(const std::string data, protocol::DecodeBytes(p[2], "data"));
+    if (!data.empty()) {
+      return Status(ErrorCode::kNotSupported,
+                    "commit_store with inline data (the pickle path) is not supported: "
+                    "lmcache-server moves bytes through shared memory only; write into the "
+                    "slots from prepare_store and send empty data");
+    }
+  }
+  return args;
+}
+
+void TransferOps::AddTo(OpTable* table) {
+  using F = FailureValue;
+  using P = Pool;
+  auto transfer = [this](Payloads p) { return DecodeTransfer(p); };
+  table->Add({Op::kRegisterEngineContext, "register_kv_cache_engine_driven_context", true,
+              P::kInline, 1, 1, 64u << 10, F::kFailedRegistration},
+             Bind(DecodeRegister, [this](const RequestContext& c, const EngineContext& e) {
+               return RegisterContext(c, e);
+             }));
+  table->Add({Op::kUnregisterEngineContext, "unregister_kv_cache_engine_driven_context", true,
+              P::kInline, 1, 1, 64, F::kNil},
+             Bind(DecodeInstanceId, [this](const RequestContext& c, std::int64_t id) {
+               return UnregisterContext(c, id);
+             }));
+  table->Add({Op::kPrepareStore, "prepare_store", true, P::kAffinity, 2, 2, kKeyRequestBytes,
+              F::kEmptyPrepareStore},
+             Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
+               return PrepareStore(c, a);
+             }));
+  table->Add({Op::kCommitStore, "commit_store", true, P::kAffinity, 2, 3, kKeyRequestBytes,
+              F::kFalse},
+             Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
+               return CommitStore(c, a);
+             }));
+  table->Add({Op::kPrepareRetrieve, "prepare_retrieve", true, P::kAffinity, 2, 2,
+              kKeyRequestBytes, F::kFailedPrepareRetrieve},
+             Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
+               return PrepareRetrieve(c, a);
+             }));
+  table->Add({Op::kCommitRetrieve, "commit_retrieve", true, P::kAffinity, 2, 2, kKeyRequestBytes,
+              F::kFalse},
+             Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
+               return CommitRetrieve(c, a);
+             }));
+}
+
+Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
+                                                 const EngineContext& engine) {
+  LMC_RETURN_IF_ERROR(store::ValidateModelName(engine.model_name));
+  if (engine.world_size < 1 || engine.world_size > 255) {
+    return InvalidArgument("world_size must be in [1, 255], got " +
+                           std::to_string(engine.world_size));
+  }
+  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout,
+                       MakeChunkLayout(engine, state_->config().chunk_size));
+  const std::uint64_t capacity = state_->l1().allocator().capacity_bytes();
+  if (layout.object_bytes > capacity) {
+    return Status(ErrorCode::kTooLarge, "one chunk of layout " + layout.Describe() + " takes " +
+                                            std::to_string(layout.object_bytes) +
+                                            " bytes, more than the whole L1 pool (" +
+                                            std::to_string(capacity) + " bytes)");
+  }
+  LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
+                       state_->instances().Register(engine, layout, context.connection));
+  if (outcome.replaced) {
+    state_->counters().replaced_registrations.fetch_add(1, std::memory_order_relaxed);
+    state_->ReleaseInstance(*outcome.replaced, "re-registered from a new connection");
+  }
+  if (outcome.is_new) {
+    spdlog::info("registered instance {}: {} world size {}, chunk {} ({} bytes)",
+                 engine.instance_id, engine.model_name, engine.world_size, layout.Describe(),
+                 layout.object_bytes);
+  }
+  Registration reply;
+  reply.shm_name = state_->l1().segment().name();
+  reply.pool_size = state_->l1().segment().size();
+  reply.boot_id = state_->boot_id();
+  reply.object_bytes = layout.object_bytes;
+  return protocol::EncodeRegistration(reply);
+}
+
+Result<std::string> TransferOps::UnregisterContext(const RequestContext& context,
+                                                   std::int64_t instance_id) {
+  static RateLimitedLog unknown_log(std::chrono::seconds(10));
+  Result<RemovedInstance> removed = state_->instances().Unregister(instance_id, context.connection);
+  if (removed.ok()) {
+    state_->ReleaseInstance(*removed, "unregistered");
+  } else if (removed.status().code() == ErrorCode::kNotRegistered) {
+    unknown_log.Warn("unregister of unknown instance {}", instance_id);  // the reference: warning only
+  } else {
+    return removed.status();
+  }
+  return mp::Encoder().Nil().Take();
+}
+
+Result<std::string> TransferOps::PrepareStore(const RequestContext& context,
+                                              const TransferArgs& args) {
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
+  const ChunkLayout& layout = instance.layout;
+  store::ObjectTable& table = state_->table();
+  LMC_ASSIGN_OR_RETURN(const store::WriteLease staged,
+                       table.ReserveWrite(worker.keys, layout.object_bytes, instance.owner(),
+                                          store::AllocationMode::kLongestPrefix));
+  // Recorded even when nothing was staged, so a commit after an all-cached
+  // prepare answers True. If this registration went away meanwhile, the
+  // prepare fails and gives back what it reserved.
+  auto recorded = state_->instances().AddPendingWrite(instance, worker.transfer,
+                                                      {staged.lease, staged.reserved});
+  if (!recorded.ok()) {
+    table.AbortWrite(staged.lease);
+    return recorded.status();
+  }
+  if (*recorded && (*recorded)->lease != staged.lease) table.AbortWrite((*recorded)->lease);
+
+  PrepareStoreReply reply;
+  reply.oom_chunks = staged.out_of_memory;
+  for (std::size_t i = 0; i < worker.keys.size(); ++i) {
+    if (staged.outcomes[i] != store::WriteReservation::kReserved) continue;
+    reply.slots.push_back(Slot(layout, staged.offsets[i]));
+    reply.chunk_indices.push_back(i);
+  }
+  if (staged.out_of_memory > 0) {
+    static RateLimitedLog oom_log(std::chrono::seconds(10));
+    oom_log.Warn("prepare_store by instance {}: {} of {} chunks found no memory", args.instance_id,
+                 staged.out_of_memory, worker.keys.size());
+  }
+  return protocol::EncodePrepareStoreReply(reply);
+}
+
+Result<std::string> TransferOps::CommitStore(const RequestContext& context,
+                                             const TransferArgs& args) {
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
+  const std::optional<PendingWrite> pending =
+      state_->instances().TakePendingWrite(instance, worker.transfer);
+  if (!pending) {
+    return Status(ErrorCode::kNotFound, "no prepare_store is pending for this key and instance " +
+                                            std::to_string(args.instance_id));
+  }
+  const store::WriteCompletion done = state_->table().FinishWrite(pending->lease);
+  // Admitted or beaten to it by another writer: stored either way.
+  const std::size_t stored = done.keys.size() - done.lost;
+  if (stored < pending->objects) {
+    return Status(ErrorCode::kLeaseExpired,
+                  std::to_string(pending->objects - stored) + " of " +
+                      std::to_string(pending->objects) +
+                      " chunks were not stored: their write lease expired or they were deleted "
+                      "before commit");
+  }
+  return mp::Encoder().Bool(true).Take();
+}
+
+Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
+                                                 const TransferArgs& args) {
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
+  store::ObjectTable& table = state_->table();
+  store::ReadRequest request;
+  request.keys = worker.keys;
+  request.owner = instance.owner();
+  request.mode = store::ReadMode::kAllOrNothing;
+  request.release_share_on_miss = true;
+  Result<store::ReadAcquisition> acquired = Status(ErrorCode::kInternal, "not acquired");
+  // This reader's share of the request's lookup locks becomes its own lease
+  // (under the session's mutex, so free_lookup_locks and end_session of the
+  // same request wait); where the lookup's lease expired or never was, the
+  // objects still resident are locked afresh.
+  if (std::shared_ptr<Session> session = state_->sessions().Find(args.key.request_id)) {
+    MutexLock lock(&session->mu);
+    const std::vector<store::LeaseId> consumable =
+        session->ConsumableLeases(args.key.cache_salt);
+    request.consume = consumable;
+    acquired = table.AcquireRead(request);
+  } else {
+    acquired = table.AcquireRead(request);
+  }
+  LMC_RETURN_IF_ERROR(acquired.status());
+  if (acquired->missing > 0) {
+    return Status(ErrorCode::kNotFound, std::to_string(acquired->missing) + " of " +
+                                            std::to_string(worker.keys.size()) +
+                                            " chunks are not in L1 (evicted, never stored, or "
+                                            "not looked up)");
+  }
+  if (acquired->lease != store::kNoLease) {
+    // If this registration went away meanwhile, the prepare fails and releases its lease.
+    const Status recorded =
+        state_->instances().AddPendingRead(instance, worker.transfer, acquired->lease);
+    if (!recorded.ok()) {
+      table.ReleaseRead(acquired->lease);
+      return recorded;
+    }
+  }
+  PrepareRetrieveReply reply;
+  reply.success = true;
+  for (const store::ReadGrant& grant : acquired->grants) {
+    reply.slots.push_back({grant.offset, grant.size, instance.layout.shape, instance.layout.dtype});
+  }
+  return protocol::EncodePrepareRetrieveReply(reply);
+}
+
+Result<std::string> TransferOps::CommitRetrieve(const RequestContext& context,
+                                                const TransferArgs& args) {
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
+  // Nothing pending is not an error (the reference answers True as well).
+  if (auto lease = state_->instances().TakePendingRead(instance, worker.transfer)) {
+    state_->table().ReleaseRead(*lease);
+  }
+  return mp::Encoder().Bool(true).Take();
+}
+
+}  // namespace lmcache::server

@@ -1,0 +1,44 @@
+// TransferOps: the engine-driven context and the shared-memory transfer path
+// (spec 11): register/unregister_kv_cache_engine_driven_context,
+// prepare_store / commit_store, prepare_retrieve / commit_retrieve.
+//
+// A worker copies bytes itself, into and out of slots of the pool segment.
+// Its leases are exact (docs/threading.md): a prepare_store stages under one
+// write lease that its commit_store admits; a prepare_retrieve holds one read
+// lease of its own for exactly the objects it returned (consuming its share
+// of the request's lookup locks, or locking afresh where the lookup's lease
+// expired) that its commit_retrieve releases. A prepare's lease is recorded
+// with the registration that made it, or the prepare fails and releases it.
+//
+// Thread-safety: the handlers may run on any threads at once; all state is
+// in ServiceState.
+#pragma once
+
+#include "server/op_table.h"
+#include "server/service_state.h"
+
+namespace lmcache::server {
+
+class TransferOps {
+ public:
+  explicit TransferOps(ServiceState* state) : state_(state) {}
+  void AddTo(OpTable* table);
+
+ private:
+  struct TransferArgs {
+    IpcKey key;
+    std::int64_t instance_id = 0;
+  };
+  Result<TransferArgs> DecodeTransfer(Payloads p) const;
+
+  Result<std::string> RegisterContext(const RequestContext& context, const EngineContext& engine);
+  Result<std::string> UnregisterContext(const RequestContext& context, std::int64_t instance_id);
+  Result<std::string> PrepareStore(const RequestContext& context, const TransferArgs& args);
+  Result<std::string> CommitStore(const RequestContext& context, const TransferArgs& args);
+  Result<std::string> PrepareRetrieve(const RequestContext& context, const TransferArgs& args);
+  Result<std::string> CommitRetrieve(const RequestContext& context, const TransferArgs& args);
+
+  ServiceState* const state_;
+};
+
+}  // namespace lmcache::server

@@ -1,0 +1,134 @@
+// ChunkHasher: rolling chunk hashes equal to hashing from scratch, with and
+// without its cache, whatever the order prompts come in.
+#include "server/chunk_hasher.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+namespace lmcache::server {
+namespace {
+
+constexpr std::size_t kChunk = 4;
+
+std::vector<std::uint32_t> Prompt(std::size_t n, std::uint32_t first = 100) {
+  std::vector<std::uint32_t> tokens(n);
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+// The reference: every full chunk of `tokens` hashed from scratch.
+std::vector<store::ChunkHash> Expected(const std::vector<std::uint32_t>& tokens) {
+  return HashChunks(tokens, kChunk, 0, tokens.size() / kChunk, NoneHash());
+}
+
+class ChunkHasherTest : public ::testing::TestWithParam<std::size_t> {
+ protected:
+  // Hashes of chunks [first, last) (the whole prompt is hashed up to `last`).
+  std::vector<store::ChunkHash> HashesOf(const std::vector<std::uint32_t>& tokens,
+                                         std::size_t first, std::size_t last) {
+    last = std::min(last, tokens.size() / kChunk);
+    std::vector<store::ChunkHash> all = hasher_.Hashes(tokens, last);
+    if (first >= last) return {};
+    return {all.begin() + static_cast<std::ptrdiff_t>(first), all.end()};
+  }
+  ChunkHasher hasher_{kChunk, GetParam()};
+};
+
+// With no cache, a small one that must evict, and a large one.
+INSTANTIATE_TEST_SUITE_P(CacheSizes, ChunkHasherTest, ::testing::Values(0, 2048, 1u << 20));
+
+
+TEST_P(ChunkHasherTest, HashesEqualHashChunks) {
+  const auto tokens = Prompt(5 * kChunk);
+  EXPECT_EQ(HashesOf(tokens, 0, 5), Expected(tokens));
+}
+
+TEST_P(ChunkHasherTest, ReturnsTheRequestedRange) {
+  const auto tokens = Prompt(5 * kChunk);
+  const auto all = Expected(tokens);
+  EXPECT_EQ(HashesOf(tokens, 1, 3),
+            std::vector<store::ChunkHash>(all.begin() + 1, all.begin() + 3));
+  EXPECT_EQ(HashesOf(tokens, 4, 5), std::vector<store::ChunkHash>{all[4]});
+  EXPECT_TRUE(HashesOf(tokens, 3, 3).empty());
+}
+
+TEST_P(ChunkHasherTest, PartialTrailingChunkIsNeverHashed) {
+  const auto tokens = Prompt(2 * kChunk + 3);
+  const auto hashes = HashesOf(tokens, 0, 100);
+  EXPECT_EQ(hashes.size(), 2u);
+  EXPECT_EQ(hashes, Expected(tokens));
+  EXPECT_TRUE(HashesOf(tokens, 2, 3).empty());
+}
+
+TEST_P(ChunkHasherTest, LongerPromptSharingThePrefixExtendsTheHashes) {
+  const auto longer = Prompt(6 * kChunk);
+  const std::vector<std::uint32_t> shorter(longer.begin(), longer.begin() + 2 * kChunk + 1);
+  const auto first = HashesOf(shorter, 0, 10);
+  ASSERT_EQ(first.size(), 2u);
+  const auto extended = HashesOf(longer, 0, 10);
+  ASSERT_EQ(extended.size(), 6u);
+  EXPECT_EQ(extended[0], first[0]);
+  EXPECT_EQ(extended[1], first[1]);
+  EXPECT_EQ(extended, Expected(longer));
+}
+
+TEST_P(ChunkHasherTest, IncrementalRequestsMatchOneShot) {
+  const auto tokens = Prompt(6 * kChunk);
+  const auto all = Expected(tokens);
+  EXPECT_EQ(HashesOf(tokens, 0, 2),
+            std::vector<store::ChunkHash>(all.begin(), all.begin() + 2));
+  EXPECT_EQ(HashesOf(tokens, 4, 6),
+            std::vector<store::ChunkHash>(all.begin() + 4, all.end()));
+  EXPECT_EQ(HashesOf(tokens, 0, 6), all);
+}
+
+TEST_P(ChunkHasherTest, DifferentPromptIsRecomputed) {
+  const auto a = Prompt(4 * kChunk, 100);
+  const auto b = Prompt(4 * kChunk, 900);
+  ASSERT_EQ(HashesOf(a, 0, 4), Expected(a));
+  EXPECT_EQ(HashesOf(b, 0, 4), Expected(b));
+  EXPECT_NE(Expected(a)[0], Expected(b)[0]);
+}
+
+TEST_P(ChunkHasherTest, PromptDivergingMidwayRecomputesFromTheDivergence) {
+  const auto a = Prompt(4 * kChunk);
+  auto b = a;
+  b[2 * kChunk + 1] += 1000;  // chunk 2 differs
+  ASSERT_EQ(HashesOf(a, 0, 4), Expected(a));
+  const auto hashes = HashesOf(b, 0, 4);
+  EXPECT_EQ(hashes, Expected(b));
+  EXPECT_EQ(hashes[1], Expected(a)[1]);
+  EXPECT_NE(hashes[2], Expected(a)[2]);
+}
+
+TEST_P(ChunkHasherTest, ShorterPromptThenTheLongerOneAgain) {
+  const auto a = Prompt(4 * kChunk);
+  const std::vector<std::uint32_t> head(a.begin(), a.begin() + kChunk + 2);
+  ASSERT_EQ(HashesOf(a, 0, 4), Expected(a));
+  EXPECT_EQ(HashesOf(head, 0, 4), Expected(head));
+  EXPECT_EQ(HashesOf(a, 0, 4), Expected(a));
+}
+
+TEST_P(ChunkHasherTest, SharedPrefixesHitTheCache) {
+  const auto system_prompt = Prompt(32);
+  auto a = system_prompt;
+  auto b = system_prompt;
+  for (std::uint32_t t = 0; t < 8; ++t) {
+    a.push_back(7000 + t);
+    b.push_back(9000 + t);
+  }
+  EXPECT_EQ(HashesOf(a, 0, 10), Expected(a));
+  const std::uint64_t hits_before = hasher_.Stats().hits;
+  EXPECT_EQ(HashesOf(b, 0, 10), Expected(b));
+  const ChunkHasherStats stats = hasher_.Stats();
+  if (GetParam() >= (1u << 20)) {
+    EXPECT_EQ(stats.hits - hits_before, 8u);  // the 8 chunks of the shared system prompt
+  }
+  EXPECT_LE(stats.bytes, GetParam());
+}
+
+}  // namespace
+}  // namespace lmcache::server
