@@ -92,7 +92,9 @@ std::optional<std::int64_t> ProbeServerPid(zmq::context_t& context, const std::s
 }  // namespace
 
 RouterLoop::RouterLoop(const RouterConfig& config)
-    : config_(config), context_(std::make_unique<zmq::context_t>(1)) {}
+    : config_(config),
+      own_context_(config.context == nullptr ? std::make_unique<zmq::context_t>(1) : nullptr),
+      context_(config.context != nullptr ? config.context : own_context_.get()) {}
 
 RouterLoop::~RouterLoop() {
   Stop();
@@ -122,7 +124,9 @@ Result<std::unique_ptr<RouterLoop>> RouterLoop::Create(const RouterConfig& confi
 Status RouterLoop::Bind(const std::string& url) {
   auto endpoint = std::make_unique<Endpoint>();
   const bool ipc = url.starts_with("ipc://");
-  endpoint->transport = ipc ? Transport::kIpc : Transport::kTcp;
+  endpoint->transport = ipc                            ? Transport::kIpc
+                        : url.starts_with("inproc://") ? Transport::kInproc
+                                                       : Transport::kTcp;
   if (ipc) {
     LMC_ASSIGN_OR_RETURN(endpoint->ipc_lock, IpcEndpointLock::Acquire(url.substr(6)));
   }
@@ -146,7 +150,9 @@ Status RouterLoop::Bind(const std::string& url) {
     return Status(ErrorCode::kIoError, "cannot bind " + url + ": " + e.what());
   }
   // Connection lifecycle events, so the loop learns when a client goes away.
-  const std::string monitor_url = "inproc://lmc-monitor-" + std::to_string(sockets_.size());
+  const std::string monitor_url = "inproc://lmc-monitor-" +
+                                  std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" +
+                                  std::to_string(sockets_.size());
   if (zmq_socket_monitor(socket.handle(), monitor_url.c_str(),
                          ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
     return Status(ErrorCode::kIoError, "cannot monitor " + url + ": " + zmq_strerror(zmq_errno()));

@@ -57,6 +57,9 @@ struct RouterConfig {
   unsigned cpu_workers = 1;       // --max-cpu-workers
   FairQueueLimits queue_limits;   // per pool, and per lane of the affinity pool
   int high_water_mark = 10000;    // ZMQ messages queued per peer and direction
+  // The ZMQ context to use (tests share one to reach inproc:// endpoints);
+  // nullptr: the loop makes its own.
+  zmq::context_t* context = nullptr;
 };
 
 class RouterLoop {
@@ -92,7 +95,8 @@ class RouterLoop {
   const RouterConfig config_;
   RequestHandler* handler_ = nullptr;
   std::thread::id loop_thread_;
-  std::unique_ptr<zmq::context_t> context_;
+  std::unique_ptr<zmq::context_t> own_context_;
+  zmq::context_t* context_;
   std::vector<std::unique_ptr<Endpoint>> sockets_;
   std::vector<std::string> endpoints_;
   UniqueFd wake_fd_;  // eventfd: replies queued or stop requested

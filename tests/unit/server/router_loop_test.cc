@@ -1,0 +1,282 @@
+// RouterLoop with a fake RequestHandler: frames in and out, refusals before a
+// request runs, fairness between clients, departures, duplicate endpoints.
+#include "server/router_loop.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/msgpack_codec.h"
+#include "protocol/wire_codec.h"
+
+namespace lmcache::server {
+namespace {
+
+using mp::Encoder;
+
+// Operations by name: "echo" (inline), "work" (CPU pool), "fail" (inline,
+// answers an error), "server_info" (inline, like the real one's pid field).
+class FakeHandler final : public RequestHandler {
+ public:
+  Result<RequestRoute> Route(std::string_view frame) const override {
+    auto name = protocol::DecodeString(frame, "operation");
+    if (!name.ok()) return Status(ErrorCode::kUnknownOperation, "not a name");
+    if (*name == "echo") return RequestRoute{Pool::kInline, 1024, 0};
+    if (*name == "work") return RequestRoute{Pool::kCpu, 1u << 20, 1};
+    if (*name == "fail") return RequestRoute{Pool::kInline, 1024, 2};
+    if (*name == "server_info") return RequestRoute{Pool::kInline, 0, 3};
+    return Status(ErrorCode::kUnknownOperation, "unknown operation '" + *name + "'");
+  }
+  void Handle(const RequestRoute& route, const RequestContext& context, Payloads payloads,
+              ReplyFn done) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      handled_.push_back(std::string(payloads.empty() ? "" : payloads[0]));
+      if (route.row == 1) cv_.wait(lock, [this] { return !gate_closed_; });
+    }
+    if (route.row == 2) {
+      done({Encoder().Bool(false).Take(), protocol::EncodeErrorMap(InvalidArgument("nope"))});
+      return;
+    }
+    if (route.row == 3) {
+      mp::MapWriter info;
+      info.Field("pid").Int(getpid());
+      done({info.Take(), std::nullopt});
+      return;
+    }
+    done({Encoder().Str(std::string(context.connection.empty() ? "?" : "ok")).Take(),
+          std::nullopt});
+  }
+  ReplyFrames Refuse(const RequestRoute*, const Status& status) override {
+    return {Encoder().Nil().Take(), protocol::EncodeErrorMap(status)};
+  }
+  void OnDisconnect(std::string_view connection) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    disconnected_.emplace_back(connection);
+  }
+
+  void CloseGate() {
+    std::lock_guard<std::mutex> lock(mu_);
+    gate_closed_ = true;
+  }
+  void OpenGate() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gate_closed_ = false;
+    }
+    cv_.notify_all();
+  }
+  std::vector<std::string> handled() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return handled_;
+  }
+  std::size_t disconnects() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return disconnected_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool gate_closed_ = false;
+  std::vector<std::string> handled_;
+  std::vector<std::string> disconnected_;
+};
+
+class RouterLoopTest : public ::testing::Test {
+ protected:
+  void Start(std::vector<std::string> urls, FairQueueLimits limits = {}) {
+    RouterConfig config;
+    config.urls = std::move(urls);
+    config.cpu_workers = 1;
+    config.queue_limits = limits;
+    config.context = &context_;
+    auto loop = RouterLoop::Create(config);
+    ASSERT_TRUE(loop.ok()) << loop.status().ToString();
+    loop_ = std::move(*loop);
+    thread_ = std::thread([this] { loop_->Run(&handler_); });
+  }
+  void TearDown() override {
+    handler_.OpenGate();
+    if (loop_) loop_->Stop();
+    if (thread_.joinable()) thread_.join();
+    loop_.reset();
+  }
+  zmq::socket_t Dealer(const std::string& url) {
+    zmq::socket_t dealer(context_, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.connect(url);
+    return dealer;
+  }
+  static void Send(zmq::socket_t& dealer, std::uint64_t uid, const std::string& op,
+                   std::vector<std::string> payloads = {}) {
+    std::vector<zmq::const_buffer> frames;
+    const std::string uid_frame = Encoder().Uint(uid).Take();
+    const std::string op_frame = Encoder().Str(op).Take();
+    frames.push_back(zmq::buffer(uid_frame));
+    frames.push_back(zmq::buffer(op_frame));
+    for (const std::string& p : payloads) frames.push_back(zmq::buffer(p));
+    ASSERT_TRUE(zmq::send_multipart(dealer, frames));
+  }
+  static std::vector<std::string> Receive(zmq::socket_t& dealer, int timeout_ms = 5000) {
+    zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) return {};
+    std::vector<zmq::message_t> parts;
+    (void)zmq::recv_multipart(dealer, std::back_inserter(parts));
+    std::vector<std::string> out;
+    for (auto& part : parts) out.emplace_back(part.to_string());
+    return out;
+  }
+
+  zmq::context_t context_{1};
+  FakeHandler handler_;
+  std::unique_ptr<RouterLoop> loop_;
+  std::thread thread_;
+};
+
+TEST_F(RouterLoopTest, RepliesEchoUidAndOperationAndCarryTheValue) {
+  Start({"inproc://router-echo"});
+  auto dealer = Dealer("inproc://router-echo");
+  Send(dealer, 7, "echo", {Encoder().Str("hello").Take()});
+  const auto reply = Receive(dealer);
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[0], Encoder().Uint(7).Take());
+  EXPECT_EQ(reply[1], Encoder().Str("echo").Take());
+  EXPECT_EQ(*protocol::DecodeString(reply[2], "value"), "ok");
+  Send(dealer, 8, "fail");
+  const auto failed = Receive(dealer);
+  ASSERT_EQ(failed.size(), 4u);
+  EXPECT_EQ(protocol::DecodeErrorMap(failed[3]).code(), ErrorCode::kInvalidArgument);
+  // Counted once the send returned (the client may see the reply first).
+  for (int i = 0; i < 200 && loop_->Stats().replied < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(loop_->Stats().replied, 2u);
+}
+
+TEST_F(RouterLoopTest, RequestsRefusedBeforeTheyRunStillGetAReply) {
+  Start({"inproc://router-refuse"});
+  auto dealer = Dealer("inproc://router-refuse");
+  // No operation frame.
+  const std::string uid = Encoder().Uint(1).Take();
+  dealer.send(zmq::buffer(uid), zmq::send_flags::none);
+  auto reply = Receive(dealer);
+  ASSERT_EQ(reply.size(), 4u);
+  EXPECT_EQ(protocol::DecodeErrorMap(reply[3]).code(), ErrorCode::kMalformedRequest);
+  // An unknown operation.
+  Send(dealer, 2, "teleport");
+  reply = Receive(dealer);
+  ASSERT_EQ(reply.size(), 4u);
+  EXPECT_EQ(protocol::DecodeErrorMap(reply[3]).code(), ErrorCode::kUnknownOperation);
+  // A payload over the operation's limit never reaches the handler.
+  Send(dealer, 3, "echo", {std::string(2000, 'x')});
+  reply = Receive(dealer);
+  ASSERT_EQ(reply.size(), 4u);
+  EXPECT_EQ(protocol::DecodeErrorMap(reply[3]).code(), ErrorCode::kTooLarge);
+  EXPECT_TRUE(handler_.handled().empty());
+  for (int i = 0; i < 200 && loop_->Stats().refused < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(loop_->Stats().refused, 3u);
+}
+
+TEST_F(RouterLoopTest, AWellBehavedClientIsServedBeforeAFloodersBacklog) {
+  Start({"inproc://router-fair"});
+  auto flooder = Dealer("inproc://router-fair");
+  auto polite = Dealer("inproc://router-fair");
+  handler_.CloseGate();  // the single CPU worker parks on the first request
+  Send(flooder, 0, "work", {"flood-0"});
+  for (int i = 0; i < 40 && handler_.handled().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (std::uint64_t i = 1; i < 100; ++i) Send(flooder, i, "work", {"flood-" + std::to_string(i)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the flood is queued first
+  Send(polite, 0, "work", {"polite"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  handler_.OpenGate();
+  ASSERT_EQ(Receive(polite).size(), 3u);
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(Receive(flooder).size(), 3u) << i;
+  const auto order = handler_.handled();
+  ASSERT_EQ(order.size(), 101u);
+  // flood-0 was running; then one more of the flooder's at most, then the polite client.
+  const auto polite_at = std::find(order.begin(), order.end(), "polite") - order.begin();
+  EXPECT_LE(polite_at, 2) << "the polite client waited behind " << polite_at << " requests";
+}
+
+TEST_F(RouterLoopTest, AClientOverItsQueueShareIsRefusedWhileOthersAreServed) {
+  FairQueueLimits limits;
+  limits.client_bytes = 4096;
+  Start({"inproc://router-share"}, limits);
+  auto flooder = Dealer("inproc://router-share");
+  auto polite = Dealer("inproc://router-share");
+  handler_.CloseGate();
+  for (std::uint64_t i = 0; i < 20; ++i) Send(flooder, i, "work", {std::string(1000, 'f')});
+  Send(polite, 0, "work", {std::string(1000, 'p')});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  handler_.OpenGate();
+  std::size_t unavailable = 0;
+  for (int i = 0; i < 20; ++i) {
+    const auto reply = Receive(flooder);
+    ASSERT_GE(reply.size(), 3u);
+    if (reply.size() == 4 && protocol::DecodeErrorMap(reply[3]).code() == ErrorCode::kUnavailable) {
+      unavailable += 1;
+    }
+  }
+  EXPECT_GE(unavailable, 14u);  // at most 4 KiB (+ the running one) of its requests were queued
+  const auto reply = Receive(polite);
+  ASSERT_EQ(reply.size(), 3u);  // served, not refused
+  EXPECT_EQ(loop_->Stats().overloaded, unavailable);
+}
+
+TEST_F(RouterLoopTest, AClosedConnectionIsReportedToTheHandler) {
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("lmc_router_test_" + std::to_string(getpid()) + ".sock");
+  Start({"ipc://" + path});
+  {
+    auto client = Dealer("ipc://" + path);
+    Send(client, 0, "echo");
+    ASSERT_EQ(Receive(client).size(), 3u);
+  }  // closed
+  for (int i = 0; i < 200 && handler_.disconnects() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(handler_.disconnects(), 1u);
+  EXPECT_EQ(loop_->Stats().disconnects, 1u);
+}
+
+TEST_F(RouterLoopTest, ASecondLoopOnTheSameIpcPathIsRefusedNamingTheFirst) {
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("lmc_router_dup_" + std::to_string(getpid()) + ".sock");
+  Start({"ipc://" + path});
+  RouterConfig config;
+  config.urls = {"ipc://" + path};
+  auto second = RouterLoop::Create(config);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), ErrorCode::kAlreadyExists);
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(getpid())), std::string::npos)
+      << second.status().message();
+  // The first one still serves.
+  auto client = Dealer("ipc://" + path);
+  Send(client, 0, "echo");
+  EXPECT_EQ(Receive(client).size(), 3u);
+}
+
+TEST_F(RouterLoopTest, ASecondLoopOnTheSameTcpPortIsRefusedNamingTheFirst) {
+  Start({"tcp://127.0.0.1:0"});
+  const std::string url = loop_->endpoints().front();
+  RouterConfig config;
+  config.urls = {url};
+  auto second = RouterLoop::Create(config);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("pid " + std::to_string(getpid())), std::string::npos)
+      << second.status().message();
+}
+
+}  // namespace
+}  // namespace lmcache::server
