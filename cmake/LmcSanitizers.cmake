@@ -12,3 +12,13 @@ if(LMC_SANITIZE)
   target_link_options(lmc_sanitizers INTERFACE ${_lmc_san_flags})
   message(STATUS "lmcache: sanitizers enabled: ${LMC_SANITIZE}")
 endif()
+
+# Fuzz targets: the whole tree carries libFuzzer's coverage instrumentation;
+# only the fuzz executables link libFuzzer's main (fuzz/CMakeLists.txt).
+if(LMC_BUILD_FUZZERS)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "LMC_BUILD_FUZZERS needs clang (libFuzzer): -DCMAKE_CXX_COMPILER=clang++")
+  endif()
+  target_compile_options(lmc_sanitizers INTERFACE -fsanitize=fuzzer-no-link)
+  target_link_options(lmc_sanitizers INTERFACE -fsanitize=fuzzer-no-link)
+endif()

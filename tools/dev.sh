@@ -4,8 +4,9 @@
 #
 #   tools/dev.sh run [server flags...]   set up, build Release, start lmcache-server
 #   tools/dev.sh test                    set up, build, run the whole suite:
-#                                        Release, then ASan+UBSan (gcc), then TSan (clang,
-#                                        which also enforces -Wthread-safety)
+#                                        Release (gcc), then ASan+UBSan with the fuzz targets
+#                                        (clang, libFuzzer), then TSan (clang); both clang
+#                                        builds enforce -Wthread-safety and keep assertions on
 #   tools/dev.sh test --fast             Release build and tests only
 #   tools/dev.sh build [release|asan|tsan]
 #   tools/dev.sh deps                    install the packages only
@@ -17,6 +18,7 @@ JOBS="${JOBS:-$(nproc)}"
 PACKAGES=(
   build-essential cmake pkg-config git
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev
+  libxxhash-dev librust-blake3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   b3sum redis-server libhiredis-dev
@@ -44,11 +46,15 @@ build() {
   local flavour="${1:-release}" dir args=()
   case "$flavour" in
     release) dir="$ROOT/build"; args=(-DCMAKE_BUILD_TYPE=Release) ;;
+    # Sanitizer builds keep assertions (LMC_DCHECK, Mutex::AssertHeld) on: no NDEBUG.
     asan) dir="$ROOT/build-asan"
-          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMC_SANITIZE=address,undefined
-                -DLMC_BUILD_BENCH=OFF -DLMC_ENABLE_CUDA=OFF) ;;
+          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g"
+                -DLMC_SANITIZE=address,undefined -DLMC_BUILD_FUZZERS=ON
+                -DLMC_FUZZ_SECONDS="${LMC_FUZZ_SECONDS:-30}" -DLMC_BUILD_BENCH=OFF
+                -DLMC_ENABLE_CUDA=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
     tsan) dir="$ROOT/build-tsan"
-          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DLMC_SANITIZE=thread -DLMC_BUILD_BENCH=OFF
+          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g"
+                -DLMC_SANITIZE=thread -DLMC_BUILD_BENCH=OFF
                 -DLMC_ENABLE_CUDA=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
     *) echo "unknown build flavour: $flavour (release, asan, tsan)" >&2; exit 2 ;;
   esac

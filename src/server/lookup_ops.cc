@@ -55,7 +55,7 @@ void LookupOps::AddTo(OpTable* table) {
     };
   };
   table->Add({Op::kLookup, "lookup", true, P::kCpu, 1, 2, kKeyRequestBytes, F::kNil},
-             Bind(key, [this](const RequestContext&, const KeyArgs& a) { return Lookup(a.key); }));
+             Bind(key, [this](const RequestContext& c, const KeyArgs& a) { return Lookup(c, a.key); }));
   table->Add({Op::kQueryPrefetchStatus, "query_prefetch_status", true, P::kCpu, 1, 1, 8192,
               F::kZero},
              Bind(DecodeStatus, status(StatusQuery::kStatus)));
@@ -117,7 +117,7 @@ Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t chunks,
   return Status::Ok();
 }
 
-Result<std::string> LookupOps::Lookup(const IpcKey& key) {
+Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKey& key) {
   if (key.num_kv_readers < 1 || key.num_kv_readers > store::kMaxReadLockCount) {
     return InvalidArgument("key.num_kv_readers must be in [1, 128], got " +
                            std::to_string(key.num_kv_readers) +
@@ -138,6 +138,7 @@ Result<std::string> LookupOps::Lookup(const IpcKey& key) {
                                       key.cache_salt,
                                       state_->sessions().limits().max_tenants_per_session));
     LookupState& lookup = *session->FindLookup(key.cache_salt);
+    lookup.connection = std::string(context.connection);
     lookup.model_name = key.model_name;
     lookup.world_size = key.world_size;
     lookup.readers = static_cast<std::uint32_t>(key.num_kv_readers);
@@ -166,6 +167,7 @@ Result<std::string> LookupOps::Lookup(const IpcKey& key) {
     hit_chunks = lookup.hit_chunks;
     session->Account();
   }
+  state_->sessions().NoteConnection(key.request_id, context.connection);
   state_->Release(release);
   state_->sessions().Trim();
   ServiceCounters& counters = state_->counters();

@@ -38,7 +38,7 @@ class LookupOps {
   };
   Result<KeyArgs> DecodeKey(Payloads p) const;
 
-  Result<std::string> Lookup(const IpcKey& key);
+  Result<std::string> Lookup(const RequestContext& context, const IpcKey& key);
   Result<std::string> QueryStatus(const StatusArgs& args, StatusQuery query);
   Result<std::string> FreeLookupLocks(const IpcKey& key);
   Result<std::string> EndSession(const std::string& request_id);

@@ -89,6 +89,8 @@ void Service::OnDisconnect(std::string_view connection) {
     state_.counters().departed_instances.fetch_add(1, std::memory_order_relaxed);
     state_.ReleaseInstance(removed, "departed (its connection closed)");
   }
+  // A scheduler that went away will not free its lookups' locks: release them.
+  state_.ReleaseConnectionLookups(connection);
 }
 
 Reply Service::Call(std::string_view op, Payloads payloads, const RequestContext& context) {

@@ -122,6 +122,17 @@ void ServiceState::ReleaseSession(Session& session) {
   Release(release);
 }
 
+void ServiceState::ReleaseConnectionLookups(std::string_view connection) {
+  for (const std::shared_ptr<Session>& session : sessions_.TakeConnection(connection)) {
+    LookupRelease release;
+    {
+      MutexLock lock(&session->mu);
+      release = session->TakeConnection(connection);
+    }
+    Release(release);
+  }
+}
+
 void ServiceState::Release(const LookupRelease& release) {
   for (const tier::PrefetchHandle handle : release.prefetches) {
     if (prefetcher_ != nullptr) prefetcher_->Cancel(handle);

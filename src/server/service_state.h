@@ -95,6 +95,8 @@ class ServiceState {
   void ReleaseSession(Session& session);
   // Releases what a session handed back.
   void Release(const LookupRelease& release);
+  // Releases what the lookups `connection` made still hold (it closed).
+  void ReleaseConnectionLookups(std::string_view connection);
 
  private:
   store::L1Cache* const l1_;

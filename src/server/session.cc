@@ -86,6 +86,21 @@ LookupRelease Session::TakeAll() {
   return out;
 }
 
+LookupRelease Session::TakeConnection(std::string_view connection) {
+  LookupRelease out;
+  for (auto& [salt, lookup] : lookups_) {
+    if (lookup.connection != connection) continue;
+    out.leases.insert(out.leases.end(), lookup.leases.begin(), lookup.leases.end());
+    out.leases.insert(out.leases.end(), lookup.earlier_leases.begin(),
+                      lookup.earlier_leases.end());
+    if (lookup.prefetch_pending) out.prefetches.push_back(lookup.prefetch_handle);
+    lookup.leases.clear();
+    lookup.earlier_leases.clear();
+    lookup.prefetch_pending = false;
+  }
+  return out;
+}
+
 std::vector<LookupState*> Session::Lookups() {
   std::vector<LookupState*> out;
   for (auto& [salt, lookup] : lookups_) out.push_back(&lookup);
@@ -119,6 +134,12 @@ void SessionManager::DropLocked(const std::string& request_id,
                                 std::vector<std::shared_ptr<Session>>* dropped) {
   auto it = sessions_.find(request_id);
   if (it == sessions_.end()) return;
+  for (const std::string& connection : it->second.connections) {
+    auto by = by_connection_.find(connection);
+    if (by == by_connection_.end()) continue;
+    std::erase(by->second, request_id);
+    if (by->second.empty()) by_connection_.erase(by);
+  }
   lru_.erase(it->second.lru);
   dropped->push_back(std::move(it->second.session));
   sessions_.erase(it);
@@ -149,7 +170,7 @@ std::shared_ptr<Session> SessionManager::GetOrCreate(const std::string& request_
       }
       session = std::make_shared<Session>(next_serial_.fetch_add(1), &total_bytes_);
       lru_.push_back(request_id);
-      it = sessions_.emplace(request_id, Entry{session, now, std::prev(lru_.end())}).first;
+      it = sessions_.emplace(request_id, Entry{session, now, std::prev(lru_.end()), {}}).first;
     }
     UseLocked(it->second, now);
     session = it->second.session;
@@ -209,6 +230,31 @@ std::size_t SessionManager::Trim() {
   dropped_for_memory_.fetch_add(dropped.size(), std::memory_order_relaxed);
   RunDrops(dropped);
   return dropped.size();
+}
+
+void SessionManager::NoteConnection(const std::string& request_id, std::string_view connection) {
+  MutexLock lock(&mu_);
+  auto it = sessions_.find(request_id);
+  if (it == sessions_.end()) return;
+  std::vector<std::string>& connections = it->second.connections;
+  if (std::find(connections.begin(), connections.end(), connection) != connections.end()) return;
+  connections.emplace_back(connection);
+  by_connection_[std::string(connection)].push_back(request_id);
+}
+
+std::vector<std::shared_ptr<Session>> SessionManager::TakeConnection(std::string_view connection) {
+  MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<Session>> out;
+  auto by = by_connection_.find(std::string(connection));
+  if (by == by_connection_.end()) return out;
+  for (const std::string& request_id : by->second) {
+    auto it = sessions_.find(request_id);
+    if (it == sessions_.end()) continue;
+    std::erase(it->second.connections, connection);
+    out.push_back(it->second.session);
+  }
+  by_connection_.erase(by);
+  return out;
 }
 
 std::size_t SessionManager::size() const {

@@ -44,6 +44,7 @@ namespace lmcache::server {
 
 struct LookupState {
   std::uint64_t sequence = 0;  // order of lookups in the session (status is reported FIFO)
+  std::string connection;      // the client (scheduler) that looked it up
   std::string model_name;
   std::int64_t world_size = 0;
   std::string cache_salt;
@@ -90,6 +91,8 @@ class Session {
   std::vector<store::LeaseId> ConsumableLeases(const std::string& salt) LMC_REQUIRES(mu);
   // Everything the session holds, taken out of it (ending it).
   LookupRelease TakeAll() LMC_REQUIRES(mu);
+  // What the lookups made over `connection` hold, taken out of them (it closed).
+  LookupRelease TakeConnection(std::string_view connection) LMC_REQUIRES(mu);
   std::vector<LookupState*> Lookups() LMC_REQUIRES(mu);
   // Bytes the session's state takes (the manager's memory cap counts them).
   std::size_t bytes() const { return bytes_.load(std::memory_order_relaxed); }
@@ -129,6 +132,12 @@ class SessionManager {
   std::size_t ExpireIdle() LMC_EXCLUDES(mu_);
   // Drops least recently used sessions while over the byte cap.
   std::size_t Trim() LMC_EXCLUDES(mu_);
+  // Remembers that `connection` looked `request_id` up (for TakeConnection).
+  void NoteConnection(const std::string& request_id, std::string_view connection)
+      LMC_EXCLUDES(mu_);
+  // The sessions `connection` looked up, forgetting the connection.
+  std::vector<std::shared_ptr<Session>> TakeConnection(std::string_view connection)
+      LMC_EXCLUDES(mu_);
   std::size_t size() const LMC_EXCLUDES(mu_);
   std::size_t bytes() const { return total_bytes_.load(std::memory_order_relaxed); }
   std::uint64_t dropped_for_memory() const { return dropped_for_memory_.load(); }
@@ -139,6 +148,7 @@ class SessionManager {
     std::shared_ptr<Session> session;
     TimeMs last_used_ms = 0;
     std::list<std::string>::iterator lru;  // position in lru_
+    std::vector<std::string> connections;  // that looked it up
   };
   // Moves the entry to the most recently used end.
   void UseLocked(Entry& entry, TimeMs now) LMC_REQUIRES(mu_);
@@ -155,6 +165,8 @@ class SessionManager {
   mutable Mutex mu_;
   std::unordered_map<std::string, Entry> sessions_ LMC_GUARDED_BY(mu_);
   std::list<std::string> lru_ LMC_GUARDED_BY(mu_);  // front = least recently used
+  // connection -> request ids it looked up (a closed connection's lookups are released).
+  std::unordered_map<std::string, std::vector<std::string>> by_connection_ LMC_GUARDED_BY(mu_);
 };
 
 }  // namespace lmcache::server

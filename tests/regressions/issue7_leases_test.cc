@@ -249,6 +249,26 @@ TEST_F(Issue7Test, EndSessionReleasesAbandonedLookupLocks) {
   EXPECT_EQ(Table().locked_objects, 0u);
 }
 
+// Departure (finding 2, design 6): a scheduler whose connection closes after
+// a lookup leaves no locks behind, and a dead worker's staged writes go at once.
+TEST_F(Issue7Test, AClosedConnectionsLookupsAndTransfersAreReleasedAtOnce) {
+  Register(1, "worker");
+  Store(1, Key(512, 2, 8, "s"), 0x71, "worker");
+  KeyArgs scheduler = Key(512, 2, 8, "q");
+  scheduler.worker_id.reset();
+  ASSERT_TRUE(h_.CallAs("scheduler", "lookup", {KeyFrame(scheduler), IntFrame(1)}).status.ok());
+  ASSERT_TRUE(h_.CallAs("worker", "prepare_store", {KeyFrame(Key(1024, 4, 9, "w")), IntFrame(1)})
+                  .status.ok());
+  EXPECT_EQ(Table().locked_objects, 2u + 4u);
+  h_.service().OnDisconnect("scheduler");
+  EXPECT_EQ(Table().locked_objects, 4u);  // the lookup's locks went; the staged writes remain
+  h_.service().OnDisconnect("worker");
+  EXPECT_EQ(Table().locked_objects, 0u);
+  EXPECT_EQ(Table().staging_objects, 0u);
+  EXPECT_EQ(h_.service().instances().size(), 0u);
+  EXPECT_EQ(Table().read_leases + Table().write_leases, 0u);
+}
+
 // Finding 12: a worker that crashed and re-registers the same instance id from
 // a new connection gets the dead process's staged writes dropped at once.
 TEST_F(Issue7Test, ReRegistrationFromANewConnectionDropsTheOldStagedWrites) {

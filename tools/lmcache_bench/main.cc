@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "bench.h"
+#include "common/local_server.h"
 #include "lmcache/client.h"
 #include "report.h"
 
@@ -23,64 +24,6 @@ void Progress(const std::string& text) {
   std::fprintf(stderr, "[lmcache-bench] %s\n", text.c_str());
   std::fflush(stderr);
 }
-
-std::string FindServerBinary(const std::string& given) {
-  if (!given.empty()) return given;
-  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe").parent_path();
-  for (const auto& candidate : {self / "lmcache-server", self / ".." / "src" / "lmcache-server"}) {
-    if (std::filesystem::exists(candidate)) return candidate.string();
-  }
-  return "lmcache-server";
-}
-
-// A server started for the run, killed and reaped when this object dies.
-class LocalServer {
- public:
-  static Result<std::unique_ptr<LocalServer>> Start(const BenchOptions& o) {
-    std::unique_ptr<LocalServer> server(new LocalServer());
-    server->url_ = "ipc://" + (std::filesystem::temp_directory_path() /
-                               ("lmcache_bench_server_" + std::to_string(getpid()) + ".sock"))
-                                  .string();
-    const std::string binary = FindServerBinary(o.server_binary);
-    const std::string pool = std::to_string(o.pool_gb);
-    const std::string gpu_workers = std::to_string(std::max(1, o.workers));
-    server->pid_ = fork();
-    if (server->pid_ < 0) return Status(ErrorCode::kIoError, "fork failed");
-    if (server->pid_ == 0) {
-      execl(binary.c_str(), binary.c_str(), "--l1-size-gb", pool.c_str(), "--url",
-            server->url_.c_str(), "--max-gpu-workers", gpu_workers.c_str(), "--max-cpu-workers",
-            "2", "--log-level", "warn", nullptr);
-      std::fprintf(stderr, "cannot run %s\n", binary.c_str());
-      _exit(127);
-    }
-    // Ready once it answers a ping (pre-faulting a large pool takes seconds).
-    client::ClientOptions options;
-    options.url = server->url_;
-    options.request_timeout = std::chrono::milliseconds(500);
-    LMC_ASSIGN_OR_RETURN(auto client, client::Client::Connect(options));
-    for (int i = 0; i < 240; ++i) {
-      if (client->Ping().ok()) return server;
-      int status = 0;
-      if (waitpid(server->pid_, &status, WNOHANG) == server->pid_) {
-        server->pid_ = -1;
-        return Status(ErrorCode::kUnavailable,
-                      binary + " exited during startup (see its log above)");
-      }
-    }
-    return Status(ErrorCode::kTimeout, binary + " did not answer within 120 s");
-  }
-  ~LocalServer() {
-    if (pid_ <= 0) return;
-    kill(pid_, SIGTERM);
-    waitpid(pid_, nullptr, 0);
-  }
-  const std::string& url() const { return url_; }
-
- private:
-  LocalServer() = default;
-  std::string url_;
-  pid_t pid_ = -1;
-};
 
 Result<PathResults> MeasurePaths(const BenchOptions& o, const std::string& url) {
   PathResults result;
@@ -131,11 +74,14 @@ int Run(BenchOptions o) {
     std::fprintf(stderr, "lmcache-bench: %s\n", s.message().c_str());
     return 2;
   }
-  std::unique_ptr<LocalServer> local;
+  std::unique_ptr<tools::LocalServer> local;
   std::string url = o.url;
   if (url.empty()) {
     Progress("starting lmcache-server with a " + std::to_string(o.pool_gb) + " GiB pool");
-    auto started = LocalServer::Start(o);
+    auto started = tools::LocalServer::Start(
+        tools::FindServerBinary(o.server_binary), "lmcache_bench_server",
+        {"--l1-size-gb", std::to_string(o.pool_gb), "--max-gpu-workers",
+         std::to_string(std::max(1, o.workers)), "--max-cpu-workers", "2", "--log-level", "warn"});
     if (!started.ok()) {
       std::fprintf(stderr, "lmcache-bench: %s\n", started.status().ToString().c_str());
       return 1;

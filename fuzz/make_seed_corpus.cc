@@ -1,0 +1,122 @@
+// Writes the fuzzers' seed corpora: real frames of every operation (a
+// registration, keys of stores, lookups and retrieves, status queries,
+// management calls) in request_fuzzer's input format, and the same payload
+// frames alone for wire_codec_fuzzer.
+//
+//   make_seed_corpus <request corpus dir> <wire codec corpus dir>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "fuzz_input.h"
+#include "protocol/wire_codec.h"
+#include "server/service.h"
+#include "store/l1_cache.h"
+
+namespace {
+
+using namespace lmcache;
+using mp::Encoder;
+
+std::string Int(std::int64_t v) { return Encoder().Int(v).Take(); }
+std::string Str(std::string_view v) { return Encoder().Str(v).Take(); }
+
+IpcKey Key(bool worker, std::int64_t end) {
+  IpcKey key;
+  key.model_name = "fuzz-model";
+  key.world_size = 1;
+  if (!worker) key.worker_id.reset();
+  for (std::uint32_t t = 0; t < 64; ++t) key.token_ids.push_back(1000 + t * 7);
+  key.end = end;
+  key.request_id = "fuzz-request";
+  return key;
+}
+
+void Write(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: make_seed_corpus <request corpus dir> <wire codec corpus dir>\n";
+    return 2;
+  }
+  const std::filesystem::path requests = argv[1];
+  const std::filesystem::path frames = argv[2];
+  std::filesystem::create_directories(requests);
+  std::filesystem::create_directories(frames);
+
+  // The op table as the fuzzer's service builds it (row indices by name).
+  store::L1Config l1;
+  l1.shm_name = "lmcache_l1_pool_seed_" + std::to_string(getpid());
+  l1.size_bytes = 4u << 20;
+  l1.prefault_threads = 1;
+  auto cache = std::move(store::L1Cache::Create(l1, &SteadyClock::Instance())).value();
+  server::ServiceConfig config;
+  config.chunk_size = 16;
+  server::Service service(cache.get(), &SteadyClock::Instance(), config);
+  std::map<std::string, std::uint8_t> index;
+  for (const server::OpRow& row : service.ops().rows()) {
+    index[std::string(row.spec.name)] = static_cast<std::uint8_t>(row.index);
+  }
+
+  EngineContext engine;
+  engine.instance_id = 1;
+  engine.model_name = "fuzz-model";
+  engine.num_layers = 1;
+  engine.hidden_dim_size = 8;
+  const std::string key32 = protocol::EncodeIpcKey(Key(true, 32));
+  const std::string lookup = protocol::EncodeIpcKey(Key(false, 64));
+  const std::vector<std::pair<std::string, std::vector<std::string>>> seeds = {
+      {"register_kv_cache_engine_driven_context", {protocol::EncodeEngineContext(engine)}},
+      {"prepare_store", {key32, Int(1)}},
+      {"commit_store", {key32, Int(1), Encoder().Bin("").Take()}},
+      {"lookup", {lookup, Int(1)}},
+      {"query_prefetch_status", {Str("fuzz-request")}},
+      {"wait_prefetch_status", {Str("fuzz-request"), Encoder().Float(0.01).Take()}},
+      {"query_prefetch_lookup_hits", {Str("fuzz-request")}},
+      {"prepare_retrieve", {key32, Int(1)}},
+      {"commit_retrieve", {key32, Int(1)}},
+      {"free_lookup_locks", {lookup, Int(1)}},
+      {"end_session", {Str("fuzz-request")}},
+      {"unregister_kv_cache_engine_driven_context", {Int(1)}},
+      {"ping", {Int(1)}},
+      {"ping", {Encoder().Nil().Take()}},
+      {"clear", {Encoder().Bool(true).Take()}},
+      {"get_chunk_size", {}},
+      {"noop", {}},
+      {"server_info", {}},
+      {"stats", {}},
+      {"report_block_allocation", {Int(1), Str("fuzz-model"), Encoder().Array(0).Take()}},
+      {"store", {key32, Int(1), Encoder().Array(1).Array(2).Int(0).Int(1).Take(),
+                 Encoder().Bin(std::string(64, '\0')).Take()}},
+  };
+  int n = 0;
+  for (const auto& [op, payloads] : seeds) {
+    for (std::uint8_t flags : {0, 1, 4}) {
+      Write(requests / ("seed-" + std::to_string(n++)), fuzz::MakeFuzzInput(index.at(op), flags, payloads));
+    }
+    for (const std::string& payload : payloads) {
+      Write(frames / ("seed-" + std::to_string(n++)), payload);
+    }
+  }
+  Registration registration{"lmcache_l1_pool_1", 1u << 30, "boot", 8192, std::nullopt};
+  Write(frames / "registration", protocol::EncodeRegistration(registration));
+  PrepareStoreReply prepared;
+  prepared.slots.push_back({4096, 8192, {2, 1, 16, 8}, "bfloat16"});
+  prepared.chunk_indices.push_back(0);
+  Write(frames / "prepare-store-reply", protocol::EncodePrepareStoreReply(prepared));
+  Write(frames / "prepare-retrieve-reply",
+        protocol::EncodePrepareRetrieveReply({true, prepared.slots}));
+  Write(frames / "error", protocol::EncodeErrorMap(Status(ErrorCode::kNotFound, "gone")));
+  std::cout << "wrote " << n + 4 << " seeds\n";
+  return 0;
+}

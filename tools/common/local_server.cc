@@ -1,0 +1,64 @@
+#include "common/local_server.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "lmcache/client.h"
+
+namespace lmcache::tools {
+
+std::string FindServerBinary(const std::string& given) {
+  if (!given.empty()) return given;
+  const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+  for (const auto& candidate : {self / "lmcache-server", self / ".." / "src" / "lmcache-server"}) {
+    if (std::filesystem::exists(candidate)) return candidate.string();
+  }
+  return "lmcache-server";
+}
+
+Result<std::unique_ptr<LocalServer>> LocalServer::Start(const std::string& binary,
+                                                        const std::string& name,
+                                                        const std::vector<std::string>& args) {
+  std::unique_ptr<LocalServer> server(new LocalServer());
+  server->url_ = "ipc://" + (std::filesystem::temp_directory_path() /
+                             (name + "_" + std::to_string(getpid()) + ".sock"))
+                                .string();
+  std::vector<std::string> argv_storage{binary, "--url", server->url_};
+  argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& arg : argv_storage) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  server->pid_ = fork();
+  if (server->pid_ < 0) return Status(ErrorCode::kIoError, "fork failed");
+  if (server->pid_ == 0) {
+    execv(binary.c_str(), argv.data());
+    std::fprintf(stderr, "cannot run %s\n", binary.c_str());
+    _exit(127);
+  }
+  client::ClientOptions options;
+  options.url = server->url_;
+  options.request_timeout = std::chrono::milliseconds(500);
+  LMC_ASSIGN_OR_RETURN(auto client, client::Client::Connect(options));
+  for (int i = 0; i < 240; ++i) {
+    if (client->Ping().ok()) return server;
+    int status = 0;
+    if (waitpid(server->pid_, &status, WNOHANG) == server->pid_) {
+      server->pid_ = -1;
+      return Status(ErrorCode::kUnavailable, binary + " exited during startup (see its log above)");
+    }
+  }
+  return Status(ErrorCode::kTimeout, binary + " did not answer within 120 s");
+}
+
+LocalServer::~LocalServer() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGTERM);
+  waitpid(pid_, nullptr, 0);
+}
+
+}  // namespace lmcache::tools

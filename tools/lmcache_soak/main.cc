@@ -1,0 +1,206 @@
+// lmcache-soak: N worker processes against one server for a while, some of
+// them killed with SIGKILL and replaced as it runs; then the lock and byte
+// balance is checked through `stats`. Exit code 0 only when no byte was
+// corrupt, no request failed unexpectedly and everything balanced.
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "common/local_server.h"
+#include "common/msgpack_codec.h"
+#include "lmcache/client.h"
+#include "soak.h"
+
+namespace lmcache::soak {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void Say(const std::string& text) {
+  std::fprintf(stderr, "[lmcache-soak] %s\n", text.c_str());
+  std::fflush(stderr);
+}
+
+pid_t Spawn(const SoakOptions& o, const std::string& url, int slot, std::int64_t instance,
+            SoakCounters* counters) {
+  const pid_t pid = fork();
+  if (pid == 0) _exit(RunWorker(o, url, slot, instance, counters));
+  return pid;
+}
+
+// The figures of the balance check, read from the server's stats.
+std::map<std::string, double> Balance(const std::string& url) {
+  std::map<std::string, double> out;
+  client::ClientOptions options;
+  options.url = url;
+  auto client = client::Client::Connect(options);
+  if (!client.ok()) return out;
+  auto stats = (*client)->Call("stats", {});
+  if (!stats.ok()) return out;
+  auto handle = mp::Parse(*stats, "stats", mp::DecodeLimits{.max_map_items = 4096});
+  if (!handle.ok()) return out;
+  auto read = [&](const char* section, std::initializer_list<const char*> names) {
+    auto root = mp::MapReader::Make(handle->get(), "stats");
+    const msgpack::object* map = root->Field(section);
+    if (map == nullptr) return;
+    auto fields = mp::MapReader::Make(*map, section);
+    for (const char* name : names) {
+      if (const msgpack::object* v = fields->Field(name)) {
+        out[std::string(section) + "." + name] = *mp::AsFloat(*v, name);
+      }
+    }
+  };
+  read("l1", {"used_bytes", "resident_bytes", "staging_objects", "locked_objects",
+              "retired_objects", "read_locks", "read_leases", "write_leases"});
+  read("instances", {"registered", "pending_writes", "pending_reads", "departed", "replaced"});
+  read("eviction", {"evicted_objects", "on_demand_evictions"});
+  return out;
+}
+
+bool Balanced(const std::map<std::string, double>& b) {
+  for (const char* zero : {"l1.staging_objects", "l1.locked_objects", "l1.retired_objects",
+                           "l1.read_locks", "l1.read_leases", "l1.write_leases",
+                           "instances.registered", "instances.pending_writes",
+                           "instances.pending_reads"}) {
+    auto it = b.find(zero);
+    if (it == b.end() || it->second != 0) return false;
+  }
+  return b.count("l1.used_bytes") && b.at("l1.used_bytes") == b.at("l1.resident_bytes");
+}
+
+int Run(const SoakOptions& o) {
+  std::unique_ptr<tools::LocalServer> server;
+  std::string url = o.url;
+  if (url.empty()) {
+    auto started = tools::LocalServer::Start(
+        tools::FindServerBinary(o.server_binary), "lmcache_soak_server",
+        {"--l1-size-gb", std::to_string(o.pool_gb), "--max-gpu-workers", "2",
+         "--max-cpu-workers", "2", "--log-level", "warn"});
+    if (!started.ok()) {
+      Say(started.status().ToString());
+      return 1;
+    }
+    server = std::move(started).value();
+    url = server->url();
+  }
+  void* shared = mmap(nullptr, sizeof(SoakCounters), PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shared == MAP_FAILED) return 1;
+  auto* counters = new (shared) SoakCounters();
+
+  std::mt19937_64 rng(o.seed);
+  std::int64_t next_instance = 1000;
+  std::vector<pid_t> pids;
+  std::vector<std::int64_t> instances;
+  for (int w = 0; w < o.workers; ++w) {
+    instances.push_back(next_instance++);
+    pids.push_back(Spawn(o, url, w, instances.back(), counters));
+  }
+  Say("running " + std::to_string(o.workers) + " workers for " + std::to_string(o.seconds) +
+      " s, killing one every " + std::to_string(o.kill_every_ms) + " ms");
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration<double>(o.seconds);
+  auto next_kill = start + std::chrono::milliseconds(o.kill_every_ms);
+  while (Clock::now() < end) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (o.kill_every_ms <= 0 || Clock::now() < next_kill) continue;
+    next_kill += std::chrono::milliseconds(o.kill_every_ms);
+    const int victim = static_cast<int>(rng() % static_cast<unsigned>(o.workers));
+    kill(pids[static_cast<std::size_t>(victim)], SIGKILL);
+    waitpid(pids[static_cast<std::size_t>(victim)], nullptr, 0);
+    counters->kills.fetch_add(1);
+    // A third of the replacements come back with the same instance id (a
+    // restarted worker), the rest with a new one.
+    if (rng() % 3 != 0) instances[static_cast<std::size_t>(victim)] = next_instance++;
+    pids[static_cast<std::size_t>(victim)] =
+        Spawn(o, url, victim, instances[static_cast<std::size_t>(victim)], counters);
+  }
+  counters->stop.store(true);
+  int failed_workers = 0;
+  for (const pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed_workers += 1;
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+
+  // Departures are processed asynchronously: give them a moment to land.
+  std::map<std::string, double> balance;
+  for (int i = 0; i < 100; ++i) {
+    balance = Balance(url);
+    if (Balanced(balance)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const bool balanced = Balanced(balance);
+  const bool ok = balanced && counters->corrupt_chunks.load() == 0 &&
+                  counters->unexpected_errors.load() == 0 && failed_workers == 0 &&
+                  counters->chunks_verified.load() > 0;
+
+  std::map<std::string, double> report = {
+      {"seconds", elapsed},
+      {"workers", o.workers},
+      {"iterations", static_cast<double>(counters->iterations.load())},
+      {"stores", static_cast<double>(counters->stores.load())},
+      {"chunks_stored", static_cast<double>(counters->chunks_stored.load())},
+      {"chunks_out_of_memory", static_cast<double>(counters->chunks_out_of_memory.load())},
+      {"lookups", static_cast<double>(counters->lookups.load())},
+      {"retrieves", static_cast<double>(counters->retrieves.load())},
+      {"chunks_verified", static_cast<double>(counters->chunks_verified.load())},
+      {"gib_verified", static_cast<double>(counters->bytes_verified.load()) / (1u << 30)},
+      {"corrupt_chunks", static_cast<double>(counters->corrupt_chunks.load())},
+      {"abandoned_lookups", static_cast<double>(counters->abandoned_lookups.load())},
+      {"abandoned_stores", static_cast<double>(counters->abandoned_stores.load())},
+      {"reregistrations", static_cast<double>(counters->reregistrations.load())},
+      {"kills", static_cast<double>(counters->kills.load())},
+      {"unexpected_errors", static_cast<double>(counters->unexpected_errors.load())},
+      {"failed_workers", failed_workers},
+      {"balanced", balanced ? 1 : 0},
+  };
+  for (const auto& [name, value] : balance) report["final." + name] = value;
+  std::string json = "{";
+  for (const auto& [name, value] : report) {
+    json += (json.size() > 1 ? ", " : "") + std::string("\"") + name + "\": " + std::to_string(value);
+  }
+  json += "}";
+  std::printf("%s\n", json.c_str());
+  if (!o.json_path.empty()) std::ofstream(o.json_path) << json << "\n";
+  Say(ok ? "PASS: no corruption, no unexpected error, every lock and byte balanced"
+         : "FAIL: see the report above");
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace lmcache::soak
+
+int main(int argc, char** argv) {
+  lmcache::soak::SoakOptions o;
+  CLI::App app{"lmcache-soak: worker processes with kill -9 against one lmcache-server; checks "
+               "bytes and the final lock and byte balance"};
+  app.add_option("--url", o.url, "Use this server instead of starting one (it must be idle)");
+  app.add_option("--server-binary", o.server_binary, "lmcache-server to start");
+  app.add_option("--workers", o.workers, "Worker processes")->capture_default_str();
+  app.add_option("--seconds", o.seconds, "How long to run")->capture_default_str();
+  app.add_option("--kill-every-ms", o.kill_every_ms, "SIGKILL a random worker this often; 0: never")
+      ->capture_default_str();
+  app.add_option("--pool-gb", o.pool_gb, "Pool of the started server (small: eviction runs)")
+      ->capture_default_str();
+  app.add_option("--groups", o.groups, "Shared system prompts")->capture_default_str();
+  app.add_option("--prompts", o.prompts, "Distinct prompts")->capture_default_str();
+  app.add_option("--seed", o.seed, "Random seed")->capture_default_str();
+  app.add_option("--json", o.json_path, "Write the report here too");
+  CLI11_PARSE(app, argc, argv);
+  if (o.workers < 1 || o.groups < 1 || o.prompts < o.groups || o.seconds <= 0) {
+    std::fprintf(stderr, "lmcache-soak: need workers >= 1, prompts >= groups >= 1, seconds > 0\n");
+    return 2;
+  }
+  return lmcache::soak::Run(o);
+}

@@ -1,0 +1,74 @@
+// lmcache-soak: worker processes hammering one server with checksummed
+// stores, lookups, retrieves, abandoned transfers, re-registrations and
+// kill -9, under eviction pressure; at the end every lock, lease and byte
+// must balance (docs/performance.md, "Soak").
+//
+// Prompts: `groups` system prompts of `shared_chunks` chunks each, and
+// `prompts` requests, each a group's system prompt followed by its own
+// `unique_chunks`. A chunk's bytes are a function of the tokens up to its end
+// (its group and index for a shared chunk, its prompt and index otherwise),
+// so any worker can verify any chunk any other worker stored.
+// Thread-safety: the counters live in shared memory and are atomics; the rest
+// is per process.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace lmcache::soak {
+
+struct SoakOptions {
+  std::string url;            // use this server instead of starting one
+  std::string server_binary;  // lmcache-server to start (default: next to this tool)
+  int workers = 4;
+  double seconds = 60;
+  int kill_every_ms = 2000;  // SIGKILL a random worker this often (0: never)
+  double pool_gb = 0.125;    // small: the working set (528 MiB) does not fit, eviction runs
+  int groups = 8;
+  int prompts = 256;
+  int shared_chunks = 4;
+  int unique_chunks = 4;
+  std::uint64_t chunk_size = 256;
+  std::int64_t num_layers = 4;
+  std::int64_t hidden = 128;  // 2 x 4 x 256 x 128 x 2 bytes = 512 KiB per chunk
+  std::uint64_t seed = 1;
+  std::string json_path;
+
+  int chunks_per_prompt() const { return shared_chunks + unique_chunks; }
+  std::uint64_t object_bytes() const {
+    return 2u * static_cast<std::uint64_t>(num_layers) * chunk_size *
+           static_cast<std::uint64_t>(hidden) * 2u;
+  }
+};
+
+// Shared by every worker process (an anonymous shared mapping made before fork).
+struct SoakCounters {
+  std::atomic<std::uint64_t> iterations{0};
+  std::atomic<std::uint64_t> stores{0};
+  std::atomic<std::uint64_t> chunks_stored{0};
+  std::atomic<std::uint64_t> chunks_out_of_memory{0};
+  std::atomic<std::uint64_t> lookups{0};
+  std::atomic<std::uint64_t> retrieves{0};
+  std::atomic<std::uint64_t> chunks_verified{0};
+  std::atomic<std::uint64_t> bytes_verified{0};
+  std::atomic<std::uint64_t> corrupt_chunks{0};
+  std::atomic<std::uint64_t> abandoned_lookups{0};
+  std::atomic<std::uint64_t> abandoned_stores{0};
+  std::atomic<std::uint64_t> reregistrations{0};
+  std::atomic<std::uint64_t> unexpected_errors{0};
+  std::atomic<std::uint64_t> kills{0};
+  std::atomic<bool> stop{false};
+};
+
+std::vector<std::uint32_t> PromptTokens(const SoakOptions& o, int prompt);
+// The bytes chunk `chunk` of `prompt` must hold.
+void ChunkBytes(const SoakOptions& o, int prompt, int chunk, std::byte* out);
+
+// The worker loop; returns its exit code.
+int RunWorker(const SoakOptions& o, const std::string& url, int slot, std::int64_t instance_id,
+              SoakCounters* counters);
+
+}  // namespace lmcache::soak
