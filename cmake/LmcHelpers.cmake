@@ -1,10 +1,23 @@
-# lmc_add_library(name SRCS ... DEPS ...): one static library per layer folder.
+# lmc_add_library(name FOLDER <src folder> [SRCS ...] DEPS ...): the library of one
+# layer folder. Its include path exposes only that folder (through a directory
+# holding one link to it); a layer sees the folders of the layers it depends
+# on through their libraries, and no other. So an include that runs upward, or
+# sideways to a layer not depended on, fails to build. A folder without
+# sources (an interface-only layer) makes an INTERFACE library.
 function(lmc_add_library name)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS" ${ARGN})
-  add_library(${name} STATIC ${ARG_SRCS})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(${name} PUBLIC ${ARG_DEPS} PRIVATE lmc_warnings)
-  target_link_libraries(${name} PUBLIC lmc_sanitizers)
+  cmake_parse_arguments(ARG "" "FOLDER" "SRCS;DEPS" ${ARGN})
+  set(view ${PROJECT_BINARY_DIR}/layers/${ARG_FOLDER})
+  file(MAKE_DIRECTORY ${view})
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/src/${ARG_FOLDER} ${view}/${ARG_FOLDER} SYMBOLIC)
+  if(ARG_SRCS)
+    add_library(${name} STATIC ${ARG_SRCS})
+    target_include_directories(${name} PUBLIC ${view} ${PROJECT_SOURCE_DIR}/include)
+    target_link_libraries(${name} PUBLIC ${ARG_DEPS} lmc_sanitizers PRIVATE lmc_warnings)
+  else()
+    add_library(${name} INTERFACE)
+    target_include_directories(${name} INTERFACE ${view} ${PROJECT_SOURCE_DIR}/include)
+    target_link_libraries(${name} INTERFACE ${ARG_DEPS})
+  endif()
 endfunction()
 
 # Environment of every test: sanitizer options (the TSan build suppresses reports

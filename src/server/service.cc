@@ -14,7 +14,14 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
       transfer_ops_(&state_),
       lookup_ops_(&state_),
       admin_ops_(&state_, [this] { return EncodeStatsMsgpack(Snapshot()); }),
-      started_(std::chrono::steady_clock::now()) {
+      started_(std::chrono::steady_clock::now()),
+      // A quarter of the reap timeout (as the reference), at most 5 s so sessions expire promptly.
+      maintenance_("maintenance",
+                   std::chrono::milliseconds(config.worker_reap_timeout_ms > 0
+                                                 ? std::min<TimeMs>(
+                                                       config.worker_reap_timeout_ms / 4, 5000)
+                                                 : 5000),
+                   [this] { RunMaintenance(); }) {
   transfer_ops_.AddTo(&table_);
   lookup_ops_.AddTo(&table_);
   admin_ops_.AddTo(&table_);
@@ -124,36 +131,6 @@ void Service::RunMaintenance() {
   }
 }
 
-void Service::StartMaintenance() {
-  if (maintenance_.joinable()) return;
-  const TimeMs reap = state_.config().worker_reap_timeout_ms;
-  // A quarter of the reap timeout (as the reference), at most 5 s so sessions expire promptly.
-  const auto period = std::chrono::milliseconds(reap > 0 ? std::min<TimeMs>(reap / 4, 5000) : 5000);
-  maintenance_ = std::thread([this, period] {
-    while (true) {
-      {
-        MutexLock lock(&maintenance_mu_);
-        if (!maintenance_stop_) maintenance_wake_.WaitFor(&lock, period);
-        if (maintenance_stop_) return;
-      }
-      try {
-        RunMaintenance();
-      } catch (const std::exception& e) {
-        spdlog::error("maintenance pass failed (it goes on): {}", e.what());
-      }
-    }
-  });
-}
-
-void Service::StopMaintenance() {
-  {
-    MutexLock lock(&maintenance_mu_);
-    maintenance_stop_ = true;
-  }
-  maintenance_wake_.NotifyAll();
-  if (maintenance_.joinable()) maintenance_.join();
-}
-
 void Service::SetTransportStatsSource(std::function<TransportStats()> source) {
   transport_stats_ = std::move(source);
 }
@@ -167,6 +144,7 @@ StatsSnapshot Service::Snapshot() {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   s.allocator = state.l1().allocator().Stats();
   s.table = state.table().Stats();
+  s.flow = state.l1().flow();
   s.evictor = state.l1().evictor().Stats();
   if (transport_stats_) s.transport = transport_stats_();
   for (const OpRow& row : table_.rows()) {

@@ -28,6 +28,7 @@
 #include "common/clock.h"
 #include "common/histogram.h"
 #include "common/mutex.h"
+#include "common/periodic_thread.h"
 #include "lmcache/status.h"
 #include "server/admin_ops.h"
 #include "server/lookup_ops.h"
@@ -65,10 +66,11 @@ class Service final : public RequestHandler {
   Reply Call(std::string_view op, Payloads payloads, const RequestContext& context);
 
   // Reaps silent instances and expires idle sessions (what the maintenance
-  // thread runs every few seconds).
+  // thread runs every min(reap timeout / 4, 5 s)).
   void RunMaintenance();
-  void StartMaintenance();
-  void StopMaintenance();
+  void StartMaintenance() { maintenance_.Start(); }
+  void StopMaintenance() { maintenance_.Stop(); }
+  const PeriodicThread& maintenance() const { return maintenance_; }
 
   // Where the transport's counters come from (set once, before serving).
   void SetTransportStatsSource(std::function<TransportStats()> source);
@@ -99,10 +101,7 @@ class Service final : public RequestHandler {
   const std::chrono::steady_clock::time_point started_;
   std::function<TransportStats()> transport_stats_;
 
-  std::thread maintenance_;
-  Mutex maintenance_mu_;
-  CondVar maintenance_wake_;
-  bool maintenance_stop_ LMC_GUARDED_BY(maintenance_mu_) = false;
+  PeriodicThread maintenance_;
 };
 
 }  // namespace lmcache::server

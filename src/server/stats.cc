@@ -21,6 +21,12 @@ std::string L1Map(const StatsSnapshot& s) {
   m.Field("read_leases").Uint(s.table.read_leases);
   m.Field("write_leases").Uint(s.table.write_leases);
   m.Field("expired_writes_reclaimed").Uint(s.table.expired_writes_reclaimed);
+  m.Field("admitted_objects").Uint(s.flow.admitted_objects);
+  m.Field("admitted_bytes").Uint(s.flow.admitted_bytes);
+  m.Field("tier_admitted_objects").Uint(s.flow.tier_admitted_objects);
+  m.Field("tier_admitted_bytes").Uint(s.flow.tier_admitted_bytes);
+  m.Field("deleted_objects").Uint(s.flow.deleted_objects);
+  m.Field("deleted_bytes").Uint(s.flow.deleted_bytes);
   m.Field("largest_allocatable_bytes").Uint(s.allocator.largest_allocatable_bytes);
   m.Field("largest_free_run_bytes").Uint(s.allocator.largest_free_run_bytes);
   m.Field("pool_free_bytes").Uint(s.allocator.pool_free_bytes);
@@ -50,8 +56,8 @@ std::string EvictionMap(const StatsSnapshot& s) {
   m.Field("passes").Uint(s.evictor.passes);
   m.Field("triggered_passes").Uint(s.evictor.triggered_passes);
   m.Field("errors").Uint(s.evictor.errors);
-  m.Field("evicted_objects").Uint(s.table.evicted_objects);
-  m.Field("evicted_bytes").Uint(s.table.evicted_bytes);
+  m.Field("evicted_objects").Uint(s.flow.evicted_objects);
+  m.Field("evicted_bytes").Uint(s.flow.evicted_bytes);
   m.Field("background_evicted_objects").Uint(s.evictor.evicted_objects);
   m.Field("background_evicted_bytes").Uint(s.evictor.evicted_bytes);
   m.Field("reclaimed_objects").Uint(s.evictor.reclaimed_objects);

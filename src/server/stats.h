@@ -17,6 +17,7 @@
 #include "server/instances.h"
 #include "server/request_handler.h"
 #include "store/evictor.h"
+#include "store/flow_counters.h"
 #include "store/object_table.h"
 
 namespace lmcache::server {
@@ -34,6 +35,7 @@ struct StatsSnapshot {
   double uptime_seconds = 0;
   alloc::AllocatorStats allocator;
   store::TableStats table;
+  store::FlowStats flow;  // admitted, evicted, deleted
   store::EvictorStats evictor;
   TransportStats transport;
   std::vector<OperationStats> operations;  // one per operation row, in table order

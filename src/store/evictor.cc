@@ -32,35 +32,11 @@ std::uint64_t Evictor::BytesToEvict(std::uint64_t used, std::uint64_t capacity,
 }
 
 Evictor::Evictor(ObjectTable* table, const EvictorConfig& config)
-    : table_(table), config_(config) {}
+    : table_(table),
+      config_(config),
+      thread_("evictor", std::chrono::milliseconds(config.interval_ms), [this] { RunPass(); }) {}
 
 Evictor::~Evictor() { Stop(); }
-
-void Evictor::Start() {
-  if (thread_.joinable()) return;
-  {
-    MutexLock lock(&mu_);
-    stop_ = false;
-  }
-  thread_ = std::thread([this] { Loop(); });
-}
-
-void Evictor::Stop() {
-  {
-    MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  wake_.NotifyAll();
-  if (thread_.joinable()) thread_.join();
-}
-
-void Evictor::Nudge() {
-  {
-    MutexLock lock(&mu_);
-    nudged_ = true;
-  }
-  wake_.NotifyAll();
-}
 
 void Evictor::RunPass() {
   passes_.fetch_add(1, std::memory_order_relaxed);
@@ -89,18 +65,6 @@ void Evictor::RunPass() {
   }
 }
 
-void Evictor::Loop() {
-  while (true) {
-    {
-      MutexLock lock(&mu_);
-      if (!stop_ && !nudged_) wake_.WaitFor(&lock, std::chrono::milliseconds(config_.interval_ms));
-      if (stop_) return;
-      nudged_ = false;
-    }
-    RunPass();
-  }
-}
-
 EvictorStats Evictor::Stats() const {
   EvictorStats stats;
   stats.passes = passes_.load(std::memory_order_relaxed);
@@ -110,6 +74,8 @@ EvictorStats Evictor::Stats() const {
   stats.evicted_bytes = evicted_bytes_.load(std::memory_order_relaxed);
   stats.reclaimed_objects = reclaimed_.load(std::memory_order_relaxed);
   stats.last_success_wall_seconds = last_success_.load(std::memory_order_relaxed);
+  stats.last_run_ms = thread_.last_run_ms();
+  stats.interval_ms = config_.interval_ms;
   return stats;
 }
 

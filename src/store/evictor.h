@@ -8,6 +8,7 @@
 // 12.1) this frees a predictable number of bytes. The loop never dies: an
 // exception in a pass is logged and counted, and the next pass runs as usual.
 //
+// Its thread is a PeriodicThread, whose last run is the evictor's heartbeat.
 // Thread-safety: Start/Stop from one controlling thread; Nudge and Stats from
 // any thread.
 #pragma once
@@ -16,7 +17,7 @@
 #include <cstdint>
 #include <thread>
 
-#include "common/mutex.h"
+#include "common/periodic_thread.h"
 #include "lmcache/status.h"
 #include "store/object_table.h"
 
@@ -39,6 +40,8 @@ struct EvictorStats {
   std::uint64_t evicted_bytes = 0;
   std::uint64_t reclaimed_objects = 0;
   double last_success_wall_seconds = 0;  // Unix time of the last pass that completed; 0 = none
+  TimeMs last_run_ms = 0;  // steady time of the thread's last pass (its heartbeat); 0 = none
+  TimeMs interval_ms = 0;
 };
 
 class Evictor {
@@ -48,9 +51,9 @@ class Evictor {
   Evictor(const Evictor&) = delete;
   Evictor& operator=(const Evictor&) = delete;
 
-  void Start();
-  void Stop();
-  void Nudge();
+  void Start() { thread_.Start(); }
+  void Stop() { thread_.Stop(); }
+  void Nudge() { thread_.Nudge(); }
   // One pass on the caller's thread (what the thread runs each interval).
   void RunPass();
   EvictorStats Stats() const;
@@ -60,15 +63,9 @@ class Evictor {
                                     const EvictorConfig& config);
 
  private:
-  void Loop();
-
   ObjectTable* const table_;
   const EvictorConfig config_;
-  std::thread thread_;
-  Mutex mu_;
-  CondVar wake_;
-  bool stop_ LMC_GUARDED_BY(mu_) = false;
-  bool nudged_ LMC_GUARDED_BY(mu_) = false;
+  PeriodicThread thread_;
 
   std::atomic<std::uint64_t> passes_{0};
   std::atomic<std::uint64_t> triggered_{0};

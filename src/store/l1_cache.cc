@@ -34,6 +34,7 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
 
   cache->table_ = std::make_unique<ObjectTable>(cache->allocator_.get(), cache->policy_.get(),
                                                 clock, config.table);
+  cache->table_->AddListener(&cache->flow_);
   cache->evictor_ = std::make_unique<Evictor>(cache->table_.get(), config.evictor);
   cache->evictor_->Start();
   return cache;

@@ -20,6 +20,7 @@
 #include "shm/shm_segment.h"
 #include "store/eviction_policy.h"
 #include "store/evictor.h"
+#include "store/flow_counters.h"
 #include "store/object_table.h"
 
 namespace lmcache::store {
@@ -48,6 +49,7 @@ class L1Cache {
   alloc::SlabAllocator& allocator() { return *allocator_; }
   ObjectTable& table() { return *table_; }
   Evictor& evictor() { return *evictor_; }
+  FlowStats flow() const { return flow_.Snapshot(); }
   const shm::PrefaultReport& prefault_report() const { return prefault_; }
 
  private:
@@ -56,6 +58,7 @@ class L1Cache {
   std::unique_ptr<shm::ShmSegment> segment_;
   std::unique_ptr<alloc::SlabAllocator> allocator_;
   std::unique_ptr<EvictionPolicy> policy_;
+  FlowCounters flow_;  // declared before the table, so it outlives it
   std::unique_ptr<ObjectTable> table_;
   std::unique_ptr<Evictor> evictor_;
   shm::PrefaultReport prefault_;

@@ -204,45 +204,51 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
   completion.outcomes.assign(completion.keys.size(), WriteOutcome::kNotStaged);
   auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };
   std::vector<ObjectKey> admitted;
-  DeferredFree freed(*this);
-  ShardSetLock lock(*this, completion.keys);
-  const TimeMs now = clock_->NowMs();
-  for (std::size_t i = 0; i < completion.keys.size(); ++i) {
-    const ObjectKey& key = completion.keys[i];
-    Shard& shard = ShardOf(key);
-    shard.mu.AssertHeld();
-    auto staged_it = shard.staging.find(key);
-    StagedEntry* mine =
-        staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, of_lease);
-    if (mine == nullptr) {
-      // A forced delete may have retired this lease's copy: free it now.
-      auto retired = std::find_if(shard.retired.begin(), shard.retired.end(),
-                                  [&](const RetiredEntry& r) {
-                                    return r.staged && r.write_lease == write_lease && r.key == key;
-                                  });
-      if (retired != shard.retired.end()) {
-        freed.Add(retired->offset);
-        shard.retired.erase(retired);
+  std::vector<std::uint64_t> admitted_bytes;
+  {
+    DeferredFree freed(*this);
+    ShardSetLock lock(*this, completion.keys);
+    const TimeMs now = clock_->NowMs();
+    for (std::size_t i = 0; i < completion.keys.size(); ++i) {
+      const ObjectKey& key = completion.keys[i];
+      Shard& shard = ShardOf(key);
+      shard.mu.AssertHeld();
+      auto staged_it = shard.staging.find(key);
+      StagedEntry* mine =
+          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, of_lease);
+      if (mine == nullptr) {
+        // A forced delete may have retired this lease's copy: free it now.
+        auto retired = std::find_if(shard.retired.begin(), shard.retired.end(),
+                                    [&](const RetiredEntry& r) {
+                                      return r.staged && r.write_lease == write_lease &&
+                                             r.key == key;
+                                    });
+        if (retired != shard.retired.end()) {
+          freed.Add(retired->offset);
+          shard.retired.erase(retired);
+        }
+        continue;
       }
-      continue;
+      const StagedEntry entry = *mine;
+      EraseStaged(shard.staging, staged_it, of_lease);
+      if (now >= entry.expires_ms) {
+        freed.Add(entry.offset);
+        completion.outcomes[i] = WriteOutcome::kLeaseExpired;
+      } else if (shard.resident.contains(key)) {
+        freed.Add(entry.offset);
+        completion.outcomes[i] = WriteOutcome::kDuplicateDiscarded;
+      } else {
+        shard.resident.emplace(key, ResidentEntry{entry.offset, entry.size, ReadLocks{}});
+        admitted.push_back(key);
+        admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
+        completion.outcomes[i] = WriteOutcome::kAdmitted;
+      }
     }
-    const StagedEntry entry = *mine;
-    EraseStaged(shard.staging, staged_it, of_lease);
-    if (now >= entry.expires_ms) {
-      freed.Add(entry.offset);
-      completion.outcomes[i] = WriteOutcome::kLeaseExpired;
-    } else if (shard.resident.contains(key)) {
-      freed.Add(entry.offset);
-      completion.outcomes[i] = WriteOutcome::kDuplicateDiscarded;
-    } else {
-      shard.resident.emplace(key, ResidentEntry{entry.offset, entry.size, ReadLocks{}});
-      admitted.push_back(key);
-      completion.outcomes[i] = WriteOutcome::kAdmitted;
-    }
+    // Inside the shard locks, so an eviction of these keys cannot slip between
+    // admission and the policy learning of it.
+    if (!admitted.empty()) policy_->OnAdmitted(admitted);
   }
-  // Inside the shard locks, so an eviction of these keys cannot slip between
-  // admission and the policy learning of it.
-  if (!admitted.empty()) policy_->OnAdmitted(admitted);
+  NotifyAdmitted(admitted, admitted_bytes, AdmissionSource::kWriter);
   completion.admitted = admitted.size();
   for (const WriteOutcome outcome : completion.outcomes) {
     if (outcome == WriteOutcome::kNotStaged || outcome == WriteOutcome::kLeaseExpired) {
@@ -263,6 +269,7 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
   auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };
   const LeaseId lease = leases_.NewId();
   std::vector<ObjectKey> admitted;
+  std::vector<std::uint64_t> admitted_bytes;
   std::vector<ObjectKey> locked;
   {
     DeferredFree freed(*this);
@@ -283,6 +290,7 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
       } else {
         resident = shard.resident.emplace(keys[i], ResidentEntry{entry.offset, entry.size, {}}).first;
         admitted.push_back(keys[i]);
+        admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
       }
       if (resident == shard.resident.end()) continue;
       resident->second.locks.Lock(lease, reader, count, now, config_.read_ttl_ms);
@@ -291,6 +299,7 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
     }
     if (!admitted.empty()) policy_->OnAdmitted(admitted);
   }
+  NotifyAdmitted(admitted, admitted_bytes, AdmissionSource::kTier);
   out.granted = locked.size();
   if (!locked.empty()) {
     out.lease = lease;
@@ -405,6 +414,25 @@ Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
     }
   }
   return out;
+}
+
+void ObjectTable::NotifyAdmitted(const std::vector<ObjectKey>& keys,
+                                 const std::vector<std::uint64_t>& bytes,
+                                 AdmissionSource source) const {
+  if (keys.empty()) return;
+  for (StoreListener* listener : listeners_) listener->OnAdmitted(keys, bytes, source);
+}
+
+void ObjectTable::NotifyEvicted(const std::vector<ObjectKey>& keys,
+                                const std::vector<std::uint64_t>& bytes) const {
+  if (keys.empty()) return;
+  for (StoreListener* listener : listeners_) listener->OnEvicted(keys, bytes);
+}
+
+void ObjectTable::NotifyDeleted(const std::vector<ObjectKey>& keys,
+                                const std::vector<std::uint64_t>& bytes) const {
+  if (keys.empty()) return;
+  for (StoreListener* listener : listeners_) listener->OnDeleted(keys, bytes);
 }
 
 std::uint64_t ObjectTable::ReleaseLocked(LeaseId lease, std::span<const ObjectKey> keys,

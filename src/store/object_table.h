@@ -45,6 +45,7 @@
 #include "lmcache/status.h"
 #include "store/eviction_policy.h"
 #include "store/lease_registry.h"
+#include "store/listener.h"
 #include "store/object_key.h"
 #include "store/owner.h"
 #include "store/read_locks.h"
@@ -168,8 +169,6 @@ struct TableStats {
   std::uint64_t retired_bytes = 0;
   std::uint64_t read_leases = 0;   // registered read leases
   std::uint64_t write_leases = 0;  // registered write leases
-  std::uint64_t evicted_objects = 0;
-  std::uint64_t evicted_bytes = 0;
   std::uint64_t on_demand_evictions = 0;  // reservations that evicted to make room
   std::uint64_t expired_writes_reclaimed = 0;
 };
@@ -233,6 +232,9 @@ class ObjectTable {
   std::optional<ObjectInfo> Find(const ObjectKey& key) const;
   TableStats Stats() const;
 
+  // Subscribes `listener` (listener.h). Before the table is used; it must outlive the table.
+  void AddListener(StoreListener* listener) { listeners_.push_back(listener); }
+
   alloc::SlabAllocator& allocator() const { return *allocator_; }
   const ObjectTableConfig& config() const { return config_; }
 
@@ -257,6 +259,13 @@ class ObjectTable {
                               std::uint32_t count, TimeMs now, std::vector<Offset>* to_free);
   // Drops the staged copies of `write_lease` among `keys` (its record already taken).
   std::size_t AbortStaged(LeaseId write_lease, std::span<const ObjectKey> keys);
+  // Tell the listeners (with no shard lock held).
+  void NotifyAdmitted(const std::vector<ObjectKey>& keys, const std::vector<std::uint64_t>& bytes,
+                      AdmissionSource source) const;
+  void NotifyEvicted(const std::vector<ObjectKey>& keys,
+                     const std::vector<std::uint64_t>& bytes) const;
+  void NotifyDeleted(const std::vector<ObjectKey>& keys,
+                     const std::vector<std::uint64_t>& bytes) const;
 
   alloc::SlabAllocator* const allocator_;
   EvictionPolicy* const policy_;
@@ -264,9 +273,8 @@ class ObjectTable {
   const ObjectTableConfig config_;
   std::unique_ptr<Shard[]> shards_;
   mutable LeaseRegistry leases_;
+  std::vector<StoreListener*> listeners_;
 
-  std::atomic<std::uint64_t> evicted_objects_{0};
-  std::atomic<std::uint64_t> evicted_bytes_{0};
   std::atomic<std::uint64_t> on_demand_evictions_{0};
   std::atomic<std::uint64_t> expired_writes_reclaimed_{0};
 };

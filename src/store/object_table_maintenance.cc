@@ -37,48 +37,54 @@ RetiredEntry RetireStaged(const ObjectKey& key, const StagedEntry& entry) {
 std::vector<DeleteOutcome> ObjectTable::Delete(std::span<const ObjectKey> keys, bool force) {
   std::vector<DeleteOutcome> outcomes(keys.size(), DeleteOutcome::kNotFound);
   std::vector<ObjectKey> removed;
-  DeferredFree freed(*this);
-  ShardSetLock lock(*this, keys);
-  const TimeMs now = clock_->NowMs();
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    Shard& shard = ShardOf(keys[i]);
-    shard.mu.AssertHeld();
-    auto res = shard.resident.find(keys[i]);
-    auto stg = shard.staging.find(keys[i]);
-    if (stg != shard.staging.end()) {  // expired writer copies go in any case
-      std::erase_if(stg->second, [&](const StagedEntry& e) {
-        if (now < e.expires_ms) return false;
-        freed.Add(e.offset);
-        return true;
-      });
-      if (stg->second.empty()) {
+  std::vector<std::uint64_t> removed_bytes;
+  {
+    DeferredFree freed(*this);
+    ShardSetLock lock(*this, keys);
+    const TimeMs now = clock_->NowMs();
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      Shard& shard = ShardOf(keys[i]);
+      shard.mu.AssertHeld();
+      auto res = shard.resident.find(keys[i]);
+      auto stg = shard.staging.find(keys[i]);
+      if (stg != shard.staging.end()) {  // expired writer copies go in any case
+        std::erase_if(stg->second, [&](const StagedEntry& e) {
+          if (now < e.expires_ms) return false;
+          freed.Add(e.offset);
+          return true;
+        });
+        if (stg->second.empty()) {
+          shard.staging.erase(stg);
+          stg = shard.staging.end();
+        }
+      }
+      const bool resident_locked =
+          res != shard.resident.end() && res->second.locks.IsLocked(now);
+      const bool staged_live = stg != shard.staging.end();
+      if (res == shard.resident.end() && !staged_live) continue;
+      if (!force && (resident_locked || staged_live)) {
+        outcomes[i] = DeleteOutcome::kLocked;
+        continue;
+      }
+      if (res != shard.resident.end()) {
+        if (resident_locked) {
+          shard.retired.push_back(RetireResident(keys[i], res->second));
+        } else {
+          freed.Add(res->second.offset);
+        }
+        removed.push_back(keys[i]);
+        removed_bytes.push_back(allocator_->AlignedSize(res->second.size));
+        shard.resident.erase(res);
+      }
+      if (staged_live) {
+        for (const StagedEntry& e : stg->second) shard.retired.push_back(RetireStaged(keys[i], e));
         shard.staging.erase(stg);
-        stg = shard.staging.end();
       }
+      outcomes[i] = DeleteOutcome::kDeleted;
     }
-    const bool resident_locked = res != shard.resident.end() && res->second.locks.IsLocked(now);
-    const bool staged_live = stg != shard.staging.end();
-    if (res == shard.resident.end() && !staged_live) continue;
-    if (!force && (resident_locked || staged_live)) {
-      outcomes[i] = DeleteOutcome::kLocked;
-      continue;
-    }
-    if (res != shard.resident.end()) {
-      if (resident_locked) {
-        shard.retired.push_back(RetireResident(keys[i], res->second));
-      } else {
-        freed.Add(res->second.offset);
-      }
-      shard.resident.erase(res);
-      removed.push_back(keys[i]);
-    }
-    if (staged_live) {
-      for (const StagedEntry& e : stg->second) shard.retired.push_back(RetireStaged(keys[i], e));
-      shard.staging.erase(stg);
-    }
-    outcomes[i] = DeleteOutcome::kDeleted;
+    if (!removed.empty()) policy_->OnRemoved(removed);
   }
-  if (!removed.empty()) policy_->OnRemoved(removed);
+  NotifyDeleted(removed, removed_bytes);
   return outcomes;
 }
 
@@ -127,33 +133,39 @@ EvictionReport ObjectTable::EvictLru(std::uint64_t bytes) {
   while (report.bytes < bytes) {
     const std::vector<ObjectKey> candidates = policy_->Candidates(skip, kEvictionBatch);
     if (candidates.empty()) break;
-    DeferredFree freed(*this);
-    ShardSetLock lock(*this, candidates);
-    const TimeMs now = clock_->NowMs();
-    std::vector<ObjectKey> removed;
-    for (const ObjectKey& key : candidates) {
-      if (report.bytes >= bytes) break;
-      Shard& shard = ShardOf(key);
-      shard.mu.AssertHeld();
-      auto it = shard.resident.find(key);
-      if (it == shard.resident.end()) {
-        removed.push_back(key);  // the policy lagged behind a delete: forget it
-        continue;
+    std::vector<ObjectKey> evicted;
+    std::vector<std::uint64_t> evicted_bytes;
+    {
+      DeferredFree freed(*this);
+      ShardSetLock lock(*this, candidates);
+      const TimeMs now = clock_->NowMs();
+      std::vector<ObjectKey> removed;
+      for (const ObjectKey& key : candidates) {
+        if (report.bytes >= bytes) break;
+        Shard& shard = ShardOf(key);
+        shard.mu.AssertHeld();
+        auto it = shard.resident.find(key);
+        if (it == shard.resident.end()) {
+          removed.push_back(key);  // the policy lagged behind a delete: forget it
+          continue;
+        }
+        if (it->second.locks.IsLocked(now)) {
+          skip += 1;
+          continue;
+        }
+        const std::uint64_t aligned = allocator_->AlignedSize(it->second.size);
+        report.bytes += aligned;
+        report.objects += 1;
+        freed.Add(it->second.offset);
+        shard.resident.erase(it);
+        removed.push_back(key);
+        evicted.push_back(key);
+        evicted_bytes.push_back(aligned);
       }
-      if (it->second.locks.IsLocked(now)) {
-        skip += 1;
-        continue;
-      }
-      report.bytes += allocator_->AlignedSize(it->second.size);
-      report.objects += 1;
-      freed.Add(it->second.offset);
-      shard.resident.erase(it);
-      removed.push_back(key);
+      if (!removed.empty()) policy_->OnRemoved(removed);
     }
-    if (!removed.empty()) policy_->OnRemoved(removed);
+    NotifyEvicted(evicted, evicted_bytes);
   }
-  evicted_objects_.fetch_add(report.objects, std::memory_order_relaxed);
-  evicted_bytes_.fetch_add(report.bytes, std::memory_order_relaxed);
   return report;
 }
 
@@ -246,8 +258,6 @@ TableStats ObjectTable::Stats() const {
   const LeaseCounts leases = leases_.Counts();
   stats.read_leases = leases.read;
   stats.write_leases = leases.write;
-  stats.evicted_objects = evicted_objects_.load(std::memory_order_relaxed);
-  stats.evicted_bytes = evicted_bytes_.load(std::memory_order_relaxed);
   stats.on_demand_evictions = on_demand_evictions_.load(std::memory_order_relaxed);
   stats.expired_writes_reclaimed = expired_writes_reclaimed_.load(std::memory_order_relaxed);
   return stats;

@@ -13,7 +13,7 @@
 #include <thread>
 
 #include "bench.h"
-#include "common/local_server.h"
+#include "support/local_server.h"
 #include "lmcache/client.h"
 #include "report.h"
 

@@ -15,7 +15,7 @@
 #include <random>
 #include <thread>
 
-#include "common/local_server.h"
+#include "support/local_server.h"
 #include "common/msgpack_codec.h"
 #include "lmcache/client.h"
 #include "soak.h"

@@ -409,6 +409,20 @@ TEST_F(ServiceTest, ClearKeepsLockedObjectsUnlessForced) {
   EXPECT_EQ(Table().retired_objects, 2u);  // memory kept until the readers finish
 }
 
+TEST_F(ServiceTest, StatsCountObjectsFlowingInAndOut) {
+  Register(1);
+  Store(1, Key(512, 2));
+  Store(1, Key(512, 2));  // already resident: nothing new admitted
+  h_.Ok("clear", {});
+  auto stats = h_.Ok("stats", {});
+  const msgpack::object& l1 = Field(stats.get(), "l1");
+  EXPECT_EQ(Field(l1, "admitted_objects").via.u64, 2u);
+  EXPECT_EQ(Field(l1, "admitted_bytes").via.u64, Field(l1, "deleted_bytes").via.u64);
+  EXPECT_GT(Field(l1, "admitted_bytes").via.u64, 0u);
+  EXPECT_EQ(Field(l1, "deleted_objects").via.u64, 2u);
+  EXPECT_EQ(Field(l1, "tier_admitted_objects").via.u64, 0u);
+}
+
 TEST_F(ServiceTest, GarbageInputNeverCrashesAndAlwaysFailsCleanly) {
   Register(1);
   std::mt19937 rng(7);

