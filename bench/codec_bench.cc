@@ -40,6 +40,21 @@ void BM_DecodeLookupKey(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeLookupKey)->Arg(4096)->Arg(131072)->Unit(benchmark::kMicrosecond);
 
+// What a client pays before a lookup of `tokens` tokens leaves it.
+void BM_EncodeLookupKey(benchmark::State& state) {
+  IpcKey key;
+  key.model_name = "meta-llama/Llama-3.1-8B-Instruct";
+  std::mt19937 rng(1);
+  for (std::int64_t i = 0; i < state.range(0); ++i) key.token_ids.push_back(rng() % 128256);
+  key.end = state.range(0);
+  key.request_id = "bench";
+  for (auto _ : state) {
+    std::string frame = protocol::EncodeIpcKey(key);
+    benchmark::DoNotOptimize(frame);
+  }
+}
+BENCHMARK(BM_EncodeLookupKey)->Arg(4096)->Arg(131072)->Unit(benchmark::kMicrosecond);
+
 void BM_HashPromptChunks(benchmark::State& state) {
   const auto tokens = static_cast<std::size_t>(state.range(0));
   std::vector<std::uint32_t> ids(tokens);

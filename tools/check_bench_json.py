@@ -4,7 +4,9 @@
 Usage: check_bench_json.py REPORT.json
 
 Every headline field of docs/performance.md must be present, in order, and a
-positive finite number; the parameters and machine sections must be there.
+positive finite number; every ratio's spread must be ordered with its median
+equal to the headline; there is one sample per round; the parameters and
+machine sections must be there.
 Exit status 0 when complete, 1 with the reason otherwise.
 """
 import json
@@ -15,17 +17,20 @@ FIELDS = [
     "memcpy_gbps", "store_gbps", "retrieve_gbps", "socket_store_gbps",
     "socket_retrieve_gbps", "redis_store_gbps", "redis_retrieve_gbps", "ping_p50_us",
     "zmq_echo_p50_us", "lookup_p50_us", "store_vs_memcpy", "retrieve_vs_memcpy",
-    "shm_vs_socket", "shm_vs_redis", "ping_vs_echo",
+    "shm_vs_socket", "shm_vs_redis", "ping_vs_echo", "lookup_cold_p50_us",
+    "shared_prefix_lookup_p50_us", "shared_prefix_hit_fraction",
 ]
+SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "shm_vs_socket", "shm_vs_redis",
+           "ping_vs_echo"]
 
 
 def check(path):
     with open(path) as f:
         report = json.load(f)
     problems = []
-    if report.get("schema") != "lmcache-bench/1":
-        problems.append("schema is %r, expected 'lmcache-bench/1'" % report.get("schema"))
-    for section in ("machine", "parameters", "results", "samples", "sweep"):
+    if report.get("schema") != "lmcache-bench/2":
+        problems.append("schema is %r, expected 'lmcache-bench/2'" % report.get("schema"))
+    for section in ("machine", "parameters", "results", "spread", "samples", "sweep"):
         if section not in report:
             problems.append("missing section %r" % section)
     results = report.get("results", {})
@@ -37,6 +42,19 @@ def check(path):
             problems.append("%s is %r, not a number" % (name, value))
         elif not math.isfinite(value) or value <= 0:
             problems.append("%s is %r, not a positive finite number" % (name, value))
+    spread = report.get("spread", {})
+    for name in SPREADS:
+        s = spread.get(name)
+        if not isinstance(s, dict) or set(s) != {"min", "median", "max"}:
+            problems.append("spread of %s is %r, not {min, median, max}" % (name, s))
+        elif not (0 < s["min"] <= s["median"] <= s["max"]):
+            problems.append("spread of %s is not ordered and positive: %r" % (name, s))
+        elif abs(s["median"] - results.get(name, -1)) > 1e-6 * max(1.0, s["median"]):
+            problems.append("median of %s differs from its headline figure" % name)
+    rounds = report.get("parameters", {}).get("rounds")
+    for name, values in report.get("samples", {}).items():
+        if len(values) != rounds:
+            problems.append("%d samples of %s for %r rounds" % (len(values), name, rounds))
     return problems
 
 

@@ -7,6 +7,7 @@
 
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
+#include "common/mutex.h"
 #include "common/parallel.h"
 #include "lmcache/protocol.h"
 #include "protocol/wire_codec.h"
@@ -46,10 +47,51 @@ void ParallelCopy(const std::vector<CopyPiece>& pieces, unsigned threads) {
   });
 }
 
+// Large request frames (a long prompt's key) go to ZMQ without a copy, in
+// buffers that come back here when ZMQ is done with them and are reused: a
+// fresh allocation of a few hundred KiB is mmapped, and its page faults cost
+// more than encoding the key. ZMQ frees a sent message on its I/O thread.
+class FrameBuffers {
+ public:
+  // At or above this size a frame is sent zero-copy.
+  static constexpr std::size_t kZeroCopyBytes = 32u << 10;
+
+  // An empty buffer, with the capacity of an earlier frame when one is free.
+  std::string Take() {
+    MutexLock lock(&mu_);
+    if (free_.empty()) return {};
+    std::string buffer = std::move(free_.back());
+    free_.pop_back();
+    return buffer;
+  }
+
+  // A message that owns `frame` and hands it back to this pool when sent.
+  zmq::message_t Wrap(std::string frame) {
+    auto* owned = new Holder{this, std::move(frame)};
+    return zmq::message_t(owned->bytes.data(), owned->bytes.size(), &Release, owned);
+  }
+
+ private:
+  struct Holder {
+    FrameBuffers* pool;
+    std::string bytes;
+  };
+  static constexpr std::size_t kKeep = 4;
+  static void Release(void* /*data*/, void* hint) {
+    std::unique_ptr<Holder> holder(static_cast<Holder*>(hint));
+    MutexLock lock(&holder->pool->mu_);
+    if (holder->pool->free_.size() < kKeep) holder->pool->free_.push_back(std::move(holder->bytes));
+  }
+
+  Mutex mu_;
+  std::vector<std::string> free_ LMC_GUARDED_BY(mu_);
+};
+
 }  // namespace
 
 struct Client::Impl {
   ClientOptions options;
+  FrameBuffers frame_buffers;  // outlives the context, which frees messages still queued
   zmq::context_t context{1};
   zmq::socket_t socket{context, zmq::socket_type::dealer};
   std::uint64_t next_uid = 0;
@@ -69,8 +111,13 @@ struct Client::Impl {
       socket.send(zmq::buffer(op_frame),
                   payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
       for (std::size_t i = 0; i < payloads.size(); ++i) {
-        socket.send(zmq::buffer(payloads[i]),
-                    i + 1 == payloads.size() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+        const auto flags =
+            i + 1 == payloads.size() ? zmq::send_flags::none : zmq::send_flags::sndmore;
+        if (payloads[i].size() >= FrameBuffers::kZeroCopyBytes) {
+          socket.send(frame_buffers.Wrap(std::move(payloads[i])), flags);
+        } else {
+          socket.send(zmq::buffer(payloads[i]), flags);
+        }
       }
       const auto deadline = std::chrono::steady_clock::now() + options.request_timeout;
       while (true) {
@@ -96,6 +143,13 @@ struct Client::Impl {
   // By frozen integer id, as reference clients send it.
   Result<std::string> CallOp(Op op, std::vector<std::string> payloads) {
     return Call(Encoder().Int(static_cast<std::int64_t>(op)).Take(), std::move(payloads));
+  }
+
+  // `frame` again, in a reused buffer (the request consumes its frames).
+  std::string CopyFrame(const std::string& frame) {
+    std::string copy = frame_buffers.Take();
+    copy.assign(frame);
+    return copy;
   }
 
   std::string InstanceFrame() const { return Encoder().Int(engine->instance_id).Take(); }
@@ -227,9 +281,9 @@ Result<StoreResult> Client::Store(const KeySpec& key,
                              " bytes, one holds " + std::to_string(chunk.size()));
     }
   }
-  const std::string key_frame = protocol::EncodeIpcKey(key);
+  std::string key_frame = protocol::EncodeIpcKey(key, impl_->frame_buffers.Take());
   LMC_ASSIGN_OR_RETURN(const std::string value,
-                       impl_->CallOp(Op::kPrepareStore, {key_frame, impl_->InstanceFrame()}));
+                       impl_->CallOp(Op::kPrepareStore, {impl_->CopyFrame(key_frame), impl_->InstanceFrame()}));
   LMC_ASSIGN_OR_RETURN(const PrepareStoreReply reply, protocol::DecodePrepareStoreReply(value));
   StoreResult result;
   result.out_of_memory = reply.oom_chunks;
@@ -248,7 +302,7 @@ Result<StoreResult> Client::Store(const KeySpec& key,
   }
   ParallelCopy(pieces, impl_->options.copy_threads);
   LMC_ASSIGN_OR_RETURN(const std::string committed,
-                       impl_->CallOp(Op::kCommitStore, {key_frame, impl_->InstanceFrame(),
+                       impl_->CallOp(Op::kCommitStore, {std::move(key_frame), impl_->InstanceFrame(),
                                                         Encoder().Bin("").Take()}));
   LMC_ASSIGN_OR_RETURN(const bool ok, protocol::DecodeBool(committed, "commit_store reply"));
   if (!ok) return Status(ErrorCode::kInternal, "commit_store answered false");
@@ -258,12 +312,11 @@ Result<StoreResult> Client::Store(const KeySpec& key,
 }
 
 Result<std::size_t> Client::Lookup(const KeySpec& key) {
-  KeySpec lookup = key;
-  lookup.worker_id.reset();
-  LMC_RETURN_IF_ERROR(impl_
-                          ->CallOp(Op::kLookup, {protocol::EncodeIpcKey(lookup),
-                                                 Encoder().Int(lookup.world_size).Take()})
-                          .status());
+  LMC_RETURN_IF_ERROR(
+      impl_
+          ->CallOp(Op::kLookup, {protocol::EncodeLookupKey(key, impl_->frame_buffers.Take()),
+                                 Encoder().Int(key.world_size).Take()})
+          .status());
   LMC_ASSIGN_OR_RETURN(const std::string value,
                        impl_->CallOp(Op::kWaitPrefetchStatus, {Encoder().Str(key.request_id).Take(),
                                                                Encoder().Float(10.0).Take()}));
@@ -277,9 +330,9 @@ Result<std::size_t> Client::Lookup(const KeySpec& key) {
 Status Client::Retrieve(const KeySpec& key, std::span<const std::span<std::byte>> out) {
   LMC_RETURN_IF_ERROR(impl_->RequireRegistration());
   LMC_RETURN_IF_ERROR(impl_->CheckChunks(key, out.size()));
-  const std::string key_frame = protocol::EncodeIpcKey(key);
+  std::string key_frame = protocol::EncodeIpcKey(key, impl_->frame_buffers.Take());
   LMC_ASSIGN_OR_RETURN(const std::string value,
-                       impl_->CallOp(Op::kPrepareRetrieve, {key_frame, impl_->InstanceFrame()}));
+                       impl_->CallOp(Op::kPrepareRetrieve, {impl_->CopyFrame(key_frame), impl_->InstanceFrame()}));
   LMC_ASSIGN_OR_RETURN(const PrepareRetrieveReply reply,
                        protocol::DecodePrepareRetrieveReply(value));
   if (!reply.success) return Status(ErrorCode::kNotFound, "prepare_retrieve failed");
@@ -300,17 +353,16 @@ Status Client::Retrieve(const KeySpec& key, std::span<const std::span<std::byte>
     if (copy_status.ok()) ParallelCopy(pieces, impl_->options.copy_threads);
   }
   // Release the locks whatever happened to the copy.
-  Status commit = impl_->CallOp(Op::kCommitRetrieve, {key_frame, impl_->InstanceFrame()}).status();
+  Status commit = impl_->CallOp(Op::kCommitRetrieve, {std::move(key_frame), impl_->InstanceFrame()}).status();
   LMC_RETURN_IF_ERROR(copy_status);
   return commit;
 }
 
 Status Client::FreeLookupLocks(const KeySpec& key) {
-  KeySpec lookup = key;
-  lookup.worker_id.reset();
   return impl_
       ->CallOp(Op::kFreeLookupLocks,
-               {protocol::EncodeIpcKey(lookup), Encoder().Int(lookup.world_size).Take()})
+               {protocol::EncodeLookupKey(key, impl_->frame_buffers.Take()),
+                Encoder().Int(key.world_size).Take()})
       .status();
 }
 

@@ -2,6 +2,7 @@
 
 #include "common/utf8.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -169,6 +170,32 @@ Encoder& Encoder::Uint(std::uint64_t value) {
   LMC_PACK(pack_uint64(value));
   return *this;
 }
+static_assert(std::endian::native == std::endian::little, "UintArray writes little-endian words");
+
+Encoder& Encoder::UintArray(std::span<const std::uint32_t> values) {
+  Array(static_cast<std::uint32_t>(values.size()));
+  const std::size_t start = buffer_.size();
+  // The longest form is 5 bytes (0xce + 4); each value is written as one
+  // 8-byte store, so 3 bytes of slack follow the last one.
+  buffer_.resize(start + values.size() * 5 + 3);
+  char* out = buffer_.data() + start;
+  for (const std::uint32_t v : values) {
+    // Branch-free: token ids are random in size, so a branch per form mispredicts.
+    const std::uint64_t forms[4] = {
+        v,                                                                       // fixint
+        0xccu | (static_cast<std::uint64_t>(v) << 8),                            // uint8
+        0xcdu | (static_cast<std::uint64_t>(__builtin_bswap16(static_cast<std::uint16_t>(v))) << 8),
+        0xceu | (static_cast<std::uint64_t>(__builtin_bswap32(v)) << 8),        // uint32
+    };
+    const unsigned form = static_cast<unsigned>(v > 0x7f) + static_cast<unsigned>(v > 0xff) +
+                          static_cast<unsigned>(v > 0xffff);
+    std::memcpy(out, &forms[form], sizeof(std::uint64_t));  // little-endian: byte 0 first
+    out += (0x05030201u >> (form * 8)) & 0xff;               // lengths 1, 2, 3, 5
+  }
+  buffer_.resize(static_cast<std::size_t>(out - buffer_.data()));
+  return *this;
+}
+
 Encoder& Encoder::Float(double value) {
   // msgpack-c's pack_double writes whole numbers as integers; a float field
   // must stay a float64 on the wire (0xcb + 8 big-endian bytes).

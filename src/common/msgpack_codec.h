@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -83,6 +84,9 @@ class MapReader {
 // (Map(n) then n key/value pairs, Array(n) then n values).
 class Encoder {
  public:
+  Encoder() = default;
+  // Writes into `buffer` after clearing it, keeping its capacity.
+  explicit Encoder(std::string buffer) : buffer_(std::move(buffer)) { buffer_.clear(); }
   Encoder& Nil();
   Encoder& Bool(bool value);
   Encoder& Int(std::int64_t value);
@@ -91,6 +95,9 @@ class Encoder {
   Encoder& Str(std::string_view value);
   Encoder& Bin(std::string_view value);
   Encoder& Array(std::uint32_t size);
+  // An array of unsigned ints (token ids), each in its shortest form: the
+  // same bytes as Array(n) and n Uint() calls, written in one pass.
+  Encoder& UintArray(std::span<const std::uint32_t> values);
   Encoder& Map(std::uint32_t size);
   // Appends bytes that already are one encoded msgpack value.
   Encoder& Raw(std::string_view encoded) {

@@ -162,25 +162,41 @@ Result<std::string> DecodeBytes(std::string_view frame, std::string_view what) {
   });
 }
 
-std::string EncodeIpcKey(const IpcKey& key) {
-  Encoder e;
+namespace {
+
+std::string EncodeKey(const IpcKey& key, std::optional<std::int64_t> worker_id,
+                      std::string buffer) {
+  // The longest forms: 5 bytes a token, and the fixed fields' names and values.
+  buffer.clear();
+  buffer.reserve(key.token_ids.size() * 5 + key.model_name.size() + key.request_id.size() +
+                 key.cache_salt.size() + 160);
+  Encoder e(std::move(buffer));
   e.Map(9);
   e.Str("model_name").Str(key.model_name);
   e.Str("world_size").Int(key.world_size);
   e.Str("worker_id");
-  if (key.worker_id) {
-    e.Int(*key.worker_id);
+  if (worker_id) {
+    e.Int(*worker_id);
   } else {
     e.Nil();
   }
-  e.Str("token_ids").Array(static_cast<std::uint32_t>(key.token_ids.size()));
-  for (const std::uint32_t token : key.token_ids) e.Uint(token);
+  e.Str("token_ids").UintArray(key.token_ids);
   e.Str("start").Int(key.start);
   e.Str("end").Int(key.end);
   e.Str("request_id").Str(key.request_id);
   e.Str("cache_salt").Str(key.cache_salt);
   e.Str("num_kv_readers").Int(key.num_kv_readers);
   return e.Take();
+}
+
+}  // namespace
+
+std::string EncodeIpcKey(const IpcKey& key, std::string buffer) {
+  return EncodeKey(key, key.worker_id, std::move(buffer));
+}
+
+std::string EncodeLookupKey(const IpcKey& key, std::string buffer) {
+  return EncodeKey(key, std::nullopt, std::move(buffer));
 }
 
 // The hot path of every request: read in place (msgpack-c would build one

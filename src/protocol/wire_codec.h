@@ -45,7 +45,11 @@ Result<std::string> DecodeString(std::string_view frame, std::string_view what);
 // bin (or str, which older encoders produce for bytes).
 Result<std::string> DecodeBytes(std::string_view frame, std::string_view what);
 
-std::string EncodeIpcKey(const IpcKey& key);
+// `buffer`, when given, is reused (its capacity kept): a long prompt's key is
+// hundreds of KiB, and a fresh allocation of that size costs page faults.
+std::string EncodeIpcKey(const IpcKey& key, std::string buffer = {});
+// The scheduler's form of `key`: worker_id nil whatever the key holds.
+std::string EncodeLookupKey(const IpcKey& key, std::string buffer = {});
 // Fields the reference requires must be present (worker_id may be nil); a
 // missing num_kv_readers decodes as 0, as the reference's default.
 Result<IpcKey> DecodeIpcKey(std::string_view frame, const KeyLimits& limits = {});

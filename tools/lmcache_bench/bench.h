@@ -3,14 +3,13 @@
 // Every path moves the same bytes: each of `workers` processes stores
 // `prompts_per_worker` prompts of `tokens_per_prompt` tokens (full chunks of
 // `chunk_size` tokens, `bytes_per_token` bytes each), then reads them back.
-// A measurement is repeated `rounds` times and the median is reported.
+// A measurement is repeated `rounds` times, interleaved across paths
+// (paths.h), and medians with their spread are reported.
 // Thread-safety: plain data.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -32,9 +31,13 @@ struct BenchOptions {
   double pool_gb = 4;
   std::uint64_t lookup_tokens = 131072;
   int latency_samples = 2000;
-  std::vector<std::uint64_t> sweep_tokens;  // extra prompt sizes for the throughput plot
+  bool sweep = false;                          // also measure the grid below
+  std::vector<double> sweep_chunk_mib = {1, 4, 10, 32};
+  std::vector<int> sweep_workers = {1, 2, 4};
+  std::uint64_t sweep_round_mib = 512;         // bytes per round of each sweep point
   bool quick = false;
   bool skip_redis = false;
+  bool latencies_only = false;  // skip the throughput paths (profiling the RPCs)
   std::string json_path;
 
   std::uint64_t chunks_per_prompt() const { return tokens_per_prompt / chunk_size; }
@@ -45,41 +48,31 @@ struct BenchOptions {
   }
 };
 
-// Throughput of one path: GB/s (10^9 bytes per second), median of the rounds.
-struct Throughput {
-  double store_gbps = 0;
-  double retrieve_gbps = 0;
-  std::vector<double> store_samples;
-  std::vector<double> retrieve_samples;
+// min / median / max of a set of samples (per-round figures or ratios).
+struct Spread {
+  double min = 0;
+  double median = 0;
+  double max = 0;
 };
-
+Spread SpreadOf(const std::vector<double>& values);
 double Median(std::vector<double> values);
-
-// The same bytes as a store round, copied by `workers` threads with memcpy.
-Result<double> MeasureMemcpyGbps(const BenchOptions& options);
-
-// The shared-memory path through the real RPCs of the server at `url`.
-Result<Throughput> MeasureShmPath(const BenchOptions& options, const std::string& url);
-
-// The path shared memory replaces: payload in ZMQ frames, a bench-side server
-// copies it into (and out of) its own pre-faulted memory.
-Result<Throughput> MeasureSocketPath(const BenchOptions& options);
-
-// Redis (started here on a unix socket, persistence off): SET and GET of the
-// same chunks through hiredis, pipelined per prompt.
-Result<Throughput> MeasureRedisPath(const BenchOptions& options);
 
 struct Latencies {
   double ping_p50_us = 0;
   double zmq_echo_p50_us = 0;
+  Spread ping_vs_echo;  // per block of alternating ping and echo samples
   double lookup_p50_us = 0;
+  double shared_prefix_lookup_p50_us = 0;
+  double shared_prefix_hit_fraction = 0;  // of the prompt's chunks, found cached
 };
 
-// Ping round trips to the server, a bare ROUTER echo of the same frames, and
-// lookups of a `lookup_tokens` prompt whose chunks are all cached.
+// Ping round trips to the server alternating with round trips of the same
+// frames to a bare ZMQ ROUTER echo; lookups of a `lookup_tokens` prompt whose
+// chunks are all cached; lookups of new prompts whose first 80 % is a cached
+// shared system prompt.
 Result<Latencies> MeasureLatencies(const BenchOptions& options, const std::string& url);
-
-class PhasedWorkers;
+// Only the all-cached lookup (for a server started without a hash cache).
+Result<double> MeasureLookupP50(const BenchOptions& options, const std::string& url);
 
 // Each worker's prompts: the bytes it stores (deterministic per worker and
 // prompt) and touched buffers it retrieves into, so no page fault is timed.
@@ -89,11 +82,6 @@ struct PromptBuffers {
   Status Verify() const;  // out == data, after a retrieve
 };
 PromptBuffers MakePromptBuffers(const BenchOptions& options, int worker);
-
-// Runs `rounds` rounds of phases 0 (store), 1 (retrieve) and 2 (verify, not
-// timed) and turns the times into GB/s; `between_rounds` empties the store.
-Result<Throughput> RunRounds(const BenchOptions& options, PhasedWorkers& workers,
-                             const std::function<Status()>& between_rounds);
 
 // Deterministic content of chunk `chunk` of prompt `prompt`.
 void FillChunk(std::byte* out, std::uint64_t bytes, std::uint64_t prompt, std::uint64_t chunk);

@@ -1,11 +1,18 @@
-// What every path of the benchmark shares: prompt contents, buffers, rounds, medians.
+// What every path of the benchmark shares: prompt contents, buffers, rounds, spreads.
 #include <algorithm>
 #include <cstring>
 
 #include "bench.h"
+#include "paths.h"
 #include "phased_workers.h"
 
 namespace lmcache::bench {
+
+Spread SpreadOf(const std::vector<double>& values) {
+  if (values.empty()) return {};
+  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
+  return {*lo, Median(values), *hi};
+}
 
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -54,21 +61,24 @@ Status PromptBuffers::Verify() const {
   return Status::Ok();
 }
 
-Result<Throughput> RunRounds(const BenchOptions& o, PhasedWorkers& workers,
-                             const std::function<Status()>& between_rounds) {
-  Throughput result;
-  const double bytes = static_cast<double>(o.bytes_per_round());
-  for (int round = 0; round < o.rounds; ++round) {
-    LMC_ASSIGN_OR_RETURN(const double store_s, workers.RunPhase(0));
-    LMC_ASSIGN_OR_RETURN(const double retrieve_s, workers.RunPhase(1));
-    LMC_RETURN_IF_ERROR(workers.RunPhase(2).status());  // verify: not timed
-    result.store_samples.push_back(bytes / store_s / 1e9);
-    result.retrieve_samples.push_back(bytes / retrieve_s / 1e9);
-    LMC_RETURN_IF_ERROR(between_rounds());
-  }
-  result.store_gbps = Median(result.store_samples);
-  result.retrieve_gbps = Median(result.retrieve_samples);
-  return result;
+PhasedPath::PhasedPath(const BenchOptions& o, std::unique_ptr<PhasedWorkers> workers,
+                       std::function<Status()> between_rounds, std::function<void()> stop)
+    : round_bytes_(static_cast<double>(o.bytes_per_round())),
+      workers_(std::move(workers)),
+      between_rounds_(std::move(between_rounds)),
+      stop_(std::move(stop)) {}
+
+PhasedPath::~PhasedPath() {
+  workers_.reset();  // the workers go before what they talk to
+  if (stop_) stop_();
+}
+
+Result<RoundSample> PhasedPath::Round() {
+  LMC_ASSIGN_OR_RETURN(const double store_s, workers_->RunPhase(0));
+  LMC_ASSIGN_OR_RETURN(const double retrieve_s, workers_->RunPhase(1));
+  LMC_RETURN_IF_ERROR(workers_->RunPhase(2).status());  // verify: not timed
+  LMC_RETURN_IF_ERROR(between_rounds_());
+  return RoundSample{round_bytes_ / store_s / 1e9, round_bytes_ / retrieve_s / 1e9};
 }
 
 }  // namespace lmcache::bench

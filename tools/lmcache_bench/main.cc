@@ -15,6 +15,7 @@
 #include "bench.h"
 #include "support/local_server.h"
 #include "lmcache/client.h"
+#include "paths.h"
 #include "report.h"
 
 namespace lmcache::bench {
@@ -25,21 +26,56 @@ void Progress(const std::string& text) {
   std::fflush(stderr);
 }
 
-Result<PathResults> MeasurePaths(const BenchOptions& o, const std::string& url) {
+// Starts every path, then runs their rounds interleaved: round r of each path
+// is taken back to back with round r of the others.
+Result<PathResults> MeasurePaths(const BenchOptions& o, const std::string& url, bool with_redis) {
   PathResults result;
   result.tokens_per_prompt = o.tokens_per_prompt;
-  const std::string size = std::to_string(o.tokens_per_prompt) + "-token prompts";
-  Progress("memcpy, " + size);
-  LMC_ASSIGN_OR_RETURN(result.memcpy_gbps, MeasureMemcpyGbps(o));
-  Progress("shared-memory path, " + size);
-  LMC_ASSIGN_OR_RETURN(result.shm, MeasureShmPath(o, url));
-  Progress("copy-through-socket path, " + size);
-  LMC_ASSIGN_OR_RETURN(result.socket, MeasureSocketPath(o));
-  if (!o.skip_redis) {
-    Progress("redis, " + size);
-    LMC_ASSIGN_OR_RETURN(result.redis, MeasureRedisPath(o));
+  result.object_bytes = o.object_bytes();
+  result.workers = o.workers;
+  Progress("starting the paths: " + std::to_string(o.workers) + " workers, " +
+           std::to_string(o.tokens_per_prompt) + "-token prompts of " +
+           std::to_string(o.object_bytes() >> 10) + " KiB chunks");
+  LMC_ASSIGN_OR_RETURN(auto memcpy_path, StartMemcpyPath(o));
+  LMC_ASSIGN_OR_RETURN(auto shm, StartShmPath(o, url));
+  LMC_ASSIGN_OR_RETURN(auto socket, StartSocketPath(o));
+  std::unique_ptr<BenchPath> redis;
+  if (with_redis) {
+    LMC_ASSIGN_OR_RETURN(redis, StartRedisPath(o));
+    result.redis.emplace();
+  }
+  // One untimed round of each first: the first touch of every buffer and the
+  // servers' first allocations are not what the rounds compare.
+  for (BenchPath* path : {memcpy_path.get(), shm.get(), socket.get(), redis.get()}) {
+    if (path != nullptr) LMC_RETURN_IF_ERROR(path->Round().status());
+  }
+  for (int round = 0; round < o.rounds; ++round) {
+    Progress("round " + std::to_string(round + 1) + " of " + std::to_string(o.rounds));
+    LMC_ASSIGN_OR_RETURN(const RoundSample copied, memcpy_path->Round());
+    result.memcpy_gbps.push_back(copied.store_gbps);
+    LMC_ASSIGN_OR_RETURN(const RoundSample through_shm, shm->Round());
+    result.shm.Add(through_shm);
+    LMC_ASSIGN_OR_RETURN(const RoundSample through_socket, socket->Round());
+    result.socket.Add(through_socket);
+    if (redis) {
+      LMC_ASSIGN_OR_RETURN(const RoundSample through_redis, redis->Round());
+      result.redis->Add(through_redis);
+    }
   }
   return result;
+}
+
+// A sweep point: `chunk_mib` chunks, `workers` workers, about `sweep_round_mib`
+// per round (one prompt per worker of whole chunks).
+BenchOptions SweepPoint(const BenchOptions& o, double chunk_mib, int workers) {
+  BenchOptions p = o;
+  p.workers = workers;
+  const auto object_bytes = static_cast<std::uint64_t>(chunk_mib * (1 << 20));
+  p.bytes_per_token = object_bytes / o.chunk_size / 4 * 4;
+  p.prompts_per_worker = 1;
+  const std::uint64_t per_worker = (o.sweep_round_mib << 20) / static_cast<std::uint64_t>(workers);
+  p.tokens_per_prompt = std::max<std::uint64_t>(1, per_worker / p.object_bytes()) * o.chunk_size;
+  return p;
 }
 
 Status Validate(const BenchOptions& o) {
@@ -51,6 +87,12 @@ Status Validate(const BenchOptions& o) {
   }
   if (o.workers < 1 || o.rounds < 1 || o.prompts_per_worker < 1) {
     return InvalidArgument("--workers, --rounds and --prompts-per-worker must be >= 1");
+  }
+  for (const double mib : o.sweep_chunk_mib) {
+    if (!(mib > 0) || mib > 1024) return InvalidArgument("--sweep-chunk-mib values must be in (0, 1024]");
+  }
+  for (const int w : o.sweep_workers) {
+    if (w < 1 || w > 64) return InvalidArgument("--sweep-workers values must be in [1, 64]");
   }
   const double needed = static_cast<double>(o.bytes_per_round()) / (1ull << 30);
   if (o.url.empty() && needed > o.pool_gb * 0.75) {
@@ -74,14 +116,19 @@ int Run(BenchOptions o) {
     std::fprintf(stderr, "lmcache-bench: %s\n", s.message().c_str());
     return 2;
   }
+  int most_workers = o.workers;
+  if (o.sweep) {
+    for (const int w : o.sweep_workers) most_workers = std::max(most_workers, w);
+  }
   std::unique_ptr<tools::LocalServer> local;
   std::string url = o.url;
+  const std::string server_binary = tools::FindServerBinary(o.server_binary);
   if (url.empty()) {
     Progress("starting lmcache-server with a " + std::to_string(o.pool_gb) + " GiB pool");
     auto started = tools::LocalServer::Start(
-        tools::FindServerBinary(o.server_binary), "lmcache_bench_server",
+        server_binary, "lmcache_bench_server",
         {"--l1-size-gb", std::to_string(o.pool_gb), "--max-gpu-workers",
-         std::to_string(std::max(1, o.workers)), "--max-cpu-workers", "2", "--log-level", "warn"});
+         std::to_string(most_workers), "--max-cpu-workers", "2", "--log-level", "warn"});
     if (!started.ok()) {
       std::fprintf(stderr, "lmcache-bench: %s\n", started.status().ToString().c_str());
       return 1;
@@ -108,21 +155,37 @@ int Run(BenchOptions o) {
           InvalidArgument("the server's chunk size is " + std::to_string(info->chunk_size)));
     }
   }
-  auto main_paths = MeasurePaths(o, url);
-  if (!main_paths.ok()) return fail(main_paths.status());
-  report.main = std::move(main_paths).value();
-  Progress("latencies: ping, bare ZMQ echo, lookup of " + std::to_string(o.lookup_tokens) +
-           " tokens");
+  if (!o.latencies_only) {
+    auto main_paths = MeasurePaths(o, url, !o.skip_redis);
+    if (!main_paths.ok()) return fail(main_paths.status());
+    report.main = std::move(main_paths).value();
+  }
+  Progress("latencies: ping alternating with a bare ZMQ echo, lookups of " +
+           std::to_string(o.lookup_tokens) + " tokens, shared-prefix lookups");
   auto latencies = MeasureLatencies(o, url);
   if (!latencies.ok()) return fail(latencies.status());
   report.latencies = *latencies;
-  for (const std::uint64_t tokens : o.sweep_tokens) {
-    BenchOptions sweep = o;
-    sweep.tokens_per_prompt = tokens;
-    if (Status s = Validate(sweep); !s.ok()) return fail(s);
-    auto point = MeasurePaths(sweep, url);
-    if (!point.ok()) return fail(point.status());
-    report.sweep.push_back(std::move(point).value());
+  if (local) {
+    // The same lookup on a server that hashes every chunk afresh.
+    Progress("lookup on a server without a hash cache");
+    auto cold = tools::LocalServer::Start(server_binary, "lmcache_bench_cold",
+                                          {"--l1-size-gb", "1", "--hash-cache-mb", "0",
+                                           "--log-level", "warn", "--prefault-threads", "1"});
+    if (!cold.ok()) return fail(cold.status());
+    auto cold_p50 = MeasureLookupP50(o, (*cold)->url());
+    if (!cold_p50.ok()) return fail(cold_p50.status());
+    report.lookup_cold_p50_us = *cold_p50;
+  }
+  if (o.sweep) {
+    for (const double chunk_mib : o.sweep_chunk_mib) {
+      for (const int workers : o.sweep_workers) {
+        const BenchOptions point = SweepPoint(o, chunk_mib, workers);
+        if (Status s = Validate(point); !s.ok()) return fail(s);
+        auto measured = MeasurePaths(point, url, /*with_redis=*/false);
+        if (!measured.ok()) return fail(measured.status());
+        report.sweep.push_back(std::move(measured).value());
+      }
+    }
   }
   PrintTable(report);
   if (!o.json_path.empty()) {
@@ -159,7 +222,8 @@ int main(int argc, char** argv) {
   app.add_option("--prompts-per-worker", o.prompts_per_worker,
                  "Prompts each worker stores and loads per round")
       ->capture_default_str();
-  app.add_option("--rounds", o.rounds, "Repetitions of each measurement; medians are reported")
+  app.add_option("--rounds", o.rounds,
+                 "Interleaved rounds of every path; medians and spreads are reported")
       ->capture_default_str();
   app.add_option("--pool-gb", o.pool_gb, "L1 pool of the started server, GiB")
       ->capture_default_str();
@@ -167,11 +231,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--latency-samples", o.latency_samples, "Round trips per latency figure")
       ->capture_default_str();
-  app.add_option("--sweep", o.sweep_tokens,
-                 "Also measure these prompt sizes (tokens, comma-separated) for the plot")
-      ->delimiter(',');
+  app.add_flag("--sweep", o.sweep,
+               "Also measure every (chunk size, workers) pair of --sweep-chunk-mib x "
+               "--sweep-workers, without redis");
+  app.add_option("--sweep-chunk-mib", o.sweep_chunk_mib, "Chunk sizes of the sweep, MiB")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--sweep-workers", o.sweep_workers, "Worker counts of the sweep")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--sweep-round-mib", o.sweep_round_mib, "Bytes per round of a sweep point, MiB")
+      ->capture_default_str();
   app.add_option("--redis-server", o.redis_binary, "redis-server binary")->capture_default_str();
   app.add_flag("--skip-redis", o.skip_redis, "Do not measure Redis (its fields become null)");
+  app.add_flag("--latencies-only", o.latencies_only,
+               "Measure only ping, echo and lookups (the throughput fields become null)");
   app.add_flag("--quick", o.quick,
                "Small data, 3 rounds: every figure in well under a minute (smoke runs)");
   app.add_option("--json", o.json_path, "Write the results as JSON to this path");

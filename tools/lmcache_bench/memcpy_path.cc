@@ -5,25 +5,29 @@
 #include <latch>
 #include <thread>
 
-#include "bench.h"
+#include "paths.h"
 
 namespace lmcache::bench {
+namespace {
 
-Result<double> MeasureMemcpyGbps(const BenchOptions& o) {
-  std::vector<PromptBuffers> buffers;
-  for (int w = 0; w < o.workers; ++w) buffers.push_back(MakePromptBuffers(o, w));
-  std::vector<double> samples;
-  for (int round = 0; round < o.rounds; ++round) {
-    std::latch ready(o.workers + 1);
+class MemcpyPath final : public BenchPath {
+ public:
+  explicit MemcpyPath(const BenchOptions& o) : options_(o) {
+    for (int w = 0; w < o.workers; ++w) buffers_.push_back(MakePromptBuffers(o, w));
+  }
+
+  Result<RoundSample> Round() override {
+    const int workers = options_.workers;
+    std::latch ready(workers + 1);
     std::latch go(1);
     std::vector<std::thread> threads;
-    for (int w = 0; w < o.workers; ++w) {
+    for (int w = 0; w < workers; ++w) {
       threads.emplace_back([&, w] {
         ready.count_down();
         go.wait();
-        for (std::size_t p = 0; p < buffers[w].data.size(); ++p) {
-          std::memcpy(buffers[w].out[p].data(), buffers[w].data[p].data(),
-                      buffers[w].data[p].size());
+        PromptBuffers& b = buffers_[static_cast<std::size_t>(w)];
+        for (std::size_t p = 0; p < b.data.size(); ++p) {
+          std::memcpy(b.out[p].data(), b.data[p].data(), b.data[p].size());
         }
       });
     }
@@ -33,10 +37,20 @@ Result<double> MeasureMemcpyGbps(const BenchOptions& o) {
     for (auto& t : threads) t.join();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    samples.push_back(static_cast<double>(o.bytes_per_round()) / seconds / 1e9);
+    for (const PromptBuffers& b : buffers_) LMC_RETURN_IF_ERROR(b.Verify());
+    const double gbps = static_cast<double>(options_.bytes_per_round()) / seconds / 1e9;
+    return RoundSample{gbps, gbps};
   }
-  for (const PromptBuffers& b : buffers) LMC_RETURN_IF_ERROR(b.Verify());
-  return Median(samples);
+
+ private:
+  BenchOptions options_;
+  std::vector<PromptBuffers> buffers_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<BenchPath>> StartMemcpyPath(const BenchOptions& o) {
+  return std::unique_ptr<BenchPath>(std::make_unique<MemcpyPath>(o));
 }
 
 }  // namespace lmcache::bench

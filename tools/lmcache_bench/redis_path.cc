@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "bench.h"
+#include "paths.h"
 #include "phased_workers.h"
 
 namespace lmcache::bench {
@@ -65,7 +65,7 @@ std::string ChunkKey(int w, int p, std::uint64_t c) {
 
 }  // namespace
 
-Result<Throughput> MeasureRedisPath(const BenchOptions& o) {
+Result<std::unique_ptr<BenchPath>> StartRedisPath(const BenchOptions& o) {
   if (!std::filesystem::exists(o.redis_binary)) {
     return Status(ErrorCode::kNotFound, o.redis_binary + " not found: install redis-server");
   }
@@ -166,12 +166,14 @@ Result<Throughput> MeasureRedisPath(const BenchOptions& o) {
     stop_server();
     return workers.status();
   }
-  Result<Throughput> result =
-      RunRounds(o, **workers, [&admin] { return Command(admin.get(), {"FLUSHALL"}); });
-  workers->reset();
-  admin.reset();
-  stop_server();
-  return result;
+  std::shared_ptr<redisContext> shared_admin(admin.release(), RedisFree{});
+  auto flush = [shared_admin] { return Command(shared_admin.get(), {"FLUSHALL"}); };
+  auto stop = [shared_admin, stop_server]() mutable {
+    shared_admin.reset();
+    stop_server();
+  };
+  return std::unique_ptr<BenchPath>(
+      std::make_unique<PhasedPath>(o, std::move(workers).value(), flush, stop));
 }
 
 }  // namespace lmcache::bench

@@ -13,10 +13,26 @@ namespace lmcache::bench {
 namespace {
 
 // Time per byte of store + retrieve on path `b` over that on path `a` (> 1: `a` is faster).
-double RoundTripRatio(const Throughput& a, const Throughput& b) {
-  const double a_time = 1 / a.store_gbps + 1 / a.retrieve_gbps;
-  const double b_time = 1 / b.store_gbps + 1 / b.retrieve_gbps;
-  return b_time / a_time;
+double RoundTripRatio(double a_store, double a_retrieve, double b_store, double b_retrieve) {
+  return (1 / b_store + 1 / b_retrieve) / (1 / a_store + 1 / a_retrieve);
+}
+
+// Round r of `a` against round r of `b`.
+Spread RoundTripSpread(const PathSamples& a, const PathSamples& b) {
+  std::vector<double> ratios;
+  for (std::size_t r = 0; r < a.store_gbps.size() && r < b.store_gbps.size(); ++r) {
+    ratios.push_back(
+        RoundTripRatio(a.store_gbps[r], a.retrieve_gbps[r], b.store_gbps[r], b.retrieve_gbps[r]));
+  }
+  return SpreadOf(ratios);
+}
+
+Spread OverMemcpy(const std::vector<double>& path, const std::vector<double>& memcpy_gbps) {
+  std::vector<double> ratios;
+  for (std::size_t r = 0; r < path.size() && r < memcpy_gbps.size(); ++r) {
+    ratios.push_back(path[r] / memcpy_gbps[r]);
+  }
+  return SpreadOf(ratios);
 }
 
 std::string Number(std::optional<double> value) {
@@ -51,48 +67,80 @@ std::string Escape(const std::string& text) {
   return out;
 }
 
+std::string SpreadJson(const Spread& s) {
+  return "{\"min\": " + Number(s.min) + ", \"median\": " + Number(s.median) +
+         ", \"max\": " + Number(s.max) + "}";
+}
+
 std::string PathJson(const PathResults& p) {
+  const PathRatios ratios = RatiosOf(p);
   std::ostringstream out;
   out << "{\"tokens_per_prompt\": " << p.tokens_per_prompt
-      << ", \"memcpy_gbps\": " << Number(p.memcpy_gbps)
-      << ", \"store_gbps\": " << Number(p.shm.store_gbps)
-      << ", \"retrieve_gbps\": " << Number(p.shm.retrieve_gbps)
-      << ", \"socket_store_gbps\": " << Number(p.socket.store_gbps)
-      << ", \"socket_retrieve_gbps\": " << Number(p.socket.retrieve_gbps)
-      << ", \"redis_store_gbps\": "
-      << Number(p.redis ? std::optional(p.redis->store_gbps) : std::nullopt)
-      << ", \"redis_retrieve_gbps\": "
-      << Number(p.redis ? std::optional(p.redis->retrieve_gbps) : std::nullopt) << "}";
+      << ", \"object_bytes\": " << p.object_bytes << ", \"workers\": " << p.workers
+      << ", \"memcpy_gbps\": " << Number(Median(p.memcpy_gbps))
+      << ", \"store_gbps\": " << Number(Median(p.shm.store_gbps))
+      << ", \"retrieve_gbps\": " << Number(Median(p.shm.retrieve_gbps))
+      << ", \"socket_store_gbps\": " << Number(Median(p.socket.store_gbps))
+      << ", \"socket_retrieve_gbps\": " << Number(Median(p.socket.retrieve_gbps))
+      << ", \"store_vs_memcpy\": " << SpreadJson(ratios.store_vs_memcpy)
+      << ", \"retrieve_vs_memcpy\": " << SpreadJson(ratios.retrieve_vs_memcpy)
+      << ", \"shm_vs_socket\": " << SpreadJson(ratios.shm_vs_socket) << "}";
   return out.str();
+}
+
+// The median, or nothing when the figure was not measured.
+std::optional<double> Figure(const std::vector<double>& samples) {
+  if (samples.empty()) return std::nullopt;
+  return Median(samples);
+}
+
+std::optional<double> MedianOr(const std::optional<PathSamples>& p, bool store) {
+  if (!p) return std::nullopt;
+  return Figure(store ? p->store_gbps : p->retrieve_gbps);
+}
+
+std::optional<double> RatioOr(const Spread& s, bool measured) {
+  if (!measured) return std::nullopt;
+  return s.median;
 }
 
 }  // namespace
 
+PathRatios RatiosOf(const PathResults& p) {
+  PathRatios r;
+  r.store_vs_memcpy = OverMemcpy(p.shm.store_gbps, p.memcpy_gbps);
+  r.retrieve_vs_memcpy = OverMemcpy(p.shm.retrieve_gbps, p.memcpy_gbps);
+  r.shm_vs_socket = RoundTripSpread(p.shm, p.socket);
+  if (p.redis) r.shm_vs_redis = RoundTripSpread(p.shm, *p.redis);
+  return r;
+}
+
 std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const BenchReport& r) {
   const PathResults& m = r.main;
   const Latencies& l = r.latencies;
-  std::optional<double> redis_store, redis_retrieve, shm_vs_redis;
-  if (m.redis) {
-    redis_store = m.redis->store_gbps;
-    redis_retrieve = m.redis->retrieve_gbps;
-    shm_vs_redis = RoundTripRatio(m.shm, *m.redis);
-  }
+  const PathRatios ratios = RatiosOf(m);
+  const bool measured = !m.memcpy_gbps.empty();
+  std::optional<double> shm_vs_redis;
+  if (ratios.shm_vs_redis && measured) shm_vs_redis = ratios.shm_vs_redis->median;
   return {
-      {"memcpy_gbps", m.memcpy_gbps},
-      {"store_gbps", m.shm.store_gbps},
-      {"retrieve_gbps", m.shm.retrieve_gbps},
-      {"socket_store_gbps", m.socket.store_gbps},
-      {"socket_retrieve_gbps", m.socket.retrieve_gbps},
-      {"redis_store_gbps", redis_store},
-      {"redis_retrieve_gbps", redis_retrieve},
+      {"memcpy_gbps", Figure(m.memcpy_gbps)},
+      {"store_gbps", Figure(m.shm.store_gbps)},
+      {"retrieve_gbps", Figure(m.shm.retrieve_gbps)},
+      {"socket_store_gbps", Figure(m.socket.store_gbps)},
+      {"socket_retrieve_gbps", Figure(m.socket.retrieve_gbps)},
+      {"redis_store_gbps", MedianOr(m.redis, true)},
+      {"redis_retrieve_gbps", MedianOr(m.redis, false)},
       {"ping_p50_us", l.ping_p50_us},
       {"zmq_echo_p50_us", l.zmq_echo_p50_us},
       {"lookup_p50_us", l.lookup_p50_us},
-      {"store_vs_memcpy", m.shm.store_gbps / m.memcpy_gbps},
-      {"retrieve_vs_memcpy", m.shm.retrieve_gbps / m.memcpy_gbps},
-      {"shm_vs_socket", RoundTripRatio(m.shm, m.socket)},
+      {"store_vs_memcpy", RatioOr(ratios.store_vs_memcpy, measured)},
+      {"retrieve_vs_memcpy", RatioOr(ratios.retrieve_vs_memcpy, measured)},
+      {"shm_vs_socket", RatioOr(ratios.shm_vs_socket, measured)},
       {"shm_vs_redis", shm_vs_redis},
-      {"ping_vs_echo", l.ping_p50_us / l.zmq_echo_p50_us},
+      {"ping_vs_echo", l.ping_vs_echo.median},
+      {"lookup_cold_p50_us", r.lookup_cold_p50_us},
+      {"shared_prefix_lookup_p50_us", l.shared_prefix_lookup_p50_us},
+      {"shared_prefix_hit_fraction", l.shared_prefix_hit_fraction},
   };
 }
 
@@ -100,35 +148,51 @@ void PrintTable(const BenchReport& r) {
   const BenchOptions& o = r.options;
   std::printf(
       "\nlmcache-bench: %d workers, %llu-token prompts, %llu bytes/token, %llu-token chunks "
-      "(%.1f MiB each), %d prompts/worker, median of %d rounds\n\n",
+      "(%.1f MiB each), %d prompts/worker, %d interleaved rounds\n\n",
       o.workers, static_cast<unsigned long long>(o.tokens_per_prompt),
       static_cast<unsigned long long>(o.bytes_per_token),
       static_cast<unsigned long long>(o.chunk_size),
       static_cast<double>(o.object_bytes()) / (1 << 20), o.prompts_per_worker, o.rounds);
-  std::printf("  %-22s %14s %14s\n", "path", "store GB/s", "retrieve GB/s");
-  auto row = [](const char* name, double store, double retrieve) {
-    std::printf("  %-22s %14.2f %14.2f\n", name, store, retrieve);
+  std::printf("  %-22s %14s %14s   (median GB/s)\n", "path", "store", "retrieve");
+  auto row = [](const char* name, const PathSamples& p) {
+    std::printf("  %-22s %14.2f %14.2f\n", name, Median(p.store_gbps), Median(p.retrieve_gbps));
   };
-  row("memcpy (reference)", r.main.memcpy_gbps, r.main.memcpy_gbps);
-  row("lmcache shm (RPCs)", r.main.shm.store_gbps, r.main.shm.retrieve_gbps);
-  row("copy through socket", r.main.socket.store_gbps, r.main.socket.retrieve_gbps);
+  const double memcpy_gbps = Median(r.main.memcpy_gbps);
+  std::printf("  %-22s %14.2f %14.2f\n", "memcpy (reference)", memcpy_gbps, memcpy_gbps);
+  row("lmcache shm (RPCs)", r.main.shm);
+  row("copy through socket", r.main.socket);
   if (r.main.redis) {
-    row("redis (hiredis)", r.main.redis->store_gbps, r.main.redis->retrieve_gbps);
+    row("redis (hiredis)", *r.main.redis);
   } else {
     std::printf("  %-22s %14s %14s\n", "redis (hiredis)", "skipped", "skipped");
   }
   std::printf("\n");
   for (const auto& [name, value] : HeadlineFields(r)) {
     if (value) {
-      std::printf("  %-22s %12.3f\n", name.c_str(), *value);
+      std::printf("  %-28s %12.3f\n", name.c_str(), *value);
     } else {
-      std::printf("  %-22s %12s\n", name.c_str(), "n/a");
+      std::printf("  %-28s %12s\n", name.c_str(), "n/a");
     }
   }
+  const PathRatios ratios = RatiosOf(r.main);
+  auto spread = [](const char* name, const Spread& s) {
+    std::printf("  %-22s min %.3f  median %.3f  max %.3f\n", name, s.min, s.median, s.max);
+  };
+  std::printf("\n  per-round ratios:\n");
+  spread("store_vs_memcpy", ratios.store_vs_memcpy);
+  spread("retrieve_vs_memcpy", ratios.retrieve_vs_memcpy);
+  spread("shm_vs_socket", ratios.shm_vs_socket);
+  if (ratios.shm_vs_redis) spread("shm_vs_redis", *ratios.shm_vs_redis);
+  spread("ping_vs_echo", r.latencies.ping_vs_echo);
   for (const PathResults& p : r.sweep) {
-    std::printf("  sweep %7llu tokens: memcpy %.2f | shm %.2f / %.2f | socket %.2f / %.2f GB/s\n",
-                static_cast<unsigned long long>(p.tokens_per_prompt), p.memcpy_gbps,
-                p.shm.store_gbps, p.shm.retrieve_gbps, p.socket.store_gbps, p.socket.retrieve_gbps);
+    const PathRatios pr = RatiosOf(p);
+    std::printf(
+        "  sweep %5.1f MiB chunks, %d workers: memcpy %.2f | shm %.2f / %.2f GB/s | "
+        "vs memcpy %.2f [%.2f-%.2f] / %.2f [%.2f-%.2f] | vs socket %.1f\n",
+        static_cast<double>(p.object_bytes) / (1 << 20), p.workers, Median(p.memcpy_gbps),
+        Median(p.shm.store_gbps), Median(p.shm.retrieve_gbps), pr.store_vs_memcpy.median,
+        pr.store_vs_memcpy.min, pr.store_vs_memcpy.max, pr.retrieve_vs_memcpy.median,
+        pr.retrieve_vs_memcpy.min, pr.retrieve_vs_memcpy.max, pr.shm_vs_socket.median);
   }
   std::fflush(stdout);
 }
@@ -136,7 +200,7 @@ void PrintTable(const BenchReport& r) {
 Status WriteJson(const BenchReport& r, const std::string& path) {
   const BenchOptions& o = r.options;
   std::ostringstream out;
-  out << "{\n  \"schema\": \"lmcache-bench/1\",\n";
+  out << "{\n  \"schema\": \"lmcache-bench/2\",\n";
   out << "  \"machine\": {\"cpu\": \"" << Escape(CpuModel())
       << "\", \"cores\": " << std::thread::hardware_concurrency()
       << ", \"memory_bytes\": " << PhysicalMemoryBytes() << ", \"server_version\": \""
@@ -154,10 +218,17 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
         << (i + 1 < fields.size() ? ",\n" : "\n");
   }
   out << "  },\n";
-  out << "  \"samples\": {\"store_gbps\": " << Samples(r.main.shm.store_samples)
-      << ", \"retrieve_gbps\": " << Samples(r.main.shm.retrieve_samples)
-      << ", \"socket_store_gbps\": " << Samples(r.main.socket.store_samples)
-      << ", \"socket_retrieve_gbps\": " << Samples(r.main.socket.retrieve_samples) << "},\n";
+  const PathRatios ratios = RatiosOf(r.main);
+  out << "  \"spread\": {\"store_vs_memcpy\": " << SpreadJson(ratios.store_vs_memcpy)
+      << ", \"retrieve_vs_memcpy\": " << SpreadJson(ratios.retrieve_vs_memcpy)
+      << ", \"shm_vs_socket\": " << SpreadJson(ratios.shm_vs_socket) << ", \"shm_vs_redis\": "
+      << (ratios.shm_vs_redis ? SpreadJson(*ratios.shm_vs_redis) : "null")
+      << ", \"ping_vs_echo\": " << SpreadJson(r.latencies.ping_vs_echo) << "},\n";
+  out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
+      << ", \"store_gbps\": " << Samples(r.main.shm.store_gbps)
+      << ", \"retrieve_gbps\": " << Samples(r.main.shm.retrieve_gbps)
+      << ", \"socket_store_gbps\": " << Samples(r.main.socket.store_gbps)
+      << ", \"socket_retrieve_gbps\": " << Samples(r.main.socket.retrieve_gbps) << "},\n";
   out << "  \"sweep\": [";
   for (std::size_t i = 0; i < r.sweep.size(); ++i) {
     out << (i ? ",\n    " : "\n    ") << PathJson(r.sweep[i]);

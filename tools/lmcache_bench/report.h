@@ -8,26 +8,50 @@
 #include <vector>
 
 #include "bench.h"
+#include "paths.h"
 
 namespace lmcache::bench {
 
+// Per-round samples of one path, in round order (round r of every path was
+// taken back to back with round r of the others).
+struct PathSamples {
+  std::vector<double> store_gbps;
+  std::vector<double> retrieve_gbps;
+  void Add(const RoundSample& s) {
+    store_gbps.push_back(s.store_gbps);
+    retrieve_gbps.push_back(s.retrieve_gbps);
+  }
+};
+
 struct PathResults {
   std::uint64_t tokens_per_prompt = 0;
-  double memcpy_gbps = 0;
-  Throughput shm;
-  Throughput socket;
-  std::optional<Throughput> redis;  // absent with --skip-redis
+  std::uint64_t object_bytes = 0;
+  int workers = 0;
+  std::vector<double> memcpy_gbps;
+  PathSamples shm;
+  PathSamples socket;
+  std::optional<PathSamples> redis;  // absent with --skip-redis (and in sweep points)
 };
+
+// The per-round ratios of one PathResults (their medians are the headline ratios).
+struct PathRatios {
+  Spread store_vs_memcpy;
+  Spread retrieve_vs_memcpy;
+  Spread shm_vs_socket;
+  std::optional<Spread> shm_vs_redis;
+};
+PathRatios RatiosOf(const PathResults& p);
 
 struct BenchReport {
   BenchOptions options;
   PathResults main;
   Latencies latencies;
+  std::optional<double> lookup_cold_p50_us;  // a server without a hash cache (not with --url)
   std::vector<PathResults> sweep;
   std::string server_version;
 };
 
-// The 15 headline figures, in their documented order; nullopt = not measured.
+// The headline figures, in their documented order; nullopt = not measured.
 std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const BenchReport& r);
 
 void PrintTable(const BenchReport& report);

@@ -3,7 +3,7 @@
 // lookup -> wait_prefetch_status -> prepare_retrieve -> copy out -> commit_retrieve.
 #include <memory>
 
-#include "bench.h"
+#include "paths.h"
 #include "lmcache/client.h"
 #include "phased_workers.h"
 
@@ -45,7 +45,7 @@ std::uint64_t PromptId(const BenchOptions& o, int round, int worker, int p) {
 
 }  // namespace
 
-Result<Throughput> MeasureShmPath(const BenchOptions& o, const std::string& url) {
+Result<std::unique_ptr<BenchPath>> StartShmPath(const BenchOptions& o, const std::string& url) {
   if (o.bytes_per_token % 4 != 0)
     return InvalidArgument("--bytes-per-token must be a multiple of 4");
   auto state = std::make_shared<ShmWorker>();  // each forked worker gets its own copy
@@ -107,9 +107,11 @@ Result<Throughput> MeasureShmPath(const BenchOptions& o, const std::string& url)
 
   client::ClientOptions admin_options;
   admin_options.url = url;
-  LMC_ASSIGN_OR_RETURN(auto admin, client::Client::Connect(admin_options));
+  LMC_ASSIGN_OR_RETURN(std::shared_ptr<client::Client> admin,
+                       client::Client::Connect(admin_options));
   // Between rounds the pool is emptied (every lock is released by then).
-  return RunRounds(o, *workers, [&admin] { return admin->Call("clear", {}).status(); });
+  return std::unique_ptr<BenchPath>(std::make_unique<PhasedPath>(
+      o, std::move(workers), [admin] { return admin->Call("clear", {}).status(); }, nullptr));
 }
 
 }  // namespace lmcache::bench

@@ -14,7 +14,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "bench.h"
+#include "paths.h"
 #include "phased_workers.h"
 
 namespace lmcache::bench {
@@ -86,7 +86,7 @@ Result<zmq::multipart_t> Roundtrip(zmq::socket_t& socket, zmq::multipart_t reque
 
 }  // namespace
 
-Result<Throughput> MeasureSocketPath(const BenchOptions& o) {
+Result<std::unique_ptr<BenchPath>> StartSocketPath(const BenchOptions& o) {
   const std::string url = "ipc://" + (std::filesystem::temp_directory_path() /
                                       ("lmcache_bench_socket_" + std::to_string(getpid())))
                                          .string();
@@ -146,21 +146,27 @@ Result<Throughput> MeasureSocketPath(const BenchOptions& o) {
     return workers.status();
   }
 
-  zmq::context_t context(1);
-  zmq::socket_t admin(context, zmq::socket_type::dealer);
-  admin.set(zmq::sockopt::linger, 0);
-  admin.connect(url);
-  Result<Throughput> result = RunRounds(o, **workers, [&admin] {
-    zmq::multipart_t reset;
-    reset.addstr("admin");
-    reset.addstr("reset");
-    reset.addstr("");
-    return Roundtrip(admin, std::move(reset)).status();
-  });
-  workers->reset();
-  stop_server();
-  std::filesystem::remove(url.substr(6));
-  return result;
+  struct Admin {
+    zmq::context_t context{1};
+    zmq::socket_t socket{context, zmq::socket_type::dealer};
+  };
+  auto admin = std::make_shared<Admin>();
+  admin->socket.set(zmq::sockopt::linger, 0);
+  admin->socket.connect(url);
+  auto reset = [admin] {
+    zmq::multipart_t request;
+    request.addstr("admin");
+    request.addstr("reset");
+    request.addstr("");
+    return Roundtrip(admin->socket, std::move(request)).status();
+  };
+  auto stop = [admin, stop_server, url]() mutable {
+    admin.reset();
+    stop_server();
+    std::filesystem::remove(url.substr(6));
+  };
+  return std::unique_ptr<BenchPath>(
+      std::make_unique<PhasedPath>(o, std::move(workers).value(), reset, stop));
 }
 
 }  // namespace lmcache::bench

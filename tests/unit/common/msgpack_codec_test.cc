@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace lmcache::mp {
 namespace {
@@ -368,6 +369,20 @@ TEST(MsgpackEncoder, StrAndBinRoundTripWithTheirTypes) {
   auto empty = Parse(Encoder().Str("").Take(), "v");
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(*AsString(empty->get(), "v"), "");
+}
+
+TEST(MsgpackEncoder, UintArrayIsTheSameBytesAsOneUintPerValue) {
+  const std::vector<std::uint32_t> values = {0,      1,      0x7f,       0x80,      0xff,
+                                             0x100,  0xffff, 0x10000,    128255,    0xffffffff,
+                                             0x7fff, 42,     0xfffffffe, 0x1000000, 300};
+  Encoder one_by_one;
+  one_by_one.Array(static_cast<std::uint32_t>(values.size()));
+  for (const std::uint32_t v : values) one_by_one.Uint(v);
+  EXPECT_EQ(Encoder().UintArray(values).Take(), one_by_one.Take());
+  EXPECT_EQ(Encoder().UintArray({}).Take(), Encoder().Array(0).Take());
+  // Appends after what is already there.
+  EXPECT_EQ(Encoder().Str("k").UintArray(values).Take(),
+            Encoder().Str("k").Raw(Encoder().UintArray(values).Take()).Take());
 }
 
 TEST(MsgpackEncoder, NestedArrayAndMapRoundTrip) {
