@@ -60,6 +60,7 @@ std::string EvictionMap(const StatsSnapshot& s) {
   m.Field("evicted_bytes").Uint(s.flow.evicted_bytes);
   m.Field("background_evicted_objects").Uint(s.evictor.evicted_objects);
   m.Field("background_evicted_bytes").Uint(s.evictor.evicted_bytes);
+  m.Field("nudged_passes").Uint(s.evictor.nudges);
   m.Field("reclaimed_objects").Uint(s.evictor.reclaimed_objects);
   m.Field("on_demand_evictions").Uint(s.table.on_demand_evictions);
   m.Field("last_success_unix_seconds").Float(s.evictor.last_success_wall_seconds);

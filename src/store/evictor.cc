@@ -38,7 +38,17 @@ Evictor::Evictor(ObjectTable* table, const EvictorConfig& config)
 
 Evictor::~Evictor() { Stop(); }
 
+void Evictor::OnAdmitted(std::span<const ObjectKey> /*keys*/,
+                         std::span<const std::uint64_t> /*bytes*/, AdmissionSource /*source*/) {
+  alloc::SlabAllocator& allocator = table_->allocator();
+  if (BytesToEvict(allocator.UsedBytes(), allocator.capacity_bytes(), config_) == 0) return;
+  if (nudge_pending_.exchange(true, std::memory_order_acq_rel)) return;
+  nudges_.fetch_add(1, std::memory_order_relaxed);
+  thread_.Nudge();
+}
+
 void Evictor::RunPass() {
+  nudge_pending_.store(false, std::memory_order_release);
   passes_.fetch_add(1, std::memory_order_relaxed);
   try {
     reclaimed_.fetch_add(table_->ReclaimExpired(), std::memory_order_relaxed);
@@ -73,6 +83,7 @@ EvictorStats Evictor::Stats() const {
   stats.evicted_objects = evicted_objects_.load(std::memory_order_relaxed);
   stats.evicted_bytes = evicted_bytes_.load(std::memory_order_relaxed);
   stats.reclaimed_objects = reclaimed_.load(std::memory_order_relaxed);
+  stats.nudges = nudges_.load(std::memory_order_relaxed);
   stats.last_success_wall_seconds = last_success_.load(std::memory_order_relaxed);
   stats.last_run_ms = thread_.last_run_ms();
   stats.interval_ms = config_.interval_ms;

@@ -1,6 +1,7 @@
 // Evictor: the background thread that keeps L1 usage under its watermarks.
 //
-// Every `interval_ms` (or at once when Nudge() is called) it frees staging
+// Every `interval_ms`, and at once when an admission takes usage over the
+// trigger (it listens to the table's admissions), it frees staging
 // copies whose write lease expired and retired objects whose leases ended,
 // then, if usage >= trigger_watermark, evicts unlocked LRU objects until usage
 // is at or below the low watermark (trigger - ratio, both fractions of the
@@ -9,8 +10,8 @@
 // exception in a pass is logged and counted, and the next pass runs as usual.
 //
 // Its thread is a PeriodicThread, whose last run is the evictor's heartbeat.
-// Thread-safety: Start/Stop from one controlling thread; Nudge and Stats from
-// any thread.
+// Thread-safety: Start/Stop from one controlling thread; Nudge, Stats and the
+// listener callbacks from any thread.
 #pragma once
 
 #include <atomic>
@@ -19,6 +20,7 @@
 
 #include "common/periodic_thread.h"
 #include "lmcache/status.h"
+#include "store/listener.h"
 #include "store/object_table.h"
 
 namespace lmcache::store {
@@ -39,15 +41,16 @@ struct EvictorStats {
   std::uint64_t evicted_objects = 0;
   std::uint64_t evicted_bytes = 0;
   std::uint64_t reclaimed_objects = 0;
+  std::uint64_t nudges = 0;  // passes started early by an admission over the trigger
   double last_success_wall_seconds = 0;  // Unix time of the last pass that completed; 0 = none
   TimeMs last_run_ms = 0;  // steady time of the thread's last pass (its heartbeat); 0 = none
   TimeMs interval_ms = 0;
 };
 
-class Evictor {
+class Evictor final : public StoreListener {
  public:
   Evictor(ObjectTable* table, const EvictorConfig& config);
-  ~Evictor();  // stops the thread
+  ~Evictor() override;  // stops the thread
   Evictor(const Evictor&) = delete;
   Evictor& operator=(const Evictor&) = delete;
 
@@ -57,6 +60,14 @@ class Evictor {
   // One pass on the caller's thread (what the thread runs each interval).
   void RunPass();
   EvictorStats Stats() const;
+
+  // An admission that leaves usage at or over the trigger starts a pass now
+  // instead of at the next interval. At most one nudge is outstanding, so a
+  // pool full of locked objects does not turn every admission into a pass.
+  void OnAdmitted(std::span<const ObjectKey> keys, std::span<const std::uint64_t> bytes,
+                  AdmissionSource source) override;
+  void OnEvicted(std::span<const ObjectKey>, std::span<const std::uint64_t>) override {}
+  void OnDeleted(std::span<const ObjectKey>, std::span<const std::uint64_t>) override {}
 
   // Bytes a pass starting at `used` would evict; 0 below the trigger.
   static std::uint64_t BytesToEvict(std::uint64_t used, std::uint64_t capacity,
@@ -74,6 +85,8 @@ class Evictor {
   std::atomic<std::uint64_t> evicted_bytes_{0};
   std::atomic<std::uint64_t> reclaimed_{0};
   std::atomic<double> last_success_{0};
+  std::atomic<bool> nudge_pending_{false};  // cleared when the nudged pass starts
+  std::atomic<std::uint64_t> nudges_{0};
 };
 
 }  // namespace lmcache::store

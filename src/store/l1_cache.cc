@@ -36,7 +36,8 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
                                                 clock, config.table);
   cache->table_->AddListener(&cache->flow_);
   cache->evictor_ = std::make_unique<Evictor>(cache->table_.get(), config.evictor);
-  cache->evictor_->Start();
+  cache->table_->AddListener(cache->evictor_.get());
+  if (config.background_eviction) cache->evictor_->Start();
   return cache;
 }
 

@@ -33,6 +33,9 @@ struct L1Config {
   alloc::SlabAllocatorConfig allocator;
   ObjectTableConfig table;
   EvictorConfig evictor;
+  // False: the evictor's thread never runs (tests that evict explicitly);
+  // admissions over the trigger then nudge nothing.
+  bool background_eviction = true;
   std::string shm_dir = "/dev/shm";
 };
 

@@ -10,7 +10,8 @@
 // caused them, after that operation released the table's locks, possibly on
 // many threads at once. They must be quick and must not block (enqueue and
 // return); they may call back into the table. Listeners are added before the
-// table is used (AddListener is not synchronised) and outlive it.
+// table is used (AddListener is not synchronised) and stay valid for as long
+// as the table is used.
 #pragma once
 
 #include <cstdint>

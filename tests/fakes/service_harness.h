@@ -86,7 +86,7 @@ class ServiceHarness {
     l1.allocator.slab_target_bytes = 2ull << 20;
     l1.table.on_demand_eviction = on_demand_eviction;
     // No background passes: tests evict explicitly (or on demand), never by timing.
-    l1.evictor.interval_ms = 3'600'000;
+    l1.background_eviction = false;
     cache_ = std::move(store::L1Cache::Create(l1, &clock_, std::move(policy))).value();
     service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher);
   }

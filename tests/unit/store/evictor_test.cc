@@ -128,5 +128,23 @@ TEST_F(EvictorTest, BackgroundThreadRunsAndStops) {
   EXPECT_GE(evictor.Stats().passes, 1u);
 }
 
+TEST_F(EvictorTest, AnAdmissionOverTheTriggerStartsAPassWithoutWaitingForTheInterval) {
+  EvictorConfig config;
+  config.interval_ms = 3'600'000;  // an hour: only a nudge can run a pass in this test
+  Evictor evictor(table_.get(), config);
+  table_->AddListener(&evictor);
+  evictor.Start();
+  Fill(15);  // 75 %: below the trigger, no nudge
+  EXPECT_EQ(evictor.Stats().nudges, 0u);
+  Fill(2);  // 85 %
+  for (int i = 0; i < 5000 && allocator_->UsedBytes() > 12 * kMiB; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  evictor.Stop();
+  EXPECT_EQ(allocator_->UsedBytes(), 12 * kMiB);
+  EXPECT_EQ(evictor.Stats().nudges, 1u);
+  EXPECT_EQ(evictor.Stats().triggered_passes, 1u);
+}
+
 }  // namespace
 }  // namespace lmcache::store
