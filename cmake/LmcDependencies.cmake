@@ -5,6 +5,7 @@ find_package(Threads REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(cppzmq REQUIRED)
+find_package(nlohmann_json REQUIRED)  # nlohmann-json3-dev: --l2-adapter JSON, HTTP replies
 # Debian 12's libmsgpack-cxx-dev ships its config as "msgpack" (target msgpackc-cxx).
 find_package(msgpack REQUIRED CONFIG PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/msgpackc-cxx)
 if(LMC_BUILD_TESTS)

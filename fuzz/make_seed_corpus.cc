@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "fuzz_input.h"
 #include "protocol/wire_codec.h"
+#include "tier/object_format.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
 
@@ -45,14 +46,15 @@ void Write(const std::filesystem::path& path, const std::string& bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: make_seed_corpus <request corpus dir> <wire codec corpus dir>\n";
+  if (argc != 2) {
+    std::cerr << "usage: make_seed_corpus <corpus dir> (writes <fuzzer>-seed/ under it)\n";
     return 2;
   }
-  const std::filesystem::path requests = argv[1];
-  const std::filesystem::path frames = argv[2];
-  std::filesystem::create_directories(requests);
-  std::filesystem::create_directories(frames);
+  const std::filesystem::path root = argv[1];
+  const std::filesystem::path requests = root / "request_fuzzer-seed";
+  const std::filesystem::path frames = root / "wire_codec_fuzzer-seed";
+  const std::filesystem::path objects = root / "l2_object_fuzzer-seed";
+  for (const auto& dir : {requests, frames, objects}) std::filesystem::create_directories(dir);
 
   // The op table as the fuzzer's service builds it (row indices by name).
   store::L1Config l1;
@@ -117,6 +119,20 @@ int main(int argc, char** argv) {
   Write(frames / "prepare-retrieve-reply",
         protocol::EncodePrepareRetrieveReply({true, prepared.slots}));
   Write(frames / "error", protocol::EncodeErrorMap(Status(ErrorCode::kNotFound, "gone")));
-  std::cout << "wrote " << n + 4 << " seeds\n";
+  // L2 objects as the fs and resp adapters write them.
+  store::ObjectKey object_key;
+  object_key.chunk_hash.fill(0x3c);
+  object_key.model_name = "org/fuzz-model";
+  object_key.kv_rank = *store::PackKvRank(2, 1);
+  object_key.cache_salt = "tenant";
+  for (const std::size_t payload_bytes : {0, 1, 100, 4096}) {
+    const std::string payload(payload_bytes, '\x5a');
+    const auto span = std::as_bytes(std::span(payload.data(), payload.size()));
+    for (const std::size_t align : {1, 4096}) {
+      Write(objects / ("object-" + std::to_string(payload_bytes) + "-" + std::to_string(align)),
+            tier::EncodeObjectHeader(object_key, span, align) + payload);
+    }
+  }
+  std::cout << "wrote " << n + 12 << " seeds\n";
   return 0;
 }

@@ -20,6 +20,7 @@
 #include "server/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
+#include "tier/l2_tier.h"
 
 namespace {
 
@@ -75,9 +76,22 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot start: {}", cache.status().message());
     return 1;
   }
-  lmcache::server::Service service(cache->get(), &clock, config.service);
+  // The L2 tier subscribes to the table before anything is stored.
+  std::unique_ptr<lmcache::tier::L2Tier> l2;
+  if (!config.l2.adapters.empty()) {
+    auto built = lmcache::tier::L2Tier::Create(config.l2, &(*cache)->table());
+    if (!built.ok()) {
+      spdlog::critical("cannot start: {}", built.status().message());
+      return 1;
+    }
+    l2 = std::move(built).value();
+    l2->Start();
+  }
+  lmcache::server::Service service(cache->get(), &clock, config.service,
+                                   l2 ? l2->prefetcher() : nullptr);
   lmcache::server::RouterLoop* router = loop->get();
   service.SetTransportStatsSource([router] { return router->Stats(); });
+  if (l2) service.SetL2StatsSource([tier = l2.get()] { return tier->Stats(); });
   service.StartMaintenance();
   std::thread loop_thread([router, &service] { router->Run(&service); });
   spdlog::info(
@@ -98,6 +112,7 @@ int main(int argc, char** argv) {
                traffic.undeliverable);
   loop->reset();
   service.StopMaintenance();
+  if (l2) l2->Stop();  // no lock of the L2 tier outlives it
   cache->reset();
   spdlog::info("L1 pool {} removed; bye", config.l1.shm_name);
   return 0;

@@ -44,6 +44,7 @@ enum class ErrorCode : std::uint16_t {
   kUnavailable = 402,
   kNotSupported = 403,
   kTimeout = 404,
+  kCorrupt = 405,  // stored bytes failed their integrity check (an L2 object)
   // 5xx: the operator's configuration is invalid (startup only).
   kInvalidConfig = 500,
 };

@@ -27,6 +27,7 @@ std::string_view ErrorCodeName(ErrorCode code) {
     case ErrorCode::kUnavailable: return "UNAVAILABLE";
     case ErrorCode::kNotSupported: return "NOT_SUPPORTED";
     case ErrorCode::kTimeout: return "TIMEOUT";
+    case ErrorCode::kCorrupt: return "CORRUPT";
     case ErrorCode::kInvalidConfig: return "INVALID_CONFIG";
   }
   return "UNKNOWN";

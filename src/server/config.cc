@@ -115,6 +115,34 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--prefault-threads", c->prefault_threads,
                  "Threads that pre-fault the pool at startup; 0 = one per core")
       ->capture_default_str();
+  app.add_option("--l2-adapter", c->l2_adapters,
+                 "An L2 tier behind L1, as JSON (repeatable; the order is the cascade), e.g. "
+                 "'{\"type\":\"fs\",\"base_path\":\"/data/l2\",\"max_size_gb\":500}'. "
+                 "Types: fs, mock, fault_inject");
+  app.add_option("--l2-store-policy", c->l2_store_policy,
+                 "default: write every new object to every L2 adapter and keep it in L1; skip_l1: "
+                 "then delete it from L1")
+      ->capture_default_str();
+  app.add_option("--l2-prefetch-policy", c->l2_prefetch_policy,
+                 "default or retain: objects loaded from L2 stay in L1 as ordinary objects "
+                 "(evicted by LRU) either way")
+      ->capture_default_str();
+  app.add_option("--l2-prefetch-max-in-flight", c->l2_prefetch_max_in_flight,
+                 "Lookups loading from L2 at once; later ones wait in order")
+      ->capture_default_str();
+  app.add_option("--l2-prefetch-load-timeout", c->l2_prefetch_load_timeout,
+                 "Seconds a prefetch may load before it returns the prefix it has; 0 = no limit")
+      ->capture_default_str();
+  app.add_option("--l2-store-workers", c->l2_store_workers,
+                 "Threads writing new objects to L2")
+      ->capture_default_str();
+  app.add_option("--l2-store-queue-mb", c->l2_store_queue_mb,
+                 "MiB of new objects that may wait for L2; beyond it new objects are not written "
+                 "to L2 (counted), and stores never wait")
+      ->capture_default_str();
+  app.add_option("--periodic-notifier-interval-ms", c->periodic_notifier_interval_ms,
+                 "Accepted for compatibility; this server's controllers are woken, never polled")
+      ->capture_default_str();
   app.add_option("--log-level", c->log_level,
                  "Log level: trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
@@ -214,6 +242,47 @@ double DefaultL1SizeGb() {
   return static_cast<double>(std::max<std::uint64_t>(quarter_gib, 1));
 }
 
+namespace {
+
+Status FinalizeL2(ServerConfig* c) {
+  tier::L2Config& l2 = c->l2;
+  for (std::size_t i = 0; i < c->l2_adapters.size(); ++i) {
+    LMC_ASSIGN_OR_RETURN(tier::L2AdapterSpec spec,
+                         tier::ParseL2AdapterSpec(c->l2_adapters[i], static_cast<int>(i + 1)));
+    l2.adapters.push_back(std::move(spec));
+  }
+  if (c->l2_store_policy == "default") {
+    l2.store.policy = tier::StorePolicy::kDefault;
+  } else if (c->l2_store_policy == "skip_l1") {
+    l2.store.policy = tier::StorePolicy::kSkipL1;
+  } else {
+    return InvalidConfig("--l2-store-policy must be default or skip_l1, got '" +
+                         c->l2_store_policy + "'");
+  }
+  if (c->l2_prefetch_policy != "default" && c->l2_prefetch_policy != "retain") {
+    return InvalidConfig("--l2-prefetch-policy must be default or retain, got '" +
+                         c->l2_prefetch_policy + "'");
+  }
+  if (c->l2_prefetch_max_in_flight < 1 || c->l2_prefetch_max_in_flight > 256) {
+    return InvalidConfig("--l2-prefetch-max-in-flight must be in [1, 256]");
+  }
+  if (!(c->l2_prefetch_load_timeout >= 0) || c->l2_prefetch_load_timeout > 3600) {
+    return InvalidConfig("--l2-prefetch-load-timeout must be in [0, 3600] seconds");
+  }
+  if (c->l2_store_workers < 1 || c->l2_store_workers > 64) {
+    return InvalidConfig("--l2-store-workers must be in [1, 64]");
+  }
+  if (c->l2_store_queue_mb < 1) return InvalidConfig("--l2-store-queue-mb must be >= 1");
+  l2.prefetch.max_in_flight = c->l2_prefetch_max_in_flight;
+  l2.prefetch.load_timeout = std::chrono::milliseconds(
+      static_cast<std::int64_t>(c->l2_prefetch_load_timeout * 1000));
+  l2.store.workers = c->l2_store_workers;
+  l2.store.max_queue_bytes = c->l2_store_queue_mb << 20;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Finalize(ServerConfig* c, pid_t pid) {
   if (c->l1_size_gb == 0) c->l1_size_gb = DefaultL1SizeGb();
   if (!(c->l1_size_gb > 0) || !std::isfinite(c->l1_size_gb)) {
@@ -231,6 +300,7 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   }
   LMC_ASSIGN_OR_RETURN(c->l1.shm_name, shm::NormalizePoolName(c->shm_name, pid));
   LMC_RETURN_IF_ERROR(FinalizeTransport(c));
+  LMC_RETURN_IF_ERROR(FinalizeL2(c));
 
   store::L1Config& l1 = c->l1;
   l1.size_bytes = static_cast<std::uint64_t>(c->l1_size_gb * static_cast<double>(kGiB));
@@ -255,5 +325,6 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   }
   return Status::Ok();
 }
+
 
 }  // namespace lmcache::server

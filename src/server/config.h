@@ -16,6 +16,7 @@
 #include "server/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
+#include "tier/l2_config.h"
 
 namespace lmcache::server {
 
@@ -57,9 +58,19 @@ struct ServerConfig {
   unsigned prefault_threads = 0;
   std::string log_level = "info";
   std::string shm_dir = "/dev/shm";
+  // L2 (reference spec 13.4, 15.3).
+  std::vector<std::string> l2_adapters;  // --l2-adapter JSON, repeatable, in cascade order
+  std::string l2_store_policy = "default";
+  std::string l2_prefetch_policy = "default";
+  unsigned l2_prefetch_max_in_flight = 8;
+  double l2_prefetch_load_timeout = 0;  // seconds; 0 = none
+  unsigned l2_store_workers = 2;
+  std::uint64_t l2_store_queue_mb = 4096;
+  std::uint32_t periodic_notifier_interval_ms = 5;  // accepted; no polling here
 
   // Filled by Finalize().
   store::L1Config l1;
+  tier::L2Config l2;
   ServiceConfig service;
   RouterConfig router;
   bool host_or_port_given = false;

@@ -143,7 +143,7 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
     lookup.world_size = key.world_size;
     lookup.readers = static_cast<std::uint32_t>(key.num_kv_readers);
     // No instance registered this (model, world size): nothing can be cached (spec 9.2).
-    if (state_->instances().LayoutOf(key.model_name, key.world_size)) {
+    if (const auto layout = state_->instances().LayoutOf(key.model_name, key.world_size)) {
       lookup.hashes = state_->hasher().Hashes(key.token_ids, chunks);
       const Status locked = LockPrefix(session->owner(), chunks, &lookup);
       if (!locked.ok()) {
@@ -160,6 +160,7 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
         request.ranks = ranks.size();
         request.readers = lookup.readers;
         request.owner = session->owner();
+        request.object_bytes = layout->object_bytes;
         lookup.prefetch_handle = prefetcher->Submit(std::move(request));
         lookup.prefetch_pending = true;
       }
@@ -188,6 +189,12 @@ Result<std::string> LookupOps::QueryStatus(const StatusArgs& args, StatusQuery q
     MutexLock lock(&session->mu);
     LookupState* lookup = session->StatusLookup();
     if (lookup == nullptr) return mp::Encoder().Int(0).Take();
+    if (lookup->prefetch_pending && query == StatusQuery::kHits) {
+      // L1 + L2 prefix once the L2 lookups are done, before the loads land (spec 9.4).
+      const std::optional<std::size_t> l2 = prefetcher->LookupHits(lookup->prefetch_handle);
+      if (!l2) return mp::Encoder().Nil().Take();
+      return mp::Encoder().Uint(lookup->hit_chunks + *l2).Take();
+    }
     if (lookup->prefetch_pending) {
       if (query != StatusQuery::kWait) {
         FoldPrefetch(*lookup, prefetcher->Poll(lookup->prefetch_handle));

@@ -135,6 +135,10 @@ void Service::SetTransportStatsSource(std::function<TransportStats()> source) {
   transport_stats_ = std::move(source);
 }
 
+void Service::SetL2StatsSource(std::function<tier::L2Stats()> source) {
+  l2_stats_ = std::move(source);
+}
+
 StatsSnapshot Service::Snapshot() {
   ServiceState& state = state_;
   StatsSnapshot s;
@@ -147,6 +151,7 @@ StatsSnapshot Service::Snapshot() {
   s.flow = state.l1().flow();
   s.evictor = state.l1().evictor().Stats();
   if (transport_stats_) s.transport = transport_stats_();
+  if (l2_stats_) s.l2 = l2_stats_();
   for (const OpRow& row : table_.rows()) {
     const RowStats& stats = row_stats_[row.index];
     s.operations.push_back({std::string(row.spec.name), stats.requests.load(),

@@ -74,6 +74,8 @@ class Service final : public RequestHandler {
 
   // Where the transport's counters come from (set once, before serving).
   void SetTransportStatsSource(std::function<TransportStats()> source);
+  // Where the L2 tier's counters come from (set once, before serving; none without L2).
+  void SetL2StatsSource(std::function<tier::L2Stats()> source);
   StatsSnapshot Snapshot();
 
   const OpTable& ops() const { return table_; }
@@ -100,6 +102,7 @@ class Service final : public RequestHandler {
   std::atomic<std::uint64_t> refused_{0};
   const std::chrono::steady_clock::time_point started_;
   std::function<TransportStats()> transport_stats_;
+  std::function<tier::L2Stats()> l2_stats_;
 
   PeriodicThread maintenance_;
 };

@@ -122,6 +122,69 @@ std::string LookupMap(const StatsSnapshot& s) {
   return m.Take();
 }
 
+std::string Histogram(const LatencyHistogram::Snapshot& h) {
+  mp::MapWriter m;
+  m.Field("count").Uint(h.count);
+  m.Field("sum_us").Uint(h.sum_us);
+  mp::Encoder buckets;
+  for (const std::uint64_t n : h.buckets) buckets.Uint(n);
+  m.Field("buckets_us").Array(static_cast<std::uint32_t>(h.buckets.size())).Raw(buckets.bytes());
+  return m.Take();
+}
+
+std::string AdapterMap(const tier::L2AdapterStats& a) {
+  mp::MapWriter m;
+  m.Field("type").Str(a.type);
+  m.Field("description").Str(a.description);
+  m.Field("stored_objects").Uint(a.stored_objects);
+  m.Field("stored_bytes").Uint(a.stored_bytes);
+  m.Field("store_failures").Uint(a.store_failures);
+  m.Field("loaded_objects").Uint(a.loaded_objects);
+  m.Field("loaded_bytes").Uint(a.loaded_bytes);
+  m.Field("load_misses").Uint(a.load_misses);
+  m.Field("load_failures").Uint(a.load_failures);
+  m.Field("checksum_failures").Uint(a.checksum_failures);
+  m.Field("evicted_objects").Uint(a.evicted_objects);
+  m.Field("evicted_bytes").Uint(a.evicted_bytes);
+  m.Field("objects").Uint(a.objects);
+  m.Field("usage_bytes").Uint(a.usage_bytes);
+  m.Field("capacity_bytes").Uint(a.capacity_bytes);
+  m.Field("condition").Str(a.condition);
+  return m.Take();
+}
+
+std::string L2Map(const tier::L2Stats& l2) {
+  mp::Encoder adapters;
+  for (const tier::L2AdapterStats& a : l2.adapters) adapters.Raw(AdapterMap(a));
+  mp::MapWriter store;
+  store.Field("queued_objects").Uint(l2.store.queued_objects);
+  store.Field("queued_bytes").Uint(l2.store.queued_bytes);
+  store.Field("in_flight").Uint(l2.store.in_flight);
+  store.Field("stored").Uint(l2.store.stored);
+  store.Field("failed").Uint(l2.store.failed);
+  store.Field("skipped_queue_full").Uint(l2.store.skipped_queue_full);
+  store.Field("skipped_gone").Uint(l2.store.skipped_gone);
+  store.Field("dropped_at_stop").Uint(l2.store.dropped_at_stop);
+  store.Field("deleted_from_l1").Uint(l2.store.deleted_from_l1);
+  mp::MapWriter prefetch;
+  prefetch.Field("submitted").Uint(l2.prefetch.submitted);
+  prefetch.Field("queued").Uint(l2.prefetch.queued);
+  prefetch.Field("in_flight").Uint(l2.prefetch.in_flight);
+  prefetch.Field("completed").Uint(l2.prefetch.completed);
+  prefetch.Field("cancelled").Uint(l2.prefetch.cancelled);
+  prefetch.Field("l2_hit_chunks").Uint(l2.prefetch.l2_hit_chunks);
+  prefetch.Field("loaded_chunks").Uint(l2.prefetch.loaded_chunks);
+  prefetch.Field("load_failed_chunks").Uint(l2.prefetch.load_failed_chunks);
+  prefetch.Field("no_memory_chunks").Uint(l2.prefetch.no_memory_chunks);
+  prefetch.Field("deadline_expired").Uint(l2.prefetch.deadline_expired);
+  prefetch.Field("latency").Raw(Histogram(l2.prefetch.latency));
+  mp::MapWriter m;
+  m.Field("adapters").Array(static_cast<std::uint32_t>(l2.adapters.size())).Raw(adapters.bytes());
+  m.Field("store").Raw(store.Take());
+  m.Field("prefetch").Raw(prefetch.Take());
+  return m.Take();
+}
+
 }  // namespace
 
 std::string EncodeStatsMsgpack(const StatsSnapshot& s) {
@@ -138,6 +201,11 @@ std::string EncodeStatsMsgpack(const StatsSnapshot& s) {
   m.Field("sessions").Uint(s.sessions);
   m.Field("session_bytes").Uint(s.session_bytes);
   m.Field("sessions_dropped_for_memory").Uint(s.sessions_dropped_for_memory);
+  if (s.l2) {
+    m.Field("l2").Raw(L2Map(*s.l2));
+  } else {
+    m.Field("l2").Nil();
+  }
   m.Field("lookup").Raw(LookupMap(s));
   m.Field("block_allocation_reports").Uint(s.block_allocation_reports);
   return m.Take();

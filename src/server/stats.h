@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "store/evictor.h"
 #include "store/flow_counters.h"
 #include "store/object_table.h"
+#include "tier/l2_tier.h"
 
 namespace lmcache::server {
 
@@ -52,6 +54,7 @@ struct StatsSnapshot {
   std::uint64_t lookup_requested_tokens = 0;
   std::uint64_t lookup_hit_tokens = 0;
   std::uint64_t block_allocation_reports = 0;
+  std::optional<tier::L2Stats> l2;  // absent without an L2 tier
 };
 
 // The `stats` reply: a msgpack map (docs/protocol.md lists its fields).

@@ -259,11 +259,15 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
 }
 
 Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Owner reader,
-                                                        std::uint32_t count) {
+                                                        std::uint32_t count, std::size_t keep) {
   LMC_RETURN_IF_ERROR(CheckLockCount(count));
   ReadAcquisition out;
   std::optional<LeaseRecord> record = leases_.Take(write_lease, LeaseKind::kWrite);
   if (!record) return out;
+  if (keep < record->keys.size()) {
+    AbortStaged(write_lease, std::span(record->keys).subspan(keep));
+    record->keys.resize(keep);
+  }
   const std::vector<ObjectKey>& keys = record->keys;
   out.grants.assign(keys.size(), ReadGrant{});
   auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };

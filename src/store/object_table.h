@@ -196,9 +196,13 @@ class ObjectTable {
   // Admits the lease's copies and read-locks each admitted (or, where another
   // writer won, already resident) object `count` times under a new read lease
   // of `reader`, atomically: eviction cannot slip in between (an L2 load
-  // landing for its lookup). `granted` counts the keys locked, in order.
+  // landing for its lookup). Only the first `keep` keys of the lease (in
+  // reservation order) are admitted; the copies of the others are freed (a
+  // load that ended early). `grants` follow the kept keys; `granted` counts
+  // the keys locked.
   Result<ReadAcquisition> FinishWriteAndRead(LeaseId write_lease, Owner reader,
-                                             std::uint32_t count);
+                                             std::uint32_t count,
+                                             std::size_t keep = static_cast<std::size_t>(-1));
   // Drops the lease's staged copies; returns how many.
   std::size_t AbortWrite(LeaseId write_lease);
 

@@ -32,6 +32,7 @@ struct PrefetchRequest {
   std::size_t ranks = 1;
   std::uint32_t readers = 1;  // read locks to take per loaded object
   store::Owner owner;         // owner of those locks (the lookup's session)
+  std::uint64_t object_bytes = 0;  // the size of every object of the request (its layout's)
 };
 
 // What a finished prefetch left in L1: the leading `chunks` chunks of the
@@ -51,6 +52,10 @@ class Prefetcher {
   // nullopt while the prefetch runs, then its result. The handle is released
   // by the first call that returns a value.
   virtual std::optional<PrefetchResult> Poll(PrefetchHandle handle) = 0;
+  // The chunks the slower tiers hold after the L1 prefix (the prefix the
+  // prefetch will try to load), once their lookups are done; nullopt before
+  // (query_prefetch_lookup_hits, reference spec 9.4). Does not release the handle.
+  virtual std::optional<std::size_t> LookupHits(PrefetchHandle handle) = 0;
   // Like Poll, but waits up to `timeout` for the result.
   virtual std::optional<PrefetchResult> Wait(PrefetchHandle handle,
                                              std::chrono::milliseconds timeout) = 0;

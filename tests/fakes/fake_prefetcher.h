@@ -22,7 +22,7 @@ class FakePrefetcher final : public tier::Prefetcher {
   tier::PrefetchHandle Submit(tier::PrefetchRequest request) override {
     std::lock_guard<std::mutex> lock(mu_);
     const tier::PrefetchHandle handle = ++next_;
-    jobs_[handle] = Job{std::move(request), std::nullopt};
+    jobs_[handle] = Job{std::move(request), std::nullopt, std::nullopt};
     return handle;
   }
   std::optional<tier::PrefetchResult> Poll(tier::PrefetchHandle handle) override {
@@ -32,6 +32,18 @@ class FakePrefetcher final : public tier::Prefetcher {
     const tier::PrefetchResult landed = *it->second.landed;
     jobs_.erase(it);
     return landed;
+  }
+  // Nothing until the test says what the lookups found (SetLookupHits), or the job landed.
+  std::optional<std::size_t> LookupHits(tier::PrefetchHandle handle) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(handle);
+    if (it == jobs_.end()) return 0;
+    if (it->second.landed) return it->second.landed->chunks;
+    return it->second.lookup_hits;
+  }
+  void SetLookupHits(tier::PrefetchHandle handle, std::size_t chunks) {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.at(handle).lookup_hits = chunks;
   }
   std::optional<tier::PrefetchResult> Wait(tier::PrefetchHandle handle,
                                            std::chrono::milliseconds) override {
@@ -59,6 +71,10 @@ class FakePrefetcher final : public tier::Prefetcher {
     auto locked = table_->FinishWriteAndRead(staged->lease, job.request.owner, job.request.readers);
     job.landed = tier::PrefetchResult{chunks, locked->lease};
   }
+  tier::PrefetchRequest request(tier::PrefetchHandle handle) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return jobs_.at(handle).request;
+  }
   tier::PrefetchHandle last_handle() const {
     std::lock_guard<std::mutex> lock(mu_);
     return next_;
@@ -76,6 +92,7 @@ class FakePrefetcher final : public tier::Prefetcher {
   struct Job {
     tier::PrefetchRequest request;
     std::optional<tier::PrefetchResult> landed;
+    std::optional<std::size_t> lookup_hits;
   };
   store::ObjectTable* table_ = nullptr;
   const std::uint64_t object_bytes_;

@@ -515,6 +515,22 @@ TEST_F(ServicePrefetchTest, StatusIsNilUntilThePrefetchLandsThenCountsBothTiers)
   EXPECT_EQ(h_.service().table().Stats().locked_objects, 0u);
 }
 
+TEST_F(ServicePrefetchTest, LookupHitsAreKnownOnceTheL2LookupsAreDoneBeforeTheLoadsLand) {
+  KeyArgs stored = Key(1024, 2);
+  h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
+  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), mp::Encoder().Bin("").Take()});
+  KeyArgs lookup = Key(1024, 0);
+  lookup.worker_id.reset();
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_EQ(prefetcher_.request(prefetcher_.last_handle()).object_bytes, kObject);
+  EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().type, msgpack::type::NIL);
+  prefetcher_.SetLookupHits(prefetcher_.last_handle(), 2);  // L2 holds chunks 2 and 3
+  EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().via.u64, 4u);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().type, msgpack::type::NIL);
+  prefetcher_.Complete(prefetcher_.last_handle(), 2);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 4u);
+}
+
 TEST_F(ServicePrefetchTest, WaitReturnsNilOnTimeoutAndTheResultOnceLanded) {
   KeyArgs lookup = Key(512, 0);
   lookup.worker_id.reset();

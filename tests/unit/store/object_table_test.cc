@@ -192,6 +192,23 @@ TEST_F(ObjectTableTest, FinishWriteAndReadAdmitsAlreadyLocked) {
 
 // --- exact read leases --------------------------------------------------------------------
 
+TEST_F(ObjectTableTest, FinishWriteAndReadKeepsALeadingPartAndFreesTheRest) {
+  const auto keys = KeysN(0, 4);
+  const WriteLease staged = Reserve(keys, Owner::Internal(2));
+  auto locked = table_->FinishWriteAndRead(staged.lease, kLookup, 2, /*keep=*/2);
+  ASSERT_TRUE(locked.ok());
+  EXPECT_EQ(locked->granted, 2u);
+  EXPECT_EQ(locked->grants.size(), 2u);
+  EXPECT_EQ(Locks(KeyN(0)), 2u);
+  EXPECT_EQ(Locks(KeyN(1)), 2u);
+  EXPECT_FALSE(table_->Find(KeyN(2)));
+  EXPECT_FALSE(table_->Find(KeyN(3)));
+  EXPECT_EQ(allocator_->UsedBytes(), 2 * kObject);
+  EXPECT_EQ(table_->Stats().write_leases, 0u);
+  table_->ReleaseRead(locked->lease);
+  EXPECT_EQ(table_->Stats().read_leases, 0u);
+}
+
 TEST_F(ObjectTableTest, ReadModesAndGroups) {
   Store({KeyN(0), KeyN(1), KeyN(3)});
   const auto keys = KeysN(0, 4);  // 2 is missing

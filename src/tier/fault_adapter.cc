@@ -1,0 +1,70 @@
+#include "tier/fault_adapter.h"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+namespace lmcache::tier {
+
+FaultAdapter::FaultAdapter(std::unique_ptr<L2Adapter> inner, const FaultConfig& config)
+    : inner_(std::move(inner)), config_(config), random_(config.seed) {}
+
+bool FaultAdapter::Roll(double rate) {
+  if (rate <= 0) return false;
+  MutexLock lock(&mu_);
+  const bool fail = std::uniform_real_distribution<double>(0, 1)(random_) < rate;
+  if (fail) injected_.fetch_add(1, std::memory_order_relaxed);
+  return fail;
+}
+
+void FaultAdapter::Delay() const {
+  if (config_.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(config_.delay_ms));
+}
+
+std::vector<Status> FaultAdapter::Store(std::span<const L2Write> objects) {
+  Delay();
+  std::vector<Status> results(objects.size());
+  std::vector<L2Write> passed;
+  std::vector<std::size_t> where;
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    if (Roll(config_.store_failure_rate)) {
+      results[i] = Status(ErrorCode::kIoError, "injected store failure");
+    } else {
+      passed.push_back(objects[i]);
+      where.push_back(i);
+    }
+  }
+  std::vector<Status> inner = inner_->Store(passed);
+  for (std::size_t j = 0; j < inner.size(); ++j) results[where[j]] = std::move(inner[j]);
+  return results;
+}
+
+std::vector<bool> FaultAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
+  Delay();
+  if (Roll(config_.lookup_failure_rate)) return std::vector<bool>(keys.size(), false);
+  return inner_->LookupAndPin(keys);
+}
+
+void FaultAdapter::Unpin(std::span<const store::ObjectKey> keys) { inner_->Unpin(keys); }
+
+std::vector<L2LoadOutcome> FaultAdapter::Load(std::span<const L2Read> reads) {
+  Delay();
+  std::vector<L2LoadOutcome> outcomes = inner_->Load(reads);
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    if (Roll(config_.load_failure_rate)) {
+      // A failed read may have written anything: make sure nobody uses it.
+      std::memset(reads[i].out.data(), 0xEE, reads[i].out.size());
+      outcomes[i] = L2LoadOutcome::kFailed;
+    }
+  }
+  return outcomes;
+}
+
+L2AdapterStats FaultAdapter::Stats() const {
+  L2AdapterStats s = inner_->Stats();
+  s.type = "fault_inject(" + s.type + ")";
+  s.description = "fault_inject(" + s.description + ")";
+  return s;
+}
+
+}  // namespace lmcache::tier

@@ -1,0 +1,52 @@
+// FaultAdapter: wraps another adapter and fails or delays a configured
+// fraction of its operations (`{"type":"fault_inject","inner":{...},
+// "store_failure_rate":0.1,"load_failure_rate":0.1,"lookup_failure_rate":0,
+// "delay_ms":5,"seed":1}`), so tests and soaks can prove that L2 failures
+// cost hits, never correctness. A failed lookup reports nothing found; a
+// failed load reports kFailed without touching the buffer's verified bytes
+// (it scribbles over them, so a controller that admitted them anyway would
+// be caught by the byte checks).
+//
+// Thread-safety: internally synchronised (the random source is locked).
+#pragma once
+
+#include <memory>
+#include <random>
+
+#include "common/mutex.h"
+#include "tier/l2_adapter.h"
+
+namespace lmcache::tier {
+
+struct FaultConfig {
+  double store_failure_rate = 0;
+  double load_failure_rate = 0;
+  double lookup_failure_rate = 0;
+  std::uint32_t delay_ms = 0;  // added to every operation
+  std::uint64_t seed = 1;
+};
+
+class FaultAdapter final : public L2Adapter {
+ public:
+  FaultAdapter(std::unique_ptr<L2Adapter> inner, const FaultConfig& config);
+
+  std::vector<Status> Store(std::span<const L2Write> objects) override;
+  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
+  void Unpin(std::span<const store::ObjectKey> keys) override;
+  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
+  L2AdapterStats Stats() const override;
+
+  L2Adapter& inner() { return *inner_; }
+
+ private:
+  bool Roll(double rate) LMC_EXCLUDES(mu_);
+  void Delay() const;
+
+  std::unique_ptr<L2Adapter> inner_;
+  const FaultConfig config_;
+  Mutex mu_;
+  std::mt19937_64 random_ LMC_GUARDED_BY(mu_);
+  std::atomic<std::uint64_t> injected_{0};
+};
+
+}  // namespace lmcache::tier

@@ -1,0 +1,326 @@
+#include "tier/fs_adapter.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/logging.h"
+#include "common/unique_fd.h"
+#include "tier/fs_key_codec.h"
+#include "tier/object_format.h"
+
+namespace lmcache::tier {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::size_t kDirectIoAlign = 4096;
+constexpr std::size_t kPlainHeaderAlign = 8;
+constexpr const char* kTmpDirName = ".tmp";
+
+// A buffer aligned for O_DIRECT, freed when it goes.
+struct AlignedBuffer {
+  explicit AlignedBuffer(std::size_t bytes)
+      : data(static_cast<std::byte*>(std::aligned_alloc(
+            kDirectIoAlign, (bytes + kDirectIoAlign - 1) / kDirectIoAlign * kDirectIoAlign))) {}
+  ~AlignedBuffer() { std::free(data); }
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  std::byte* data;
+};
+
+bool Aligned(const void* p, std::size_t size) {
+  return reinterpret_cast<std::uintptr_t>(p) % kDirectIoAlign == 0 && size % kDirectIoAlign == 0;
+}
+
+// Writes all of `bytes` at `offset`; errno is left set on failure.
+bool WriteAll(int fd, const std::byte* bytes, std::size_t size, off_t offset) {
+  while (size > 0) {
+    const ssize_t n = ::pwrite(fd, bytes, size, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    bytes += n;
+    size -= static_cast<std::size_t>(n);
+    offset += n;
+  }
+  return true;
+}
+
+// Reads exactly `size` bytes at `offset`: 1, 0 at a short file, -1 with errno on error.
+int ReadAll(int fd, std::byte* out, std::size_t size, off_t offset) {
+  while (size > 0) {
+    const ssize_t n = ::pread(fd, out, size, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -1;
+    if (n == 0) return 0;
+    out += n;
+    size -= static_cast<std::size_t>(n);
+    offset += n;
+  }
+  return 1;
+}
+
+}  // namespace
+
+FsAdapter::FsAdapter(const FsAdapterConfig& config)
+    : config_(config),
+      tmp_dir_(config.base_path / kTmpDirName),
+      index_(config.max_size_bytes),
+      condition_("L2 fs " + config.base_path.string()) {}
+
+Result<std::unique_ptr<FsAdapter>> FsAdapter::Create(const FsAdapterConfig& config) {
+  if (config.base_path.empty()) return InvalidConfig("fs adapter: base_path is required");
+  std::unique_ptr<FsAdapter> adapter(new FsAdapter(config));
+  LMC_RETURN_IF_ERROR(adapter->Rebuild());
+  return adapter;
+}
+
+fs::path FsAdapter::PathOf(const store::ObjectKey& key) const {
+  return config_.base_path / ObjectFileName(key);
+}
+
+Status FsAdapter::Rebuild() {
+  const auto start = std::chrono::steady_clock::now();
+  std::error_code error;
+  fs::create_directories(tmp_dir_, error);
+  if (error) {
+    return Status(ErrorCode::kInvalidConfig, "fs adapter: cannot create " + tmp_dir_.string() +
+                                                 ": " + error.message() +
+                                                 " (check base_path and its permissions)");
+  }
+  for (const auto& entry : fs::directory_iterator(tmp_dir_, error)) {
+    if (fs::remove(entry.path(), error)) rebuild_.removed += 1;  // a write a crash cut short
+  }
+  struct Found {
+    fs::file_time_type mtime;
+    store::ObjectKey key;
+    std::uint64_t bytes;
+  };
+  std::vector<Found> found;
+  std::vector<std::byte> head(kMaxHeaderBytes);
+  for (const auto& entry : fs::directory_iterator(config_.base_path, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || !name.ends_with(kObjectFileSuffix)) continue;
+    UniqueFd fd(::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC));
+    struct stat st {};
+    bool good = fd.valid() && ::fstat(fd.get(), &st) == 0;
+    std::optional<ObjectHeader> header;
+    if (good) {
+      const std::size_t want = std::min<std::size_t>(head.size(), static_cast<std::size_t>(st.st_size));
+      const ssize_t n = ::pread(fd.get(), head.data(), want, 0);
+      auto parsed = ParseObjectHeader(std::span(head.data(), n > 0 ? static_cast<std::size_t>(n) : 0));
+      if (parsed.ok()) header = std::move(parsed).value();
+    }
+    // Complete, and under the name of the key it holds.
+    good = header && static_cast<std::uint64_t>(st.st_size) ==
+                         header->header_bytes + header->payload_bytes &&
+           ObjectFileName(header->key) == name;
+    if (!good) {
+      if (fs::remove(entry.path(), error)) rebuild_.removed += 1;
+      continue;
+    }
+    found.push_back({entry.last_write_time(error), std::move(header->key),
+                     static_cast<std::uint64_t>(st.st_size)});
+  }
+  if (error) {
+    return Status(ErrorCode::kInvalidConfig,
+                  "fs adapter: cannot read " + config_.base_path.string() + ": " + error.message());
+  }
+  std::sort(found.begin(), found.end(),
+            [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
+  for (const Found& f : found) {
+    index_.AddExisting(f.key, f.bytes);
+    rebuild_.bytes += f.bytes;
+  }
+  rebuild_.objects = found.size();
+  index_.TrimToCapacity([this](const store::ObjectKey& key, std::uint64_t bytes) {
+    std::error_code ignored;
+    fs::remove(PathOf(key), ignored);
+    counters_.evicted_objects.fetch_add(1, std::memory_order_relaxed);
+    counters_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  });
+  rebuild_.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("L2 fs {}: index rebuilt in {:.3f} s: {} objects, {:.2f} GiB; {} partial or corrupt "
+               "files removed",
+               config_.base_path.string(), rebuild_.seconds, rebuild_.objects,
+               static_cast<double>(rebuild_.bytes) / (1ull << 30), rebuild_.removed);
+  return Status::Ok();
+}
+
+void FsAdapter::NoteFailure(int error, const std::string& what) {
+  switch (error) {
+    case ENOSPC: condition_.Fail("disk full", what); break;
+    case EDQUOT: condition_.Fail("disk quota exceeded", what); break;
+    case EROFS:
+    case EACCES:
+    case EPERM: condition_.Fail("directory not writable", what); break;
+    case ENOENT: condition_.Fail("directory missing", what); break;
+    default: condition_.Fail("I/O error", what); break;
+  }
+}
+
+std::vector<Status> FsAdapter::Store(std::span<const L2Write> objects) {
+  std::vector<Status> results;
+  results.reserve(objects.size());
+  for (const L2Write& object : objects) {
+    Status s = StoreOne(object);
+    if (!s.ok()) counters_.store_failures.fetch_add(1, std::memory_order_relaxed);
+    results.push_back(std::move(s));
+  }
+  return results;
+}
+
+Status FsAdapter::StoreOne(const L2Write& object) {
+  const store::ObjectKey& key = *object.key;
+  if (index_.Contains(key)) return Status::Ok();
+  const std::string header = EncodeObjectHeader(
+      key, object.bytes, config_.use_odirect ? kDirectIoAlign : kPlainHeaderAlign);
+  const std::uint64_t file_bytes = header.size() + object.bytes.size();
+  const bool room = index_.Reserve(file_bytes, [this](const store::ObjectKey& victim,
+                                                      std::uint64_t bytes) {
+    std::error_code ignored;
+    fs::remove(PathOf(victim), ignored);
+    counters_.evicted_objects.fetch_add(1, std::memory_order_relaxed);
+    counters_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  });
+  if (!room) {
+    return Status(ErrorCode::kResourceExhausted,
+                  "L2 fs: max_size_gb cannot hold " + std::to_string(file_bytes) +
+                      " more bytes (what it holds is pinned by loads in flight)");
+  }
+  const fs::path tmp = tmp_dir_ / (std::to_string(::getpid()) + "-" +
+                                   std::to_string(next_tmp_.fetch_add(1)) + ".tmp");
+  int error = WriteFile(tmp, object, header);
+  if (error == ENOENT) {
+    // The directory went away under us: recreate it once and try again.
+    std::error_code ignored;
+    fs::create_directories(tmp_dir_, ignored);
+    error = WriteFile(tmp, object, header);
+  }
+  std::string what = "write " + tmp.string();
+  if (error == 0 && ::rename(tmp.c_str(), PathOf(key).c_str()) != 0) {
+    error = errno;
+    what = "rename into " + config_.base_path.string();
+  }
+  if (error != 0) {
+    what += std::string(": ") + std::strerror(error);
+    NoteFailure(error, what);
+    ::unlink(tmp.c_str());
+    index_.Unreserve(file_bytes);
+    return Status(ErrorCode::kIoError, "L2 fs: " + what);
+  }
+  index_.Commit(key, file_bytes);
+  counters_.stored_objects.fetch_add(1, std::memory_order_relaxed);
+  counters_.stored_bytes.fetch_add(object.bytes.size(), std::memory_order_relaxed);
+  condition_.Ok();
+  return Status::Ok();
+}
+
+int FsAdapter::WriteFile(const fs::path& tmp, const L2Write& object, const std::string& header) {
+  const bool direct = config_.use_odirect && header.size() % kDirectIoAlign == 0 &&
+                      Aligned(object.bytes.data(), object.bytes.size());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
+                     0600));
+  if (!fd.valid()) return errno;
+  bool ok = false;
+  if (direct) {
+    AlignedBuffer aligned_header(header.size());
+    std::memcpy(aligned_header.data, header.data(), header.size());
+    ok = WriteAll(fd.get(), aligned_header.data, header.size(), 0);
+  } else {
+    ok = WriteAll(fd.get(), reinterpret_cast<const std::byte*>(header.data()), header.size(), 0);
+  }
+  ok = ok && WriteAll(fd.get(), object.bytes.data(), object.bytes.size(),
+                      static_cast<off_t>(header.size()));
+  if (ok && config_.fsync) ok = ::fdatasync(fd.get()) == 0;
+  return ok ? 0 : errno;  // read before the descriptor is closed
+}
+
+std::vector<bool> FsAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
+  return index_.LookupAndPin(keys);
+}
+
+void FsAdapter::Unpin(std::span<const store::ObjectKey> keys) { index_.Unpin(keys); }
+
+std::vector<L2LoadOutcome> FsAdapter::Load(std::span<const L2Read> reads) {
+  std::vector<L2LoadOutcome> outcomes;
+  outcomes.reserve(reads.size());
+  for (const L2Read& read : reads) {
+    const L2LoadOutcome outcome = LoadOne(read);
+    counters_.CountLoad(outcome, read.out.size());
+    outcomes.push_back(outcome);
+  }
+  return outcomes;
+}
+
+void FsAdapter::Remove(const store::ObjectKey& key) {
+  std::error_code ignored;
+  fs::remove(PathOf(key), ignored);
+  index_.Erase(key);
+}
+
+L2LoadOutcome FsAdapter::LoadOne(const L2Read& read) {
+  const store::ObjectKey& key = *read.key;
+  const std::optional<std::uint64_t> file_bytes = index_.SizeOf(key);
+  // Held under another layout (a different object size): not this object.
+  if (!file_bytes || *file_bytes <= read.out.size()) return L2LoadOutcome::kMissing;
+  const std::size_t header_bytes = *file_bytes - read.out.size();
+  const bool direct = config_.use_odirect && header_bytes % kDirectIoAlign == 0 &&
+                      Aligned(read.out.data(), read.out.size());
+  UniqueFd fd(::open(PathOf(key).c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0)));
+  if (!fd.valid()) {
+    if (errno == ENOENT) {  // deleted behind our back
+      index_.Erase(key);
+      return L2LoadOutcome::kMissing;
+    }
+    NoteFailure(errno, "open " + PathOf(key).string() + ": " + std::strerror(errno));
+    return L2LoadOutcome::kFailed;
+  }
+  AlignedBuffer head(header_bytes);
+  int got = ReadAll(fd.get(), head.data, header_bytes, 0);
+  if (got == 1) {
+    got = ReadAll(fd.get(), read.out.data(), read.out.size(), static_cast<off_t>(header_bytes));
+  }
+  if (got < 0) {
+    NoteFailure(errno, "read " + PathOf(key).string() + ": " + std::strerror(errno));
+    return L2LoadOutcome::kFailed;
+  }
+  Status verified = got == 0 ? Status(ErrorCode::kCorrupt, "truncated") : Status::Ok();
+  if (verified.ok()) {
+    auto header = ParseObjectHeader(std::span<const std::byte>(head.data, header_bytes));
+    verified = header.ok() ? VerifyObject(*header, key, read.out) : header.status();
+  }
+  if (!verified.ok()) {
+    corrupt_log_.Warn("L2 fs: {} failed its check and is deleted: {}", PathOf(key).string(),
+                      verified.message());
+    Remove(key);
+    return L2LoadOutcome::kCorrupt;
+  }
+  condition_.Ok();
+  return L2LoadOutcome::kLoaded;
+}
+
+L2AdapterStats FsAdapter::Stats() const {
+  L2AdapterStats s;
+  counters_.Fill(&s);
+  s.type = "fs";
+  s.description = "fs:" + config_.base_path.string();
+  s.objects = index_.objects();
+  s.usage_bytes = index_.usage_bytes();
+  s.capacity_bytes = index_.capacity_bytes();
+  s.condition = condition_.current();
+  return s;
+}
+
+}  // namespace lmcache::tier

@@ -1,0 +1,89 @@
+// FsAdapter: an L2 tier of one file per object under a directory on local
+// disk or NVMe (`{"type":"fs","base_path":...}`), surviving restarts.
+//
+// A store writes the object (header + payload, object_format.h) to a
+// temporary file under <base>/.tmp, fsyncs it, and renames it to its name
+// (fs_key_codec.h): an object is visible only once complete and durable, and
+// a crash leaves at most a temporary file, removed at the next start. A load
+// reads the header and payload and verifies both against the key it was
+// asked for; a mismatch is a miss, the file is deleted and counted. Capacity
+// (`max_size_gb`) is kept by evicting least recently used files. At startup
+// the index is rebuilt from the directory (each file's header is read and
+// checked against its name and size; partial, foreign or corrupt files are
+// removed) and the time it took is logged.
+//
+// With `use_odirect`, reads and writes of aligned objects bypass the page
+// cache (the header is padded to 4096 bytes for it); objects whose L1 buffer
+// or size is not 4096-aligned go through the page cache.
+//
+// A full disk, a read-only or deleted directory: the failing stores and
+// loads are counted, the condition is logged once (ConditionLog) and
+// recovery is logged when an operation succeeds again; a deleted directory is
+// recreated at the next store.
+//
+// Thread-safety: internally synchronised; any number of threads may call it.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "common/condition_log.h"
+#include "common/logging.h"
+#include "tier/l2_adapter.h"
+#include "tier/l2_index.h"
+
+namespace lmcache::tier {
+
+struct FsAdapterConfig {
+  std::filesystem::path base_path;
+  std::uint64_t max_size_bytes = 0;  // 0 = bounded only by the disk
+  bool use_odirect = false;
+  bool fsync = true;  // fsync each file before its rename (durability across power loss)
+};
+
+struct FsRebuildReport {
+  std::uint64_t objects = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t removed = 0;  // partial, foreign, corrupt or temporary files
+  double seconds = 0;
+};
+
+class FsAdapter final : public L2Adapter {
+ public:
+  // Creates base_path if missing and rebuilds the index from it. Fails when
+  // the directory cannot be created or read.
+  static Result<std::unique_ptr<FsAdapter>> Create(const FsAdapterConfig& config);
+
+  std::vector<Status> Store(std::span<const L2Write> objects) override;
+  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
+  void Unpin(std::span<const store::ObjectKey> keys) override;
+  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
+  L2AdapterStats Stats() const override;
+
+  const FsRebuildReport& rebuild_report() const { return rebuild_; }
+  std::filesystem::path PathOf(const store::ObjectKey& key) const;
+
+ private:
+  explicit FsAdapter(const FsAdapterConfig& config);
+  Status Rebuild();
+  Status StoreOne(const L2Write& object);
+  // Writes and syncs the temporary file; 0 or the errno of what failed.
+  int WriteFile(const std::filesystem::path& tmp, const L2Write& object, const std::string& header);
+  L2LoadOutcome LoadOne(const L2Read& read);
+  // Deletes the object's file and forgets it.
+  void Remove(const store::ObjectKey& key);
+  // Records a failed operation's condition from its errno.
+  void NoteFailure(int error, const std::string& what);
+
+  const FsAdapterConfig config_;
+  const std::filesystem::path tmp_dir_;
+  L2Index index_;
+  L2Counters counters_;
+  ConditionLog condition_;
+  RateLimitedLog corrupt_log_{std::chrono::seconds(10)};
+  FsRebuildReport rebuild_;
+  std::atomic<std::uint64_t> next_tmp_{0};
+};
+
+}  // namespace lmcache::tier

@@ -1,0 +1,51 @@
+#include "tier/fs_key_codec.h"
+
+#include <xxhash.h>
+
+#include <cstdio>
+
+namespace lmcache::tier {
+namespace {
+
+constexpr std::size_t kMaxFileName = 255;
+
+std::string Hex(const void* data, std::size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  std::string out;
+  out.reserve(size * 2);
+  for (std::size_t i = 0; i < size; ++i) {
+    out += kDigits[bytes[i] >> 4];
+    out += kDigits[bytes[i] & 0xf];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ObjectFileName(const store::ObjectKey& key) {
+  std::string name;
+  for (const char c : key.model_name) {
+    if (c == '/') {
+      name += "-SEP-";
+    } else {
+      name += c;
+    }
+  }
+  char rank[32];
+  std::snprintf(rank, sizeof(rank), "@0x%08llx@%x@",
+                static_cast<unsigned long long>(static_cast<std::uint64_t>(key.kv_rank)),
+                static_cast<unsigned>(key.object_group_id));
+  name += rank;
+  name += Hex(key.chunk_hash.data(), key.chunk_hash.size());
+  if (!key.cache_salt.empty()) {
+    name += '@';
+    name += key.cache_salt;
+  }
+  name += kObjectFileSuffix;
+  if (name.size() <= kMaxFileName) return name;
+  const XXH128_hash_t digest = XXH3_128bits(name.data(), name.size());
+  return "h-" + Hex(&digest.high64, 8) + Hex(&digest.low64, 8) + std::string(kObjectFileSuffix);
+}
+
+}  // namespace lmcache::tier

@@ -1,0 +1,23 @@
+// FsKeyCodec: the file name of an object in the fs adapter's directory, the
+// reference's codec (spec 13.4), so an operator recognises the files:
+//   <model, "/" -> "-SEP-">@<kv_rank as 0x%08x>@<object group, hex>@<chunk hash, hex>[@<salt>].data
+// A name longer than a file name may be (255 bytes) becomes
+// "h-<XXH3-128 of the long name, hex>.data"; the file's header still names
+// the full key, so nothing is lost. Names are never parsed back: at startup
+// the header says what a file holds, and a file whose name is not the name
+// of that key is removed.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "store/object_key.h"
+
+namespace lmcache::tier {
+
+inline constexpr std::string_view kObjectFileSuffix = ".data";
+
+std::string ObjectFileName(const store::ObjectKey& key);
+
+}  // namespace lmcache::tier

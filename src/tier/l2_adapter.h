@@ -1,0 +1,98 @@
+// L2Adapter: one slower tier behind L1 (a directory of files, a Redis
+// Cluster, an in-memory mock), as the controllers see it.
+//
+// Calls are batched and synchronous: the controllers run them on their own
+// worker threads, never on a request thread, so a slow tier delays only L2
+// work. An adapter stores whole objects (the commit point is the object
+// becoming visible complete: a rename, a SET), verifies what it loads (a
+// corrupt object is a miss and is deleted, never bytes handed to a worker),
+// and never throws. Lookups pin what they found against the adapter's own
+// eviction until Unpin, so a planned load does not lose its object between
+// the two phases (an adapter whose tier evicts by itself, like Redis, may
+// still miss; the prefetch then serves the shorter prefix).
+//
+// Thread-safety: every method may be called from any number of threads.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lmcache/status.h"
+#include "store/object_key.h"
+
+namespace lmcache::tier {
+
+// One object to store; `bytes` stay valid (read-locked in L1) for the call.
+struct L2Write {
+  const store::ObjectKey* key = nullptr;
+  std::span<const std::byte> bytes;
+};
+
+// One object to load into `out` (a staged L1 buffer of the object's size).
+struct L2Read {
+  const store::ObjectKey* key = nullptr;
+  std::span<std::byte> out;
+};
+
+enum class L2LoadOutcome : std::uint8_t {
+  kLoaded,   // `out` holds the verified object
+  kMissing,  // not held (any more)
+  kCorrupt,  // held, failed its check, deleted
+  kFailed,   // the tier could not be read (I/O error, timeout); nothing deleted
+};
+
+struct L2AdapterStats {
+  std::string type;         // "fs", "mock", "resp", "fault_inject(fs)"
+  std::string description;  // "fs:/data/l2"
+  std::uint64_t stored_objects = 0;
+  std::uint64_t stored_bytes = 0;
+  std::uint64_t store_failures = 0;
+  std::uint64_t loaded_objects = 0;
+  std::uint64_t loaded_bytes = 0;
+  std::uint64_t load_misses = 0;
+  std::uint64_t load_failures = 0;
+  std::uint64_t checksum_failures = 0;
+  std::uint64_t evicted_objects = 0;
+  std::uint64_t evicted_bytes = 0;
+  std::uint64_t objects = 0;         // held now (where the adapter knows)
+  std::uint64_t usage_bytes = 0;     // held now
+  std::uint64_t capacity_bytes = 0;  // 0 = not bounded by the adapter
+  std::string condition;             // empty when healthy, else what is wrong now
+};
+
+// The counters every adapter keeps; Fill() copies them into a stats value.
+struct L2Counters {
+  std::atomic<std::uint64_t> stored_objects{0};
+  std::atomic<std::uint64_t> stored_bytes{0};
+  std::atomic<std::uint64_t> store_failures{0};
+  std::atomic<std::uint64_t> loaded_objects{0};
+  std::atomic<std::uint64_t> loaded_bytes{0};
+  std::atomic<std::uint64_t> load_misses{0};
+  std::atomic<std::uint64_t> load_failures{0};
+  std::atomic<std::uint64_t> checksum_failures{0};
+  std::atomic<std::uint64_t> evicted_objects{0};
+  std::atomic<std::uint64_t> evicted_bytes{0};
+
+  void CountLoad(L2LoadOutcome outcome, std::uint64_t bytes);
+  void Fill(L2AdapterStats* stats) const;
+};
+
+class L2Adapter {
+ public:
+  virtual ~L2Adapter() = default;
+
+  // One status per object: OK (stored, or already held), or why not.
+  virtual std::vector<Status> Store(std::span<const L2Write> objects) = 0;
+  // One flag per key: held now (and pinned until Unpin).
+  virtual std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) = 0;
+  virtual void Unpin(std::span<const store::ObjectKey> keys) = 0;
+  // One outcome per read.
+  virtual std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) = 0;
+  virtual L2AdapterStats Stats() const = 0;
+};
+
+}  // namespace lmcache::tier

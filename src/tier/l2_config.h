@@ -1,0 +1,56 @@
+// L2 configuration: the adapters of `--l2-adapter '<JSON>'` (repeatable; the
+// order is the cascade, reference spec 13.4), checked at startup, and the
+// controllers' settings.
+//
+// Parsing is strict: a value of the wrong type or out of range, an unknown
+// `type`, or an unknown key is refused with a message naming the adapter's
+// position and the field. Keys the reference accepts that this server does
+// not act on (`num_workers`, `read_ahead_size`, ...) are accepted and logged
+// as ignored, so a reference deployment's flags start unchanged; `serde`
+// (fp8 compression) is refused, because silently storing uncompressed would
+// change what the operator sized.
+//
+// Thread-safety: pure functions and plain values.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "lmcache/status.h"
+#include "tier/fault_adapter.h"
+#include "tier/fs_adapter.h"
+#include "tier/l2_adapter.h"
+#include "tier/mock_adapter.h"
+#include "tier/prefetch_controller.h"
+#include "tier/store_controller.h"
+
+namespace lmcache::tier {
+
+struct L2AdapterSpec;
+struct FaultSpec {
+  FaultConfig faults;
+  std::shared_ptr<L2AdapterSpec> inner;
+};
+
+struct L2AdapterSpec {
+  std::string type;  // "fs", "mock", "fault_inject"
+  std::variant<FsAdapterConfig, MockAdapterConfig, FaultSpec> config;
+  std::vector<std::string> ignored_keys;  // reference keys accepted without effect
+};
+
+// One --l2-adapter value. `position` (1-based) names it in errors.
+Result<L2AdapterSpec> ParseL2AdapterSpec(std::string_view json, int position);
+
+// Builds the adapter (the fs adapter creates its directory and rebuilds its index).
+Result<std::unique_ptr<L2Adapter>> MakeL2Adapter(const L2AdapterSpec& spec);
+
+struct L2Config {
+  std::vector<L2AdapterSpec> adapters;
+  StoreControllerConfig store;
+  PrefetchControllerConfig prefetch;
+};
+
+}  // namespace lmcache::tier

@@ -1,0 +1,51 @@
+#include "tier/l2_tier.h"
+
+#include <spdlog/spdlog.h>
+
+namespace lmcache::tier {
+
+Result<std::unique_ptr<L2Tier>> L2Tier::Create(const L2Config& config, store::ObjectTable* table) {
+  std::unique_ptr<L2Tier> tier(new L2Tier());
+  std::vector<L2Adapter*> adapters;
+  for (std::size_t i = 0; i < config.adapters.size(); ++i) {
+    const L2AdapterSpec& spec = config.adapters[i];
+    auto adapter = MakeL2Adapter(spec);
+    if (!adapter.ok()) {
+      return Status(adapter.status().code(), "--l2-adapter #" + std::to_string(i + 1) + " (" +
+                                                 spec.type + "): " + adapter.status().message());
+    }
+    for (const std::string& key : spec.ignored_keys) {
+      spdlog::warn("--l2-adapter #{} ({}): '{}' is accepted for compatibility and has no effect",
+                   i + 1, spec.type, key);
+    }
+    adapters.push_back(adapter->get());
+    tier->adapters_.push_back(std::move(adapter).value());
+    spdlog::info("L2 adapter #{}: {}", i + 1, tier->adapters_.back()->Stats().description);
+  }
+  tier->store_ = std::make_unique<StoreController>(table, adapters, config.store);
+  tier->prefetch_ = std::make_unique<PrefetchController>(table, adapters, config.prefetch);
+  table->AddListener(tier->store_.get());
+  return tier;
+}
+
+L2Tier::~L2Tier() { Stop(); }
+
+void L2Tier::Start() {
+  store_->Start();
+  prefetch_->Start();
+}
+
+void L2Tier::Stop() {
+  if (prefetch_) prefetch_->Stop();
+  if (store_) store_->Stop();
+}
+
+L2Stats L2Tier::Stats() const {
+  L2Stats s;
+  for (const auto& adapter : adapters_) s.adapters.push_back(adapter->Stats());
+  s.store = store_->Stats();
+  s.prefetch = prefetch_->Stats();
+  return s;
+}
+
+}  // namespace lmcache::tier

@@ -1,0 +1,119 @@
+#include "tier/mock_adapter.h"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "tier/object_format.h"
+
+namespace lmcache::tier {
+
+MockAdapter::MockAdapter(const MockAdapterConfig& config)
+    : config_(config), index_(config.max_size_bytes) {}
+
+void MockAdapter::Transfer(std::uint64_t bytes) const {
+  if (config_.bandwidth_gb_per_s <= 0) return;
+  std::this_thread::sleep_for(std::chrono::duration<double>(
+      static_cast<double>(bytes) / (config_.bandwidth_gb_per_s * 1e9)));
+}
+
+std::vector<Status> MockAdapter::Store(std::span<const L2Write> objects) {
+  std::vector<Status> results;
+  for (const L2Write& object : objects) {
+    const store::ObjectKey& key = *object.key;
+    if (index_.Contains(key)) {
+      results.push_back(Status::Ok());
+      continue;
+    }
+    std::string value = EncodeObjectHeader(key, object.bytes, 8);
+    const std::size_t header = value.size();
+    value.resize(header + object.bytes.size());
+    std::memcpy(value.data() + header, object.bytes.data(), object.bytes.size());
+    const bool room = index_.Reserve(value.size(), [this](const store::ObjectKey& victim,
+                                                          std::uint64_t bytes) {
+      MutexLock lock(&mu_);
+      objects_.erase(victim);
+      counters_.evicted_objects.fetch_add(1, std::memory_order_relaxed);
+      counters_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    });
+    if (!room) {
+      counters_.store_failures.fetch_add(1, std::memory_order_relaxed);
+      results.push_back(Status(ErrorCode::kResourceExhausted, "mock L2 is full"));
+      continue;
+    }
+    Transfer(value.size());
+    const std::uint64_t bytes = value.size();
+    {
+      MutexLock lock(&mu_);
+      objects_[key] = std::move(value);
+    }
+    index_.Commit(key, bytes);
+    counters_.stored_objects.fetch_add(1, std::memory_order_relaxed);
+    counters_.stored_bytes.fetch_add(object.bytes.size(), std::memory_order_relaxed);
+    results.push_back(Status::Ok());
+  }
+  return results;
+}
+
+std::vector<bool> MockAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
+  return index_.LookupAndPin(keys);
+}
+
+void MockAdapter::Unpin(std::span<const store::ObjectKey> keys) { index_.Unpin(keys); }
+
+std::vector<L2LoadOutcome> MockAdapter::Load(std::span<const L2Read> reads) {
+  std::vector<L2LoadOutcome> outcomes;
+  for (const L2Read& read : reads) {
+    std::string value;
+    {
+      MutexLock lock(&mu_);
+      auto it = objects_.find(*read.key);
+      if (it != objects_.end()) value = it->second;
+    }
+    L2LoadOutcome outcome = L2LoadOutcome::kMissing;
+    if (!value.empty()) {
+      Transfer(value.size());
+      const auto bytes = std::as_bytes(std::span(value.data(), value.size()));
+      auto header = ParseObjectHeader(bytes);
+      Status verified = header.status();
+      if (header.ok() && header->payload_bytes != read.out.size()) {
+        outcome = L2LoadOutcome::kMissing;  // another layout's object
+      } else {
+        if (header.ok()) {
+          std::memcpy(read.out.data(), bytes.data() + header->header_bytes, read.out.size());
+          verified = VerifyObject(*header, *read.key, read.out);
+        }
+        outcome = verified.ok() ? L2LoadOutcome::kLoaded : L2LoadOutcome::kCorrupt;
+        if (!verified.ok()) {
+          index_.Erase(*read.key);
+          MutexLock lock(&mu_);
+          objects_.erase(*read.key);
+        }
+      }
+    }
+    counters_.CountLoad(outcome, read.out.size());
+    outcomes.push_back(outcome);
+  }
+  return outcomes;
+}
+
+bool MockAdapter::CorruptForTest(const store::ObjectKey& key) {
+  MutexLock lock(&mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return false;
+  it->second.back() = static_cast<char>(it->second.back() ^ 0x5a);
+  return true;
+}
+
+L2AdapterStats MockAdapter::Stats() const {
+  L2AdapterStats s;
+  counters_.Fill(&s);
+  s.type = "mock";
+  s.description = "mock";
+  s.objects = index_.objects();
+  s.usage_bytes = index_.usage_bytes();
+  s.capacity_bytes = index_.capacity_bytes();
+  return s;
+}
+
+}  // namespace lmcache::tier

@@ -1,0 +1,122 @@
+#include "tier/object_format.h"
+
+#include <xxhash.h>
+
+#include <bit>
+#include <cstring>
+
+namespace lmcache::tier {
+namespace {
+
+constexpr char kMagic[8] = {'L', 'M', 'C', 'K', 'V', 'L', '2', '\0'};
+constexpr std::size_t kHeaderChecksumOffset = 32;
+
+template <typename T>
+void Put(std::string& out, std::size_t offset, T value) {
+  std::memcpy(out.data() + offset, &value, sizeof(T));  // little-endian hosts only (x86-64, arm64)
+}
+
+template <typename T>
+T Get(std::span<const std::byte> in, std::size_t offset) {
+  T value;
+  std::memcpy(&value, in.data() + offset, sizeof(T));
+  return value;
+}
+
+Status Corrupt(const std::string& what) {
+  return Status(ErrorCode::kCorrupt, "L2 object: " + what);
+}
+
+std::uint64_t HeaderChecksum(std::span<const std::byte> header) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  const std::uint64_t zero = 0;
+  XXH3_64bits_update(state, header.data(), kHeaderChecksumOffset);
+  XXH3_64bits_update(state, &zero, sizeof(zero));
+  XXH3_64bits_update(state, header.data() + kHeaderChecksumOffset + 8,
+                     header.size() - kHeaderChecksumOffset - 8);
+  const std::uint64_t sum = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return sum;
+}
+
+}  // namespace
+
+static_assert(std::endian::native == std::endian::little, "the L2 object format is little-endian");
+
+std::uint64_t PayloadChecksum(std::span<const std::byte> payload) {
+  return XXH3_64bits(payload.data(), payload.size());
+}
+
+std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std::byte> payload,
+                               std::size_t alignment) {
+  const std::size_t used = kHeaderFixedBytes + key.model_name.size() + key.cache_salt.size();
+  const std::size_t padded = (used + alignment - 1) / alignment * alignment;
+  std::string out(padded, '\0');
+  std::memcpy(out.data(), kMagic, sizeof(kMagic));
+  Put<std::uint32_t>(out, 8, kObjectFormatVersion);
+  Put<std::uint32_t>(out, 12, static_cast<std::uint32_t>(padded));
+  Put<std::uint64_t>(out, 16, payload.size());
+  Put<std::uint64_t>(out, 24, PayloadChecksum(payload));
+  Put<std::int64_t>(out, 40, key.kv_rank);
+  Put<std::int32_t>(out, 48, key.object_group_id);
+  Put<std::uint16_t>(out, 52, static_cast<std::uint16_t>(key.model_name.size()));
+  Put<std::uint16_t>(out, 54, static_cast<std::uint16_t>(key.cache_salt.size()));
+  std::memcpy(out.data() + 56, key.chunk_hash.data(), key.chunk_hash.size());
+  std::memcpy(out.data() + kHeaderFixedBytes, key.model_name.data(), key.model_name.size());
+  std::memcpy(out.data() + kHeaderFixedBytes + key.model_name.size(), key.cache_salt.data(),
+              key.cache_salt.size());
+  Put<std::uint64_t>(out, kHeaderChecksumOffset,
+                     HeaderChecksum(std::as_bytes(std::span(out.data(), out.size()))));
+  return out;
+}
+
+Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
+  if (bytes.size() < kHeaderFixedBytes) return Corrupt("shorter than a header (truncated)");
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return Corrupt("bad magic");
+  const auto version = Get<std::uint32_t>(bytes, 8);
+  if (version != kObjectFormatVersion) {
+    return Corrupt("format version " + std::to_string(version) + ", this server reads " +
+                   std::to_string(kObjectFormatVersion));
+  }
+  ObjectHeader header;
+  header.header_bytes = Get<std::uint32_t>(bytes, 12);
+  const auto model_bytes = Get<std::uint16_t>(bytes, 52);
+  const auto salt_bytes = Get<std::uint16_t>(bytes, 54);
+  const std::size_t used = kHeaderFixedBytes + model_bytes + salt_bytes;
+  if (header.header_bytes < used || header.header_bytes > kMaxHeaderBytes) {
+    return Corrupt("header length " + std::to_string(header.header_bytes) + " out of range");
+  }
+  if (bytes.size() < header.header_bytes) return Corrupt("header truncated");
+  const auto header_span = bytes.first(header.header_bytes);
+  if (HeaderChecksum(header_span) != Get<std::uint64_t>(bytes, kHeaderChecksumOffset)) {
+    return Corrupt("header checksum mismatch");
+  }
+  header.payload_bytes = Get<std::uint64_t>(bytes, 16);
+  header.payload_checksum = Get<std::uint64_t>(bytes, 24);
+  header.key.kv_rank = Get<std::int64_t>(bytes, 40);
+  header.key.object_group_id = Get<std::int32_t>(bytes, 48);
+  std::memcpy(header.key.chunk_hash.data(), bytes.data() + 56, header.key.chunk_hash.size());
+  const char* text = reinterpret_cast<const char*>(bytes.data()) + kHeaderFixedBytes;
+  header.key.model_name.assign(text, model_bytes);
+  header.key.cache_salt.assign(text + model_bytes, salt_bytes);
+  if (Status valid = store::ValidateObjectKey(header.key); !valid.ok()) {
+    return Corrupt("the key it names is invalid: " + valid.message());
+  }
+  return header;
+}
+
+Status VerifyObject(const ObjectHeader& header, const store::ObjectKey& expected,
+                    std::span<const std::byte> payload) {
+  if (!(header.key == expected)) {
+    return Corrupt("holds " + header.key.DebugString() + ", not " + expected.DebugString());
+  }
+  if (payload.size() != header.payload_bytes) {
+    return Corrupt("payload of " + std::to_string(payload.size()) + " bytes, header says " +
+                   std::to_string(header.payload_bytes));
+  }
+  if (PayloadChecksum(payload) != header.payload_checksum) return Corrupt("payload checksum mismatch");
+  return Status::Ok();
+}
+
+}  // namespace lmcache::tier

@@ -1,0 +1,68 @@
+// ObjectFormat: how one L1 object is laid out in a slower tier (a file of the
+// fs adapter, a value of the resp adapter): a self-describing header, then
+// the payload bytes.
+//
+// The header carries a magic, the format version, the payload length, the
+// object's full key (so a file or value under the wrong name is detected),
+// an XXH3-64 checksum of the payload and one of the header itself. Anything
+// read back is untrusted: ParseHeader checks every length against what it
+// was given before it reads, and a payload is served only after its checksum
+// matches. A header is padded to `alignment` bytes so the payload can be
+// read with O_DIRECT into an aligned L1 buffer.
+//
+// Layout (little-endian):
+//   0  magic "LMCKVL2\0"          8
+//   8  version (1)                u32
+//  12  header_bytes (padded)      u32
+//  16  payload_bytes              u64
+//  24  payload_checksum (XXH3-64) u64
+//  32  header_checksum            u64   XXH3-64 of the header with this field 0
+//  40  kv_rank                    i64
+//  48  object_group_id            i32
+//  52  model_name length          u16
+//  54  cache_salt length          u16
+//  56  chunk_hash                 32 bytes
+//  88  model_name, cache_salt     bytes, then zero padding to header_bytes
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "lmcache/status.h"
+#include "store/object_key.h"
+
+namespace lmcache::tier {
+
+inline constexpr std::uint32_t kObjectFormatVersion = 1;
+inline constexpr std::size_t kHeaderFixedBytes = 88;
+// A header never exceeds this (model name and salt are bounded by ObjectKey's rules).
+inline constexpr std::size_t kMaxHeaderBytes = 8192;
+
+struct ObjectHeader {
+  std::uint32_t header_bytes = 0;
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t payload_checksum = 0;
+  store::ObjectKey key;
+};
+
+// The header of `key` with `payload`, padded to a multiple of `alignment`
+// (1 = no padding; a power of two).
+std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std::byte> payload,
+                               std::size_t alignment);
+
+// The header at the start of `bytes`, which may hold more (the payload) or
+// less (then kCorrupt: truncated). kCorrupt names what is wrong.
+Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes);
+
+// OK when `payload` is what `header` describes (length and checksum) and the
+// header names `expected`; kCorrupt otherwise.
+Status VerifyObject(const ObjectHeader& header, const store::ObjectKey& expected,
+                    std::span<const std::byte> payload);
+
+std::uint64_t PayloadChecksum(std::span<const std::byte> payload);
+
+}  // namespace lmcache::tier

@@ -1,0 +1,352 @@
+#include "tier/prefetch_controller.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace lmcache::tier {
+
+// What the lookups found: per key of the planned prefix, the adapter it
+// comes from, and per adapter the keys pinned there (indices into the
+// request's keys) that are still to be unpinned.
+struct PrefetchController::Plan {
+  std::size_t chunks = 0;
+  std::vector<int> source;
+  std::vector<std::vector<std::size_t>> pinned;
+};
+
+namespace {
+
+// Unpins, at every adapter, the pinned keys with index >= `from`.
+void UnpinFrom(const std::vector<L2Adapter*>& adapters, const std::vector<store::ObjectKey>& keys,
+               std::vector<std::vector<std::size_t>>& pinned, std::size_t from) {
+  for (std::size_t a = 0; a < adapters.size(); ++a) {
+    std::vector<store::ObjectKey> release;
+    std::erase_if(pinned[a], [&](std::size_t i) {
+      if (i < from) return false;
+      release.push_back(keys[i]);
+      return true;
+    });
+    if (!release.empty()) adapters[a]->Unpin(release);
+  }
+}
+
+}  // namespace
+
+PrefetchController::PrefetchController(store::ObjectTable* table,
+                                       std::vector<L2Adapter*> adapters,
+                                       const PrefetchControllerConfig& config)
+    : table_(table), adapters_(std::move(adapters)), config_(config) {}
+
+PrefetchController::~PrefetchController() { Stop(); }
+
+void PrefetchController::Start() {
+  if (!workers_.empty()) return;
+  {
+    MutexLock lock(&mu_);
+    stop_ = false;
+  }
+  for (unsigned i = 0; i < std::max(1u, config_.max_in_flight); ++i) {
+    workers_.emplace_back([this] { Work(); });
+  }
+}
+
+void PrefetchController::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    for (const PrefetchHandle handle : queue_) {
+      auto it = jobs_.find(handle);
+      if (it == jobs_.end()) continue;
+      it->second.lookup_hits = 0;
+      it->second.result = PrefetchResult{};  // nothing loaded
+    }
+    queue_.clear();
+  }
+  work_.NotifyAll();
+  landed_.NotifyAll();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+}
+
+PrefetchHandle PrefetchController::Submit(PrefetchRequest request) {
+  submitted_.fetch_add(1, std::memory_order_relaxed);
+  MutexLock lock(&mu_);
+  const PrefetchHandle handle = ++next_;
+  Job& job = jobs_[handle];
+  job.request = std::move(request);
+  job.submitted = std::chrono::steady_clock::now();
+  if (stop_) {
+    job.lookup_hits = 0;
+    job.result = PrefetchResult{};
+    return handle;
+  }
+  queue_.push_back(handle);
+  work_.NotifyOne();
+  return handle;
+}
+
+std::optional<PrefetchResult> PrefetchController::Poll(PrefetchHandle handle) {
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(handle);
+  if (it == jobs_.end()) return PrefetchResult{};  // unknown: nothing to wait for
+  if (!it->second.result) return std::nullopt;
+  const PrefetchResult result = *it->second.result;
+  jobs_.erase(it);
+  return result;
+}
+
+std::optional<std::size_t> PrefetchController::LookupHits(PrefetchHandle handle) {
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(handle);
+  if (it == jobs_.end()) return 0;
+  return it->second.lookup_hits;
+}
+
+std::optional<PrefetchResult> PrefetchController::Wait(PrefetchHandle handle,
+                                                       std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(&mu_);
+  while (true) {
+    auto it = jobs_.find(handle);
+    if (it == jobs_.end()) return PrefetchResult{};
+    if (it->second.result) {
+      const PrefetchResult result = *it->second.result;
+      jobs_.erase(it);
+      return result;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return std::nullopt;
+    landed_.WaitFor(&lock, deadline - now);
+  }
+}
+
+void PrefetchController::Cancel(PrefetchHandle handle) {
+  store::LeaseId release = store::kNoLease;
+  {
+    MutexLock lock(&mu_);
+    auto it = jobs_.find(handle);
+    if (it == jobs_.end()) return;
+    cancelled_.fetch_add(1, std::memory_order_relaxed);
+    if (it->second.result) {
+      release = it->second.result->lease;
+      jobs_.erase(it);
+    } else if (auto queued = std::find(queue_.begin(), queue_.end(), handle);
+               queued != queue_.end()) {
+      queue_.erase(queued);
+      jobs_.erase(it);
+    } else {
+      it->second.cancelled = true;  // running: Finish releases what it locked
+    }
+  }
+  if (release != store::kNoLease) table_->ReleaseRead(release);
+}
+
+void PrefetchController::Work() {
+  while (true) {
+    PrefetchHandle handle = 0;
+    PrefetchRequest request;
+    {
+      MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) work_.Wait(&lock);
+      if (stop_) return;
+      handle = queue_.front();
+      queue_.pop_front();
+      request = jobs_.at(handle).request;
+      running_ += 1;
+    }
+    PrefetchResult result;
+    try {
+      result = Run(handle, request);
+    } catch (const std::exception& e) {
+      spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
+    }
+    Finish(handle, result);
+    MutexLock lock(&mu_);
+    running_ -= 1;
+  }
+}
+
+PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& request) {
+  const std::size_t n = request.keys.size();
+  const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
+  std::vector<std::vector<bool>> found;
+  for (L2Adapter* adapter : adapters_) found.push_back(adapter->LookupAndPin(request.keys));
+  Plan plan;
+  plan.source.assign(n, -1);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t a = 0; a < adapters_.size(); ++a) {
+      if (found[a][i]) {
+        plan.source[i] = static_cast<int>(a);
+        break;
+      }
+    }
+  }
+  while (plan.chunks < n / ranks) {
+    const auto first = plan.source.begin() + static_cast<std::ptrdiff_t>(plan.chunks * ranks);
+    if (std::any_of(first, first + static_cast<std::ptrdiff_t>(ranks), [](int s) { return s < 0; })) {
+      break;
+    }
+    plan.chunks += 1;
+  }
+  // Keep a pin only where the plan loads the key from.
+  const std::size_t planned = plan.chunks * ranks;
+  plan.pinned.resize(adapters_.size());
+  for (std::size_t a = 0; a < adapters_.size(); ++a) {
+    std::vector<store::ObjectKey> release;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!found[a][i]) continue;
+      if (i < planned && plan.source[i] == static_cast<int>(a)) {
+        plan.pinned[a].push_back(i);
+      } else {
+        release.push_back(request.keys[i]);
+      }
+    }
+    if (!release.empty()) adapters_[a]->Unpin(release);
+  }
+  return plan;
+}
+
+std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
+                                     const store::WriteLease& buffers, std::size_t chunks) {
+  const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
+  const bool timed = config_.load_timeout.count() > 0;
+  const auto deadline = std::chrono::steady_clock::now() + config_.load_timeout;
+  const std::size_t per_batch = std::max<std::size_t>(1, config_.chunks_per_batch);
+  for (std::size_t c = 0; c < chunks; c += per_batch) {
+    if (timed && std::chrono::steady_clock::now() >= deadline) {
+      deadline_expired_.fetch_add(1, std::memory_order_relaxed);
+      return c;
+    }
+    const std::size_t end = std::min(chunks, c + per_batch) * ranks;
+    std::vector<bool> loaded(end, false);
+    for (std::size_t a = 0; a < adapters_.size(); ++a) {
+      std::vector<L2Read> reads;
+      std::vector<std::size_t> index;
+      for (std::size_t i = c * ranks; i < end; ++i) {
+        if (plan.source[i] != static_cast<int>(a)) continue;
+        auto out = table_->allocator().Resolve(buffers.offsets[i], request.object_bytes);
+        if (!out.ok()) continue;  // cannot happen for a reserved buffer; a miss then
+        reads.push_back({&request.keys[i], std::span<std::byte>(*out, request.object_bytes)});
+        index.push_back(i);
+      }
+      if (reads.empty()) continue;
+      const std::vector<L2LoadOutcome> outcomes = adapters_[a]->Load(reads);
+      for (std::size_t j = 0; j < outcomes.size(); ++j) {
+        loaded[index[j]] = outcomes[j] == L2LoadOutcome::kLoaded;
+      }
+    }
+    for (std::size_t i = c * ranks; i < end; ++i) {
+      if (!loaded[i]) return i / ranks;  // the prefix ends at the first incomplete chunk
+    }
+  }
+  return chunks;
+}
+
+PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequest& request) {
+  const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
+  Plan plan = LookUp(request);
+  hit_chunks_.fetch_add(plan.chunks, std::memory_order_relaxed);
+  Publish(handle, plan.chunks);
+  if (plan.chunks == 0 || request.object_bytes == 0) {
+    UnpinFrom(adapters_, request.keys, plan.pinned, 0);
+    return {};
+  }
+  // L1 buffers for the leading chunks that fit.
+  const auto planned = std::span(request.keys).first(plan.chunks * ranks);
+  auto buffers = table_->ReserveWrite(planned, request.object_bytes, loader_,
+                                      store::AllocationMode::kLongestPrefix);
+  std::size_t usable = 0;
+  if (buffers.ok()) {
+    while (usable < planned.size() && buffers->outcomes[usable] == store::WriteReservation::kReserved) {
+      ++usable;
+    }
+    usable /= ranks;
+  }
+  no_memory_chunks_.fetch_add(plan.chunks - usable, std::memory_order_relaxed);
+  UnpinFrom(adapters_, request.keys, plan.pinned, usable * ranks);
+  if (usable == 0) {
+    if (buffers.ok() && buffers->lease != store::kNoLease) table_->AbortWrite(buffers->lease);
+    return {};
+  }
+  const std::size_t loaded = Load(request, plan, *buffers, usable);
+  UnpinFrom(adapters_, request.keys, plan.pinned, 0);
+  failed_chunks_.fetch_add(usable - loaded, std::memory_order_relaxed);
+  if (loaded == 0) {
+    table_->AbortWrite(buffers->lease);
+    return {};
+  }
+  // Admit the loaded prefix already locked for the readers; free the rest.
+  auto admitted =
+      table_->FinishWriteAndRead(buffers->lease, request.owner, request.readers, loaded * ranks);
+  if (!admitted.ok()) return {};
+  std::size_t chunks = 0;
+  while (chunks < loaded &&
+         std::all_of(admitted->grants.begin() + static_cast<std::ptrdiff_t>(chunks * ranks),
+                     admitted->grants.begin() + static_cast<std::ptrdiff_t>((chunks + 1) * ranks),
+                     [](const store::ReadGrant& g) { return g.granted; })) {
+    ++chunks;
+  }
+  if (admitted->lease != store::kNoLease && chunks < loaded) {
+    // A key vanished before admission (deleted meanwhile): nothing after it counts.
+    table_->ReleaseRead(admitted->lease, planned.subspan(chunks * ranks));
+  }
+  loaded_chunks_.fetch_add(chunks, std::memory_order_relaxed);
+  if (chunks == 0) {
+    if (admitted->lease != store::kNoLease) table_->ReleaseRead(admitted->lease);
+    return {};
+  }
+  return PrefetchResult{chunks, admitted->lease};
+}
+
+void PrefetchController::Publish(PrefetchHandle handle, std::size_t lookup_hits) {
+  {
+    MutexLock lock(&mu_);
+    auto it = jobs_.find(handle);
+    if (it != jobs_.end()) it->second.lookup_hits = lookup_hits;
+  }
+  landed_.NotifyAll();
+}
+
+void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
+  completed_.fetch_add(1, std::memory_order_relaxed);
+  store::LeaseId release = store::kNoLease;
+  {
+    MutexLock lock(&mu_);
+    auto it = jobs_.find(handle);
+    if (it == jobs_.end() || it->second.cancelled) {
+      release = result.lease;  // nobody will take it
+      if (it != jobs_.end()) jobs_.erase(it);
+    } else {
+      latency_.Record(static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                it->second.submitted)
+              .count()));
+      it->second.lookup_hits = it->second.lookup_hits.value_or(0);
+      it->second.result = result;
+    }
+  }
+  if (release != store::kNoLease) table_->ReleaseRead(release);
+  landed_.NotifyAll();
+}
+
+PrefetchControllerStats PrefetchController::Stats() const {
+  PrefetchControllerStats s;
+  {
+    MutexLock lock(&mu_);
+    s.queued = queue_.size();
+    s.in_flight = running_;
+  }
+  s.submitted = submitted_.load(std::memory_order_relaxed);
+  s.completed = completed_.load(std::memory_order_relaxed);
+  s.cancelled = cancelled_.load(std::memory_order_relaxed);
+  s.l2_hit_chunks = hit_chunks_.load(std::memory_order_relaxed);
+  s.loaded_chunks = loaded_chunks_.load(std::memory_order_relaxed);
+  s.load_failed_chunks = failed_chunks_.load(std::memory_order_relaxed);
+  s.no_memory_chunks = no_memory_chunks_.load(std::memory_order_relaxed);
+  s.deadline_expired = deadline_expired_.load(std::memory_order_relaxed);
+  s.latency = latency_.Take();
+  return s;
+}
+
+}  // namespace lmcache::tier

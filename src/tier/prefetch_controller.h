@@ -1,0 +1,125 @@
+// PrefetchController: loads the chunks a lookup did not find in L1 from the
+// L2 adapters, and admits them already read-locked for the lookup's readers
+// (reference spec 13.3; the Prefetcher of tier/prefetcher.h).
+//
+// A request goes through:
+//   1. lookup: every adapter is asked which keys it holds (and pins them);
+//      the plan takes each key from the first adapter that has it, and the
+//      longest prefix of whole chunks (every rank present). LookupHits()
+//      answers from here on.
+//   2. reserve: L1 buffers for the planned keys (a write lease of ours); the
+//      plan shrinks to the leading chunks that got buffers.
+//   3. load: chunk batches, in order, each read from its adapter into its
+//      buffer; the first chunk that does not load completely, or the
+//      optional deadline, ends the prefix. Every pin is released.
+//   4. admit: FinishWriteAndRead keeps the loaded prefix (the rest of the
+//      staged buffers are freed) and read-locks it under one lease of the
+//      request's owner, `readers` locks each: eviction cannot come between.
+// At most `max_in_flight` requests run at once (one worker thread each);
+// later ones wait in FIFO order. A cancelled request (its session ended)
+// releases what it locked, now or when it lands.
+//
+// Thread-safety: every Prefetcher method from any thread; Start/Stop from the
+// owning thread.
+#pragma once
+
+#include <chrono>
+#include <deque>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "common/histogram.h"
+#include "common/mutex.h"
+#include "store/object_table.h"
+#include "tier/l2_adapter.h"
+#include "tier/prefetcher.h"
+
+namespace lmcache::tier {
+
+struct PrefetchControllerConfig {
+  unsigned max_in_flight = 8;            // --l2-prefetch-max-in-flight
+  std::chrono::milliseconds load_timeout{0};  // --l2-prefetch-load-timeout-ms; 0 = none
+  std::size_t chunks_per_batch = 4;      // chunks loaded per adapter call
+};
+
+struct PrefetchControllerStats {
+  std::uint64_t submitted = 0;
+  std::uint64_t queued = 0;     // waiting for a worker now
+  std::uint64_t in_flight = 0;  // running now
+  std::uint64_t completed = 0;
+  std::uint64_t cancelled = 0;
+  std::uint64_t l2_hit_chunks = 0;   // found by the lookups
+  std::uint64_t loaded_chunks = 0;   // admitted into L1
+  std::uint64_t load_failed_chunks = 0;  // planned, not loaded (failure, corruption, deadline)
+  std::uint64_t no_memory_chunks = 0;    // planned, no L1 buffer
+  std::uint64_t deadline_expired = 0;
+  LatencyHistogram::Snapshot latency;  // submit to result
+};
+
+class PrefetchController final : public Prefetcher {
+ public:
+  // `table` and `adapters` must outlive the controller.
+  PrefetchController(store::ObjectTable* table, std::vector<L2Adapter*> adapters,
+                     const PrefetchControllerConfig& config);
+  ~PrefetchController() override;  // stops
+
+  void Start();
+  // Queued requests end with nothing loaded; running ones finish.
+  void Stop();
+
+  PrefetchHandle Submit(PrefetchRequest request) override;
+  std::optional<PrefetchResult> Poll(PrefetchHandle handle) override;
+  std::optional<std::size_t> LookupHits(PrefetchHandle handle) override;
+  std::optional<PrefetchResult> Wait(PrefetchHandle handle,
+                                     std::chrono::milliseconds timeout) override;
+  void Cancel(PrefetchHandle handle) override;
+
+  PrefetchControllerStats Stats() const;
+
+ private:
+  struct Job {
+    PrefetchRequest request;
+    std::chrono::steady_clock::time_point submitted;
+    std::optional<std::size_t> lookup_hits;
+    std::optional<PrefetchResult> result;
+    bool cancelled = false;
+  };
+  struct Plan;
+
+  void Work();
+  PrefetchResult Run(PrefetchHandle handle, const PrefetchRequest& request);
+  Plan LookUp(const PrefetchRequest& request);
+  std::size_t Load(const PrefetchRequest& request, Plan& plan,
+                   const store::WriteLease& buffers, std::size_t chunks);
+  void Publish(PrefetchHandle handle, std::size_t lookup_hits) LMC_EXCLUDES(mu_);
+  void Finish(PrefetchHandle handle, PrefetchResult result) LMC_EXCLUDES(mu_);
+
+  store::ObjectTable* const table_;
+  const std::vector<L2Adapter*> adapters_;
+  const PrefetchControllerConfig config_;
+  const store::Owner loader_ = store::Owner::Internal(2);
+
+  mutable Mutex mu_;
+  CondVar work_;     // a request queued, or stop
+  CondVar landed_;   // a request progressed (lookup done, result in)
+  std::map<PrefetchHandle, Job> jobs_ LMC_GUARDED_BY(mu_);
+  std::deque<PrefetchHandle> queue_ LMC_GUARDED_BY(mu_);
+  PrefetchHandle next_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t running_ LMC_GUARDED_BY(mu_) = 0;
+  bool stop_ LMC_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+
+  std::atomic<std::uint64_t> submitted_{0};
+  std::atomic<std::uint64_t> completed_{0};
+  std::atomic<std::uint64_t> cancelled_{0};
+  std::atomic<std::uint64_t> hit_chunks_{0};
+  std::atomic<std::uint64_t> loaded_chunks_{0};
+  std::atomic<std::uint64_t> failed_chunks_{0};
+  std::atomic<std::uint64_t> no_memory_chunks_{0};
+  std::atomic<std::uint64_t> deadline_expired_{0};
+  LatencyHistogram latency_;
+};
+
+}  // namespace lmcache::tier

@@ -1,0 +1,162 @@
+#include "tier/store_controller.h"
+
+#include <spdlog/spdlog.h>
+
+namespace lmcache::tier {
+
+StoreController::StoreController(store::ObjectTable* table, std::vector<L2Adapter*> adapters,
+                                 const StoreControllerConfig& config)
+    : table_(table), adapters_(std::move(adapters)), config_(config) {}
+
+StoreController::~StoreController() { Stop(); }
+
+void StoreController::Start() {
+  if (!workers_.empty()) return;
+  {
+    MutexLock lock(&mu_);
+    stop_ = false;
+  }
+  for (unsigned i = 0; i < std::max(1u, config_.workers); ++i) {
+    workers_.emplace_back([this] { Work(); });
+  }
+}
+
+void StoreController::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    dropped_.fetch_add(queue_.size(), std::memory_order_relaxed);
+    queue_.clear();
+    queued_bytes_ = 0;
+  }
+  wake_.NotifyAll();
+  for (std::thread& t : workers_) t.join();
+  workers_.clear();
+  idle_.NotifyAll();
+}
+
+void StoreController::OnAdmitted(std::span<const store::ObjectKey> keys,
+                                 std::span<const std::uint64_t> bytes,
+                                 store::AdmissionSource source) {
+  if (source == store::AdmissionSource::kTier) return;  // it came from L2
+  std::size_t queued = 0;
+  {
+    MutexLock lock(&mu_);
+    if (stop_) return;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (queue_.size() >= config_.max_queue_objects ||
+          queued_bytes_ + bytes[i] > config_.max_queue_bytes) {
+        skipped_full_.fetch_add(keys.size() - i, std::memory_order_relaxed);
+        break;
+      }
+      queue_.push_back({keys[i], bytes[i]});
+      queued_bytes_ += bytes[i];
+      queued += 1;
+    }
+  }
+  if (queued > 0) wake_.NotifyOne();
+}
+
+void StoreController::Work() {
+  while (true) {
+    std::vector<Pending> batch;
+    {
+      MutexLock lock(&mu_);
+      while (!stop_ && queue_.empty()) wake_.Wait(&lock);
+      if (stop_) return;
+      while (!queue_.empty() && batch.size() < config_.batch_objects) {
+        queued_bytes_ -= queue_.front().bytes;
+        batch.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+      in_flight_ += batch.size();
+    }
+    const std::size_t n = batch.size();
+    WriteBatch(std::move(batch));
+    MutexLock lock(&mu_);
+    in_flight_ -= n;
+    if (queue_.empty() && in_flight_ == 0) idle_.NotifyAll();
+  }
+}
+
+void StoreController::WriteBatch(std::vector<Pending> batch) {
+  // Read-lock what is still resident, all under one lease of ours.
+  store::LeaseId lease = store::kNoLease;
+  std::vector<store::ObjectKey> keys;
+  std::vector<L2Write> writes;
+  keys.reserve(batch.size());
+  for (Pending& p : batch) keys.push_back(std::move(p.key));
+  writes.reserve(keys.size());
+  std::vector<store::ObjectKey> locked;
+  for (const store::ObjectKey& key : keys) {
+    store::ReadRequest request;
+    request.keys = std::span(&key, 1);
+    request.owner = owner_;
+    request.extend = lease;
+    auto acquired = table_->AcquireRead(request);
+    if (!acquired.ok() || acquired->granted == 0) {
+      skipped_gone_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    lease = acquired->lease;
+    const store::ReadGrant& grant = acquired->grants[0];
+    auto bytes = table_->allocator().Resolve(grant.offset, grant.size);
+    if (!bytes.ok()) {  // cannot happen for a granted object; counted, never fatal
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    writes.push_back({&key, std::span<const std::byte>(*bytes, grant.size)});
+  }
+  std::vector<bool> everywhere(writes.size(), true);
+  for (L2Adapter* adapter : adapters_) {
+    const std::vector<Status> results = adapter->Store(writes);
+    for (std::size_t i = 0; i < writes.size(); ++i) {
+      if (!results[i].ok()) everywhere[i] = false;
+    }
+  }
+  std::vector<store::ObjectKey> done;
+  for (std::size_t i = 0; i < writes.size(); ++i) {
+    if (everywhere[i]) {
+      done.push_back(*writes[i].key);
+    } else {
+      failed_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  stored_.fetch_add(done.size(), std::memory_order_relaxed);
+  if (lease != store::kNoLease) table_->ReleaseRead(lease);
+  if (config_.policy == StorePolicy::kSkipL1 && !done.empty()) {
+    for (const store::DeleteOutcome outcome : table_->Delete(done, /*force=*/false)) {
+      if (outcome == store::DeleteOutcome::kDeleted) deleted_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+bool StoreController::WaitIdle(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(&mu_);
+  while (!queue_.empty() || in_flight_ > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    idle_.WaitFor(&lock, deadline - now);
+  }
+  return true;
+}
+
+StoreControllerStats StoreController::Stats() const {
+  StoreControllerStats s;
+  {
+    MutexLock lock(&mu_);
+    s.queued_objects = queue_.size();
+    s.queued_bytes = queued_bytes_;
+    s.in_flight = in_flight_;
+  }
+  s.stored = stored_.load(std::memory_order_relaxed);
+  s.failed = failed_.load(std::memory_order_relaxed);
+  s.skipped_queue_full = skipped_full_.load(std::memory_order_relaxed);
+  s.skipped_gone = skipped_gone_.load(std::memory_order_relaxed);
+  s.dropped_at_stop = dropped_.load(std::memory_order_relaxed);
+  s.deleted_from_l1 = deleted_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace lmcache::tier

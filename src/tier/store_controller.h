@@ -1,0 +1,108 @@
+// StoreController: writes objects that clients store into L1 behind, to
+// every L2 adapter (reference spec 13.2).
+//
+// It listens to the table's admissions of client writes (objects that came
+// from L2 are not written back) and queues them, bounded in objects and
+// bytes: when L2 falls behind, new objects are skipped and counted, and the
+// request path never waits. Worker threads take batches, read-lock each
+// object still resident under the controller's own owner (one lease per
+// batch), hand the bytes to each adapter, and release the lease. Policy
+// `skip_l1` then deletes from L1 what every adapter stored (L1 as a buffer).
+// Failures are counted (here and per adapter) and not retried.
+//
+// Threads: `workers` threads, woken by a condition variable (no polling).
+// Stop() lets each worker finish the batch in hand, drops what is queued
+// (counted), and leaves no lock behind.
+//
+// Thread-safety: the listener callback and the accessors from any thread;
+// Start/Stop from the owning thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/mutex.h"
+#include "store/listener.h"
+#include "store/object_table.h"
+#include "tier/l2_adapter.h"
+
+namespace lmcache::tier {
+
+enum class StorePolicy : std::uint8_t {
+  kDefault,  // every object to every adapter, kept in L1
+  kSkipL1,   // every adapter, then deleted from L1
+};
+
+struct StoreControllerConfig {
+  StorePolicy policy = StorePolicy::kDefault;
+  unsigned workers = 2;
+  std::size_t batch_objects = 16;
+  std::uint64_t max_queue_objects = 65536;
+  std::uint64_t max_queue_bytes = 4ull << 30;
+};
+
+struct StoreControllerStats {
+  std::uint64_t queued_objects = 0;  // waiting now
+  std::uint64_t queued_bytes = 0;
+  std::uint64_t in_flight = 0;  // objects in a batch being written now
+  std::uint64_t stored = 0;     // written by every adapter
+  std::uint64_t failed = 0;     // at least one adapter failed it
+  std::uint64_t skipped_queue_full = 0;
+  std::uint64_t skipped_gone = 0;  // evicted or deleted before its turn
+  std::uint64_t dropped_at_stop = 0;
+  std::uint64_t deleted_from_l1 = 0;  // skip_l1
+};
+
+class StoreController final : public store::StoreListener {
+ public:
+  // `table` and `adapters` must outlive the controller.
+  StoreController(store::ObjectTable* table, std::vector<L2Adapter*> adapters,
+                  const StoreControllerConfig& config);
+  ~StoreController() override;  // stops
+
+  void Start();
+  void Stop();
+  // Waits until nothing is queued or in flight, up to `timeout`; true if idle.
+  bool WaitIdle(std::chrono::milliseconds timeout);
+  StoreControllerStats Stats() const;
+
+  void OnAdmitted(std::span<const store::ObjectKey> keys, std::span<const std::uint64_t> bytes,
+                  store::AdmissionSource source) override;
+  void OnEvicted(std::span<const store::ObjectKey>, std::span<const std::uint64_t>) override {}
+  void OnDeleted(std::span<const store::ObjectKey>, std::span<const std::uint64_t>) override {}
+
+ private:
+  struct Pending {
+    store::ObjectKey key;
+    std::uint64_t bytes;
+  };
+  void Work();
+  void WriteBatch(std::vector<Pending> batch);
+
+  store::ObjectTable* const table_;
+  const std::vector<L2Adapter*> adapters_;
+  const StoreControllerConfig config_;
+  const store::Owner owner_ = store::Owner::Internal(1);
+
+  mutable Mutex mu_;
+  CondVar wake_;  // work queued, or stop
+  CondVar idle_;  // the queue and the batches in hand emptied
+  std::deque<Pending> queue_ LMC_GUARDED_BY(mu_);
+  std::uint64_t queued_bytes_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t in_flight_ LMC_GUARDED_BY(mu_) = 0;
+  bool stop_ LMC_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+
+  std::atomic<std::uint64_t> stored_{0};
+  std::atomic<std::uint64_t> failed_{0};
+  std::atomic<std::uint64_t> skipped_full_{0};
+  std::atomic<std::uint64_t> skipped_gone_{0};
+  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<std::uint64_t> deleted_{0};
+};
+
+}  // namespace lmcache::tier

@@ -1,0 +1,47 @@
+// FaultAdapter: the configured fraction of operations fails, and a failed load
+// never reports usable bytes.
+#include "tier/fault_adapter.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "fakes/keys.h"
+#include "tier/mock_adapter.h"
+
+namespace lmcache::tier {
+namespace {
+
+TEST(FaultAdapterTest, FailsAboutTheConfiguredFraction) {
+  FaultConfig faults;
+  faults.store_failure_rate = 0.25;
+  faults.seed = 7;
+  FaultAdapter adapter(std::make_unique<MockAdapter>(MockAdapterConfig{}), faults);
+  std::vector<std::byte> bytes(64, std::byte{1});
+  std::vector<store::ObjectKey> keys = testing::KeysN(0, 2000);
+  std::vector<L2Write> writes;
+  for (const auto& key : keys) writes.push_back({&key, bytes});
+  int failed = 0;
+  for (const Status& s : adapter.Store(writes)) failed += s.ok() ? 0 : 1;
+  EXPECT_GT(failed, 400);
+  EXPECT_LT(failed, 600);
+  EXPECT_EQ(adapter.Stats().stored_objects, 2000u - static_cast<unsigned>(failed));
+  EXPECT_EQ(adapter.Stats().type, "fault_inject(mock)");
+}
+
+TEST(FaultAdapterTest, AFailedLoadIsReportedAndItsBufferIsScribbled) {
+  FaultConfig faults;
+  faults.load_failure_rate = 1.0;
+  FaultAdapter adapter(std::make_unique<MockAdapter>(MockAdapterConfig{}), faults);
+  const auto key = testing::KeyN(1);
+  std::vector<std::byte> bytes(64, std::byte{1});
+  const std::vector<L2Write> writes = {{&key, bytes}};
+  ASSERT_TRUE(adapter.Store(writes)[0].ok());
+  std::vector<std::byte> out(64);
+  const std::vector<L2Read> reads = {{&key, out}};
+  EXPECT_EQ(adapter.Load(reads)[0], L2LoadOutcome::kFailed);
+  EXPECT_NE(out, bytes);
+}
+
+}  // namespace
+}  // namespace lmcache::tier

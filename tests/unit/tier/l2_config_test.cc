@@ -1,0 +1,67 @@
+// L2 configuration: the JSON of --l2-adapter is checked strictly, every error
+// names the adapter and the field.
+#include "tier/l2_config.h"
+
+#include <gtest/gtest.h>
+
+namespace lmcache::tier {
+namespace {
+
+std::string ErrorOf(std::string_view json) {
+  auto spec = ParseL2AdapterSpec(json, 2);
+  EXPECT_FALSE(spec.ok()) << json;
+  EXPECT_EQ(spec.status().code(), ErrorCode::kInvalidConfig);
+  return spec.status().message();
+}
+
+bool Mentions(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(L2ConfigTest, ParsesTheReferenceExamples) {
+  auto fs = ParseL2AdapterSpec(R"({"type":"fs","base_path":"/data/l2","max_size_gb":1.5,
+                                   "use_odirect":true})", 1);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  const auto& c = std::get<FsAdapterConfig>(fs->config);
+  EXPECT_EQ(c.base_path, "/data/l2");
+  EXPECT_EQ(c.max_size_bytes, static_cast<std::uint64_t>(1.5 * (1ull << 30)));
+  EXPECT_TRUE(c.use_odirect);
+  auto mock = ParseL2AdapterSpec(R"({"type":"mock","max_size_gb":256,"mock_bandwidth_gb":10})", 1);
+  ASSERT_TRUE(mock.ok());
+  EXPECT_EQ(std::get<MockAdapterConfig>(mock->config).bandwidth_gb_per_s, 10);
+  auto fault = ParseL2AdapterSpec(
+      R"({"type":"fault_inject","inner":{"type":"mock"},"load_failure_rate":0.5})", 1);
+  ASSERT_TRUE(fault.ok());
+  EXPECT_EQ(std::get<FaultSpec>(fault->config).faults.load_failure_rate, 0.5);
+  EXPECT_EQ(std::get<FaultSpec>(fault->config).inner->type, "mock");
+}
+
+TEST(L2ConfigTest, ReferenceKeysWithoutEffectAreAcceptedAndReported) {
+  auto spec = ParseL2AdapterSpec(
+      R"({"type":"fs","base_path":"/x","num_workers":4,"checksum":"crc32","read_ahead_size":1})", 1);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->ignored_keys.size(), 3u);
+}
+
+TEST(L2ConfigTest, EveryErrorNamesTheAdapterAndTheField) {
+  EXPECT_TRUE(Mentions(ErrorOf("{not json"), "--l2-adapter #2: not valid JSON"));
+  EXPECT_TRUE(Mentions(ErrorOf("[1]"), "must be a JSON object"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"base_path":"/x"})"), "field 'type': is required"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"s3"})"), "unknown adapter type 's3'"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs"})"), "field 'base_path': is required"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs","base_path":7})"), "'base_path': must be a string"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs","base_path":"/x","max_size_gb":-1})"),
+                       "'max_size_gb': must be in [0, 1000000], got -1"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs","base_path":"/x","use_odirect":"yes"})"),
+                       "'use_odirect': must be true or false"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs","base_path":"/x","bse_path":"/y"})"),
+                       "field 'bse_path': is not a field"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs","base_path":"/x","serde":{"type":"fp8"}})"),
+                       "'serde'"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fault_inject","inner":{"type":"mock","x":1}})"),
+                       "#2 inner field 'x'"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"mock","affinity_tag":"gpu1"})"), "'affinity_tag'"));
+}
+
+}  // namespace
+}  // namespace lmcache::tier

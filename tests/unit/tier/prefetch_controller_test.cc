@@ -1,0 +1,287 @@
+// PrefetchController: the longest prefix of whole chunks the adapters hold is
+// loaded and admitted already locked for the lookup's readers; failures,
+// corruption, no memory and the deadline shorten the prefix; a cancelled or
+// stopped request leaves no lock, pin or staged buffer behind.
+#include "tier/prefetch_controller.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "fakes/keys.h"
+#include "fakes/l1_table.h"
+#include "tier/fault_adapter.h"
+#include "tier/mock_adapter.h"
+
+namespace lmcache::tier {
+namespace {
+
+using testing::KeyN;
+using testing::KeysN;
+constexpr std::size_t kObject = 128 * 1024;
+constexpr auto kWait = std::chrono::seconds(30);
+const store::Owner kSession = store::Owner::Session(77);
+
+class PrefetchControllerTest : public ::testing::Test {
+ protected:
+  explicit PrefetchControllerTest(std::uint64_t pool = 16 << 20) : l1_(pool) {}
+
+  // Puts `keys` (seeded by their index in `seeds_from`) into `adapter`.
+  static void PutInL2(L2Adapter& adapter, const std::vector<store::ObjectKey>& keys,
+                      std::uint64_t seeds_from = 0) {
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      const auto bytes = testing::ObjectBytes(kObject, seeds_from + i);
+      const std::vector<L2Write> writes = {{&keys[i], bytes}};
+      ASSERT_TRUE(adapter.Store(writes)[0].ok());
+    }
+  }
+  std::unique_ptr<PrefetchController> Start(std::vector<L2Adapter*> adapters,
+                                            PrefetchControllerConfig config = {}) {
+    auto controller = std::make_unique<PrefetchController>(&l1_.table(), adapters, config);
+    controller->Start();
+    return controller;
+  }
+  static PrefetchRequest Request(std::vector<store::ObjectKey> keys, std::size_t ranks = 1,
+                                 std::uint32_t readers = 1) {
+    PrefetchRequest r;
+    r.keys = std::move(keys);
+    r.ranks = ranks;
+    r.readers = readers;
+    r.owner = kSession;
+    r.object_bytes = kObject;
+    return r;
+  }
+  bool HasBytes(const store::ObjectKey& key, std::uint64_t seed) {
+    return l1_.Read(key) == testing::ObjectBytes(kObject, seed);
+  }
+
+  testing::L1Table l1_;
+};
+
+TEST_F(PrefetchControllerTest, LoadsTheL2PrefixLockedForTheReadersWithIdenticalBytes) {
+  MockAdapter l2({});
+  const auto keys = KeysN(0, 6);
+  PutInL2(l2, {keys.begin(), keys.begin() + 4});
+  auto controller = Start({&l2});
+  const PrefetchHandle h = controller->Submit(Request(keys, 1, /*readers=*/2));
+  const auto landed = controller->Wait(h, kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 4u);
+  ASSERT_NE(landed->lease, store::kNoLease);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(HasBytes(keys[i], i)) << i;
+    EXPECT_EQ(l1_.Locks(keys[i]), 2u);
+  }
+  EXPECT_FALSE(l1_.table().Find(keys[4]));
+  EXPECT_EQ(controller->Stats().loaded_chunks, 4u);
+  EXPECT_EQ(controller->Poll(h)->chunks, 0u);  // released by the first answer
+  l1_.table().ReleaseRead(landed->lease);
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PrefetchControllerTest, LookupHitsAreKnownBeforeTheLoadsLand) {
+  MockAdapterConfig slow;
+  slow.bandwidth_gb_per_s = 0.005;  // 128 KiB: ~26 ms per object
+  MockAdapter l2(slow);
+  const auto keys = KeysN(0, 5);
+  PutInL2(l2, {keys.begin(), keys.begin() + 3});
+  auto controller = Start({&l2});
+  const PrefetchHandle h = controller->Submit(Request(keys));
+  std::optional<std::size_t> hits;
+  for (int i = 0; i < 3000 && !(hits = controller->LookupHits(h)); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(hits);
+  EXPECT_EQ(*hits, 3u);
+  EXPECT_FALSE(controller->Poll(h));  // still loading
+  const auto landed = controller->Wait(h, kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 3u);
+  l1_.table().ReleaseRead(landed->lease);
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PrefetchControllerTest, AChunkCountsOnlyWhenEveryRankIsHeld) {
+  MockAdapter l2({});
+  // Chunk-major, two ranks per chunk: chunk 1 lacks its rank-1 key.
+  const std::vector<store::ObjectKey> keys = {KeyN(0, "m", 0), KeyN(0, "m", 1), KeyN(1, "m", 0),
+                                              KeyN(1, "m", 1), KeyN(2, "m", 0), KeyN(2, "m", 1)};
+  PutInL2(l2, {keys[0], keys[1], keys[2], keys[4], keys[5]});
+  auto controller = Start({&l2});
+  const auto landed = controller->Wait(controller->Submit(Request(keys, 2)), kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 1u);
+  EXPECT_FALSE(l1_.table().Find(keys[2]));  // a partial chunk is never loaded
+  l1_.table().ReleaseRead(landed->lease);
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PrefetchControllerTest, EachKeyComesFromTheFirstAdapterThatHoldsIt) {
+  MockAdapter first({}), second({});
+  const auto keys = KeysN(0, 4);
+  PutInL2(first, {keys[0], keys[1]});
+  PutInL2(second, keys);
+  auto controller = Start({&first, &second});
+  const auto landed = controller->Wait(controller->Submit(Request(keys)), kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 4u);
+  EXPECT_EQ(first.Stats().loaded_objects, 2u);
+  EXPECT_EQ(second.Stats().loaded_objects, 2u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_TRUE(HasBytes(keys[i], i));
+  l1_.table().ReleaseRead(landed->lease);
+}
+
+TEST_F(PrefetchControllerTest, ACorruptOrFailedObjectEndsThePrefixAndNothingAfterItStays) {
+  MockAdapter l2({});
+  const auto keys = KeysN(0, 6);
+  PutInL2(l2, keys);
+  ASSERT_TRUE(l2.CorruptForTest(keys[2]));
+  auto controller = Start({&l2});
+  const auto landed = controller->Wait(controller->Submit(Request(keys)), kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 2u);
+  for (std::size_t i = 2; i < 6; ++i) EXPECT_FALSE(l1_.table().Find(keys[i])) << i;
+  EXPECT_EQ(l1_.allocator().UsedBytes(), 2 * l1_.allocator().AlignedSize(kObject));
+  EXPECT_EQ(controller->Stats().load_failed_chunks, 4u);
+  l1_.table().ReleaseRead(landed->lease);
+  l1_.ExpectBalanced();
+
+  FaultConfig faults;
+  faults.load_failure_rate = 1.0;
+  FaultAdapter failing(std::make_unique<MockAdapter>(MockAdapterConfig{}), faults);
+  PutInL2(failing, keys, 100);
+  auto second = Start({&failing});
+  const auto none = second->Wait(second->Submit(Request(KeysN(0, 1))), kWait);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->chunks, 0u);
+  EXPECT_EQ(none->lease, store::kNoLease);
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PrefetchControllerTest, NoL1MemoryShortensThePrefix) {
+  testing::L1Table small(2 << 20, /*on_demand_eviction=*/false);  // room for 16 objects
+  MockAdapter l2({});
+  const auto keys = KeysN(0, 20);
+  PutInL2(l2, keys);
+  PrefetchController controller(&small.table(), {&l2}, {});
+  controller.Start();
+  const auto landed = controller.Wait(controller.Submit(Request(keys)), kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 16u);
+  EXPECT_EQ(controller.Stats().no_memory_chunks, 4u);
+  small.table().ReleaseRead(landed->lease);
+  small.ExpectBalanced();
+}
+
+TEST_F(PrefetchControllerTest, ACancelledRequestReleasesWhatItLockedWhenItLands) {
+  MockAdapterConfig slow;
+  slow.bandwidth_gb_per_s = 0.005;
+  MockAdapter l2(slow);
+  const auto keys = KeysN(0, 3);
+  PutInL2(l2, keys);
+  auto controller = Start({&l2});
+  const PrefetchHandle running = controller->Submit(Request(keys));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  controller->Cancel(running);
+  for (int i = 0; i < 5000 && controller->Stats().completed < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(controller->Stats().completed, 1u);
+  l1_.ExpectBalanced();
+  EXPECT_TRUE(l1_.table().Find(keys[0]));  // loaded, resident, unlocked
+  // Cancelled after landing: released at once.
+  const PrefetchHandle landed = controller->Submit(Request(KeysN(0, 1)));
+  for (int i = 0; i < 5000 && controller->Stats().completed < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  controller->Cancel(landed);
+  l1_.ExpectBalanced();
+  EXPECT_EQ(controller->Stats().cancelled, 2u);
+}
+
+TEST_F(PrefetchControllerTest, TheDeadlineReturnsTheUsablePrefix) {
+  FaultConfig delays;
+  delays.delay_ms = 30;
+  FaultAdapter slow(std::make_unique<MockAdapter>(MockAdapterConfig{}), delays);
+  const auto keys = KeysN(0, 10);
+  PutInL2(slow, keys);
+  PrefetchControllerConfig config;
+  config.chunks_per_batch = 1;
+  config.load_timeout = std::chrono::milliseconds(100);
+  auto controller = Start({&slow}, config);
+  const auto landed = controller->Wait(controller->Submit(Request(keys)), kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_GE(landed->chunks, 1u);
+  EXPECT_LT(landed->chunks, 10u);
+  EXPECT_EQ(controller->Stats().deadline_expired, 1u);
+  for (std::size_t i = 0; i < landed->chunks; ++i) EXPECT_TRUE(HasBytes(keys[i], i));
+  l1_.table().ReleaseRead(landed->lease);
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PrefetchControllerTest, AtMostMaxInFlightRunAndTheRestWaitInOrder) {
+  FaultConfig delays;
+  delays.delay_ms = 40;
+  FaultAdapter slow(std::make_unique<MockAdapter>(MockAdapterConfig{}), delays);
+  PutInL2(slow, KeysN(0, 3));
+  PrefetchControllerConfig config;
+  config.max_in_flight = 1;
+  auto controller = Start({&slow}, config);
+  std::vector<PrefetchHandle> handles;
+  for (std::uint64_t i = 0; i < 3; ++i) handles.push_back(controller->Submit(Request(KeysN(i, 1))));
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const PrefetchControllerStats s = controller->Stats();
+  EXPECT_EQ(s.in_flight, 1u);
+  EXPECT_EQ(s.queued, 2u);
+  for (const PrefetchHandle h : handles) {
+    const auto landed = controller->Wait(h, kWait);
+    ASSERT_TRUE(landed);
+    EXPECT_EQ(landed->chunks, 1u);
+    l1_.table().ReleaseRead(landed->lease);
+  }
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PrefetchControllerTest, EvictionAndClearRacingALoadNeverTouchItsBuffers) {
+  MockAdapterConfig slow;
+  slow.bandwidth_gb_per_s = 0.02;
+  MockAdapter l2(slow);
+  const auto keys = KeysN(0, 8);
+  PutInL2(l2, keys);
+  auto controller = Start({&l2});
+  const PrefetchHandle h = controller->Submit(Request(keys));
+  std::optional<PrefetchResult> landed;
+  while (!(landed = controller->Poll(h))) {
+    l1_.table().EvictLru(64 << 20);
+    l1_.table().Clear(/*force=*/false);
+  }
+  EXPECT_EQ(landed->chunks, 8u);
+  for (std::size_t i = 0; i < 8; ++i) EXPECT_TRUE(HasBytes(keys[i], i)) << i;
+  l1_.table().ReleaseRead(landed->lease);
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PrefetchControllerTest, StopEndsQueuedRequestsWithNothingAndLeavesNoLock) {
+  FaultConfig delays;
+  delays.delay_ms = 30;
+  FaultAdapter slow(std::make_unique<MockAdapter>(MockAdapterConfig{}), delays);
+  PutInL2(slow, KeysN(0, 2));
+  PrefetchControllerConfig config;
+  config.max_in_flight = 1;
+  auto controller = Start({&slow}, config);
+  const PrefetchHandle first = controller->Submit(Request(KeysN(0, 1)));
+  const PrefetchHandle second = controller->Submit(Request(KeysN(1, 1)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  controller->Stop();
+  const auto a = controller->Poll(first);
+  const auto b = controller->Poll(second);
+  ASSERT_TRUE(a);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->chunks, 0u);
+  if (a->lease != store::kNoLease) l1_.table().ReleaseRead(a->lease);
+  l1_.ExpectBalanced();
+}
+
+}  // namespace
+}  // namespace lmcache::tier
