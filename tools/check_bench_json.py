@@ -18,10 +18,12 @@ FIELDS = [
     "socket_retrieve_gbps", "redis_store_gbps", "redis_retrieve_gbps", "ping_p50_us",
     "zmq_echo_p50_us", "lookup_p50_us", "store_vs_memcpy", "retrieve_vs_memcpy",
     "shm_vs_socket", "shm_vs_redis", "ping_vs_echo", "lookup_cold_p50_us",
-    "shared_prefix_lookup_p50_us", "shared_prefix_hit_fraction",
+    "shared_prefix_lookup_p50_us", "shared_prefix_hit_fraction", "l2_store_gbps",
+    "l2_load_gbps", "disk_write_gbps", "disk_read_gbps", "l2_store_vs_disk", "l2_load_vs_disk",
+    "l2_index_rebuild_seconds", "l2_index_rebuild_objects",
 ]
 SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "shm_vs_socket", "shm_vs_redis",
-           "ping_vs_echo"]
+           "ping_vs_echo", "l2_store_vs_disk", "l2_load_vs_disk"]
 
 
 def check(path):

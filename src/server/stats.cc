@@ -150,6 +150,8 @@ std::string AdapterMap(const tier::L2AdapterStats& a) {
   m.Field("usage_bytes").Uint(a.usage_bytes);
   m.Field("capacity_bytes").Uint(a.capacity_bytes);
   m.Field("condition").Str(a.condition);
+  m.Field("rebuild_seconds").Float(a.rebuild_seconds);
+  m.Field("rebuilt_objects").Uint(a.rebuilt_objects);
   return m.Take();
 }
 

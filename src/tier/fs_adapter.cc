@@ -320,6 +320,8 @@ L2AdapterStats FsAdapter::Stats() const {
   s.usage_bytes = index_.usage_bytes();
   s.capacity_bytes = index_.capacity_bytes();
   s.condition = condition_.current();
+  s.rebuild_seconds = rebuild_.seconds;
+  s.rebuilt_objects = rebuild_.objects;
   return s;
 }
 

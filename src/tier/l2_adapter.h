@@ -62,6 +62,8 @@ struct L2AdapterStats {
   std::uint64_t usage_bytes = 0;     // held now
   std::uint64_t capacity_bytes = 0;  // 0 = not bounded by the adapter
   std::string condition;             // empty when healthy, else what is wrong now
+  double rebuild_seconds = 0;        // fs: the index rebuild at startup
+  std::uint64_t rebuilt_objects = 0;  // fs: objects found by it
 };
 
 // The counters every adapter keeps; Fill() copies them into a stats value.

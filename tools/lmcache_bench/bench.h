@@ -38,6 +38,9 @@ struct BenchOptions {
   bool quick = false;
   bool skip_redis = false;
   bool latencies_only = false;  // skip the throughput paths (profiling the RPCs)
+  bool skip_l2 = false;
+  std::string l2_dir = "/var/tmp";  // the fs L2 phase works in a fresh directory under it
+  std::uint64_t rebuild_objects = 10000;
   std::string json_path;
 
   std::uint64_t chunks_per_prompt() const { return tokens_per_prompt / chunk_size; }

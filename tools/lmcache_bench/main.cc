@@ -15,6 +15,7 @@
 #include "bench.h"
 #include "support/local_server.h"
 #include "lmcache/client.h"
+#include "l2_phase.h"
 #include "paths.h"
 #include "report.h"
 
@@ -78,6 +79,31 @@ BenchOptions SweepPoint(const BenchOptions& o, double chunk_mib, int workers) {
   return p;
 }
 
+// The fs L2 phase and the index rebuild, in a fresh directory under --l2-dir.
+Result<L2Figures> MeasureFsL2(const BenchOptions& o, const std::string& server_binary) {
+  const std::filesystem::path dir =
+      std::filesystem::path(o.l2_dir) / ("lmcache_bench_l2_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir / "objects");
+  struct Cleanup {
+    std::filesystem::path dir;
+    ~Cleanup() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } cleanup{dir};
+  Progress("L2 fs phase in " + dir.string() + ": write-behind and load against direct disk I/O");
+  auto reference = MakeDiskReference(dir.string());
+  const std::string adapter = R"({"type":"fs","use_odirect":true,"base_path":")" +
+                              (dir / "objects").string() + R"("})";
+  LMC_ASSIGN_OR_RETURN(L2Figures figures,
+                       MeasureL2Phase(o, server_binary, {"--l2-adapter", adapter}, *reference));
+  Progress("L2 fs index rebuild of " + std::to_string(o.rebuild_objects) + " objects");
+  LMC_RETURN_IF_ERROR(MeasureFsRebuild(o, server_binary, (dir / "rebuild").string(),
+                                       o.rebuild_objects, &figures));
+  return figures;
+}
+
 Status Validate(const BenchOptions& o) {
   if (o.chunk_size == 0 || o.tokens_per_prompt < o.chunk_size) {
     return InvalidArgument("--tokens-per-prompt must hold at least one --chunk-size chunk");
@@ -111,6 +137,7 @@ int Run(BenchOptions o) {
     o.rounds = 3;
     o.pool_gb = 1;
     o.latency_samples = 200;
+    o.rebuild_objects = 1000;
   }
   if (Status s = Validate(o); !s.ok()) {
     std::fprintf(stderr, "lmcache-bench: %s\n", s.message().c_str());
@@ -175,6 +202,11 @@ int Run(BenchOptions o) {
     auto cold_p50 = MeasureLookupP50(o, (*cold)->url());
     if (!cold_p50.ok()) return fail(cold_p50.status());
     report.lookup_cold_p50_us = *cold_p50;
+  }
+  if (!o.skip_l2 && !o.latencies_only) {
+    auto l2 = MeasureFsL2(o, server_binary);
+    if (!l2.ok()) return fail(l2.status());
+    report.l2 = std::move(l2).value();
   }
   if (o.sweep) {
     for (const double chunk_mib : o.sweep_chunk_mib) {
@@ -244,6 +276,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--redis-server", o.redis_binary, "redis-server binary")->capture_default_str();
   app.add_flag("--skip-redis", o.skip_redis, "Do not measure Redis (its fields become null)");
+  app.add_flag("--skip-l2", o.skip_l2, "Do not measure the fs L2 tier (its fields become null)");
+  app.add_option("--l2-dir", o.l2_dir,
+                 "The fs L2 phase works in a fresh directory under this one (a local disk)")
+      ->capture_default_str();
+  app.add_option("--rebuild-objects", o.rebuild_objects,
+                 "Objects whose index the fs L2 rebuild time is measured on")
+      ->capture_default_str();
   app.add_flag("--latencies-only", o.latencies_only,
                "Measure only ping, echo and lookups (the throughput fields become null)");
   app.add_flag("--quick", o.quick,

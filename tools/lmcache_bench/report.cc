@@ -106,6 +106,11 @@ std::optional<double> RatioOr(const Spread& s, bool measured) {
 
 }  // namespace
 
+// Round r of `path` over round r of `reference`.
+Spread PerRound(const std::vector<double>& path, const std::vector<double>& reference) {
+  return OverMemcpy(path, reference);
+}
+
 PathRatios RatiosOf(const PathResults& p) {
   PathRatios r;
   r.store_vs_memcpy = OverMemcpy(p.shm.store_gbps, p.memcpy_gbps);
@@ -141,6 +146,19 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"lookup_cold_p50_us", r.lookup_cold_p50_us},
       {"shared_prefix_lookup_p50_us", l.shared_prefix_lookup_p50_us},
       {"shared_prefix_hit_fraction", l.shared_prefix_hit_fraction},
+      {"l2_store_gbps", r.l2 ? Figure(r.l2->store_gbps) : std::nullopt},
+      {"l2_load_gbps", r.l2 ? Figure(r.l2->load_gbps) : std::nullopt},
+      {"disk_write_gbps", r.l2 ? Figure(r.l2->reference_write_gbps) : std::nullopt},
+      {"disk_read_gbps", r.l2 ? Figure(r.l2->reference_read_gbps) : std::nullopt},
+      {"l2_store_vs_disk", r.l2 ? std::optional(PerRound(r.l2->store_gbps,
+                                                         r.l2->reference_write_gbps).median)
+                                : std::nullopt},
+      {"l2_load_vs_disk", r.l2 ? std::optional(PerRound(r.l2->load_gbps,
+                                                        r.l2->reference_read_gbps).median)
+                               : std::nullopt},
+      {"l2_index_rebuild_seconds", r.l2 ? std::optional(r.l2->rebuild_seconds) : std::nullopt},
+      {"l2_index_rebuild_objects",
+       r.l2 ? std::optional(static_cast<double>(r.l2->rebuild_objects)) : std::nullopt},
   };
 }
 
@@ -184,6 +202,10 @@ void PrintTable(const BenchReport& r) {
   spread("shm_vs_socket", ratios.shm_vs_socket);
   if (ratios.shm_vs_redis) spread("shm_vs_redis", *ratios.shm_vs_redis);
   spread("ping_vs_echo", r.latencies.ping_vs_echo);
+  if (r.l2) {
+    spread("l2_store_vs_disk", PerRound(r.l2->store_gbps, r.l2->reference_write_gbps));
+    spread("l2_load_vs_disk", PerRound(r.l2->load_gbps, r.l2->reference_read_gbps));
+  }
   for (const PathResults& p : r.sweep) {
     const PathRatios pr = RatiosOf(p);
     std::printf(
@@ -223,7 +245,11 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << ", \"retrieve_vs_memcpy\": " << SpreadJson(ratios.retrieve_vs_memcpy)
       << ", \"shm_vs_socket\": " << SpreadJson(ratios.shm_vs_socket) << ", \"shm_vs_redis\": "
       << (ratios.shm_vs_redis ? SpreadJson(*ratios.shm_vs_redis) : "null")
-      << ", \"ping_vs_echo\": " << SpreadJson(r.latencies.ping_vs_echo) << "},\n";
+      << ", \"ping_vs_echo\": " << SpreadJson(r.latencies.ping_vs_echo) << ", \"l2_store_vs_disk\": "
+      << (r.l2 ? SpreadJson(PerRound(r.l2->store_gbps, r.l2->reference_write_gbps)) : "null")
+      << ", \"l2_load_vs_disk\": "
+      << (r.l2 ? SpreadJson(PerRound(r.l2->load_gbps, r.l2->reference_read_gbps)) : "null")
+      << "},\n";
   out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
       << ", \"store_gbps\": " << Samples(r.main.shm.store_gbps)
       << ", \"retrieve_gbps\": " << Samples(r.main.shm.retrieve_gbps)

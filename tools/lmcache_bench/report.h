@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "l2_phase.h"
 #include "paths.h"
 
 namespace lmcache::bench {
@@ -47,6 +48,7 @@ struct BenchReport {
   PathResults main;
   Latencies latencies;
   std::optional<double> lookup_cold_p50_us;  // a server without a hash cache (not with --url)
+  std::optional<L2Figures> l2;                // the fs phase (absent with --skip-l2)
   std::vector<PathResults> sweep;
   std::string server_version;
 };

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "support/local_server.h"
-#include "common/msgpack_codec.h"
+#include "support/server_stats.h"
 #include "lmcache/client.h"
 #include "soak.h"
 
@@ -44,25 +44,16 @@ std::map<std::string, double> Balance(const std::string& url) {
   options.url = url;
   auto client = client::Client::Connect(options);
   if (!client.ok()) return out;
-  auto stats = (*client)->Call("stats", {});
+  auto stats = tools::ServerStats::Fetch(**client);
   if (!stats.ok()) return out;
-  auto handle = mp::Parse(*stats, "stats", mp::DecodeLimits{.max_map_items = 4096});
-  if (!handle.ok()) return out;
-  auto read = [&](const char* section, std::initializer_list<const char*> names) {
-    auto root = mp::MapReader::Make(handle->get(), "stats");
-    const msgpack::object* map = root->Field(section);
-    if (map == nullptr) return;
-    auto fields = mp::MapReader::Make(*map, section);
-    for (const char* name : names) {
-      if (const msgpack::object* v = fields->Field(name)) {
-        out[std::string(section) + "." + name] = *mp::AsFloat(*v, name);
-      }
-    }
-  };
-  read("l1", {"used_bytes", "resident_bytes", "staging_objects", "locked_objects",
-              "retired_objects", "read_locks", "read_leases", "write_leases"});
-  read("instances", {"registered", "pending_writes", "pending_reads", "departed", "replaced"});
-  read("eviction", {"evicted_objects", "on_demand_evictions"});
+  for (const char* path :
+       {"l1.used_bytes", "l1.resident_bytes", "l1.staging_objects", "l1.locked_objects",
+        "l1.retired_objects", "l1.read_locks", "l1.read_leases", "l1.write_leases",
+        "instances.registered", "instances.pending_writes", "instances.pending_reads",
+        "instances.departed", "instances.replaced", "eviction.evicted_objects",
+        "eviction.on_demand_evictions"}) {
+    if (auto v = stats->Number(path)) out[path] = *v;
+  }
   return out;
 }
 

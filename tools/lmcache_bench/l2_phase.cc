@@ -1,0 +1,247 @@
+// The L2 phases of lmcache-bench (l2_phase.h).
+#include "l2_phase.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "lmcache/client.h"
+#include "support/local_server.h"
+#include "support/server_stats.h"
+
+namespace lmcache::bench {
+namespace {
+
+using SteadyTime = std::chrono::steady_clock;
+
+double Seconds(SteadyTime::time_point since) {
+  return std::chrono::duration<double>(SteadyTime::now() - since).count();
+}
+
+Status Errno(const std::string& what) {
+  return Status(ErrorCode::kIoError, what + ": " + std::strerror(errno));
+}
+
+class DiskReference final : public L2Reference {
+ public:
+  explicit DiskReference(std::string dir) : path_(std::move(dir) + "/reference.bin") {}
+  ~DiskReference() override { ::unlink(path_.c_str()); }
+
+  Result<double> Write(const std::vector<std::span<const std::byte>>& objects) override {
+    const auto start = SteadyTime::now();
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd < 0) return Errno("open " + path_);
+    std::uint64_t bytes = 0;
+    for (const auto& object : objects) {
+      if (::write(fd, object.data(), object.size()) != static_cast<ssize_t>(object.size())) {
+        ::close(fd);
+        return Errno("write " + path_);
+      }
+      bytes += object.size();
+    }
+    const bool synced = ::fdatasync(fd) == 0;
+    ::close(fd);
+    if (!synced) return Errno("fdatasync " + path_);
+    return static_cast<double>(bytes) / Seconds(start) / 1e9;
+  }
+
+  Result<double> Read(const std::vector<std::span<std::byte>>& objects) override {
+    const auto start = SteadyTime::now();
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    if (fd < 0) return Errno("open " + path_);
+    std::uint64_t bytes = 0;
+    for (const auto& object : objects) {
+      if (::read(fd, object.data(), object.size()) != static_cast<ssize_t>(object.size())) {
+        ::close(fd);
+        return Errno("read " + path_);
+      }
+      bytes += object.size();
+    }
+    ::close(fd);
+    return static_cast<double>(bytes) / Seconds(start) / 1e9;
+  }
+
+ private:
+  std::string path_;
+};
+
+// Page-aligned memory for one round's objects (direct I/O needs it).
+struct RoundMemory {
+  RoundMemory(std::uint64_t objects, std::uint64_t bytes_each)
+      : object_bytes(bytes_each),
+        in(static_cast<std::byte*>(std::aligned_alloc(4096, objects * bytes_each))),
+        out(static_cast<std::byte*>(std::aligned_alloc(4096, objects * bytes_each))),
+        count(objects) {}
+  ~RoundMemory() {
+    std::free(in);
+    std::free(out);
+  }
+  std::vector<std::span<const std::byte>> Inputs() const {
+    std::vector<std::span<const std::byte>> v;
+    for (std::uint64_t i = 0; i < count; ++i) v.emplace_back(in + i * object_bytes, object_bytes);
+    return v;
+  }
+  std::vector<std::span<std::byte>> Outputs() const {
+    std::vector<std::span<std::byte>> v;
+    for (std::uint64_t i = 0; i < count; ++i) v.emplace_back(out + i * object_bytes, object_bytes);
+    return v;
+  }
+  std::uint64_t object_bytes;
+  std::byte* in;
+  std::byte* out;
+  std::uint64_t count;
+};
+
+Result<std::unique_ptr<client::Client>> Connect(const std::string& url, std::int64_t instance,
+                                                std::int64_t hidden) {
+  client::ClientOptions options;
+  options.url = url;
+  options.request_timeout = std::chrono::milliseconds(120'000);
+  LMC_ASSIGN_OR_RETURN(auto c, client::Client::Connect(options));
+  client::EngineContext context;
+  context.instance_id = instance;
+  context.model_name = "bench-l2";
+  context.num_layers = 1;
+  context.hidden_dim_size = hidden;
+  LMC_RETURN_IF_ERROR(c->Register(context).status());
+  return c;
+}
+
+client::KeySpec PromptKey(const BenchOptions& o, std::uint64_t prompt, std::uint64_t chunks) {
+  client::KeySpec key;
+  key.model_name = "bench-l2";
+  key.token_ids = PromptTokens(chunks * o.chunk_size, prompt);
+  key.end = static_cast<std::int64_t>(chunks * o.chunk_size);
+  key.request_id = "l2-" + std::to_string(prompt);
+  return key;
+}
+
+// Waits until the server has written `objects` objects behind and has nothing queued.
+Status WaitWrittenBehind(client::Client& c, double objects) {
+  for (int i = 0; i < 120'000; ++i) {
+    LMC_ASSIGN_OR_RETURN(const tools::ServerStats stats, tools::ServerStats::Fetch(c));
+    const double stored = stats.Number("l2.store.stored").value_or(0);
+    const double failed = stats.Number("l2.store.failed").value_or(0) +
+                          stats.Number("l2.store.skipped_queue_full").value_or(0);
+    if (failed > 0) return Internal("the L2 adapter failed or skipped objects (see the server log)");
+    if (stored >= objects && stats.Number("l2.store.queued_objects") == 0 &&
+        stats.Number("l2.store.in_flight") == 0) {
+      return Status::Ok();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  return Status(ErrorCode::kTimeout, "L2 write-behind did not finish in a minute");
+}
+
+}  // namespace
+
+std::unique_ptr<L2Reference> MakeDiskReference(const std::string& dir) {
+  return std::make_unique<DiskReference>(dir);
+}
+
+Result<L2Figures> MeasureL2Phase(const BenchOptions& o, const std::string& binary,
+                                 const std::vector<std::string>& server_args,
+                                 L2Reference& reference) {
+  const std::uint64_t prompts = static_cast<std::uint64_t>(o.workers * o.prompts_per_worker);
+  const std::uint64_t chunks = o.chunks_per_prompt();
+  const std::uint64_t round_bytes = prompts * chunks * o.object_bytes();
+  const double pool_gb = std::max(1.0, 2.0 * static_cast<double>(round_bytes) / (1 << 30));
+  std::vector<std::string> args = {"--l1-size-gb", std::to_string(pool_gb), "--log-level", "warn"};
+  args.insert(args.end(), server_args.begin(), server_args.end());
+  LMC_ASSIGN_OR_RETURN(auto server, tools::LocalServer::Start(binary, "lmcache_bench_l2", args));
+  LMC_ASSIGN_OR_RETURN(auto c, Connect(server->url(), 9'000'000,
+                                       static_cast<std::int64_t>(o.bytes_per_token / 4)));
+  if (c->ObjectBytes() != o.object_bytes()) return Internal("unexpected object size");
+
+  RoundMemory memory(prompts * chunks, o.object_bytes());
+  L2Figures figures;
+  for (int round = -1; round < o.rounds; ++round) {  // round -1 warms up, untimed
+    const std::uint64_t first = static_cast<std::uint64_t>(round + 2) * 1000;
+    for (std::uint64_t p = 0; p < prompts; ++p) {
+      for (std::uint64_t k = 0; k < chunks; ++k) {
+        FillChunk(memory.in + (p * chunks + k) * o.object_bytes(), o.object_bytes(), first + p, k);
+      }
+    }
+    LMC_ASSIGN_OR_RETURN(const double written, reference.Write(memory.Inputs()));
+    LMC_ASSIGN_OR_RETURN(const double read, reference.Read(memory.Outputs()));
+
+    // Store until every object is written behind to the tier.
+    LMC_ASSIGN_OR_RETURN(tools::ServerStats before, tools::ServerStats::Fetch(*c));
+    const double stored_before = before.Number("l2.store.stored").value_or(0);
+    auto start = SteadyTime::now();
+    const auto inputs = memory.Inputs();
+    for (std::uint64_t p = 0; p < prompts; ++p) {
+      std::span chunk_spans(inputs.data() + p * chunks, chunks);
+      LMC_ASSIGN_OR_RETURN(const client::StoreResult stored,
+                           c->Store(PromptKey(o, first + p, chunks), chunk_spans));
+      if (stored.stored != chunks) return Internal("L1 did not take the round (pool too small?)");
+    }
+    LMC_RETURN_IF_ERROR(WaitWrittenBehind(*c, stored_before + static_cast<double>(prompts * chunks)));
+    const double store_s = Seconds(start);
+    LMC_RETURN_IF_ERROR(c->Call("clear", {}).status());
+
+    // Lookups load it back into L1 (each waits for its prefetch).
+    start = SteadyTime::now();
+    for (std::uint64_t p = 0; p < prompts; ++p) {
+      LMC_ASSIGN_OR_RETURN(const std::size_t hits, c->Lookup(PromptKey(o, first + p, chunks)));
+      if (hits != chunks) return Internal("L2 returned " + std::to_string(hits) + " chunks");
+    }
+    const double load_s = Seconds(start);
+    const auto outputs = memory.Outputs();
+    for (std::uint64_t p = 0; p < prompts; ++p) {  // verify, untimed
+      client::KeySpec key = PromptKey(o, first + p, chunks);
+      LMC_RETURN_IF_ERROR(c->Retrieve(key, std::span(outputs.data() + p * chunks, chunks)));
+      (void)c->EndSession(key.request_id);
+    }
+    if (std::memcmp(memory.in, memory.out, round_bytes) != 0) {
+      return Internal("bytes loaded from L2 differ from the stored ones");
+    }
+    LMC_RETURN_IF_ERROR(c->Call("clear", {}).status());
+    if (round < 0) continue;
+    figures.store_gbps.push_back(static_cast<double>(round_bytes) / store_s / 1e9);
+    figures.load_gbps.push_back(static_cast<double>(round_bytes) / load_s / 1e9);
+    figures.reference_write_gbps.push_back(written);
+    figures.reference_read_gbps.push_back(read);
+  }
+  (void)c->Unregister();
+  return figures;
+}
+
+Status MeasureFsRebuild(const BenchOptions& o, const std::string& binary, const std::string& dir,
+                        std::uint64_t objects, L2Figures* out) {
+  const std::vector<std::string> args = {
+      "--l1-size-gb", "1", "--log-level", "warn", "--l2-adapter",
+      R"({"type":"fs","base_path":")" + dir + R"(","fsync":false})"};
+  constexpr std::uint64_t kChunksPerPrompt = 250;
+  {
+    LMC_ASSIGN_OR_RETURN(auto server, tools::LocalServer::Start(binary, "lmcache_bench_rb", args));
+    LMC_ASSIGN_OR_RETURN(auto c, Connect(server->url(), 9'000'001, 8));  // 8 KiB objects
+    std::vector<std::byte> zeros(c->ObjectBytes());
+    for (std::uint64_t p = 0; p * kChunksPerPrompt < objects; ++p) {
+      const std::uint64_t n = std::min(kChunksPerPrompt, objects - p * kChunksPerPrompt);
+      std::vector<std::span<const std::byte>> spans(n, zeros);
+      LMC_RETURN_IF_ERROR(c->Store(PromptKey(o, 500'000 + p, n), spans).status());
+    }
+    LMC_RETURN_IF_ERROR(WaitWrittenBehind(*c, static_cast<double>(objects)));
+  }  // stopped: SIGTERM
+  LMC_ASSIGN_OR_RETURN(auto server, tools::LocalServer::Start(binary, "lmcache_bench_rb", args));
+  client::ClientOptions options;
+  options.url = server->url();
+  LMC_ASSIGN_OR_RETURN(auto c, client::Client::Connect(options));
+  LMC_ASSIGN_OR_RETURN(const tools::ServerStats stats, tools::ServerStats::Fetch(*c));
+  out->rebuild_seconds = stats.Number("l2.adapters.0.rebuild_seconds").value_or(0);
+  out->rebuild_objects =
+      static_cast<std::uint64_t>(stats.Number("l2.adapters.0.rebuilt_objects").value_or(0));
+  if (out->rebuild_objects != objects) {
+    return Internal("the restarted server found " + std::to_string(out->rebuild_objects) +
+                    " objects, expected " + std::to_string(objects));
+  }
+  return Status::Ok();
+}
+
+}  // namespace lmcache::bench
