@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   l1.shm_name = "lmcache_l1_pool_seed_" + std::to_string(getpid());
   l1.size_bytes = 4u << 20;
   l1.prefault_threads = 1;
+  l1.background_prefault = false;
   auto cache = std::move(store::L1Cache::Create(l1, &SteadyClock::Instance())).value();
   server::ServiceConfig config;
   config.chunk_size = 16;

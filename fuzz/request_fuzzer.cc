@@ -34,6 +34,7 @@ struct World {
     l1.prefault_threads = 1;
     l1.allocator.slab_target_bytes = 2u << 20;
     l1.evictor.interval_ms = 3'600'000;  // eviction runs on demand only
+    l1.background_prefault = false;  // deterministic: every page usable at once
     cache = std::move(store::L1Cache::Create(l1, &SteadyClock::Instance())).value();
     server::ServiceConfig config;
     config.chunk_size = 16;  // small chunks: short inputs still name whole chunks

@@ -1,9 +1,12 @@
 #include "alloc/page_pool.h"
 
+#include <algorithm>
+
 namespace lmcache::alloc {
 
-PagePool::PagePool(std::uint64_t num_pages) {
-  if (num_pages > 0) Insert(0, num_pages);
+PagePool::PagePool(std::uint64_t num_pages, std::uint64_t ready_pages) {
+  ready_pages = std::min(ready_pages, num_pages);
+  if (ready_pages > 0) Insert(0, ready_pages);
 }
 
 void PagePool::Insert(std::uint64_t first, std::uint64_t count) {

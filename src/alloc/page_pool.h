@@ -20,7 +20,9 @@ namespace lmcache::alloc {
 
 class PagePool {
  public:
-  explicit PagePool(std::uint64_t num_pages);
+  // Pages [0, ready_pages) are free at once; the rest join with Give() as
+  // they become usable (the pool's pages are pre-faulted in the background).
+  PagePool(std::uint64_t num_pages, std::uint64_t ready_pages);
 
   // First page of a run of `count` pages, or nullopt when no run is that long.
   std::optional<std::uint64_t> Take(std::uint64_t count);

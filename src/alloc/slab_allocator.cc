@@ -32,17 +32,48 @@ Status ValidateConfig(std::span<std::byte> span, const SlabAllocatorConfig& c) {
 }  // namespace
 
 Result<std::unique_ptr<SlabAllocator>> SlabAllocator::Create(std::span<std::byte> span,
-                                                             const SlabAllocatorConfig& config) {
+                                                             const SlabAllocatorConfig& config,
+                                                             std::uint64_t ready_bytes) {
   LMC_RETURN_IF_ERROR(ValidateConfig(span, config));
-  return std::unique_ptr<SlabAllocator>(new SlabAllocator(span, config));
+  return std::unique_ptr<SlabAllocator>(
+      new SlabAllocator(span, config, ready_bytes / config.page_bytes));
 }
 
-SlabAllocator::SlabAllocator(std::span<std::byte> span, const SlabAllocatorConfig& config)
+SlabAllocator::SlabAllocator(std::span<std::byte> span, const SlabAllocatorConfig& config,
+                             std::uint64_t ready_pages)
     : span_(span),
       config_(config),
       num_pages_(span.size() / config.page_bytes),
-      pool_(num_pages_),
+      pool_(num_pages_, ready_pages),
+      ready_pages_(std::min(ready_pages, num_pages_)),
       page_to_slab_(num_pages_, 0) {}
+
+void SlabAllocator::MakeReady(std::uint64_t bytes) {
+  const std::uint64_t pages = std::min(bytes / config_.page_bytes, num_pages_);
+  {
+    MutexLock lock(&mu_);
+    if (pages <= ready_pages_) return;
+    pool_.Give(ready_pages_, pages - ready_pages_);
+    ready_pages_ = pages;
+  }
+  ready_grew_.NotifyAll();
+}
+
+bool SlabAllocator::WaitReadyBeyond(std::uint64_t seen, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(&mu_);
+  while (ready_pages_ * config_.page_bytes <= seen && ready_pages_ < num_pages_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    ready_grew_.WaitFor(&lock, deadline - now);
+  }
+  return ready_pages_ * config_.page_bytes > seen;
+}
+
+std::uint64_t SlabAllocator::ready_bytes() const {
+  MutexLock lock(&mu_);
+  return ready_pages_ * config_.page_bytes;
+}
 
 std::uint64_t SlabAllocator::AlignedSize(std::uint64_t size) const {
   return RoundUp(std::max<std::uint64_t>(size, 1), config_.align_bytes);
@@ -262,7 +293,8 @@ AllocatorStats SlabAllocator::Stats() const {
   stats.used_bytes = used_bytes_;
   stats.free_bytes = stats.capacity_bytes - used_bytes_;
   stats.pool_free_bytes = pool_.free_pages() * config_.page_bytes;
-  stats.slab_slack_bytes = stats.free_bytes - stats.pool_free_bytes;
+  stats.unready_bytes = (num_pages_ - ready_pages_) * config_.page_bytes;
+  stats.slab_slack_bytes = stats.free_bytes - stats.pool_free_bytes - stats.unready_bytes;
   stats.largest_free_run_bytes = pool_.largest_run() * config_.page_bytes;
   stats.largest_allocatable_bytes = stats.largest_free_run_bytes;
   stats.fragmentation = stats.pool_free_bytes == 0

@@ -16,6 +16,7 @@
 // nothing while holding its mutex.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -61,7 +62,8 @@ struct AllocatorStats {
   std::uint64_t capacity_bytes = 0;    // whole pages under management
   std::uint64_t used_bytes = 0;        // sum of the aligned sizes of live objects
   std::uint64_t free_bytes = 0;        // capacity - used
-  std::uint64_t pool_free_bytes = 0;   // pages in no slab
+  std::uint64_t pool_free_bytes = 0;   // usable pages in no slab
+  std::uint64_t unready_bytes = 0;     // pages not yet usable (pre-faulting)
   std::uint64_t slab_slack_bytes = 0;  // free slots and tails inside slabs
   std::uint64_t largest_free_run_bytes = 0;
   // Largest object that one Allocate() is sure to satisfy now: a free pool run,
@@ -78,8 +80,19 @@ struct AllocatorStats {
 class SlabAllocator {
  public:
   // `span` must be aligned to config.align_bytes. Fails on an invalid config.
-  static Result<std::unique_ptr<SlabAllocator>> Create(std::span<std::byte> span,
-                                                       const SlabAllocatorConfig& config);
+  // Only the first `ready_bytes` of the span are handed out until MakeReady()
+  // says more are (a pool pre-faulted in the background never hands out a
+  // page nobody touched: a first-touch copy runs at a few hundred MB/s).
+  static Result<std::unique_ptr<SlabAllocator>> Create(
+      std::span<std::byte> span, const SlabAllocatorConfig& config,
+      std::uint64_t ready_bytes = static_cast<std::uint64_t>(-1));
+
+  // The pages below `bytes` (rounded down to whole pages) may be handed out.
+  void MakeReady(std::uint64_t bytes) LMC_EXCLUDES(mu_);
+  std::uint64_t ready_bytes() const LMC_EXCLUDES(mu_);
+  // Waits up to `timeout` for ready_bytes() to exceed `seen`; false when it
+  // did not (or everything already is ready).
+  bool WaitReadyBeyond(std::uint64_t seen, std::chrono::milliseconds timeout) LMC_EXCLUDES(mu_);
 
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
@@ -128,7 +141,8 @@ class SlabAllocator {
     bool live = false;
   };
 
-  SlabAllocator(std::span<std::byte> span, const SlabAllocatorConfig& config);
+  SlabAllocator(std::span<std::byte> span, const SlabAllocatorConfig& config,
+                std::uint64_t ready_pages);
 
   Result<std::uint32_t> ClassForLocked(std::uint64_t object_bytes) LMC_REQUIRES(mu_);
   void MaybeRetireClassLocked(std::uint32_t class_id) LMC_REQUIRES(mu_);
@@ -147,6 +161,8 @@ class SlabAllocator {
 
   mutable Mutex mu_;
   PagePool pool_ LMC_GUARDED_BY(mu_);
+  std::uint64_t ready_pages_ LMC_GUARDED_BY(mu_);
+  CondVar ready_grew_;
   std::vector<std::uint32_t> page_to_slab_ LMC_GUARDED_BY(mu_);  // slab id + 1; 0 = free page
   std::vector<Slab> slabs_ LMC_GUARDED_BY(mu_);
   std::vector<std::uint32_t> unused_slab_ids_ LMC_GUARDED_BY(mu_);

@@ -174,20 +174,28 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Attach(const std::string& name,
   return std::unique_ptr<ShmSegment>(new ShmSegment(name, std::move(fd), base, actual, false));
 }
 
-PrefaultReport ShmSegment::Prefault(unsigned threads) const {
+void ShmSegment::PrefaultRange(std::uint64_t offset, std::uint64_t length,
+                               unsigned threads) const {
+  if (offset >= size_) return;
+  length = std::min(length, size_ - offset);
   const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   const std::size_t grain = 64 * kMiB;  // per-thread step; a multiple of any page size
+  std::byte* const first = base_ + offset;
+  ParallelFor(static_cast<std::size_t>(length), grain, threads == 0 ? HardwareThreads() : threads,
+              [first, page](std::size_t begin, std::size_t end) {
+                // MADV_POPULATE_WRITE (Linux 5.14+) faults the range in one call;
+                // older kernels get a write of each page's own first byte.
+                if (madvise(first + begin, end - begin, MADV_POPULATE_WRITE) == 0) return;
+                auto* bytes = reinterpret_cast<volatile std::byte*>(first);
+                for (std::size_t off = begin; off < end; off += page) bytes[off] = bytes[off];
+              });
+}
+
+PrefaultReport ShmSegment::Prefault(unsigned threads) const {
   PrefaultReport report;
   report.threads = threads == 0 ? HardwareThreads() : threads;
   const auto start = std::chrono::steady_clock::now();
-  ParallelFor(static_cast<std::size_t>(size_), grain, report.threads,
-              [this, page](std::size_t begin, std::size_t end) {
-                // MADV_POPULATE_WRITE (Linux 5.14+) faults the range in one call;
-                // older kernels get a write of each page's own first byte.
-                if (madvise(base_ + begin, end - begin, MADV_POPULATE_WRITE) == 0) return;
-                auto* bytes = reinterpret_cast<volatile std::byte*>(base_);
-                for (std::size_t off = begin; off < end; off += page) bytes[off] = bytes[off];
-              });
+  PrefaultRange(0, size_, report.threads);
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   report.gib_per_second =
       report.seconds > 0 ? static_cast<double>(size_) / static_cast<double>(kGiB) / report.seconds

@@ -63,6 +63,8 @@ class ShmSegment {
   // other process writes the segment: at server startup, or before a client
   // starts copying).
   PrefaultReport Prefault(unsigned threads) const;
+  // Faults [offset, offset + length) in, on `threads` threads (0 = one per core).
+  void PrefaultRange(std::uint64_t offset, std::uint64_t length, unsigned threads) const;
 
   // Removes the name (owner only; idempotent). The mapping stays valid.
   Status Unlink();

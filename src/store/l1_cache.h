@@ -3,15 +3,23 @@
 //
 // Create() fails fast (never falls back) when the segment cannot be made: a
 // short /dev/shm is reported with the sizes and the fix. The segment is
-// pre-faulted before Create() returns, so no request pays page faults, and it
-// is unlinked when the L1Cache is destroyed.
+// pre-faulted in the background (or, with background_prefault off, before
+// Create() returns): the allocator hands out only pages already faulted in,
+// in address order as the prefaulter advances, so the server serves at once
+// whatever the pool size and no store ever copies into an untouched page (a
+// store that finds no faulted page free waits for the next ones). The
+// segment is unlinked when the L1Cache is destroyed.
 //
 // Thread-safety: after Create() the components are internally synchronised;
-// Create() and destruction belong to the controlling (main) thread.
+// prefault() may be read from any thread; Create() and destruction belong to
+// the controlling (main) thread.
 #pragma once
 
 #include <cstdint>
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <string>
 
 #include "alloc/slab_allocator.h"
@@ -36,6 +44,9 @@ struct L1Config {
   // False: the evictor's thread never runs (tests that evict explicitly);
   // admissions over the trigger then nudge nothing.
   bool background_eviction = true;
+  // False: the whole pool is pre-faulted before Create() returns.
+  bool background_prefault = true;
+  std::uint64_t prefault_step_bytes = 256ull << 20;  // made usable step by step
   std::string shm_dir = "/dev/shm";
 };
 
@@ -53,7 +64,16 @@ class L1Cache {
   ObjectTable& table() { return *table_; }
   Evictor& evictor() { return *evictor_; }
   FlowStats flow() const { return flow_.Snapshot(); }
-  const shm::PrefaultReport& prefault_report() const { return prefault_; }
+  // How far pre-faulting got: `ready_bytes` of `total_bytes` are usable.
+  struct PrefaultProgress {
+    std::uint64_t ready_bytes = 0;
+    std::uint64_t total_bytes = 0;
+    bool done = false;
+    double seconds = 0;  // so far, or in all once done
+  };
+  PrefaultProgress prefault() const;
+  // Waits until the pool is pre-faulted, up to `timeout`; true when it is.
+  bool WaitPrefaulted(std::chrono::milliseconds timeout) const;
 
  private:
   L1Cache() = default;
@@ -64,7 +84,14 @@ class L1Cache {
   FlowCounters flow_;  // declared before the table, so it outlives it
   std::unique_ptr<ObjectTable> table_;
   std::unique_ptr<Evictor> evictor_;
-  shm::PrefaultReport prefault_;
+  // The background prefaulter (Prefault steps, then MakeReady).
+  void PrefaultInBackground(unsigned threads, std::uint64_t step);
+  std::thread prefaulter_;
+  std::atomic<bool> stop_prefault_{false};
+  std::atomic<std::uint64_t> prefaulted_bytes_{0};
+  std::atomic<bool> prefault_done_{false};
+  std::atomic<double> prefault_seconds_{0};
+  std::chrono::steady_clock::time_point prefault_started_;
 };
 
 }  // namespace lmcache::store

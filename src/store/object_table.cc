@@ -79,6 +79,15 @@ Status ObjectTable::ValidateKeys(std::span<const ObjectKey> keys, bool require_d
 Result<std::vector<Offset>> ObjectTable::AllocateWithEviction(std::uint64_t size, std::size_t count,
                                                               AllocationMode mode) {
   auto batch = allocator_->AllocateBatch(size, count);
+  // A pool still being pre-faulted gets fresh pages soon: wait for them
+  // rather than evict what is cached or refuse the store.
+  const auto deadline = std::chrono::steady_clock::now() + config_.prefault_wait;
+  while (!batch.ok() && batch.status().code() == ErrorCode::kOutOfMemory) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0 || !allocator_->WaitReadyBeyond(allocator_->ready_bytes(), left)) break;
+    batch = allocator_->AllocateBatch(size, count);
+  }
   if (batch.ok() || batch.status().code() != ErrorCode::kOutOfMemory) return batch;
   if (config_.on_demand_eviction && allocator_->AlignedSize(size) <= allocator_->capacity_bytes()) {
     const std::uint64_t wanted = allocator_->AlignedSize(size) * count;

@@ -31,6 +31,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -59,6 +60,9 @@ struct ObjectTableConfig {
   TimeMs read_ttl_ms = 300'000;    // --l1-read-ttl-seconds (300 s)
   std::uint32_t num_shards = 64;   // > 0
   bool on_demand_eviction = true;  // evict LRU objects when a reservation cannot allocate
+  // While the pool is still being pre-faulted, a reservation that finds no
+  // memory waits up to this long for fresh pages before it evicts or fails.
+  std::chrono::milliseconds prefault_wait{30'000};
 };
 
 // How ReserveWrite allocates the keys that need memory.

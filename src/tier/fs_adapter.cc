@@ -170,20 +170,34 @@ void FsAdapter::NoteFailure(int error, const std::string& what) {
   }
 }
 
+// A batch is written in two passes: every object to its temporary file, then
+// each file synced and renamed. The syncs of a batch then find most of its
+// writes already on their way to the disk, instead of one write waiting for
+// the previous one's sync.
 std::vector<Status> FsAdapter::Store(std::span<const L2Write> objects) {
-  std::vector<Status> results;
-  results.reserve(objects.size());
-  for (const L2Write& object : objects) {
-    Status s = StoreOne(object);
-    if (!s.ok()) counters_.store_failures.fetch_add(1, std::memory_order_relaxed);
-    results.push_back(std::move(s));
+  std::vector<Status> results(objects.size());
+  std::vector<PendingFile> pending(objects.size());
+  for (std::size_t i = 0; i < objects.size(); ++i) results[i] = WriteTemporary(objects[i], &pending[i]);
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    if (results[i].ok() && pending[i].fd.valid()) results[i] = Publish(objects[i], &pending[i]);
+    if (!results[i].ok()) counters_.store_failures.fetch_add(1, std::memory_order_relaxed);
   }
   return results;
 }
 
-Status FsAdapter::StoreOne(const L2Write& object) {
+Status FsAdapter::Fail(int error, std::string what, PendingFile* file) {
+  what += std::string(": ") + std::strerror(error);
+  NoteFailure(error, what);
+  file->fd.Reset();
+  if (!file->tmp.empty()) ::unlink(file->tmp.c_str());
+  index_.Unreserve(file->file_bytes);
+  file->file_bytes = 0;
+  return Status(ErrorCode::kIoError, "L2 fs: " + what);
+}
+
+Status FsAdapter::WriteTemporary(const L2Write& object, PendingFile* file) {
   const store::ObjectKey& key = *object.key;
-  if (index_.Contains(key)) return Status::Ok();
+  if (index_.Contains(key)) return Status::Ok();  // held already: nothing to write
   const std::string header = EncodeObjectHeader(
       key, object.bytes, config_.use_odirect ? kDirectIoAlign : kPlainHeaderAlign);
   const std::uint64_t file_bytes = header.size() + object.bytes.size();
@@ -199,52 +213,56 @@ Status FsAdapter::StoreOne(const L2Write& object) {
                   "L2 fs: max_size_gb cannot hold " + std::to_string(file_bytes) +
                       " more bytes (what it holds is pinned by loads in flight)");
   }
-  const fs::path tmp = tmp_dir_ / (std::to_string(::getpid()) + "-" +
-                                   std::to_string(next_tmp_.fetch_add(1)) + ".tmp");
-  int error = WriteFile(tmp, object, header);
+  file->file_bytes = file_bytes;
+  file->tmp = tmp_dir_ / (std::to_string(::getpid()) + "-" +
+                          std::to_string(next_tmp_.fetch_add(1)) + ".tmp");
+  int error = WriteFile(object, header, file);
   if (error == ENOENT) {
     // The directory went away under us: recreate it once and try again.
     std::error_code ignored;
     fs::create_directories(tmp_dir_, ignored);
-    error = WriteFile(tmp, object, header);
+    error = WriteFile(object, header, file);
   }
-  std::string what = "write " + tmp.string();
-  if (error == 0 && ::rename(tmp.c_str(), PathOf(key).c_str()) != 0) {
-    error = errno;
-    what = "rename into " + config_.base_path.string();
+  if (error != 0) return Fail(error, "write " + file->tmp.string(), file);
+  return Status::Ok();
+}
+
+Status FsAdapter::Publish(const L2Write& object, PendingFile* file) {
+  if (config_.fsync && ::fdatasync(file->fd.get()) != 0) {
+    const int error = errno;
+    return Fail(error, "sync " + file->tmp.string(), file);
   }
-  if (error != 0) {
-    what += std::string(": ") + std::strerror(error);
-    NoteFailure(error, what);
-    ::unlink(tmp.c_str());
-    index_.Unreserve(file_bytes);
-    return Status(ErrorCode::kIoError, "L2 fs: " + what);
+  file->fd.Reset();
+  if (::rename(file->tmp.c_str(), PathOf(*object.key).c_str()) != 0) {
+    const int error = errno;
+    return Fail(error, "rename into " + config_.base_path.string(), file);
   }
-  index_.Commit(key, file_bytes);
+  index_.Commit(*object.key, file->file_bytes);
   counters_.stored_objects.fetch_add(1, std::memory_order_relaxed);
   counters_.stored_bytes.fetch_add(object.bytes.size(), std::memory_order_relaxed);
   condition_.Ok();
   return Status::Ok();
 }
 
-int FsAdapter::WriteFile(const fs::path& tmp, const L2Write& object, const std::string& header) {
+int FsAdapter::WriteFile(const L2Write& object, const std::string& header, PendingFile* file) {
   const bool direct = config_.use_odirect && header.size() % kDirectIoAlign == 0 &&
                       Aligned(object.bytes.data(), object.bytes.size());
-  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
-                     0600));
-  if (!fd.valid()) return errno;
+  file->fd = UniqueFd(::open(file->tmp.c_str(),
+                             O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (direct ? O_DIRECT : 0),
+                             0600));
+  if (!file->fd.valid()) return errno;
   bool ok = false;
   if (direct) {
     AlignedBuffer aligned_header(header.size());
     std::memcpy(aligned_header.data, header.data(), header.size());
-    ok = WriteAll(fd.get(), aligned_header.data, header.size(), 0);
+    ok = WriteAll(file->fd.get(), aligned_header.data, header.size(), 0);
   } else {
-    ok = WriteAll(fd.get(), reinterpret_cast<const std::byte*>(header.data()), header.size(), 0);
+    ok = WriteAll(file->fd.get(), reinterpret_cast<const std::byte*>(header.data()),
+                  header.size(), 0);
   }
-  ok = ok && WriteAll(fd.get(), object.bytes.data(), object.bytes.size(),
+  ok = ok && WriteAll(file->fd.get(), object.bytes.data(), object.bytes.size(),
                       static_cast<off_t>(header.size()));
-  if (ok && config_.fsync) ok = ::fdatasync(fd.get()) == 0;
-  return ok ? 0 : errno;  // read before the descriptor is closed
+  return ok ? 0 : errno;
 }
 
 std::vector<bool> FsAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {

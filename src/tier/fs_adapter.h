@@ -30,6 +30,7 @@
 
 #include "common/condition_log.h"
 #include "common/logging.h"
+#include "common/unique_fd.h"
 #include "tier/l2_adapter.h"
 #include "tier/l2_index.h"
 
@@ -67,9 +68,18 @@ class FsAdapter final : public L2Adapter {
  private:
   explicit FsAdapter(const FsAdapterConfig& config);
   Status Rebuild();
-  Status StoreOne(const L2Write& object);
-  // Writes and syncs the temporary file; 0 or the errno of what failed.
-  int WriteFile(const std::filesystem::path& tmp, const L2Write& object, const std::string& header);
+  // An object written to its temporary file, not yet synced and renamed.
+  struct PendingFile {
+    std::filesystem::path tmp;
+    UniqueFd fd;
+    std::uint64_t file_bytes = 0;  // reserved in the index
+  };
+  Status WriteTemporary(const L2Write& object, PendingFile* file);
+  Status Publish(const L2Write& object, PendingFile* file);
+  // Writes header and payload to file->tmp; 0 or the errno of what failed.
+  int WriteFile(const L2Write& object, const std::string& header, PendingFile* file);
+  // Counts and logs a failed write, removes its file, gives its space back.
+  Status Fail(int error, std::string what, PendingFile* file);
   L2LoadOutcome LoadOne(const L2Read& read);
   // Deletes the object's file and forgets it.
   void Remove(const store::ObjectKey& key);

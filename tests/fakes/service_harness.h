@@ -87,6 +87,7 @@ class ServiceHarness {
     l1.table.on_demand_eviction = on_demand_eviction;
     // No background passes: tests evict explicitly (or on demand), never by timing.
     l1.background_eviction = false;
+    l1.background_prefault = false;  // every page usable when the test starts
     cache_ = std::move(store::L1Cache::Create(l1, &clock_, std::move(policy))).value();
     service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher);
   }

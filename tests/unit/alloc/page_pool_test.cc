@@ -6,7 +6,7 @@ namespace lmcache::alloc {
 namespace {
 
 TEST(PagePool, TakesBestFitAndCoalescesOnGive) {
-  PagePool pool(100);
+  PagePool pool(100, 100);
   EXPECT_EQ(pool.free_pages(), 100u);
   auto a = pool.Take(10);
   auto b = pool.Take(20);
@@ -29,7 +29,7 @@ TEST(PagePool, TakesBestFitAndCoalescesOnGive) {
 }
 
 TEST(PagePool, RefusesRunsLongerThanAnyFreeRun) {
-  PagePool pool(8);
+  PagePool pool(8, 8);
   auto a = pool.Take(3);
   auto b = pool.Take(2);
   ASSERT_TRUE(a && b);
@@ -38,6 +38,19 @@ TEST(PagePool, RefusesRunsLongerThanAnyFreeRun) {
   EXPECT_FALSE(pool.Take(4));
   EXPECT_FALSE(pool.Take(0));
   EXPECT_TRUE(pool.Take(3));
+}
+
+TEST(PagePool, OnlyReadyPagesAreHandedOutUntilTheRestIsGiven) {
+  PagePool pool(10, 4);
+  EXPECT_EQ(pool.free_pages(), 4u);
+  EXPECT_FALSE(pool.Take(5));
+  auto a = pool.Take(4);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(*a, 0u);
+  pool.Give(4, 6);  // pre-faulted now
+  auto b = pool.Take(6);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(*b, 4u);
 }
 
 }  // namespace

@@ -194,6 +194,30 @@ TEST_F(SlabAllocatorTest, ZeroSizeAndOversizedRequestsFail) {
   EXPECT_TRUE(none->empty());
 }
 
+TEST_F(SlabAllocatorTest, OnlyReadyPagesAreHandedOutAndMakeReadyAddsTheRest) {
+  testing::AlignedBuffer buffer(16 * kMiB);
+  SlabAllocatorConfig config;
+  config.slab_target_bytes = 2 * kMiB;
+  auto allocator = std::move(SlabAllocator::Create(buffer.span(), config, 4 * kMiB)).value();
+  EXPECT_EQ(allocator->capacity_bytes(), 16 * kMiB);
+  EXPECT_EQ(allocator->ready_bytes(), 4 * kMiB);
+  EXPECT_EQ(allocator->Stats().unready_bytes, 12 * kMiB);
+  auto first = allocator->AllocateBatch(kMiB, 4);
+  ASSERT_TRUE(first.ok());
+  for (const Offset o : *first) EXPECT_LT(o, 4 * kMiB);  // never an untouched page
+  EXPECT_EQ(allocator->Allocate(kMiB).status().code(), ErrorCode::kOutOfMemory);
+  allocator->MakeReady(9 * kMiB);  // whole pages only: 8 MiB
+  EXPECT_EQ(allocator->ready_bytes(), 8 * kMiB);
+  auto more = allocator->AllocateBatch(kMiB, 4);
+  ASSERT_TRUE(more.ok());
+  for (const Offset o : *more) EXPECT_LT(o, 8 * kMiB);
+  allocator->MakeReady(2 * kMiB);  // never shrinks
+  EXPECT_EQ(allocator->ready_bytes(), 8 * kMiB);
+  allocator->MakeReady(16 * kMiB);
+  EXPECT_EQ(allocator->Stats().unready_bytes, 0u);
+  EXPECT_TRUE(allocator->AllocateBatch(kMiB, 8).ok());
+}
+
 TEST_F(SlabAllocatorTest, RandomWorkloadKeepsAccountingExact) {
   auto a = Make(128 * kMiB);
   std::mt19937 rng(42);

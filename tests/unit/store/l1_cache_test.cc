@@ -51,7 +51,8 @@ TEST_F(L1CacheTest, BuildsAWorkingTierAndRemovesItsSegmentWhenDestroyed) {
     EXPECT_TRUE(SegmentExists());
     EXPECT_EQ((*cache)->segment().size(), 16 * kMiB);
     EXPECT_EQ((*cache)->allocator().capacity_bytes(), 16 * kMiB);
-    EXPECT_EQ((*cache)->prefault_report().threads, 1u);
+    ASSERT_TRUE((*cache)->WaitPrefaulted(std::chrono::seconds(30)));
+    EXPECT_EQ((*cache)->prefault().ready_bytes, 16 * kMiB);
     Store(**cache, 0, 3);
     EXPECT_EQ((*cache)->table().Stats().resident_objects, 3u);
     EXPECT_EQ((*cache)->flow().admitted_objects, 3u);  // the flow counters listen
@@ -60,8 +61,35 @@ TEST_F(L1CacheTest, BuildsAWorkingTierAndRemovesItsSegmentWhenDestroyed) {
   EXPECT_FALSE(SegmentExists());
 }
 
+TEST_F(L1CacheTest, PrefaultsInTheBackgroundAndHandsOutOnlyFaultedPages) {
+  config_.size_bytes = 64 * kMiB;
+  config_.prefault_step_bytes = 8 * kMiB;
+  auto cache = L1Cache::Create(config_, &clock_);
+  ASSERT_TRUE(cache.ok());
+  // Whatever was faulted when a store ran, the store got pages below it.
+  auto lease = (*cache)->table().ReserveWrite(testing::KeysN(0, 40), kMiB, Owner::Instance(1),
+                                              AllocationMode::kAllOrNothing);
+  ASSERT_TRUE(lease.ok());
+  EXPECT_EQ(lease->reserved, 40u);  // it waited for pages rather than fail
+  ASSERT_TRUE((*cache)->WaitPrefaulted(std::chrono::seconds(30)));
+  const L1Cache::PrefaultProgress done = (*cache)->prefault();
+  EXPECT_TRUE(done.done);
+  EXPECT_EQ(done.ready_bytes, done.total_bytes);
+  EXPECT_EQ((*cache)->allocator().Stats().unready_bytes, 0u);
+  (*cache)->table().AbortWrite(lease->lease);
+}
+
+TEST_F(L1CacheTest, WithoutBackgroundPrefaultEveryPageIsUsableAtOnce) {
+  config_.background_prefault = false;
+  auto cache = L1Cache::Create(config_, &clock_);
+  ASSERT_TRUE(cache.ok());
+  EXPECT_TRUE((*cache)->prefault().done);
+  EXPECT_EQ((*cache)->allocator().ready_bytes(), 16 * kMiB);
+}
+
 TEST_F(L1CacheTest, TheEvictorListensAndRunsWhenAnAdmissionCrossesTheTrigger) {
   config_.evictor.interval_ms = 3'600'000;  // only a nudge can run a pass here
+  config_.background_prefault = false;
   auto cache = L1Cache::Create(config_, &clock_);
   ASSERT_TRUE(cache.ok());
   Store(**cache, 0, 14);  // 87.5 % of 16 MiB
@@ -75,6 +103,7 @@ TEST_F(L1CacheTest, TheEvictorListensAndRunsWhenAnAdmissionCrossesTheTrigger) {
 
 TEST_F(L1CacheTest, WithoutBackgroundEvictionNothingIsEvictedBehindTheCallersBack) {
   config_.background_eviction = false;
+  config_.background_prefault = false;
   auto cache = L1Cache::Create(config_, &clock_);
   ASSERT_TRUE(cache.ok());
   Store(**cache, 0, 15);
