@@ -6,6 +6,10 @@ find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(cppzmq REQUIRED)
 find_package(nlohmann_json REQUIRED)  # nlohmann-json3-dev: --l2-adapter JSON, HTTP replies
+# libcpp-httplib-dev: the HTTP endpoint. Debian ships it compiled (a shared
+# library with its OpenSSL/zlib/brotli options), found through pkg-config.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 # Debian 12's libmsgpack-cxx-dev ships its config as "msgpack" (target msgpackc-cxx).
 find_package(msgpack REQUIRED CONFIG PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/msgpackc-cxx)
 if(LMC_BUILD_TESTS)

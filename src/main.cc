@@ -1,13 +1,19 @@
 // lmcache-server: parse flags, bind the endpoints (before touching any pool
-// segment, so a duplicate start harms nothing), build the L1 cache and the
-// service, serve until SIGINT/SIGTERM, then shut down in order (the pool
-// segment is unlinked on the way out).
+// segment, so a duplicate start harms nothing), build the L1 cache, the L2
+// tier and the service, serve ZMQ and HTTP until a signal, then shut down in
+// order (the pool segment is unlinked on the way out).
+//
+// Signals: SIGTERM drains (health 503, new registrations refused, registered
+// workers served until they leave or --drain-timeout-seconds passes, queued
+// writes to L2 flushed), then exits 0; a second SIGTERM or a SIGINT exits at
+// once; SIGHUP reopens the log file.
 #include <signal.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <thread>
@@ -16,6 +22,8 @@
 #include "common/logging.h"
 #include "common/system_info.h"
 #include "common/version.h"
+#include "ops/health.h"
+#include "ops/http_server.h"
 #include "server/config.h"
 #include "server/router_loop.h"
 #include "server/service.h"
@@ -24,13 +32,16 @@
 
 namespace {
 
-// Blocks the shutdown signals in this thread before any other starts, so every
-// thread inherits the mask and the main thread alone receives them in sigwait.
-sigset_t BlockShutdownSignals() {
+using lmcache::TimeMs;
+
+// Blocks the signals main handles in this thread before any other starts, so
+// every thread inherits the mask and the main thread alone receives them.
+sigset_t BlockHandledSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
 }
@@ -39,6 +50,61 @@ std::string Join(const std::vector<std::string>& items) {
   std::string out;
   for (const std::string& item : items) out += (out.empty() ? "" : " ") + item;
   return out;
+}
+
+// The next handled signal within `timeout` (0 = none); SIGHUP is handled here.
+int NextSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
+  const timespec wait{static_cast<time_t>(timeout.count() / 1000),
+                      static_cast<long>((timeout.count() % 1000) * 1'000'000)};
+  const int signal_number = sigtimedwait(&signals, nullptr, &wait);
+  if (signal_number != SIGHUP) return signal_number > 0 ? signal_number : 0;
+  if (auto reopened = lmcache::ReopenLogFile(); !reopened.ok()) {
+    spdlog::error("SIGHUP: {}", reopened.message());
+  } else {
+    spdlog::info("SIGHUP: log file reopened");
+  }
+  return 0;
+}
+
+// Waits for the first SIGTERM or SIGINT; returns it.
+int WaitForShutdown(const sigset_t& signals) {
+  while (true) {
+    if (const int s = NextSignal(signals, std::chrono::milliseconds(1000)); s != 0) return s;
+  }
+}
+
+// The drain after a SIGTERM: returns when the workers left and the queues are
+// empty, the timeout passed, or another signal asks to exit at once.
+void Drain(const sigset_t& signals, lmcache::server::Service& service,
+           lmcache::tier::L2Tier* l2, double timeout_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000));
+  while (std::chrono::steady_clock::now() < deadline) {
+    const lmcache::server::StatsSnapshot s = service.Snapshot();
+    const bool l2_idle = l2 == nullptr || (s.l2->store.queued_objects == 0 && s.l2->store.in_flight == 0);
+    if (s.instances.instances == 0 && s.transport.queued_requests == 0 && l2_idle) {
+      spdlog::info("drained: no registered worker, nothing queued");
+      return;
+    }
+    if (const int again = NextSignal(signals, std::chrono::milliseconds(200)); again != 0) {
+      spdlog::warn("{} during the drain: exiting now", again == SIGINT ? "SIGINT" : "SIGTERM");
+      return;
+    }
+  }
+  spdlog::warn("drain timeout ({} s) passed with {} workers still registered; exiting",
+               timeout_seconds, service.instances().size());
+}
+
+void WatchLoops(lmcache::ops::Health& health, lmcache::server::RouterLoop* router,
+                lmcache::store::L1Cache& l1, lmcache::server::Service& service) {
+  health.Watch("the request loop", [router] { return router->last_heartbeat_ms(); }, 10'000);
+  const lmcache::store::EvictorStats evictor = l1.evictor().Stats();
+  const TimeMs evictor_silence = std::max<TimeMs>(30'000, 10 * evictor.interval_ms);
+  health.Watch("the evictor", [&l1] { return l1.evictor().Stats().last_run_ms; }, evictor_silence);
+  const TimeMs maintenance_silence =
+      std::max<TimeMs>(60'000, 10 * static_cast<TimeMs>(service.maintenance().period().count()));
+  health.Watch("the maintenance thread", [&service] { return service.maintenance().last_run_ms(); },
+               maintenance_silence);
 }
 
 }  // namespace
@@ -51,7 +117,11 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("lmcache-server ") + lmcache::kVersion);
   CLI11_PARSE(app, argc, argv);
 
-  if (auto status = lmcache::InitLogging(config.log_level); !status.ok()) {
+  lmcache::LogOptions log;
+  log.level = config.log_level;
+  log.file = config.log_file;
+  if (auto format = lmcache::ParseLogFormat(config.log_format); format.ok()) log.format = *format;
+  if (auto status = lmcache::InitLogging(log); !status.ok()) {
     std::fprintf(stderr, "lmcache-server: %s\n", status.message().c_str());
     return 2;
   }
@@ -60,7 +130,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   for (const std::string& notice : config.notices) spdlog::warn("{}", notice);
-  const sigset_t shutdown_signals = BlockShutdownSignals();
+  const sigset_t signals = BlockHandledSignals();
   const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
 
   // Endpoints first: a second server refused here has touched nothing.
@@ -92,17 +162,56 @@ int main(int argc, char** argv) {
   lmcache::server::RouterLoop* router = loop->get();
   service.SetTransportStatsSource([router] { return router->Stats(); });
   if (l2) service.SetL2StatsSource([tier = l2.get()] { return tier->Stats(); });
+
+  lmcache::ops::Health health(&clock);
+  WatchLoops(health, router, **cache, service);
+  if (config.ready_prefault_fraction > 0) {
+    health.Require([&cache, fraction = config.ready_prefault_fraction]()
+                       -> std::optional<std::string> {
+      const auto p = (*cache)->prefault();
+      const double done = p.total_bytes ? static_cast<double>(p.ready_bytes) /
+                                              static_cast<double>(p.total_bytes)
+                                        : 1;
+      if (p.done || done >= fraction) return std::nullopt;
+      return "pre-faulting the pool: " + std::to_string(static_cast<int>(done * 100)) + "% of " +
+             std::to_string(static_cast<int>(fraction * 100)) + "% needed";
+    });
+  }
+  std::unique_ptr<lmcache::ops::HttpServer> http;
+  if (config.http_port != 0) {
+    lmcache::ops::HttpConfig http_config;
+    http_config.host = config.http_host;
+    http_config.port = config.http_port;
+    http_config.read_only = config.http_read_only;
+    auto started = lmcache::ops::HttpServer::Start(http_config, &service, &health);
+    if (!started.ok()) {
+      spdlog::critical("cannot start: {}", started.status().message());
+      return 1;
+    }
+    http = std::move(started).value();
+  }
+
   service.StartMaintenance();
   std::thread loop_thread([router, &service] { router->Run(&service); });
+  health.SetPhase(lmcache::ops::Phase::kServing);
   spdlog::info(
-      "lmcache-server ready: serving {} | L1 pool {} ({} bytes) | chunk {} tokens | "
+      "lmcache-server ready: serving {}{} | L1 pool {} ({} bytes) | chunk {} tokens | "
       "boot id {} | pid {}",
-      Join((*loop)->endpoints()), config.l1.shm_name, config.l1.size_bytes, config.chunk_size,
-      service.boot_id(), getpid());
+      Join((*loop)->endpoints()),
+      http ? " | http://" + config.http_host + ":" + std::to_string(http->port()) : "",
+      config.l1.shm_name, config.l1.size_bytes, config.chunk_size, service.boot_id(), getpid());
 
-  int signal_number = 0;
-  sigwait(&shutdown_signals, &signal_number);
-  spdlog::info("received {}; shutting down", signal_number == SIGINT ? "SIGINT" : "SIGTERM");
+  const int first = WaitForShutdown(signals);
+  if (first == SIGTERM && config.drain_timeout_seconds > 0) {
+    spdlog::info("SIGTERM: draining (new registrations refused, up to {} s)",
+                 config.drain_timeout_seconds);
+    health.SetPhase(lmcache::ops::Phase::kDraining);
+    service.state().set_draining(true);
+    Drain(signals, service, l2.get(), config.drain_timeout_seconds);
+  } else {
+    spdlog::info("received {}; shutting down", first == SIGINT ? "SIGINT" : "SIGTERM");
+  }
+  health.SetPhase(lmcache::ops::Phase::kDraining);
   (*loop)->Stop();
   loop_thread.join();
   const lmcache::server::TransportStats traffic = (*loop)->Stats();
@@ -110,6 +219,7 @@ int main(int argc, char** argv) {
                "{} undeliverable",
                traffic.received, traffic.replied, traffic.refused, traffic.overloaded,
                traffic.undeliverable);
+  if (http) http->Stop();
   loop->reset();
   service.StopMaintenance();
   if (l2) l2->Stop();  // no lock of the L2 tier outlives it

@@ -62,12 +62,20 @@ void SlabAllocator::MakeReady(std::uint64_t bytes) {
 bool SlabAllocator::WaitReadyBeyond(std::uint64_t seen, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   MutexLock lock(&mu_);
-  while (ready_pages_ * config_.page_bytes <= seen && ready_pages_ < num_pages_) {
+  while (ready_pages_ * config_.page_bytes <= seen && ready_pages_ < num_pages_ && growing_) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
     ready_grew_.WaitFor(&lock, deadline - now);
   }
   return ready_pages_ * config_.page_bytes > seen;
+}
+
+void SlabAllocator::StopGrowing() {
+  {
+    MutexLock lock(&mu_);
+    growing_ = false;
+  }
+  ready_grew_.NotifyAll();
 }
 
 std::uint64_t SlabAllocator::ready_bytes() const {

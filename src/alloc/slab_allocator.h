@@ -93,6 +93,8 @@ class SlabAllocator {
   // Waits up to `timeout` for ready_bytes() to exceed `seen`; false when it
   // did not (or everything already is ready).
   bool WaitReadyBeyond(std::uint64_t seen, std::chrono::milliseconds timeout) LMC_EXCLUDES(mu_);
+  // No more pages will become ready (pre-faulting stopped short): waiters return.
+  void StopGrowing() LMC_EXCLUDES(mu_);
 
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
@@ -162,6 +164,7 @@ class SlabAllocator {
   mutable Mutex mu_;
   PagePool pool_ LMC_GUARDED_BY(mu_);
   std::uint64_t ready_pages_ LMC_GUARDED_BY(mu_);
+  bool growing_ LMC_GUARDED_BY(mu_) = true;
   CondVar ready_grew_;
   std::vector<std::uint32_t> page_to_slab_ LMC_GUARDED_BY(mu_);  // slab id + 1; 0 = free page
   std::vector<Slab> slabs_ LMC_GUARDED_BY(mu_);

@@ -1,8 +1,11 @@
 // Logging: spdlog behind one setup call, and rate limiting for repeated lines.
 //
 // Code logs through spdlog's default logger (spdlog::info(...)). InitLogging
-// installs a stderr logger with a pid/thread-aware pattern and the level given
-// by --log-level. A condition that can repeat per request (a dropped reply,
+// installs a logger writing to stderr or to a file (--log-file), as text or
+// as one JSON object per line (--log-format json, for log pipelines), at the
+// level given by --log-level. ReopenLogFile() reopens the file (SIGHUP, after
+// a log rotation); SetLogLevel() changes the level at run time (the HTTP
+// /loglevel route). A condition that can repeat per request (a dropped reply,
 // an expired lease, an L2 write failing) logs through a RateLimitedLog, so a
 // flood costs one line per interval plus a count of what was suppressed.
 // Thread-safety: InitLogging must run once at startup before other threads
@@ -23,11 +26,26 @@
 
 namespace lmcache {
 
-// Accepts trace, debug, info, warn, error, critical, off (case-insensitive).
+enum class LogFormat { kText, kJson };
+
+struct LogOptions {
+  std::string level = "info";  // trace, debug, info, warn, error, critical, off (any case)
+  LogFormat format = LogFormat::kText;
+  std::string file;  // empty: stderr
+};
+
+Status InitLogging(const LogOptions& options);
+// Shorthand for text to stderr at `level`.
 Status InitLogging(std::string_view level);
+// Reopens the log file (no-op when logging to stderr).
+Status ReopenLogFile();
+Status SetLogLevel(std::string_view level);
+std::string CurrentLogLevel();
 
 // Whether `level` is one of the names above.
 bool IsValidLogLevel(std::string_view level);
+// "text" or "json".
+Result<LogFormat> ParseLogFormat(std::string_view name);
 
 // At most one line per `interval`; the line that passes says how many were
 // suppressed since the previous one.

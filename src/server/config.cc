@@ -146,6 +146,26 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--log-level", c->log_level,
                  "Log level: trace, debug, info, warn, error, critical or off")
       ->capture_default_str();
+  app.add_option("--log-format", c->log_format,
+                 "text, or json (one object per line, for log pipelines)")
+      ->capture_default_str();
+  app.add_option("--log-file", c->log_file,
+                 "Append the log to this file instead of stderr; SIGHUP reopens it (rotation)");
+  app.add_option("--http-host", c->http_host, "Address of the HTTP endpoint (health, status, metrics)")
+      ->capture_default_str();
+  app.add_option("--http-port", c->http_port,
+                 "Port of the HTTP endpoint: /healthcheck, /status, /metrics, ...; 0 = no HTTP")
+      ->capture_default_str();
+  app.add_flag("--http-read-only", c->http_read_only,
+               "Refuse the HTTP routes that change anything (/clear-cache, PUT /loglevel)");
+  app.add_option("--drain-timeout-seconds", c->drain_timeout_seconds,
+                 "On SIGTERM, refuse new registrations and wait this long for registered workers "
+                 "to leave and queued work to finish, then exit; a second signal exits at once")
+      ->capture_default_str();
+  app.add_option("--ready-prefault-fraction", c->ready_prefault_fraction,
+                 "/healthcheck answers 503 until this fraction of the pool is pre-faulted "
+                 "(requests are served before either way); 0 = ready at once")
+      ->capture_default_str();
 }
 
 namespace {
@@ -294,6 +314,17 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   }
   if (c->l1_read_ttl_seconds <= 0) {
     return InvalidConfig("--l1-read-ttl-seconds must be > 0 (a 0 lease would expire every read)");
+  }
+  LMC_RETURN_IF_ERROR(ParseLogFormat(c->log_format).status());
+  if (c->http_port < 0 || c->http_port > 65535) {
+    return InvalidConfig("--http-port must be in [0, 65535] (0 = no HTTP), got " +
+                         std::to_string(c->http_port));
+  }
+  if (!(c->drain_timeout_seconds >= 0) || c->drain_timeout_seconds > 86400) {
+    return InvalidConfig("--drain-timeout-seconds must be in [0, 86400]");
+  }
+  if (!(c->ready_prefault_fraction >= 0 && c->ready_prefault_fraction <= 1)) {
+    return InvalidConfig("--ready-prefault-fraction must be in [0, 1]");
   }
   if (!IsValidLogLevel(c->log_level)) {
     return InvalidConfig("--log-level: unknown level '" + c->log_level + "'");

@@ -57,6 +57,14 @@ struct ServerConfig {
   bool on_demand_eviction = true;
   unsigned prefault_threads = 0;
   std::string log_level = "info";
+  std::string log_format = "text";  // text or json
+  std::string log_file;             // empty: stderr
+  // Operator surface (HTTP, drain, readiness).
+  std::string http_host = "127.0.0.1";
+  int http_port = 8080;  // 0 = no HTTP
+  bool http_read_only = false;
+  double drain_timeout_seconds = 30;
+  double ready_prefault_fraction = 0;
   std::string shm_dir = "/dev/shm";
   // L2 (reference spec 13.4, 15.3).
   std::vector<std::string> l2_adapters;  // --l2-adapter JSON, repeatable, in cascade order

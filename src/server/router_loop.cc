@@ -191,6 +191,7 @@ void RouterLoop::Run(RequestHandler* handler) {
   items.push_back({nullptr, wake_fd_.get(), ZMQ_POLLIN, 0});
   const std::size_t n = sockets_.size();
   while (!stop_.load()) {
+    heartbeat_ms_.store(SteadyClock::Instance().NowMs(), std::memory_order_relaxed);
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(1000));
     } catch (const zmq::error_t& e) {

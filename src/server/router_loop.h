@@ -37,6 +37,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/fair_queue.h"
 #include "common/mutex.h"
 #include "common/thread_pool.h"
@@ -76,6 +77,9 @@ class RouterLoop {
   // The bound endpoints (a tcp port 0 resolved to the real port).
   const std::vector<std::string>& endpoints() const { return endpoints_; }
   TransportStats Stats() const;
+  // SteadyClock time of the loop's last turn (it turns at least every second,
+  // idle or not): its heartbeat for the health watchdog. 0 before Run().
+  TimeMs last_heartbeat_ms() const { return heartbeat_ms_.load(std::memory_order_relaxed); }
 
  private:
   struct Endpoint;
@@ -114,6 +118,7 @@ class RouterLoop {
   std::atomic<std::uint64_t> overloaded_{0};
   std::atomic<std::uint64_t> connections_{0};
   std::atomic<std::uint64_t> disconnects_{0};
+  std::atomic<TimeMs> heartbeat_ms_{0};
 };
 
 }  // namespace lmcache::server

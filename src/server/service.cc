@@ -149,6 +149,7 @@ StatsSnapshot Service::Snapshot() {
   s.allocator = state.l1().allocator().Stats();
   s.table = state.table().Stats();
   s.flow = state.l1().flow();
+  s.prefault = state.l1().prefault();
   s.evictor = state.l1().evictor().Stats();
   if (transport_stats_) s.transport = transport_stats_();
   if (l2_stats_) s.l2 = l2_stats_();

@@ -79,6 +79,10 @@ class ServiceState {
   SessionManager& sessions() { return sessions_; }
   ChunkHasher& hasher() { return hasher_; }
   ServiceCounters& counters() { return counters_; }
+  // While draining (SIGTERM), new registrations are refused; registered
+  // workers are served until they leave.
+  void set_draining(bool draining) { draining_.store(draining, std::memory_order_release); }
+  bool draining() const { return draining_.load(std::memory_order_acquire); }
 
   // The key's range must be chunk-aligned and inside its tokens, its model
   // name and cache salt valid.
@@ -105,6 +109,7 @@ class ServiceState {
   const ServiceConfig config_;
   const std::string boot_id_;
   ServiceCounters counters_;
+  std::atomic<bool> draining_{false};
   InstanceRegistry instances_;
   SessionManager sessions_;
   ChunkHasher hasher_;

@@ -32,6 +32,10 @@ std::string L1Map(const StatsSnapshot& s) {
   m.Field("pool_free_bytes").Uint(s.allocator.pool_free_bytes);
   m.Field("slab_slack_bytes").Uint(s.allocator.slab_slack_bytes);
   m.Field("fragmentation").Float(s.allocator.fragmentation);
+  m.Field("unready_bytes").Uint(s.allocator.unready_bytes);
+  m.Field("prefault_ready_bytes").Uint(s.prefault.ready_bytes);
+  m.Field("prefault_done").Bool(s.prefault.done);
+  m.Field("prefault_seconds").Float(s.prefault.seconds);
   m.Field("allocations").Uint(s.allocator.allocations);
   m.Field("frees").Uint(s.allocator.frees);
   m.Field("failed_allocations").Uint(s.allocator.failed_allocations);

@@ -19,6 +19,7 @@
 #include "server/request_handler.h"
 #include "store/evictor.h"
 #include "store/flow_counters.h"
+#include "store/l1_cache.h"
 #include "store/object_table.h"
 #include "tier/l2_tier.h"
 
@@ -55,6 +56,7 @@ struct StatsSnapshot {
   std::uint64_t lookup_hit_tokens = 0;
   std::uint64_t block_allocation_reports = 0;
   std::optional<tier::L2Stats> l2;  // absent without an L2 tier
+  store::L1Cache::PrefaultProgress prefault;
 };
 
 // The `stats` reply: a msgpack map (docs/protocol.md lists its fields).

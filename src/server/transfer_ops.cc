@@ -81,6 +81,11 @@ Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
     return InvalidArgument("world_size must be in [1, 255], got " +
                            std::to_string(engine.world_size));
   }
+  if (state_->draining() && !state_->instances().Authorize(engine.instance_id, context.connection).ok()) {
+    return Status(ErrorCode::kUnavailable,
+                  "the server is draining before it exits (SIGTERM): register with the server "
+                  "that replaces it");
+  }
   LMC_ASSIGN_OR_RETURN(const ChunkLayout layout,
                        MakeChunkLayout(engine, state_->config().chunk_size));
   const std::uint64_t capacity = state_->l1().allocator().capacity_bytes();

@@ -80,8 +80,9 @@ Status Truncate(int fd, const std::string& name, std::uint64_t size) {
   return Status(ErrorCode::kIoError, SysError("ftruncate", name, errno));
 }
 
-Status Fallocate(int fd, const std::string& name, std::uint64_t size, const std::string& shm_dir) {
-  const int err = posix_fallocate(fd, 0, static_cast<off_t>(size));  // returns the error
+Status Fallocate(int fd, const std::string& name, std::uint64_t offset, std::uint64_t size,
+                 const std::string& shm_dir) {
+  const int err = posix_fallocate(fd, static_cast<off_t>(offset), static_cast<off_t>(size));
   if (err == 0) return Status::Ok();
   if (err == ENOSPC) {
     auto space = QueryFilesystemSpace(shm_dir);
@@ -146,7 +147,9 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Create(const CreateOptions& opti
   // From here on the name is ours: remove it again if any later step fails.
   std::unique_ptr<ShmSegment> segment(new ShmSegment(options.name, UniqueFd(), nullptr, 0, true));
   LMC_RETURN_IF_ERROR(Truncate(fd.get(), options.name, options.size_bytes));
-  LMC_RETURN_IF_ERROR(Fallocate(fd.get(), options.name, options.size_bytes, options.shm_dir));
+  if (options.reserve_all) {
+    LMC_RETURN_IF_ERROR(Fallocate(fd.get(), options.name, 0, options.size_bytes, options.shm_dir));
+  }
   LMC_ASSIGN_OR_RETURN(std::byte * base, MapShared(fd.get(), options.name, options.size_bytes));
   segment->fd_ = std::move(fd);
   segment->base_ = base;
@@ -172,6 +175,12 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Attach(const std::string& name,
   }
   LMC_ASSIGN_OR_RETURN(std::byte * base, MapShared(fd.get(), name, actual));
   return std::unique_ptr<ShmSegment>(new ShmSegment(name, std::move(fd), base, actual, false));
+}
+
+Status ShmSegment::Reserve(std::uint64_t offset, std::uint64_t length,
+                           const std::string& shm_dir) const {
+  if (offset >= size_) return Status::Ok();
+  return Fallocate(fd_.get(), name_, offset, std::min(length, size_ - offset), shm_dir);
 }
 
 void ShmSegment::PrefaultRange(std::uint64_t offset, std::uint64_t length,

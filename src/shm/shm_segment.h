@@ -31,6 +31,11 @@ struct CreateOptions {
   std::string name;                  // already normalised (see shm_name.h)
   std::uint64_t size_bytes = 0;      // > 0
   std::string shm_dir = "/dev/shm";  // where the name appears; for the capacity check
+  // Reserve every page at once (posix_fallocate of the whole size). Off:
+  // the caller reserves ranges with Reserve() before it uses them (the
+  // background prefaulter), so a large pool starts at once; the capacity is
+  // still checked up front.
+  bool reserve_all = true;
 };
 
 struct PrefaultReport {
@@ -63,6 +68,10 @@ class ShmSegment {
   // other process writes the segment: at server startup, or before a client
   // starts copying).
   PrefaultReport Prefault(unsigned threads) const;
+  // Allocates the pages of [offset, offset + length) in the filesystem, so a
+  // later write into them can never fail for lack of space (no SIGBUS).
+  // kShmTooSmall, with the fix, when /dev/shm has no room for them.
+  Status Reserve(std::uint64_t offset, std::uint64_t length, const std::string& shm_dir) const;
   // Faults [offset, offset + length) in, on `threads` threads (0 = one per core).
   void PrefaultRange(std::uint64_t offset, std::uint64_t length, unsigned threads) const;
 

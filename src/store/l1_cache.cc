@@ -21,7 +21,8 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
     spdlog::warn("removed stale segment {}/{} left by a server that no longer runs", config.shm_dir,
                  name);
   }
-  shm::CreateOptions options{config.shm_name, config.size_bytes, config.shm_dir};
+  shm::CreateOptions options{config.shm_name, config.size_bytes, config.shm_dir,
+                             /*reserve_all=*/!config.background_prefault};
   LMC_ASSIGN_OR_RETURN(cache->segment_, shm::ShmSegment::Create(options));
   const bool background = config.background_prefault;
   LMC_ASSIGN_OR_RETURN(cache->allocator_,
@@ -30,9 +31,10 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
   cache->prefault_started_ = std::chrono::steady_clock::now();
   if (background) {
     const std::uint64_t step = std::max(config.prefault_step_bytes, config.allocator.page_bytes);
-    cache->prefaulter_ = std::thread([raw = cache.get(), threads = config.prefault_threads, step] {
-      raw->PrefaultInBackground(threads, step);
-    });
+    cache->prefaulter_ = std::thread(
+        [raw = cache.get(), threads = config.prefault_threads, step, dir = config.shm_dir] {
+          raw->PrefaultInBackground(threads, step, dir);
+        });
   } else {
     const shm::PrefaultReport report = cache->segment_->Prefault(config.prefault_threads);
     cache->prefaulted_bytes_ = config.size_bytes;
@@ -53,9 +55,19 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
   return cache;
 }
 
-void L1Cache::PrefaultInBackground(unsigned threads, std::uint64_t step) {
+void L1Cache::PrefaultInBackground(unsigned threads, std::uint64_t step,
+                                   const std::string& shm_dir) {
   const std::uint64_t total = segment_->size();
   for (std::uint64_t offset = 0; offset < total && !stop_prefault_.load(); offset += step) {
+    // Reserved first (no write can SIGBUS), then faulted in, then handed out.
+    if (Status reserved = segment_->Reserve(offset, step, shm_dir); !reserved.ok()) {
+      spdlog::error("the L1 pool stays at {:.2f} of {:.2f} GiB: {}",
+                    static_cast<double>(offset) / static_cast<double>(kGiB),
+                    static_cast<double>(total) / static_cast<double>(kGiB), reserved.message());
+      prefault_failed_.store(true);
+      allocator_->StopGrowing();  // stores waiting for pages stop waiting
+      break;
+    }
     segment_->PrefaultRange(offset, step, threads);
     const std::uint64_t ready = std::min(total, offset + step);
     allocator_->MakeReady(ready);
@@ -64,7 +76,7 @@ void L1Cache::PrefaultInBackground(unsigned threads, std::uint64_t step) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - prefault_started_).count();
   prefault_seconds_.store(seconds);
-  if (stop_prefault_.load()) return;
+  if (stop_prefault_.load() || prefault_failed_.load()) return;
   prefault_done_.store(true, std::memory_order_release);
   spdlog::info("pre-faulted {:.2f} GiB of the L1 pool {} in the background in {:.3f} s "
                "({:.2f} GiB/s)",
@@ -77,6 +89,7 @@ L1Cache::PrefaultProgress L1Cache::prefault() const {
   p.ready_bytes = prefaulted_bytes_.load(std::memory_order_acquire);
   p.total_bytes = segment_->size();
   p.done = prefault_done_.load(std::memory_order_acquire);
+  p.failed = prefault_failed_.load(std::memory_order_acquire);
   p.seconds = p.done ? prefault_seconds_.load()
                      : std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                      prefault_started_)
@@ -86,11 +99,11 @@ L1Cache::PrefaultProgress L1Cache::prefault() const {
 
 bool L1Cache::WaitPrefaulted(std::chrono::milliseconds timeout) const {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!prefault_done_.load(std::memory_order_acquire)) {
+  while (!prefault_done_.load(std::memory_order_acquire) && !prefault_failed_.load()) {
     if (std::chrono::steady_clock::now() >= deadline) return false;
     allocator_->WaitReadyBeyond(allocator_->ready_bytes(), std::chrono::milliseconds(50));
   }
-  return true;
+  return prefault_done_.load(std::memory_order_acquire);
 }
 
 L1Cache::~L1Cache() {

@@ -69,7 +69,8 @@ class L1Cache {
     std::uint64_t ready_bytes = 0;
     std::uint64_t total_bytes = 0;
     bool done = false;
-    double seconds = 0;  // so far, or in all once done
+    bool failed = false;  // /dev/shm ran out: the pool stays at ready_bytes
+    double seconds = 0;   // so far, or in all once done
   };
   PrefaultProgress prefault() const;
   // Waits until the pool is pre-faulted, up to `timeout`; true when it is.
@@ -85,11 +86,12 @@ class L1Cache {
   std::unique_ptr<ObjectTable> table_;
   std::unique_ptr<Evictor> evictor_;
   // The background prefaulter (Prefault steps, then MakeReady).
-  void PrefaultInBackground(unsigned threads, std::uint64_t step);
+  void PrefaultInBackground(unsigned threads, std::uint64_t step, const std::string& shm_dir);
   std::thread prefaulter_;
   std::atomic<bool> stop_prefault_{false};
   std::atomic<std::uint64_t> prefaulted_bytes_{0};
   std::atomic<bool> prefault_done_{false};
+  std::atomic<bool> prefault_failed_{false};  // /dev/shm filled up meanwhile
   std::atomic<double> prefault_seconds_{0};
   std::chrono::steady_clock::time_point prefault_started_;
 };

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -34,6 +35,14 @@ class ServerProcess {
                 ("lmcache_server_test_" + std::to_string(getpid()) + "_" +
                  std::to_string(counter_++) + ".log");
     std::vector<std::string> argv_storage{LMC_SERVER_BINARY};
+    // No HTTP endpoint unless the test asks for one: tests run side by side.
+    if (std::find(args.begin(), args.end(), "--http-port") == args.end()) {
+      argv_storage.insert(argv_storage.end(), {"--http-port", "0"});
+    }
+    // SIGTERM exits at once unless the caller tests the drain.
+    if (std::find(args.begin(), args.end(), "--drain-timeout-seconds") == args.end()) {
+      argv_storage.insert(argv_storage.end(), {"--drain-timeout-seconds", "0"});
+    }
     argv_storage.insert(argv_storage.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : argv_storage) argv.push_back(a.data());

@@ -32,7 +32,7 @@ cmake -S "$here/consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" \
 cmake --build "$work/build" >/dev/null
 
 url="ipc://$work/server.sock"
-"$server" --url "$url" --l1-size-gb 1 --prefault-threads 1 --shm-name "lmcache_package_$$" \
+"$server" --url "$url" --http-port 0 --l1-size-gb 1 --prefault-threads 1 --shm-name "lmcache_package_$$" \
   --log-level warn &
 server_pid=$!
 for _ in $(seq 1 100); do

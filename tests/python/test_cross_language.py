@@ -99,7 +99,7 @@ def server(tmp_path_factory):
     log_path = tmp / "server.log"
     url = f"ipc://{sock_path}"
     cmd = [binary, "--l1-size-gb", "0.25", "--url", url, "--port", str(_free_tcp_port()),
-           "--log-level", "info"]
+           "--http-port", "0", "--drain-timeout-seconds", "0", "--log-level", "info"]
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)

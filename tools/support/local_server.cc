@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -29,6 +30,14 @@ Result<std::unique_ptr<LocalServer>> LocalServer::Start(const std::string& binar
                              (name + "_" + std::to_string(getpid()) + ".sock"))
                                 .string();
   std::vector<std::string> argv_storage{binary, "--url", server->url_};
+  // No HTTP endpoint unless asked for: several servers may run side by side.
+  if (std::find(args.begin(), args.end(), "--http-port") == args.end()) {
+    argv_storage.insert(argv_storage.end(), {"--http-port", "0"});
+  }
+  // SIGTERM exits at once unless the caller tests the drain.
+  if (std::find(args.begin(), args.end(), "--drain-timeout-seconds") == args.end()) {
+    argv_storage.insert(argv_storage.end(), {"--drain-timeout-seconds", "0"});
+  }
   argv_storage.insert(argv_storage.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& arg : argv_storage) argv.push_back(arg.data());

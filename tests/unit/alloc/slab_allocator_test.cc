@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "fakes/aligned_buffer.h"
 
@@ -216,6 +217,22 @@ TEST_F(SlabAllocatorTest, OnlyReadyPagesAreHandedOutAndMakeReadyAddsTheRest) {
   allocator->MakeReady(16 * kMiB);
   EXPECT_EQ(allocator->Stats().unready_bytes, 0u);
   EXPECT_TRUE(allocator->AllocateBatch(kMiB, 8).ok());
+}
+
+TEST_F(SlabAllocatorTest, WaitersForReadyPagesWakeOnGrowthAndStopWhenGrowthStops) {
+  testing::AlignedBuffer buffer(16 * kMiB);
+  auto allocator = std::move(SlabAllocator::Create(buffer.span(), {}, 4 * kMiB)).value();
+  std::thread grower([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    allocator->MakeReady(8 * kMiB);
+  });
+  EXPECT_TRUE(allocator->WaitReadyBeyond(4 * kMiB, std::chrono::seconds(30)));
+  grower.join();
+  EXPECT_FALSE(allocator->WaitReadyBeyond(8 * kMiB, std::chrono::milliseconds(10)));  // timed out
+  allocator->StopGrowing();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(allocator->WaitReadyBeyond(8 * kMiB, std::chrono::seconds(30)));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST_F(SlabAllocatorTest, RandomWorkloadKeepsAccountingExact) {

@@ -423,6 +423,23 @@ TEST_F(ServiceTest, StatsCountObjectsFlowingInAndOut) {
   EXPECT_EQ(Field(l1, "tier_admitted_objects").via.u64, 0u);
 }
 
+TEST_F(ServiceTest, WhileDrainingNewRegistrationsAreRefusedAndRegisteredWorkersServed) {
+  Register(1);
+  h_.service().state().set_draining(true);
+  auto refused = h_.CallAs("other-connection", "register_kv_cache_engine_driven_context",
+                           {RegisterFrame(2)});
+  EXPECT_EQ(refused.status.code(), ErrorCode::kUnavailable);
+  EXPECT_NE(refused.status.message().find("draining"), std::string::npos);
+  // The worker already registered keeps working, and may register again.
+  EXPECT_TRUE(h_.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
+  Store(1, Key(512, 2));
+  EXPECT_TRUE(h_.Ok("ping", {IntFrame(1)}).get().via.boolean);
+  h_.service().state().set_draining(false);
+  EXPECT_TRUE(h_.CallAs("other-connection", "register_kv_cache_engine_driven_context",
+                        {RegisterFrame(2)})
+                  .status.ok());
+}
+
 TEST_F(ServiceTest, GarbageInputNeverCrashesAndAlwaysFailsCleanly) {
   Register(1);
   std::mt19937 rng(7);

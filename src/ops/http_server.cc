@@ -1,0 +1,220 @@
+#include "ops/http_server.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "common/logging.h"
+#include "common/version.h"
+#include "ops/prometheus.h"
+
+namespace lmcache::ops {
+namespace {
+
+using nlohmann::json;
+
+void Reply(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void Error(httplib::Response& res, int status, const std::string& message) {
+  Reply(res, status, json{{"error", message}});
+}
+
+json StatusJson(server::Service& service, const Health& health) {
+  const server::StatsSnapshot s = service.Snapshot();
+  const HealthVerdict verdict = health.Check();
+  json instances = json::array();
+  for (const server::InstanceInfo& info : service.instances().List()) {
+    instances.push_back({{"instance_id", info.instance_id},
+                         {"model_name", info.model_name},
+                         {"world_size", info.world_size},
+                         {"layout",
+                          {{"num_layers", info.layout.num_layers},
+                           {"hidden_dim", info.layout.hidden_dim},
+                           {"chunk_size", info.layout.chunk_size},
+                           {"dtype", info.layout.dtype},
+                           {"use_mla", info.layout.use_mla},
+                           {"shape", info.layout.shape},
+                           {"object_bytes", info.layout.object_bytes}}}});
+  }
+  json l2 = nullptr;
+  if (s.l2) {
+    json adapters = json::array();
+    for (const tier::L2AdapterStats& a : s.l2->adapters) {
+      adapters.push_back({{"type", a.type},
+                          {"description", a.description},
+                          {"objects", a.objects},
+                          {"usage_bytes", a.usage_bytes},
+                          {"capacity_bytes", a.capacity_bytes},
+                          {"healthy", a.condition.empty()},
+                          {"condition", a.condition}});
+    }
+    l2 = {{"adapters", adapters},
+          {"store_queue_objects", s.l2->store.queued_objects},
+          {"prefetches_in_flight", s.l2->prefetch.in_flight},
+          {"prefetches_queued", s.l2->prefetch.queued}};
+  }
+  const double capacity = static_cast<double>(s.allocator.capacity_bytes);
+  return {{"version", s.version},
+          {"boot_id", s.boot_id},
+          {"pid", static_cast<int>(::getpid())},
+          {"uptime_seconds", s.uptime_seconds},
+          {"phase", std::string(PhaseName(health.phase()))},
+          {"is_healthy", verdict.healthy},
+          {"reason", verdict.reason},
+          {"pool",
+           {{"name", service.state().l1().segment().name()},
+            {"size_bytes", s.allocator.capacity_bytes},
+            {"prefault",
+             {{"ready_bytes", s.prefault.ready_bytes},
+              {"total_bytes", s.prefault.total_bytes},
+              {"done", s.prefault.done},
+              {"seconds", s.prefault.seconds}}}}},
+          {"l1",
+           {{"used_bytes", s.allocator.used_bytes},
+            {"usage_ratio", capacity > 0 ? static_cast<double>(s.allocator.used_bytes) / capacity : 0},
+            {"resident_objects", s.table.resident_objects},
+            {"resident_bytes", s.table.resident_bytes},
+            {"staging_bytes", s.table.staging_bytes},
+            {"locked_bytes", s.table.locked_bytes},
+            {"read_leases", s.table.read_leases}}},
+          {"chunk_size", service.state().config().chunk_size},
+          {"hash_algorithm", "blake3"},
+          {"instances", instances},
+          {"active_sessions", s.sessions},
+          {"active_prefetch_jobs", s.l2 ? s.l2->prefetch.in_flight + s.l2->prefetch.queued : 0},
+          {"l2", l2}};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpConfig& config,
+                                                      server::Service* service, Health* health) {
+  std::unique_ptr<HttpServer> http(new HttpServer());
+  http->config_ = config;
+  http->service_ = service;
+  http->health_ = health;
+  http->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& s = *http->server_;
+  const unsigned threads = std::max(1u, config.threads);
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_payload_max_length(config.max_body_bytes);
+  s.set_read_timeout(config.io_timeout_seconds, 0);
+  s.set_write_timeout(config.io_timeout_seconds, 0);
+  s.set_keep_alive_max_count(100);
+  http->AddRoutes();
+  const int port = config.port < 0 ? s.bind_to_any_port(config.host)
+                                   : (s.bind_to_port(config.host, config.port) ? config.port : -1);
+  if (port < 0) {
+    return Status(ErrorCode::kUnavailable,
+                  "cannot serve HTTP on " + config.host + ":" + std::to_string(config.port) +
+                      " (in use, or no such address): choose another --http-port or "
+                      "--http-host, or --http-port 0 to turn HTTP off");
+  }
+  http->port_ = port;
+  http->thread_ = std::thread([raw = http.get()] { raw->server_->listen_after_bind(); });
+  return http;
+}
+
+HttpServer::~HttpServer() { Stop(); }
+
+void HttpServer::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void HttpServer::AddRoutes() {
+  httplib::Server& s = *server_;
+  server::Service& service = *service_;
+  Health& health = *health_;
+  const bool read_only = config_.read_only;
+
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, {{"status", "ok"}, {"service", "lmcache-server"}, {"version", kVersion}});
+  });
+  s.Get("/healthcheck", [&health](const httplib::Request&, httplib::Response& res) {
+    const HealthVerdict verdict = health.Check();
+    if (verdict.healthy) {
+      Reply(res, 200, {{"status", "healthy"}});
+    } else {
+      Reply(res, 503, {{"status", "unhealthy"}, {"reason", verdict.reason}});
+    }
+  });
+  s.Get("/status", [&service, &health](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, StatusJson(service, health));
+  });
+  s.Get("/metrics", [&service, &health](const httplib::Request&, httplib::Response& res) {
+    res.set_content(RenderPrometheus(service.Snapshot(), health.Check(), health.phase()),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
+  s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, {{"version", kVersion}});
+  });
+  s.Get("/loglevel", [](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, {{"level", CurrentLogLevel()}});
+  });
+  s.Put("/loglevel", [read_only](const httplib::Request& req, httplib::Response& res) {
+    if (read_only) return Error(res, 403, "this server was started with --http-read-only");
+    std::string level = req.get_param_value("level");
+    if (level.empty() && !req.body.empty()) {
+      const json body = json::parse(req.body, nullptr, false);
+      if (body.is_discarded() || !body.is_object() || !body.contains("level") ||
+          !body["level"].is_string()) {
+        return Error(res, 400, "expected {\"level\": \"<trace|debug|info|warn|error|critical|off>\"}");
+      }
+      level = body["level"].get<std::string>();
+    }
+    if (Status set = SetLogLevel(level); !set.ok()) return Error(res, 400, set.message());
+    spdlog::warn("log level set to {} over HTTP", level);
+    Reply(res, 200, {{"level", CurrentLogLevel()}});
+  });
+  s.Post("/clear-cache", [read_only, &service](const httplib::Request&, httplib::Response& res) {
+    if (read_only) return Error(res, 403, "this server was started with --http-read-only");
+    const std::uint64_t cleared = service.table().Clear(/*force=*/true);
+    spdlog::warn("L1 cleared over HTTP: {} objects (locked ones retire when their leases end)",
+                 cleared);
+    Reply(res, 200, {{"status", "ok"}, {"cleared_objects", cleared}});
+  });
+
+  // Every known path answers other methods with 405; unknown paths with 404.
+  static const std::map<std::string, std::string> kAllowed = {
+      {"/", "GET"},        {"/healthcheck", "GET"}, {"/status", "GET"},       {"/metrics", "GET"},
+      {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"}};
+  auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
+    auto it = kAllowed.find(req.path);
+    if (it == kAllowed.end()) return Error(res, 404, "no such route: " + req.path);
+    res.set_header("Allow", it->second);
+    Error(res, 405, req.method + " is not allowed on " + req.path + " (allowed: " + it->second + ")");
+  };
+  for (const auto& [path, allowed] : kAllowed) {
+    if (allowed.find("GET") == std::string::npos) s.Get(path, wrong_method);
+    if (allowed.find("PUT") == std::string::npos) s.Put(path, wrong_method);
+    if (allowed.find("POST") == std::string::npos) s.Post(path, wrong_method);
+    s.Delete(path, wrong_method);
+    s.Patch(path, wrong_method);
+  }
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;  // a route already answered (405, 4xx with a body)
+    if (res.status == 404) return Error(res, 404, "no such route: " + req.path);
+    if (res.status == 413) return Error(res, 413, "request body too large");
+    Error(res, res.status, "request refused");
+  });
+  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
+                             std::exception_ptr failure) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("HTTP {} {} failed: {}", req.method, req.path, what);
+    Error(res, 500, "internal error: " + what);
+  });
+}
+
+}  // namespace lmcache::ops

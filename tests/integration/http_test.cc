@@ -1,0 +1,256 @@
+// The HTTP surface of the real binary: every route, read-only mode, 503 while
+// pre-faulting below the ready fraction and while draining, the drain on
+// SIGTERM and the immediate exit on a second signal, JSON logs and SIGHUP.
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "fakes/server_process.h"
+#include "lmcache/client.h"
+
+namespace lmcache {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::ServerProcess;
+
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string Socket(const std::string& tag) {
+  return "ipc://" + (fs::temp_directory_path() /
+                     ("lmc_http_test_" + std::to_string(::getpid()) + "_" + tag + ".sock"))
+                        .string();
+}
+
+std::unique_ptr<client::Client> Registered(const std::string& url, std::int64_t id) {
+  client::ClientOptions options;
+  options.url = url;
+  auto c = client::Client::Connect(options);
+  EXPECT_TRUE(c.ok());
+  client::EngineContext context;
+  context.instance_id = id;
+  context.model_name = "http-test-model";
+  context.num_layers = 2;
+  context.hidden_dim_size = 64;
+  auto registered = (*c)->Register(context);
+  EXPECT_TRUE(registered.ok()) << registered.status().ToString();
+  return std::move(c).value();
+}
+
+class HttpTest : public ::testing::Test {
+ protected:
+  void StartServer(std::vector<std::string> extra = {}, bool logs_to_stdout = true) {
+    port_ = FreePort();
+    url_ = Socket("main");
+    std::vector<std::string> args = {"--l1-size-gb", "0.25", "--url", url_, "--port", "0",
+                                     "--http-port", std::to_string(port_)};
+    args.insert(args.end(), extra.begin(), extra.end());
+    server_ = std::make_unique<ServerProcess>(args);
+    if (logs_to_stdout) {
+      ASSERT_TRUE(server_->WaitForLog("ready", std::chrono::seconds(60))) << server_->Log();
+    }
+    http_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+  }
+  json Json(const httplib::Result& r) { return json::parse(r->body, nullptr, false); }
+
+  int port_ = 0;
+  std::string url_;
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
+  StartServer();
+  auto banner = http_->Get("/");
+  ASSERT_TRUE(banner);
+  EXPECT_EQ(Json(banner)["service"], "lmcache-server");
+  auto health = http_->Get("/healthcheck");
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(Json(health)["status"], "healthy");
+
+  auto worker = Registered(url_, 7);
+  std::vector<std::byte> chunk(worker->ObjectBytes(), std::byte{3});
+  client::KeySpec key;
+  key.model_name = "http-test-model";
+  for (std::uint32_t t = 0; t < 256; ++t) key.token_ids.push_back(t);
+  key.end = 256;
+  key.request_id = "r";
+  std::vector<std::span<const std::byte>> chunks = {chunk};
+  ASSERT_TRUE(worker->Store(key, chunks).ok());
+
+  const json status = Json(http_->Get("/status"));
+  EXPECT_EQ(status["phase"], "serving");
+  EXPECT_EQ(status["is_healthy"], true);
+  ASSERT_EQ(status["instances"].size(), 1u);
+  EXPECT_EQ(status["instances"][0]["instance_id"], 7);
+  EXPECT_EQ(status["instances"][0]["layout"]["num_layers"], 2);
+  EXPECT_EQ(status["l1"]["resident_objects"], 1);
+  EXPECT_TRUE(status["pool"]["prefault"].contains("ready_bytes"));
+
+  auto metrics = http_->Get("/metrics");
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->get_header_value("Content-Type").find("version=0.0.4"), std::string::npos);
+  EXPECT_NE(metrics->body.find("lmcache_mp_l1_memory_usage_bytes "), std::string::npos);
+  EXPECT_NE(metrics->body.find("lmcache_mp_requests_total{operation=\"commit_store\"} 1"),
+            std::string::npos);
+
+  EXPECT_EQ(Json(http_->Get("/version"))["version"].get<std::string>().empty(), false);
+  EXPECT_EQ(Json(http_->Get("/loglevel"))["level"], "info");
+  auto set = http_->Put("/loglevel", R"({"level":"debug"})", "application/json");
+  EXPECT_EQ(set->status, 200);
+  EXPECT_EQ(Json(http_->Get("/loglevel"))["level"], "debug");
+  EXPECT_EQ(http_->Put("/loglevel", "junk", "text/plain")->status, 400);
+  EXPECT_EQ(http_->Put("/loglevel?level=loud", "", "text/plain")->status, 400);
+
+  auto cleared = http_->Post("/clear-cache", "", "text/plain");
+  EXPECT_EQ(cleared->status, 200);
+  EXPECT_EQ(Json(cleared)["cleared_objects"], 1);
+  EXPECT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 0);
+
+  auto wrong = http_->Delete("/status");
+  EXPECT_EQ(wrong->status, 405);
+  EXPECT_EQ(wrong->get_header_value("Allow"), "GET");
+  EXPECT_TRUE(Json(wrong).contains("error"));
+  auto missing = http_->Get("/no/such/route");
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_TRUE(Json(missing).contains("error"));
+  EXPECT_EQ(http_->Put("/loglevel", std::string(200 * 1024, 'x'), "text/plain")->status, 413);
+  EXPECT_EQ(http_->Get("/healthcheck")->status, 200);  // still serving after all that
+}
+
+TEST_F(HttpTest, ReadOnlyRefusesWhatChangesState) {
+  StartServer({"--http-read-only"});
+  EXPECT_EQ(http_->Post("/clear-cache", "", "text/plain")->status, 403);
+  EXPECT_EQ(http_->Put("/loglevel", R"({"level":"debug"})", "application/json")->status, 403);
+  EXPECT_EQ(http_->Get("/metrics")->status, 200);
+}
+
+TEST_F(HttpTest, UnhealthyWhilePrefaultingBelowTheReadyFractionYetServingRequests) {
+  port_ = FreePort();
+  url_ = Socket("prefault");
+  server_ = std::make_unique<ServerProcess>(std::vector<std::string>{
+      "--l1-size-gb", "2", "--prefault-threads", "1", "--ready-prefault-fraction", "1", "--url",
+      url_, "--port", "0", "--http-port", std::to_string(port_)});
+  http_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+  bool saw_not_ready = false;
+  bool healthy = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!healthy && std::chrono::steady_clock::now() < deadline) {
+    if (auto r = http_->Get("/healthcheck")) {
+      if (r->status == 503) {
+        const std::string reason = Json(r)["reason"];
+        saw_not_ready |= reason.find("pre-faulting") != std::string::npos ||
+                         reason == "starting";
+      }
+      healthy = r->status == 200;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_TRUE(saw_not_ready);
+  EXPECT_TRUE(healthy) << server_->Log();
+  EXPECT_TRUE(server_->WaitForLog("pre-faulted", std::chrono::seconds(5)));
+}
+
+TEST_F(HttpTest, SigtermDrainsUntilTheWorkersLeaveThenExitsCleanly) {
+  StartServer({"--drain-timeout-seconds", "60"});
+  auto worker = Registered(url_, 1);
+  ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
+  ASSERT_TRUE(server_->WaitForLog("draining", std::chrono::seconds(10)));
+  auto health = http_->Get("/healthcheck");
+  EXPECT_EQ(health->status, 503);
+  EXPECT_EQ(Json(health)["reason"], "draining");
+  // A new worker is refused; the registered one is still served.
+  client::ClientOptions options;
+  options.url = url_;
+  auto newcomer = client::Client::Connect(options);
+  client::EngineContext context;
+  context.instance_id = 2;
+  context.model_name = "http-test-model";
+  context.num_layers = 2;
+  context.hidden_dim_size = 64;
+  auto refused = (*newcomer)->Register(context);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kUnavailable);
+  EXPECT_TRUE(worker->Ping().ok());
+  EXPECT_EQ(server_->WaitExit(std::chrono::seconds(1)), -1);  // still draining
+  ASSERT_TRUE(worker->Unregister().ok());
+  EXPECT_EQ(server_->WaitExit(std::chrono::seconds(20)), 0) << server_->Log();
+  EXPECT_NE(server_->Log().find("drained"), std::string::npos);
+  EXPECT_FALSE(fs::exists("/dev/shm/lmcache_l1_pool_" + std::to_string(server_->pid())));
+}
+
+TEST_F(HttpTest, ASecondSignalDuringTheDrainExitsAtOnce) {
+  StartServer({"--drain-timeout-seconds", "600"});
+  auto worker = Registered(url_, 1);
+  ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
+  ASSERT_TRUE(server_->WaitForLog("draining", std::chrono::seconds(10)));
+  ASSERT_EQ(kill(server_->pid(), SIGINT), 0);
+  EXPECT_EQ(server_->WaitExit(std::chrono::seconds(20)), 0) << server_->Log();
+  EXPECT_FALSE(fs::exists("/dev/shm/lmcache_l1_pool_" + std::to_string(server_->pid())));
+}
+
+TEST_F(HttpTest, JsonLogsAreOneObjectPerLineAndSighupReopensTheFile) {
+  const fs::path log = fs::temp_directory_path() / ("lmc_http_log_" + std::to_string(::getpid()));
+  fs::remove(log);
+  fs::remove(log.string() + ".1");
+  StartServer({"--log-format", "json", "--log-file", log.string()}, /*logs_to_stdout=*/false);
+  auto logged = [&log](const std::string& text) {
+    std::ifstream in(log);
+    std::stringstream all;
+    all << in.rdbuf();
+    return all.str().find(text) != std::string::npos;
+  };
+  for (int i = 0; i < 6000 && !logged("ready"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(logged("ready")) << server_->Log();
+  fs::rename(log, log.string() + ".1");  // logrotate moves it
+  ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
+  auto worker = Registered(url_, 3);  // "registered instance 3" lands in the new file
+  for (int i = 0; i < 200 && !fs::exists(log); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(fs::exists(log));
+  for (const fs::path& file : {fs::path(log.string() + ".1"), log}) {
+    std::ifstream in(file);
+    std::string line;
+    int lines = 0;
+    while (std::getline(in, line)) {
+      const json entry = json::parse(line, nullptr, false);
+      ASSERT_FALSE(entry.is_discarded()) << line;
+      EXPECT_TRUE(entry.contains("time") && entry.contains("level") && entry.contains("msg"));
+      ++lines;
+    }
+    EXPECT_GT(lines, 0) << file;
+  }
+  std::ifstream rotated(log.string() + ".1");
+  std::stringstream text;
+  text << rotated.rdbuf();
+  EXPECT_NE(text.str().find("ready"), std::string::npos);
+  fs::remove(log);
+  fs::remove(log.string() + ".1");
+}
+
+}  // namespace
+}  // namespace lmcache
