@@ -309,7 +309,6 @@ void PrefetchController::Publish(PrefetchHandle handle, std::size_t lookup_hits)
 }
 
 void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
-  completed_.fetch_add(1, std::memory_order_relaxed);
   store::LeaseId release = store::kNoLease;
   {
     MutexLock lock(&mu_);
@@ -327,6 +326,9 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
     }
   }
   if (release != store::kNoLease) table_->ReleaseRead(release);
+  // Counted only now: a job counts as completed once nothing of it is left
+  // held, so whoever sees the count sees the locks of a cancelled job gone.
+  completed_.fetch_add(1, std::memory_order_relaxed);
   landed_.NotifyAll();
 }
 
