@@ -10,6 +10,10 @@ find_package(nlohmann_json REQUIRED)  # nlohmann-json3-dev: --l2-adapter JSON, H
 # library with its OpenSSL/zlib/brotli options), found through pkg-config.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# libhiredis-dev: the resp L2 adapter (Redis/Valkey, standalone and Cluster).
+# Through pkg-config: Debian 12's HiredisConfigVersion.cmake breaks when no
+# version is requested.
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 # Debian 12's libmsgpack-cxx-dev ships its config as "msgpack" (target msgpackc-cxx).
 find_package(msgpack REQUIRED CONFIG PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/msgpackc-cxx)
 if(LMC_BUILD_TESTS)

@@ -20,10 +20,13 @@ FIELDS = [
     "shm_vs_socket", "shm_vs_redis", "ping_vs_echo", "lookup_cold_p50_us",
     "shared_prefix_lookup_p50_us", "shared_prefix_hit_fraction", "l2_store_gbps",
     "l2_load_gbps", "disk_write_gbps", "disk_read_gbps", "l2_store_vs_disk", "l2_load_vs_disk",
-    "l2_index_rebuild_seconds", "l2_index_rebuild_objects",
+    "l2_index_rebuild_seconds", "l2_index_rebuild_objects", "resp_store_gbps", "resp_load_gbps",
+    "raw_redis_set_gbps", "raw_redis_get_gbps", "resp_store_vs_raw", "resp_load_vs_raw",
+    "cross_node_gbps",
 ]
 SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "shm_vs_socket", "shm_vs_redis",
-           "ping_vs_echo", "l2_store_vs_disk", "l2_load_vs_disk"]
+           "ping_vs_echo", "l2_store_vs_disk", "l2_load_vs_disk", "resp_store_vs_raw",
+           "resp_load_vs_raw"]
 
 
 def check(path):

@@ -4,7 +4,8 @@
 #
 #   tools/dev.sh run [server flags...]   set up, build Release, start lmcache-server
 #   tools/dev.sh test                    set up, build, run the whole suite:
-#                                        Release (gcc), then ASan+UBSan with the fuzz targets
+#                                        Release (gcc), the container image (podman), then
+#                                        ASan+UBSan with the fuzz targets
 #                                        (clang, libFuzzer), then TSan (clang); both clang
 #                                        builds enforce -Wthread-safety and keep assertions on
 #   tools/dev.sh test --fast             Release build and tests only
@@ -21,7 +22,7 @@ PACKAGES=(
   libxxhash-dev librust-blake3-dev nlohmann-json3-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  b3sum redis-server libhiredis-dev
+  b3sum redis-server libhiredis-dev prometheus python3-yaml
   python3-zmq python3-msgpack python3-numpy python3-pytest
 )
 
@@ -87,6 +88,10 @@ case "$cmd" in
     build release
     run_ctest "$ROOT/build"
     if [ "${1:-}" != "--fast" ]; then
+      # The image is built and run for real (podman); it says so and passes
+      # where this machine cannot run a container engine.
+      log "container image test"
+      "$ROOT/tools/container_test.sh"
       build asan
       run_ctest "$ROOT/build-asan"   # sanitizer options come from the tests' environment
       build tsan

@@ -230,6 +230,17 @@ void L2(Exposition& x, const tier::L2Stats& l2) {
             static_cast<double>(a.capacity_bytes), l);
     x.Gauge(p + "l2_healthy", "1 unless the adapter is in a failing condition.",
             a.condition.empty() ? 1 : 0, l);
+    x.Gauge(p + "l2_in_flight_objects", "Objects in the adapter's calls now, by operation.",
+            static_cast<double>(a.storing_objects), {l[0], {"operation", "store"}});
+    x.Gauge(p + "l2_in_flight_objects", "", static_cast<double>(a.loading_objects),
+            {l[0], {"operation", "load"}});
+    x.Gauge(p + "l2_in_flight_objects", "", static_cast<double>(a.looking_up_keys),
+            {l[0], {"operation", "lookup"}});
+    x.Histogram(p + "l2_call_duration_seconds", "Duration of one call to the adapter, by operation.",
+                a.store_latency, {l[0], {"operation", "store"}});
+    x.Histogram(p + "l2_call_duration_seconds", "", a.lookup_latency,
+                {l[0], {"operation", "lookup"}});
+    x.Histogram(p + "l2_call_duration_seconds", "", a.load_latency, {l[0], {"operation", "load"}});
   }
   x.Gauge(p + "l2_store_queue_objects", "Objects waiting to be written to L2.",
           static_cast<double>(l2.store.queued_objects));
@@ -245,13 +256,13 @@ void L2(Exposition& x, const tier::L2Stats& l2) {
           static_cast<double>(l2.prefetch.in_flight + l2.prefetch.queued));
   x.Counter(p + "l2_prefetch_lookup_total", "Lookups handed to the prefetch controller.",
             static_cast<double>(l2.prefetch.submitted));
-  x.Counter(p + "lookup_hit_l2_total", "Chunks the L2 lookups found after the L1 prefix.",
+  x.Counter(p + "lookup_hit_l2_chunks_total", "Chunks the L2 lookups found after the L1 prefix.",
             static_cast<double>(l2.prefetch.l2_hit_chunks));
-  x.Counter(p + "l2_prefetch_load_completed_total", "Chunks loaded from L2 into L1.",
+  x.Counter(p + "l2_prefetch_loaded_chunks_total", "Chunks loaded from L2 into L1.",
             static_cast<double>(l2.prefetch.loaded_chunks));
-  x.Counter(p + "l2_prefetch_failure_total", "Planned chunks not loaded, by reason.",
+  x.Counter(p + "l2_prefetch_failed_chunks_total", "Planned chunks not loaded, by reason.",
             static_cast<double>(l2.prefetch.no_memory_chunks), {{"reason", "l1_oom"}});
-  x.Counter(p + "l2_prefetch_failure_total", "", static_cast<double>(l2.prefetch.load_failed_chunks),
+  x.Counter(p + "l2_prefetch_failed_chunks_total", "", static_cast<double>(l2.prefetch.load_failed_chunks),
             {{"reason", "load_failed"}});
   x.Histogram(p + "l2_prefetch_duration_seconds", "Time from a lookup's prefetch to its result.",
               l2.prefetch.latency);

@@ -156,6 +156,12 @@ std::string AdapterMap(const tier::L2AdapterStats& a) {
   m.Field("condition").Str(a.condition);
   m.Field("rebuild_seconds").Float(a.rebuild_seconds);
   m.Field("rebuilt_objects").Uint(a.rebuilt_objects);
+  m.Field("storing_objects").Uint(a.storing_objects);
+  m.Field("loading_objects").Uint(a.loading_objects);
+  m.Field("looking_up_keys").Uint(a.looking_up_keys);
+  m.Field("store_latency").Raw(Histogram(a.store_latency));
+  m.Field("lookup_latency").Raw(Histogram(a.lookup_latency));
+  m.Field("load_latency").Raw(Histogram(a.load_latency));
   return m.Take();
 }
 

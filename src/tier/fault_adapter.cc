@@ -9,16 +9,22 @@ namespace lmcache::tier {
 FaultAdapter::FaultAdapter(std::unique_ptr<L2Adapter> inner, const FaultConfig& config)
     : inner_(std::move(inner)), config_(config), random_(config.seed) {}
 
-bool FaultAdapter::Roll(double rate) {
+bool FaultAdapter::Chance(double rate) {
   if (rate <= 0) return false;
   MutexLock lock(&mu_);
-  const bool fail = std::uniform_real_distribution<double>(0, 1)(random_) < rate;
+  return std::uniform_real_distribution<double>(0, 1)(random_) < rate;
+}
+
+bool FaultAdapter::Roll(double rate) {
+  const bool fail = Chance(rate);
   if (fail) injected_.fetch_add(1, std::memory_order_relaxed);
   return fail;
 }
 
-void FaultAdapter::Delay() const {
-  if (config_.delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(config_.delay_ms));
+void FaultAdapter::Delay() {
+  if (config_.delay_ms == 0 || !Chance(config_.delay_rate)) return;
+  delayed_.fetch_add(1, std::memory_order_relaxed);
+  std::this_thread::sleep_for(std::chrono::milliseconds(config_.delay_ms));
 }
 
 std::vector<Status> FaultAdapter::Store(std::span<const L2Write> objects) {

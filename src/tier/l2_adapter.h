@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/histogram.h"
 #include "lmcache/status.h"
 #include "store/object_key.h"
 
@@ -64,6 +65,13 @@ struct L2AdapterStats {
   std::string condition;             // empty when healthy, else what is wrong now
   double rebuild_seconds = 0;        // fs: the index rebuild at startup
   std::uint64_t rebuilt_objects = 0;  // fs: objects found by it
+  // Filled by the MeteredAdapter every configured adapter is wrapped in:
+  std::uint64_t storing_objects = 0;  // in Store calls now
+  std::uint64_t loading_objects = 0;  // in Load calls now (prefetches in flight)
+  std::uint64_t looking_up_keys = 0;  // in LookupAndPin calls now
+  LatencyHistogram::Snapshot store_latency;   // per Store call
+  LatencyHistogram::Snapshot lookup_latency;  // per LookupAndPin call
+  LatencyHistogram::Snapshot load_latency;    // per Load call
 };
 
 // The counters every adapter keeps; Fill() copies them into a stats value.

@@ -126,6 +126,71 @@ Result<MockAdapterConfig> ParseMock(Fields& f) {
   return c;
 }
 
+Result<std::vector<std::string>> Urls(Fields& f) {
+  if (!f.Has("url")) return f.Error("url", "is required: redis://host:port, a list of them, or unix:///path");
+  const json& value = f.object()["url"];
+  std::vector<std::string> urls;
+  if (value.is_string()) {
+    urls.push_back(value.get<std::string>());
+  } else if (value.is_array() && !value.empty()) {
+    for (const json& u : value) {
+      if (!u.is_string()) return f.Error("url", "must be a string or a list of strings");
+      urls.push_back(u.get<std::string>());
+    }
+  } else {
+    return f.Error("url", "must be a string or a non-empty list of strings");
+  }
+  return urls;
+}
+
+Result<RespAdapterConfig> ParseResp(Fields& f) {
+  RespAdapterConfig c;
+  LMC_ASSIGN_OR_RETURN(c.urls, Urls(f));
+  for (const std::string& url : c.urls) {
+    auto endpoint = ParseRespUrl(url, &c.credentials);
+    if (!endpoint.ok()) return f.Error("url", endpoint.status().message());
+  }
+  LMC_ASSIGN_OR_RETURN(const std::string username, f.String("username", false));
+  LMC_ASSIGN_OR_RETURN(const std::string password, f.String("password", false));
+  if (f.Has("username")) c.credentials.username = username;
+  if (f.Has("password")) c.credentials.password = password;
+  if (!c.credentials.username.empty() && c.credentials.password.empty()) {
+    return f.Error("username", "needs a password");
+  }
+  LMC_ASSIGN_OR_RETURN(const double db, f.Number("db", c.credentials.db, 0, 65535));
+  c.credentials.db = static_cast<int>(db);
+  LMC_ASSIGN_OR_RETURN(const std::string mode, f.String("mode", false));
+  if (mode.empty() || mode == "auto") {
+    c.mode = RespMode::kAuto;
+  } else if (mode == "standalone") {
+    c.mode = RespMode::kStandalone;
+  } else if (mode == "cluster") {
+    c.mode = RespMode::kCluster;
+  } else {
+    return f.Error("mode", "must be \"auto\", \"standalone\" or \"cluster\"");
+  }
+  if (c.mode == RespMode::kCluster && c.credentials.db != 0) {
+    return f.Error("db", "a Redis Cluster has only database 0");
+  }
+  if (f.Has("key_prefix")) {
+    LMC_ASSIGN_OR_RETURN(c.key_prefix, f.String("key_prefix", false));
+    if (c.key_prefix.find_first_of("{}") != std::string::npos) {
+      return f.Error("key_prefix", "must not contain '{' or '}' (they would change the hash slot)");
+    }
+  }
+  LMC_ASSIGN_OR_RETURN(const double ttl, f.Number("ttl_seconds", 0, 0, 365.0 * 86400));
+  c.ttl_seconds = static_cast<std::uint32_t>(ttl);
+  LMC_ASSIGN_OR_RETURN(const double in_flight, f.Number("max_in_flight", 16, 1, 4096));
+  c.max_in_flight = static_cast<std::uint32_t>(in_flight);
+  LMC_ASSIGN_OR_RETURN(const double connect, f.Number("connect_timeout_ms", 1000, 1, 600'000));
+  c.timeouts.connect = std::chrono::milliseconds(static_cast<long>(connect));
+  LMC_ASSIGN_OR_RETURN(const double command, f.Number("command_timeout_ms", 5000, 1, 600'000));
+  c.timeouts.command = std::chrono::milliseconds(static_cast<long>(command));
+  LMC_ASSIGN_OR_RETURN(const double retry, f.Number("retry_interval_ms", 1000, 10, 600'000));
+  c.retry_interval = std::chrono::milliseconds(static_cast<long>(retry));
+  return c;
+}
+
 Result<FaultSpec> ParseFault(Fields& f) {
   FaultSpec s;
   if (!f.Has("inner") || !f.object()["inner"].is_object()) {
@@ -138,6 +203,7 @@ Result<FaultSpec> ParseFault(Fields& f) {
   LMC_ASSIGN_OR_RETURN(s.faults.lookup_failure_rate, f.Number("lookup_failure_rate", 0, 0, 1));
   LMC_ASSIGN_OR_RETURN(const double delay, f.Number("delay_ms", 0, 0, 60'000));
   s.faults.delay_ms = static_cast<std::uint32_t>(delay);
+  LMC_ASSIGN_OR_RETURN(s.faults.delay_rate, f.Number("delay_rate", 1, 0, 1));
   LMC_ASSIGN_OR_RETURN(const double seed, f.Number("seed", 1, 0, 9e15));
   s.faults.seed = static_cast<std::uint64_t>(seed);
   return s;
@@ -152,11 +218,13 @@ Result<L2AdapterSpec> ParseObject(const json& object, const std::string& where) 
     LMC_ASSIGN_OR_RETURN(spec.config, ParseFs(f, &spec));
   } else if (spec.type == "mock") {
     LMC_ASSIGN_OR_RETURN(spec.config, ParseMock(f));
+  } else if (spec.type == "resp" || spec.type == "valkey") {
+    LMC_ASSIGN_OR_RETURN(spec.config, ParseResp(f));
   } else if (spec.type == "fault_inject") {
     LMC_ASSIGN_OR_RETURN(spec.config, ParseFault(f));
   } else {
     return f.Error("type", "unknown adapter type '" + spec.type +
-                               "'; this server has fs, mock and fault_inject");
+                               "'; this server has fs, resp (valkey), mock and fault_inject");
   }
   LMC_RETURN_IF_ERROR(ParseCommon(f, &spec));
   LMC_RETURN_IF_ERROR(f.RejectUnknown());
@@ -175,6 +243,10 @@ Result<L2AdapterSpec> ParseL2AdapterSpec(std::string_view text, int position) {
 Result<std::unique_ptr<L2Adapter>> MakeL2Adapter(const L2AdapterSpec& spec) {
   if (const auto* fs = std::get_if<FsAdapterConfig>(&spec.config)) {
     LMC_ASSIGN_OR_RETURN(auto adapter, FsAdapter::Create(*fs));
+    return std::unique_ptr<L2Adapter>(std::move(adapter));
+  }
+  if (const auto* resp = std::get_if<RespAdapterConfig>(&spec.config)) {
+    LMC_ASSIGN_OR_RETURN(auto adapter, RespAdapter::Create(*resp));
     return std::unique_ptr<L2Adapter>(std::move(adapter));
   }
   if (const auto* mock = std::get_if<MockAdapterConfig>(&spec.config)) {

@@ -25,6 +25,7 @@
 #include "tier/l2_adapter.h"
 #include "tier/mock_adapter.h"
 #include "tier/prefetch_controller.h"
+#include "tier/resp_adapter.h"
 #include "tier/store_controller.h"
 
 namespace lmcache::tier {
@@ -36,8 +37,8 @@ struct FaultSpec {
 };
 
 struct L2AdapterSpec {
-  std::string type;  // "fs", "mock", "fault_inject"
-  std::variant<FsAdapterConfig, MockAdapterConfig, FaultSpec> config;
+  std::string type;  // "fs", "resp" (or "valkey"), "mock", "fault_inject"
+  std::variant<FsAdapterConfig, RespAdapterConfig, MockAdapterConfig, FaultSpec> config;
   std::vector<std::string> ignored_keys;  // reference keys accepted without effect
 };
 

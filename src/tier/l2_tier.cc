@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "tier/metered_adapter.h"
+
 namespace lmcache::tier {
 
 Result<std::unique_ptr<L2Tier>> L2Tier::Create(const L2Config& config, store::ObjectTable* table) {
@@ -18,8 +20,8 @@ Result<std::unique_ptr<L2Tier>> L2Tier::Create(const L2Config& config, store::Ob
       spdlog::warn("--l2-adapter #{} ({}): '{}' is accepted for compatibility and has no effect",
                    i + 1, spec.type, key);
     }
-    adapters.push_back(adapter->get());
-    tier->adapters_.push_back(std::move(adapter).value());
+    tier->adapters_.push_back(std::make_unique<MeteredAdapter>(std::move(adapter).value()));
+    adapters.push_back(tier->adapters_.back().get());
     spdlog::info("L2 adapter #{}: {}", i + 1, tier->adapters_.back()->Stats().description);
   }
   tier->store_ = std::make_unique<StoreController>(table, adapters, config.store);

@@ -5,6 +5,7 @@
 // Thread-safety: internally synchronised.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 
@@ -36,9 +37,10 @@ class BlockingPolicy final : public store::EvictionPolicy {
     std::lock_guard<std::mutex> lock(mu_);
     armed_ = true;
   }
-  void WaitParked() {
+  // False when nothing parked within `timeout` (the test then fails instead of hanging).
+  bool WaitParked(std::chrono::seconds timeout = std::chrono::seconds(30)) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [this] { return parked_; });
+    return cv_.wait_for(lock, timeout, [this] { return parked_; });
   }
   void Release() {
     std::lock_guard<std::mutex> lock(mu_);

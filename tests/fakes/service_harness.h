@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/msgpack_codec.h"
@@ -128,5 +129,26 @@ class ServiceHarness {
   std::unique_ptr<store::L1Cache> cache_;
   std::unique_ptr<server::Service> service_;
 };
+
+// The field `name` of a reply map (a test failure, and nil, when it is missing).
+inline const msgpack::object& Field(const msgpack::object& map, std::string_view name) {
+  static const msgpack::object kNil;
+  auto reader = mp::MapReader::Make(map, "reply");
+  if (!reader.ok() || reader->Field(name) == nullptr) {
+    ADD_FAILURE() << "no field " << name;
+    return kNil;
+  }
+  return *reader->Field(name);
+}
+
+// The slot offsets of a prepare_store / prepare_retrieve reply's context.
+inline std::vector<std::uint64_t> SlotOffsets(const msgpack::object& context) {
+  std::vector<std::uint64_t> out;
+  const msgpack::object& slots = Field(context, "slots");
+  for (std::uint32_t i = 0; i < slots.via.array.size; ++i) {
+    out.push_back(Field(slots.via.array.ptr[i], "offset").via.u64);
+  }
+  return out;
+}
 
 }  // namespace lmcache::testing

@@ -7,200 +7,56 @@ python3-numpy besides the standard library:
 
     LMCACHE_SERVER_BINARY=build/src/lmcache-server /usr/bin/python3 -m pytest -q tests/python
 
-Wire format (spec sections 2, 3, 4): request frames are [uid, operation,
-payload...], each msgpack-encoded on its own; uid is a per-client counter from 0;
-the operation is an id from the frozen table or a name. The reply echoes uid and
-operation byte for byte, then carries the value, plus a {code, message} frame
-when the request failed.
+The wire format and the client are described in mp_client.py.
 """
 
-import mmap
 import os
-import re
-import signal
-import socket
-import subprocess
-import time
-import uuid
 
 import msgpack
 import numpy as np
 import pytest
 import zmq
 
-DEFAULT_BINARY = "/work/main/build/src/lmcache-server"
-READY_TIMEOUT_S = 60.0
-REPLY_TIMEOUT_S = 30.0
-
-# Frozen operation ids (spec 2.4).
-OP_LOOKUP = 8
-OP_QUERY_PREFETCH_STATUS = 9
-OP_FREE_LOOKUP_LOCKS = 12
-OP_END_SESSION = 13
-OP_REGISTER_ENGINE_CONTEXT = 14
-OP_UNREGISTER_ENGINE_CONTEXT = 15
-OP_PREPARE_STORE = 16
-OP_COMMIT_STORE = 17
-OP_PREPARE_RETRIEVE = 18
-OP_COMMIT_RETRIEVE = 19
-OP_GET_CHUNK_SIZE = 21
-OP_PING = 22
-
-# Error codes of the {code, message} frame (include/lmcache/status.h).
-INVALID_ARGUMENT = 100
-MALFORMED_REQUEST = 101
-UNKNOWN_OPERATION = 102
-NOT_REGISTERED = 205
-NOT_SUPPORTED = 403
-
-MODEL = "cross-language/test-model"
-NUM_LAYERS = 2
-HIDDEN_DIM = 128
-DTYPE = "bfloat16"
-ITEM_SIZE = 2  # bfloat16, carried in numpy as uint16
+# The client and the server launcher live in mp_client.py beside this file
+# (pytest puts this directory on sys.path), shared with the multi-node tests.
+from mp_client import (
+    INVALID_ARGUMENT, MALFORMED_REQUEST, NOT_REGISTERED, NOT_SUPPORTED, OP_COMMIT_RETRIEVE,
+    OP_COMMIT_STORE, OP_END_SESSION, OP_FREE_LOOKUP_LOCKS, OP_LOOKUP,
+    OP_PING, OP_PREPARE_RETRIEVE, OP_PREPARE_STORE, OP_QUERY_PREFETCH_STATUS,
+    OP_UNREGISTER_ENGINE_CONTEXT, UNKNOWN_OPERATION, DTYPE,
+    Client, Raw, ServerStartError, check_slots_disjoint, chunk_size, free_tcp_port, lookup,
+    make_key, map_pool, new_instance_id, random_tokens, register, retrieve, server_binary,
+    slot_shape, slot_view, start_server, stats, store_prompt)
 
 
-# --------------------------------------------------------------------------- server
-
-
-def _free_tcp_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _read(path):
-    try:
-        with open(path, "r", errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return ""
-
-
-class Server:
-    def __init__(self, url, log_path, proc, shm_name):
-        self.url = url
-        self.log_path = log_path
-        self.proc = proc
-        self.shm_name = shm_name
-
-    def log(self):
-        return _read(self.log_path)
+# --------------------------------------------------------------------------- fixtures
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    binary = os.environ.get("LMCACHE_SERVER_BINARY", DEFAULT_BINARY)
+    binary = server_binary()
     if not os.access(binary, os.X_OK):
         pytest.fail(f"lmcache-server binary not found or not executable: {binary} "
                     "(set LMCACHE_SERVER_BINARY)")
     tmp = tmp_path_factory.mktemp("lmc")
     sock_path = tmp / "lmc.sock"
-    log_path = tmp / "server.log"
     url = f"ipc://{sock_path}"
-    cmd = [binary, "--l1-size-gb", "0.25", "--url", url, "--port", str(_free_tcp_port()),
-           "--http-port", "0", "--drain-timeout-seconds", "0", "--log-level", "info"]
-    with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    ready_line = None
-    while ready_line is None:
-        for line in _read(log_path).splitlines():
-            if "lmcache-server ready" in line:
-                ready_line = line
-                break
-        if ready_line is not None:
-            break
-        if proc.poll() is not None:
-            pytest.fail(f"lmcache-server exited with {proc.returncode} before it was ready:\n"
-                        f"{_read(log_path)}")
-        if time.monotonic() > deadline:
-            proc.kill()
-            proc.wait()
-            pytest.fail(f"lmcache-server not ready within {READY_TIMEOUT_S} s:\n{_read(log_path)}")
-        time.sleep(0.05)
-    match = re.search(r"L1 pool (\S+) \(", ready_line)
-    assert match, f"no pool name in the ready line: {ready_line!r}"
-    srv = Server(url, log_path, proc, match.group(1))
+    args = ["--l1-size-gb", "0.25", "--port", str(free_tcp_port()), "--http-port", "0",
+            "--drain-timeout-seconds", "0", "--log-level", "info"]
+    try:
+        srv = start_server(binary, url, tmp / "server.log", args)
+    except ServerStartError as e:
+        pytest.fail(str(e))
 
     yield srv
 
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        rc = proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    rc = srv.stop(timeout=60)
+    if rc is None:
         pytest.fail(f"lmcache-server did not exit within 60 s of SIGTERM:\n{srv.log()}")
     assert rc == 0, f"lmcache-server exited with {rc}:\n{srv.log()}"
     assert not os.path.exists(f"/dev/shm/{srv.shm_name}"), \
         f"/dev/shm/{srv.shm_name} is still there after shutdown"
     assert not os.path.exists(sock_path), f"{sock_path} is still there after shutdown"
-
-
-# --------------------------------------------------------------------------- client
-
-
-class Raw:
-    """A payload frame sent as these exact bytes (not msgpack-encoded)."""
-
-    def __init__(self, data):
-        self.data = data
-
-
-class Reply:
-    def __init__(self, frames):
-        self.frames = frames
-        self.value = msgpack.unpackb(frames[2], raw=False)
-        self.error = msgpack.unpackb(frames[3], raw=False) if len(frames) > 3 else None
-
-    def __repr__(self):
-        return f"Reply(value={self.value!r}, error={self.error!r})"
-
-
-class Client:
-    """Like the reference MP client: one DEALER, uids counting from 0."""
-
-    def __init__(self, ctx, url):
-        self.sock = ctx.socket(zmq.DEALER)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.sock.connect(url)
-        self.uid = 0
-
-    def close(self):
-        self.sock.close(0)
-
-    def send(self, op, *payloads):
-        uid = self.uid
-        self.uid += 1
-        frames = [msgpack.packb(uid), msgpack.packb(op)]
-        frames += [p.data if isinstance(p, Raw) else msgpack.packb(p, use_bin_type=True)
-                   for p in payloads]
-        self.sock.send_multipart(frames)
-        return frames[0], frames[1]
-
-    def recv_frames(self, uid_frame, op_frame):
-        if not self.sock.poll(int(REPLY_TIMEOUT_S * 1000), zmq.POLLIN):
-            raise AssertionError(f"no reply to operation {msgpack.unpackb(op_frame)!r} "
-                                 f"within {REPLY_TIMEOUT_S} s")
-        frames = self.sock.recv_multipart()
-        assert frames[0] == uid_frame, "the uid frame is not echoed byte for byte"
-        assert frames[1] == op_frame, "the operation frame is not echoed byte for byte"
-        return frames
-
-    def request(self, op, *payloads):
-        """Any reply: [uid, op, value] or [uid, op, value, error]."""
-        frames = self.recv_frames(*self.send(op, *payloads))
-        assert len(frames) in (3, 4), f"reply has {len(frames)} frames"
-        return Reply(frames)
-
-    def call(self, op, *payloads):
-        """A reply that must be a success; returns its value."""
-        reply = self.request(op, *payloads)
-        assert reply.error is None, f"operation {op!r} failed: {reply.error!r}"
-        return reply.value
 
 
 @pytest.fixture(scope="module")
@@ -215,142 +71,6 @@ def client(server, zmq_ctx):
     c = Client(zmq_ctx, server.url)
     yield c
     c.close()
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def make_key(tokens, start, end, request_id, worker_id=0, model=MODEL, world_size=1,
-             cache_salt="", num_kv_readers=1):
-    """IPCCacheServerKey as the reference encodes it: a map of every field, in
-    declaration order (spec 4.1)."""
-    return {
-        "model_name": model,
-        "world_size": world_size,
-        "worker_id": worker_id,
-        "token_ids": list(tokens),
-        "start": start,
-        "end": end,
-        "request_id": request_id,
-        "cache_salt": cache_salt,
-        "request_configs": None,
-        "num_kv_readers": num_kv_readers,
-        "null_chunk_mask": None,
-    }
-
-
-def new_instance_id():
-    # The newest reference adapter: a random 63-bit integer.
-    return uuid.uuid4().int & ((1 << 63) - 1)
-
-
-def register(client, instance_id, model=MODEL):
-    """RegisterEngineDrivenContextPayload as msgspec encodes the Struct: every
-    field by name (spec 4.2)."""
-    payload = {
-        "instance_id": instance_id,
-        "model_name": model,
-        "world_size": 1,
-        "block_size": 16,
-        "num_layers": NUM_LAYERS,
-        "hidden_dim_size": HIDDEN_DIM,
-        "dtype_str": DTYPE,
-        "use_mla": False,
-        "num_physical_slots": None,
-        "engine_group_infos": [],
-        "group_hidden_dim_sizes": None,
-        "group_layout_descs": None,
-        "enable_l1_kvweave_quant": False,
-    }
-    return client.call(OP_REGISTER_ENGINE_CONTEXT, payload)
-
-
-def chunk_size(client):
-    value = client.call(OP_GET_CHUNK_SIZE)
-    assert isinstance(value, int) and value > 0
-    return value
-
-
-def slot_shape(chunk):
-    return [2, NUM_LAYERS, chunk, HIDDEN_DIM]
-
-
-def random_tokens(rng, n):
-    return [int(t) for t in rng.integers(0, 2**31, size=n)]
-
-
-def map_pool(shm_name, pool_size):
-    path = f"/dev/shm/{shm_name}"
-    assert os.path.getsize(path) == pool_size, "the segment size differs from pool_size"
-    pool = np.memmap(path, dtype=np.uint8, mode="r+", shape=(pool_size,))
-    assert pool.size == pool_size
-    return pool
-
-
-def slot_view(pool, slot):
-    shape = slot["shape"]
-    assert slot["dtype"] == DTYPE
-    assert slot["length"] == int(np.prod(shape)) * ITEM_SIZE, \
-        f"slot length {slot['length']} != prod({shape}) * {ITEM_SIZE}"
-    assert 0 <= slot["offset"] and slot["offset"] + slot["length"] <= pool.size
-    raw = pool[slot["offset"]:slot["offset"] + slot["length"]]
-    return raw.view(np.uint16).reshape(shape)
-
-
-def check_slots_disjoint(slots):
-    spans = sorted((s["offset"], s["offset"] + s["length"]) for s in slots)
-    for (_, end), (start, _) in zip(spans, spans[1:]):
-        assert end <= start, f"slots overlap: {spans}"
-
-
-def stats(client):
-    value = client.call("stats")
-    assert isinstance(value, dict) and "l1" in value, value
-    return value
-
-
-def store_prompt(client, pool, instance_id, tokens, chunks, request_id, rng):
-    """prepare_store + write random patterns + commit_store for chunks [0, chunks).
-    Returns the patterns by chunk index."""
-    chunk = chunk_size(client)
-    key = make_key(tokens, 0, chunks * chunk, request_id)
-    prepared = client.call(OP_PREPARE_STORE, key, instance_id)
-    context = prepared["context"]
-    assert context["chunk_indices"] == list(range(chunks)), prepared
-    assert len(context["slots"]) == chunks
-    check_slots_disjoint(context["slots"])
-    patterns = {}
-    for index, slot in zip(context["chunk_indices"], context["slots"]):
-        assert slot["shape"] == slot_shape(chunk)
-        view = slot_view(pool, slot)
-        patterns[index] = rng.integers(0, 2**16, size=view.shape, dtype=np.uint16)
-        view[...] = patterns[index]
-    pool.flush()
-    assert client.call(OP_COMMIT_STORE, key, instance_id, b"") is True
-    return patterns
-
-
-def lookup(client, tokens, request_id, cache_salt="", num_kv_readers=1):
-    """lookup with worker_id None (the scheduler's call), then the prefetch result."""
-    chunk = chunk_size(client)
-    full = (len(tokens) // chunk) * chunk
-    key = make_key(tokens, 0, full, request_id, worker_id=None, cache_salt=cache_salt,
-                   num_kv_readers=num_kv_readers)
-    assert client.call(OP_LOOKUP, key, 1) is None
-    return client.call(OP_QUERY_PREFETCH_STATUS, request_id)
-
-
-def retrieve(client, pool, instance_id, tokens, chunks, request_id, finish_op=OP_COMMIT_RETRIEVE):
-    """prepare_retrieve + copy out + commit; returns the bytes of each chunk."""
-    chunk = chunk_size(client)
-    key = make_key(tokens, 0, chunks * chunk, request_id)
-    prepared = client.call(OP_PREPARE_RETRIEVE, key, instance_id)
-    assert prepared["success"] is True, prepared
-    slots = prepared["context"]["slots"]
-    assert len(slots) == chunks, prepared
-    data = [slot_view(pool, slot).copy() for slot in slots]
-    assert client.call(finish_op, key, instance_id) is True
-    return data
 
 
 # --------------------------------------------------------------------------- tests

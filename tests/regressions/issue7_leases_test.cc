@@ -13,33 +13,16 @@
 namespace lmcache::server {
 namespace {
 
+using testing::Field;
 using testing::IntFrame;
 using testing::KeyArgs;
 using testing::KeyFrame;
 using testing::RegisterFrame;
+using testing::SlotOffsets;
 using testing::StrFrame;
 using testing::Tokens;
 
 constexpr std::uint64_t kObject = 2 * 2 * 256 * 64 * 2;  // [2, 2, 256, 64] bfloat16
-
-const msgpack::object& Field(const msgpack::object& map, std::string_view name) {
-  static const msgpack::object kNil;
-  auto reader = mp::MapReader::Make(map, "reply");
-  if (!reader.ok() || reader->Field(name) == nullptr) {
-    ADD_FAILURE() << "no field " << name;
-    return kNil;
-  }
-  return *reader->Field(name);
-}
-
-std::vector<std::uint64_t> SlotOffsets(const msgpack::object& context) {
-  std::vector<std::uint64_t> out;
-  const msgpack::object& slots = Field(context, "slots");
-  for (std::uint32_t i = 0; i < slots.via.array.size; ++i) {
-    out.push_back(Field(slots.via.array.ptr[i], "offset").via.u64);
-  }
-  return out;
-}
 
 // Strict UTF-8 (RFC 3629): what a client's strict msgpack str decoding accepts.
 bool ValidUtf8(std::string_view text) {
@@ -187,9 +170,9 @@ TEST_F(Issue7Test, ExpiredLookupLeaseReaderDoesNotReleaseAFreshOne) {
 server::Reply RaceUnregister(testing::ServiceHarness& h, std::string_view op, const KeyArgs& key,
                              const std::function<void()>& park,
                              const std::function<void()>& unpark) {
-  std::future<server::Reply> reply =
-      std::async(std::launch::async,
-                 [&] { return h.CallAs("conn-a", op, {KeyFrame(key), IntFrame(7)}); });
+  std::future<server::Reply> reply = std::async(std::launch::async, [&] {
+    return h.CallAs("conn-a", op, {KeyFrame(key), IntFrame(7)});
+  });
   park();
   EXPECT_TRUE(
       h.CallAs("conn-a", "unregister_kv_cache_engine_driven_context", {IntFrame(7)}).status.ok());
@@ -206,7 +189,8 @@ TEST_F(Issue7Test, UnregisterDuringPrepareStoreLeavesNothingStaged) {
   Register(7);
   policy_->Arm();
   const server::Reply reply = RaceUnregister(
-      h_, "prepare_store", Key(4096, 16, 3, "rr"), [this] { policy_->WaitParked(); },
+      h_, "prepare_store", Key(4096, 16, 3, "rr"),
+      [this] { ASSERT_TRUE(policy_->WaitParked()) << "prepare_store never reached eviction"; },
       [this] { policy_->Release(); });
   EXPECT_EQ(reply.status.code(), ErrorCode::kNotRegistered) << reply.status.ToString();
   EXPECT_EQ(Table().staging_objects, 0u);
@@ -221,14 +205,17 @@ TEST_F(Issue7Test, UnregisterDuringPrepareRetrieveLeavesNoLock) {
   Register(7);
   Store(7, Key(4096, 16, 3, "writer"), 0x33);
   std::shared_ptr<Session> session = h_.service().sessions().GetOrCreate("rr");
-  std::optional<MutexLock> busy;
+  // Held before the request starts: taken after, a request scheduled first
+  // could finish without ever waiting for it, and the test would wait forever.
+  std::optional<MutexLock> busy(&session->mu);
   const server::Reply reply = RaceUnregister(
       h_, "prepare_retrieve", Key(4096, 16, 3, "rr"),
       [&] {
-        busy.emplace(&session->mu);
-        while (session->mu.waiters() == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (session->mu.waiters() == 0 && std::chrono::steady_clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
+        ASSERT_GT(session->mu.waiters(), 0u) << "prepare_retrieve never waited for its session";
       },
       [&] { busy.reset(); });
   EXPECT_EQ(reply.status.code(), ErrorCode::kNotRegistered) << reply.status.ToString();

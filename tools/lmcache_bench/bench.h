@@ -38,7 +38,8 @@ struct BenchOptions {
   bool quick = false;
   bool skip_redis = false;
   bool latencies_only = false;  // skip the throughput paths (profiling the RPCs)
-  bool skip_l2 = false;
+  bool skip_l2 = false;    // also skips the resp phase
+  bool l2_odirect = true;  // the fs phase's use_odirect
   std::string l2_dir = "/var/tmp";  // the fs L2 phase works in a fresh directory under it
   std::uint64_t rebuild_objects = 10000;
   std::string json_path;

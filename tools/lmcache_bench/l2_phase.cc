@@ -2,6 +2,7 @@
 #include "l2_phase.h"
 
 #include <fcntl.h>
+#include <hiredis/hiredis.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -70,6 +71,84 @@ class DiskReference final : public L2Reference {
   std::string path_;
 };
 
+// Raw SET and GET of the same values through hiredis, pipelined as the resp
+// adapter pipelines (16 commands at a time), on the same Redis: what the
+// adapter adds (header, checksum, routing, the server's write-behind and
+// prefetch) is the difference.
+class RawRedisReference final : public L2Reference {
+ public:
+  explicit RawRedisReference(std::string socket_path) : socket_path_(std::move(socket_path)) {}
+
+  Result<double> Write(const std::vector<std::span<const std::byte>>& objects) override {
+    return Pipelined(
+        objects.size(), TotalBytes(objects),
+        [&](redisContext* c, std::size_t i) {
+          const std::string key = "raw:" + std::to_string(i);
+          const char* argv[] = {"SET", key.data(),
+                                reinterpret_cast<const char*>(objects[i].data())};
+          const std::size_t lengths[] = {3, key.size(), objects[i].size()};
+          redisAppendCommandArgv(c, 3, argv, lengths);
+        },
+        [](const redisReply& reply, std::size_t) { return reply.type == REDIS_REPLY_STATUS; });
+  }
+
+  Result<double> Read(const std::vector<std::span<std::byte>>& objects) override {
+    return Pipelined(
+        objects.size(), TotalBytes(objects),
+        [&](redisContext* c, std::size_t i) {
+          const std::string key = "raw:" + std::to_string(i);
+          const char* argv[] = {"GET", key.data()};
+          const std::size_t lengths[] = {3, key.size()};
+          redisAppendCommandArgv(c, 2, argv, lengths);
+        },
+        [&](const redisReply& reply, std::size_t i) {
+          if (reply.type != REDIS_REPLY_STRING || reply.len != objects[i].size()) return false;
+          std::memcpy(objects[i].data(), reply.str, reply.len);
+          return true;
+        });
+  }
+
+ private:
+  static constexpr std::size_t kDepth = 16;
+  struct ContextFree {
+    void operator()(redisContext* c) const { redisFree(c); }
+  };
+
+  template <typename Span>
+  static std::uint64_t TotalBytes(const std::vector<Span>& objects) {
+    std::uint64_t bytes = 0;
+    for (const auto& o : objects) bytes += o.size();
+    return bytes;
+  }
+
+  // Queues commands 0..count-1 (`append`) kDepth at a time on a fresh
+  // connection and hands each reply to `take` (false: an unexpected reply);
+  // the GB/s of `bytes` moved.
+  template <typename Append, typename Take>
+  Result<double> Pipelined(std::size_t count, std::uint64_t bytes, Append append, Take take) {
+    std::unique_ptr<redisContext, ContextFree> c(redisConnectUnix(socket_path_.c_str()));
+    if (!c || c->err != 0) return Status(ErrorCode::kUnavailable, "redis at " + socket_path_);
+    const auto start = SteadyTime::now();
+    for (std::size_t begin = 0; begin < count; begin += kDepth) {
+      const std::size_t end = std::min(count, begin + kDepth);
+      for (std::size_t i = begin; i < end; ++i) append(c.get(), i);
+      for (std::size_t i = begin; i < end; ++i) {
+        void* raw = nullptr;
+        if (redisGetReply(c.get(), &raw) != REDIS_OK || raw == nullptr) {
+          return Status(ErrorCode::kIoError, std::string("redis: ") + c->errstr);
+        }
+        std::unique_ptr<redisReply, decltype(&freeReplyObject)> reply(static_cast<redisReply*>(raw),
+                                                                      &freeReplyObject);
+        if (!take(*reply, i))
+          return Status(ErrorCode::kIoError, "redis answered an unexpected reply");
+      }
+    }
+    return static_cast<double>(bytes) / Seconds(start) / 1e9;
+  }
+
+  std::string socket_path_;
+};
+
 // Page-aligned memory for one round's objects (direct I/O needs it).
 struct RoundMemory {
   RoundMemory(std::uint64_t objects, std::uint64_t bytes_each)
@@ -80,6 +159,12 @@ struct RoundMemory {
   ~RoundMemory() {
     std::free(in);
     std::free(out);
+  }
+  // Prompt `first + p` of `chunks` chunks in its place, for every prompt the memory holds.
+  void Fill(std::uint64_t first, std::uint64_t chunks) {
+    for (std::uint64_t i = 0; i < count; ++i) {
+      FillChunk(in + i * object_bytes, object_bytes, first + i / chunks, i % chunks);
+    }
   }
   std::vector<std::span<const std::byte>> Inputs() const {
     std::vector<std::span<const std::byte>> v;
@@ -128,7 +213,8 @@ Status WaitWrittenBehind(client::Client& c, double objects) {
     const double stored = stats.Number("l2.store.stored").value_or(0);
     const double failed = stats.Number("l2.store.failed").value_or(0) +
                           stats.Number("l2.store.skipped_queue_full").value_or(0);
-    if (failed > 0) return Internal("the L2 adapter failed or skipped objects (see the server log)");
+    if (failed > 0)
+      return Internal("the L2 adapter failed or skipped objects (see the server log)");
     if (stored >= objects && stats.Number("l2.store.queued_objects") == 0 &&
         stats.Number("l2.store.in_flight") == 0) {
       return Status::Ok();
@@ -138,10 +224,23 @@ Status WaitWrittenBehind(client::Client& c, double objects) {
   return Status(ErrorCode::kTimeout, "L2 write-behind did not finish in a minute");
 }
 
+// A phase's server: a pool twice one round (at least 1 GiB), quiet logs, `extra`.
+std::vector<std::string> PhaseServerArgs(std::uint64_t round_bytes,
+                                         const std::vector<std::string>& extra) {
+  const double pool_gb = std::max(1.0, 2.0 * static_cast<double>(round_bytes) / (1 << 30));
+  std::vector<std::string> args = {"--l1-size-gb", std::to_string(pool_gb), "--log-level", "warn"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
 }  // namespace
 
 std::unique_ptr<L2Reference> MakeDiskReference(const std::string& dir) {
   return std::make_unique<DiskReference>(dir);
+}
+
+std::unique_ptr<L2Reference> MakeRawRedisReference(const std::string& socket_path) {
+  return std::make_unique<RawRedisReference>(socket_path);
 }
 
 Result<L2Figures> MeasureL2Phase(const BenchOptions& o, const std::string& binary,
@@ -150,23 +249,17 @@ Result<L2Figures> MeasureL2Phase(const BenchOptions& o, const std::string& binar
   const std::uint64_t prompts = static_cast<std::uint64_t>(o.workers * o.prompts_per_worker);
   const std::uint64_t chunks = o.chunks_per_prompt();
   const std::uint64_t round_bytes = prompts * chunks * o.object_bytes();
-  const double pool_gb = std::max(1.0, 2.0 * static_cast<double>(round_bytes) / (1 << 30));
-  std::vector<std::string> args = {"--l1-size-gb", std::to_string(pool_gb), "--log-level", "warn"};
-  args.insert(args.end(), server_args.begin(), server_args.end());
+  const std::vector<std::string> args = PhaseServerArgs(round_bytes, server_args);
   LMC_ASSIGN_OR_RETURN(auto server, tools::LocalServer::Start(binary, "lmcache_bench_l2", args));
-  LMC_ASSIGN_OR_RETURN(auto c, Connect(server->url(), 9'000'000,
-                                       static_cast<std::int64_t>(o.bytes_per_token / 4)));
+  LMC_ASSIGN_OR_RETURN(
+      auto c, Connect(server->url(), 9'000'000, static_cast<std::int64_t>(o.bytes_per_token / 4)));
   if (c->ObjectBytes() != o.object_bytes()) return Internal("unexpected object size");
 
   RoundMemory memory(prompts * chunks, o.object_bytes());
   L2Figures figures;
   for (int round = -1; round < o.rounds; ++round) {  // round -1 warms up, untimed
     const std::uint64_t first = static_cast<std::uint64_t>(round + 2) * 1000;
-    for (std::uint64_t p = 0; p < prompts; ++p) {
-      for (std::uint64_t k = 0; k < chunks; ++k) {
-        FillChunk(memory.in + (p * chunks + k) * o.object_bytes(), o.object_bytes(), first + p, k);
-      }
-    }
+    memory.Fill(first, chunks);
     LMC_ASSIGN_OR_RETURN(const double written, reference.Write(memory.Inputs()));
     LMC_ASSIGN_OR_RETURN(const double read, reference.Read(memory.Outputs()));
 
@@ -181,7 +274,8 @@ Result<L2Figures> MeasureL2Phase(const BenchOptions& o, const std::string& binar
                            c->Store(PromptKey(o, first + p, chunks), chunk_spans));
       if (stored.stored != chunks) return Internal("L1 did not take the round (pool too small?)");
     }
-    LMC_RETURN_IF_ERROR(WaitWrittenBehind(*c, stored_before + static_cast<double>(prompts * chunks)));
+    LMC_RETURN_IF_ERROR(
+        WaitWrittenBehind(*c, stored_before + static_cast<double>(prompts * chunks)));
     const double store_s = Seconds(start);
     LMC_RETURN_IF_ERROR(c->Call("clear", {}).status());
 
@@ -212,11 +306,65 @@ Result<L2Figures> MeasureL2Phase(const BenchOptions& o, const std::string& binar
   return figures;
 }
 
+Status MeasureCrossNode(const BenchOptions& o, const std::string& binary,
+                        const std::vector<std::string>& server_args, std::vector<double>* out) {
+  const std::uint64_t prompts = static_cast<std::uint64_t>(o.workers * o.prompts_per_worker);
+  const std::uint64_t chunks = o.chunks_per_prompt();
+  const std::uint64_t round_bytes = prompts * chunks * o.object_bytes();
+  const std::vector<std::string> args = PhaseServerArgs(round_bytes, server_args);
+  LMC_ASSIGN_OR_RETURN(auto node_a,
+                       tools::LocalServer::Start(binary, "lmcache_bench_node_a", args));
+  LMC_ASSIGN_OR_RETURN(auto node_b,
+                       tools::LocalServer::Start(binary, "lmcache_bench_node_b", args));
+  const auto hidden = static_cast<std::int64_t>(o.bytes_per_token / 4);
+  LMC_ASSIGN_OR_RETURN(auto a, Connect(node_a->url(), 9'100'000, hidden));
+  LMC_ASSIGN_OR_RETURN(auto b, Connect(node_b->url(), 9'100'001, hidden));
+  RoundMemory memory(prompts * chunks, o.object_bytes());
+  const auto inputs = memory.Inputs();
+  const auto outputs = memory.Outputs();
+  for (int round = -1; round < o.rounds; ++round) {  // round -1 warms up, untimed
+    // Prompts no other phase stored in the same Redis.
+    const std::uint64_t first = 900'000 + static_cast<std::uint64_t>(round + 2) * 1000;
+    memory.Fill(first, chunks);
+    LMC_ASSIGN_OR_RETURN(tools::ServerStats before, tools::ServerStats::Fetch(*a));
+    const double stored_before = before.Number("l2.store.stored").value_or(0);
+    for (std::uint64_t p = 0; p < prompts; ++p) {
+      LMC_RETURN_IF_ERROR(
+          a->Store(PromptKey(o, first + p, chunks), std::span(inputs.data() + p * chunks, chunks))
+              .status());
+    }
+    LMC_RETURN_IF_ERROR(
+        WaitWrittenBehind(*a, stored_before + static_cast<double>(prompts * chunks)));
+    const auto start = SteadyTime::now();
+    for (std::uint64_t p = 0; p < prompts; ++p) {
+      client::KeySpec key = PromptKey(o, first + p, chunks);
+      LMC_ASSIGN_OR_RETURN(const std::size_t hits, b->Lookup(key));
+      if (hits != chunks) {
+        return Internal("node B found " + std::to_string(hits) + " of " + std::to_string(chunks) +
+                        " chunks stored through node A");
+      }
+      LMC_RETURN_IF_ERROR(b->Retrieve(key, std::span(outputs.data() + p * chunks, chunks)));
+      (void)b->EndSession(key.request_id);
+    }
+    const double seconds = Seconds(start);
+    if (std::memcmp(memory.in, memory.out, round_bytes) != 0) {
+      return Internal("bytes retrieved on node B differ from those stored on node A");
+    }
+    LMC_RETURN_IF_ERROR(a->Call("clear", {}).status());
+    LMC_RETURN_IF_ERROR(b->Call("clear", {}).status());
+    if (round >= 0) out->push_back(static_cast<double>(round_bytes) / seconds / 1e9);
+  }
+  (void)a->Unregister();
+  (void)b->Unregister();
+  return Status::Ok();
+}
+
 Status MeasureFsRebuild(const BenchOptions& o, const std::string& binary, const std::string& dir,
                         std::uint64_t objects, L2Figures* out) {
   const std::vector<std::string> args = {
-      "--l1-size-gb", "1", "--log-level", "warn", "--l2-adapter",
-      R"({"type":"fs","base_path":")" + dir + R"(","fsync":false})"};
+      "--l1-size-gb", "1",
+      "--log-level",  "warn",
+      "--l2-adapter", R"({"type":"fs","base_path":")" + dir + R"(","fsync":false})"};
   constexpr std::uint64_t kChunksPerPrompt = 250;
   {
     LMC_ASSIGN_OR_RETURN(auto server, tools::LocalServer::Start(binary, "lmcache_bench_rb", args));

@@ -27,12 +27,15 @@ class L2Reference {
 // Sequential O_DIRECT writes (one fdatasync at the end) and reads of one
 // file in `dir`: what `dd oflag=direct` / `iflag=direct` measures.
 std::unique_ptr<L2Reference> MakeDiskReference(const std::string& dir);
+// Raw SET/GET of the same values through hiredis on the Redis at `socket_path`.
+std::unique_ptr<L2Reference> MakeRawRedisReference(const std::string& socket_path);
 
 struct L2Figures {
   std::vector<double> store_gbps;  // per round: store until written behind
   std::vector<double> load_gbps;   // per round: lookups that load from L2
   std::vector<double> reference_write_gbps;
   std::vector<double> reference_read_gbps;
+  std::vector<double> cross_node_gbps;  // resp only: stored on node A, looked up and retrieved on B
   double rebuild_seconds = 0;  // fs only: index rebuild of `rebuild_objects` files
   std::uint64_t rebuild_objects = 0;
 };
@@ -42,6 +45,13 @@ struct L2Figures {
 Result<L2Figures> MeasureL2Phase(const BenchOptions& options, const std::string& server_binary,
                                  const std::vector<std::string>& server_args,
                                  L2Reference& reference);
+
+// Two servers ("nodes") with the same `server_args` (a shared resp adapter):
+// each round stores its prompts through A, waits until A wrote them behind,
+// then times lookups (loading from the shared tier) and retrieves through B,
+// verifying every byte. GB/s per round into *out.
+Status MeasureCrossNode(const BenchOptions& options, const std::string& server_binary,
+                        const std::vector<std::string>& server_args, std::vector<double>* out);
 
 // The time the fs adapter takes to rebuild its index of `objects` files
 // stored by a server before, read from the restarted server's stats.

@@ -16,6 +16,7 @@
 #include "support/local_server.h"
 #include "lmcache/client.h"
 #include "l2_phase.h"
+#include "local_redis.h"
 #include "paths.h"
 #include "report.h"
 
@@ -94,13 +95,30 @@ Result<L2Figures> MeasureFsL2(const BenchOptions& o, const std::string& server_b
   } cleanup{dir};
   Progress("L2 fs phase in " + dir.string() + ": write-behind and load against direct disk I/O");
   auto reference = MakeDiskReference(dir.string());
-  const std::string adapter = R"({"type":"fs","use_odirect":true,"base_path":")" +
+  const std::string adapter = std::string(R"({"type":"fs","use_odirect":)") +
+                              (o.l2_odirect ? "true" : "false") + R"(,"base_path":")" +
                               (dir / "objects").string() + R"("})";
   LMC_ASSIGN_OR_RETURN(L2Figures figures,
                        MeasureL2Phase(o, server_binary, {"--l2-adapter", adapter}, *reference));
   Progress("L2 fs index rebuild of " + std::to_string(o.rebuild_objects) + " objects");
   LMC_RETURN_IF_ERROR(MeasureFsRebuild(o, server_binary, (dir / "rebuild").string(),
                                        o.rebuild_objects, &figures));
+  return figures;
+}
+
+// The resp L2 phase: a redis-server on a unix socket behind the server,
+// against raw SET/GET of the same values on the same Redis.
+Result<L2Figures> MeasureRespL2(const BenchOptions& o, const std::string& server_binary) {
+  LMC_ASSIGN_OR_RETURN(auto redis, LocalRedis::Start(o.redis_binary, "lmcache_bench_resp"));
+  Progress("L2 resp phase: write-behind to Redis and load back, against raw SET/GET");
+  auto reference = MakeRawRedisReference(redis->socket_path());
+  const std::string adapter =
+      R"({"type":"resp","url":"unix://)" + redis->socket_path() + R"(","key_prefix":"bench:"})";
+  LMC_ASSIGN_OR_RETURN(L2Figures figures,
+                       MeasureL2Phase(o, server_binary, {"--l2-adapter", adapter}, *reference));
+  Progress("L2 resp cross-node: stored through node A, looked up and retrieved through node B");
+  LMC_RETURN_IF_ERROR(
+      MeasureCrossNode(o, server_binary, {"--l2-adapter", adapter}, &figures.cross_node_gbps));
   return figures;
 }
 
@@ -208,6 +226,11 @@ int Run(BenchOptions o) {
     if (!l2.ok()) return fail(l2.status());
     report.l2 = std::move(l2).value();
   }
+  if (!o.skip_l2 && !o.skip_redis && !o.latencies_only) {
+    auto resp = MeasureRespL2(o, server_binary);
+    if (!resp.ok()) return fail(resp.status());
+    report.resp = std::move(resp).value();
+  }
   if (o.sweep) {
     for (const double chunk_mib : o.sweep_chunk_mib) {
       for (const int workers : o.sweep_workers) {
@@ -277,6 +300,9 @@ int main(int argc, char** argv) {
   app.add_option("--redis-server", o.redis_binary, "redis-server binary")->capture_default_str();
   app.add_flag("--skip-redis", o.skip_redis, "Do not measure Redis (its fields become null)");
   app.add_flag("--skip-l2", o.skip_l2, "Do not measure the fs L2 tier (its fields become null)");
+  app.add_option("--l2-odirect", o.l2_odirect,
+                 "The fs L2 phase reads and writes with O_DIRECT (false: through the page cache)")
+      ->capture_default_str();
   app.add_option("--l2-dir", o.l2_dir,
                  "The fs L2 phase works in a fresh directory under this one (a local disk)")
       ->capture_default_str();

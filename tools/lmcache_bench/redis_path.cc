@@ -2,19 +2,14 @@
 // here on a unix socket with persistence off; each worker SETs and GETs the
 // same chunks through hiredis, one pipeline per prompt.
 #include <hiredis/hiredis.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <thread>
 
+#include "local_redis.h"
 #include "paths.h"
 #include "phased_workers.h"
 
@@ -66,51 +61,11 @@ std::string ChunkKey(int w, int p, std::uint64_t c) {
 }  // namespace
 
 Result<std::unique_ptr<BenchPath>> StartRedisPath(const BenchOptions& o) {
-  if (!std::filesystem::exists(o.redis_binary)) {
-    return Status(ErrorCode::kNotFound, o.redis_binary + " not found: install redis-server");
-  }
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("lmcache_bench_redis_" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string socket_path = (dir / "redis.sock").string();
-  const pid_t server = fork();
-  if (server < 0) return Status(ErrorCode::kIoError, "fork failed");
-  if (server == 0) {
-    // Its log goes to a file beside the socket (printed if the server fails).
-    const std::string log = (dir / "redis.log").string();
-    if (FILE* f = std::fopen(log.c_str(), "w")) {
-      dup2(fileno(f), STDOUT_FILENO);
-      dup2(fileno(f), STDERR_FILENO);
-    }
-    // Persistence off, no TCP; values of one chunk fit the default limits.
-    execl(o.redis_binary.c_str(), o.redis_binary.c_str(), "--port", "0", "--unixsocket",
-          socket_path.c_str(), "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-          "--dir", dir.c_str(), "--loglevel", "warning", "--logfile", "", nullptr);
-    _exit(127);
-  }
-  auto stop_server = [server, dir] {
-    kill(server, SIGTERM);
-    waitpid(server, nullptr, 0);
-    std::filesystem::remove_all(dir);
-  };
-  RedisConnection admin;
-  for (int i = 0; i < 500 && !admin; ++i) {  // up to 5 s for redis to listen
-    if (auto c = Connect(socket_path); c.ok() && Command(c->get(), {"PING"}).ok()) {
-      admin = std::move(c).value();
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
-  if (!admin) {
-    std::ifstream log(dir / "redis.log");
-    std::stringstream text_stream;
-    text_stream << log.rdbuf();
-    const std::string text = text_stream.str();
-    stop_server();
-    return Status(ErrorCode::kUnavailable,
-                  "redis-server did not start on " + socket_path + ": " + text);
-  }
-
+  LMC_ASSIGN_OR_RETURN(std::shared_ptr<LocalRedis> redis,
+                       LocalRedis::Start(o.redis_binary, "lmcache_bench_redis"));
+  const std::string socket_path = redis->socket_path();
+  LMC_ASSIGN_OR_RETURN(RedisConnection admin, Connect(socket_path));
+  auto stop_server = [redis]() mutable { redis.reset(); };
   auto state = std::make_shared<RedisWorker>();
   auto setup = [&o, &socket_path, state](int w) -> Status {
     LMC_ASSIGN_OR_RETURN(state->connection, Connect(socket_path));

@@ -159,6 +159,17 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"l2_index_rebuild_seconds", r.l2 ? std::optional(r.l2->rebuild_seconds) : std::nullopt},
       {"l2_index_rebuild_objects",
        r.l2 ? std::optional(static_cast<double>(r.l2->rebuild_objects)) : std::nullopt},
+      {"resp_store_gbps", r.resp ? Figure(r.resp->store_gbps) : std::nullopt},
+      {"resp_load_gbps", r.resp ? Figure(r.resp->load_gbps) : std::nullopt},
+      {"raw_redis_set_gbps", r.resp ? Figure(r.resp->reference_write_gbps) : std::nullopt},
+      {"raw_redis_get_gbps", r.resp ? Figure(r.resp->reference_read_gbps) : std::nullopt},
+      {"resp_store_vs_raw", r.resp ? std::optional(PerRound(r.resp->store_gbps,
+                                                            r.resp->reference_write_gbps).median)
+                                   : std::nullopt},
+      {"resp_load_vs_raw", r.resp ? std::optional(PerRound(r.resp->load_gbps,
+                                                           r.resp->reference_read_gbps).median)
+                                  : std::nullopt},
+      {"cross_node_gbps", r.resp ? Figure(r.resp->cross_node_gbps) : std::nullopt},
   };
 }
 
@@ -206,6 +217,10 @@ void PrintTable(const BenchReport& r) {
     spread("l2_store_vs_disk", PerRound(r.l2->store_gbps, r.l2->reference_write_gbps));
     spread("l2_load_vs_disk", PerRound(r.l2->load_gbps, r.l2->reference_read_gbps));
   }
+  if (r.resp) {
+    spread("resp_store_vs_raw", PerRound(r.resp->store_gbps, r.resp->reference_write_gbps));
+    spread("resp_load_vs_raw", PerRound(r.resp->load_gbps, r.resp->reference_read_gbps));
+  }
   for (const PathResults& p : r.sweep) {
     const PathRatios pr = RatiosOf(p);
     std::printf(
@@ -249,6 +264,10 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << (r.l2 ? SpreadJson(PerRound(r.l2->store_gbps, r.l2->reference_write_gbps)) : "null")
       << ", \"l2_load_vs_disk\": "
       << (r.l2 ? SpreadJson(PerRound(r.l2->load_gbps, r.l2->reference_read_gbps)) : "null")
+      << ", \"resp_store_vs_raw\": "
+      << (r.resp ? SpreadJson(PerRound(r.resp->store_gbps, r.resp->reference_write_gbps)) : "null")
+      << ", \"resp_load_vs_raw\": "
+      << (r.resp ? SpreadJson(PerRound(r.resp->load_gbps, r.resp->reference_read_gbps)) : "null")
       << "},\n";
   out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
       << ", \"store_gbps\": " << Samples(r.main.shm.store_gbps)

@@ -49,6 +49,7 @@ struct BenchReport {
   Latencies latencies;
   std::optional<double> lookup_cold_p50_us;  // a server without a hash cache (not with --url)
   std::optional<L2Figures> l2;                // the fs phase (absent with --skip-l2)
+  std::optional<L2Figures> resp;              // the resp phase (absent with --skip-l2 or --skip-redis)
   std::vector<PathResults> sweep;
   std::string server_version;
 };

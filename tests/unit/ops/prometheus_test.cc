@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <regex>
 #include <set>
@@ -107,6 +108,26 @@ TEST(PrometheusTest, LabelValuesAreEscaped) {
   EXPECT_NE(text.find(R"(lmcache_mp_build_info{version="1.0 \"quoted\"\\back\nline"} 1)"),
             std::string::npos)
       << text.substr(0, 300);
+}
+
+TEST(PrometheusTest, EveryFamilyIsListedInTheMetricsDoc) {
+  server::StatsSnapshot s = Snapshot();
+  s.operations.push_back({"ping", 1, 0, {}});
+  std::ifstream doc(LMC_METRICS_DOC);
+  ASSERT_TRUE(doc) << LMC_METRICS_DOC;
+  std::stringstream text;
+  text << doc.rdbuf();
+  std::istringstream rendered(RenderPrometheus(s, {true, ""}, Phase::kServing));
+  std::string line;
+  int families = 0;
+  while (std::getline(rendered, line)) {
+    if (line.rfind("# TYPE ", 0) != 0) continue;
+    const std::string name = line.substr(7, line.find(' ', 7) - 7);
+    ++families;
+    EXPECT_NE(text.str().find("`" + name + "`"), std::string::npos)
+        << name << " is served but not listed in docs/metrics.md";
+  }
+  EXPECT_GT(families, 60);
 }
 
 }  // namespace

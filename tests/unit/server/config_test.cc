@@ -2,21 +2,13 @@
 
 #include <gtest/gtest.h>
 
+#include "fakes/parse_flags.h"
+
 namespace lmcache::server {
 namespace {
 
 Result<ServerConfig> Parse(std::vector<std::string> args) {
-  CLI::App app;
-  ServerConfig config;
-  AddFlags(app, &config);
-  std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    return InvalidConfig(e.what());
-  }
-  LMC_RETURN_IF_ERROR(Finalize(&config, 4242));
-  return config;
+  return testing::ParseServerFlags(std::move(args), 4242);
 }
 
 TEST(ServerConfig, DefaultsMatchTheReference) {

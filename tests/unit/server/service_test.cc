@@ -13,6 +13,7 @@
 namespace lmcache::server {
 namespace {
 
+using testing::Field;
 using testing::IntFrame;
 using testing::KeyArgs;
 using testing::KeyFrame;
@@ -36,16 +37,6 @@ std::vector<Slot> SlotsOf(const msgpack::object& context) {
     out.push_back({slot.Field("offset")->via.u64, slot.Field("length")->via.u64});
   }
   return out;
-}
-
-const msgpack::object& Field(const msgpack::object& map, std::string_view name) {
-  static const msgpack::object kNil;
-  auto reader = mp::MapReader::Make(map, "reply");
-  if (!reader.ok() || reader->Field(name) == nullptr) {
-    ADD_FAILURE() << "no field " << name;
-    return kNil;
-  }
-  return *reader->Field(name);
 }
 
 class ServiceTest : public ::testing::Test {
@@ -426,8 +417,8 @@ TEST_F(ServiceTest, StatsCountObjectsFlowingInAndOut) {
 TEST_F(ServiceTest, WhileDrainingNewRegistrationsAreRefusedAndRegisteredWorkersServed) {
   Register(1);
   h_.service().state().set_draining(true);
-  auto refused = h_.CallAs("other-connection", "register_kv_cache_engine_driven_context",
-                           {RegisterFrame(2)});
+  auto refused =
+      h_.CallAs("other-connection", "register_kv_cache_engine_driven_context", {RegisterFrame(2)});
   EXPECT_EQ(refused.status.code(), ErrorCode::kUnavailable);
   EXPECT_NE(refused.status.message().find("draining"), std::string::npos);
   // The worker already registered keeps working, and may register again.
@@ -435,9 +426,9 @@ TEST_F(ServiceTest, WhileDrainingNewRegistrationsAreRefusedAndRegisteredWorkersS
   Store(1, Key(512, 2));
   EXPECT_TRUE(h_.Ok("ping", {IntFrame(1)}).get().via.boolean);
   h_.service().state().set_draining(false);
-  EXPECT_TRUE(h_.CallAs("other-connection", "register_kv_cache_engine_driven_context",
-                        {RegisterFrame(2)})
-                  .status.ok());
+  EXPECT_TRUE(
+      h_.CallAs("other-connection", "register_kv_cache_engine_driven_context", {RegisterFrame(2)})
+          .status.ok());
 }
 
 TEST_F(ServiceTest, GarbageInputNeverCrashesAndAlwaysFailsCleanly) {

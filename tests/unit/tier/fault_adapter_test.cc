@@ -29,6 +29,22 @@ TEST(FaultAdapterTest, FailsAboutTheConfiguredFraction) {
   EXPECT_EQ(adapter.Stats().type, "fault_inject(mock)");
 }
 
+TEST(FaultAdapterTest, DelaysAboutTheConfiguredFractionOfCalls) {
+  FaultConfig faults;
+  faults.delay_ms = 1;
+  faults.delay_rate = 0.3;
+  faults.seed = 3;
+  FaultAdapter adapter(std::make_unique<MockAdapter>(MockAdapterConfig{}), faults);
+  const std::vector<store::ObjectKey> keys = testing::KeysN(0, 1);
+  for (int i = 0; i < 200; ++i) (void)adapter.LookupAndPin(keys);
+  EXPECT_GT(adapter.delayed(), 30u);
+  EXPECT_LT(adapter.delayed(), 90u);
+  faults.delay_rate = 0;
+  FaultAdapter never(std::make_unique<MockAdapter>(MockAdapterConfig{}), faults);
+  for (int i = 0; i < 50; ++i) (void)never.LookupAndPin(keys);
+  EXPECT_EQ(never.delayed(), 0u);
+}
+
 TEST(FaultAdapterTest, AFailedLoadIsReportedAndItsBufferIsScribbled) {
   FaultConfig faults;
   faults.load_failure_rate = 1.0;

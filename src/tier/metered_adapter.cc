@@ -1,0 +1,62 @@
+#include "tier/metered_adapter.h"
+
+#include <chrono>
+
+namespace lmcache::tier {
+
+class MeteredAdapter::Meter {
+ public:
+  Meter(std::atomic<std::uint64_t>* in_flight, LatencyHistogram* latency, std::uint64_t objects)
+      : in_flight_(in_flight),
+        latency_(latency),
+        objects_(objects),
+        start_(std::chrono::steady_clock::now()) {
+    in_flight_->fetch_add(objects_, std::memory_order_relaxed);
+  }
+  ~Meter() {
+    in_flight_->fetch_sub(objects_, std::memory_order_relaxed);
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - start_);
+    latency_->Record(static_cast<std::uint64_t>(us.count()));
+  }
+  Meter(const Meter&) = delete;
+  Meter& operator=(const Meter&) = delete;
+
+ private:
+  std::atomic<std::uint64_t>* in_flight_;
+  LatencyHistogram* latency_;
+  std::uint64_t objects_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+MeteredAdapter::MeteredAdapter(std::unique_ptr<L2Adapter> inner) : inner_(std::move(inner)) {}
+
+std::vector<Status> MeteredAdapter::Store(std::span<const L2Write> objects) {
+  Meter meter(&storing_, &store_latency_, objects.size());
+  return inner_->Store(objects);
+}
+
+std::vector<bool> MeteredAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
+  Meter meter(&looking_up_, &lookup_latency_, keys.size());
+  return inner_->LookupAndPin(keys);
+}
+
+void MeteredAdapter::Unpin(std::span<const store::ObjectKey> keys) { inner_->Unpin(keys); }
+
+std::vector<L2LoadOutcome> MeteredAdapter::Load(std::span<const L2Read> reads) {
+  Meter meter(&loading_, &load_latency_, reads.size());
+  return inner_->Load(reads);
+}
+
+L2AdapterStats MeteredAdapter::Stats() const {
+  L2AdapterStats s = inner_->Stats();
+  s.storing_objects = storing_.load(std::memory_order_relaxed);
+  s.loading_objects = loading_.load(std::memory_order_relaxed);
+  s.looking_up_keys = looking_up_.load(std::memory_order_relaxed);
+  s.store_latency = store_latency_.Take();
+  s.lookup_latency = lookup_latency_.Take();
+  s.load_latency = load_latency_.Take();
+  return s;
+}
+
+}  // namespace lmcache::tier

@@ -1,0 +1,44 @@
+// MeteredAdapter: wraps one L2 adapter and measures it as the controllers
+// use it: per adapter, the objects in calls now (store and load: the
+// adapter's own queue depth as the server sees it) and latency histograms of
+// each Store, LookupAndPin and Load call. L2Tier wraps every configured
+// adapter, so `stats` and /metrics show where an L2 tier spends its time
+// adapter by adapter (a slow Redis next to a fast disk).
+//
+// Thread-safety: as the wrapped adapter; the meters are atomics.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "common/histogram.h"
+#include "tier/l2_adapter.h"
+
+namespace lmcache::tier {
+
+class MeteredAdapter final : public L2Adapter {
+ public:
+  explicit MeteredAdapter(std::unique_ptr<L2Adapter> inner);
+
+  std::vector<Status> Store(std::span<const L2Write> objects) override;
+  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
+  void Unpin(std::span<const store::ObjectKey> keys) override;
+  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
+  L2AdapterStats Stats() const override;
+
+  L2Adapter& inner() { return *inner_; }
+
+ private:
+  // Counts `objects` in flight for the scope of one call and records its duration.
+  class Meter;
+
+  std::unique_ptr<L2Adapter> inner_;
+  std::atomic<std::uint64_t> storing_{0};
+  std::atomic<std::uint64_t> loading_{0};
+  std::atomic<std::uint64_t> looking_up_{0};
+  LatencyHistogram store_latency_;
+  LatencyHistogram lookup_latency_;
+  LatencyHistogram load_latency_;
+};
+
+}  // namespace lmcache::tier

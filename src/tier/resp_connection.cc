@@ -1,0 +1,218 @@
+#include "tier/resp_connection.h"
+
+#include <hiredis/hiredis.h>
+#include <sys/time.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+
+namespace lmcache::tier {
+namespace {
+
+timeval ToTimeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+Result<int> ParsePort(std::string_view text, std::string_view url) {
+  int port = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+  if (ec != std::errc() || end != text.data() + text.size() || port < 1 || port > 65535) {
+    return InvalidConfig("'" + std::string(url) + "': the port must be a number in [1, 65535]");
+  }
+  return port;
+}
+
+// "host[:port]" of a redis:// URL or a cluster node name.
+Status ParseHostPort(std::string_view hostport, std::string_view url, RespEndpoint* endpoint) {
+  std::string_view host = hostport;
+  endpoint->port = 6379;
+  if (!hostport.empty() && hostport.front() == '[') {  // [::1]:6379
+    const std::size_t close = hostport.find(']');
+    if (close == std::string_view::npos) {
+      return InvalidConfig("'" + std::string(url) + "': unterminated [IPv6 address]");
+    }
+    host = hostport.substr(1, close - 1);
+    std::string_view rest = hostport.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return InvalidConfig("'" + std::string(url) + "': bad port");
+      LMC_ASSIGN_OR_RETURN(endpoint->port, ParsePort(rest.substr(1), url));
+    }
+  } else if (const std::size_t colon = hostport.rfind(':'); colon != std::string_view::npos) {
+    host = hostport.substr(0, colon);
+    LMC_ASSIGN_OR_RETURN(endpoint->port, ParsePort(hostport.substr(colon + 1), url));
+  }
+  if (host.empty()) return InvalidConfig("'" + std::string(url) + "': no host");
+  endpoint->host = std::string(host);
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string RespEndpoint::Name() const {
+  if (!unix_path.empty()) return "unix:" + unix_path;
+  if (host.find(':') != std::string::npos) return "[" + host + "]:" + std::to_string(port);
+  return host + ":" + std::to_string(port);
+}
+
+Result<RespEndpoint> ParseRespUrl(std::string_view url, RespCredentials* credentials) {
+  RespEndpoint endpoint;
+  if (url.starts_with("unix://")) {
+    endpoint.unix_path = std::string(url.substr(7));
+    if (endpoint.unix_path.empty() || endpoint.unix_path.front() != '/') {
+      return InvalidConfig("'" + std::string(url) + "': a unix:// URL names an absolute path");
+    }
+    return endpoint;
+  }
+  std::string_view rest = url;
+  if (rest.starts_with("redis://")) {
+    rest.remove_prefix(8);
+  } else if (rest.find("://") != std::string_view::npos) {
+    return InvalidConfig("'" + std::string(url) +
+                         "': the scheme must be redis:// or unix:// (TLS is not supported)");
+  }
+  if (const std::size_t at = rest.rfind('@'); at != std::string_view::npos) {
+    const std::string_view userinfo = rest.substr(0, at);
+    rest.remove_prefix(at + 1);
+    const std::size_t colon = userinfo.find(':');
+    if (credentials != nullptr) {
+      if (colon == std::string_view::npos) {
+        credentials->password = std::string(userinfo);
+      } else {
+        credentials->username = std::string(userinfo.substr(0, colon));
+        credentials->password = std::string(userinfo.substr(colon + 1));
+      }
+    }
+  }
+  if (const std::size_t slash = rest.find('/'); slash != std::string_view::npos) {
+    const std::string_view db = rest.substr(slash + 1);
+    rest = rest.substr(0, slash);
+    if (!db.empty()) {
+      int n = -1;
+      const auto [end, ec] = std::from_chars(db.data(), db.data() + db.size(), n);
+      if (ec != std::errc() || end != db.data() + db.size() || n < 0 || n > 65535) {
+        return InvalidConfig("'" + std::string(url) + "': the database after / must be a number");
+      }
+      if (credentials != nullptr) credentials->db = n;
+    }
+  }
+  LMC_RETURN_IF_ERROR(ParseHostPort(rest, url, &endpoint));
+  return endpoint;
+}
+
+void ReplyDeleter::operator()(redisReply* reply) const { freeReplyObject(reply); }
+
+std::string_view ReplyText(const redisReply& reply) {
+  if (reply.type == REDIS_REPLY_STATUS || reply.type == REDIS_REPLY_ERROR ||
+      reply.type == REDIS_REPLY_STRING) {
+    return {reply.str, reply.len};
+  }
+  return {};
+}
+
+bool IsErrorReply(const redisReply& reply) { return reply.type == REDIS_REPLY_ERROR; }
+
+RespConnection::RespConnection(redisContext* context) : context_(context) {}
+
+RespConnection::RespConnection(RespConnection&& other) noexcept
+    : context_(std::exchange(other.context_, nullptr)), broken_(other.broken_) {}
+
+RespConnection& RespConnection::operator=(RespConnection&& other) noexcept {
+  if (this != &other) {
+    if (context_ != nullptr) redisFree(context_);
+    context_ = std::exchange(other.context_, nullptr);
+    broken_ = other.broken_;
+  }
+  return *this;
+}
+
+RespConnection::~RespConnection() {
+  if (context_ != nullptr) redisFree(context_);
+}
+
+Result<RespConnection> RespConnection::Open(const RespEndpoint& endpoint,
+                                            const RespCredentials& credentials,
+                                            const RespTimeouts& timeouts) {
+  const timeval connect_tv = ToTimeval(timeouts.connect);
+  redisContext* raw = endpoint.unix_path.empty()
+                          ? redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, connect_tv)
+                          : redisConnectUnixWithTimeout(endpoint.unix_path.c_str(), connect_tv);
+  if (raw == nullptr) return Status(ErrorCode::kOutOfMemory, "hiredis could not allocate a context");
+  RespConnection connection(raw);
+  if (raw->err != 0) {
+    return Status(ErrorCode::kUnavailable,
+                  "cannot connect to " + endpoint.Name() + ": " + std::string(raw->errstr));
+  }
+  if (redisSetTimeout(raw, ToTimeval(timeouts.command)) != REDIS_OK) {
+    return connection.TransportError("setting the command timeout");
+  }
+  // TCP keepalive finds a peer that vanished without a FIN; a unix socket has
+  // no such option (and hiredis would mark the context failed).
+  if (endpoint.unix_path.empty() && redisEnableKeepAlive(raw) != REDIS_OK) {
+    return connection.TransportError("enabling TCP keepalive");
+  }
+  std::vector<RespCommand> setup;
+  if (!credentials.password.empty()) {
+    RespCommand auth;
+    auth.args[auth.argc++] = "AUTH";
+    if (!credentials.username.empty()) auth.args[auth.argc++] = credentials.username;
+    auth.args[auth.argc++] = credentials.password;
+    setup.push_back(auth);
+  }
+  const std::string db = std::to_string(credentials.db);
+  if (credentials.db != 0) {
+    RespCommand select;
+    select.args[select.argc++] = "SELECT";
+    select.args[select.argc++] = db;
+    setup.push_back(select);
+  }
+  if (!setup.empty()) {
+    LMC_ASSIGN_OR_RETURN(auto replies, connection.Pipeline(setup));
+    for (const RespReply& reply : replies) {
+      if (IsErrorReply(*reply)) {
+        return Status(ErrorCode::kPermissionDenied,
+                      endpoint.Name() + " refused the connection's setup: " +
+                          std::string(ReplyText(*reply)));
+      }
+    }
+  }
+  return connection;
+}
+
+Status RespConnection::TransportError(std::string_view what) {
+  broken_ = true;
+  const bool timeout = context_->err == REDIS_ERR_IO &&
+                       (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT);
+  return Status(timeout ? ErrorCode::kTimeout : ErrorCode::kUnavailable,
+                std::string(what) + ": " + std::string(context_->errstr));
+}
+
+Result<std::vector<RespReply>> RespConnection::Pipeline(std::span<const RespCommand> commands) {
+  if (broken_) return Status(ErrorCode::kUnavailable, "the connection is broken");
+  std::array<const char*, 6> argv{};
+  std::array<std::size_t, 6> lengths{};
+  for (const RespCommand& command : commands) {
+    for (int i = 0; i < command.argc; ++i) {
+      argv[i] = command.args[i].data();
+      lengths[i] = command.args[i].size();
+    }
+    if (redisAppendCommandArgv(context_, command.argc, argv.data(), lengths.data()) != REDIS_OK) {
+      return TransportError("queueing a command");
+    }
+  }
+  std::vector<RespReply> replies;
+  replies.reserve(commands.size());
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
+      return TransportError("reading a reply");
+    }
+    replies.emplace_back(static_cast<redisReply*>(raw));
+  }
+  return replies;
+}
+
+}  // namespace lmcache::tier

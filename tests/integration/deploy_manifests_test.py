@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""The deployment files in docs/ parse and say what docs/deploy/README.md says.
+
+Checks docs/deploy/daemonset.yaml (every YAML document parses; the DaemonSet
+has hostIPC, probes on /healthcheck:8080, memory request = limit and larger
+than the pool, a grace period longer than preStop + drain, the socket path in
+the args and in a hostPath volume), docs/deploy/lmcache-server.service (its
+sections and a stop timeout longer than the drain) and that
+docs/grafana-dashboard.json is a dashboard whose queries use served metrics.
+
+Usage: deploy_manifests_test.py REPO_ROOT
+"""
+import configparser
+import json
+import re
+import sys
+
+import yaml
+
+
+def fail(message):
+    raise SystemExit("FAIL: " + message)
+
+
+def flag(args, name):
+    if name not in args:
+        fail(f"{name} missing from the server's args")
+    return args[args.index(name) + 1]
+
+
+def gib(quantity):
+    match = re.fullmatch(r"(\d+)Gi", quantity)
+    if not match:
+        fail(f"memory quantity {quantity!r} is not in Gi")
+    return int(match.group(1))
+
+
+def check_daemonset(path):
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    kinds = [d["kind"] for d in docs]
+    if "DaemonSet" not in kinds:
+        fail(f"no DaemonSet in {path}: {kinds}")
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    if ds["spec"]["selector"]["matchLabels"].items() - \
+            ds["spec"]["template"]["metadata"]["labels"].items():
+        fail("the selector does not match the pod template's labels")
+    if pod.get("hostIPC") is not True:
+        fail("hostIPC must be true: engines in other pods map the pool from the node's /dev/shm")
+    server = next(c for c in pod["containers"] if c["name"] == "lmcache-server")
+    args = server["args"]
+    pool_gib = float(flag(args, "--l1-size-gb"))
+    drain = float(flag(args, "--drain-timeout-seconds"))
+    url = flag(args, "--url")
+    port = int(flag(args, "--http-port"))
+    if flag(args, "--http-host") != "0.0.0.0":
+        fail("the kubelet probes the pod IP: --http-host must be 0.0.0.0")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        get = server[probe]["httpGet"]
+        if get["path"] != "/healthcheck" or int(get["port"]) != port:
+            fail(f"{probe} must GET /healthcheck on {port}: {get}")
+    live = server["livenessProbe"]
+    if live["periodSeconds"] * live["failureThreshold"] <= drain:
+        fail("the liveness probe would kill a draining server")
+    resources = server["resources"]
+    request, limit = gib(resources["requests"]["memory"]), gib(resources["limits"]["memory"])
+    if request != limit:
+        fail(f"memory request {request}Gi != limit {limit}Gi")
+    if request <= pool_gib:
+        fail(f"memory {request}Gi must include the {pool_gib} GiB pool")
+    prestop = " ".join(server["lifecycle"]["preStop"]["exec"]["command"])
+    sleep = float(re.search(r"sleep (\d+)", prestop).group(1))
+    if pod["terminationGracePeriodSeconds"] <= sleep + drain:
+        fail("terminationGracePeriodSeconds must exceed preStop + the drain timeout")
+    socket_dir = url.removeprefix("ipc://").rsplit("/", 1)[0]
+    mounts = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    shared = [n for n, p in mounts.items() if p == socket_dir and "hostPath" in volumes.get(n, {})]
+    if not shared:
+        fail(f"the socket directory {socket_dir} is not a hostPath volume shared with engines")
+    security = server["securityContext"]
+    if not security.get("runAsNonRoot") or security.get("allowPrivilegeEscalation") is not False:
+        fail("the server container must run as non-root without privilege escalation")
+    print(f"daemonset: OK (pool {pool_gib:g} GiB, memory {request}Gi, drain {drain:g} s)")
+
+
+def check_unit(path):
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    with open(path) as f:
+        text = re.sub(r"\\\n\s*", " ", f.read())  # systemd line continuations
+    unit.read_string(text)
+    for section in ("Unit", "Service", "Install"):
+        if section not in unit:
+            fail(f"{path} has no [{section}]")
+    service = unit["Service"]
+    start = service["ExecStart"].split()
+    if not start[0].endswith("lmcache-server"):
+        fail(f"ExecStart does not run lmcache-server: {start[0]}")
+    drain = float(flag(start, "--drain-timeout-seconds"))
+    if float(service["TimeoutStopSec"]) <= drain:
+        fail("TimeoutStopSec must exceed the drain timeout")
+    if "User" not in service or service["User"] == "root":
+        fail("the unit must run as a dedicated user")
+    if service.get("KillSignal", "SIGTERM") != "SIGTERM":
+        fail("SIGTERM starts the drain")
+    print(f"systemd unit: OK (drain {drain:g} s, stop timeout {service['TimeoutStopSec']} s)")
+
+
+def check_dashboard(path, metrics_doc):
+    with open(path) as f:
+        dashboard = json.load(f)
+    with open(metrics_doc) as f:
+        documented = set(re.findall(r"`(lmcache_mp_[a-z0-9_]+)`", f.read()))
+    panels = dashboard.get("panels") or fail("the dashboard has no panels")
+    used = set()
+    for panel in panels:
+        for target in panel.get("targets", []):
+            used.update(re.findall(r"lmcache_mp_[a-z0-9_]+", target.get("expr", "")))
+    if not used:
+        fail("no panel queries an lmcache_mp_ metric")
+    # Histogram queries name _bucket/_sum/_count series of a documented family.
+    unknown = {m for m in used
+               if m not in documented and re.sub(r"_(bucket|sum|count)$", "", m) not in documented}
+    if unknown:
+        fail(f"the dashboard queries metrics the server does not serve: {sorted(unknown)}")
+    print(f"dashboard: OK ({len(panels)} panels, {len(used)} metrics)")
+
+
+def main():
+    root = sys.argv[1]
+    check_daemonset(f"{root}/docs/deploy/daemonset.yaml")
+    check_unit(f"{root}/docs/deploy/lmcache-server.service")
+    check_dashboard(f"{root}/docs/grafana-dashboard.json", f"{root}/docs/metrics.md")
+    print("PASS")
+
+
+if __name__ == "__main__":
+    main()
