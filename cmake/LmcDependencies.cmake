@@ -33,6 +33,9 @@ if(NOT LMC_ENABLE_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     set(LMC_HAVE_CUDA ON)
+    # The runtime (libcudart) comes with the toolkit; it loads the driver only
+    # when first called, so the server links it and still starts without a GPU.
+    find_package(CUDAToolkit REQUIRED)
   elseif(LMC_ENABLE_CUDA STREQUAL "ON")
     message(FATAL_ERROR "LMC_ENABLE_CUDA=ON but no working CUDA compiler was found")
   endif()

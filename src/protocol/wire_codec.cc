@@ -8,22 +8,6 @@ namespace {
 using mp::Malformed;
 using mp::MsgpackCursor;
 
-// Runs `read` over the whole frame: it must consume exactly one value.
-template <typename T, typename Read>
-Result<T> DecodeWhole(std::string_view frame, std::string_view what, Read read) {
-  const mp::DecodeLimits& limits = mp::DefaultDecodeLimits();
-  if (frame.size() > limits.max_frame_bytes) {
-    return Status(ErrorCode::kTooLarge, std::string(what) + ": frame of " +
-                                            std::to_string(frame.size()) + " bytes exceeds " +
-                                            std::to_string(limits.max_frame_bytes));
-  }
-  if (frame.empty()) return Malformed(what, "empty frame");
-  MsgpackCursor in(frame, limits);
-  LMC_ASSIGN_OR_RETURN(T value, read(in));
-  if (!in.AtEnd()) return Malformed(what, "trailing bytes after the value");
-  return value;
-}
-
 Result<std::string> Text(MsgpackCursor& in, std::string_view what, std::size_t max_bytes) {
   LMC_ASSIGN_OR_RETURN(const std::string_view text, in.ReadStr(what));
   if (text.size() > max_bytes) {

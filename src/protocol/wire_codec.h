@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "common/msgpack_codec.h"
+#include "common/msgpack_cursor.h"
 #include "lmcache/messages.h"
 #include "lmcache/status.h"
 
@@ -34,6 +35,22 @@ struct KeyLimits {
   std::size_t max_request_id_bytes = 4096;
   std::size_t max_cache_salt_bytes = 128;
 };
+
+// Runs `read` over the whole frame: it must consume exactly one value.
+template <typename T, typename Read>
+Result<T> DecodeWhole(std::string_view frame, std::string_view what, Read read) {
+  const mp::DecodeLimits& limits = mp::DefaultDecodeLimits();
+  if (frame.size() > limits.max_frame_bytes) {
+    return Status(ErrorCode::kTooLarge, std::string(what) + ": frame of " +
+                                            std::to_string(frame.size()) + " bytes exceeds " +
+                                            std::to_string(limits.max_frame_bytes));
+  }
+  if (frame.empty()) return mp::Malformed(what, "empty frame");
+  mp::MsgpackCursor in(frame, limits);
+  LMC_ASSIGN_OR_RETURN(T value, read(in));
+  if (!in.AtEnd()) return mp::Malformed(what, "trailing bytes after the value");
+  return value;
+}
 
 // One frame holding one scalar value.
 Result<std::int64_t> DecodeInt(std::string_view frame, std::string_view what);

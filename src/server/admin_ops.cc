@@ -78,48 +78,30 @@ void AdminOps::AddUnsupported(OpTable* table) {
       respond(Status(ErrorCode::kNotSupported, message));
     };
   };
-  const std::string cuda =
-      ": the CUDA-IPC path (server-side GPU copies) is not available in this server yet; use the "
-      "shared-memory path (register_kv_cache_engine_driven_context, prepare_store/commit_store, "
-      "prepare_retrieve/commit_retrieve)";
   const std::string scope =
       " is not supported by lmcache-server (CacheBlend, p2p, QStore and KV events are out of "
       "scope)";
   const std::size_t kMax = 24u << 20;
-  const struct {
-    OpSpec spec;
-    bool cuda;
-  } rows[] = {
-      {{Op::kRegisterKvCache, "register_kv_cache", true, P::kInline, 7, 7, 4u << 20, F::kNil}, true},
-      {{Op::kUnregisterKvCache, "unregister_kv_cache", true, P::kInline, 1, 1, 64, F::kNil}, true},
-      {{Op::kStore, "store", true, P::kAffinity, 4, 4, kMax, F::kEventFailure}, true},
-      {{Op::kRetrieve, "retrieve", true, P::kAffinity, 5, 5, kMax, F::kEventFailure}, true},
-      {{Op::kRegisterQCache, "register_q_cache", true, P::kInline, 0, 16, 4u << 20, F::kNil}, false},
-      {{Op::kUnregisterQCache, "unregister_q_cache", true, P::kInline, 0, 16, 64, F::kNil}, false},
-      {{Op::kStoreQ, "store_q", true, P::kAffinity, 0, 16, kMax, F::kEventFailure}, false},
-      {{Op::kCbRegisterRope, "cb_register_rope", true, P::kInline, 0, 16, 1u << 20, F::kNil}, false},
-      {{Op::kCbUnregisterRope, "cb_unregister_rope", true, P::kInline, 0, 16, 1u << 20, F::kNil},
-       false},
-      {{Op::kCbRetrievePreComputed, "cb_retrieve_pre_computed", true, P::kInline, 0, 16, kMax,
+  const OpSpec rows[] = {
+      {Op::kRegisterQCache, "register_q_cache", true, P::kInline, 0, 16, 4u << 20, F::kNil},
+      {Op::kUnregisterQCache, "unregister_q_cache", true, P::kInline, 0, 16, 64, F::kNil},
+      {Op::kStoreQ, "store_q", true, P::kAffinity, 0, 16, kMax, F::kEventFailure},
+      {Op::kCbRegisterRope, "cb_register_rope", true, P::kInline, 0, 16, 1u << 20, F::kNil},
+      {Op::kCbUnregisterRope, "cb_unregister_rope", true, P::kInline, 0, 16, 1u << 20, F::kNil},
+      {Op::kCbRetrievePreComputed, "cb_retrieve_pre_computed", true, P::kInline, 0, 16, kMax,
         F::kEventFailure},
-       false},
-      {{Op::kCbUnifiedLookup, "cb_unified_lookup", true, P::kInline, 0, 16, kMax, F::kNil}, false},
-      {{Op::kP2pLookupAndLock, "p2p_lookup_and_lock", true, P::kInline, 0, 16, kMax, F::kZero},
-       false},
-      {{Op::kP2pQueryLookupResults, "p2p_query_lookup_results", true, P::kInline, 0, 16, 1u << 20,
+      {Op::kCbUnifiedLookup, "cb_unified_lookup", true, P::kInline, 0, 16, kMax, F::kNil},
+      {Op::kP2pLookupAndLock, "p2p_lookup_and_lock", true, P::kInline, 0, 16, kMax, F::kZero},
+      {Op::kP2pQueryLookupResults, "p2p_query_lookup_results", true, P::kInline, 0, 16, 1u << 20,
         F::kNil},
-       false},
-      {{Op::kP2pUnlockObjects, "p2p_unlock_objects", true, P::kInline, 0, 16, kMax, F::kNil},
-       false},
-      {{Op::kCbProtocolHandshake, "cb_protocol_handshake", true, P::kInline, 0, 16, 1u << 20,
+      {Op::kP2pUnlockObjects, "p2p_unlock_objects", true, P::kInline, 0, 16, kMax, F::kNil},
+      {Op::kCbProtocolHandshake, "cb_protocol_handshake", true, P::kInline, 0, 16, 1u << 20,
         F::kZeroFalse},
-       false},
-      {{Op::kPollKvEvents, "poll_kv_events", true, P::kInline, 0, 16, 1u << 20,
+      {Op::kPollKvEvents, "poll_kv_events", true, P::kInline, 0, 16, 1u << 20,
         F::kKvEventsDisabled},
-       false},
   };
-  for (const auto& row : rows) {
-    table->Add(row.spec, refuse(std::string(row.spec.name) + (row.cuda ? cuda : scope)));
+  for (const OpSpec& row : rows) {
+    table->Add(row, refuse(std::string(row.name) + scope));
   }
 }
 

@@ -56,6 +56,14 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "Who may run destructive operations (clear): any, local (ipc and loopback tcp "
                  "peers) or off")
       ->capture_default_str();
+  app.add_option("--gpu-backend", c->gpu_backend,
+                 "Device side of the CUDA-IPC path (register_kv_cache, store, retrieve): cuda, or "
+                 "emulated (shared memory stands in for GPU memory, for tests without a GPU). No "
+                 "CUDA call is made until a worker registers a GPU KV cache")
+      ->capture_default_str();
+  app.add_option("--gpu-event-timeout-ms", c->gpu_event_timeout_ms,
+                 "emulated backend: longest wait for an engine's event before a transfer fails")
+      ->capture_default_str();
   app.add_option("--max-client-queue-mb", c->max_client_queue_mb,
                  "MiB of requests one client may have queued per thread pool; beyond it its "
                  "requests are refused (402) while other clients are still served")
@@ -252,6 +260,14 @@ Status FinalizeTransport(ServerConfig* c) {
   } else {
     return InvalidConfig("--admin-ops must be any, local or off, got '" + c->admin_ops + "'");
   }
+  if (c->gpu_backend != "cuda" && c->gpu_backend != "emulated") {
+    return InvalidConfig("--gpu-backend must be cuda or emulated, got '" + c->gpu_backend + "'");
+  }
+  if (c->gpu_event_timeout_ms < 1 || c->gpu_event_timeout_ms > 3'600'000) {
+    return InvalidConfig("--gpu-event-timeout-ms must be in [1, 3600000]");
+  }
+  service.gpu_backend = c->gpu_backend;
+  service.gpu_event_timeout_ms = c->gpu_event_timeout_ms;
   return Status::Ok();
 }
 

@@ -35,6 +35,8 @@ struct ServerConfig {
   std::uint64_t session_memory_mb = 256;
   std::uint64_t hash_cache_mb = 64;
   std::string admin_ops = "local";
+  std::string gpu_backend = "cuda";     // --gpu-backend: cuda or emulated
+  std::int64_t gpu_event_timeout_ms = 10'000;  // --gpu-event-timeout-ms (emulated backend)
   std::uint64_t max_client_queue_mb = 64;
   std::uint64_t max_queue_mb = 512;
   std::string hash_algorithm = "blake3";

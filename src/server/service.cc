@@ -12,6 +12,7 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
                  tier::Prefetcher* prefetcher)
     : state_(l1, clock, config, prefetcher),
       transfer_ops_(&state_),
+      gpu_ops_(&state_),
       lookup_ops_(&state_),
       admin_ops_(&state_, [this] { return EncodeStatsMsgpack(Snapshot()); }),
       started_(std::chrono::steady_clock::now()),
@@ -23,6 +24,7 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
                                                  : 5000),
                    [this] { RunMaintenance(); }) {
   transfer_ops_.AddTo(&table_);
+  gpu_ops_.AddTo(&table_);
   lookup_ops_.AddTo(&table_);
   admin_ops_.AddTo(&table_);
   AdminOps::AddUnsupported(&table_);

@@ -31,6 +31,7 @@
 #include "common/periodic_thread.h"
 #include "lmcache/status.h"
 #include "server/admin_ops.h"
+#include "server/gpu_ops.h"
 #include "server/lookup_ops.h"
 #include "server/op_table.h"
 #include "server/request_handler.h"
@@ -95,6 +96,7 @@ class Service final : public RequestHandler {
 
   ServiceState state_;
   TransferOps transfer_ops_;
+  GpuOps gpu_ops_;
   LookupOps lookup_ops_;
   AdminOps admin_ops_;
   OpTable table_;

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "common/blake3.h"
+#include "common/logging.h"
 
 namespace lmcache::server {
 
@@ -49,7 +50,8 @@ ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const Service
       boot_id_(NewBootId()),
       instances_(clock, config.max_pending_transfers),
       sessions_(clock, config.sessions, [this](Session& session) { ReleaseSession(session); }),
-      hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes) {}
+      hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes),
+      gpu_(config.gpu_backend, std::chrono::milliseconds(config.gpu_event_timeout_ms)) {}
 
 Status ServiceState::CheckKeyRange(const IpcKey& key) const {
   const std::int64_t chunk = config_.chunk_size;
@@ -98,7 +100,78 @@ Result<WorkerKeys> ServiceState::ResolveWorkerKeys(const IpcKey& key,
   return out;
 }
 
+Result<ChunkLayout> ServiceState::CheckRegistration(const EngineContext& engine,
+                                                   const RequestContext& context) {
+  LMC_RETURN_IF_ERROR(store::ValidateModelName(engine.model_name));
+  if (engine.world_size < 1 || engine.world_size > 255) {
+    return InvalidArgument("world_size must be in [1, 255], got " +
+                           std::to_string(engine.world_size));
+  }
+  if (draining() && !instances().Authorize(engine.instance_id, context.connection).ok()) {
+    return Status(ErrorCode::kUnavailable,
+                  "the server is draining before it exits (SIGTERM): register with the server "
+                  "that replaces it");
+  }
+  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout,
+                       MakeChunkLayout(engine, config().chunk_size));
+  const std::uint64_t capacity = l1().allocator().capacity_bytes();
+  if (layout.object_bytes > capacity) {
+    return Status(ErrorCode::kTooLarge, "one chunk of layout " + layout.Describe() + " takes " +
+                                            std::to_string(layout.object_bytes) +
+                                            " bytes, more than the whole L1 pool (" +
+                                            std::to_string(capacity) + " bytes)");
+  }
+  return layout;
+}
+
+Status ServiceState::Unregister(std::int64_t instance_id, const RequestContext& context) {
+  static RateLimitedLog unknown_log(std::chrono::seconds(10));
+  Result<RemovedInstance> removed = instances_.Unregister(instance_id, context.connection);
+  if (removed.ok()) {
+    ReleaseInstance(*removed, "unregistered");
+  } else if (removed.status().code() == ErrorCode::kNotRegistered) {
+    unknown_log.Warn("unregister of unknown instance {}", instance_id);  // the reference: warning only
+  } else {
+    return removed.status();
+  }
+  return Status::Ok();
+}
+
+Result<store::ReadAcquisition> ServiceState::AcquireForRetrieve(const IpcKey& key,
+                                                                std::span<const store::ObjectKey> keys,
+                                                                store::Owner owner) {
+  store::ReadRequest request;
+  request.keys = keys;
+  request.owner = owner;
+  request.mode = store::ReadMode::kAllOrNothing;
+  request.release_share_on_miss = true;
+  Result<store::ReadAcquisition> acquired = Status(ErrorCode::kInternal, "not acquired");
+  // This reader's share of the request's lookup locks becomes its own lease
+  // (under the session's mutex, so free_lookup_locks and end_session of the
+  // same request wait); where the lookup's lease expired or never was, the
+  // objects still resident are locked afresh.
+  if (std::shared_ptr<Session> session = sessions_.Find(key.request_id)) {
+    MutexLock lock(&session->mu);
+    const std::vector<store::LeaseId> consumable = session->ConsumableLeases(key.cache_salt);
+    request.consume = consumable;
+    acquired = table().AcquireRead(request);
+  } else {
+    acquired = table().AcquireRead(request);
+  }
+  LMC_RETURN_IF_ERROR(acquired.status());
+  if (acquired->missing > 0) {
+    return Status(ErrorCode::kNotFound, std::to_string(acquired->missing) + " of " +
+                                            std::to_string(keys.size()) +
+                                            " chunks are not in L1 (evicted, never stored, or "
+                                            "not looked up)");
+  }
+  return acquired;
+}
+
 void ServiceState::ReleaseInstance(const RemovedInstance& removed, const char* why) {
+  // Its device copies keep their own leases (Owner::Device) until they end;
+  // its context closes once they have.
+  gpu_.Retire(removed.info.registration);
   store::ObjectTable& objects = table();
   std::size_t aborted = 0;
   std::size_t released = 0;

@@ -19,6 +19,7 @@
 #include "lmcache/status.h"
 #include "protocol/wire_codec.h"
 #include "server/chunk_hasher.h"
+#include "server/gpu_contexts.h"
 #include "server/instances.h"
 #include "server/request.h"
 #include "server/session.h"
@@ -44,6 +45,8 @@ struct ServiceConfig {
   std::size_t max_pending_transfers = 16384;        // per instance and direction
   AdminAccess admin_access = AdminAccess::kLocal;
   std::string instance_id;  // --instance-id, shown by server_info
+  std::string gpu_backend = "cuda";          // --gpu-backend
+  std::int64_t gpu_event_timeout_ms = 10'000;  // --gpu-event-timeout-ms
 };
 
 struct ServiceCounters {
@@ -79,6 +82,8 @@ class ServiceState {
   SessionManager& sessions() { return sessions_; }
   ChunkHasher& hasher() { return hasher_; }
   ServiceCounters& counters() { return counters_; }
+  // The device contexts of GPU registrations (the CUDA-IPC path).
+  GpuContexts& gpu() { return gpu_; }
   // While draining (SIGTERM), new registrations are refused; registered
   // workers are served until they leave.
   void set_draining(bool draining) { draining_.store(draining, std::memory_order_release); }
@@ -91,6 +96,18 @@ class ServiceState {
   Result<InstanceInfo> Authorize(std::int64_t instance_id, const RequestContext& context);
   // The objects of a worker's transfer: its rank, chunks [start, end).
   Result<WorkerKeys> ResolveWorkerKeys(const IpcKey& key, const InstanceInfo& instance);
+  // The object layout of a registration, checked: model name, world size,
+  // not draining (unless the connection re-registers), one chunk fits L1.
+  Result<ChunkLayout> CheckRegistration(const EngineContext& engine, const RequestContext& context);
+  // Unregisters on behalf of the connection that registered it and releases
+  // what it left; an unknown instance is only logged (as the reference).
+  Status Unregister(std::int64_t instance_id, const RequestContext& context);
+  // Read-locks every object of a retrieve or none (kNotFound naming how many
+  // are missing) under a new lease of `owner`, taking over this reader's share
+  // of the request's lookup locks where the lookup still holds them.
+  Result<store::ReadAcquisition> AcquireForRetrieve(const IpcKey& key,
+                                                    std::span<const store::ObjectKey> keys,
+                                                    store::Owner owner);
   // Releases everything a registration left behind (pending writes are
   // aborted, never published; pending reads released), logging `why`.
   void ReleaseInstance(const RemovedInstance& removed, const char* why);
@@ -113,6 +130,7 @@ class ServiceState {
   InstanceRegistry instances_;
   SessionManager sessions_;
   ChunkHasher hasher_;
+  GpuContexts gpu_;  // last: its closer drains contexts whose callbacks use the table
 };
 
 // A fresh random id (32 hex digits) naming one server start.

@@ -76,25 +76,7 @@ void TransferOps::AddTo(OpTable* table) {
 
 Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
                                                  const EngineContext& engine) {
-  LMC_RETURN_IF_ERROR(store::ValidateModelName(engine.model_name));
-  if (engine.world_size < 1 || engine.world_size > 255) {
-    return InvalidArgument("world_size must be in [1, 255], got " +
-                           std::to_string(engine.world_size));
-  }
-  if (state_->draining() && !state_->instances().Authorize(engine.instance_id, context.connection).ok()) {
-    return Status(ErrorCode::kUnavailable,
-                  "the server is draining before it exits (SIGTERM): register with the server "
-                  "that replaces it");
-  }
-  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout,
-                       MakeChunkLayout(engine, state_->config().chunk_size));
-  const std::uint64_t capacity = state_->l1().allocator().capacity_bytes();
-  if (layout.object_bytes > capacity) {
-    return Status(ErrorCode::kTooLarge, "one chunk of layout " + layout.Describe() + " takes " +
-                                            std::to_string(layout.object_bytes) +
-                                            " bytes, more than the whole L1 pool (" +
-                                            std::to_string(capacity) + " bytes)");
-  }
+  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, state_->CheckRegistration(engine, context));
   LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
                        state_->instances().Register(engine, layout, context.connection));
   if (outcome.replaced) {
@@ -116,15 +98,7 @@ Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
 
 Result<std::string> TransferOps::UnregisterContext(const RequestContext& context,
                                                    std::int64_t instance_id) {
-  static RateLimitedLog unknown_log(std::chrono::seconds(10));
-  Result<RemovedInstance> removed = state_->instances().Unregister(instance_id, context.connection);
-  if (removed.ok()) {
-    state_->ReleaseInstance(*removed, "unregistered");
-  } else if (removed.status().code() == ErrorCode::kNotRegistered) {
-    unknown_log.Warn("unregister of unknown instance {}", instance_id);  // the reference: warning only
-  } else {
-    return removed.status();
-  }
+  LMC_RETURN_IF_ERROR(state_->Unregister(instance_id, context));
   return mp::Encoder().Nil().Take();
 }
 
@@ -190,45 +164,21 @@ Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
                                                  const TransferArgs& args) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
   LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
+  LMC_ASSIGN_OR_RETURN(const store::ReadAcquisition acquired,
+                       state_->AcquireForRetrieve(args.key, worker.keys, instance.owner()));
   store::ObjectTable& table = state_->table();
-  store::ReadRequest request;
-  request.keys = worker.keys;
-  request.owner = instance.owner();
-  request.mode = store::ReadMode::kAllOrNothing;
-  request.release_share_on_miss = true;
-  Result<store::ReadAcquisition> acquired = Status(ErrorCode::kInternal, "not acquired");
-  // This reader's share of the request's lookup locks becomes its own lease
-  // (under the session's mutex, so free_lookup_locks and end_session of the
-  // same request wait); where the lookup's lease expired or never was, the
-  // objects still resident are locked afresh.
-  if (std::shared_ptr<Session> session = state_->sessions().Find(args.key.request_id)) {
-    MutexLock lock(&session->mu);
-    const std::vector<store::LeaseId> consumable =
-        session->ConsumableLeases(args.key.cache_salt);
-    request.consume = consumable;
-    acquired = table.AcquireRead(request);
-  } else {
-    acquired = table.AcquireRead(request);
-  }
-  LMC_RETURN_IF_ERROR(acquired.status());
-  if (acquired->missing > 0) {
-    return Status(ErrorCode::kNotFound, std::to_string(acquired->missing) + " of " +
-                                            std::to_string(worker.keys.size()) +
-                                            " chunks are not in L1 (evicted, never stored, or "
-                                            "not looked up)");
-  }
-  if (acquired->lease != store::kNoLease) {
+  if (acquired.lease != store::kNoLease) {
     // If this registration went away meanwhile, the prepare fails and releases its lease.
     const Status recorded =
-        state_->instances().AddPendingRead(instance, worker.transfer, acquired->lease);
+        state_->instances().AddPendingRead(instance, worker.transfer, acquired.lease);
     if (!recorded.ok()) {
-      table.ReleaseRead(acquired->lease);
+      table.ReleaseRead(acquired.lease);
       return recorded;
     }
   }
   PrepareRetrieveReply reply;
   reply.success = true;
-  for (const store::ReadGrant& grant : acquired->grants) {
+  for (const store::ReadGrant& grant : acquired.grants) {
     reply.slots.push_back({grant.offset, grant.size, instance.layout.shape, instance.layout.dtype});
   }
   return protocol::EncodePrepareRetrieveReply(reply);

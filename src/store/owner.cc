@@ -7,6 +7,7 @@ std::string Owner::DebugString() const {
     case OwnerKind::kInstance: return "instance:" + std::to_string(id);
     case OwnerKind::kSession: return "session:" + std::to_string(id);
     case OwnerKind::kInternal: return "internal:" + std::to_string(id);
+    case OwnerKind::kDevice: return "device:" + std::to_string(id);
   }
   return "unknown:" + std::to_string(id);
 }

@@ -11,6 +11,10 @@
 //     workers that will retrieve); unique per session object, never derived
 //     from a client-chosen string.
 //   * kInternal: the server's own work (L2 store and prefetch controllers).
+//   * kDevice: the device copies the server runs for one GPU registration
+//     (the CUDA-IPC path). Kept apart from kInstance on purpose: when the
+//     registration goes, its copies may still be in flight, and their objects
+//     are released only once the copies are done, never with the instance.
 // A LeaseId names one acquisition (a prepare_retrieve, a lookup, a staged
 // write); 0 is "no lease". Ids are unique for the life of the process.
 // Thread-safety: plain values.
@@ -22,7 +26,7 @@
 
 namespace lmcache::store {
 
-enum class OwnerKind : std::uint8_t { kInstance = 1, kSession = 2, kInternal = 3 };
+enum class OwnerKind : std::uint8_t { kInstance = 1, kSession = 2, kInternal = 3, kDevice = 4 };
 
 struct Owner {
   OwnerKind kind = OwnerKind::kInternal;
@@ -31,15 +35,16 @@ struct Owner {
   static Owner Instance(std::uint64_t registration) { return {OwnerKind::kInstance, registration}; }
   static Owner Session(std::uint64_t session) { return {OwnerKind::kSession, session}; }
   static Owner Internal(std::uint64_t id) { return {OwnerKind::kInternal, id}; }
+  static Owner Device(std::uint64_t registration) { return {OwnerKind::kDevice, registration}; }
 
   bool operator==(const Owner&) const = default;
-  // "instance:12", "session:7", "internal:1".
+  // "instance:12", "session:7", "internal:1", "device:12".
   std::string DebugString() const;
 };
 
 struct OwnerHash {
   std::size_t operator()(const Owner& owner) const noexcept {
-    return std::hash<std::uint64_t>{}(owner.id * 4 + static_cast<std::uint64_t>(owner.kind));
+    return std::hash<std::uint64_t>{}(owner.id * 8 + static_cast<std::uint64_t>(owner.kind));
   }
 };
 

@@ -1,0 +1,43 @@
+#include "gpu/kv_backend.h"
+
+#include "gpu/device_probe.h"
+#include "gpu/emulated_backend.h"
+
+namespace lmcache::gpu {
+
+#if LMC_HAVE_CUDA
+std::unique_ptr<KvBackend> MakeCudaBackend(const BackendOptions& options);  // cuda_backend.cc
+#endif
+
+namespace {
+
+// The cuda backend of a build without the toolkit: every registration gets
+// the probe's answer, so the server runs and says why the path is missing.
+class NoCudaBackend final : public KvBackend {
+ public:
+  const char* name() const override { return "cuda"; }
+  Status CheckAvailable() override { return CheckCudaDeviceVisible(); }
+  Result<std::unique_ptr<KvContext>> Open(const KvLayout&, std::int64_t, std::span<std::byte>) override {
+    return CheckCudaDeviceVisible();
+  }
+  BackendStats Stats() const override { return {}; }
+};
+
+}  // namespace
+
+Result<std::unique_ptr<KvBackend>> MakeKvBackend(const std::string& name, const BackendOptions& options) {
+  if (name == "emulated") return MakeEmulatedBackend(options);
+  if (name == "cuda") {
+#if LMC_HAVE_CUDA
+    return MakeCudaBackend(options);
+#else
+    (void)options;
+    return std::unique_ptr<KvBackend>(new NoCudaBackend());
+#endif
+  }
+  return Status(ErrorCode::kInvalidConfig,
+                "--gpu-backend " + name + " is not a backend: use cuda (the default) or emulated "
+                "(shared memory stands in for device memory; for tests without a GPU)");
+}
+
+}  // namespace lmcache::gpu
