@@ -170,6 +170,7 @@ StatsSnapshot Service::Snapshot() {
   s.replaced_registrations = counters.replaced_registrations.load();
   s.departed_instances = counters.departed_instances.load();
   s.hash_cache = state.hasher().Stats();
+  s.gpu = state.gpu().Stats();
   s.lookups = counters.lookups.load();
   s.lookup_requested_tokens = counters.lookup_requested_tokens.load();
   s.lookup_hit_tokens = counters.lookup_hit_tokens.load();

@@ -220,6 +220,12 @@ std::string EncodeStatsMsgpack(const StatsSnapshot& s) {
   }
   m.Field("lookup").Raw(LookupMap(s));
   m.Field("block_allocation_reports").Uint(s.block_allocation_reports);
+  mp::MapWriter gpu;
+  gpu.Field("contexts").Uint(s.gpu.contexts);
+  gpu.Field("closing_contexts").Uint(s.gpu.closing);
+  gpu.Field("transfers_in_flight").Uint(s.gpu.transfers_in_flight);
+  gpu.Field("mapped_allocations").Uint(s.gpu.mapped_allocations);
+  m.Field("gpu").Raw(gpu.Take());
   return m.Take();
 }
 

@@ -15,6 +15,7 @@
 #include "alloc/slab_allocator.h"
 #include "common/histogram.h"
 #include "server/chunk_hasher.h"
+#include "server/gpu_contexts.h"
 #include "server/instances.h"
 #include "server/request_handler.h"
 #include "store/evictor.h"
@@ -56,6 +57,7 @@ struct StatsSnapshot {
   std::uint64_t lookup_hit_tokens = 0;
   std::uint64_t block_allocation_reports = 0;
   std::optional<tier::L2Stats> l2;  // absent without an L2 tier
+  GpuStats gpu;                     // the CUDA-IPC path
   store::L1Cache::PrefaultProgress prefault;
 };
 

@@ -285,3 +285,31 @@ def test_finish_read_is_commit_retrieve(server, client):
         np.testing.assert_array_equal(data[index], patterns[index])
     assert stats(client)["l1"]["locked_objects"] == 0  # finish_read released them
     del pool
+
+
+def test_register_kv_cache_without_a_gpu_says_so_and_the_server_keeps_serving(server, client):
+    """The default backend is cuda: on a machine without a visible GPU (CI),
+    register_kv_cache with the reference's real frames is answered
+    NOT_SUPPORTED, naming the cause, not a crash or a hang. With an unknown
+    class in the pickle, the refusal names what it found."""
+    import pickle
+    import make_ipc_pickles as wrappers
+
+    w = wrappers.raw_wrapper("bfloat16", (2, 8, 16, 2, 64))
+    frames = ([msgpack.ExtType(1, pickle.dumps(w))], "cross-language/gpu", 1, "vllm",
+              {"kv_layout": "NHD"}, [])
+    reply = client.request("register_kv_cache", new_instance_id(), *frames)
+    assert reply.value is None, reply
+    if not os.path.exists("/dev/nvidiactl"):
+        assert reply.error["code"] == NOT_SUPPORTED, reply
+        assert "no CUDA device visible to the server" in reply.error["message"], reply
+    else:
+        assert reply.error is not None, reply  # the handle bytes name no real allocation
+
+    evil = wrappers.Evil()
+    frames = ([msgpack.ExtType(1, pickle.dumps(evil))],) + frames[1:]
+    reply = client.request("register_kv_cache", new_instance_id(), *frames)
+    assert reply.error["code"] == MALFORMED_REQUEST, reply
+    assert "kv_cache[0]" in reply.error["message"], reply
+    assert "'posix.system' is not accepted" in reply.error["message"], reply
+    assert client.call(OP_PING, None) is True
