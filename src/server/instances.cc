@@ -5,6 +5,8 @@
 #include <limits>
 #include <utility>
 
+#include "protocol/device_ipc_wrapper.h"
+
 namespace lmcache::server {
 
 std::string ChunkLayout::Describe() const {
@@ -17,33 +19,17 @@ std::string ChunkLayout::Describe() const {
 }
 
 Result<std::uint32_t> DtypeItemSize(const std::string& dtype) {
-  static const std::array<std::pair<const char*, std::uint32_t>, 20> kSizes = {{
-      {"float16", 2},
-      {"half", 2},
-      {"bfloat16", 2},
-      {"float32", 4},
-      {"float", 4},
-      {"float64", 8},
-      {"double", 8},
-      {"int8", 1},
-      {"uint8", 1},
-      {"int16", 2},
-      {"short", 2},
-      {"int32", 4},
-      {"int", 4},
-      {"int64", 8},
-      {"long", 8},
-      {"float8_e4m3fn", 1},
-      {"float8_e5m2", 1},
-      {"float8_e4m3fnuz", 1},
-      {"float8_e5m2fnuz", 1},
-      {"bool", 1},
+  // dtype_str may use torch's aliases; the sizes are the wire's one table.
+  static const std::array<std::pair<std::string_view, std::string_view>, 6> kAliases = {{
+      {"half", "float16"}, {"float", "float32"}, {"double", "float64"},
+      {"short", "int16"},  {"int", "int32"},     {"long", "int64"},
   }};
-  std::string name = dtype;
-  if (name.starts_with("torch.")) name = name.substr(6);
-  for (const auto& [known, size] : kSizes) {
-    if (name == known) return size;
+  std::string_view name = dtype;
+  if (name.starts_with("torch.")) name.remove_prefix(6);
+  for (const auto& [alias, canonical] : kAliases) {
+    if (name == alias) name = canonical;
   }
+  if (const auto size = protocol::TorchDtypeSize(name)) return *size;
   return InvalidArgument("dtype_str '" + dtype + "' is not a supported torch dtype name");
 }
 

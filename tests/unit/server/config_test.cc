@@ -36,6 +36,10 @@ TEST(ServerConfig, FlagsAreApplied) {
   EXPECT_EQ(config->l1.eviction_policy, "noop");
   EXPECT_FALSE(config->l1.table.on_demand_eviction);
   EXPECT_EQ(config->l1.allocator.align_bytes, 65536u);
+  auto gpu = Parse({"--gpu-backend", "emulated", "--gpu-event-timeout-ms", "250"});
+  ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+  EXPECT_EQ(gpu->service.gpu_backend, "emulated");
+  EXPECT_EQ(gpu->service.gpu_event_timeout_ms, 250);
 }
 
 void ExpectRejected(std::vector<std::string> args, const std::string& flag) {
@@ -65,6 +69,8 @@ TEST(ServerConfig, InvalidValuesNameTheFlag) {
   ExpectRejected({"--hash-algorithm", "sha256_cbor"}, "--hash-algorithm");
   ExpectRejected({"--url", "http://x"}, "--url");
   ExpectRejected({"--max-workers", "0"}, "--max-workers");
+  ExpectRejected({"--gpu-backend", "rocm"}, "--gpu-backend");
+  ExpectRejected({"--gpu-event-timeout-ms", "0"}, "--gpu-event-timeout-ms");
 }
 
 TEST(ServerConfig, EndpointsFollowTheReferenceSpelling) {
