@@ -1,0 +1,165 @@
+"""A PyTorch-free CUDA worker of the CUDA-IPC path, for a server run with
+--gpu-backend cuda on a machine with an NVIDIA GPU.
+
+It speaks to the CUDA runtime through ctypes (libcudart from the toolkit in
+/usr/local/cuda), allocates each layer's paged KV cache with cudaMalloc in one
+allocation, shares it with cudaIpcGetMemHandle, records its events with
+interprocess CUDA events, and registers like the reference client:
+register_kv_cache with one msgpack ext 1 per layer holding pickle.dumps() of
+a RawCudaIPCWrapper (make_ipc_pickles.py defines the class under its
+upstream path). test_gpu_cuda.py and tools/gpu_bench.py use it.
+"""
+
+import ctypes
+import glob
+import pickle
+
+import msgpack
+import numpy as np
+
+import make_ipc_pickles as wrappers
+
+H2D, D2H = 1, 2
+EVENT_DISABLE_TIMING, EVENT_INTERPROCESS = 2, 4
+
+
+def load_cudart():
+    for path in sorted(glob.glob("/usr/local/cuda/lib64/libcudart.so*"), reverse=True):
+        try:
+            return ctypes.CDLL(path)
+        except OSError:
+            continue
+    return None
+
+
+class Cuda:
+    """The few runtime calls a worker needs; each raises on an error."""
+
+    def __init__(self):
+        self.lib = load_cudart()
+        if self.lib is None:
+            raise RuntimeError("libcudart not found under /usr/local/cuda/lib64")
+        self.lib.cudaGetErrorString.restype = ctypes.c_char_p
+
+    def check(self, name, *args):
+        err = getattr(self.lib, name)(*args)
+        if err != 0:
+            raise RuntimeError(f"{name}: {self.lib.cudaGetErrorString(err).decode()}")
+
+    def device_count(self):
+        n = ctypes.c_int(0)
+        return n.value if self.lib.cudaGetDeviceCount(ctypes.byref(n)) == 0 else 0
+
+    def uuid(self, device):
+        prop = ctypes.create_string_buffer(8192)  # cudaDeviceProp: name[256], then the uuid
+        fn = getattr(self.lib, "cudaGetDeviceProperties_v2", None) or self.lib.cudaGetDeviceProperties
+        err = fn(prop, ctypes.c_int(device))
+        if err != 0:
+            raise RuntimeError(f"cudaGetDeviceProperties: {self.lib.cudaGetErrorString(err).decode()}")
+        b = prop.raw[256:272].hex()
+        return f"GPU-{b[0:8]}-{b[8:12]}-{b[12:16]}-{b[16:20]}-{b[20:32]}"
+
+    def malloc(self, nbytes):
+        ptr = ctypes.c_void_p()
+        self.check("cudaMalloc", ctypes.byref(ptr), ctypes.c_size_t(nbytes))
+        return ptr.value
+
+    def free(self, ptr):
+        self.lib.cudaFree(ctypes.c_void_p(ptr))
+
+    def host_alloc(self, nbytes):
+        ptr = ctypes.c_void_p()
+        self.check("cudaMallocHost", ctypes.byref(ptr), ctypes.c_size_t(nbytes))
+        return ptr.value
+
+    def copy(self, dst, src, nbytes, kind):
+        self.check("cudaMemcpy", ctypes.c_void_p(dst), ctypes.c_void_p(src), ctypes.c_size_t(nbytes),
+                   ctypes.c_int(kind))
+
+    def copy_async(self, dst, src, nbytes, kind, stream=0):
+        self.check("cudaMemcpyAsync", ctypes.c_void_p(dst), ctypes.c_void_p(src),
+                   ctypes.c_size_t(nbytes), ctypes.c_int(kind), ctypes.c_void_p(stream))
+
+    def synchronize(self):
+        self.check("cudaDeviceSynchronize")
+
+    def mem_handle(self, ptr):
+        handle = ctypes.create_string_buffer(64)
+        self.check("cudaIpcGetMemHandle", handle, ctypes.c_void_p(ptr))
+        return handle.raw
+
+    def recorded_event(self):
+        """An interprocess event recorded now on the default stream, and its handle."""
+        event = ctypes.c_void_p()
+        self.check("cudaEventCreateWithFlags", ctypes.byref(event),
+                   ctypes.c_uint(EVENT_DISABLE_TIMING | EVENT_INTERPROCESS))
+        self.check("cudaEventRecord", event, ctypes.c_void_p(0))
+        handle = ctypes.create_string_buffer(64)
+        self.check("cudaIpcGetEventHandle", handle, event)
+        return event, handle.raw
+
+    def wait_ipc_event(self, handle):
+        """Blocks until the event another process exported completes."""
+        event = ctypes.c_void_p()
+        self.check("cudaIpcOpenEventHandle", ctypes.byref(event), ctypes.create_string_buffer(handle, 64))
+        try:
+            self.check("cudaEventSynchronize", event)
+        finally:
+            self.lib.cudaEventDestroy(event)
+
+
+class CudaWorker:
+    """One engine's NHD paged caches, layers x [2, blocks, block_size, heads, head_size]
+    bfloat16 (carried as uint16), in one cudaMalloc allocation."""
+
+    def __init__(self, cuda, layers=4, blocks=64, block_size=16, heads=8, head_size=128):
+        self.cuda = cuda
+        self.layers, self.blocks, self.block_size = layers, blocks, block_size
+        self.shape = (2, blocks, block_size, heads, head_size)
+        self.layer_bytes = int(np.prod(self.shape)) * 2
+        self.base = cuda.malloc(layers * self.layer_bytes)
+        self.handle = cuda.mem_handle(self.base)
+        self.uuid = cuda.uuid(0)
+        self.instance_id = None
+        self.events = []  # kept alive until the server is done with them
+
+    def close(self):
+        self.cuda.free(self.base)
+
+    def wrapper_pickles(self):
+        out = []
+        for index in range(self.layers):
+            w = wrappers.RawCudaIPCWrapper.__new__(wrappers.RawCudaIPCWrapper)
+            w._ipc_handle_reserved = self.handle
+            w._alloc_offset = index * self.layer_bytes
+            w._nbytes = self.layer_bytes
+            w.handle = None
+            w.dtype = wrappers.torch.bfloat16
+            w.shape = self.shape
+            w.stride = wrappers.contiguous(self.shape)
+            w.storage_offset = 0
+            w._opens = 0
+            w.device_uuid = self.uuid
+            out.append(msgpack.ExtType(1, pickle.dumps(w)))
+        return out
+
+    def register(self, client, instance_id, model, world_size=1):
+        self.instance_id = instance_id
+        hints = {"kv_layout": "NHD", "num_kv_heads": self.shape[3], "tokens_per_block": self.block_size}
+        return client.request("register_kv_cache", instance_id, self.wrapper_pickles(), model,
+                              world_size, "vllm", hints, [])
+
+    def layer(self, index):
+        """A host copy of one layer."""
+        host = np.empty(self.shape, dtype=np.uint16)
+        self.cuda.copy(host.ctypes.data, self.base + index * self.layer_bytes, self.layer_bytes, D2H)
+        return host
+
+    def write_layer(self, index, values):
+        values = np.ascontiguousarray(values, dtype=np.uint16)
+        self.cuda.copy(self.base + index * self.layer_bytes, values.ctypes.data, self.layer_bytes, H2D)
+
+    def engine_event(self):
+        event, handle = self.cuda.recorded_event()
+        self.events.append(event)
+        return handle
