@@ -6,18 +6,15 @@ It speaks to the CUDA runtime through ctypes (libcudart from the toolkit in
 allocation, shares it with cudaIpcGetMemHandle, records its events with
 interprocess CUDA events, and registers like the reference client:
 register_kv_cache with one msgpack ext 1 per layer holding pickle.dumps() of
-a RawCudaIPCWrapper (make_ipc_pickles.py defines the class under its
-upstream path). test_gpu_cuda.py and tools/gpu_bench.py use it.
+a RawCudaIPCWrapper (gpu_worker.kv_cache_frames). test_gpu_cuda.py and tools/gpu_bench.py use it.
 """
 
 import ctypes
 import glob
-import pickle
 
-import msgpack
 import numpy as np
 
-import make_ipc_pickles as wrappers
+from gpu_worker import kv_cache_frames
 
 H2D, D2H = 1, 2
 EVENT_DISABLE_TIMING, EVENT_INTERPROCESS = 2, 4
@@ -127,21 +124,7 @@ class CudaWorker:
         self.cuda.free(self.base)
 
     def wrapper_pickles(self):
-        out = []
-        for index in range(self.layers):
-            w = wrappers.RawCudaIPCWrapper.__new__(wrappers.RawCudaIPCWrapper)
-            w._ipc_handle_reserved = self.handle
-            w._alloc_offset = index * self.layer_bytes
-            w._nbytes = self.layer_bytes
-            w.handle = None
-            w.dtype = wrappers.torch.bfloat16
-            w.shape = self.shape
-            w.stride = wrappers.contiguous(self.shape)
-            w.storage_offset = 0
-            w._opens = 0
-            w.device_uuid = self.uuid
-            out.append(msgpack.ExtType(1, pickle.dumps(w)))
-        return out
+        return kv_cache_frames(self.handle, self.layers, self.layer_bytes, self.shape, self.uuid)
 
     def register(self, client, instance_id, model, world_size=1):
         self.instance_id = instance_id

@@ -49,6 +49,27 @@ def map_segment(shm_name, size=None):
         os.close(fd)
 
 
+def kv_cache_frames(handle, layers, layer_bytes, shape, device_uuid):
+    """register_kv_cache's kv_cache: per layer, msgpack ext 1 holding the pickle of the
+    RawCudaIPCWrapper a reference worker makes of a contiguous bfloat16 layer at
+    offset layer * layer_bytes of the allocation `handle` names."""
+    out = []
+    for index in range(layers):
+        w = wrappers.RawCudaIPCWrapper.__new__(wrappers.RawCudaIPCWrapper)
+        w._ipc_handle_reserved = handle
+        w._alloc_offset = index * layer_bytes
+        w._nbytes = layer_bytes
+        w.handle = None
+        w.dtype = wrappers.torch.bfloat16
+        w.shape = shape
+        w.stride = wrappers.contiguous(shape)
+        w.storage_offset = 0
+        w._opens = 0
+        w.device_uuid = device_uuid
+        out.append(msgpack.ExtType(1, pickle.dumps(w)))
+    return out
+
+
 def wait_server_event(handle, timeout_s=10.0):
     """True once the server's event completed, False if it completed as failed."""
     assert len(handle) == 64 and handle[:8] == b"LMCEMUE\0", handle
@@ -110,21 +131,8 @@ class Worker:
         return (t[block] if self.layout == "MLA" else t[:, block]).copy()
 
     def wrapper_pickles(self):
-        out = []
-        for index in range(self.layers):
-            w = wrappers.RawCudaIPCWrapper.__new__(wrappers.RawCudaIPCWrapper)
-            w._ipc_handle_reserved = memory_handle(self.memory_name)
-            w._alloc_offset = index * self.layer_bytes
-            w._nbytes = self.layer_bytes
-            w.handle = None
-            w.dtype = wrappers.torch.bfloat16
-            w.shape = self.shape
-            w.stride = wrappers.contiguous(self.shape)
-            w.storage_offset = 0
-            w._opens = 0
-            w.device_uuid = "emulated-gpu-0"
-            out.append(msgpack.ExtType(1, pickle.dumps(w)))
-        return out
+        return kv_cache_frames(memory_handle(self.memory_name), self.layers, self.layer_bytes,
+                               self.shape, "emulated-gpu-0")
 
     def register(self, client, instance_id, model, world_size=1):
         self.instance_id = instance_id

@@ -15,7 +15,6 @@ import os
 import msgpack
 import numpy as np
 import pytest
-import zmq
 
 # The client and the server launcher live in mp_client.py beside this file
 # (pytest puts this directory on sys.path), shared with the multi-node tests.
@@ -58,12 +57,6 @@ def server(tmp_path_factory):
         f"/dev/shm/{srv.shm_name} is still there after shutdown"
     assert not os.path.exists(sock_path), f"{sock_path} is still there after shutdown"
 
-
-@pytest.fixture(scope="module")
-def zmq_ctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.term()
 
 
 @pytest.fixture

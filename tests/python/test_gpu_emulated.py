@@ -19,7 +19,6 @@ import uuid
 
 import numpy as np
 import pytest
-import zmq
 
 from mp_client import (INVALID_ARGUMENT, NOT_REGISTERED, OP_END_SESSION, OP_LOOKUP,
                        OP_QUERY_PREFETCH_STATUS,
@@ -50,12 +49,6 @@ def server(tmp_path_factory):
     rc = srv.stop(timeout=60)
     assert rc == 0, f"lmcache-server exited with {rc}:\n{srv.log()}"
 
-
-@pytest.fixture(scope="module")
-def zmq_ctx():
-    ctx = zmq.Context()
-    yield ctx
-    ctx.term()
 
 
 @pytest.fixture
