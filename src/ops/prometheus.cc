@@ -199,6 +199,14 @@ void Requests(Exposition& x, const server::StatsSnapshot& s) {
             static_cast<double>(s.reaped_instances));
   x.Counter(p + "instances_departed_total", "Instances whose connection closed.",
             static_cast<double>(s.departed_instances));
+  x.Gauge(p + "gpu_contexts", "GPU registrations with a device context (CUDA-IPC path).",
+          static_cast<double>(s.gpu.contexts));
+  x.Gauge(p + "gpu_closing_contexts", "Device contexts of departed workers waiting for their copies.",
+          static_cast<double>(s.gpu.closing));
+  x.Gauge(p + "gpu_transfers_in_flight", "GPU stores and retrieves queued or copying.",
+          static_cast<double>(s.gpu.transfers_in_flight));
+  x.Gauge(p + "gpu_mapped_allocations", "Workers' GPU allocations mapped through IPC handles.",
+          static_cast<double>(s.gpu.mapped_allocations));
 }
 
 void L2(Exposition& x, const tier::L2Stats& l2) {

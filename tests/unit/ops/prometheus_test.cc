@@ -36,6 +36,8 @@ server::StatsSnapshot Snapshot() {
   fs.condition = "disk full";
   l2.adapters.push_back(fs);
   s.l2 = l2;
+  s.gpu.contexts = 2;
+  s.gpu.mapped_allocations = 3;
   return s;
 }
 
@@ -64,6 +66,8 @@ TEST(PrometheusTest, ReferenceNamesCarryTheSnapshotsFigures) {
   EXPECT_EQ(samples.at("lmcache_mp_l2_store_completed_objects_total{l2_name=\"fs#1\"}"), 5);
   EXPECT_EQ(samples.at("lmcache_mp_l2_healthy{l2_name=\"fs#1\"}"), 0);
   EXPECT_EQ(samples.at("lmcache_mp_healthy"), 1);
+  EXPECT_EQ(samples.at("lmcache_mp_gpu_contexts"), 2);
+  EXPECT_EQ(samples.at("lmcache_mp_gpu_mapped_allocations"), 3);
 }
 
 TEST(PrometheusTest, HistogramsAreCumulativeWithInfEqualToCount) {
