@@ -33,8 +33,10 @@ if(NOT LMC_ENABLE_CUDA STREQUAL "OFF")
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     set(LMC_HAVE_CUDA ON)
-    # The runtime (libcudart) comes with the toolkit; it loads the driver only
-    # when first called, so the server links it and still starts without a GPU.
+    # The runtime comes with the toolkit and is linked statically
+    # (CUDA::cudart_static): the installed server needs no toolkit at run time,
+    # and the driver (libcuda) is loaded only at the first CUDA call, so it
+    # starts on machines without a GPU or a driver.
     find_package(CUDAToolkit REQUIRED)
   elseif(LMC_ENABLE_CUDA STREQUAL "ON")
     message(FATAL_ERROR "LMC_ENABLE_CUDA=ON but no working CUDA compiler was found")

@@ -54,6 +54,12 @@ std::atomic_ref<std::uint64_t> WordAt(const shm::ShmSegment& segment, std::uint6
 class Mappings {
  public:
   Result<Segment> Open(const std::string& name) LMC_EXCLUDES(mu_) {
+    // A client naming the server's own segments would have the copies write
+    // into the L1 pool or the server's events.
+    if (name.starts_with("lmcache_l1_pool_") || name.starts_with("lmcache_gpu_events_")) {
+      return Status(ErrorCode::kPermissionDenied,
+                    "the emulated device memory " + name + " is one of the server's own segments");
+    }
     MutexLock lock(&mu_);
     if (Segment live = open_[name].lock()) return live;
     auto attached = shm::ShmSegment::Attach(name, 0);

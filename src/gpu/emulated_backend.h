@@ -14,6 +14,9 @@
 // 4096 words (so a handle stays valid for 4096 later exports, as the
 // reference retains its events) and stores value = generation of that word.
 // The copies run on one thread per context, with csrc/kv_index.h's math.
+// It is a test backend: a client may name any shared-memory segment the
+// server's user can open (the server's own pool and event segments are
+// refused), so it is never for production.
 //
 // Thread-safety: as KvBackend / KvContext (kv_backend.h).
 #pragma once

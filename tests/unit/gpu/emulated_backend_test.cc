@@ -163,6 +163,9 @@ TEST_F(EmulatedBackendTest, RefusesHandlesItCannotMapOrTensorsPastTheirAllocatio
   KvLayout gone = layout_;
   gone.layers[1].mem_handle = EmulatedMemoryHandle(Name("missing"));
   EXPECT_EQ(backend_->Open(gone, kChunk, {}).status().code(), ErrorCode::kInvalidArgument);
+  KvLayout pool = layout_;
+  pool.layers[0].mem_handle = EmulatedMemoryHandle("lmcache_l1_pool_1234");
+  EXPECT_EQ(backend_->Open(pool, kChunk, {}).status().code(), ErrorCode::kPermissionDenied);
   KvLayout past = layout_;
   past.layers[1].storage_byte_offset = layer_bytes_ + 64;
   EXPECT_NE(backend_->Open(past, kChunk, {}).status().message().find("reaches byte"), std::string::npos);
