@@ -30,7 +30,7 @@ __global__ void CopyUnits(ChunkCopy c, const uint64_t* layer_bases, uint8_t* obj
   const int64_t run_bytes = RunBytes(c.paged);
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
     const UnitAddress a = Locate(c, u);
-    if (!kGather && a.token < c.skip_tokens) continue;
+    if (!Copied(c, a, kGather)) continue;
     uint8_t* paged = reinterpret_cast<uint8_t*>(layer_bases[a.layer]) + a.paged;
     uint8_t* in_object = object + a.object;
     if (kGather) {

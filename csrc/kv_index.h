@@ -7,8 +7,12 @@
 // A chunk copy moves `tokens` tokens of every layer and plane between
 //   paged:  per layer, a base address; token t of the chunk lives in block
 //           block_ids[t / block_size] at row t % block_size (spec 10.1), its
-//           head h at PagedByte(geometry, plane, block, row, h);
-//   object: [planes, layers, chunk_tokens, heads * head_bytes] (spec 5.8).
+//           head h at PagedByte(geometry, plane, block, row, h), each axis
+//           with its own byte stride (every KV format reduces to these);
+//           a negative block id is a block the copy leaves alone (the
+//           engine's null block on retrieve);
+//   object: [planes, layers, chunk_tokens, heads * head_bytes] (spec 5.8),
+//           one KV group's part of an L1 object.
 // in units: one unit is one run of bytes contiguous on both sides (one head,
 // or all heads of a token where the cache keeps them adjacent, as NHD does).
 //
@@ -85,6 +89,7 @@ LMC_HD inline int64_t ObjectByte(const ObjectGeometry& o, int64_t plane, int64_t
 struct UnitAddress {
   int64_t layer;
   int64_t token;
+  int64_t block;  // negative: not copied
   int64_t paged;
   int64_t object;
 };
@@ -99,9 +104,15 @@ LMC_HD inline UnitAddress Locate(const ChunkCopy& c, int64_t u) {
   UnitAddress a;
   a.layer = layer;
   a.token = token;
+  a.block = block;
   a.paged = PagedByte(c.paged, plane, block, token % c.paged.block_size, head);
   a.object = ObjectByte(c.object, plane, layer, token, head * c.paged.head_bytes);
   return a;
+}
+
+// Whether unit `a` is copied: not a skipped token (scatter), not a null block.
+LMC_HD inline bool Copied(const ChunkCopy& c, const UnitAddress& a, bool gather) {
+  return a.block >= 0 && (gather || a.token >= c.skip_tokens);
 }
 
 }  // namespace lmcache::kv

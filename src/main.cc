@@ -105,6 +105,8 @@ void WatchLoops(lmcache::ops::Health& health, lmcache::server::RouterLoop* route
       std::max<TimeMs>(60'000, 10 * static_cast<TimeMs>(service.maintenance().period().count()));
   health.Watch("the maintenance thread", [&service] { return service.maintenance().last_run_ms(); },
                maintenance_silence);
+  // A transfer mode that cannot work (the L1 pool could not be pinned for the GPU).
+  health.Require([&service] { return service.TransferProblem(); });
 }
 
 }  // namespace

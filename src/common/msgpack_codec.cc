@@ -222,6 +222,13 @@ Encoder& Encoder::Bin(std::string_view value) {
   pk.pack_bin_body(value.data(), static_cast<std::uint32_t>(value.size()));
   return *this;
 }
+Encoder& Encoder::Ext(std::int8_t type, std::string_view data) {
+  StringWriter writer{&buffer_};
+  msgpack::packer<StringWriter> pk(writer);
+  pk.pack_ext(data.size(), type);
+  pk.pack_ext_body(data.data(), static_cast<std::uint32_t>(data.size()));
+  return *this;
+}
 Encoder& Encoder::Array(std::uint32_t size) {
   LMC_PACK(pack_array(size));
   return *this;

@@ -94,6 +94,8 @@ class Encoder {
   Encoder& Float(double value);
   Encoder& Str(std::string_view value);
   Encoder& Bin(std::string_view value);
+  // An ext value of `type` (register_kv_cache's wrappers are ext 1).
+  Encoder& Ext(std::int8_t type, std::string_view data);
   Encoder& Array(std::uint32_t size);
   // An array of unsigned ints (token ids), each in its shortest form: the
   // same bytes as Array(n) and n Uint() calls, written in one pass.

@@ -12,6 +12,7 @@
 
 #include "common/mutex.h"
 #include "gpu/host_kv_copy.h"
+#include "gpu/torch_ipc_refcount.h"
 #include "shm/shm_segment.h"
 
 namespace lmcache::gpu {
@@ -130,11 +131,12 @@ struct Shared {
 
 class EmulatedContext final : public KvContext {
  public:
-  EmulatedContext(std::shared_ptr<Shared> shared, const KvLayout& layout, std::int64_t chunk_tokens,
-                  std::vector<Segment> segments, std::vector<std::byte*> bases)
+  // `bases[g][l]`: layer l of group g, in a mapping `segments` keep open.
+  EmulatedContext(std::shared_ptr<Shared> shared, const KvLayout& layout, PoolView pool,
+                  std::vector<Segment> segments, std::vector<std::vector<std::byte*>> bases)
       : shared_(std::move(shared)),
-        geometry_(layout.geometry),
-        object_(layout.Object(chunk_tokens)),
+        layout_(layout),
+        pool_(pool),
         segments_(std::move(segments)),
         bases_(std::move(bases)),
         thread_([this] { Run(); }) {}
@@ -146,6 +148,7 @@ class EmulatedContext final : public KvContext {
     }
     work_.NotifyAll();
     thread_.join();
+    ReleaseTorchRefCounters(layout_.tensors);  // after the last copy, as the mappings close
   }
 
   Result<EventHandle> Enqueue(Direction direction, const EventHandle& engine_event,
@@ -157,6 +160,12 @@ class EmulatedContext final : public KvContext {
       queue_.push_back(Job{direction, engine_event, std::move(chunks), std::move(done), event});
     }
     work_.NotifyAll();
+    return event.handle;
+  }
+
+  Result<EventHandle> FailedEvent() override {
+    LMC_ASSIGN_OR_RETURN(const ServerEvents::Exported event, shared_->events.Export());
+    shared_->events.Complete(event, false);
     return event.handle;
   }
 
@@ -201,7 +210,7 @@ class EmulatedContext final : public KvContext {
       // Stopping with work queued (server shutdown): fail it, copy nothing.
       Status status = closing ? Status(ErrorCode::kUnavailable, "the GPU context is closing")
                               : WaitForEngine(job.engine_event);
-      if (status.ok()) Copy(job);
+      if (status.ok()) status = Copy(job);
       shared_->events.Complete(job.event, status.ok());
       job.done(status);
       {
@@ -212,15 +221,21 @@ class EmulatedContext final : public KvContext {
     }
   }
 
-  void Copy(const Job& job) const {
+  Status Copy(const Job& job) const {
     for (const ChunkTransfer& chunk : job.chunks) {
-      const kv::ChunkCopy c{geometry_, object_, chunk.block_ids.data(), chunk.tokens, chunk.skip_tokens};
-      if (job.direction == Direction::kStore) {
-        HostGather(c, bases_, chunk.object);
-      } else {
-        HostScatter(c, bases_, chunk.object);
+      if (chunk.groups.empty()) continue;
+      LMC_ASSIGN_OR_RETURN(std::byte* object, ResolveObject(pool_, chunk.object_offset, layout_.object_bytes));
+      for (const GroupCopy& part : chunk.groups) {
+        const KvGroupLayout& g = layout_.groups[part.group];
+        const kv::ChunkCopy c{g.paged, g.object(), part.block_ids.data(), g.slots, part.skip_tokens};
+        if (job.direction == Direction::kStore) {
+          HostGather(c, bases_[part.group], object + g.object_offset);
+        } else {
+          HostScatter(c, bases_[part.group], object + g.object_offset);
+        }
       }
     }
+    return Status::Ok();
   }
 
   // The copy reads the cache only once the engine's event is complete.
@@ -233,7 +248,7 @@ class EmulatedContext final : public KvContext {
     const std::uint64_t value = LoadLE(handle.data() + 16);
     LMC_ASSIGN_OR_RETURN(const std::string name, NameIn(handle, kEventNameAt, "the engine's event"));
     LMC_ASSIGN_OR_RETURN(const Segment segment, shared_->mappings.Open(name));
-    if (offset % 8 != 0 || offset > segment->size() - 8 || segment->size() < 8) {
+    if (segment->size() < 8 || offset % 8 != 0 || offset > segment->size() - 8) {
       return Status(ErrorCode::kInvalidArgument, "the engine's event lies outside its segment");
     }
     const auto deadline = std::chrono::steady_clock::now() + shared_->options.event_timeout;
@@ -243,7 +258,8 @@ class EmulatedContext final : public KvContext {
       if (word & kEventFailedBit) return Status(ErrorCode::kInternal, "the engine's event failed");
       if (word >= value) return {};
       if (std::chrono::steady_clock::now() >= deadline) {
-        return Status(ErrorCode::kTimeout, "the engine's event did not complete in time");
+        return Status(ErrorCode::kTimeout, "the engine's event did not complete within "
+                                           "--gpu-event-timeout-ms (an engine stopped mid-step?)");
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
@@ -251,10 +267,10 @@ class EmulatedContext final : public KvContext {
   }
 
   const std::shared_ptr<Shared> shared_;
-  const kv::PagedGeometry geometry_;
-  const kv::ObjectGeometry object_;
+  const KvLayout layout_;
+  const PoolView pool_;
   const std::vector<Segment> segments_;  // keeps the mappings open
-  const std::vector<std::byte*> bases_;
+  const std::vector<std::vector<std::byte*>> bases_;
   mutable Mutex mu_;
   CondVar work_;
   CondVar idle_;
@@ -273,33 +289,40 @@ class EmulatedBackend final : public KvBackend {
   Status CheckAvailable() override { return {}; }
   BackendStats Stats() const override { return shared_->mappings.Stats(); }
 
-  Result<std::unique_ptr<KvContext>> Open(const KvLayout& layout, std::int64_t chunk_tokens,
-                                          std::span<std::byte>) override {
-    std::vector<Segment> segments;
-    std::vector<std::byte*> bases;
-    for (std::size_t i = 0; i < layout.layers.size(); ++i) {
-      const protocol::DeviceIpcWrapper& t = layout.layers[i];
-      if (std::memcmp(t.mem_handle.data(), kMemoryMagic, sizeof(kMemoryMagic)) != 0) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "layer " + std::to_string(i) + ": not an emulated memory handle (this "
-                      "server runs --gpu-backend emulated)");
-      }
-      LMC_ASSIGN_OR_RETURN(const std::string name, NameIn(t.mem_handle, 8, "a memory handle"));
-      LMC_ASSIGN_OR_RETURN(Segment segment, shared_->mappings.Open(name));
-      if (t.first_byte() + t.span_bytes() > segment->size()) {
-        return Status(ErrorCode::kInvalidArgument,
-                      "layer " + std::to_string(i) + " reaches byte " +
-                          std::to_string(t.first_byte() + t.span_bytes()) + " of an allocation of " +
-                          std::to_string(segment->size()));
-      }
-      bases.push_back(segment->base() + t.first_byte());
+  Result<std::unique_ptr<KvContext>> Open(const KvLayout& layout, PoolView pool) override {
+    std::vector<Segment> segments;  // one per tensor, each mapping shared by handle
+    for (std::size_t i = 0; i < layout.tensors.size(); ++i) {
+      LMC_ASSIGN_OR_RETURN(Segment segment, MapTensor(layout.tensors[i], i));
       segments.push_back(std::move(segment));
     }
+    std::vector<std::vector<std::byte*>> bases;
+    for (const KvGroupLayout& g : layout.groups) {
+      std::vector<std::byte*>& group = bases.emplace_back();
+      for (const LayerRef& l : g.layers) group.push_back(segments[l.tensor]->base() + l.first_byte);
+    }
     return std::unique_ptr<KvContext>(
-        new EmulatedContext(shared_, layout, chunk_tokens, std::move(segments), std::move(bases)));
+        new EmulatedContext(shared_, layout, pool, std::move(segments), std::move(bases)));
   }
 
  private:
+  // The tensor's allocation, mapped, with its storage and view inside what was mapped.
+  Result<Segment> MapTensor(const protocol::DeviceIpcWrapper& t, std::size_t i) {
+    const std::string what = "kv_cache[" + std::to_string(i) + "]";
+    if (std::memcmp(t.mem_handle.data(), kMemoryMagic, sizeof(kMemoryMagic)) != 0) {
+      return Status(ErrorCode::kInvalidArgument,
+                    what + ": not an emulated memory handle (this server runs --gpu-backend emulated)");
+    }
+    LMC_ASSIGN_OR_RETURN(const std::string name, NameIn(t.mem_handle, 8, "a memory handle"));
+    LMC_ASSIGN_OR_RETURN(Segment segment, shared_->mappings.Open(name));
+    const std::uint64_t end = std::max(t.storage_byte_offset + t.storage_bytes, t.end_byte());
+    if (end > segment->size()) {
+      return Status(ErrorCode::kInvalidArgument,
+                    what + " reaches byte " + std::to_string(end) + " of an allocation of " +
+                        std::to_string(segment->size()) + " bytes");
+    }
+    return segment;
+  }
+
   std::shared_ptr<Shared> shared_;
 };
 

@@ -9,6 +9,7 @@ void HostGather(const kv::ChunkCopy& c, std::span<std::byte* const> layer_bases,
   const auto run = static_cast<std::size_t>(kv::RunBytes(c.paged));
   for (std::int64_t u = 0; u < units; ++u) {
     const kv::UnitAddress a = kv::Locate(c, u);
+    if (!kv::Copied(c, a, true)) continue;
     std::memcpy(object + a.object, layer_bases[static_cast<std::size_t>(a.layer)] + a.paged, run);
   }
 }
@@ -19,7 +20,7 @@ void HostScatter(const kv::ChunkCopy& c, std::span<std::byte* const> layer_bases
   const auto run = static_cast<std::size_t>(kv::RunBytes(c.paged));
   for (std::int64_t u = 0; u < units; ++u) {
     const kv::UnitAddress a = kv::Locate(c, u);
-    if (a.token < c.skip_tokens) continue;
+    if (!kv::Copied(c, a, false)) continue;
     std::memcpy(layer_bases[static_cast<std::size_t>(a.layer)] + a.paged, object + a.object, run);
   }
 }

@@ -17,7 +17,7 @@ class NoCudaBackend final : public KvBackend {
  public:
   const char* name() const override { return "cuda"; }
   Status CheckAvailable() override { return CheckCudaDeviceVisible(); }
-  Result<std::unique_ptr<KvContext>> Open(const KvLayout&, std::int64_t, std::span<std::byte>) override {
+  Result<std::unique_ptr<KvContext>> Open(const KvLayout&, PoolView) override {
     return CheckCudaDeviceVisible();
   }
   BackendStats Stats() const override { return {}; }
@@ -38,6 +38,15 @@ Result<std::unique_ptr<KvBackend>> MakeKvBackend(const std::string& name, const 
   return Status(ErrorCode::kInvalidConfig,
                 "--gpu-backend " + name + " is not a backend: use cuda (the default) or emulated "
                 "(shared memory stands in for device memory; for tests without a GPU)");
+}
+
+Result<std::byte*> ResolveObject(PoolView pool, std::uint64_t offset, std::uint64_t bytes) {
+  if (offset > pool.bytes.size() || bytes > pool.bytes.size() - offset) {
+    return Status(ErrorCode::kInvalidArgument,
+                  "an L1 object at offset " + std::to_string(offset) + " of " + std::to_string(bytes) +
+                      " bytes lies outside the pool of " + std::to_string(pool.bytes.size()));
+  }
+  return pool.bytes.data() + offset;
 }
 
 }  // namespace lmcache::gpu

@@ -7,18 +7,29 @@
 //
 // A KvContext is one registration's view of a worker's paged caches: the
 // allocations its IPC handles name, mapped once each (reference-counted per
-// allocation across registrations), and one stream on which its transfers run
-// in order. A transfer waits for the engine's event before it touches the
-// cache (vllm #45704), copies chunk by chunk between the cache and L1 objects,
-// then completes the server's event and calls `done` on a host thread. The
-// server's event handle is returned at once (spec 10.2-10.3).
+// allocation across registrations) and every layer's view bounded by the
+// mapping's real size, and one queue on which its transfers run in order.
+// A transfer first waits, on the context's own host thread, for the engine's
+// event (vllm #45704), at most BackendOptions::event_timeout: an engine
+// killed mid-step never completes its event, and its transfer then fails
+// without a byte copied, so nothing of a dead engine stays queued on a
+// device stream. Then it copies chunk by chunk between the cache and L1
+// objects (the plan's groups, transfer_plan.h), completes the server's
+// event and calls `done` on a host thread. The server's event handle is
+// returned at once (spec 10.2-10.3).
+//
+// L1 objects are named by their offset in the pool the context was opened
+// with (a view of the pool, never a raw pointer from the request path);
+// an offset outside it fails the transfer.
 //
 // Thread-safety: a backend may be called from any thread. A context's
-// Enqueue may be called from any thread; its `done` callbacks run on the
-// context's stream thread (emulation) or the CUDA runtime's callback thread,
-// one at a time and in stream order, and must not block or call back into
-// the context. A context is destroyed only after Drain() returned true: its
-// mappings are closed then, never while a copy may still use them (#4676).
+// Enqueue and FailedEvent may be called from any thread; its `done`
+// callbacks run on the context's thread (emulation) or the CUDA runtime's
+// callback thread, one at a time and in queue order, and must not block or
+// call back into the context. A context is destroyed only after Drain()
+// returned true: its mappings are closed then, never while a copy may still
+// use them (#4676), and PyTorch's IPC refcounters of its tensors are
+// decremented (torch_ipc_refcount.h).
 #pragma once
 
 #include <array>
@@ -27,11 +38,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "gpu/kv_layout.h"
+#include "gpu/transfer_plan.h"
 #include "lmcache/status.h"
 
 namespace lmcache::gpu {
@@ -44,12 +57,10 @@ enum class Direction : std::uint8_t {
   kRetrieve,  // scatter: L1 object -> paged cache
 };
 
-// One chunk of a transfer: its blocks, its tokens, and its L1 object.
+// One chunk of a transfer: its L1 object and what each group copies.
 struct ChunkTransfer {
-  std::vector<std::int32_t> block_ids;  // the chunk's blocks (checked by CheckBlockIds)
-  std::int64_t tokens = 0;              // <= the chunk size
-  std::int64_t skip_tokens = 0;         // retrieve: leave the first tokens' blocks alone
-  std::byte* object = nullptr;          // the L1 object's bytes (in the pool)
+  std::uint64_t object_offset = 0;  // the object's offset in the pool
+  std::vector<GroupCopy> groups;    // a chunk with none is not copied
 };
 
 class KvContext {
@@ -61,6 +72,10 @@ class KvContext {
   virtual Result<EventHandle> Enqueue(Direction direction, const EventHandle& engine_event,
                                       std::vector<ChunkTransfer> chunks,
                                       std::function<void(const Status&)> done) = 0;
+  // A server event that completes at once, marked failed where the backend
+  // can: what a failed store/retrieve answers with, so a reference client's
+  // Event.from_ipc_handle() gets a real event (it imports whatever comes).
+  virtual Result<EventHandle> FailedEvent() = 0;
   // Waits up to `timeout` for every queued transfer to finish; true when none is left.
   virtual bool Drain(std::chrono::milliseconds timeout) = 0;
   virtual std::size_t in_flight() const = 0;
@@ -71,25 +86,34 @@ struct BackendStats {
   std::uint64_t mapped_bytes = 0;
 };
 
+// The pool the L1 objects live in, as the device side sees it.
+struct PoolView {
+  std::span<std::byte> bytes;
+};
+
 class KvBackend {
  public:
   virtual ~KvBackend() = default;
   virtual const char* name() const = 0;
   // OK when a device can be used; asked at each registration, never at startup.
   virtual Status CheckAvailable() = 0;
-  // Maps `layout`'s tensors and makes a stream for objects of `chunk_tokens`
-  // tokens. `l1` is the pool the objects live in (the CUDA backend registers
-  // it as pinned memory on first use).
-  virtual Result<std::unique_ptr<KvContext>> Open(const KvLayout& layout, std::int64_t chunk_tokens,
-                                                  std::span<std::byte> l1) = 0;
+  // Maps `layout`'s tensors and makes a queue for its transfers. `pool` is
+  // where objects live (the CUDA backend registers it as pinned memory on
+  // the registering worker's device, in the background, at first use).
+  virtual Result<std::unique_ptr<KvContext>> Open(const KvLayout& layout, PoolView pool) = 0;
   virtual BackendStats Stats() const = 0;
+  // A fault health reports (the pool could not be pinned), or nullopt.
+  virtual std::optional<std::string> Problem() const { return std::nullopt; }
 };
 
 struct BackendOptions {
-  std::chrono::milliseconds event_timeout{10'000};  // emulation: longest wait for an engine event
+  std::chrono::milliseconds event_timeout{10'000};  // longest wait for an engine event
 };
 
-// "cuda" or "emulated"; kInvalidConfig for another name or cuda not built.
+// "cuda" or "emulated"; kInvalidConfig for another name.
 Result<std::unique_ptr<KvBackend>> MakeKvBackend(const std::string& name, const BackendOptions& options);
+
+// The pointer of an object `bytes` long at `offset` of `pool`, or kInvalidArgument.
+Result<std::byte*> ResolveObject(PoolView pool, std::uint64_t offset, std::uint64_t bytes);
 
 }  // namespace lmcache::gpu

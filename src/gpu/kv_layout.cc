@@ -1,5 +1,6 @@
 #include "gpu/kv_layout.h"
 
+#include <set>
 #include <string>
 #include <utility>
 
@@ -7,6 +8,7 @@ namespace lmcache::gpu {
 namespace {
 
 using protocol::DeviceIpcWrapper;
+using protocol::EngineGroupInfo;
 
 Status Refuse(std::string message) {
   return Status(ErrorCode::kInvalidArgument, "register_kv_cache: " + std::move(message));
@@ -18,32 +20,42 @@ std::string Dims(const std::vector<std::int64_t>& dims) {
   return out + "]";
 }
 
-// The geometry of one layer: which physical dimension is what.
-struct DimRoles {
-  int plane = -1, block = 0, token = 1, head = -1, inner = 2;
-};
+std::string GroupName(std::size_t g) { return "engine group " + std::to_string(g); }
 
-Result<KvFormat> ChooseFormat(const DeviceIpcWrapper& t, const LayoutHints& hints) {
-  const std::string supported =
-      " (supported: NHD [2, blocks, block_size, heads, head_size], HND [2, blocks, heads, "
-      "block_size, head_size], MLA [blocks, block_size, dim])";
-  if (t.shape.size() == 3) return KvFormat::kMla;
-  if (t.shape.size() != 5 || t.shape[0] != 2) {
-    return Refuse("unsupported KV cache shape " + Dims(t.shape) + supported);
-  }
-  const std::string layout = hints.kv_layout.value_or("NHD");
-  if (layout == "NHD") return KvFormat::kNhd;
-  if (layout == "HND") return KvFormat::kHnd;
-  return Refuse("unsupported kv_layout hint '" + layout + "'" + supported);
+bool SameTensorShape(const DeviceIpcWrapper& a, const DeviceIpcWrapper& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.stride == b.stride;
 }
 
-DimRoles RolesOf(KvFormat format) {
-  switch (format) {
-    case KvFormat::kNhd: return {0, 1, 2, 3, 4};
-    case KvFormat::kHnd: return {0, 1, 3, 2, 4};
-    case KvFormat::kMla: return {-1, 0, 1, -1, 2};
+// The layers each group names, checked: in range, each in one group at most.
+Result<std::vector<std::vector<std::size_t>>> GroupLayers(const protocol::KvCacheRegistration& r,
+                                                          std::size_t layers) {
+  std::vector<std::vector<std::size_t>> out;
+  if (r.groups.empty()) {
+    out.emplace_back();
+    for (std::size_t i = 0; i < layers; ++i) out.back().push_back(i);
+    return out;
   }
-  return {};
+  if (r.cross_layer) {
+    if (r.groups.size() != 1) return Refuse("a cross-layer KV cache is one group, got " + std::to_string(r.groups.size()));
+    out.emplace_back(1, 0);
+    return out;
+  }
+  std::set<std::size_t> seen;
+  for (std::size_t g = 0; g < r.groups.size(); ++g) {
+    std::vector<std::size_t>& mine = out.emplace_back();
+    for (const std::int64_t i : r.groups[g].layer_indices) {
+      if (i < 0 || static_cast<std::size_t>(i) >= layers) {
+        return Refuse(GroupName(g) + " names layer " + std::to_string(i) + " of " +
+                      std::to_string(layers) + " registered");
+      }
+      if (!seen.insert(static_cast<std::size_t>(i)).second) {
+        return Refuse("layer " + std::to_string(i) + " is in two engine groups");
+      }
+      mine.push_back(static_cast<std::size_t>(i));
+    }
+    if (mine.empty()) return Refuse(GroupName(g) + " names no layer");
+  }
+  return out;  // layers no group names are KV-sharing aliases: not copied
 }
 
 Status CheckHint(const char* name, const std::optional<std::int64_t>& hint, std::int64_t actual) {
@@ -54,104 +66,143 @@ Status CheckHint(const char* name, const std::optional<std::int64_t>& hint, std:
   return Status::Ok();
 }
 
-Result<kv::PagedGeometry> GeometryOf(const DeviceIpcWrapper& t, KvFormat format,
-                                     const LayoutHints& hints) {
-  const DimRoles r = RolesOf(format);
-  const auto bytes = [&](int dim) { return dim < 0 ? 0 : t.stride[dim] * t.element_size; };
-  if (t.stride[r.inner] != 1) {
-    return Refuse("the head dimension is not contiguous (strides " + Dims(t.stride) + ")");
+// Hints describe a single-group model's attention layers.
+Status CheckHints(const protocol::LayoutHints& hints, const KvGroupLayout& g) {
+  LMC_RETURN_IF_ERROR(CheckHint("tokens_per_block", hints.tokens_per_block, g.paged.block_size));
+  if (g.format == KvFormat::kMla) return Status::Ok();
+  LMC_RETURN_IF_ERROR(CheckHint("num_kv_heads", hints.num_kv_heads, g.paged.heads));
+  const std::int64_t content = g.paged.head_bytes / g.element_size;
+  const bool packed = !SplitsKv(g.format);
+  return CheckHint("head_dim", hints.head_dim, packed ? content / 2 : content);
+}
+
+// How many tokens of each chunk the group keeps, from its window.
+Status ApplyWindow(const EngineGroupInfo& info, std::size_t index, std::int64_t chunk,
+                   KvGroupLayout* g) {
+  std::int64_t window = info.sw_size_tokens;
+  if (info.recurrent_state && window <= 0) window = g->paged.block_size;  // one block of state
+  if (window != -1 && window <= 0) {
+    return Refuse(GroupName(index) + " has sw_size_tokens " + std::to_string(window) +
+                  " (-1 for full attention, or the window in tokens)");
   }
-  kv::PagedGeometry g{};
-  g.planes = r.plane < 0 ? 1 : 2;
-  g.num_blocks = t.shape[r.block];
-  g.block_size = t.shape[r.token];
-  g.heads = r.head < 0 ? 1 : t.shape[r.head];
-  g.head_bytes = t.shape[r.inner] * t.element_size;
-  g.plane_stride = bytes(r.plane);
-  g.block_stride = bytes(r.block);
-  g.token_stride = bytes(r.token);
-  g.head_stride = r.head < 0 ? g.head_bytes : bytes(r.head);
-  LMC_RETURN_IF_ERROR(CheckHint("tokens_per_block", hints.tokens_per_block, g.block_size));
-  if (format != KvFormat::kMla) {
-    LMC_RETURN_IF_ERROR(CheckHint("num_kv_heads", hints.num_kv_heads, g.heads));
-    LMC_RETURN_IF_ERROR(CheckHint("head_dim", hints.head_dim, t.shape[r.inner]));
+  g->window_tokens = window;
+  g->slots = chunk;
+  if (window > 0 && window < chunk) {
+    if (window % g->paged.block_size != 0) {
+      return Refuse(GroupName(index) + "'s window of " + std::to_string(window) +
+                    " tokens is shorter than a chunk and not whole blocks of " +
+                    std::to_string(g->paged.block_size));
+    }
+    g->slots = window;
   }
+  return Status::Ok();
+}
+
+Result<KvGroupLayout> BuildGroup(const protocol::KvCacheRegistration& r,
+                                 const std::vector<std::size_t>& indices, std::size_t index,
+                                 const std::string& kv_layout, std::int64_t chunk) {
+  const DeviceIpcWrapper& first = r.layers[indices.front()];
+  for (const std::size_t i : indices) {
+    const DeviceIpcWrapper& t = r.layers[i];
+    if (!SameTensorShape(first, t)) {
+      return Refuse("layer " + std::to_string(i) + " (" + t.dtype + " " + Dims(t.shape) + " strides " +
+                    Dims(t.stride) + ") differs from layer " + std::to_string(indices.front()) +
+                    " (" + first.dtype + " " + Dims(first.shape) + " strides " + Dims(first.stride) +
+                    ") of the same KV group; give layers of another shape their own "
+                    "engine_group_infos entry");
+    }
+  }
+  KvGroupLayout g;
+  LMC_ASSIGN_OR_RETURN(g.format, DetectKvFormat(first, kv_layout, r.cross_layer));
+  LMC_ASSIGN_OR_RETURN(g.paged, PagedGeometryOf(first, g.format));
+  g.dtype = first.dtype;
+  g.element_size = first.element_size;
+  if (r.cross_layer) {
+    const LayerAxis axis = LayerAxisOf(first, g.format);
+    for (std::int64_t l = 0; l < axis.layers; ++l) {
+      g.layers.push_back({0, first.first_byte() + static_cast<std::uint64_t>(l * axis.stride_bytes)});
+    }
+  } else {
+    for (const std::size_t i : indices) g.layers.push_back({i, r.layers[i].first_byte()});
+  }
+  const EngineGroupInfo info = r.groups.empty() ? EngineGroupInfo{} : r.groups[index];
+  if (info.tokens_per_block > 0 && info.tokens_per_block != g.paged.block_size) {
+    return Refuse(GroupName(index) + " declares tokens_per_block " +
+                  std::to_string(info.tokens_per_block) + " but its tensors hold blocks of " +
+                  std::to_string(g.paged.block_size) +
+                  " tokens: compressed or kernel-split blocks are not served");
+  }
+  if (chunk % g.paged.block_size != 0) {
+    return Refuse("the server's chunk size " + std::to_string(chunk) +
+                  " is not a multiple of " + GroupName(index) + "'s block size " +
+                  std::to_string(g.paged.block_size) + "; start the server with a --chunk-size that is");
+  }
+  LMC_RETURN_IF_ERROR(ApplyWindow(info, index, chunk, &g));
+  if (info.null_block_id) g.null_block = static_cast<std::int32_t>(*info.null_block_id);
   return g;
 }
 
-bool SameTensorShape(const DeviceIpcWrapper& a, const DeviceIpcWrapper& b) {
-  return a.dtype == b.dtype && a.shape == b.shape && a.stride == b.stride &&
-         a.device_uuid == b.device_uuid;
+// The reference's own object layouts (what the engine-driven path stores too) keep namespace 0.
+bool IsReferenceLayout(const KvLayout& layout) {
+  if (layout.groups.size() != 1) return false;
+  const KvGroupLayout& g = layout.groups.front();
+  return g.slots == layout.chunk_tokens && (SplitsKv(g.format) || g.format == KvFormat::kMla);
+}
+
+std::uint32_t Fingerprint(const std::string& description) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a: a namespace tag, not a defence
+  for (const char c : description) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return static_cast<std::uint32_t>(h % 0x7fffffffu) + 1;  // never 0
 }
 
 }  // namespace
 
-const char* KvFormatName(KvFormat format) {
-  switch (format) {
-    case KvFormat::kNhd: return "NHD";
-    case KvFormat::kHnd: return "HND";
-    case KvFormat::kMla: return "MLA";
-  }
-  return "?";
-}
-
-kv::ObjectGeometry KvLayout::Object(std::int64_t chunk_tokens) const {
-  return {geometry.planes, num_layers(), chunk_tokens, geometry.heads * geometry.head_bytes};
-}
-
-std::uint64_t KvLayout::ObjectBytes(std::int64_t chunk_tokens) const {
-  const kv::ObjectGeometry o = Object(chunk_tokens);
+std::uint64_t KvGroupLayout::part_bytes() const {
+  const kv::ObjectGeometry o = object();
   return static_cast<std::uint64_t>(o.planes * o.layers * o.chunk_tokens * o.token_bytes);
 }
 
-Result<KvLayout> DetectKvLayout(std::span<const DeviceIpcWrapper> layers, const LayoutHints& hints) {
-  if (layers.empty()) return Refuse("kv_cache holds no tensors");
-  const DeviceIpcWrapper& first = layers.front();
-  for (std::size_t i = 1; i < layers.size(); ++i) {
-    if (!SameTensorShape(first, layers[i])) {
-      return Refuse("layer " + std::to_string(i) + " (" + layers[i].dtype + " " +
-                    Dims(layers[i].shape) + ") differs from layer 0 (" + first.dtype + " " +
-                    Dims(first.shape) + "); hybrid layouts are not supported");
+std::vector<std::int64_t> KvGroupLayout::ObjectShape() const {
+  const std::int64_t row = paged.heads * paged.head_bytes / element_size;
+  if (format == KvFormat::kMla) return {num_layers(), slots, row};
+  return {paged.planes, num_layers(), slots, row};
+}
+
+std::string KvLayout::Describe() const {
+  std::string out = std::to_string(groups.size()) + (groups.size() == 1 ? " group:" : " groups:");
+  for (const KvGroupLayout& g : groups) {
+    out += " " + KvFormatName(g.format) + " " + g.dtype + " x " + std::to_string(g.num_layers()) +
+           " layers " + Dims(g.ObjectShape());
+    if (g.window_tokens > 0) out += " window " + std::to_string(g.window_tokens);
+    out += ";";
+  }
+  out.pop_back();
+  return out;
+}
+
+Result<KvLayout> DetectKvLayout(const protocol::KvCacheRegistration& r, std::int64_t chunk_tokens) {
+  if (r.layers.empty()) return Refuse("kv_cache holds no tensors");
+  for (std::size_t i = 1; i < r.layers.size(); ++i) {
+    if (r.layers[i].device_uuid != r.layers[0].device_uuid) {
+      return Refuse("layer " + std::to_string(i) + " is on GPU " + r.layers[i].device_uuid +
+                    " and layer 0 on " + r.layers[0].device_uuid + ": one registration is one GPU");
     }
   }
+  LMC_ASSIGN_OR_RETURN(const std::string kv_layout, CanonicalKvLayout(r.hints.kv_layout));
+  LMC_ASSIGN_OR_RETURN(const auto group_layers, GroupLayers(r, r.layers.size()));
   KvLayout layout;
-  LMC_ASSIGN_OR_RETURN(layout.format, ChooseFormat(first, hints));
-  LMC_ASSIGN_OR_RETURN(layout.geometry, GeometryOf(first, layout.format, hints));
-  layout.dtype = first.dtype;
-  layout.element_size = first.element_size;
-  layout.device_uuid = first.device_uuid;
-  layout.layers.assign(layers.begin(), layers.end());
+  layout.device_uuid = r.layers[0].device_uuid;
+  layout.tensors = r.layers;
+  layout.chunk_tokens = chunk_tokens;
+  for (std::size_t g = 0; g < group_layers.size(); ++g) {
+    LMC_ASSIGN_OR_RETURN(KvGroupLayout group, BuildGroup(r, group_layers[g], g, kv_layout, chunk_tokens));
+    group.object_offset = layout.object_bytes;
+    layout.object_bytes += group.part_bytes();
+    layout.groups.push_back(std::move(group));
+  }
+  if (layout.groups.size() == 1) LMC_RETURN_IF_ERROR(CheckHints(r.hints, layout.groups.front()));
+  layout.object_namespace = IsReferenceLayout(layout) ? 0 : Fingerprint(layout.Describe());
   return layout;
-}
-
-Status CheckChunkSize(const KvLayout& layout, std::int64_t chunk_tokens) {
-  if (chunk_tokens % layout.geometry.block_size != 0) {
-    return Refuse("the server's chunk size " + std::to_string(chunk_tokens) +
-                  " is not a multiple of the cache's block_size " +
-                  std::to_string(layout.geometry.block_size) + "; start the server with a "
-                  "--chunk-size that is");
-  }
-  return Status::Ok();
-}
-
-Status CheckBlockIds(const KvLayout& layout, std::int64_t tokens,
-                     std::span<const std::int32_t> block_ids) {
-  const std::int64_t block_size = layout.geometry.block_size;
-  const std::int64_t needed = (tokens + block_size - 1) / block_size;
-  if (static_cast<std::int64_t>(block_ids.size()) < needed) {
-    return Status(ErrorCode::kInvalidArgument,
-                  std::to_string(tokens) + " tokens need " + std::to_string(needed) +
-                      " block ids of " + std::to_string(block_size) + " tokens; got " +
-                      std::to_string(block_ids.size()));
-  }
-  for (std::int64_t i = 0; i < needed; ++i) {
-    if (block_ids[i] < 0 || block_ids[i] >= layout.geometry.num_blocks) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "block id " + std::to_string(block_ids[i]) + " is outside the cache's " +
-                        std::to_string(layout.geometry.num_blocks) + " blocks");
-    }
-  }
-  return Status::Ok();
 }
 
 }  // namespace lmcache::gpu

@@ -136,7 +136,8 @@ Result<std::string> AdminOps::ServerInfo() const {
   e.Field("pool_size").Uint(state_->l1().segment().size());
   e.Field("chunk_size").Int(state_->config().chunk_size);
   e.Field("hash_algorithm").Str("blake3");
-  e.Field("features").Array(2).Str("shm").Str("engine_driven");
+  mp::Encoder& features = e.Field("features").Array(static_cast<std::uint32_t>(features_.size()));
+  for (const std::string& feature : features_) features.Str(feature);
   return e.Take();
 }
 

@@ -1,13 +1,14 @@
 // AdminOps: management operations (ping, clear, get_chunk_size, noop,
 // get_experimental, report_block_allocation; ours: server_info, stats) and
-// the rows of the operations this server answers "not supported" (the
-// CUDA-IPC path until its family lands, QStore, CacheBlend, p2p, KV events).
+// the rows of the operations this server answers "not supported" (QStore,
+// CacheBlend, p2p, KV events).
 //
 // Thread-safety: the handlers may run on any threads at once.
 #pragma once
 
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "server/op_table.h"
 #include "server/service_state.h"
@@ -16,9 +17,11 @@ namespace lmcache::server {
 
 class AdminOps {
  public:
-  // `render_stats` encodes the stats reply (the service's snapshot).
-  AdminOps(ServiceState* state, std::function<std::string()> render_stats)
-      : state_(state), render_stats_(std::move(render_stats)) {}
+  // `render_stats` encodes the stats reply (the service's snapshot);
+  // `features` are what server_info announces (the serving transfer modes').
+  AdminOps(ServiceState* state, std::function<std::string()> render_stats,
+           std::vector<std::string> features)
+      : state_(state), render_stats_(std::move(render_stats)), features_(std::move(features)) {}
   void AddTo(OpTable* table);
   // Rows of the operations that answer NOT_SUPPORTED.
   static void AddUnsupported(OpTable* table);
@@ -30,6 +33,7 @@ class AdminOps {
 
   ServiceState* const state_;
   const std::function<std::string()> render_stats_;
+  const std::vector<std::string> features_;
 };
 
 // Whether `context` may run a destructive operation under `access`.

@@ -79,8 +79,10 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "Reference compatibility: 'default' only (CacheBlend is out of scope)")
       ->capture_default_str();
   app.add_option("--supported-transfer-mode", c->supported_transfer_mode,
-                 "Reference compatibility: auto, engine_driven or lmcache_driven; this server "
-                 "serves the engine-driven shared-memory path")
+                 "Transfer modes served: auto (both), engine_driven (the shared-memory path: "
+                 "workers copy through the pool) or lmcache_driven (the CUDA-IPC path: the "
+                 "server copies between the workers' GPUs and L1); the other mode's "
+                 "operations are refused")
       ->capture_default_str();
   app.add_option("--instance-id", c->instance_id,
                  "Reference compatibility: an identity for this server, shown in server_info");
@@ -194,11 +196,6 @@ Status FinalizeTransport(ServerConfig* c) {
         "lmcache_driven, got '" +
         c->supported_transfer_mode + "'");
   }
-  if (c->supported_transfer_mode == "lmcache_driven") {
-    c->notices.push_back(
-        "--supported-transfer-mode lmcache_driven: the CUDA-IPC path is not "
-        "available yet; store/retrieve requests get an error reply");
-  }
   if (c->l1_use_lazy) {
     c->notices.push_back(
         "--l1-use-lazy is ignored: the shared-memory pool is allocated and "
@@ -266,6 +263,7 @@ Status FinalizeTransport(ServerConfig* c) {
   if (c->gpu_event_timeout_ms < 1 || c->gpu_event_timeout_ms > 3'600'000) {
     return InvalidConfig("--gpu-event-timeout-ms must be in [1, 3600000]");
   }
+  service.transfer_mode = c->supported_transfer_mode;
   service.gpu_backend = c->gpu_backend;
   service.gpu_event_timeout_ms = c->gpu_event_timeout_ms;
   return Status::Ok();

@@ -17,6 +17,17 @@ Result<gpu::EventHandle> GpuContexts::Entry::Enqueue(gpu::Direction direction,
   return context_->Enqueue(direction, engine_event, std::move(chunks), std::move(done));
 }
 
+Result<gpu::EventHandle> GpuContexts::Entry::FailedEvent() {
+  MutexLock lock(&mu_);
+  if (!context_) return Status(ErrorCode::kNotRegistered, "the GPU context is closed");
+  return context_->FailedEvent();
+}
+
+std::optional<std::string> GpuContexts::Problem() const {
+  if (!backend_.ok()) return std::nullopt;  // every registration says why
+  return (*backend_)->Problem();
+}
+
 GpuContexts::GpuContexts(const std::string& backend, std::chrono::milliseconds event_timeout)
     : backend_(gpu::MakeKvBackend(backend, gpu::BackendOptions{event_timeout})),
       closer_("gpu-closer", std::chrono::milliseconds(20), [this] { CloseDrained(); }) {
@@ -123,7 +134,11 @@ GpuStats GpuContexts::Stats() const {
     MutexLock lock(&entry->mu_);
     if (entry->context_) s.transfers_in_flight += entry->context_->in_flight();
   }
-  if (backend_.ok()) s.mapped_allocations = (*backend_)->Stats().mapped_allocations;
+  if (backend_.ok()) {
+    const gpu::BackendStats backend = (*backend_)->Stats();
+    s.mapped_allocations = backend.mapped_allocations;
+    s.mapped_bytes = backend.mapped_bytes;
+  }
   return s;
 }
 

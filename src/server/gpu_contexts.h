@@ -1,5 +1,6 @@
-// GpuContexts: the device context (gpu::KvContext) of each GPU registration,
-// and the closing of those whose registration went.
+// GpuContexts: the device backend of the CUDA-IPC path, the device context
+// (gpu::KvContext) of each GPU registration, and the closing of those whose
+// registration went. GpuOps makes it at the first register_kv_cache.
 //
 // A registration's context is retired when the registration goes (unregister,
 // the reaper, a re-registration from another connection, its connection
@@ -19,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,7 @@ struct GpuStats {
   std::uint64_t closing = 0;           // retired, waiting for their copies to drain
   std::uint64_t transfers_in_flight = 0;
   std::uint64_t mapped_allocations = 0;  // the backend's open IPC memory mappings
+  std::uint64_t mapped_bytes = 0;
 };
 
 class GpuContexts {
@@ -48,6 +51,8 @@ class GpuContexts {
     Result<gpu::EventHandle> Enqueue(gpu::Direction direction, const gpu::EventHandle& engine_event,
                                      std::vector<gpu::ChunkTransfer> chunks,
                                      std::function<void(const Status&)> done) LMC_EXCLUDES(mu_);
+    // A completed (failed, where the backend can say so) server event.
+    Result<gpu::EventHandle> FailedEvent() LMC_EXCLUDES(mu_);
 
    private:
     friend class GpuContexts;
@@ -62,6 +67,8 @@ class GpuContexts {
 
   // The backend, or the reason there is none.
   Result<gpu::KvBackend*> backend();
+  // The backend's fault, for health.
+  std::optional<std::string> Problem() const;
   void Add(std::uint64_t registration, std::shared_ptr<Entry> entry) LMC_EXCLUDES(mu_);
   std::shared_ptr<Entry> Find(std::uint64_t registration) const LMC_EXCLUDES(mu_);
   void Retire(std::uint64_t registration) LMC_EXCLUDES(mu_);

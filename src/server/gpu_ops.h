@@ -1,62 +1,95 @@
-// GpuOps: the CUDA-IPC transfer family (spec 3.2, 3.3, 10): register_kv_cache,
+// GpuOps: the CUDA-IPC transfer mode ("lmcache_driven", spec 3.2, 3.3, 10;
+// ../shared/reference/gpu-registration.md): register_kv_cache,
 // unregister_kv_cache, store and retrieve, where the server itself copies
 // between a worker's paged GPU KV cache and L1.
 //
 // A GPU registration is an instance registration like the engine-driven one
-// (same identity, liveness, reaper and lock rules, same object layout
-// [2, L, chunk, hidden] so both paths share objects), plus a device context
-// (GpuContexts) made from the worker's tensors. store reserves the new chunks
-// under a write lease of the registration's device owner, queues the gather,
-// and answers with the server's event at once; the objects are published
-// only from the transfer's completion, and dropped if it failed. retrieve
-// takes every chunk or none under a read lease of the device owner (consuming
-// the lookup's share, as prepare_retrieve does), queues the scatter, and
-// releases the lease from the completion. Short block lists, ids outside the
-// cache and missing chunks fail closed before anything is queued.
+// (same identity, liveness, reaper and lock rules) whose object layout comes
+// from its tensors (gpu/kv_layout.h): one part per KV group, in the layout
+// namespace its format implies, so bytes in one order are never served to a
+// client of another. Layouts the engine-driven path shares ([2, L, T, hidden],
+// MLA [L, T, C]) keep namespace 0 and both paths read each other's objects.
+// The device backend and its contexts (GpuContexts) are made at the first
+// register_kv_cache.
+//
+// store reserves the new chunks it can store (transfer_plan.h) under a
+// write lease of the registration's device owner (pinned: it never expires
+// under a copy), queues the gather, and answers with the server's event at
+// once; the objects are published only from the transfer's completion, and
+// dropped if it failed. retrieve takes every chunk or none under a read
+// lease of the device owner (consuming the lookup's share, as
+// prepare_retrieve does), queues the scatter, and releases the lease from
+// the completion. Short block lists, ids outside the cache and missing
+// chunks fail closed before anything is queued. A failed store or retrieve
+// of a registered worker answers [a completed server event, false], since
+// reference clients import whatever handle comes back; before a worker's
+// context is known it answers [b"", false].
 //
 // Thread-safety: the handlers may run on any threads at once; completions
 // run on the backend's threads and touch only the object table.
 #pragma once
 
+#include <memory>
+
+#include "common/mutex.h"
 #include "protocol/gpu_messages.h"
+#include "server/gpu_contexts.h"
 #include "server/op_table.h"
 #include "server/service_state.h"
+#include "server/transfer_mode.h"
 
 namespace lmcache::server {
 
-class GpuOps {
+class GpuOps final : public TransferMode {
  public:
-  explicit GpuOps(ServiceState* state) : state_(state) {}
-  void AddTo(OpTable* table);
+  GpuOps(ServiceState* state, bool serving) : TransferMode(serving), state_(state) {}
+  std::string_view name() const override { return "lmcache_driven"; }
+  std::vector<std::string> features() const override { return {"lmcache_driven", "cuda_ipc"}; }
+  void AddTo(OpTable* table) override;
+  void OnRegistrationGone(std::uint64_t registration) override;
+  void AddStats(StatsSnapshot* stats) const override;
+  std::optional<std::string> Problem() const override;
 
  private:
   struct TransferArgs {
-    IpcKey key;
-    std::int64_t instance_id = 0;
-    std::vector<std::int32_t> block_ids;
+    TransferTarget target;
+    protocol::GroupBlockIds block_ids;
     gpu::EventHandle engine_event{};
     std::int64_t skip_tokens = 0;  // retrieve only
   };
   Result<TransferArgs> DecodeTransfer(Payloads p) const;
 
+  // The backend's contexts, made at first use.
+  Result<GpuContexts*> Contexts() LMC_EXCLUDES(mu_);
+  GpuContexts* ContextsIfMade() const LMC_EXCLUDES(mu_);
+
   Result<std::string> Register(const RequestContext& context,
                                const protocol::KvCacheRegistration& registration);
+  Result<std::string> RegisterChecked(const RequestContext& context,
+                                      const protocol::KvCacheRegistration& registration,
+                                      bool* context_owns_tensors);
   Result<std::string> Unregister(const RequestContext& context, std::int64_t instance_id);
-  Result<std::string> Store(const RequestContext& context, const TransferArgs& args);
-  Result<std::string> Retrieve(const RequestContext& context, const TransferArgs& args);
+  OpResult Store(const RequestContext& context, const TransferArgs& args);
+  OpResult Retrieve(const RequestContext& context, const TransferArgs& args);
 
-  // The registration's device context and the blocks its transfer names, checked.
+  // The registration's device context and the objects its transfer names,
+  // checked; `entry` is set as soon as it is known (a failure after it
+  // answers with a real event).
   struct Transfer {
     WorkerKeys worker;
     std::shared_ptr<GpuContexts::Entry> entry;
+    std::int64_t chunks = 0;
   };
-  Result<Transfer> Begin(const RequestContext& context, const TransferArgs& args);
-  // The chunks' block ids, tokens and objects (pool offsets) of a transfer.
-  std::vector<gpu::ChunkTransfer> Chunks(const Transfer& transfer, const TransferArgs& args,
-                                         std::span<const std::size_t> chunk_indices,
-                                         std::span<const store::Offset> offsets) const;
+  Status Begin(const RequestContext& context, const TransferArgs& args, Transfer* transfer);
+  Result<gpu::EventHandle> Queue(const Transfer& transfer, gpu::Direction direction,
+                                 const TransferArgs& args, std::vector<gpu::ChunkTransfer> chunks,
+                                 std::function<void(const Status&)> done);
+  // The reply of a failed transfer: a completed server event where there is a context.
+  static OpResult Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const Status& status);
 
   ServiceState* const state_;
+  mutable Mutex mu_;
+  std::unique_ptr<GpuContexts> contexts_ LMC_GUARDED_BY(mu_);
 };
 
 }  // namespace lmcache::server

@@ -10,12 +10,19 @@
 namespace lmcache::server {
 
 std::string ChunkLayout::Describe() const {
-  std::string out = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0) out += ", ";
-    out += std::to_string(shape[i]);
+  std::string out;
+  for (const ObjectPart& part : parts) {
+    if (!out.empty()) out += " + ";
+    out += "[";
+    for (std::size_t i = 0; i < part.shape.size(); ++i) {
+      if (i > 0) out += ", ";
+      out += std::to_string(part.shape[i]);
+    }
+    out += "] " + part.dtype;
   }
-  return out + "] " + dtype + (use_mla ? " (MLA)" : "");
+  if (use_mla) out += " (MLA)";
+  if (object_namespace != 0) out += " (layout " + std::to_string(object_namespace) + ")";
+  return out;
 }
 
 Result<std::uint32_t> DtypeItemSize(const std::string& dtype) {
@@ -62,6 +69,7 @@ Result<ChunkLayout> MakeChunkLayout(const EngineContext& p, std::int64_t chunk_s
     return InvalidArgument("the chunk layout " + layout.Describe() + " is too large");
   }
   layout.object_bytes = static_cast<std::uint64_t>(bytes);
+  layout.parts = {{layout.shape, layout.dtype}};
   return layout;
 }
 

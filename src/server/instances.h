@@ -40,19 +40,32 @@
 
 namespace lmcache::server {
 
+// One tensor of an object: an object holds its parts back to back (a GPU
+// registration of several KV groups has one part per group).
+struct ObjectPart {
+  std::vector<std::int64_t> shape;
+  std::string dtype;
+  bool operator==(const ObjectPart&) const = default;
+};
+
 // The bytes of one object (one chunk of one KV shard) and their tensor shape.
 struct ChunkLayout {
-  std::int64_t num_layers = 0;
+  std::int64_t num_layers = 0;      // the first part's (engine-driven: the only one)
   std::int64_t hidden_dim = 0;
   std::int64_t chunk_size = 0;
   std::string dtype;  // torch name without "torch.", e.g. "bfloat16"
   bool use_mla = false;
   std::vector<std::int64_t> shape;  // [2, L, chunk, hidden] or, for MLA, [L, chunk, hidden]
-  std::uint64_t object_bytes = 0;   // prod(shape) * itemsize
+  std::vector<ObjectPart> parts;    // every part, in order
+  std::uint64_t object_bytes = 0;   // the parts' bytes together
+  // The object keys' layout namespace (store/object_key.h): 0 for the
+  // reference's layouts, which the engine-driven path and split-format GPU
+  // registrations share.
+  std::uint32_t object_namespace = 0;
 
   bool SameGeometry(const ChunkLayout& other) const {
-    return num_layers == other.num_layers && hidden_dim == other.hidden_dim &&
-           chunk_size == other.chunk_size && dtype == other.dtype && use_mla == other.use_mla;
+    return chunk_size == other.chunk_size && parts == other.parts &&
+           object_namespace == other.object_namespace;
   }
   std::string Describe() const;
 };

@@ -86,7 +86,7 @@ void LookupOps::ForEachKeyWindow(
     const std::size_t n = std::min(window, last - c);
     const std::vector<store::ObjectKey> keys =
         ExpandKeys(std::span(lookup.hashes).subspan(c, n), lookup.model_name, lookup.cache_salt,
-                   ranks);
+                   ranks, lookup.layout_namespace);
     fn(keys);
   }
 }
@@ -98,8 +98,9 @@ Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t chunks,
   store::LeaseId lease = store::kNoLease;
   for (std::size_t c = 0; c < chunks; c += window) {
     const std::size_t n = std::min(window, chunks - c);
-    const std::vector<store::ObjectKey> keys = ExpandKeys(
-        std::span(lookup->hashes).subspan(c, n), lookup->model_name, lookup->cache_salt, ranks);
+    const std::vector<store::ObjectKey> keys =
+        ExpandKeys(std::span(lookup->hashes).subspan(c, n), lookup->model_name, lookup->cache_salt,
+                   ranks, lookup->layout_namespace);
     store::ReadRequest request;
     request.keys = keys;
     request.owner = owner;
@@ -144,6 +145,7 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
     lookup.readers = static_cast<std::uint32_t>(key.num_kv_readers);
     // No instance registered this (model, world size): nothing can be cached (spec 9.2).
     if (const auto layout = state_->instances().LayoutOf(key.model_name, key.world_size)) {
+      lookup.layout_namespace = layout->object_namespace;
       lookup.hashes = state_->hasher().Hashes(key.token_ids, chunks);
       const Status locked = LockPrefix(session->owner(), chunks, &lookup);
       if (!locked.ok()) {
@@ -156,7 +158,7 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
         const std::vector<std::int64_t> ranks = AllRanks(key.world_size);
         tier::PrefetchRequest request;
         request.keys = ExpandKeys(std::span(lookup.hashes).subspan(lookup.hit_chunks),
-                                  key.model_name, key.cache_salt, ranks);
+                                  key.model_name, key.cache_salt, ranks, lookup.layout_namespace);
         request.ranks = ranks.size();
         request.readers = lookup.readers;
         request.owner = session->owner();

@@ -64,8 +64,33 @@ struct OpSpec {
   FailureValue failure;
 };
 
+// What an operation answers: its value, or a failure, whose frame 3 is the
+// operation's declared failure value unless the handler gives its own (a
+// failed store still answers a real, completed event handle, because a
+// reference client imports whatever handle comes back).
+class OpResult {
+ public:
+  OpResult(std::string value) : result_(std::move(value)) {}  // NOLINT: implicit by design
+  OpResult(Status status) : result_(std::move(status)) {}     // NOLINT
+  OpResult(Result<std::string> result) : result_(std::move(result)) {}  // NOLINT
+  static OpResult Failure(Status status, std::string failure_value) {
+    OpResult r(std::move(status));
+    r.failure_value_ = std::move(failure_value);
+    return r;
+  }
+  bool ok() const { return result_.ok(); }
+  const std::string& value() const { return *result_; }
+  const Status& status() const { return result_.status(); }
+  // The handler's own frame 3 for a failure, if it gave one.
+  const std::optional<std::string>& failure_value() const { return failure_value_; }
+
+ private:
+  Result<std::string> result_;
+  std::optional<std::string> failure_value_;
+};
+
 // Called exactly once with the operation's result, from any thread.
-using Respond = std::function<void(Result<std::string>)>;
+using Respond = std::function<void(OpResult)>;
 // Runs one request. The payload views stay valid until `respond` is called.
 using Handler = std::function<void(const RequestContext&, Payloads, Respond)>;
 
@@ -76,7 +101,7 @@ struct OpRow {
 };
 
 // A handler from a typed payload decoder (Payloads -> Result<Args>) and a
-// synchronous function (context, Args) -> Result<std::string> of its result.
+// synchronous function (context, Args) -> OpResult (or Result<std::string>).
 template <typename Decode, typename Fn>
 Handler Bind(Decode decode, Fn fn) {
   return [decode, fn](const RequestContext& context, Payloads payloads, const Respond& respond) {

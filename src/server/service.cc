@@ -5,16 +5,52 @@
 #include <future>
 
 #include "common/version.h"
+#include "server/gpu_ops.h"
+#include "server/transfer_ops.h"
 
 namespace lmcache::server {
+namespace {
+
+// Every transfer mode this server knows, in the order server_info lists
+// them: a new mode is its op family and one row here.
+struct ModeRow {
+  std::string_view name;
+  std::unique_ptr<TransferMode> (*make)(ServiceState* state, bool serving);
+};
+constexpr ModeRow kTransferModes[] = {
+    {"engine_driven",
+     [](ServiceState* s, bool serving) -> std::unique_ptr<TransferMode> {
+       return std::make_unique<TransferOps>(s, serving);
+     }},
+    {"lmcache_driven",
+     [](ServiceState* s, bool serving) -> std::unique_ptr<TransferMode> {
+       return std::make_unique<GpuOps>(s, serving);
+     }},
+};
+
+std::vector<std::unique_ptr<TransferMode>> MakeModes(ServiceState* state, const std::string& setting) {
+  std::vector<std::unique_ptr<TransferMode>> modes;
+  for (const ModeRow& row : kTransferModes) modes.push_back(row.make(state, ModeServes(setting, row.name)));
+  return modes;
+}
+
+std::vector<std::string> Features(const std::vector<std::unique_ptr<TransferMode>>& modes) {
+  std::vector<std::string> features;
+  for (const auto& mode : modes) {
+    if (!mode->serving()) continue;
+    for (std::string& f : mode->features()) features.push_back(std::move(f));
+  }
+  return features;
+}
+
+}  // namespace
 
 Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
                  tier::Prefetcher* prefetcher)
     : state_(l1, clock, config, prefetcher),
-      transfer_ops_(&state_),
-      gpu_ops_(&state_),
+      modes_(MakeModes(&state_, config.transfer_mode)),
       lookup_ops_(&state_),
-      admin_ops_(&state_, [this] { return EncodeStatsMsgpack(Snapshot()); }),
+      admin_ops_(&state_, [this] { return EncodeStatsMsgpack(Snapshot()); }, Features(modes_)),
       started_(std::chrono::steady_clock::now()),
       // A quarter of the reap timeout (as the reference), at most 5 s so sessions expire promptly.
       maintenance_("maintenance",
@@ -23,8 +59,11 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
                                                        config.worker_reap_timeout_ms / 4, 5000)
                                                  : 5000),
                    [this] { RunMaintenance(); }) {
-  transfer_ops_.AddTo(&table_);
-  gpu_ops_.AddTo(&table_);
+  for (const auto& mode : modes_) {
+    mode->AddTo(&table_);
+    TransferMode* m = mode.get();
+    state_.AddRegistrationListener([m](std::uint64_t registration) { m->OnRegistrationGone(registration); });
+  }
   lookup_ops_.AddTo(&table_);
   admin_ops_.AddTo(&table_);
   AdminOps::AddUnsupported(&table_);
@@ -38,9 +77,9 @@ Result<RequestRoute> Service::Route(std::string_view operation_frame) const {
   return RequestRoute{row->spec.pool, row->spec.max_request_bytes, row->index};
 }
 
-ReplyFrames Service::Frames(const OpRow& row, const Result<std::string>& result) {
-  if (result.ok()) return {*result, std::nullopt};
-  return {EncodeFailureValue(row.spec, result.status()),
+ReplyFrames Service::Frames(const OpRow& row, const OpResult& result) {
+  if (result.ok()) return {result.value(), std::nullopt};
+  return {result.failure_value().value_or(EncodeFailureValue(row.spec, result.status())),
           protocol::EncodeErrorMap(result.status())};
 }
 
@@ -61,7 +100,7 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
   const auto start = std::chrono::steady_clock::now();
   auto responded = std::make_shared<std::atomic<bool>>(false);
   Respond respond = [this, &row, &stats, start, responded,
-                     done = std::move(done)](Result<std::string> result) {
+                     done = std::move(done)](OpResult result) {
     if (responded->exchange(true)) return;  // a handler answers once
     if (!result.ok()) {
       stats.errors.fetch_add(1, std::memory_order_relaxed);
@@ -133,6 +172,13 @@ void Service::RunMaintenance() {
   }
 }
 
+std::optional<std::string> Service::TransferProblem() const {
+  for (const auto& mode : modes_) {
+    if (auto problem = mode->Problem()) return problem;
+  }
+  return std::nullopt;
+}
+
 void Service::SetTransportStatsSource(std::function<TransportStats()> source) {
   transport_stats_ = std::move(source);
 }
@@ -170,7 +216,7 @@ StatsSnapshot Service::Snapshot() {
   s.replaced_registrations = counters.replaced_registrations.load();
   s.departed_instances = counters.departed_instances.load();
   s.hash_cache = state.hasher().Stats();
-  s.gpu = state.gpu().Stats();
+  for (const auto& mode : modes_) mode->AddStats(&s);
   s.lookups = counters.lookups.load();
   s.lookup_requested_tokens = counters.lookup_requested_tokens.load();
   s.lookup_hit_tokens = counters.lookup_hit_tokens.load();

@@ -1,9 +1,10 @@
 // Service: the protocol's operations behind one RequestHandler.
 //
 // It owns the state the operations share (ServiceState), the operation
-// families that define them (transfer, lookup, admin; GPU transfer next),
-// the op table they fill, and the per-operation statistics (requests, errors,
-// latency), indexed by table row. The transport (RouterLoop) resolves and
+// families that define them (the transfer modes, transfer_mode.h: the
+// shared-memory path and the CUDA-IPC path; lookup; admin), the op table
+// they fill, and the per-operation statistics (requests, errors, latency),
+// indexed by table row. The transport (RouterLoop) resolves and
 // runs requests through the RequestHandler interface; tests and tools call
 // operations in process with Call().
 //
@@ -31,13 +32,12 @@
 #include "common/periodic_thread.h"
 #include "lmcache/status.h"
 #include "server/admin_ops.h"
-#include "server/gpu_ops.h"
 #include "server/lookup_ops.h"
 #include "server/op_table.h"
 #include "server/request_handler.h"
 #include "server/service_state.h"
 #include "server/stats.h"
-#include "server/transfer_ops.h"
+#include "server/transfer_mode.h"
 
 namespace lmcache::server {
 
@@ -78,6 +78,8 @@ class Service final : public RequestHandler {
   // Where the L2 tier's counters come from (set once, before serving; none without L2).
   void SetL2StatsSource(std::function<tier::L2Stats()> source);
   StatsSnapshot Snapshot();
+  // A transfer mode's fault that health reports (not ready), or nullopt.
+  std::optional<std::string> TransferProblem() const;
 
   const OpTable& ops() const { return table_; }
   const std::string& boot_id() const { return state_.boot_id(); }
@@ -92,11 +94,10 @@ class Service final : public RequestHandler {
     std::atomic<std::uint64_t> errors{0};
     LatencyHistogram latency;
   };
-  ReplyFrames Frames(const OpRow& row, const Result<std::string>& result);
+  ReplyFrames Frames(const OpRow& row, const OpResult& result);
 
   ServiceState state_;
-  TransferOps transfer_ops_;
-  GpuOps gpu_ops_;
+  std::vector<std::unique_ptr<TransferMode>> modes_;  // before the table's handlers use them
   LookupOps lookup_ops_;
   AdminOps admin_ops_;
   OpTable table_;

@@ -24,6 +24,13 @@ std::string NewBootId() {
   return id;
 }
 
+Result<TransferTarget> DecodeTransferTarget(Payloads p, const protocol::KeyLimits& limits) {
+  TransferTarget target;
+  LMC_ASSIGN_OR_RETURN(target.key, protocol::DecodeIpcKey(p[0], limits));
+  LMC_ASSIGN_OR_RETURN(target.instance_id, protocol::DecodeInt(p[1], "instance_id"));
+  return target;
+}
+
 std::vector<std::int64_t> AllRanks(std::int64_t world_size) {
   std::vector<std::int64_t> ranks;
   for (std::int64_t w = 0; w < world_size; ++w) ranks.push_back(*store::PackKvRank(world_size, w));
@@ -32,11 +39,12 @@ std::vector<std::int64_t> AllRanks(std::int64_t world_size) {
 
 std::vector<store::ObjectKey> ExpandKeys(std::span<const store::ChunkHash> hashes,
                                          const std::string& model, const std::string& salt,
-                                         std::span<const std::int64_t> kv_ranks) {
+                                         std::span<const std::int64_t> kv_ranks,
+                                         std::uint32_t layout) {
   std::vector<store::ObjectKey> keys;
   keys.reserve(hashes.size() * kv_ranks.size());
   for (const store::ChunkHash& hash : hashes) {
-    for (const std::int64_t rank : kv_ranks) keys.push_back({hash, model, rank, 0, salt});
+    for (const std::int64_t rank : kv_ranks) keys.push_back({hash, model, rank, 0, salt, layout});
   }
   return keys;
 }
@@ -50,8 +58,7 @@ ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const Service
       boot_id_(NewBootId()),
       instances_(clock, config.max_pending_transfers),
       sessions_(clock, config.sessions, [this](Session& session) { ReleaseSession(session); }),
-      hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes),
-      gpu_(config.gpu_backend, std::chrono::milliseconds(config.gpu_event_timeout_ms)) {}
+      hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes) {}
 
 Status ServiceState::CheckKeyRange(const IpcKey& key) const {
   const std::int64_t chunk = config_.chunk_size;
@@ -93,7 +100,8 @@ Result<WorkerKeys> ServiceState::ResolveWorkerKeys(const IpcKey& key,
   const std::span<const store::ChunkHash> range = std::span(hashes).subspan(first);
   WorkerKeys out;
   out.instance = instance;
-  out.keys = ExpandKeys(range, key.model_name, key.cache_salt, std::span(&kv_rank, 1));
+  out.keys = ExpandKeys(range, key.model_name, key.cache_salt, std::span(&kv_rank, 1),
+                        instance.layout.object_namespace);
   out.transfer = key.model_name + "|" + std::to_string(kv_rank) + "|" + key.cache_salt + "|" +
                  std::to_string(key.start) + "|" + std::to_string(key.end) + "|" +
                  (hashes.empty() ? std::string() : ToHex(hashes.back()));
@@ -102,6 +110,13 @@ Result<WorkerKeys> ServiceState::ResolveWorkerKeys(const IpcKey& key,
 
 Result<ChunkLayout> ServiceState::CheckRegistration(const EngineContext& engine,
                                                    const RequestContext& context) {
+  LMC_RETURN_IF_ERROR(CheckRegistrant(engine, context));
+  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, MakeChunkLayout(engine, config().chunk_size));
+  LMC_RETURN_IF_ERROR(CheckFits(layout));
+  return layout;
+}
+
+Status ServiceState::CheckRegistrant(const EngineContext& engine, const RequestContext& context) {
   LMC_RETURN_IF_ERROR(store::ValidateModelName(engine.model_name));
   if (engine.world_size < 1 || engine.world_size > 255) {
     return InvalidArgument("world_size must be in [1, 255], got " +
@@ -112,8 +127,10 @@ Result<ChunkLayout> ServiceState::CheckRegistration(const EngineContext& engine,
                   "the server is draining before it exits (SIGTERM): register with the server "
                   "that replaces it");
   }
-  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout,
-                       MakeChunkLayout(engine, config().chunk_size));
+  return Status::Ok();
+}
+
+Status ServiceState::CheckFits(const ChunkLayout& layout) {
   const std::uint64_t capacity = l1().allocator().capacity_bytes();
   if (layout.object_bytes > capacity) {
     return Status(ErrorCode::kTooLarge, "one chunk of layout " + layout.Describe() + " takes " +
@@ -121,7 +138,7 @@ Result<ChunkLayout> ServiceState::CheckRegistration(const EngineContext& engine,
                                             " bytes, more than the whole L1 pool (" +
                                             std::to_string(capacity) + " bytes)");
   }
-  return layout;
+  return Status::Ok();
 }
 
 Status ServiceState::Unregister(std::int64_t instance_id, const RequestContext& context) {
@@ -169,9 +186,9 @@ Result<store::ReadAcquisition> ServiceState::AcquireForRetrieve(const IpcKey& ke
 }
 
 void ServiceState::ReleaseInstance(const RemovedInstance& removed, const char* why) {
-  // Its device copies keep their own leases (Owner::Device) until they end;
-  // its context closes once they have.
-  gpu_.Retire(removed.info.registration);
+  // Device copies keep their own leases (Owner::Device) until they end; a
+  // GPU registration's context closes once they have.
+  for (const auto& listener : registration_listeners_) listener(removed.info.registration);
   store::ObjectTable& objects = table();
   std::size_t aborted = 0;
   std::size_t released = 0;

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,6 @@
 #include "lmcache/status.h"
 #include "protocol/wire_codec.h"
 #include "server/chunk_hasher.h"
-#include "server/gpu_contexts.h"
 #include "server/instances.h"
 #include "server/request.h"
 #include "server/session.h"
@@ -45,6 +45,8 @@ struct ServiceConfig {
   std::size_t max_pending_transfers = 16384;        // per instance and direction
   AdminAccess admin_access = AdminAccess::kLocal;
   std::string instance_id;  // --instance-id, shown by server_info
+  // --supported-transfer-mode: "auto" (every mode), "engine_driven" or "lmcache_driven".
+  std::string transfer_mode = "auto";
   std::string gpu_backend = "cuda";          // --gpu-backend
   std::int64_t gpu_event_timeout_ms = 10'000;  // --gpu-event-timeout-ms
 };
@@ -58,6 +60,14 @@ struct ServiceCounters {
   std::atomic<std::uint64_t> lookup_requested_tokens{0};
   std::atomic<std::uint64_t> lookup_hit_tokens{0};
 };
+
+// What every transfer operation of both modes names first: the key and the
+// registered instance.
+struct TransferTarget {
+  IpcKey key;
+  std::int64_t instance_id = 0;
+};
+Result<TransferTarget> DecodeTransferTarget(Payloads p, const protocol::KeyLimits& limits);
 
 // The objects one worker's transfer names: chunks [start, end) on its own rank.
 struct WorkerKeys {
@@ -82,8 +92,13 @@ class ServiceState {
   SessionManager& sessions() { return sessions_; }
   ChunkHasher& hasher() { return hasher_; }
   ServiceCounters& counters() { return counters_; }
-  // The device contexts of GPU registrations (the CUDA-IPC path).
-  GpuContexts& gpu() { return gpu_; }
+  // Called with a registration's serial when it goes (unregister, the
+  // reaper, a re-registration from another connection, its connection
+  // closing), after its leases were released; transfer modes drop what they
+  // hold for it. Added before serving; must not block.
+  void AddRegistrationListener(std::function<void(std::uint64_t registration)> listener) {
+    registration_listeners_.push_back(std::move(listener));
+  }
   // While draining (SIGTERM), new registrations are refused; registered
   // workers are served until they leave.
   void set_draining(bool draining) { draining_.store(draining, std::memory_order_release); }
@@ -96,9 +111,13 @@ class ServiceState {
   Result<InstanceInfo> Authorize(std::int64_t instance_id, const RequestContext& context);
   // The objects of a worker's transfer: its rank, chunks [start, end).
   Result<WorkerKeys> ResolveWorkerKeys(const IpcKey& key, const InstanceInfo& instance);
-  // The object layout of a registration, checked: model name, world size,
-  // not draining (unless the connection re-registers), one chunk fits L1.
+  // The object layout of an engine-driven registration, checked: the
+  // registrant (below), and one chunk fits L1.
   Result<ChunkLayout> CheckRegistration(const EngineContext& engine, const RequestContext& context);
+  // Model name, world size, and not draining (unless the connection re-registers).
+  Status CheckRegistrant(const EngineContext& engine, const RequestContext& context);
+  // One object of `layout` fits in L1.
+  Status CheckFits(const ChunkLayout& layout);
   // Unregisters on behalf of the connection that registered it and releases
   // what it left; an unknown instance is only logged (as the reference).
   Status Unregister(std::int64_t instance_id, const RequestContext& context);
@@ -130,17 +149,18 @@ class ServiceState {
   InstanceRegistry instances_;
   SessionManager sessions_;
   ChunkHasher hasher_;
-  GpuContexts gpu_;  // last: its closer drains contexts whose callbacks use the table
+  std::vector<std::function<void(std::uint64_t)>> registration_listeners_;
 };
 
 // A fresh random id (32 hex digits) naming one server start.
 std::string NewBootId();
 
 // Object keys of chunks [0, hashes.size()) for every rank in `kv_ranks`,
-// chunk-major and rank-minor (spec 5.5).
+// chunk-major and rank-minor (spec 5.5), in the layout namespace `layout`.
 std::vector<store::ObjectKey> ExpandKeys(std::span<const store::ChunkHash> hashes,
                                          const std::string& model, const std::string& salt,
-                                         std::span<const std::int64_t> kv_ranks);
+                                         std::span<const std::int64_t> kv_ranks,
+                                         std::uint32_t layout);
 
 // kv_rank of every worker of a world.
 std::vector<std::int64_t> AllRanks(std::int64_t world_size);

@@ -48,6 +48,7 @@ struct LookupState {
   std::string model_name;
   std::int64_t world_size = 0;
   std::string cache_salt;
+  std::uint32_t layout_namespace = 0;    // of the layout registered for (model, world size)
   std::uint32_t readers = 0;             // read locks per object
   std::vector<store::ChunkHash> hashes;  // every full chunk of the looked-up prompt
   std::size_t hit_chunks = 0;            // leading chunks found and locked on every rank

@@ -23,9 +23,7 @@ Result<std::int64_t> DecodeInstanceId(Payloads p) {
 }  // namespace
 
 Result<TransferOps::TransferArgs> TransferOps::DecodeTransfer(Payloads p) const {
-  TransferArgs args;
-  LMC_ASSIGN_OR_RETURN(args.key, protocol::DecodeIpcKey(p[0], state_->config().key_limits));
-  LMC_ASSIGN_OR_RETURN(args.instance_id, protocol::DecodeInt(p[1], "instance_id"));
+  LMC_ASSIGN_OR_RETURN(TransferArgs args, DecodeTransferTarget(p, state_->config().key_limits));
   if (p.size() > 2) {  // commit_store's data
     LMC_ASSIGN_OR_RETURN(const std::string data, protocol::DecodeBytes(p[2], "data"));
     if (!data.empty()) {
@@ -42,32 +40,32 @@ void TransferOps::AddTo(OpTable* table) {
   using F = FailureValue;
   using P = Pool;
   auto transfer = [this](Payloads p) { return DecodeTransfer(p); };
-  table->Add({Op::kRegisterEngineContext, "register_kv_cache_engine_driven_context", true,
+  AddOp(table, {Op::kRegisterEngineContext, "register_kv_cache_engine_driven_context", true,
               P::kInline, 1, 1, 64u << 10, F::kFailedRegistration},
              Bind(DecodeRegister, [this](const RequestContext& c, const EngineContext& e) {
                return RegisterContext(c, e);
              }));
-  table->Add({Op::kUnregisterEngineContext, "unregister_kv_cache_engine_driven_context", true,
+  AddOp(table, {Op::kUnregisterEngineContext, "unregister_kv_cache_engine_driven_context", true,
               P::kInline, 1, 1, 64, F::kNil},
              Bind(DecodeInstanceId, [this](const RequestContext& c, std::int64_t id) {
                return UnregisterContext(c, id);
              }));
-  table->Add({Op::kPrepareStore, "prepare_store", true, P::kAffinity, 2, 2, kKeyRequestBytes,
+  AddOp(table, {Op::kPrepareStore, "prepare_store", true, P::kAffinity, 2, 2, kKeyRequestBytes,
               F::kEmptyPrepareStore},
              Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
                return PrepareStore(c, a);
              }));
-  table->Add({Op::kCommitStore, "commit_store", true, P::kAffinity, 2, 3, kKeyRequestBytes,
+  AddOp(table, {Op::kCommitStore, "commit_store", true, P::kAffinity, 2, 3, kKeyRequestBytes,
               F::kFalse},
              Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
                return CommitStore(c, a);
              }));
-  table->Add({Op::kPrepareRetrieve, "prepare_retrieve", true, P::kAffinity, 2, 2,
+  AddOp(table, {Op::kPrepareRetrieve, "prepare_retrieve", true, P::kAffinity, 2, 2,
               kKeyRequestBytes, F::kFailedPrepareRetrieve},
              Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
                return PrepareRetrieve(c, a);
              }));
-  table->Add({Op::kCommitRetrieve, "commit_retrieve", true, P::kAffinity, 2, 2, kKeyRequestBytes,
+  AddOp(table, {Op::kCommitRetrieve, "commit_retrieve", true, P::kAffinity, 2, 2, kKeyRequestBytes,
               F::kFalse},
              Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
                return CommitRetrieve(c, a);

@@ -16,19 +16,19 @@
 
 #include "server/op_table.h"
 #include "server/service_state.h"
+#include "server/transfer_mode.h"
 
 namespace lmcache::server {
 
-class TransferOps {
+class TransferOps final : public TransferMode {
  public:
-  explicit TransferOps(ServiceState* state) : state_(state) {}
-  void AddTo(OpTable* table);
+  TransferOps(ServiceState* state, bool serving) : TransferMode(serving), state_(state) {}
+  std::string_view name() const override { return "engine_driven"; }
+  std::vector<std::string> features() const override { return {"shm", "engine_driven"}; }
+  void AddTo(OpTable* table) override;
 
  private:
-  struct TransferArgs {
-    IpcKey key;
-    std::int64_t instance_id = 0;
-  };
+  using TransferArgs = TransferTarget;
   Result<TransferArgs> DecodeTransfer(Payloads p) const;
 
   Result<std::string> RegisterContext(const RequestContext& context, const EngineContext& engine);

@@ -15,6 +15,7 @@ std::string ObjectKey::DebugString() const {
   out += "..@" + model_name + "@rank" + std::to_string(kv_rank) + "@g" +
          std::to_string(object_group_id);
   if (!cache_salt.empty()) out += "@salt:" + cache_salt;
+  if (layout_namespace != 0) out += "@layout:" + std::to_string(layout_namespace);
   return out;
 }
 
@@ -71,6 +72,7 @@ std::size_t ObjectKeyHash::operator()(const ObjectKey& key) const noexcept {
   auto mix = [&h](std::uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
   mix(static_cast<std::uint64_t>(key.kv_rank));
   mix(static_cast<std::uint64_t>(key.object_group_id));
+  mix(key.layout_namespace);
   mix(std::hash<std::string>{}(key.model_name));
   if (!key.cache_salt.empty()) mix(std::hash<std::string>{}(key.cache_salt));
   return static_cast<std::size_t>(h);

@@ -3,7 +3,11 @@
 // Same fields and rules as the reference (spec 4.1, 5.4, 5.6): a 32-byte BLAKE3
 // chunk hash, the model name (the cache namespace; no '@'), the packed kv_rank,
 // the object group id (hybrid models; 0 otherwise) and the cache salt (per-tenant
-// isolation; at most 128 characters, none of '@', '/', '\\', NUL).
+// isolation; at most 128 characters, none of '@', '/', '\\', NUL). Beyond the
+// reference: the layout namespace, 0 for the reference's own object layouts
+// ([2, L, T, hidden], MLA [L, T, C]) and otherwise the fingerprint of the
+// layout a registration bound (packed K|V rows, several KV groups), so bytes
+// in one order are never served to a client that reads another.
 // Thread-safety: a plain value.
 #pragma once
 
@@ -24,6 +28,7 @@ struct ObjectKey {
   std::int64_t kv_rank = 0;
   std::int32_t object_group_id = 0;
   std::string cache_salt;
+  std::uint32_t layout_namespace = 0;
 
   bool operator==(const ObjectKey&) const = default;
   // "<hash hex prefix>@<model>@<rank>..." for logs.

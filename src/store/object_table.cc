@@ -50,6 +50,19 @@ ObjectTable::ObjectTable(alloc::SlabAllocator* allocator, EvictionPolicy* policy
 
 ObjectTable::~ObjectTable() = default;
 
+namespace {
+// About 31,000 years: "never" that still adds to a clock reading without overflow.
+constexpr TimeMs kPinnedTtlMs = TimeMs{1} << 50;
+}  // namespace
+
+TimeMs ObjectTable::WriteTtl(const Owner& owner) const {
+  return owner.kind == OwnerKind::kDevice ? kPinnedTtlMs : config_.write_ttl_ms;
+}
+
+TimeMs ObjectTable::ReadTtl(const Owner& owner) const {
+  return owner.kind == OwnerKind::kDevice ? kPinnedTtlMs : config_.read_ttl_ms;
+}
+
 std::uint32_t ObjectTable::num_shards() const {
   return std::max<std::uint32_t>(config_.num_shards, 1);
 }
@@ -144,7 +157,7 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
         // reference leaks the first one until its TTL, spec 17.11); the copy
         // moves to the new lease.
         mine->lease = lease;
-        mine->expires_ms = now + config_.write_ttl_ms;
+        mine->expires_ms = now + WriteTtl(owner);
         result.outcomes[i] = WriteReservation::kReserved;
         result.offsets[i] = mine->offset;
         continue;
@@ -182,17 +195,17 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
         // The same owner raced itself with two reservations: keep the first copy.
         freed.Add(offsets[j]);
         mine->lease = lease;
-        mine->expires_ms = now + config_.write_ttl_ms;
+        mine->expires_ms = now + WriteTtl(owner);
         result.offsets[i] = mine->offset;
       } else {
-        entries.push_back({lease, owner, offsets[j], size, now + config_.write_ttl_ms});
+        entries.push_back({lease, owner, offsets[j], size, now + WriteTtl(owner)});
         result.offsets[i] = offsets[j];
       }
       result.outcomes[i] = WriteReservation::kReserved;
     }
   }
 
-  LeaseRecord record{owner, LeaseKind::kWrite, {}, clock_->NowMs() + config_.write_ttl_ms};
+  LeaseRecord record{owner, LeaseKind::kWrite, {}, clock_->NowMs() + WriteTtl(owner)};
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (result.outcomes[i] == WriteReservation::kReserved) record.keys.push_back(keys[i]);
     if (result.outcomes[i] == WriteReservation::kOutOfMemory) result.out_of_memory += 1;
@@ -306,7 +319,7 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
         admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
       }
       if (resident == shard.resident.end()) continue;
-      resident->second.locks.Lock(lease, reader, count, now, config_.read_ttl_ms);
+      resident->second.locks.Lock(lease, reader, count, now, ReadTtl(reader));
       out.grants[i] = {true, resident->second.offset, resident->second.size};
       locked.push_back(keys[i]);
     }
@@ -317,7 +330,7 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
   if (!locked.empty()) {
     out.lease = lease;
     leases_.Add(lease, {reader, LeaseKind::kRead, std::move(locked),
-                        clock_->NowMs() + config_.read_ttl_ms});
+                        clock_->NowMs() + ReadTtl(reader)});
   }
   return out;
 }
@@ -357,13 +370,13 @@ void ObjectTable::LockGranted(const ReadRequest& request, LeaseId lease,
     ReadLocks& locks = entries[i]->locks;
     std::uint32_t fresh = request.count;
     for (const LeaseId from : request.consume) {
-      if (locks.Transfer(from, lease, request.owner, now, config_.read_ttl_ms)) {
+      if (locks.Transfer(from, lease, request.owner, now, ReadTtl(request.owner))) {
         out->consumed += 1;
         fresh -= 1;
         break;
       }
     }
-    if (fresh > 0) locks.Lock(lease, request.owner, fresh, now, config_.read_ttl_ms);
+    if (fresh > 0) locks.Lock(lease, request.owner, fresh, now, ReadTtl(request.owner));
     out->grants[i] = {true, entries[i]->offset, entries[i]->size};
   }
 }
@@ -419,7 +432,7 @@ Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
     out.lease = lease;
     LeaseRecord record{request.owner, LeaseKind::kRead,
                        {keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(out.granted)},
-                       clock_->NowMs() + config_.read_ttl_ms};
+                       clock_->NowMs() + ReadTtl(request.owner)};
     if (request.extend != kNoLease) {
       leases_.Append(lease, std::move(record));
     } else {

@@ -19,6 +19,11 @@
 // it (gone from the index at once, memory freed only when its last lease
 // ends) so an in-flight copy never touches reused memory; and when a
 // reservation cannot be allocated, unlocked objects are evicted on demand.
+// Leases of device owners (Owner::Device: the copies the server itself runs
+// between a GPU and L1) never expire: a device copy may still be reading or
+// writing its objects, and a late copy into memory that expiry handed to
+// another object would corrupt it silently. They end only with the copy's
+// completion, which the CUDA-IPC path bounds (--gpu-event-timeout-ms).
 //
 // Every operation is atomic: it examines and changes all its keys under the
 // mutexes of all shards they live in, taken in ascending shard order.
@@ -253,6 +258,10 @@ class ObjectTable {
   Shard& ShardOf(const ObjectKey& key) const;
   std::uint32_t ShardIndex(const ObjectKey& key) const;
   std::uint32_t num_shards() const;
+  // Lease lifetimes by owner: a device owner's leases are pinned (see the
+  // class comment), everyone else's run for the configured TTL.
+  TimeMs WriteTtl(const Owner& owner) const;
+  TimeMs ReadTtl(const Owner& owner) const;
   Status ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const;
   // Allocates up to `count` objects, evicting on demand; fewer than `count`
   // only in kLongestPrefix mode.

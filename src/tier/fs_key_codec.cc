@@ -42,6 +42,7 @@ std::string ObjectFileName(const store::ObjectKey& key) {
     name += '@';
     name += key.cache_salt;
   }
+  if (key.layout_namespace != 0) name += "@L" + std::to_string(key.layout_namespace);
   name += kObjectFileSuffix;
   if (name.size() <= kMaxFileName) return name;
   const XXH128_hash_t digest = XXH3_128bits(name.data(), name.size());

@@ -1,6 +1,8 @@
 // FsKeyCodec: the file name of an object in the fs adapter's directory, the
 // reference's codec (spec 13.4), so an operator recognises the files:
 //   <model, "/" -> "-SEP-">@<kv_rank as 0x%08x>@<object group, hex>@<chunk hash, hex>[@<salt>].data
+// and, for a layout of our own namespace (object_key.h), "@L<namespace>"
+// before the suffix (the reference has no such objects).
 // A name longer than a file name may be (255 bytes) becomes
 // "h-<XXH3-128 of the long name, hex>.data"; the file's header still names
 // the full key, so nothing is lost. Names are never parsed back: at startup

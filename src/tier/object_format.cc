@@ -63,6 +63,7 @@ std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std:
   Put<std::uint16_t>(out, 52, static_cast<std::uint16_t>(key.model_name.size()));
   Put<std::uint16_t>(out, 54, static_cast<std::uint16_t>(key.cache_salt.size()));
   std::memcpy(out.data() + 56, key.chunk_hash.data(), key.chunk_hash.size());
+  Put<std::uint32_t>(out, 88, key.layout_namespace);
   std::memcpy(out.data() + kHeaderFixedBytes, key.model_name.data(), key.model_name.size());
   std::memcpy(out.data() + kHeaderFixedBytes + key.model_name.size(), key.cache_salt.data(),
               key.cache_salt.size());
@@ -72,18 +73,20 @@ std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std:
 }
 
 Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
-  if (bytes.size() < kHeaderFixedBytes) return Corrupt("shorter than a header (truncated)");
+  if (bytes.size() < kHeaderFixedBytesV1) return Corrupt("shorter than a header (truncated)");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return Corrupt("bad magic");
   const auto version = Get<std::uint32_t>(bytes, 8);
-  if (version != kObjectFormatVersion) {
-    return Corrupt("format version " + std::to_string(version) + ", this server reads " +
+  if (version != 1 && version != kObjectFormatVersion) {
+    return Corrupt("format version " + std::to_string(version) + ", this server reads 1 and " +
                    std::to_string(kObjectFormatVersion));
   }
+  const std::size_t fixed = version == 1 ? kHeaderFixedBytesV1 : kHeaderFixedBytes;
+  if (bytes.size() < fixed) return Corrupt("shorter than a header (truncated)");
   ObjectHeader header;
   header.header_bytes = Get<std::uint32_t>(bytes, 12);
   const auto model_bytes = Get<std::uint16_t>(bytes, 52);
   const auto salt_bytes = Get<std::uint16_t>(bytes, 54);
-  const std::size_t used = kHeaderFixedBytes + model_bytes + salt_bytes;
+  const std::size_t used = fixed + model_bytes + salt_bytes;
   if (header.header_bytes < used || header.header_bytes > kMaxHeaderBytes) {
     return Corrupt("header length " + std::to_string(header.header_bytes) + " out of range");
   }
@@ -97,7 +100,8 @@ Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
   header.key.kv_rank = Get<std::int64_t>(bytes, 40);
   header.key.object_group_id = Get<std::int32_t>(bytes, 48);
   std::memcpy(header.key.chunk_hash.data(), bytes.data() + 56, header.key.chunk_hash.size());
-  const char* text = reinterpret_cast<const char*>(bytes.data()) + kHeaderFixedBytes;
+  if (version != 1) header.key.layout_namespace = Get<std::uint32_t>(bytes, 88);
+  const char* text = reinterpret_cast<const char*>(bytes.data()) + fixed;
   header.key.model_name.assign(text, model_bytes);
   header.key.cache_salt.assign(text + model_bytes, salt_bytes);
   if (Status valid = store::ValidateObjectKey(header.key); !valid.ok()) {

@@ -11,11 +11,14 @@
 #include <cstring>
 #include <thread>
 
+#include "fakes/vllm_kv_cache.h"
 #include "gpu/host_kv_copy.h"
 #include "shm/shm_segment.h"
 
 namespace lmcache::gpu {
 namespace {
+
+namespace fake = lmcache::testing;
 
 constexpr std::int64_t kChunk = 32;
 
@@ -57,56 +60,56 @@ ServerWord Open(const EventHandle& h) {
   return w;
 }
 
-class EmulatedBackendTest : public testing::Test {
+class EmulatedBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
     memory_name_ = Name("kv");
     events_name_ = Name("ev");
-    layer_bytes_ = 2 * 8 * 16 * 2 * 32 * 2;  // [2, 8 blocks, 16 tokens, 2 heads, 32] bf16
-    memory_ = Segment(memory_name_, 2 * layer_bytes_);
+    // vLLM >= 0.29: two layers' packed [NB, NH, BS, 2*HS] views into one allocation.
+    fake::Geometry g;
+    g.layers = 2;
+    g.blocks = 8;
+    g.block_size = 16;
+    g.heads = 2;
+    g.head_size = 32;
+    cache_ = fake::MakeCache(fake::Layout::kSharedLbhnc, g, EmulatedMemoryHandle(memory_name_));
+    memory_ = Segment(memory_name_, cache_.allocation_bytes);
     events_ = Segment(events_name_, 4096);
     for (std::uint64_t i = 0; i < memory_->size(); ++i) memory_->base()[i] = std::byte(i * 13 % 251);
-    for (int l = 0; l < 2; ++l) {
-      protocol::DeviceIpcWrapper t;
-      t.kind = protocol::IpcWrapperKind::kRawCuda;
-      t.dtype = "bfloat16";
-      t.element_size = 2;
-      t.shape = {2, 8, 16, 2, 32};
-      t.stride = {8 * 16 * 2 * 32, 16 * 2 * 32, 2 * 32, 32, 1};
-      t.device_uuid = "emulated";
-      t.mem_handle = EmulatedMemoryHandle(memory_name_);
-      t.storage_byte_offset = l * layer_bytes_;
-      t.storage_bytes = layer_bytes_;
-      layers_.push_back(t);
-    }
-    layout_ = *DetectKvLayout(layers_, {});
+    layout_ = *DetectKvLayout(fake::Registration({&cache_}), kChunk);
+    pool_.resize(4 * layout_.object_bytes);
     backend_ = MakeEmulatedBackend(BackendOptions{std::chrono::milliseconds(300)});
   }
 
-  std::vector<ChunkTransfer> OneChunk(std::byte* object) const {
+  PoolView Pool() { return PoolView{std::span<std::byte>(pool_)}; }
+  std::byte* Object(std::size_t i) { return pool_.data() + i * layout_.object_bytes; }
+  std::vector<ChunkTransfer> OneChunk(std::size_t object) const {
     ChunkTransfer c;
-    c.block_ids = {3, 1};
-    c.tokens = kChunk;
-    c.object = object;
+    c.object_offset = object * layout_.object_bytes;
+    c.groups.push_back({0, {3, 1}, 0});
     return {c};
+  }
+  std::vector<std::byte*> Bases() const {
+    std::vector<std::byte*> bases;
+    for (const LayerRef& l : layout_.groups[0].layers) bases.push_back(memory_->base() + l.first_byte);
+    return bases;
   }
 
   std::string memory_name_, events_name_;
-  std::uint64_t layer_bytes_ = 0;
+  fake::Cache cache_;
   std::unique_ptr<shm::ShmSegment> memory_, events_;
-  std::vector<protocol::DeviceIpcWrapper> layers_;
   KvLayout layout_;
+  std::vector<std::byte> pool_;
   std::unique_ptr<KvBackend> backend_;
 };
 
 TEST_F(EmulatedBackendTest, AStoreWaitsForTheEngineEventThenCopiesAndCompletesItsEvent) {
-  auto context = backend_->Open(layout_, kChunk, {});
+  auto context = backend_->Open(layout_, Pool());
   ASSERT_TRUE(context.ok()) << context.status().ToString();
-  std::vector<std::byte> object(layout_.ObjectBytes(kChunk));
   std::atomic<int> done{0};
   Status seen = Internal("not called");
   auto event = (*context)->Enqueue(Direction::kStore, EmulatedEventHandle(events_name_, 8, 5),
-                                   OneChunk(object.data()), [&](const Status& s) {
+                                   OneChunk(1), [&](const Status& s) {
                                      seen = s;
                                      done.fetch_add(1);
                                    });
@@ -121,33 +124,34 @@ TEST_F(EmulatedBackendTest, AStoreWaitsForTheEngineEventThenCopiesAndCompletesIt
   EXPECT_TRUE(seen.ok()) << seen.ToString();
   EXPECT_EQ(server.Load(), server.value);
   // The very bytes the emulation's gather gives.
-  std::vector<std::byte> expected(object.size());
+  std::vector<std::byte> expected(layout_.object_bytes);
   const std::vector<std::int32_t> ids = {3, 1};
-  std::vector<std::byte*> bases = {memory_->base(), memory_->base() + layer_bytes_};
-  HostGather({layout_.geometry, layout_.Object(kChunk), ids.data(), kChunk, 0}, bases, expected.data());
-  EXPECT_EQ(object, expected);
+  const KvGroupLayout& g = layout_.groups[0];
+  HostGather({g.paged, g.object(), ids.data(), kChunk, 0}, Bases(), expected.data());
+  EXPECT_EQ(std::vector<std::byte>(Object(1), Object(2)), expected);
 }
 
 TEST_F(EmulatedBackendTest, AnEventThatNeverCompletesFailsTheTransferAndItsServerEvent) {
-  auto context = backend_->Open(layout_, kChunk, {});
+  auto context = backend_->Open(layout_, Pool());
   ASSERT_TRUE(context.ok());
-  std::vector<std::byte> object(layout_.ObjectBytes(kChunk), std::byte{0x5a});
+  std::fill(pool_.begin(), pool_.end(), std::byte{0x5a});
+  const std::vector<std::byte> before(memory_->base(), memory_->base() + memory_->size());
   Status seen;
   auto event = (*context)->Enqueue(Direction::kRetrieve, EmulatedEventHandle(events_name_, 16, 1),
-                                   OneChunk(object.data()), [&](const Status& s) { seen = s; });
+                                   OneChunk(0), [&](const Status& s) { seen = s; });
   ASSERT_TRUE(event.ok());
   const ServerWord server = Open(*event);
   ASSERT_TRUE((*context)->Drain(std::chrono::seconds(5)));
   EXPECT_EQ(seen.code(), ErrorCode::kTimeout) << seen.ToString();
   EXPECT_EQ(server.Load(), server.value | kEventFailedBit);
-  EXPECT_EQ(memory_->base()[3 * 16 * 2 * 32 * 2], std::byte(3 * 16 * 2 * 32 * 2 * 13 % 251))
+  EXPECT_EQ(std::vector<std::byte>(memory_->base(), memory_->base() + memory_->size()), before)
       << "a failed retrieve wrote the cache";
 }
 
 TEST_F(EmulatedBackendTest, MappingsAreSharedPerAllocationAndClosedWithTheLastContext) {
   {
-    auto a = backend_->Open(layout_, kChunk, {});
-    auto b = backend_->Open(layout_, kChunk, {});
+    auto a = backend_->Open(layout_, Pool());
+    auto b = backend_->Open(layout_, Pool());
     ASSERT_TRUE(a.ok() && b.ok());
     EXPECT_EQ(backend_->Stats().mapped_allocations, 1u);
     a->reset();
@@ -158,17 +162,18 @@ TEST_F(EmulatedBackendTest, MappingsAreSharedPerAllocationAndClosedWithTheLastCo
 
 TEST_F(EmulatedBackendTest, RefusesHandlesItCannotMapOrTensorsPastTheirAllocation) {
   KvLayout foreign = layout_;
-  foreign.layers[0].mem_handle.fill(7);  // a real cudaIpcMemHandle_t, say
-  EXPECT_EQ(backend_->Open(foreign, kChunk, {}).status().code(), ErrorCode::kInvalidArgument);
+  foreign.tensors[0].mem_handle.fill(7);  // a real cudaIpcMemHandle_t, say
+  EXPECT_EQ(backend_->Open(foreign, Pool()).status().code(), ErrorCode::kInvalidArgument);
   KvLayout gone = layout_;
-  gone.layers[1].mem_handle = EmulatedMemoryHandle(Name("missing"));
-  EXPECT_EQ(backend_->Open(gone, kChunk, {}).status().code(), ErrorCode::kInvalidArgument);
+  gone.tensors[1].mem_handle = EmulatedMemoryHandle(Name("missing"));
+  EXPECT_EQ(backend_->Open(gone, Pool()).status().code(), ErrorCode::kInvalidArgument);
   KvLayout pool = layout_;
-  pool.layers[0].mem_handle = EmulatedMemoryHandle("lmcache_l1_pool_1234");
-  EXPECT_EQ(backend_->Open(pool, kChunk, {}).status().code(), ErrorCode::kPermissionDenied);
+  pool.tensors[0].mem_handle = EmulatedMemoryHandle("lmcache_l1_pool_1234");
+  EXPECT_EQ(backend_->Open(pool, Pool()).status().code(), ErrorCode::kPermissionDenied);
+  // The client claims more than the allocation holds: bounded by the mapping's real size.
   KvLayout past = layout_;
-  past.layers[1].storage_byte_offset = layer_bytes_ + 64;
-  EXPECT_NE(backend_->Open(past, kChunk, {}).status().message().find("reaches byte"), std::string::npos);
+  past.tensors[1].storage_bytes = memory_->size() + 64;
+  EXPECT_NE(backend_->Open(past, Pool()).status().message().find("reaches byte"), std::string::npos);
   EXPECT_EQ(backend_->Stats().mapped_allocations, 0u);
 }
 

@@ -1,7 +1,9 @@
-// DecodeDeviceIpcWrapper against real pickle bytes: tests/python/make_ipc_pickles.py
-// (run by the ctest fixture make_ipc_pickles) has Debian's python3 pickle
-// wrappers with the upstream class paths and attribute layout in protocols 2
-// to 5, and lists what each must decode to or which error it must give.
+// DecodeDeviceIpcWrapper against the bytes clients send: tests/python/make_ipc_pickles.py
+// (run by the ctest fixture make_ipc_pickles) has Debian's python3 pickle the
+// wrappers with every upstream class path and attribute layout, PyTorch's
+// 66-byte versioned handles, in protocols 2 to 5 (and msgpack the map form
+// of a non-mainline client), and lists what each must decode to or which
+// error it must give.
 #include "protocol/device_ipc_wrapper.h"
 
 #include <gtest/gtest.h>
@@ -66,10 +68,49 @@ TEST(DeviceIpcWrapperTest, EveryRealPickleDecodesToItsFieldsOrItsError) {
     EXPECT_EQ(Hex(w->mem_handle), e["mem_handle"]);
     EXPECT_EQ(w->storage_byte_offset, e["storage_byte_offset"]);
     EXPECT_EQ(w->storage_bytes, e["storage_bytes"]);
+    EXPECT_EQ(w->handle_form, e["handle_form"] == "raw" ? ShareableHandleForm::kRaw
+                                                        : ShareableHandleForm::kTorchCudaMalloc);
+    EXPECT_EQ(w->handle_version, e["handle_version"]);
+    if (e.contains("ref_counter")) {
+      ASSERT_TRUE(w->ref_counter.has_value());
+      EXPECT_EQ(w->ref_counter->shm_name, e["ref_counter"]);
+      EXPECT_EQ(w->ref_counter->index, e["ref_counter_index"]);
+      EXPECT_EQ(w->event_sync_required, e["event_sync_required"]);
+      EXPECT_EQ(w->event_handle[63], 63);  // bytes(range(64))
+    } else {
+      EXPECT_FALSE(w->ref_counter.has_value());
+    }
     ++decoded;
   }
-  EXPECT_EQ(decoded, 6 * 4);
-  EXPECT_GE(refused, 12 * 4);
+  EXPECT_EQ(decoded, 10 * 4 + 3);
+  EXPECT_EQ(refused, 18 * 4 + 1);
+}
+
+TEST(DeviceIpcWrapperTest, ExpandableSegmentsAndVmmWrappersAreRefusedAsUnservableNamingTheFix) {
+  const std::string bytes = ReadFile(std::string(LMC_IPC_PICKLE_DIR) + "/expandable_segments.p4.pickle");
+  const auto e = DecodeDeviceIpcWrapper(bytes);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), ErrorCode::kNotSupported) << e.status().ToString();
+  const auto v = DecodeDeviceIpcWrapper(ReadFile(std::string(LMC_IPC_PICKLE_DIR) + "/vmm.p4.pickle"));
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), ErrorCode::kNotSupported) << v.status().ToString();
+  EXPECT_NE(v.status().message().find("use_vmm_api"), std::string::npos);
+}
+
+TEST(DeviceIpcWrapperTest, ShareableHandlesOfEachFormGiveTheSegmentsHandle) {
+  DeviceIpcWrapper w;
+  std::string legacy(64, '\x11');
+  ASSERT_TRUE(ParseShareableHandle(legacy, "h", &w).ok());
+  EXPECT_EQ(w.handle_form, ShareableHandleForm::kRaw);
+  EXPECT_EQ(w.mem_handle[0], 0x11);
+  std::string versioned = std::string("\x03", 1) + "c" + std::string(64, '\x22');
+  ASSERT_TRUE(ParseShareableHandle(versioned, "h", &w).ok());
+  EXPECT_EQ(w.handle_form, ShareableHandleForm::kTorchCudaMalloc);
+  EXPECT_EQ(w.handle_version, 3);
+  EXPECT_EQ(w.mem_handle[63], 0x22);
+  EXPECT_EQ(ParseShareableHandle(std::string("\x02", 1) + "x" + std::string(64, '\0'), "h", &w).code(),
+            ErrorCode::kMalformedRequest);
+  EXPECT_EQ(ParseShareableHandle("", "h", &w).code(), ErrorCode::kMalformedRequest);
 }
 
 TEST(DeviceIpcWrapperTest, TheFirstByteAndSpanFollowTheViewAndTheStorageOffset) {

@@ -316,17 +316,26 @@ TEST(OpTable, BindPassesDecodedArgumentsAndDecoderErrors) {
   ASSERT_NE(row, nullptr);
   EXPECT_EQ(row->index, 0u);
   EXPECT_EQ(table.FindById(24), nullptr);  // added as not frozen: reachable by name only
-  Result<std::string> answer = Status(ErrorCode::kInternal, "no answer");
+  OpResult answer = Status(ErrorCode::kInternal, "no answer");
   const std::string good = Encoder().Int(21).Take();
   std::vector<std::string_view> payloads{good};
-  row->handle({}, payloads, [&](Result<std::string> r) { answer = std::move(r); });
+  row->handle({}, payloads, [&](OpResult r) { answer = std::move(r); });
   ASSERT_TRUE(answer.ok());
-  EXPECT_EQ(*answer, Encoder().Int(42).Take());
+  EXPECT_EQ(answer.value(), Encoder().Int(42).Take());
   const std::string bad = Encoder().Str("x").Take();
   payloads = {bad};
-  row->handle({}, payloads, [&](Result<std::string> r) { answer = std::move(r); });
+  row->handle({}, payloads, [&](OpResult r) { answer = std::move(r); });
   ASSERT_FALSE(answer.ok());
   EXPECT_EQ(answer.status().code(), ErrorCode::kMalformedRequest);
+  EXPECT_FALSE(answer.failure_value().has_value()) << "the operation's declared failure value";
+}
+
+TEST(OpTable, AHandlerMayAnswerAFailureWithItsOwnValue) {
+  // A failed store of a registered worker answers a real event, not b"".
+  const OpResult failed = OpResult::Failure(Status(ErrorCode::kNotFound, "gone"), "frame 3");
+  EXPECT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(failed.failure_value(), "frame 3");
 }
 
 }  // namespace
