@@ -25,7 +25,8 @@ __device__ void CopyRun(uint8_t* dst, const uint8_t* src, int64_t bytes) {
 }
 
 template <bool kGather>
-__global__ void CopyUnits(ChunkCopy c, const uint64_t* layer_bases, uint8_t* object) {
+__global__ void CopyUnits(ChunkCopy c, const uint64_t* layer_bases, uint8_t* object, Cancellation cancel) {
+  if (cancel.cancelled != nullptr && *cancel.cancelled == cancel.ticket) return;
   const int64_t units = UnitCount(c);
   const int64_t run_bytes = RunBytes(c.paged);
   for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
@@ -48,16 +49,17 @@ int Blocks(const ChunkCopy& c) {
 
 }  // namespace
 
-int LaunchGather(const ChunkCopy& c, const uint64_t* layer_bases, void* object, void* stream) {
+int LaunchGather(const ChunkCopy& c, const uint64_t* layer_bases, void* object, void* stream,
+                 Cancellation cancel) {
   CopyUnits<true><<<Blocks(c), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      c, layer_bases, static_cast<uint8_t*>(object));
+      c, layer_bases, static_cast<uint8_t*>(object), cancel);
   return static_cast<int>(cudaGetLastError());
 }
 
 int LaunchScatter(const ChunkCopy& c, const uint64_t* layer_bases, const void* object,
-                  void* stream) {
+                  void* stream, Cancellation cancel) {
   CopyUnits<false><<<Blocks(c), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      c, layer_bases, static_cast<uint8_t*>(const_cast<void*>(object)));
+      c, layer_bases, static_cast<uint8_t*>(const_cast<void*>(object)), cancel);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -1,8 +1,10 @@
-// libFuzzer target: the pickle reader and the device IPC wrapper decoder,
-// which read the kv_cache bytes of register_kv_cache from any local client.
-// Beyond "no crash, no sanitizer report, no hang": every tree that reads has
-// in-range indices and bounded depth; every wrapper that decodes describes a
-// view inside its storage, with matching ranks and a known element size.
+// libFuzzer target: the pickle reader and the device IPC wrapper decoder
+// (pickles, and the msgpack map form), which read the kv_cache bytes of
+// register_kv_cache from any local client. Beyond "no crash, no sanitizer
+// report, no hang": every tree that reads has in-range indices and bounded
+// depth; every wrapper that decodes describes a view inside its storage,
+// with matching ranks, a known element size and, from PyTorch's tuple, a
+// refcounter slot in range.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -47,10 +49,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const Result<DeviceIpcWrapper> w = DecodeDeviceIpcWrapper(bytes);
   if (!w.ok()) {
     Check(w.status().code() == ErrorCode::kMalformedRequest ||
-          w.status().code() == ErrorCode::kTooLarge);
+          w.status().code() == ErrorCode::kTooLarge || w.status().code() == ErrorCode::kNotSupported);
     return 0;
   }
-  Check(tree.ok());  // what decodes as a wrapper reads as a pickle
+  // What decodes as a pickled wrapper reads as a pickle (the map form is msgpack).
+  if (size > 0 && data[0] == 0x80) Check(tree.ok());
+  Check(!w->ref_counter || (w->ref_counter->index < kTorchRefCounterSlots &&
+                            w->ref_counter->shm_name.find('/', 1) == std::string::npos));
   Check(!w->shape.empty() && w->shape.size() == w->stride.size() &&
         w->shape.size() <= kMaxTensorRank);
   Check(TorchDtypeSize(w->dtype) == w->element_size);

@@ -9,36 +9,41 @@
 
 namespace lmcache::gpu {
 
+namespace {
+
+// Opens one allocation on `device` and learns its real extent.
+Result<MappedAllocation> OpenAllocation(int device, const protocol::MemHandle& handle) {
+  LMC_ASSIGN_OR_RETURN(const DriverCalls* driver, Driver());
+  LMC_CUDA_RETURN(cudaSetDevice(device));
+  cudaIpcMemHandle_t h;
+  std::memcpy(&h, handle.data(), sizeof(h));
+  void* base = nullptr;
+  const cudaError_t error = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
+  if (error != cudaSuccess) return CudaError("cudaIpcOpenMemHandle (the worker's KV cache)", error);
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  const CUresult range = driver->mem_get_address_range(&start, &size, reinterpret_cast<CUdeviceptr>(base));
+  if (range != CUDA_SUCCESS) {
+    cudaIpcCloseMemHandle(base);
+    return DriverError("cuMemGetAddressRange", range);
+  }
+  // The handle names the allocation from its base; a mapping that starts
+  // elsewhere is bounded from where it starts.
+  return MappedAllocation{static_cast<std::byte*>(base),
+                          static_cast<std::uint64_t>(start + size - reinterpret_cast<CUdeviceptr>(base))};
+}
+
+}  // namespace
+
 Result<MappedAllocation> CudaMappings::Open(int device, const protocol::MemHandle& handle) {
   MutexLock lock(&mu_);
-  Entry& e = open_[{device, handle}];
-  if (e.users == 0) {
-    const auto fail = [&](Status status) {
-      open_.erase({device, handle});
-      return status;
-    };
-    LMC_ASSIGN_OR_RETURN(const DriverCalls* driver, Driver());
-    const cudaError_t selected = cudaSetDevice(device);
-    if (selected != cudaSuccess) return fail(CudaError("cudaSetDevice", selected));
-    cudaIpcMemHandle_t h;
-    std::memcpy(&h, handle.data(), sizeof(h));
-    void* base = nullptr;
-    const cudaError_t error = cudaIpcOpenMemHandle(&base, h, cudaIpcMemLazyEnablePeerAccess);
-    if (error != cudaSuccess) return fail(CudaError("cudaIpcOpenMemHandle (the worker's KV cache)", error));
-    CUdeviceptr start = 0;
-    size_t size = 0;
-    const CUresult range = driver->mem_get_address_range(&start, &size, reinterpret_cast<CUdeviceptr>(base));
-    if (range != CUDA_SUCCESS) {
-      cudaIpcCloseMemHandle(base);
-      return fail(DriverError("cuMemGetAddressRange", range));
-    }
-    // The handle names the allocation from its base; a mapping that starts
-    // elsewhere is bounded from where it starts.
-    e.mapped.base = static_cast<std::byte*>(base);
-    e.mapped.size = static_cast<std::uint64_t>(start + size - reinterpret_cast<CUdeviceptr>(base));
+  auto it = open_.find({device, handle});
+  if (it == open_.end()) {
+    LMC_ASSIGN_OR_RETURN(const MappedAllocation mapped, OpenAllocation(device, handle));
+    it = open_.emplace(std::make_pair(device, handle), Entry{mapped, 0}).first;
   }
-  e.users += 1;
-  return e.mapped;
+  it->second.users += 1;
+  return it->second.mapped;
 }
 
 void CudaMappings::Close(int device, const protocol::MemHandle& handle) {
@@ -65,13 +70,16 @@ std::uint64_t CudaMappings::bytes() const {
 PoolPinner::~PoolPinner() {
   if (thread_.joinable()) thread_.join();
   MutexLock lock(&mu_);
-  if (!pinned_.empty()) cudaHostUnregister(pinned_.data());
+  if (pinned_.empty()) return;
+  cudaSetDevice(device_);  // no context on a device nobody used (#4019)
+  cudaHostUnregister(pinned_.data());
 }
 
 void PoolPinner::Start(int device, std::span<std::byte> pool) {
   MutexLock lock(&mu_);
   if (started_) return;
   started_ = true;
+  device_ = device;
   thread_ = std::thread([this, device, pool] { Pin(device, pool); });
 }
 

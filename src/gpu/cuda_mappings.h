@@ -66,6 +66,7 @@ class PoolPinner {
   mutable Mutex mu_;
   CondVar done_;
   bool started_ LMC_GUARDED_BY(mu_) = false;
+  int device_ LMC_GUARDED_BY(mu_) = 0;  // the device it was pinned from
   std::optional<Status> outcome_ LMC_GUARDED_BY(mu_);
   std::span<std::byte> pinned_ LMC_GUARDED_BY(mu_);
   std::thread thread_;

@@ -211,8 +211,8 @@ class EmulatedContext final : public KvContext {
       Status status = closing ? Status(ErrorCode::kUnavailable, "the GPU context is closing")
                               : WaitForEngine(job.engine_event);
       if (status.ok()) status = Copy(job);
+      job.done(status);  // published before the engine can see the event complete
       shared_->events.Complete(job.event, status.ok());
-      job.done(status);
       {
         MutexLock lock(&mu_);
         running_ = false;

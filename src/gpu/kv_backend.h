@@ -12,11 +12,12 @@
 // A transfer first waits, on the context's own host thread, for the engine's
 // event (vllm #45704), at most BackendOptions::event_timeout: an engine
 // killed mid-step never completes its event, and its transfer then fails
-// without a byte copied, so nothing of a dead engine stays queued on a
+// without a byte copied, so nothing of a dead engine stays blocked on a
 // device stream. Then it copies chunk by chunk between the cache and L1
-// objects (the plan's groups, transfer_plan.h), completes the server's
-// event and calls `done` on a host thread. The server's event handle is
-// returned at once (spec 10.2-10.3).
+// objects (the plan's groups, transfer_plan.h), calls `done` on a host
+// thread and then completes the server's event (so a store's objects are
+// published before the engine can see it complete). The server's event
+// handle is returned at once (spec 10.2-10.3).
 //
 // L1 objects are named by their offset in the pool the context was opened
 // with (a view of the pool, never a raw pointer from the request path);

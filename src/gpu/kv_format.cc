@@ -42,16 +42,6 @@ const FormatRow& RowOf(KvFormat format) {
   return kFormats[1];
 }
 
-Status Refuse(std::string message) {
-  return Status(ErrorCode::kInvalidArgument, "register_kv_cache: " + std::move(message));
-}
-
-std::string Dims(const std::vector<std::int64_t>& dims) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
-  return out + "]";
-}
-
 std::optional<std::size_t> DimOf(const FormatRow& row, Axis axis) {
   for (std::size_t i = 0; i < row.rank; ++i) {
     if (row.axes[i] == axis) return i;
@@ -84,7 +74,20 @@ KvFormat Untangled(const protocol::DeviceIpcWrapper& t, KvFormat chosen) {
   return chosen;
 }
 
+Status Refuse(std::string message) { return RefuseRegistration(std::move(message)); }
+std::string Dims(const std::vector<std::int64_t>& dims) { return DimsText(dims); }
+
 }  // namespace
+
+Status RefuseRegistration(std::string message) {
+  return Status(ErrorCode::kInvalidArgument, "register_kv_cache: " + std::move(message));
+}
+
+std::string DimsText(const std::vector<std::int64_t>& dims) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out + "]";
+}
 
 std::string KvFormatName(KvFormat format) {
   const FormatRow& row = RowOf(format);

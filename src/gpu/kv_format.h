@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kv_index.h"
 #include "lmcache/status.h"
@@ -54,6 +55,11 @@ bool SplitsKv(KvFormat format);
 // kv_layout canonicalised: "NHD" or "HND" (absent: NHD); an unknown value is
 // kInvalidArgument naming the values accepted.
 Result<std::string> CanonicalKvLayout(const std::optional<std::string>& hint);
+
+// How registration refuses: kInvalidArgument "register_kv_cache: <message>".
+Status RefuseRegistration(std::string message);
+// "[2, 100, 16]", for messages.
+std::string DimsText(const std::vector<std::int64_t>& dims);
 
 // The format of one tensor. `cross_layer`: kv_cache was one bare tensor.
 Result<KvFormat> DetectKvFormat(const protocol::DeviceIpcWrapper& tensor, const std::string& kv_layout,

@@ -10,15 +10,8 @@ namespace {
 using protocol::DeviceIpcWrapper;
 using protocol::EngineGroupInfo;
 
-Status Refuse(std::string message) {
-  return Status(ErrorCode::kInvalidArgument, "register_kv_cache: " + std::move(message));
-}
-
-std::string Dims(const std::vector<std::int64_t>& dims) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
-  return out + "]";
-}
+Status Refuse(std::string message) { return RefuseRegistration(std::move(message)); }
+std::string Dims(const std::vector<std::int64_t>& dims) { return DimsText(dims); }
 
 std::string GroupName(std::size_t g) { return "engine group " + std::to_string(g); }
 
@@ -171,9 +164,11 @@ std::vector<std::int64_t> KvGroupLayout::ObjectShape() const {
 std::string KvLayout::Describe() const {
   std::string out = std::to_string(groups.size()) + (groups.size() == 1 ? " group:" : " groups:");
   for (const KvGroupLayout& g : groups) {
-    out += " " + KvFormatName(g.format) + " " + g.dtype + " x " + std::to_string(g.num_layers()) +
-           " layers " + Dims(g.ObjectShape());
-    if (g.window_tokens > 0) out += " window " + std::to_string(g.window_tokens);
+    // Appended piece by piece: gcc 12 warns falsely (-Wrestrict) on a chain of string +.
+    out.append(" ").append(KvFormatName(g.format)).append(" ").append(g.dtype);
+    out.append(" x ").append(std::to_string(g.num_layers())).append(" layers ");
+    out.append(Dims(g.ObjectShape()));
+    if (g.window_tokens > 0) out.append(" window ").append(std::to_string(g.window_tokens));
     out += ";";
   }
   out.pop_back();

@@ -207,6 +207,8 @@ void Requests(Exposition& x, const server::StatsSnapshot& s) {
           static_cast<double>(s.gpu.transfers_in_flight));
   x.Gauge(p + "gpu_mapped_allocations", "Workers' GPU allocations mapped through IPC handles.",
           static_cast<double>(s.gpu.mapped_allocations));
+  x.Gauge(p + "gpu_mapped_bytes", "Bytes of the workers' GPU allocations mapped through IPC handles.",
+          static_cast<double>(s.gpu.mapped_bytes));
 }
 
 void L2(Exposition& x, const tier::L2Stats& l2) {

@@ -62,7 +62,8 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "CUDA call is made until a worker registers a GPU KV cache")
       ->capture_default_str();
   app.add_option("--gpu-event-timeout-ms", c->gpu_event_timeout_ms,
-                 "emulated backend: longest wait for an engine's event before a transfer fails")
+                 "Longest wait of a CUDA-IPC transfer for the engine's event; then it fails with "
+                 "nothing copied (an engine killed mid-step), so a dead engine's mappings close")
       ->capture_default_str();
   app.add_option("--max-client-queue-mb", c->max_client_queue_mb,
                  "MiB of requests one client may have queued per thread pool; beyond it its "

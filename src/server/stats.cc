@@ -225,6 +225,7 @@ std::string EncodeStatsMsgpack(const StatsSnapshot& s) {
   gpu.Field("closing_contexts").Uint(s.gpu.closing);
   gpu.Field("transfers_in_flight").Uint(s.gpu.transfers_in_flight);
   gpu.Field("mapped_allocations").Uint(s.gpu.mapped_allocations);
+  gpu.Field("mapped_bytes").Uint(s.gpu.mapped_bytes);
   m.Field("gpu").Raw(gpu.Take());
   return m.Take();
 }
