@@ -93,7 +93,12 @@ TEST_F(L1CacheTest, TheEvictorListensAndRunsWhenAnAdmissionCrossesTheTrigger) {
   auto cache = L1Cache::Create(config_, &clock_);
   ASSERT_TRUE(cache.ok());
   Store(**cache, 0, 14);  // 87.5 % of 16 MiB
-  for (int i = 0; i < 5000 && (*cache)->allocator().UsedBytes() > 9 * kMiB; ++i) {
+  // Listeners hear of an eviction after its memory is freed (listener.h): wait for both.
+  const auto settled = [&] {
+    return (*cache)->allocator().UsedBytes() <= 9 * kMiB &&
+           (*cache)->flow().evicted_objects == 14u - (*cache)->table().Stats().resident_objects;
+  };
+  for (int i = 0; i < 5000 && !settled(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   EXPECT_LE((*cache)->allocator().UsedBytes(), 9 * kMiB);  // down to 0.6 of the pool
