@@ -91,10 +91,6 @@ struct Pending {
   Status refused;          // failed while it was queued: cancel it
 };
 
-bool IsZero(const EventHandle& h) {
-  return std::all_of(h.begin(), h.end(), [](std::uint8_t b) { return b == 0; });
-}
-
 class CudaContext final : public KvContext {
  public:
   CudaContext(std::shared_ptr<Shared> shared, int device, const KvLayout& layout, PoolView pool)
@@ -210,12 +206,7 @@ class CudaContext final : public KvContext {
     const protocol::DeviceIpcWrapper& t = layout_.tensors[i];
     LMC_ASSIGN_OR_RETURN(const MappedAllocation mapped, shared_->mappings.Open(device_, t.mem_handle));
     mapped_ = i + 1;
-    const std::uint64_t end = std::max(t.storage_byte_offset + t.storage_bytes, t.end_byte());
-    if (end > mapped.size) {
-      return Status(ErrorCode::kInvalidArgument,
-                    "kv_cache[" + std::to_string(i) + "] reaches byte " + std::to_string(end) +
-                        " of an allocation of " + std::to_string(mapped.size) + " bytes");
-    }
+    LMC_RETURN_IF_ERROR(CheckInsideAllocation(t, i, mapped.size));
     return mapped.base;
   }
 
@@ -379,28 +370,19 @@ class CudaContext final : public KvContext {
 
   // Polls the engine's event on this thread: the device never waits on it.
   Status WaitForEngine(const EventHandle& handle, std::chrono::steady_clock::time_point deadline) {
-    if (IsZero(handle)) return {};
+    if (NoEngineEvent(handle)) return {};
     cudaIpcEventHandle_t h;
     std::memcpy(&h, handle.data(), sizeof(h));
     cudaEvent_t engine = nullptr;
     LMC_CUDA_RETURN(cudaIpcOpenEventHandle(&engine, h));
-    auto pause = std::chrono::microseconds(5);
-    Status status;
-    while (true) {
-      const cudaError_t state = cudaEventQuery(engine);
-      if (state == cudaSuccess) break;
-      if (state != cudaErrorNotReady) {
-        status = CudaError("cudaEventQuery (the engine's event)", state);
-        break;
-      }
-      if (std::chrono::steady_clock::now() >= deadline) {
-        status = Status(ErrorCode::kTimeout, "the engine's event did not complete within "
-                                             "--gpu-event-timeout-ms (an engine stopped mid-step?)");
-        break;
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(500));
-    }
+    const Status status = PollEngineEvent(
+        [engine]() -> Result<bool> {
+          const cudaError_t state = cudaEventQuery(engine);
+          if (state == cudaSuccess) return true;
+          if (state == cudaErrorNotReady) return false;
+          return CudaError("cudaEventQuery (the engine's event)", state);
+        },
+        deadline);
     cudaEventDestroy(engine);
     return status;
   }

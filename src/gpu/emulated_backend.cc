@@ -240,7 +240,7 @@ class EmulatedContext final : public KvContext {
 
   // The copy reads the cache only once the engine's event is complete.
   Status WaitForEngine(const EventHandle& handle) {
-    if (std::all_of(handle.begin(), handle.end(), [](std::uint8_t b) { return b == 0; })) return {};
+    if (NoEngineEvent(handle)) return {};
     if (std::memcmp(handle.data(), kEventMagic, sizeof(kEventMagic)) != 0) {
       return Status(ErrorCode::kInvalidArgument, "the engine's event handle is not an emulated one");
     }
@@ -251,19 +251,13 @@ class EmulatedContext final : public KvContext {
     if (segment->size() < 8 || offset % 8 != 0 || offset > segment->size() - 8) {
       return Status(ErrorCode::kInvalidArgument, "the engine's event lies outside its segment");
     }
-    const auto deadline = std::chrono::steady_clock::now() + shared_->options.event_timeout;
-    auto pause = std::chrono::microseconds(20);
-    while (true) {
-      const std::uint64_t word = WordAt(*segment, offset).load(std::memory_order_acquire);
-      if (word & kEventFailedBit) return Status(ErrorCode::kInternal, "the engine's event failed");
-      if (word >= value) return {};
-      if (std::chrono::steady_clock::now() >= deadline) {
-        return Status(ErrorCode::kTimeout, "the engine's event did not complete within "
-                                           "--gpu-event-timeout-ms (an engine stopped mid-step?)");
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
-    }
+    return PollEngineEvent(
+        [&]() -> Result<bool> {
+          const std::uint64_t word = WordAt(*segment, offset).load(std::memory_order_acquire);
+          if (word & kEventFailedBit) return Status(ErrorCode::kInternal, "the engine's event failed");
+          return word >= value;
+        },
+        std::chrono::steady_clock::now() + shared_->options.event_timeout);
   }
 
   const std::shared_ptr<Shared> shared_;
@@ -307,19 +301,14 @@ class EmulatedBackend final : public KvBackend {
  private:
   // The tensor's allocation, mapped, with its storage and view inside what was mapped.
   Result<Segment> MapTensor(const protocol::DeviceIpcWrapper& t, std::size_t i) {
-    const std::string what = "kv_cache[" + std::to_string(i) + "]";
     if (std::memcmp(t.mem_handle.data(), kMemoryMagic, sizeof(kMemoryMagic)) != 0) {
       return Status(ErrorCode::kInvalidArgument,
-                    what + ": not an emulated memory handle (this server runs --gpu-backend emulated)");
+                    "kv_cache[" + std::to_string(i) +
+                        "]: not an emulated memory handle (this server runs --gpu-backend emulated)");
     }
     LMC_ASSIGN_OR_RETURN(const std::string name, NameIn(t.mem_handle, 8, "a memory handle"));
     LMC_ASSIGN_OR_RETURN(Segment segment, shared_->mappings.Open(name));
-    const std::uint64_t end = std::max(t.storage_byte_offset + t.storage_bytes, t.end_byte());
-    if (end > segment->size()) {
-      return Status(ErrorCode::kInvalidArgument,
-                    what + " reaches byte " + std::to_string(end) + " of an allocation of " +
-                        std::to_string(segment->size()) + " bytes");
-    }
+    LMC_RETURN_IF_ERROR(CheckInsideAllocation(t, i, segment->size()));
     return segment;
   }
 

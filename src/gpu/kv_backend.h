@@ -117,4 +117,17 @@ Result<std::unique_ptr<KvBackend>> MakeKvBackend(const std::string& name, const 
 // The pointer of an object `bytes` long at `offset` of `pool`, or kInvalidArgument.
 Result<std::byte*> ResolveObject(PoolView pool, std::uint64_t offset, std::uint64_t bytes);
 
+// Both backends' rules, stated once:
+// kv_cache[index]'s storage and view lie inside the `allocation_bytes` its
+// handle really maps (not only what the client claims), or kInvalidArgument.
+Status CheckInsideAllocation(const protocol::DeviceIpcWrapper& tensor, std::size_t index,
+                             std::uint64_t allocation_bytes);
+// An engine event handle of all zeros names no event: nothing to wait for.
+bool NoEngineEvent(const EventHandle& handle);
+// Polls `complete` (true: done; an error: the event failed) with a backoff
+// of 5 us doubling to 0.5 ms, until done, failed, or `deadline` passed
+// (kTimeout naming --gpu-event-timeout-ms).
+Status PollEngineEvent(const std::function<Result<bool>()>& complete,
+                       std::chrono::steady_clock::time_point deadline);
+
 }  // namespace lmcache::gpu

@@ -74,9 +74,6 @@ KvFormat Untangled(const protocol::DeviceIpcWrapper& t, KvFormat chosen) {
   return chosen;
 }
 
-Status Refuse(std::string message) { return RefuseRegistration(std::move(message)); }
-std::string Dims(const std::vector<std::int64_t>& dims) { return DimsText(dims); }
-
 }  // namespace
 
 Status RefuseRegistration(std::string message) {
@@ -101,7 +98,7 @@ Result<std::string> CanonicalKvLayout(const std::optional<std::string>& hint) {
   // vLLM's own names since 0.29: L layers, B blocks, N tokens, H heads, C content.
   if (layout == "NHD" || layout == "LBNHC" || layout == "BLNHC") return std::string("NHD");
   if (layout == "HND" || layout == "LBHNC" || layout == "BLHNC") return std::string("HND");
-  return Refuse("unknown kv_layout hint '" + layout +
+  return RefuseRegistration("unknown kv_layout hint '" + layout +
                 "' (known: NHD, HND, LBNHC, LBHNC, BLNHC, BLHNC)");
 }
 
@@ -111,10 +108,10 @@ Result<KvFormat> DetectKvFormat(const protocol::DeviceIpcWrapper& t, const std::
   const std::size_t rank = t.shape.size();
   if (cross_layer) {
     if (rank != 6 || t.shape[2] != 2) {
-      return Refuse("a cross-layer KV cache must be [blocks, layers, 2, block_size, heads, "
-                    "head_size]; got " + Dims(t.shape));
+      return RefuseRegistration("a cross-layer KV cache must be [blocks, layers, 2, block_size, heads, "
+                    "head_size]; got " + DimsText(t.shape));
     }
-    if (hnd) return Refuse("a cross-layer KV cache with kv_layout HND is not served (format 0 is NHD)");
+    if (hnd) return RefuseRegistration("a cross-layer KV cache with kv_layout HND is not served (format 0 is NHD)");
     return KvFormat::kCrossLayer;
   }
   if (rank == 4) return Untangled(t, hnd ? KvFormat::kPackedHnd : KvFormat::kPackedNhd);
@@ -131,7 +128,7 @@ Result<KvFormat> DetectKvFormat(const protocol::DeviceIpcWrapper& t, const std::
     }
     return KvFormat::kMla;
   }
-  return Refuse("unsupported KV cache shape " + Dims(t.shape) + " " + t.dtype +
+  return RefuseRegistration("unsupported KV cache shape " + DimsText(t.shape) + " " + t.dtype +
                 " (served: [2, NB, BS, NH, HS], [NB, 2, BS, NH, HS], their HND forms, packed "
                 "[NB, NH, BS, 2*HS] / [NB, BS, NH, 2*HS], MLA [NB, BS, C], cross-layer "
                 "[NB, NL, 2, BS, NH, HS])");
@@ -139,7 +136,7 @@ Result<KvFormat> DetectKvFormat(const protocol::DeviceIpcWrapper& t, const std::
 
 Result<kv::PagedGeometry> PagedGeometryOf(const protocol::DeviceIpcWrapper& t, KvFormat format) {
   const FormatRow& row = RowOf(format);
-  if (t.shape.size() != row.rank) return Refuse("shape " + Dims(t.shape) + " is not " + KvFormatName(format));
+  if (t.shape.size() != row.rank) return RefuseRegistration("shape " + DimsText(t.shape) + " is not " + KvFormatName(format));
   const auto size = [&](Axis axis, std::int64_t absent) {
     const auto d = DimOf(row, axis);
     return d ? t.shape[*d] : absent;
@@ -150,12 +147,12 @@ Result<kv::PagedGeometry> PagedGeometryOf(const protocol::DeviceIpcWrapper& t, K
   };
   const std::size_t content = *DimOf(row, Axis::kContent);
   if (t.stride[content] != 1) {
-    return Refuse("the innermost (head or content) dimension is not contiguous: shape " +
-                  Dims(t.shape) + ", strides " + Dims(t.stride));
+    return RefuseRegistration("the innermost (head or content) dimension is not contiguous: shape " +
+                  DimsText(t.shape) + ", strides " + DimsText(t.stride));
   }
   kv::PagedGeometry g{};
   g.planes = size(Axis::kPlane, 1);
-  if (g.planes != 1 && g.planes != 2) return Refuse("the K/V dimension of " + Dims(t.shape) + " is not 2");
+  if (g.planes != 1 && g.planes != 2) return RefuseRegistration("the K/V dimension of " + DimsText(t.shape) + " is not 2");
   g.num_blocks = size(Axis::kBlock, 1);
   g.block_size = size(Axis::kToken, 1);
   g.heads = size(Axis::kHead, 1);

@@ -10,8 +10,6 @@ namespace {
 using protocol::DeviceIpcWrapper;
 using protocol::EngineGroupInfo;
 
-Status Refuse(std::string message) { return RefuseRegistration(std::move(message)); }
-std::string Dims(const std::vector<std::int64_t>& dims) { return DimsText(dims); }
 
 std::string GroupName(std::size_t g) { return "engine group " + std::to_string(g); }
 
@@ -29,7 +27,7 @@ Result<std::vector<std::vector<std::size_t>>> GroupLayers(const protocol::KvCach
     return out;
   }
   if (r.cross_layer) {
-    if (r.groups.size() != 1) return Refuse("a cross-layer KV cache is one group, got " + std::to_string(r.groups.size()));
+    if (r.groups.size() != 1) return RefuseRegistration("a cross-layer KV cache is one group, got " + std::to_string(r.groups.size()));
     out.emplace_back(1, 0);
     return out;
   }
@@ -38,22 +36,22 @@ Result<std::vector<std::vector<std::size_t>>> GroupLayers(const protocol::KvCach
     std::vector<std::size_t>& mine = out.emplace_back();
     for (const std::int64_t i : r.groups[g].layer_indices) {
       if (i < 0 || static_cast<std::size_t>(i) >= layers) {
-        return Refuse(GroupName(g) + " names layer " + std::to_string(i) + " of " +
+        return RefuseRegistration(GroupName(g) + " names layer " + std::to_string(i) + " of " +
                       std::to_string(layers) + " registered");
       }
       if (!seen.insert(static_cast<std::size_t>(i)).second) {
-        return Refuse("layer " + std::to_string(i) + " is in two engine groups");
+        return RefuseRegistration("layer " + std::to_string(i) + " is in two engine groups");
       }
       mine.push_back(static_cast<std::size_t>(i));
     }
-    if (mine.empty()) return Refuse(GroupName(g) + " names no layer");
+    if (mine.empty()) return RefuseRegistration(GroupName(g) + " names no layer");
   }
   return out;  // layers no group names are KV-sharing aliases: not copied
 }
 
 Status CheckHint(const char* name, const std::optional<std::int64_t>& hint, std::int64_t actual) {
   if (hint && *hint > 0 && *hint != actual) {
-    return Refuse(std::string("layout hint ") + name + " is " + std::to_string(*hint) +
+    return RefuseRegistration(std::string("layout hint ") + name + " is " + std::to_string(*hint) +
                   " but the tensors have " + std::to_string(actual));
   }
   return Status::Ok();
@@ -75,14 +73,14 @@ Status ApplyWindow(const EngineGroupInfo& info, std::size_t index, std::int64_t 
   std::int64_t window = info.sw_size_tokens;
   if (info.recurrent_state && window <= 0) window = g->paged.block_size;  // one block of state
   if (window != -1 && window <= 0) {
-    return Refuse(GroupName(index) + " has sw_size_tokens " + std::to_string(window) +
+    return RefuseRegistration(GroupName(index) + " has sw_size_tokens " + std::to_string(window) +
                   " (-1 for full attention, or the window in tokens)");
   }
   g->window_tokens = window;
   g->slots = chunk;
   if (window > 0 && window < chunk) {
     if (window % g->paged.block_size != 0) {
-      return Refuse(GroupName(index) + "'s window of " + std::to_string(window) +
+      return RefuseRegistration(GroupName(index) + "'s window of " + std::to_string(window) +
                     " tokens is shorter than a chunk and not whole blocks of " +
                     std::to_string(g->paged.block_size));
     }
@@ -98,9 +96,9 @@ Result<KvGroupLayout> BuildGroup(const protocol::KvCacheRegistration& r,
   for (const std::size_t i : indices) {
     const DeviceIpcWrapper& t = r.layers[i];
     if (!SameTensorShape(first, t)) {
-      return Refuse("layer " + std::to_string(i) + " (" + t.dtype + " " + Dims(t.shape) + " strides " +
-                    Dims(t.stride) + ") differs from layer " + std::to_string(indices.front()) +
-                    " (" + first.dtype + " " + Dims(first.shape) + " strides " + Dims(first.stride) +
+      return RefuseRegistration("layer " + std::to_string(i) + " (" + t.dtype + " " + DimsText(t.shape) + " strides " +
+                    DimsText(t.stride) + ") differs from layer " + std::to_string(indices.front()) +
+                    " (" + first.dtype + " " + DimsText(first.shape) + " strides " + DimsText(first.stride) +
                     ") of the same KV group; give layers of another shape their own "
                     "engine_group_infos entry");
     }
@@ -120,13 +118,13 @@ Result<KvGroupLayout> BuildGroup(const protocol::KvCacheRegistration& r,
   }
   const EngineGroupInfo info = r.groups.empty() ? EngineGroupInfo{} : r.groups[index];
   if (info.tokens_per_block > 0 && info.tokens_per_block != g.paged.block_size) {
-    return Refuse(GroupName(index) + " declares tokens_per_block " +
+    return RefuseRegistration(GroupName(index) + " declares tokens_per_block " +
                   std::to_string(info.tokens_per_block) + " but its tensors hold blocks of " +
                   std::to_string(g.paged.block_size) +
                   " tokens: compressed or kernel-split blocks are not served");
   }
   if (chunk % g.paged.block_size != 0) {
-    return Refuse("the server's chunk size " + std::to_string(chunk) +
+    return RefuseRegistration("the server's chunk size " + std::to_string(chunk) +
                   " is not a multiple of " + GroupName(index) + "'s block size " +
                   std::to_string(g.paged.block_size) + "; start the server with a --chunk-size that is");
   }
@@ -167,7 +165,7 @@ std::string KvLayout::Describe() const {
     // Appended piece by piece: gcc 12 warns falsely (-Wrestrict) on a chain of string +.
     out.append(" ").append(KvFormatName(g.format)).append(" ").append(g.dtype);
     out.append(" x ").append(std::to_string(g.num_layers())).append(" layers ");
-    out.append(Dims(g.ObjectShape()));
+    out.append(DimsText(g.ObjectShape()));
     if (g.window_tokens > 0) out.append(" window ").append(std::to_string(g.window_tokens));
     out += ";";
   }
@@ -176,10 +174,10 @@ std::string KvLayout::Describe() const {
 }
 
 Result<KvLayout> DetectKvLayout(const protocol::KvCacheRegistration& r, std::int64_t chunk_tokens) {
-  if (r.layers.empty()) return Refuse("kv_cache holds no tensors");
+  if (r.layers.empty()) return RefuseRegistration("kv_cache holds no tensors");
   for (std::size_t i = 1; i < r.layers.size(); ++i) {
     if (r.layers[i].device_uuid != r.layers[0].device_uuid) {
-      return Refuse("layer " + std::to_string(i) + " is on GPU " + r.layers[i].device_uuid +
+      return RefuseRegistration("layer " + std::to_string(i) + " is on GPU " + r.layers[i].device_uuid +
                     " and layer 0 on " + r.layers[0].device_uuid + ": one registration is one GPU");
     }
   }

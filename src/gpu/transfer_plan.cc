@@ -21,13 +21,11 @@ std::vector<std::int32_t> PartBlocks(const KvLayout& layout, const KvGroupLayout
   return std::vector<std::int32_t>(first, first + kept);
 }
 
-Status Refuse(std::string message) { return Status(ErrorCode::kInvalidArgument, std::move(message)); }
-
 }  // namespace
 
 Status CheckBlockIds(const KvLayout& layout, std::int64_t chunks, const protocol::GroupBlockIds& ids) {
   if (ids.size() != layout.groups.size()) {
-    return Refuse("block_ids holds " + std::to_string(ids.size()) + " lists for the " +
+    return InvalidArgument("block_ids holds " + std::to_string(ids.size()) + " lists for the " +
                   std::to_string(layout.groups.size()) + " KV groups registered");
   }
   for (std::size_t n = 0; n < ids.size(); ++n) {
@@ -35,14 +33,14 @@ Status CheckBlockIds(const KvLayout& layout, std::int64_t chunks, const protocol
     const std::string group = layout.groups.size() == 1 ? "" : " of KV group " + std::to_string(n);
     const std::int64_t needed = chunks * BlocksPerChunk(layout, g);
     if (static_cast<std::int64_t>(ids[n].size()) < needed) {
-      return Refuse(std::to_string(chunks * layout.chunk_tokens) + " tokens need " +
+      return InvalidArgument(std::to_string(chunks * layout.chunk_tokens) + " tokens need " +
                     std::to_string(needed) + " block ids of " + std::to_string(g.paged.block_size) +
                     " tokens" + group + "; got " + std::to_string(ids[n].size()));
     }
     for (std::int64_t i = 0; i < needed; ++i) {
       const std::int32_t id = ids[n][i];
       if (!IsNull(g, id) && (id < 0 || id >= g.paged.num_blocks)) {
-        return Refuse("block id " + std::to_string(id) + group + " is outside the cache's " +
+        return InvalidArgument("block id " + std::to_string(id) + group + " is outside the cache's " +
                       std::to_string(g.paged.num_blocks) + " blocks");
       }
     }

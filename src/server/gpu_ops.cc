@@ -37,11 +37,11 @@ ChunkLayout ChunkLayoutOf(const gpu::KvLayout& layout) {
   ChunkLayout c;
   const gpu::KvGroupLayout& first = layout.groups.front();
   c.num_layers = first.num_layers();
-  c.hidden_dim = first.ObjectShape().back();
+  c.shape = first.ObjectShape();
+  c.hidden_dim = c.shape.back();
   c.chunk_size = layout.chunk_tokens;
   c.dtype = first.dtype;
   c.use_mla = first.format == gpu::KvFormat::kMla;
-  c.shape = first.ObjectShape();
   for (const gpu::KvGroupLayout& g : layout.groups) c.parts.push_back({g.ObjectShape(), g.dtype});
   c.object_bytes = layout.object_bytes;
   c.object_namespace = layout.object_namespace;
@@ -173,9 +173,8 @@ Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Tr
                       "from and to it");
   }
   LMC_ASSIGN_OR_RETURN(t->worker, state_->ResolveWorkerKeys(args.target.key, instance));
-  t->chunks = static_cast<std::int64_t>(t->worker.keys.size());
   // Fail closed: a short list or a foreign id would copy out of bounds.
-  return gpu::CheckBlockIds(t->entry->layout(), t->chunks, args.block_ids);
+  return gpu::CheckBlockIds(t->entry->layout(), t->chunks(), args.block_ids);
 }
 
 OpResult GpuOps::Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const Status& status) {
@@ -185,18 +184,12 @@ OpResult GpuOps::Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const 
   return OpResult::Failure(status, protocol::EncodeEventReply(*event, false));
 }
 
-Result<gpu::EventHandle> GpuOps::Queue(const Transfer& t, gpu::Direction direction,
-                                       const TransferArgs& args, std::vector<gpu::ChunkTransfer> chunks,
-                                       std::function<void(const Status&)> done) {
-  return t.entry->Enqueue(direction, args.engine_event, std::move(chunks), std::move(done));
-}
-
 OpResult GpuOps::Store(const RequestContext& context, const TransferArgs& args) {
   Transfer t;
   if (const Status begun = Begin(context, args, &t); !begun.ok()) return Failed(t.entry, begun);
   const gpu::KvLayout& layout = t.entry->layout();
   // Only complete chunks not stored yet get memory (spec 10.2: "new"); the rest are skipped.
-  const std::vector<gpu::ChunkPlan> plans = gpu::PlanStore(layout, args.block_ids, t.chunks);
+  const std::vector<gpu::ChunkPlan> plans = gpu::PlanStore(layout, args.block_ids, t.chunks());
   std::vector<store::ObjectKey> keys;
   for (const gpu::ChunkPlan& plan : plans) keys.push_back(t.worker.keys[plan.chunk]);
   store::ObjectTable& table = state_->table();
@@ -219,7 +212,8 @@ OpResult GpuOps::Store(const RequestContext& context, const TransferArgs& args) 
       table.AbortWrite(lease);
     }
   };
-  Result<gpu::EventHandle> event = Queue(t, gpu::Direction::kStore, args, std::move(chunks), std::move(done));
+  Result<gpu::EventHandle> event =
+      t.entry->Enqueue(gpu::Direction::kStore, args.engine_event, std::move(chunks), std::move(done));
   if (!event.ok()) return Failed(t.entry, event.status());
   return protocol::EncodeEventReply(*event, true);
 }
@@ -231,7 +225,7 @@ OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& arg
       args.target.key, t.worker.keys, store::Owner::Device(t.worker.instance.registration));
   if (!acquired.ok()) return Failed(t.entry, acquired.status());
   const std::vector<gpu::ChunkPlan> plans =
-      gpu::PlanRetrieve(t.entry->layout(), args.block_ids, t.chunks, args.skip_tokens);
+      gpu::PlanRetrieve(t.entry->layout(), args.block_ids, t.chunks(), args.skip_tokens);
   std::vector<gpu::ChunkTransfer> chunks;
   for (std::size_t i = 0; i < acquired->grants.size(); ++i) {
     chunks.push_back({acquired->grants[i].offset, plans[i].groups});
@@ -243,7 +237,7 @@ OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& arg
     if (lease != store::kNoLease) table.ReleaseRead(lease);
   };
   Result<gpu::EventHandle> event =
-      Queue(t, gpu::Direction::kRetrieve, args, std::move(chunks), std::move(done));
+      t.entry->Enqueue(gpu::Direction::kRetrieve, args.engine_event, std::move(chunks), std::move(done));
   if (!event.ok()) return Failed(t.entry, event.status());
   return protocol::EncodeEventReply(*event, true);
 }

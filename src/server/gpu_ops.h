@@ -76,14 +76,11 @@ class GpuOps final : public TransferMode {
   // checked; `entry` is set as soon as it is known (a failure after it
   // answers with a real event).
   struct Transfer {
-    WorkerKeys worker;
+    WorkerKeys worker;  // one key per chunk of the range, on the worker's rank
     std::shared_ptr<GpuContexts::Entry> entry;
-    std::int64_t chunks = 0;
+    std::int64_t chunks() const { return static_cast<std::int64_t>(worker.keys.size()); }
   };
   Status Begin(const RequestContext& context, const TransferArgs& args, Transfer* transfer);
-  Result<gpu::EventHandle> Queue(const Transfer& transfer, gpu::Direction direction,
-                                 const TransferArgs& args, std::vector<gpu::ChunkTransfer> chunks,
-                                 std::function<void(const Status&)> done);
   // The reply of a failed transfer: a completed server event where there is a context.
   static OpResult Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const Status& status);
 
