@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Checks that an lmcache-bench JSON report is complete (no speed assertions).
+"""Checks that an lmcache-bench JSON report is complete, and that its shm rounds took no page faults.
 
 Usage: check_bench_json.py REPORT.json
 
 Every headline field of docs/performance.md must be present, in order, and a
 positive finite number; every ratio's spread must be ordered with its median
 equal to the headline; there is one sample per round; the parameters and
-machine sections must be there.
+machine sections must be there. No speed is asserted, but every timed round of
+the shared-memory path must take at most MAX_FAULTS_PER_MIB page faults per MiB.
 Exit status 0 when complete, 1 with the reason otherwise.
 """
 import json
@@ -22,8 +23,14 @@ FIELDS = [
     "l2_load_gbps", "disk_write_gbps", "disk_read_gbps", "l2_store_vs_disk", "l2_load_vs_disk",
     "l2_index_rebuild_seconds", "l2_index_rebuild_objects", "resp_store_gbps", "resp_load_gbps",
     "raw_redis_set_gbps", "raw_redis_get_gbps", "resp_store_vs_raw", "resp_load_vs_raw",
-    "cross_node_gbps",
+    "cross_node_gbps", "store_faults_per_mib", "retrieve_faults_per_mib",
 ]
+# Counts that may be zero (every other field is a positive rate or time).
+COUNTS = {"store_faults_per_mib", "retrieve_faults_per_mib"}
+# The guard: page faults per MiB moved that a timed round of the shared-memory
+# path may take, workers and server together. A copy into or out of a mapped,
+# resident pool takes none; 1 MiB of untouched 4 KiB pages takes 256.
+MAX_FAULTS_PER_MIB = 4.0
 SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "shm_vs_socket", "shm_vs_redis",
            "ping_vs_echo", "l2_store_vs_disk", "l2_load_vs_disk", "resp_store_vs_raw",
            "resp_load_vs_raw"]
@@ -45,7 +52,7 @@ def check(path):
         value = results.get(name)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             problems.append("%s is %r, not a number" % (name, value))
-        elif not math.isfinite(value) or value <= 0:
+        elif not math.isfinite(value) or value < 0 or (value == 0 and name not in COUNTS):
             problems.append("%s is %r, not a positive finite number" % (name, value))
     spread = report.get("spread", {})
     for name in SPREADS:
@@ -60,6 +67,21 @@ def check(path):
     for name, values in report.get("samples", {}).items():
         if len(values) != rounds:
             problems.append("%d samples of %s for %r rounds" % (len(values), name, rounds))
+    problems += fault_problems(report.get("samples", {}))
+    return problems
+
+
+def fault_problems(samples):
+    """A page fault on the shared-memory path is a bug: every timed round must stay under the cap."""
+    problems = []
+    for name in ("store_faults_per_mib", "retrieve_faults_per_mib"):
+        for round_index, value in enumerate(samples.get(name, [])):
+            if value > MAX_FAULTS_PER_MIB:
+                problems.append("round %d of the shm path took %.1f page faults per MiB in %s "
+                                "(more than %.0f): the pool is not mapped and resident before the "
+                                "copies (docs/performance.md)" % (round_index + 1, value,
+                                                                  name.replace("_faults_per_mib", ""),
+                                                                  MAX_FAULTS_PER_MIB))
     return problems
 
 

@@ -37,9 +37,11 @@ struct ClientOptions {
   // Threads for copies into and out of the pool; 0 = one per core. Copies
   // below 8 MiB stay on the calling thread.
   unsigned copy_threads = 0;
-  // Map every page of the pool into this process at Register(), so no copy
-  // pays a page fault (a first touch of a shared page costs about as much as
-  // copying it). Takes about a second per 10 GiB of pool; turn it off for
+  // From Register() on, map every page of the pool into this process on a
+  // background thread (one read per page), so copies pay no page fault: a
+  // first touch of a shared page through a fresh mapping costs far more than
+  // copying it (docs/performance.md). Costs about a second per GiB of 4 KiB
+  // pages on the VMs we measured, far less with huge pages; turn it off for
   // short-lived clients that copy little.
   bool prefault_pool = true;
 };
@@ -81,6 +83,9 @@ class Client {
   // Registers the engine context and maps the pool segment it names.
   Result<Registration> Register(const EngineContext& context);
   Status Unregister();
+  // True once every page of the pool is mapped into this process (prefault_pool),
+  // waiting up to `timeout` for it.
+  bool WaitPoolWarm(std::chrono::milliseconds timeout);
 
   // Stores chunks [key.start, key.end): chunks[i] holds chunk i of the range
   // and must be exactly one object long (see ObjectBytes()).

@@ -11,6 +11,7 @@
 #include "common/parallel.h"
 #include "lmcache/protocol.h"
 #include "protocol/wire_codec.h"
+#include "shm/page_warmer.h"
 #include "shm/shm_segment.h"
 
 namespace lmcache::client {
@@ -100,6 +101,7 @@ struct Client::Impl {
   std::uint64_t object_bytes = 0;
   std::int64_t chunk_size = 0;
   std::unique_ptr<shm::ShmSegment> pool;
+  std::unique_ptr<shm::PageWarmer> warmer;  // declared after the pool: goes first
 
   // Sends one request and waits for its reply; returns the value frame or the
   // server's error. Replies to earlier, timed-out requests are skipped.
@@ -254,7 +256,8 @@ Result<Registration> Client::Register(const EngineContext& c) {
   }
   if (r.object_bytes == 0) return mp::Malformed("registration", "no object_bytes");
   LMC_ASSIGN_OR_RETURN(impl_->pool, shm::ShmSegment::Attach(r.shm_name, r.pool_size));
-  if (impl_->options.prefault_pool) (void)impl_->pool->Prefault(impl_->options.copy_threads);
+  impl_->warmer.reset();
+  if (impl_->options.prefault_pool) impl_->warmer = std::make_unique<shm::PageWarmer>(impl_->pool.get());
   impl_->object_bytes = r.object_bytes;
   LMC_ASSIGN_OR_RETURN(impl_->chunk_size, GetChunkSize());
   impl_->engine = c;
@@ -262,10 +265,15 @@ Result<Registration> Client::Register(const EngineContext& c) {
   return r;
 }
 
+bool Client::WaitPoolWarm(std::chrono::milliseconds timeout) {
+  return impl_->warmer && impl_->warmer->WaitDone(timeout);
+}
+
 Status Client::Unregister() {
   if (!impl_->engine) return Status::Ok();
   LMC_RETURN_IF_ERROR(
       impl_->CallOp(Op::kUnregisterEngineContext, {impl_->InstanceFrame()}).status());
+  impl_->warmer.reset();
   impl_->pool.reset();
   impl_->engine.reset();
   return Status::Ok();

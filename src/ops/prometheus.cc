@@ -129,6 +129,9 @@ void L1(Exposition& x, const server::StatsSnapshot& s) {
           s.prefault.total_bytes ? static_cast<double>(s.prefault.ready_bytes) /
                                        static_cast<double>(s.prefault.total_bytes)
                                  : 0);
+  x.Gauge(p + "l1_huge_page_bytes",
+          "Bytes of the pool the kernel maps with huge pages (measured once pre-faulted).",
+          static_cast<double>(s.prefault.huge_page_bytes));
   x.Counter(p + "l1_allocation_failure_total", "Allocations that found no memory.",
             static_cast<double>(a.failed_allocations));
   x.Counter(p + "l1_write_total", "Objects admitted into L1, by where they came from.",

@@ -123,6 +123,11 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
   app.add_flag("--on-demand-eviction,!--no-on-demand-eviction", c->on_demand_eviction,
                "When a store cannot allocate, evict unlocked LRU objects at once to make room "
                "(default: on)");
+  app.add_option("--l1-hugepages", c->l1_hugepages,
+                 "Huge pages for the L1 pool: auto uses them where the mount of /dev/shm gives "
+                 "them (hugetlbfs, or tmpfs with huge=within_size|always|advise), on refuses to "
+                 "start without them, off never asks (docs/deploy.md)")
+      ->capture_default_str();
   app.add_option("--prefault-threads", c->prefault_threads,
                  "Threads that pre-fault the pool at startup; 0 = one per core")
       ->capture_default_str();
@@ -354,6 +359,7 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   if (l1.size_bytes == 0) return InvalidConfig("--l1-size-gb is smaller than one page");
   l1.shm_dir = c->shm_dir;
   l1.prefault_threads = c->prefault_threads;
+  LMC_ASSIGN_OR_RETURN(l1.huge_pages, shm::ParseHugePageMode(c->l1_hugepages));
   l1.eviction_policy = c->eviction_policy;
   l1.allocator.align_bytes = c->l1_align_bytes;
   l1.allocator.page_bytes = std::max<std::uint64_t>(l1.allocator.page_bytes, c->l1_align_bytes);

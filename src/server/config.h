@@ -68,6 +68,7 @@ struct ServerConfig {
   double drain_timeout_seconds = 30;
   double ready_prefault_fraction = 0;
   std::string shm_dir = "/dev/shm";
+  std::string l1_hugepages = "auto";  // auto | on | off (shm/huge_pages.h)
   // L2 (reference spec 13.4, 15.3).
   std::vector<std::string> l2_adapters;  // --l2-adapter JSON, repeatable, in cascade order
   std::string l2_store_policy = "default";

@@ -36,6 +36,7 @@ std::string L1Map(const StatsSnapshot& s) {
   m.Field("prefault_ready_bytes").Uint(s.prefault.ready_bytes);
   m.Field("prefault_done").Bool(s.prefault.done);
   m.Field("prefault_seconds").Float(s.prefault.seconds);
+  m.Field("huge_page_bytes").Uint(s.prefault.huge_page_bytes);
   m.Field("allocations").Uint(s.allocator.allocations);
   m.Field("frees").Uint(s.allocator.frees);
   m.Field("failed_allocations").Uint(s.allocator.failed_allocations);

@@ -36,6 +36,9 @@ struct CreateOptions {
   // background prefaulter), so a large pool starts at once; the capacity is
   // still checked up front.
   bool reserve_all = true;
+  // Ask for transparent huge pages (MADV_HUGEPAGE) before any page is
+  // touched: for a tmpfs mounted huge=advise (see huge_pages.h).
+  bool advise_huge_pages = false;
 };
 
 struct PrefaultReport {
@@ -61,19 +64,35 @@ class ShmSegment {
   bool owner() const { return owner_; }
   std::span<std::byte> bytes() const { return {base_, static_cast<std::size_t>(size_)}; }
 
-  // Maps every page of the segment into this process's page tables from
-  // `threads` threads (0 = all cores), so later copies do not pay page faults.
-  // Contents are preserved (MADV_POPULATE_WRITE; on kernels without it, a
-  // read then a write-back of one byte per page, which is safe only while no
-  // other process writes the segment: at server startup, or before a client
-  // starts copying).
+  // Makes every page of the segment resident from `threads` threads (0 = all
+  // cores): PrefaultRange over the whole segment. Server side, before any
+  // page is handed out.
   PrefaultReport Prefault(unsigned threads) const;
   // Allocates the pages of [offset, offset + length) in the filesystem, so a
   // later write into them can never fail for lack of space (no SIGBUS).
   // kShmTooSmall, with the fix, when /dev/shm has no room for them.
   Status Reserve(std::uint64_t offset, std::uint64_t length, const std::string& shm_dir) const;
-  // Faults [offset, offset + length) in, on `threads` threads (0 = one per core).
+  // Makes [offset, offset + length) resident, on `threads` threads (0 = one
+  // per core): MADV_POPULATE_WRITE allocates the pages, then a write of each
+  // page's first byte with its own value. The write is what counts: on
+  // hypervisors that back guest memory lazily (and on some with shadow page
+  // tables) populated pages still cost a slow fault at their first real
+  // write, about a fifth of memory speed (docs/performance.md). Contents are
+  // preserved, but the write-back is safe only while no other process writes
+  // the range: call it only on ranges not yet handed out.
   void PrefaultRange(std::uint64_t offset, std::uint64_t length, unsigned threads) const;
+
+  // Client side: the end of the written prefix that starts at `from` (the
+  // first hole of the file at or after it; a page reserved but never written
+  // is a hole). The server writes pages in address order before it hands
+  // them out, so this is how far it got.
+  std::uint64_t WrittenEnd(std::uint64_t from) const;
+  // Client side: maps [offset, offset + length) into this process's page
+  // tables with one read of each page, so the first copy into a page pays no
+  // fault. A read never changes a byte, so it is safe while other processes
+  // write the range; it allocates nothing as long as the range is written
+  // (WrittenEnd), so it cannot SIGBUS on a full /dev/shm.
+  void ReadTouch(std::uint64_t offset, std::uint64_t length) const;
 
   // Removes the name (owner only; idempotent). The mapping stays valid.
   Status Unlink();

@@ -6,6 +6,31 @@
 #include "shm/shm_name.h"
 
 namespace lmcache::store {
+namespace {
+
+// Huge pages where /dev/shm gives them (shm/huge_pages.h); the pool must be
+// made of whole pages of the kind it gets.
+Result<shm::HugePagePlan> PlanPoolPages(const L1Config& config) {
+  shm::HugePagePlan plan;
+  if (auto facts = shm::ReadHugePageFacts(config.shm_dir); facts.ok()) {
+    LMC_ASSIGN_OR_RETURN(plan, shm::PlanHugePages(config.huge_pages, config.shm_dir, *facts));
+  } else if (config.huge_pages == shm::HugePageMode::kOn) {
+    return Status(ErrorCode::kInvalidConfig,
+                  "--l1-hugepages on, but " + facts.status().message());
+  } else {
+    plan.how = "4 KiB pages (" + facts.status().message() + ")";
+  }
+  if (config.size_bytes % plan.page_bytes != 0) {
+    return Status(ErrorCode::kInvalidConfig,
+                  "the L1 pool (" + std::to_string(config.size_bytes) + " bytes) is not a whole "
+                  "number of the " + std::to_string(plan.page_bytes >> 10) + " KiB pages of " +
+                  config.shm_dir + ": give --l1-size-gb in whole GiB");
+  }
+  spdlog::info("L1 pool pages: {}", plan.how);
+  return plan;
+}
+
+}  // namespace
 
 Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const Clock* clock,
                                                  std::unique_ptr<EvictionPolicy> policy) {
@@ -21,8 +46,9 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
     spdlog::warn("removed stale segment {}/{} left by a server that no longer runs", config.shm_dir,
                  name);
   }
+  LMC_ASSIGN_OR_RETURN(const shm::HugePagePlan huge, PlanPoolPages(config));
   shm::CreateOptions options{config.shm_name, config.size_bytes, config.shm_dir,
-                             /*reserve_all=*/!config.background_prefault};
+                             /*reserve_all=*/!config.background_prefault, huge.advise};
   LMC_ASSIGN_OR_RETURN(cache->segment_, shm::ShmSegment::Create(options));
   const bool background = config.background_prefault;
   LMC_ASSIGN_OR_RETURN(cache->allocator_,
@@ -38,12 +64,7 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
   } else {
     const shm::PrefaultReport report = cache->segment_->Prefault(config.prefault_threads);
     cache->prefaulted_bytes_ = config.size_bytes;
-    cache->prefault_seconds_ = report.seconds;
-    cache->prefault_done_ = true;
-    spdlog::info("pre-faulted {:.2f} GiB of {}/{} in {:.3f} s ({:.2f} GiB/s, {} threads)",
-                 static_cast<double>(config.size_bytes) / static_cast<double>(kGiB),
-                 config.shm_dir, config.shm_name, report.seconds, report.gib_per_second,
-                 report.threads);
+    cache->ReportPrefaultDone(report.seconds, "");
   }
 
   cache->table_ = std::make_unique<ObjectTable>(cache->allocator_.get(), cache->policy_.get(),
@@ -77,11 +98,21 @@ void L1Cache::PrefaultInBackground(unsigned threads, std::uint64_t step,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - prefault_started_).count();
   prefault_seconds_.store(seconds);
   if (stop_prefault_.load() || prefault_failed_.load()) return;
+  ReportPrefaultDone(seconds, " in the background");
+}
+
+void L1Cache::ReportPrefaultDone(double seconds, const char* how) {
+  const std::uint64_t total = segment_->size();
+  huge_page_bytes_.store(shm::HugeMappedBytes(segment_->base()));
+  prefault_seconds_.store(seconds);
   prefault_done_.store(true, std::memory_order_release);
-  spdlog::info("pre-faulted {:.2f} GiB of the L1 pool {} in the background in {:.3f} s "
-               "({:.2f} GiB/s)",
-               static_cast<double>(total) / static_cast<double>(kGiB), segment_->name(), seconds,
-               seconds > 0 ? static_cast<double>(total) / static_cast<double>(kGiB) / seconds : 0);
+  const auto gib = [](std::uint64_t bytes) {
+    return static_cast<double>(bytes) / static_cast<double>(kGiB);
+  };
+  spdlog::info("pre-faulted {:.2f} GiB of the L1 pool {}{} in {:.3f} s ({:.2f} GiB/s); "
+               "{:.2f} GiB of it in huge pages",
+               gib(total), segment_->name(), how, seconds, seconds > 0 ? gib(total) / seconds : 0,
+               gib(huge_page_bytes_.load()));
 }
 
 L1Cache::PrefaultProgress L1Cache::prefault() const {
@@ -90,6 +121,7 @@ L1Cache::PrefaultProgress L1Cache::prefault() const {
   p.total_bytes = segment_->size();
   p.done = prefault_done_.load(std::memory_order_acquire);
   p.failed = prefault_failed_.load(std::memory_order_acquire);
+  p.huge_page_bytes = huge_page_bytes_.load();
   p.seconds = p.done ? prefault_seconds_.load()
                      : std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                      prefault_started_)

@@ -25,6 +25,7 @@
 #include "alloc/slab_allocator.h"
 #include "common/clock.h"
 #include "lmcache/status.h"
+#include "shm/huge_pages.h"
 #include "shm/shm_segment.h"
 #include "store/eviction_policy.h"
 #include "store/evictor.h"
@@ -48,6 +49,7 @@ struct L1Config {
   bool background_prefault = true;
   std::uint64_t prefault_step_bytes = 256ull << 20;  // made usable step by step
   std::string shm_dir = "/dev/shm";
+  shm::HugePageMode huge_pages = shm::HugePageMode::kAuto;
 };
 
 class L1Cache {
@@ -71,6 +73,9 @@ class L1Cache {
     bool done = false;
     bool failed = false;  // /dev/shm ran out: the pool stays at ready_bytes
     double seconds = 0;   // so far, or in all once done
+    // Of the pre-faulted bytes, those the kernel maps with huge pages
+    // (measured once, when pre-faulting is done).
+    std::uint64_t huge_page_bytes = 0;
   };
   PrefaultProgress prefault() const;
   // Waits until the pool is pre-faulted, up to `timeout`; true when it is.
@@ -93,6 +98,8 @@ class L1Cache {
   std::atomic<bool> prefault_done_{false};
   std::atomic<bool> prefault_failed_{false};  // /dev/shm filled up meanwhile
   std::atomic<double> prefault_seconds_{0};
+  std::atomic<std::uint64_t> huge_page_bytes_{0};
+  void ReportPrefaultDone(double seconds, const char* how);
   std::chrono::steady_clock::time_point prefault_started_;
 };
 

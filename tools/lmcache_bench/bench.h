@@ -78,13 +78,40 @@ Result<Latencies> MeasureLatencies(const BenchOptions& options, const std::strin
 // Only the all-cached lookup (for a server started without a hash cache).
 Result<double> MeasureLookupP50(const BenchOptions& options, const std::string& url);
 
+// A touched, page-aligned anonymous buffer that forked children do not
+// inherit (MADV_DONTFORK): the bench forks workers and helpers after some
+// buffers exist, and a buffer shared copy-on-write with a child would pay a
+// copy fault at its owner's next write into it, inside a timed round.
+class PageBuffer {
+ public:
+  explicit PageBuffer(std::size_t size);
+  ~PageBuffer();
+  PageBuffer(PageBuffer&& other) noexcept;
+  PageBuffer& operator=(PageBuffer&& other) noexcept;
+  PageBuffer(const PageBuffer&) = delete;
+  PageBuffer& operator=(const PageBuffer&) = delete;
+
+  std::byte* data() { return data_; }
+  const std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  bool operator==(const PageBuffer& other) const;
+
+ private:
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 // Each worker's prompts: the bytes it stores (deterministic per worker and
 // prompt) and touched buffers it retrieves into, so no page fault is timed.
 struct PromptBuffers {
-  std::vector<std::vector<std::byte>> data;
-  std::vector<std::vector<std::byte>> out;
+  std::vector<PageBuffer> data;
+  std::vector<PageBuffer> out;
   Status Verify() const;  // out == data, after a retrieve
 };
+
+// Page faults (minor and major) process `pid` has taken so far, from
+// /proc/<pid>/stat; 0 when it cannot be read.
+std::uint64_t PageFaultsOf(int pid);
 PromptBuffers MakePromptBuffers(const BenchOptions& options, int worker);
 
 // Deterministic content of chunk `chunk` of prompt `prompt`.

@@ -30,7 +30,8 @@ void Progress(const std::string& text) {
 
 // Starts every path, then runs their rounds interleaved: round r of each path
 // is taken back to back with round r of the others.
-Result<PathResults> MeasurePaths(const BenchOptions& o, const std::string& url, bool with_redis) {
+Result<PathResults> MeasurePaths(const BenchOptions& o, const std::string& url, int server_pid,
+                                 bool with_redis) {
   PathResults result;
   result.tokens_per_prompt = o.tokens_per_prompt;
   result.object_bytes = o.object_bytes();
@@ -39,7 +40,7 @@ Result<PathResults> MeasurePaths(const BenchOptions& o, const std::string& url, 
            std::to_string(o.tokens_per_prompt) + "-token prompts of " +
            std::to_string(o.object_bytes() >> 10) + " KiB chunks");
   LMC_ASSIGN_OR_RETURN(auto memcpy_path, StartMemcpyPath(o));
-  LMC_ASSIGN_OR_RETURN(auto shm, StartShmPath(o, url));
+  LMC_ASSIGN_OR_RETURN(auto shm, StartShmPath(o, url, server_pid));
   LMC_ASSIGN_OR_RETURN(auto socket, StartSocketPath(o));
   std::unique_ptr<BenchPath> redis;
   if (with_redis) {
@@ -201,7 +202,7 @@ int Run(BenchOptions o) {
     }
   }
   if (!o.latencies_only) {
-    auto main_paths = MeasurePaths(o, url, !o.skip_redis);
+    auto main_paths = MeasurePaths(o, url, local ? local->pid() : 0, !o.skip_redis);
     if (!main_paths.ok()) return fail(main_paths.status());
     report.main = std::move(main_paths).value();
   }
@@ -236,7 +237,7 @@ int Run(BenchOptions o) {
       for (const int workers : o.sweep_workers) {
         const BenchOptions point = SweepPoint(o, chunk_mib, workers);
         if (Status s = Validate(point); !s.ok()) return fail(s);
-        auto measured = MeasurePaths(point, url, /*with_redis=*/false);
+        auto measured = MeasurePaths(point, url, local ? local->pid() : 0, /*with_redis=*/false);
         if (!measured.ok()) return fail(measured.status());
         report.sweep.push_back(std::move(measured).value());
       }

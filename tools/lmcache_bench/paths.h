@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bench.h"
@@ -20,6 +21,10 @@ namespace lmcache::bench {
 struct RoundSample {
   double store_gbps = 0;
   double retrieve_gbps = 0;
+  // Page faults the path's processes took per MiB moved (its workers, and
+  // its server where the bench knows the pid); absent where not counted.
+  std::optional<double> store_faults_per_mib;
+  std::optional<double> retrieve_faults_per_mib;
 };
 
 class BenchPath {
@@ -30,9 +35,10 @@ class BenchPath {
 
 // `workers` threads memcpy the round's bytes (store and retrieve are the same copy).
 Result<std::unique_ptr<BenchPath>> StartMemcpyPath(const BenchOptions& options);
-// The shared-memory path through the real RPCs of the server at `url`.
+// The shared-memory path through the real RPCs of the server at `url`
+// (`server_pid` > 0: its page faults are counted with the workers').
 Result<std::unique_ptr<BenchPath>> StartShmPath(const BenchOptions& options,
-                                                const std::string& url);
+                                                const std::string& url, int server_pid);
 // Payload in ZMQ frames; a bench-side server copies it into and out of its memory.
 Result<std::unique_ptr<BenchPath>> StartSocketPath(const BenchOptions& options);
 // Redis on a unix socket, persistence off: pipelined SET/GET through hiredis.
@@ -46,12 +52,16 @@ class PhasedWorkers;
 class PhasedPath final : public BenchPath {
  public:
   PhasedPath(const BenchOptions& options, std::unique_ptr<PhasedWorkers> workers,
-             std::function<Status()> between_rounds, std::function<void()> stop);
+             std::function<Status()> between_rounds, std::function<void()> stop,
+             int server_pid = 0);
   ~PhasedPath() override;
   Result<RoundSample> Round() override;
 
  private:
+  std::uint64_t Faults() const;  // of the workers and the server
+
   double round_bytes_;
+  int server_pid_;
   std::unique_ptr<PhasedWorkers> workers_;
   std::function<Status()> between_rounds_;
   std::function<void()> stop_;

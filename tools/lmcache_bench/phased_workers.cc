@@ -133,6 +133,12 @@ Status PhasedWorkers::Collect(const char* what) {
   return first_error;
 }
 
+std::vector<int> PhasedWorkers::pids() const {
+  std::vector<int> pids;
+  for (const Child& child : children_) pids.push_back(child.pid);
+  return pids;
+}
+
 Result<double> PhasedWorkers::RunPhase(std::size_t index) {
   const auto phase = static_cast<std::uint32_t>(index);
   const auto start = std::chrono::steady_clock::now();

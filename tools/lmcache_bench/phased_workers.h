@@ -32,6 +32,7 @@ class PhasedWorkers {
 
   // Releases every worker into phase `index` and returns its wall time in seconds.
   Result<double> RunPhase(std::size_t index);
+  std::vector<int> pids() const;
 
  private:
   struct Child {

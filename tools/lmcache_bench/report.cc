@@ -170,6 +170,8 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
                                                            r.resp->reference_read_gbps).median)
                                   : std::nullopt},
       {"cross_node_gbps", r.resp ? Figure(r.resp->cross_node_gbps) : std::nullopt},
+      {"store_faults_per_mib", Figure(m.shm.store_faults_per_mib)},
+      {"retrieve_faults_per_mib", Figure(m.shm.retrieve_faults_per_mib)},
   };
 }
 
@@ -273,7 +275,10 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << ", \"store_gbps\": " << Samples(r.main.shm.store_gbps)
       << ", \"retrieve_gbps\": " << Samples(r.main.shm.retrieve_gbps)
       << ", \"socket_store_gbps\": " << Samples(r.main.socket.store_gbps)
-      << ", \"socket_retrieve_gbps\": " << Samples(r.main.socket.retrieve_gbps) << "},\n";
+      << ", \"socket_retrieve_gbps\": " << Samples(r.main.socket.retrieve_gbps)
+      << ", \"store_faults_per_mib\": " << Samples(r.main.shm.store_faults_per_mib)
+      << ", \"retrieve_faults_per_mib\": " << Samples(r.main.shm.retrieve_faults_per_mib)
+      << "},\n";
   out << "  \"sweep\": [";
   for (std::size_t i = 0; i < r.sweep.size(); ++i) {
     out << (i ? ",\n    " : "\n    ") << PathJson(r.sweep[i]);

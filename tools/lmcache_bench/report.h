@@ -18,9 +18,13 @@ namespace lmcache::bench {
 struct PathSamples {
   std::vector<double> store_gbps;
   std::vector<double> retrieve_gbps;
+  std::vector<double> store_faults_per_mib;  // where the path counts them
+  std::vector<double> retrieve_faults_per_mib;
   void Add(const RoundSample& s) {
     store_gbps.push_back(s.store_gbps);
     retrieve_gbps.push_back(s.retrieve_gbps);
+    if (s.store_faults_per_mib) store_faults_per_mib.push_back(*s.store_faults_per_mib);
+    if (s.retrieve_faults_per_mib) retrieve_faults_per_mib.push_back(*s.retrieve_faults_per_mib);
   }
 };
 

@@ -45,7 +45,8 @@ std::uint64_t PromptId(const BenchOptions& o, int round, int worker, int p) {
 
 }  // namespace
 
-Result<std::unique_ptr<BenchPath>> StartShmPath(const BenchOptions& o, const std::string& url) {
+Result<std::unique_ptr<BenchPath>> StartShmPath(const BenchOptions& o, const std::string& url,
+                                                int server_pid) {
   if (o.bytes_per_token % 4 != 0)
     return InvalidArgument("--bytes-per-token must be a multiple of 4");
   auto state = std::make_shared<ShmWorker>();  // each forked worker gets its own copy
@@ -63,6 +64,11 @@ Result<std::unique_ptr<BenchPath>> StartShmPath(const BenchOptions& o, const std
     LMC_RETURN_IF_ERROR(state->client->Register(context).status());
     if (state->client->ObjectBytes() != o.object_bytes()) return Internal("unexpected object size");
     state->buffers = MakePromptBuffers(o, w);
+    // The client maps the pool's pages in the background; the rounds measure
+    // the steady state, not the first touch of each page.
+    if (!state->client->WaitPoolWarm(std::chrono::minutes(5))) {
+      return Internal("the client did not map the pool's pages within 5 minutes");
+    }
     return Status::Ok();
   };
   auto store = [&o, state](int w) -> Status {
@@ -111,7 +117,8 @@ Result<std::unique_ptr<BenchPath>> StartShmPath(const BenchOptions& o, const std
                        client::Client::Connect(admin_options));
   // Between rounds the pool is emptied (every lock is released by then).
   return std::unique_ptr<BenchPath>(std::make_unique<PhasedPath>(
-      o, std::move(workers), [admin] { return admin->Call("clear", {}).status(); }, nullptr));
+      o, std::move(workers), [admin] { return admin->Call("clear", {}).status(); }, nullptr,
+      server_pid));
 }
 
 }  // namespace lmcache::bench

@@ -26,13 +26,23 @@ std::string FindServerBinary(const std::string& given) {
 
 namespace {
 
-Status WaitPrefaulted(client::Client& client) {
-  for (int i = 0; i < 12'000; ++i) {
-    LMC_ASSIGN_OR_RETURN(const ServerStats stats, ServerStats::Fetch(client));
-    if (stats.Number("l1.unready_bytes") == 0) return Status::Ok();
+// Generous: a busy 2-core machine pre-faults a few GiB in tens of seconds.
+constexpr auto kStartupBound = std::chrono::seconds(120);
+
+// A request that times out while the server is busy starting is asked again:
+// only the overall bound fails the start.
+Status WaitPrefaulted(client::Client& client, const std::string& which) {
+  const auto deadline = std::chrono::steady_clock::now() + kStartupBound;
+  Status last = Status::Ok();
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto stats = ServerStats::Fetch(client);
+    if (stats.ok() && stats->Number("l1.unready_bytes") == 0) return Status::Ok();
+    if (!stats.ok()) last = stats.status();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return Status(ErrorCode::kTimeout, "the pool was not pre-faulted within 120 s");
+  return Status(ErrorCode::kTimeout, which + ": the pool was not pre-faulted within 120 s" +
+                                         (last.ok() ? "" : " (last stats request: " +
+                                                               last.ToString() + ")"));
 }
 
 }  // namespace
@@ -64,24 +74,27 @@ Result<std::unique_ptr<LocalServer>> LocalServer::Start(const std::string& binar
     std::fprintf(stderr, "cannot run %s\n", binary.c_str());
     _exit(127);
   }
+  const std::string which = name + " (" + binary + ", pid " + std::to_string(server->pid_) +
+                            ", " + server->url_ + "; its log is on stderr above)";
   client::ClientOptions options;
   options.url = server->url_;
-  options.request_timeout = std::chrono::milliseconds(500);
+  options.request_timeout = std::chrono::milliseconds(500);  // per ping; retried below
   LMC_ASSIGN_OR_RETURN(auto client, client::Client::Connect(options));
-  for (int i = 0; i < 240; ++i) {
+  const auto deadline = std::chrono::steady_clock::now() + kStartupBound;
+  while (std::chrono::steady_clock::now() < deadline) {
     if (client->Ping().ok()) {
       // A benchmark measures the steady state: stores made while the pool is
       // still being pre-faulted in the background wait for its pages.
-      LMC_RETURN_IF_ERROR(WaitPrefaulted(*client));
+      LMC_RETURN_IF_ERROR(WaitPrefaulted(*client, which));
       return server;
     }
     int status = 0;
     if (waitpid(server->pid_, &status, WNOHANG) == server->pid_) {
       server->pid_ = -1;
-      return Status(ErrorCode::kUnavailable, binary + " exited during startup (see its log above)");
+      return Status(ErrorCode::kUnavailable, which + " exited during startup");
     }
   }
-  return Status(ErrorCode::kTimeout, binary + " did not answer within 120 s");
+  return Status(ErrorCode::kTimeout, which + " did not answer a ping within 120 s");
 }
 
 LocalServer::~LocalServer() {
