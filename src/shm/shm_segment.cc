@@ -208,8 +208,9 @@ void ShmSegment::PrefaultRange(std::uint64_t offset, std::uint64_t length,
 std::uint64_t ShmSegment::WrittenEnd(std::uint64_t from) const {
   if (from >= size_) return size_;
   const off_t hole = lseek(fd_.get(), static_cast<off_t>(from), SEEK_HOLE);
-  // A filesystem without SEEK_HOLE (hugetlbfs) reports the end of the file:
-  // its pages are reserved when the server maps them, so reading one never fails.
+  // hugetlbfs has no holes to report (the end of the file comes back): its
+  // pages are reserved when the server maps the segment, so reading one never
+  // fails. An error means: touch nothing (the copies will fault instead).
   if (hole < 0) return from;
   return std::min<std::uint64_t>(static_cast<std::uint64_t>(hole), size_);
 }
