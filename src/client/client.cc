@@ -255,9 +255,12 @@ Result<Registration> Client::Register(const EngineContext& c) {
     return Status(ErrorCode::kNotSupported, "the server offers no shared-memory pool");
   }
   if (r.object_bytes == 0) return mp::Malformed("registration", "no object_bytes");
-  LMC_ASSIGN_OR_RETURN(impl_->pool, shm::ShmSegment::Attach(r.shm_name, r.pool_size));
-  impl_->warmer.reset();
-  if (impl_->options.prefault_pool) impl_->warmer = std::make_unique<shm::PageWarmer>(impl_->pool.get());
+  LMC_ASSIGN_OR_RETURN(auto pool, shm::ShmSegment::Attach(r.shm_name, r.pool_size));
+  impl_->warmer.reset();  // it reads the old mapping: stopped before that goes
+  impl_->pool = std::move(pool);
+  if (impl_->options.prefault_pool) {
+    impl_->warmer = std::make_unique<shm::PageWarmer>(impl_->pool.get());
+  }
   impl_->object_bytes = r.object_bytes;
   LMC_ASSIGN_OR_RETURN(impl_->chunk_size, GetChunkSize());
   impl_->engine = c;

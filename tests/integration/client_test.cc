@@ -153,6 +153,27 @@ TEST_F(ClientTest, PingInfoAndRegistration) {
   EXPECT_TRUE(client->Unregister().ok());
 }
 
+TEST_F(ClientTest, RegisteringAgainWhileThePoolIsStillWarmingIsSafe) {
+  // The first Register() starts the page warmer over the 512 MiB pool (about
+  // half a second of reads here); registering again at once maps the pool
+  // anew, and the old warmer must be gone before the old mapping is.
+  auto client = Connected(107);
+  EngineContext context;
+  context.instance_id = 107;
+  context.model_name = "test-model";
+  context.num_layers = 4;
+  context.hidden_dim_size = 256;
+  for (int again = 0; again < 3; ++again) {
+    ASSERT_TRUE(client->Register(context).ok());
+  }
+  EXPECT_TRUE(client->WaitPoolWarm(std::chrono::seconds(60)));
+  const std::vector<std::uint32_t> tokens = Prompt(512, 7107, 512);
+  ASSERT_TRUE(StoreChunks(*client, tokens, 2, "rewarm").ok());
+  auto loaded = LoadAndVerify(*client, tokens, "rewarm-load");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(*loaded, 2u);
+}
+
 TEST_F(ClientTest, StoreThenRetrieveLargeChunksByteExact) {
   // 16 MiB objects, so copies are split across threads. Another model name:
   // one (model, world size) has one layout.
