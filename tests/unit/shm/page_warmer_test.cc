@@ -15,6 +15,18 @@ namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
 
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kThreadSanitizer = true;
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+#else
+constexpr bool kThreadSanitizer = false;
+#endif
+
 long MinorFaults() {
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
@@ -40,7 +52,9 @@ TEST(PageWarmer, AfterWarmingACopyIntoEveryPageTakesNoFault) {
   const long before = MinorFaults();
   std::memcpy((*client)->base(), source.data(), source.size());
   // Without the warmer this copy takes 16384 faults (one per 4 KiB page).
-  EXPECT_LT(MinorFaults() - before, 64);
+  // Under TSan the count is of TSan's own shadow pages for the copied range
+  // (16384 as well), so only the other builds can assert it.
+  if (!kThreadSanitizer) EXPECT_LT(MinorFaults() - before, 64);
   EXPECT_EQ((*server)->base()[64 * kMiB - 1], std::byte{7});
 }
 
