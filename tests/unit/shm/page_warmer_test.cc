@@ -54,7 +54,9 @@ TEST(PageWarmer, AfterWarmingACopyIntoEveryPageTakesNoFault) {
   // Without the warmer this copy takes 16384 faults (one per 4 KiB page).
   // Under TSan the count is of TSan's own shadow pages for the copied range
   // (16384 as well), so only the other builds can assert it.
-  if (!kThreadSanitizer) EXPECT_LT(MinorFaults() - before, 64);
+  if (!kThreadSanitizer) {
+    EXPECT_LT(MinorFaults() - before, 64);
+  }
   EXPECT_EQ((*server)->base()[64 * kMiB - 1], std::byte{7});
 }
 
