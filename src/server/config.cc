@@ -126,7 +126,7 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--l1-hugepages", c->l1_hugepages,
                  "Huge pages for the L1 pool: auto uses them where the mount of /dev/shm gives "
                  "them (hugetlbfs, or tmpfs with huge=within_size|always|advise), on refuses to "
-                 "start without them, off never asks (docs/deploy.md)")
+                 "start without them, off never asks (docs/deploy/README.md)")
       ->capture_default_str();
   app.add_option("--prefault-threads", c->prefault_threads,
                  "Threads that pre-fault the pool at startup; 0 = one per core")

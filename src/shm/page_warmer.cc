@@ -48,9 +48,11 @@ void PageWarmer::Run(std::chrono::milliseconds give_up_after) {
     // One look at the file per written run: finding its end walks its pages.
     const std::uint64_t end = segment_->WrittenEnd(position);
     if (end > position) {
-      for (; position < end && !Stopped(); position += std::min(kSliceBytes, end - position)) {
-        segment_->ReadTouch(position, std::min(kSliceBytes, end - position));
-        warmed_.store(position + std::min(kSliceBytes, end - position), std::memory_order_release);
+      while (position < end && !Stopped()) {
+        const std::uint64_t slice = std::min(kSliceBytes, end - position);
+        segment_->ReadTouch(position, slice);
+        position += slice;
+        warmed_.store(position, std::memory_order_release);
       }
       last_progress = std::chrono::steady_clock::now();
       continue;

@@ -96,8 +96,10 @@ void L1Cache::PrefaultInBackground(unsigned threads, std::uint64_t step,
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - prefault_started_).count();
-  prefault_seconds_.store(seconds);
-  if (stop_prefault_.load() || prefault_failed_.load()) return;
+  if (stop_prefault_.load() || prefault_failed_.load()) {
+    prefault_seconds_.store(seconds);
+    return;
+  }
   ReportPrefaultDone(seconds, " in the background");
 }
 

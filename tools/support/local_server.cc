@@ -40,7 +40,8 @@ Status WaitPrefaulted(client::Client& client, const std::string& which) {
     if (!stats.ok()) last = stats.status();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return Status(ErrorCode::kTimeout, which + ": the pool was not pre-faulted within 120 s" +
+  return Status(ErrorCode::kTimeout, which + ": the pool was not pre-faulted within " +
+                                         std::to_string(kStartupBound.count()) + " s" +
                                          (last.ok() ? "" : " (last stats request: " +
                                                                last.ToString() + ")"));
 }
@@ -94,7 +95,8 @@ Result<std::unique_ptr<LocalServer>> LocalServer::Start(const std::string& binar
       return Status(ErrorCode::kUnavailable, which + " exited during startup");
     }
   }
-  return Status(ErrorCode::kTimeout, which + " did not answer a ping within 120 s");
+  return Status(ErrorCode::kTimeout, which + " did not answer a ping within " +
+                                         std::to_string(kStartupBound.count()) + " s");
 }
 
 LocalServer::~LocalServer() {
