@@ -24,6 +24,7 @@ FIELDS = [
     "l2_index_rebuild_seconds", "l2_index_rebuild_objects", "resp_store_gbps", "resp_load_gbps",
     "raw_redis_set_gbps", "raw_redis_get_gbps", "resp_store_vs_raw", "resp_load_vs_raw",
     "cross_node_gbps", "store_faults_per_mib", "retrieve_faults_per_mib",
+    "stream_copy_gbps", "store_vs_stream_copy", "retrieve_vs_stream_copy",
 ]
 # Counts that may be zero (every other field is a positive rate or time).
 COUNTS = {"store_faults_per_mib", "retrieve_faults_per_mib"}
@@ -31,7 +32,8 @@ COUNTS = {"store_faults_per_mib", "retrieve_faults_per_mib"}
 # path may take, workers and server together. A copy into or out of a mapped,
 # resident pool takes none; 1 MiB of untouched 4 KiB pages takes 256.
 MAX_FAULTS_PER_MIB = 4.0
-SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "shm_vs_socket", "shm_vs_redis",
+SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "store_vs_stream_copy",
+           "retrieve_vs_stream_copy", "shm_vs_socket", "shm_vs_redis",
            "ping_vs_echo", "l2_store_vs_disk", "l2_load_vs_disk", "resp_store_vs_raw",
            "resp_load_vs_raw"]
 

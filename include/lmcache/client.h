@@ -34,8 +34,9 @@ struct ClientOptions {
   std::string url = "tcp://127.0.0.1:5555";  // tcp://HOST:PORT or ipc:///PATH
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::milliseconds request_timeout{30000};
-  // Threads for copies into and out of the pool; 0 = one per core. Copies
-  // below 8 MiB stay on the calling thread.
+  // Threads for copies into and out of the pool, the calling one included;
+  // 0 = one per core. They are started at Connect() and kept: a forked child
+  // must connect its own Client. Copies below 8 MiB stay on the caller.
   unsigned copy_threads = 0;
   // From Register() on, map every page of the pool into this process on a
   // background thread (one read per page), so copies pay no page fault: a

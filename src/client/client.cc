@@ -9,6 +9,7 @@
 #include "common/msgpack_cursor.h"
 #include "common/mutex.h"
 #include "common/parallel.h"
+#include "common/stream_copy.h"
 #include "lmcache/protocol.h"
 #include "protocol/wire_codec.h"
 #include "shm/page_warmer.h"
@@ -27,21 +28,23 @@ struct CopyPiece {
   std::size_t size;
 };
 
-// Copies every piece; above kParallelCopyBytes the bytes are split evenly over threads.
-void ParallelCopy(const std::vector<CopyPiece>& pieces, unsigned threads) {
+// Copies every piece with streaming stores (nobody here reads the destination
+// next); above kParallelCopyBytes the bytes are split evenly over the
+// client's copy threads (kept for its life: issue 18).
+void ParallelCopy(const std::vector<CopyPiece>& pieces, ParallelRunner* copiers) {
   std::size_t total = 0;
   for (const CopyPiece& p : pieces) total += p.size;
-  if (total < kParallelCopyBytes || threads == 1) {
-    for (const CopyPiece& p : pieces) std::memcpy(p.dst, p.src, p.size);
+  if (total < kParallelCopyBytes || copiers == nullptr) {
+    for (const CopyPiece& p : pieces) StreamCopy(p.dst, p.src, p.size);
     return;
   }
   // Treat the pieces as one byte range [0, total) and give each thread a slice.
-  ParallelFor(total, 1u << 20, threads, [&pieces](std::size_t begin, std::size_t end) {
+  copiers->Run(total, 1u << 20, [&pieces](std::size_t begin, std::size_t end) {
     std::size_t base = 0;
     for (const CopyPiece& p : pieces) {
       const std::size_t lo = std::max(begin, base);
       const std::size_t hi = std::min(end, base + p.size);
-      if (lo < hi) std::memcpy(p.dst + (lo - base), p.src + (lo - base), hi - lo);
+      if (lo < hi) StreamCopy(p.dst + (lo - base), p.src + (lo - base), hi - lo);
       base += p.size;
       if (base >= end) break;
     }
@@ -102,6 +105,7 @@ struct Client::Impl {
   std::int64_t chunk_size = 0;
   std::unique_ptr<shm::ShmSegment> pool;
   std::unique_ptr<shm::PageWarmer> warmer;  // declared after the pool: goes first
+  std::unique_ptr<ParallelRunner> copiers;  // null with one copy thread
 
   // Sends one request and waits for its reply; returns the value frame or the
   // server's error. Replies to earlier, timed-out requests are skipped.
@@ -188,6 +192,9 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   auto impl = std::make_unique<Impl>();
   impl->options = options;
   if (impl->options.copy_threads == 0) impl->options.copy_threads = HardwareThreads();
+  if (impl->options.copy_threads > 1) {
+    impl->copiers = std::make_unique<ParallelRunner>(impl->options.copy_threads);
+  }
   try {
     impl->socket.set(zmq::sockopt::linger, 0);
     impl->socket.set(zmq::sockopt::connect_timeout,
@@ -311,7 +318,7 @@ Result<StoreResult> Client::Store(const KeySpec& key,
     LMC_ASSIGN_OR_RETURN(std::byte * dst, impl_->PoolBytes(reply.slots[i]));
     pieces.push_back({dst, chunks[index].data(), chunks[index].size()});
   }
-  ParallelCopy(pieces, impl_->options.copy_threads);
+  ParallelCopy(pieces, impl_->copiers.get());
   LMC_ASSIGN_OR_RETURN(const std::string committed,
                        impl_->CallOp(Op::kCommitStore, {std::move(key_frame), impl_->InstanceFrame(),
                                                         Encoder().Bin("").Take()}));
@@ -361,7 +368,7 @@ Status Client::Retrieve(const KeySpec& key, std::span<const std::span<std::byte>
       }
       pieces.push_back({out[i].data(), *src, out[i].size()});
     }
-    if (copy_status.ok()) ParallelCopy(pieces, impl_->options.copy_threads);
+    if (copy_status.ok()) ParallelCopy(pieces, impl_->copiers.get());
   }
   // Release the locks whatever happened to the copy.
   Status commit = impl_->CallOp(Op::kCommitRetrieve, {std::move(key_frame), impl_->InstanceFrame()}).status();

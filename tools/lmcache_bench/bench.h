@@ -106,7 +106,9 @@ class PageBuffer {
 struct PromptBuffers {
   std::vector<PageBuffer> data;
   std::vector<PageBuffer> out;
-  Status Verify() const;  // out == data, after a retrieve
+  // out == data, after a retrieve; then overwrites `out`, so that every round
+  // is checked on bytes it wrote itself (untimed).
+  Status Verify();
 };
 
 // Page faults (minor and major) process `pid` has taken so far, from

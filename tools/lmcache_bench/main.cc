@@ -56,6 +56,7 @@ Result<PathResults> MeasurePaths(const BenchOptions& o, const std::string& url, 
     Progress("round " + std::to_string(round + 1) + " of " + std::to_string(o.rounds));
     LMC_ASSIGN_OR_RETURN(const RoundSample copied, memcpy_path->Round());
     result.memcpy_gbps.push_back(copied.store_gbps);
+    result.stream_copy_gbps.push_back(copied.stream_copy_gbps.value_or(0));
     LMC_ASSIGN_OR_RETURN(const RoundSample through_shm, shm->Round());
     result.shm.Add(through_shm);
     LMC_ASSIGN_OR_RETURN(const RoundSample through_socket, socket->Round());

@@ -25,6 +25,9 @@ struct RoundSample {
   // its server where the bench knows the pid); absent where not counted.
   std::optional<double> store_faults_per_mib;
   std::optional<double> retrieve_faults_per_mib;
+  // The memcpy path only: the same round's bytes copied chunk by chunk with
+  // the client's copy kernel (StreamCopy).
+  std::optional<double> stream_copy_gbps;
 };
 
 class BenchPath {
@@ -33,7 +36,8 @@ class BenchPath {
   virtual Result<RoundSample> Round() = 0;
 };
 
-// `workers` threads memcpy the round's bytes (store and retrieve are the same copy).
+// `workers` threads memcpy the round's bytes (store and retrieve are the same
+// copy), then copy them again with StreamCopy (`stream_copy_gbps`).
 Result<std::unique_ptr<BenchPath>> StartMemcpyPath(const BenchOptions& options);
 // The shared-memory path through the real RPCs of the server at `url`
 // (`server_pid` > 0: its page faults are counted with the workers').

@@ -84,6 +84,9 @@ std::string PathJson(const PathResults& p) {
       << ", \"socket_retrieve_gbps\": " << Number(Median(p.socket.retrieve_gbps))
       << ", \"store_vs_memcpy\": " << SpreadJson(ratios.store_vs_memcpy)
       << ", \"retrieve_vs_memcpy\": " << SpreadJson(ratios.retrieve_vs_memcpy)
+      << ", \"stream_copy_gbps\": " << Number(Median(p.stream_copy_gbps))
+      << ", \"store_vs_stream_copy\": " << SpreadJson(ratios.store_vs_stream_copy)
+      << ", \"retrieve_vs_stream_copy\": " << SpreadJson(ratios.retrieve_vs_stream_copy)
       << ", \"shm_vs_socket\": " << SpreadJson(ratios.shm_vs_socket) << "}";
   return out.str();
 }
@@ -115,6 +118,8 @@ PathRatios RatiosOf(const PathResults& p) {
   PathRatios r;
   r.store_vs_memcpy = OverMemcpy(p.shm.store_gbps, p.memcpy_gbps);
   r.retrieve_vs_memcpy = OverMemcpy(p.shm.retrieve_gbps, p.memcpy_gbps);
+  r.store_vs_stream_copy = OverMemcpy(p.shm.store_gbps, p.stream_copy_gbps);
+  r.retrieve_vs_stream_copy = OverMemcpy(p.shm.retrieve_gbps, p.stream_copy_gbps);
   r.shm_vs_socket = RoundTripSpread(p.shm, p.socket);
   if (p.redis) r.shm_vs_redis = RoundTripSpread(p.shm, *p.redis);
   return r;
@@ -172,6 +177,9 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"cross_node_gbps", r.resp ? Figure(r.resp->cross_node_gbps) : std::nullopt},
       {"store_faults_per_mib", Figure(m.shm.store_faults_per_mib)},
       {"retrieve_faults_per_mib", Figure(m.shm.retrieve_faults_per_mib)},
+      {"stream_copy_gbps", Figure(m.stream_copy_gbps)},
+      {"store_vs_stream_copy", RatioOr(ratios.store_vs_stream_copy, measured)},
+      {"retrieve_vs_stream_copy", RatioOr(ratios.retrieve_vs_stream_copy, measured)},
   };
 }
 
@@ -190,6 +198,8 @@ void PrintTable(const BenchReport& r) {
   };
   const double memcpy_gbps = Median(r.main.memcpy_gbps);
   std::printf("  %-22s %14.2f %14.2f\n", "memcpy (reference)", memcpy_gbps, memcpy_gbps);
+  const double stream_gbps = Median(r.main.stream_copy_gbps);
+  std::printf("  %-22s %14.2f %14.2f\n", "StreamCopy (reference)", stream_gbps, stream_gbps);
   row("lmcache shm (RPCs)", r.main.shm);
   row("copy through socket", r.main.socket);
   if (r.main.redis) {
@@ -212,6 +222,8 @@ void PrintTable(const BenchReport& r) {
   std::printf("\n  per-round ratios:\n");
   spread("store_vs_memcpy", ratios.store_vs_memcpy);
   spread("retrieve_vs_memcpy", ratios.retrieve_vs_memcpy);
+  spread("store_vs_stream_copy", ratios.store_vs_stream_copy);
+  spread("retrieve_vs_stream_copy", ratios.retrieve_vs_stream_copy);
   spread("shm_vs_socket", ratios.shm_vs_socket);
   if (ratios.shm_vs_redis) spread("shm_vs_redis", *ratios.shm_vs_redis);
   spread("ping_vs_echo", r.latencies.ping_vs_echo);
@@ -260,6 +272,8 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
   const PathRatios ratios = RatiosOf(r.main);
   out << "  \"spread\": {\"store_vs_memcpy\": " << SpreadJson(ratios.store_vs_memcpy)
       << ", \"retrieve_vs_memcpy\": " << SpreadJson(ratios.retrieve_vs_memcpy)
+      << ", \"store_vs_stream_copy\": " << SpreadJson(ratios.store_vs_stream_copy)
+      << ", \"retrieve_vs_stream_copy\": " << SpreadJson(ratios.retrieve_vs_stream_copy)
       << ", \"shm_vs_socket\": " << SpreadJson(ratios.shm_vs_socket) << ", \"shm_vs_redis\": "
       << (ratios.shm_vs_redis ? SpreadJson(*ratios.shm_vs_redis) : "null")
       << ", \"ping_vs_echo\": " << SpreadJson(r.latencies.ping_vs_echo) << ", \"l2_store_vs_disk\": "
@@ -272,6 +286,7 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << (r.resp ? SpreadJson(PerRound(r.resp->load_gbps, r.resp->reference_read_gbps)) : "null")
       << "},\n";
   out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
+      << ", \"stream_copy_gbps\": " << Samples(r.main.stream_copy_gbps)
       << ", \"store_gbps\": " << Samples(r.main.shm.store_gbps)
       << ", \"retrieve_gbps\": " << Samples(r.main.shm.retrieve_gbps)
       << ", \"socket_store_gbps\": " << Samples(r.main.socket.store_gbps)

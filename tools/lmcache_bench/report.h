@@ -33,6 +33,7 @@ struct PathResults {
   std::uint64_t object_bytes = 0;
   int workers = 0;
   std::vector<double> memcpy_gbps;
+  std::vector<double> stream_copy_gbps;  // the client's copy kernel, same rounds
   PathSamples shm;
   PathSamples socket;
   std::optional<PathSamples> redis;  // absent with --skip-redis (and in sweep points)
@@ -42,6 +43,8 @@ struct PathResults {
 struct PathRatios {
   Spread store_vs_memcpy;
   Spread retrieve_vs_memcpy;
+  Spread store_vs_stream_copy;
+  Spread retrieve_vs_stream_copy;
   Spread shm_vs_socket;
   std::optional<Spread> shm_vs_redis;
 };
