@@ -19,26 +19,40 @@
 namespace lmcache {
 namespace {
 
-std::string LookupKeyFrame(std::size_t tokens) {
+// Token ids drawn from: 0 = Llama 3's whole vocabulary, uniformly (uint16 and
+// uint32 items mixed at random: the decoder's worst case); 1 = ids of 2^24 and
+// more (what lmcache-bench sends: all uint32); 2 = the first 32000 ids with
+// one in eight a fixint (digits and punctuation), closer to English text.
+std::uint32_t TokenId(std::mt19937& rng, std::int64_t mix) {
+  if (mix == 1) return (1u << 24) + rng() % 1000000;
+  if (mix == 2) return rng() % 8 == 0 ? rng() % 128 : 128 + rng() % 31872;
+  return rng() % 128256;
+}
+
+std::string LookupKeyFrame(std::size_t tokens, std::int64_t mix = 0) {
   IpcKey key;
   key.model_name = "meta-llama/Llama-3.1-8B-Instruct";
   key.worker_id.reset();
   std::mt19937 rng(1);
-  for (std::size_t i = 0; i < tokens; ++i) key.token_ids.push_back(rng() % 128256);  // Llama 3
+  for (std::size_t i = 0; i < tokens; ++i) key.token_ids.push_back(TokenId(rng, mix));
   key.end = static_cast<std::int64_t>(tokens);
   key.request_id = "bench";
   return protocol::EncodeIpcKey(key);
 }
 
 void BM_DecodeLookupKey(benchmark::State& state) {
-  const std::string frame = LookupKeyFrame(static_cast<std::size_t>(state.range(0)));
+  const std::string frame =
+      LookupKeyFrame(static_cast<std::size_t>(state.range(0)), state.range(1));
   for (auto _ : state) {
     auto key = protocol::DecodeIpcKey(frame);
     benchmark::DoNotOptimize(key);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(frame.size()));
 }
-BENCHMARK(BM_DecodeLookupKey)->Arg(4096)->Arg(131072)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeLookupKey)
+    ->ArgsProduct({{4096, 131072}, {0, 1, 2}})
+    ->ArgNames({"tokens", "mix"})
+    ->Unit(benchmark::kMicrosecond);
 
 // What a client pays before a lookup of `tokens` tokens leaves it.
 void BM_EncodeLookupKey(benchmark::State& state) {

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstring>
 
 #include "common/utf8.h"
 
@@ -209,16 +210,80 @@ Result<bool> MsgpackCursor::ReadBool(std::string_view what) {
   return value == 1;
 }
 
+namespace {
+
+// Token arrays are decoded a run of kRunItems at a time where the run's items
+// all have one width (a prompt's ids mostly do: one tokenizer range, or the
+// fixints of digits and punctuation). A run's item positions are known in
+// advance, so its loads do not wait on each other; item by item, each
+// position waits on the previous item's type byte.
+constexpr std::size_t kRunItems = 8;
+// Items decoded one by one after a failed run check (a mispredicted branch):
+// codec_bench's mixed-width keys decode within a few % of a decoder without
+// runs, keys of one width 2.5x faster.
+constexpr std::uint32_t kScalarStretch = 32;
+
+// True when the kRunItems items at `p`, `stride` bytes apart, all start with `type`.
+bool IsRun(const std::uint8_t* p, std::uint8_t type, std::size_t stride) {
+  bool same = true;
+  for (std::size_t k = 0; k < kRunItems; ++k) same &= p[k * stride] == type;
+  return same;
+}
+
+// Decodes one run at `p` into `out` if the next items form one; returns the
+// bytes it consumed (0: not a run, or too few bytes left for one).
+std::size_t DecodeRun(const std::uint8_t* p, std::size_t left, std::uint32_t* out) {
+  if (left >= kRunItems * 5 && IsRun(p, 0xce, 5)) {  // uint32
+    for (std::size_t k = 0; k < kRunItems; ++k) {
+      std::uint32_t v;
+      std::memcpy(&v, p + k * 5 + 1, sizeof(v));
+      out[k] = __builtin_bswap32(v);
+    }
+    return kRunItems * 5;
+  }
+  if (left >= kRunItems * 3 && IsRun(p, 0xcd, 3)) {  // uint16
+    for (std::size_t k = 0; k < kRunItems; ++k) {
+      out[k] = static_cast<std::uint32_t>(p[k * 3 + 1]) << 8 | p[k * 3 + 2];
+    }
+    return kRunItems * 3;
+  }
+  if (left >= kRunItems) {  // positive fixints: one byte each, high bit clear
+    std::uint64_t word;
+    std::memcpy(&word, p, sizeof(word));
+    if ((word & 0x8080808080808080ull) == 0) {
+      for (std::size_t k = 0; k < kRunItems; ++k) out[k] = p[k];
+      return kRunItems;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 Result<std::vector<std::uint32_t>> MsgpackCursor::ReadUint32Array(std::string_view what) {
   LMC_ASSIGN_OR_RETURN(const std::uint32_t count, ReadArrayHeader(what));
   std::vector<std::uint32_t> values(count);
   const auto* bytes = reinterpret_cast<const std::uint8_t*>(data_.data());
   const std::size_t size = data_.size();
   std::size_t pos = pos_;
-  for (std::uint32_t i = 0; i < count; ++i) {
-    // Token ids are fixints (< 128), uint8, uint16 or uint32: each form is read
-    // directly. (A branch-free table decode measured slower: the table load
-    // lengthens the chain from one item's position to the next.)
+  std::uint32_t i = 0;
+  std::uint32_t scalar_until = 0;  // after a failed run check, item by item up to here
+  while (i < count) {
+    if (i >= scalar_until && count - i >= kRunItems) {
+      const std::size_t used = DecodeRun(bytes + pos, size - pos, values.data() + i);
+      if (used > 0) {
+        pos += used;
+        i += kRunItems;
+        continue;
+      }
+      // Mixed widths here: the next items go one by one, so a prompt with no
+      // runs pays one failed check per kScalarStretch items, not one per item.
+      scalar_until = i + kScalarStretch;
+    }
+    // One item. Token ids are fixints (< 128), uint8, uint16 or uint32: each
+    // form is read directly. (Branch-free decodes, by table or arithmetic,
+    // measured slower on ids of one dominant width, the common case: the
+    // chain from one item's type byte to the next item's position grows.)
     if (pos >= size) return Truncated(what);
     const std::uint8_t b = bytes[pos];
     if (b <= 0x7f) {
@@ -245,6 +310,7 @@ Result<std::vector<std::uint32_t>> MsgpackCursor::ReadUint32Array(std::string_vi
       }
       return Malformed(what, "item " + std::to_string(i) + " is not an integer in [0, 2^32)");
     }
+    ++i;
   }
   pos_ = pos;
   return values;

@@ -36,6 +36,47 @@ TEST(MsgpackCursor, AcceptsAUint64FormOfASmallValueAndRejectsLargeOnes) {
   EXPECT_NE(bad.status().message().find("item 0"), std::string::npos);
 }
 
+// Token arrays are decoded a run of 8 same-width items at a time where they
+// can be (issue 18): runs of every width, runs broken by one odd item at every
+// position, and runs that end where the array does, all decode exactly.
+TEST(MsgpackCursor, TokenRunsOfEveryWidthDecodeExactly) {
+  const std::vector<std::uint32_t> widths = {5, 200, 40000, 70000, 1u << 31};
+  for (const std::uint32_t base : widths) {
+    for (const std::uint32_t odd : widths) {
+      for (std::size_t at = 0; at < 40; at += 3) {
+        std::vector<std::uint32_t> ids(37 + at % 8);
+        for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = base + static_cast<std::uint32_t>(i % 3);
+        if (at < ids.size()) ids[at] = odd;
+        Encoder e;
+        e.Array(static_cast<std::uint32_t>(ids.size()));
+        for (const std::uint32_t id : ids) e.Uint(id);
+        auto decoded = MsgpackCursor(e.bytes()).ReadUint32Array("tokens");
+        ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+        ASSERT_EQ(*decoded, ids) << "base " << base << " odd " << odd << " at " << at;
+      }
+    }
+  }
+}
+
+// A run's items are checked like single ones: a cut inside a run is
+// truncation, a foreign type in the middle of a run is named by its index.
+TEST(MsgpackCursor, TokenRunsAreCheckedLikeSingleItems) {
+  Encoder e;
+  e.Array(16);
+  for (int i = 0; i < 16; ++i) e.Uint(70000 + i);  // uint32: 5 bytes each
+  const std::string full = e.Take();
+  for (std::size_t cut = 1; cut < full.size(); ++cut) {
+    EXPECT_EQ(MsgpackCursor(std::string_view(full).substr(0, cut)).ReadUint32Array("t").status().code(),
+              ErrorCode::kMalformedRequest)
+        << "cut at " << cut;
+  }
+  std::string foreign = full;
+  foreign[3 + 5 * 5] = '\xd2';  // item 5 becomes an int32
+  auto bad = MsgpackCursor(foreign).ReadUint32Array("t");
+  EXPECT_EQ(bad.status().code(), ErrorCode::kMalformedRequest);
+  EXPECT_NE(bad.status().message().find("item 5"), std::string::npos) << bad.status().ToString();
+}
+
 TEST(MsgpackCursor, TruncatedInputIsAnErrorAtEveryCut) {
   Encoder e;
   e.Map(2).Str("tokens").Array(3).Uint(1).Uint(70000).Uint(300).Str("name").Str("abc");
