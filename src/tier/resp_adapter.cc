@@ -376,26 +376,27 @@ std::vector<Status> RespAdapter::Store(std::span<const L2Write> objects) {
   results.reserve(objects.size());
   const std::string ttl = std::to_string(config_.ttl_seconds);
   const std::size_t slice = std::max<std::uint32_t>(1, config_.max_in_flight);
-  // In slices, so at most max_in_flight values are copied out of L1 at once.
+  // In slices of max_in_flight: the pipeline a node gets at once (the values
+  // are sent from L1 as they lie, under the store controller's read lease).
   for (std::size_t begin = 0; begin < objects.size(); begin += slice) {
     const std::size_t end = std::min(objects.size(), begin + slice);
-    std::vector<std::string> keys, values;
+    std::vector<std::string> keys, headers;
     std::vector<Op> ops(end - begin);
     keys.reserve(ops.size());
-    values.reserve(ops.size());
+    headers.reserve(ops.size());
     for (std::size_t i = begin; i < end; ++i) {
       const L2Write& object = objects[i];
       keys.push_back(RespObjectKey(config_.key_prefix, *object.key));
-      std::string value = EncodeObjectHeader(*object.key, object.bytes, 8);
-      const std::size_t header = value.size();
-      value.resize(header + object.bytes.size());
-      std::memcpy(value.data() + header, object.bytes.data(), object.bytes.size());
-      values.push_back(std::move(value));
+      headers.push_back(EncodeObjectHeader(*object.key, object.bytes, 8));
       Op& op = ops[i - begin];
       op.key = keys.back();
       op.command = config_.ttl_seconds == 0
-                       ? Command({"SET", keys.back(), values.back()})
-                       : Command({"SET", keys.back(), values.back(), "EX", ttl});
+                       ? Command({"SET", keys.back(), headers.back()})
+                       : Command({"SET", keys.back(), headers.back(), "EX", ttl});
+      // The value is header + payload; the payload is sent from L1 as it lies.
+      op.command.continued = 2;
+      op.command.continuation = std::string_view(
+          reinterpret_cast<const char*>(object.bytes.data()), object.bytes.size());
     }
     Execute(ops);
     for (std::size_t i = 0; i < ops.size(); ++i) {

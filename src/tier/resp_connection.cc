@@ -1,8 +1,11 @@
 #include "tier/resp_connection.h"
 
 #include <hiredis/hiredis.h>
+#include <limits.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -190,19 +193,40 @@ Status RespConnection::TransportError(std::string_view what) {
                 std::string(what) + ": " + std::string(context_->errstr));
 }
 
-Result<std::vector<RespReply>> RespConnection::Pipeline(std::span<const RespCommand> commands) {
-  if (broken_) return Status(ErrorCode::kUnavailable, "the connection is broken");
-  std::array<const char*, 6> argv{};
-  std::array<std::size_t, 6> lengths{};
-  for (const RespCommand& command : commands) {
-    for (int i = 0; i < command.argc; ++i) {
-      argv[i] = command.args[i].data();
-      lengths[i] = command.args[i].size();
+Status RespConnection::Write(RespRequest& request) {
+  const std::vector<iovec>& pieces = request.Pieces();
+  std::vector<iovec> left(pieces.begin(), pieces.end());
+  std::size_t first = 0;
+  while (first < left.size()) {
+    const int count = static_cast<int>(std::min<std::size_t>(left.size() - first, IOV_MAX));
+    const ssize_t n = ::writev(context_->fd, left.data() + first, count);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      broken_ = true;
+      const bool timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+      return Status(timeout ? ErrorCode::kTimeout : ErrorCode::kUnavailable,
+                    std::string("sending commands: ") +
+                        (timeout ? "timed out" : n == 0 ? "nothing written" : std::strerror(errno)));
     }
-    if (redisAppendCommandArgv(context_, command.argc, argv.data(), lengths.data()) != REDIS_OK) {
-      return TransportError("queueing a command");
+    auto written = static_cast<std::size_t>(n);
+    while (first < left.size() && written >= left[first].iov_len) {
+      written -= left[first].iov_len;
+      ++first;
+    }
+    if (written > 0) {  // part of one piece went
+      left[first].iov_base = static_cast<char*>(left[first].iov_base) + written;
+      left[first].iov_len -= written;
     }
   }
+  return Status::Ok();
+}
+
+Result<std::vector<RespReply>> RespConnection::Pipeline(std::span<const RespCommand> commands) {
+  if (broken_) return Status(ErrorCode::kUnavailable, "the connection is broken");
+  RespRequest request;
+  for (const RespCommand& command : commands) request.Add(command);
+  LMC_RETURN_IF_ERROR(Write(request));
+  // hiredis's output buffer stays empty: redisGetReply only reads and parses.
   std::vector<RespReply> replies;
   replies.reserve(commands.size());
   for (std::size_t i = 0; i < commands.size(); ++i) {

@@ -1,6 +1,8 @@
 // RespConnection: one blocking connection to one Redis (or Valkey) node over
-// TCP or a unix socket, through hiredis, with a timeout on connect and on
-// every command, and commands sent pipelined.
+// TCP or a unix socket, with a timeout on connect and on every command, and
+// commands sent pipelined. hiredis connects and parses the replies; requests
+// are written by writev() from a RespRequest, so large values leave from
+// where they lie (resp_request.h).
 //
 // A connection whose transport failed (refused, reset, timed out, a protocol
 // error) is broken for good: the caller drops it and opens another, so a
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "lmcache/status.h"
+#include "tier/resp_request.h"
 
 struct redisContext;
 struct redisReply;
@@ -55,12 +58,6 @@ struct ReplyDeleter {
 };
 using RespReply = std::unique_ptr<redisReply, ReplyDeleter>;
 
-// One command: up to six arguments (SET key value EX ttl is the longest).
-struct RespCommand {
-  std::array<std::string_view, 6> args{};
-  int argc = 0;
-};
-
 class RespConnection {
  public:
   static Result<RespConnection> Open(const RespEndpoint& endpoint,
@@ -80,6 +77,9 @@ class RespConnection {
  private:
   explicit RespConnection(redisContext* context);
   Status TransportError(std::string_view what);
+  // Writes the whole request to the socket (the send timeout applies to each
+  // writev); on failure the connection is broken.
+  Status Write(RespRequest& request);
 
   redisContext* context_ = nullptr;
   bool broken_ = false;

@@ -74,16 +74,20 @@ class DiskReference final : public L2Reference {
 // Raw SET and GET of the same values through hiredis, pipelined as the resp
 // adapter pipelines (16 commands at a time), on the same Redis: what the
 // adapter adds (header, checksum, routing, the server's write-behind and
-// prefetch) is the difference.
+// prefetch) is the difference. Every round writes new keys, as the adapter
+// does (its rounds store new prompts): overwriting the same keys let Redis
+// reuse the memory it had just freed, while the adapter's SETs made Redis
+// take and fault in new memory, and the ratio measured that difference.
 class RawRedisReference final : public L2Reference {
  public:
   explicit RawRedisReference(std::string socket_path) : socket_path_(std::move(socket_path)) {}
 
   Result<double> Write(const std::vector<std::span<const std::byte>>& objects) override {
+    generation_ += 1;
     return Pipelined(
         objects.size(), TotalBytes(objects),
         [&](redisContext* c, std::size_t i) {
-          const std::string key = "raw:" + std::to_string(i);
+          const std::string key = KeyOf(i);
           const char* argv[] = {"SET", key.data(),
                                 reinterpret_cast<const char*>(objects[i].data())};
           const std::size_t lengths[] = {3, key.size(), objects[i].size()};
@@ -96,7 +100,7 @@ class RawRedisReference final : public L2Reference {
     return Pipelined(
         objects.size(), TotalBytes(objects),
         [&](redisContext* c, std::size_t i) {
-          const std::string key = "raw:" + std::to_string(i);
+          const std::string key = KeyOf(i);
           const char* argv[] = {"GET", key.data()};
           const std::size_t lengths[] = {3, key.size()};
           redisAppendCommandArgv(c, 2, argv, lengths);
@@ -110,6 +114,9 @@ class RawRedisReference final : public L2Reference {
 
  private:
   static constexpr std::size_t kDepth = 16;
+  std::string KeyOf(std::size_t i) const {
+    return "raw:" + std::to_string(generation_) + ":" + std::to_string(i);
+  }
   struct ContextFree {
     void operator()(redisContext* c) const { redisFree(c); }
   };
@@ -147,6 +154,7 @@ class RawRedisReference final : public L2Reference {
   }
 
   std::string socket_path_;
+  std::uint64_t generation_ = 0;  // of the last Write: Read reads its keys
 };
 
 // Page-aligned memory for one round's objects (direct I/O needs it).
