@@ -59,7 +59,7 @@ void BM_EncodeLookupKey(benchmark::State& state) {
   IpcKey key;
   key.model_name = "meta-llama/Llama-3.1-8B-Instruct";
   std::mt19937 rng(1);
-  for (std::int64_t i = 0; i < state.range(0); ++i) key.token_ids.push_back(rng() % 128256);
+  for (std::int64_t i = 0; i < state.range(0); ++i) key.token_ids.push_back(TokenId(rng, state.range(1)));
   key.end = state.range(0);
   key.request_id = "bench";
   for (auto _ : state) {
@@ -67,7 +67,10 @@ void BM_EncodeLookupKey(benchmark::State& state) {
     benchmark::DoNotOptimize(frame);
   }
 }
-BENCHMARK(BM_EncodeLookupKey)->Arg(4096)->Arg(131072)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_EncodeLookupKey)
+    ->ArgsProduct({{4096, 131072}, {0, 1, 2}})
+    ->ArgNames({"tokens", "mix"})
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_HashPromptChunks(benchmark::State& state) {
   const auto tokens = static_cast<std::size_t>(state.range(0));

@@ -2,6 +2,7 @@
 
 #include "common/utf8.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -172,6 +173,57 @@ Encoder& Encoder::Uint(std::uint64_t value) {
 }
 static_assert(std::endian::native == std::endian::little, "UintArray writes little-endian words");
 
+namespace {
+
+// Token ids are encoded 8 at a time: where the 8 share one form (a prompt's
+// ids mostly fall in one tokenizer range) they are written without choosing
+// a form per id; otherwise each id picks its own, without a branch.
+constexpr std::size_t kGroup = 8;
+
+// Writes `v` in its shortest form at `out`, as one 8-byte store; returns its length.
+std::size_t PutShortest(char* out, std::uint32_t v) {
+  // Branch-free: token ids are random in size, so a branch per form mispredicts.
+  const std::uint64_t forms[4] = {
+      v,                                                                       // fixint
+      0xccu | (static_cast<std::uint64_t>(v) << 8),                            // uint8
+      0xcdu | (static_cast<std::uint64_t>(__builtin_bswap16(static_cast<std::uint16_t>(v))) << 8),
+      0xceu | (static_cast<std::uint64_t>(__builtin_bswap32(v)) << 8),        // uint32
+  };
+  const unsigned form = static_cast<unsigned>(v > 0x7f) + static_cast<unsigned>(v > 0xff) +
+                        static_cast<unsigned>(v > 0xffff);
+  std::memcpy(out, &forms[form], sizeof(std::uint64_t));  // little-endian: byte 0 first
+  return (0x05030201u >> (form * 8)) & 0xff;               // lengths 1, 2, 3, 5
+}
+
+// Writes a group of kGroup ids that all take one form; returns the bytes
+// written, or 0 when they do not share one.
+std::size_t PutGroup(char* out, const std::uint32_t* v) {
+  std::uint32_t low = v[0];
+  std::uint32_t high = v[0];
+  for (std::size_t k = 1; k < kGroup; ++k) {
+    low = std::min(low, v[k]);
+    high = std::max(high, v[k]);
+  }
+  if (low > 0xffff) {  // all uint32
+    for (std::size_t k = 0; k < kGroup; ++k) {
+      const std::uint64_t word = 0xceu | static_cast<std::uint64_t>(__builtin_bswap32(v[k])) << 8;
+      std::memcpy(out + k * 5, &word, sizeof(word));
+    }
+    return kGroup * 5;
+  }
+  if (low > 0xff && high <= 0xffff) {  // all uint16
+    for (std::size_t k = 0; k < kGroup; ++k) {
+      const std::uint32_t word =
+          0xcdu | static_cast<std::uint32_t>(__builtin_bswap16(static_cast<std::uint16_t>(v[k]))) << 8;
+      std::memcpy(out + k * 3, &word, sizeof(word));
+    }
+    return kGroup * 3;
+  }
+  return 0;
+}
+
+}  // namespace
+
 Encoder& Encoder::UintArray(std::span<const std::uint32_t> values) {
   Array(static_cast<std::uint32_t>(values.size()));
   const std::size_t start = buffer_.size();
@@ -179,19 +231,16 @@ Encoder& Encoder::UintArray(std::span<const std::uint32_t> values) {
   // 8-byte store, so 3 bytes of slack follow the last one.
   buffer_.resize(start + values.size() * 5 + 3);
   char* out = buffer_.data() + start;
-  for (const std::uint32_t v : values) {
-    // Branch-free: token ids are random in size, so a branch per form mispredicts.
-    const std::uint64_t forms[4] = {
-        v,                                                                       // fixint
-        0xccu | (static_cast<std::uint64_t>(v) << 8),                            // uint8
-        0xcdu | (static_cast<std::uint64_t>(__builtin_bswap16(static_cast<std::uint16_t>(v))) << 8),
-        0xceu | (static_cast<std::uint64_t>(__builtin_bswap32(v)) << 8),        // uint32
-    };
-    const unsigned form = static_cast<unsigned>(v > 0x7f) + static_cast<unsigned>(v > 0xff) +
-                          static_cast<unsigned>(v > 0xffff);
-    std::memcpy(out, &forms[form], sizeof(std::uint64_t));  // little-endian: byte 0 first
-    out += (0x05030201u >> (form * 8)) & 0xff;               // lengths 1, 2, 3, 5
+  std::size_t i = 0;
+  for (; i + kGroup <= values.size(); i += kGroup) {
+    const std::size_t written = PutGroup(out, values.data() + i);
+    if (written > 0) {
+      out += written;
+      continue;
+    }
+    for (std::size_t k = 0; k < kGroup; ++k) out += PutShortest(out, values[i + k]);
   }
+  for (; i < values.size(); ++i) out += PutShortest(out, values[i]);
   buffer_.resize(static_cast<std::size_t>(out - buffer_.data()));
   return *this;
 }

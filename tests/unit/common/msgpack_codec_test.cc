@@ -385,6 +385,27 @@ TEST(MsgpackEncoder, UintArrayIsTheSameBytesAsOneUintPerValue) {
             Encoder().Str("k").Raw(Encoder().UintArray(values).Take()).Take());
 }
 
+// Ids are written 8 at a time where the 8 share one form (issue 18): groups of
+// every form, groups that straddle a form boundary by one id at every
+// position, and tails shorter than a group, all come out as msgpack-c's own
+// packer writes the same vector (shortest forms, the reference's bytes).
+TEST(MsgpackEncoder, UintArrayGroupsMatchMsgpackCsPacker) {
+  const std::vector<std::uint32_t> bases = {3, 0x90, 0x1234, 0x12345, 0x7fffff00};
+  for (const std::uint32_t base : bases) {
+    for (const std::uint32_t odd : bases) {
+      for (std::size_t at = 0; at < 27; at += 2) {
+        std::vector<std::uint32_t> values(19 + at % 9);
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] = base + static_cast<std::uint32_t>(i);
+        if (at < values.size()) values[at] = odd;
+        msgpack::sbuffer packed;
+        msgpack::pack(packed, values);
+        EXPECT_EQ(Encoder().UintArray(values).Take(), std::string(packed.data(), packed.size()))
+            << "base " << base << " odd " << odd << " at " << at;
+      }
+    }
+  }
+}
+
 TEST(MsgpackEncoder, NestedArrayAndMapRoundTrip) {
   Encoder e;
   e.Map(2).Str("ids").Array(3).Int(1).Int(-2).Uint(3).Str("meta").Map(1).Str("ok").Bool(true);
