@@ -284,60 +284,92 @@ void RespAdapter::NodeFailed(Node* node, const Status& why) {
   node->retry_at = clock_->NowMs() + config_.retry_interval.count();
 }
 
+bool RespAdapter::Redirected(Op* op, std::string_view error, bool* refresh) {
+  const auto redirect = ParseRedirection(error);
+  if (!redirect) return false;
+  redirections_.fetch_add(1, std::memory_order_relaxed);
+  if (redirect->ask) {
+    op->ask_endpoint = redirect->endpoint;
+  } else {
+    MutexLock lock(&topology_mu_);
+    slots_.Move(redirect->slot, redirect->endpoint);
+    NodeNamed(redirect->endpoint);
+    *refresh = true;
+  }
+  return true;
+}
+
+bool RespAdapter::RunPipeline(RespConnection& connection, std::span<Op* const> ops,
+                              bool* refresh) {
+  std::vector<RespCommand> commands;
+  std::vector<Op*> answered_by;  // the op each reply answers; nullptr for ASKING
+  for (Op* op : ops) {
+    if (!op->ask_endpoint.empty()) {
+      commands.push_back(Command({"ASKING"}));
+      answered_by.push_back(nullptr);
+    }
+    commands.push_back(op->command);
+    answered_by.push_back(op);
+  }
+  auto fail = [&ops](const Status& status) {
+    for (Op* op : ops) {
+      op->error = status;
+      op->done = true;
+    }
+    return false;
+  };
+  // Bulk replies go where their op's sink says.
+  auto file = [this, refresh](Op* op, bool error, std::string_view text) {
+    op->ask_endpoint.clear();
+    if (error && Redirected(op, text, refresh)) return;  // not done: sent again
+    op->done = true;
+  };
+  if (ops.front()->sink) {
+    const BulkSink sink = [&answered_by](std::size_t index, std::uint64_t length,
+                                         std::span<const std::byte> head) {
+      Op* op = answered_by[index];
+      return op != nullptr ? op->sink(length, head) : BulkPlacement{};
+    };
+    auto replies = connection.PipelineStreamed(commands, sink);
+    if (!replies.ok()) return fail(replies.status());
+    for (std::size_t r = 0; r < replies->size(); ++r) {
+      Op* op = answered_by[r];
+      if (op == nullptr) continue;
+      op->streamed = std::move((*replies)[r]);
+      file(op, op->streamed.kind == StreamedReply::Kind::kError, op->streamed.text);
+    }
+    return true;
+  }
+  auto replies = connection.Pipeline(commands);
+  if (!replies.ok()) return fail(replies.status());
+  for (std::size_t r = 0; r < replies->size(); ++r) {
+    Op* op = answered_by[r];
+    if (op == nullptr) continue;
+    op->reply = std::move((*replies)[r]);
+    file(op, IsErrorReply(*op->reply), ReplyText(*op->reply));
+  }
+  return true;
+}
+
 bool RespAdapter::RunOnNode(Node* node, std::vector<Op*>& ops) {
   auto connection = Acquire(node);
   // A node that cannot be reached may have failed over or left the cluster:
   // ask the others who serves its slots now (rate-limited by the caller).
   bool refresh = !connection.ok();
   const std::size_t depth = std::max<std::size_t>(1, config_.max_in_flight);
-  std::vector<RespCommand> commands;
   for (std::size_t begin = 0; begin < ops.size(); begin += depth) {
-    const std::size_t end = std::min(ops.size(), begin + depth);
+    const std::span<Op* const> slice(ops.data() + begin, std::min(ops.size(), begin + depth) - begin);
     if (!connection.ok()) {
-      for (std::size_t i = begin; i < end; ++i) {
-        ops[i]->error = connection.status();
-        ops[i]->done = true;
+      for (Op* op : slice) {
+        op->error = connection.status();
+        op->done = true;
       }
       continue;
     }
-    commands.clear();
-    for (std::size_t i = begin; i < end; ++i) {
-      if (!ops[i]->ask_endpoint.empty()) commands.push_back(Command({"ASKING"}));
-      commands.push_back(ops[i]->command);
-    }
-    auto replies = connection->Pipeline(commands);
-    if (!replies.ok()) {
-      NodeFailed(node, replies.status());
-      for (std::size_t i = begin; i < end; ++i) {
-        ops[i]->error = replies.status();
-        ops[i]->done = true;
-      }
-      connection = replies.status();  // the later slices fail at once too
+    if (!RunPipeline(*connection, slice, &refresh)) {
+      NodeFailed(node, slice.front()->error);
+      connection = slice.front()->error;  // the later slices fail at once too
       refresh = true;
-      continue;
-    }
-    std::size_t r = 0;
-    for (std::size_t i = begin; i < end; ++i) {
-      Op* op = ops[i];
-      if (!op->ask_endpoint.empty()) ++r;  // the ASKING reply
-      RespReply reply = std::move((*replies)[r++]);
-      op->ask_endpoint.clear();
-      if (IsErrorReply(*reply)) {
-        if (auto redirect = ParseRedirection(ReplyText(*reply))) {
-          redirections_.fetch_add(1, std::memory_order_relaxed);
-          if (redirect->ask) {
-            op->ask_endpoint = redirect->endpoint;
-          } else {
-            MutexLock lock(&topology_mu_);
-            slots_.Move(redirect->slot, redirect->endpoint);
-            NodeNamed(redirect->endpoint);
-            refresh = true;
-          }
-          continue;  // not done: sent again to where it was redirected
-        }
-      }
-      op->reply = std::move(reply);
-      op->done = true;
     }
   }
   if (connection.ok()) Release(node, std::move(*connection));
@@ -448,21 +480,46 @@ std::vector<L2LoadOutcome> RespAdapter::Load(std::span<const L2Read> reads) {
     std::vector<std::string> names;
     names.reserve(end - begin);
     std::vector<Op> ops(end - begin);
+    // What each reply's head said, seen by the sink before the payload lands.
+    std::vector<std::optional<ObjectHeader>> headers(end - begin);
+    std::vector<L2LoadOutcome> unplaced(end - begin, L2LoadOutcome::kCorrupt);
     for (std::size_t i = begin; i < end; ++i) {
+      const std::size_t at = i - begin;
       names.push_back(RespObjectKey(config_.key_prefix, *reads[i].key));
-      ops[i - begin].key = names.back();
-      ops[i - begin].command = Command({"GET", names.back()});
+      Op& op = ops[at];
+      op.key = names.back();
+      op.command = Command({"GET", names.back()});
+      // The payload goes straight into its L1 slot when the value is what a
+      // SET of ours wrote for an object of this size.
+      op.sink = [&read = reads[i], &header = headers[at], &why = unplaced[at]](
+                    std::uint64_t length, std::span<const std::byte> head) -> BulkPlacement {
+        header.reset();
+        auto parsed = ParseObjectHeader(head);
+        if (!parsed.ok() || parsed->header_bytes + parsed->payload_bytes != length) {
+          why = L2LoadOutcome::kCorrupt;  // truncated or padded: not what a SET wrote
+          return {};
+        }
+        // Another server of the fleet registered this model with another
+        // geometry: its object is intact but not ours to load (or delete).
+        if (parsed->payload_bytes != read.out.size()) {
+          why = L2LoadOutcome::kMissing;
+          return {};
+        }
+        const std::uint64_t skip = parsed->header_bytes;
+        header = std::move(parsed).value();
+        return {read.out, skip};
+      };
     }
     Execute(ops);
     std::vector<Op> deletes;
     for (std::size_t i = begin; i < end; ++i) {
-      const L2LoadOutcome outcome = Verify(ops[i - begin], reads[i]);
+      const std::size_t at = i - begin;
+      const L2LoadOutcome outcome = Verify(ops[at], reads[i], headers[at], unplaced[at]);
       if (outcome == L2LoadOutcome::kCorrupt) {
-        corrupt_log_.Log(spdlog::level::warn, "resp L2: {} failed its check; deleted",
-                         names[i - begin]);
+        corrupt_log_.Log(spdlog::level::warn, "resp L2: {} failed its check; deleted", names[at]);
         Op& del = deletes.emplace_back();
-        del.key = names[i - begin];
-        del.command = Command({"DEL", names[i - begin]});
+        del.key = names[at];
+        del.command = Command({"DEL", names[at]});
       }
       counters_.CountLoad(outcome, reads[i].out.size());
       outcomes.push_back(outcome);
@@ -472,23 +529,21 @@ std::vector<L2LoadOutcome> RespAdapter::Load(std::span<const L2Read> reads) {
   return outcomes;
 }
 
-L2LoadOutcome RespAdapter::Verify(const Op& op, const L2Read& read) {
-  if (!op.error.ok() || op.reply == nullptr) return L2LoadOutcome::kFailed;
-  const redisReply& reply = *op.reply;
-  if (reply.type == REDIS_REPLY_NIL) return L2LoadOutcome::kMissing;
-  if (reply.type != REDIS_REPLY_STRING) return L2LoadOutcome::kFailed;  // an error reply
-  const auto bytes = std::as_bytes(std::span(reply.str, reply.len));
-  auto header = ParseObjectHeader(bytes);
-  if (!header.ok()) return L2LoadOutcome::kCorrupt;
-  if (header->header_bytes + header->payload_bytes != bytes.size()) {
-    return L2LoadOutcome::kCorrupt;  // truncated or padded: not what a SET wrote
+L2LoadOutcome RespAdapter::Verify(const Op& op, const L2Read& read,
+                                  const std::optional<ObjectHeader>& header,
+                                  L2LoadOutcome unplaced) {
+  if (!op.error.ok()) return L2LoadOutcome::kFailed;
+  switch (op.streamed.kind) {
+    case StreamedReply::Kind::kNil:
+      return L2LoadOutcome::kMissing;
+    case StreamedReply::Kind::kBulk:
+      break;
+    default:
+      return L2LoadOutcome::kFailed;  // an error reply
   }
-  // Another server of the fleet registered this model with another geometry:
-  // its object is intact but not ours to load (and not ours to delete).
-  if (header->payload_bytes != read.out.size()) return L2LoadOutcome::kMissing;
-  std::memcpy(read.out.data(), bytes.data() + header->header_bytes, read.out.size());
+  if (!op.streamed.placed || !header) return unplaced;
   return VerifyObject(*header, *read.key, read.out).ok() ? L2LoadOutcome::kLoaded
-                                                         : L2LoadOutcome::kCorrupt;
+                                                        : L2LoadOutcome::kCorrupt;
 }
 
 L2AdapterStats RespAdapter::Stats() const {

@@ -27,8 +27,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,7 @@
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "tier/l2_adapter.h"
+#include "tier/object_format.h"
 #include "tier/resp_cluster.h"
 #include "tier/resp_connection.h"
 
@@ -81,10 +84,15 @@ class RespAdapter final : public L2Adapter {
 
   // One command for one key, routed by the key's slot; the result is its reply
   // or why there is none. Public for the tests of routing and redirection.
+  // With a `sink`, the op's reply is read by a RespReplyStream into
+  // `streamed` (a bulk string's bytes go where the sink says); without one,
+  // hiredis parses it into `reply`. The ops of one Execute are all of one kind.
   struct Op {
     RespCommand command;
     std::string_view key;
     RespReply reply;
+    std::function<BulkPlacement(std::uint64_t length, std::span<const std::byte> head)> sink;
+    StreamedReply streamed;
     Status error;
     bool done = false;
     std::string ask_endpoint;  // set by an ASK redirection
@@ -105,11 +113,19 @@ class RespAdapter final : public L2Adapter {
   // Runs the ops of one node in pipelines of max_in_flight; true when a
   // redirection or a transport failure calls for a topology refresh.
   bool RunOnNode(Node* node, std::vector<Op*>& ops);
+  // Sends one pipeline of `ops` (with ASKING before those redirected by ASK)
+  // and files each reply with its op; false when the transport failed (every
+  // op then carries the error). Sets *refresh on a MOVED redirection.
+  bool RunPipeline(RespConnection& connection, std::span<Op* const> ops, bool* refresh);
+  // A MOVED or ASK in `error`: records it and returns true (the op goes again).
+  bool Redirected(Op* op, std::string_view error, bool* refresh);
   Result<RespConnection> Acquire(Node* node);
   void Release(Node* node, RespConnection connection);
   void NodeFailed(Node* node, const Status& why);
-  // What a GET's reply means for `read`; copies the payload when it verifies.
-  static L2LoadOutcome Verify(const Op& op, const L2Read& read);
+  // What a GET's streamed reply means for `read`, whose payload the sink
+  // placed when `header` (parsed by the sink) matched it.
+  static L2LoadOutcome Verify(const Op& op, const L2Read& read,
+                              const std::optional<ObjectHeader>& header, L2LoadOutcome unplaced);
 
   const RespAdapterConfig config_;
   const std::vector<RespEndpoint> seeds_;

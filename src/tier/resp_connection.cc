@@ -239,4 +239,30 @@ Result<std::vector<RespReply>> RespConnection::Pipeline(std::span<const RespComm
   return replies;
 }
 
+Result<std::vector<StreamedReply>> RespConnection::PipelineStreamed(
+    std::span<const RespCommand> commands, const BulkSink& sink) {
+  if (broken_) return Status(ErrorCode::kUnavailable, "the connection is broken");
+  RespRequest request;
+  for (const RespCommand& command : commands) request.Add(command);
+  LMC_RETURN_IF_ERROR(Write(request));
+  // hiredis's reader holds no byte here: every earlier pipeline read exactly
+  // its replies, and Redis sends nothing unasked.
+  RespReplyStream stream(context_->fd);
+  std::vector<StreamedReply> replies;
+  replies.reserve(commands.size());
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    auto reply = stream.Next(i, sink);
+    if (!reply.ok()) {
+      broken_ = true;
+      return reply.status();
+    }
+    replies.push_back(std::move(reply).value());
+  }
+  if (!stream.drained()) {  // bytes nobody asked for: the stream is out of step
+    broken_ = true;
+    return Status(ErrorCode::kUnavailable, "redis sent more than the replies asked for");
+  }
+  return replies;
+}
+
 }  // namespace lmcache::tier

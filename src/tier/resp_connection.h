@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "lmcache/status.h"
+#include "tier/resp_reply_stream.h"
 #include "tier/resp_request.h"
 
 struct redisContext;
@@ -72,6 +73,11 @@ class RespConnection {
   // answer, not a transport failure. kUnavailable / kTimeout when the
   // transport failed; the connection is then broken.
   Result<std::vector<RespReply>> Pipeline(std::span<const RespCommand> commands);
+  // The same, with the replies read by a RespReplyStream: the bytes of a
+  // bulk string reply go where `sink` says (reply i is index i), never
+  // through hiredis's buffers. Arrays are not understood here.
+  Result<std::vector<StreamedReply>> PipelineStreamed(std::span<const RespCommand> commands,
+                                                      const BulkSink& sink);
   bool broken() const { return broken_; }
 
  private:
