@@ -54,7 +54,10 @@ int main(int argc, char** argv) {
   const std::filesystem::path requests = root / "request_fuzzer-seed";
   const std::filesystem::path frames = root / "wire_codec_fuzzer-seed";
   const std::filesystem::path objects = root / "l2_object_fuzzer-seed";
-  for (const auto& dir : {requests, frames, objects}) std::filesystem::create_directories(dir);
+  const std::filesystem::path replies = root / "resp_reply_fuzzer-seed";
+  for (const auto& dir : {requests, frames, objects, replies}) {
+    std::filesystem::create_directories(dir);
+  }
 
   // The op table as the fuzzer's service builds it (row indices by name).
   store::L1Config l1;
@@ -130,8 +133,14 @@ int main(int argc, char** argv) {
     const std::string payload(payload_bytes, '\x5a');
     const auto span = std::as_bytes(std::span(payload.data(), payload.size()));
     for (const std::size_t align : {1, 4096}) {
-      Write(objects / ("object-" + std::to_string(payload_bytes) + "-" + std::to_string(align)),
-            tier::EncodeObjectHeader(object_key, span, align) + payload);
+      const std::string object = tier::EncodeObjectHeader(object_key, span, align) + payload;
+      const std::string name = std::to_string(payload_bytes) + "-" + std::to_string(align);
+      Write(objects / ("object-" + name), object);
+      // A pipeline's replies as Redis sends them to the resp adapter: ASKING's
+      // OK, a redirection, an EXISTS count, a miss, then the GET of the object.
+      Write(replies / ("get-" + name), "+OK\r\n-ASK 866 127.0.0.1:7002\r\n:1\r\n$-1\r\n$" +
+                                           std::to_string(object.size()) + "\r\n" + object +
+                                           "\r\n");
     }
   }
   std::cout << "wrote " << n + 12 << " seeds\n";
