@@ -1,5 +1,7 @@
 #include "common/parallel.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace lmcache {
@@ -33,7 +35,7 @@ void ParallelFor(std::size_t count, std::size_t grain, unsigned threads, const R
   for (auto& t : pool) t.join();
 }
 
-ParallelRunner::ParallelRunner(unsigned threads) {
+ParallelRunner::ParallelRunner(unsigned threads) : owner_pid_(::getpid()) {
   if (threads == 0) threads = HardwareThreads();
   for (std::size_t i = 1; i < threads; ++i) helpers_.emplace_back([this, i] { HelperLoop(i); });
 }
@@ -50,8 +52,8 @@ ParallelRunner::~ParallelRunner() {
 void ParallelRunner::Run(std::size_t count, std::size_t grain, const RangeBody& body) {
   const auto ranges = SplitRanges(count, grain, threads());
   if (ranges.empty()) return;
-  if (ranges.size() == 1) {
-    body(ranges[0].first, ranges[0].second);
+  if (ranges.size() == 1 || ::getpid() != owner_pid_) {
+    for (const auto& [begin, end] : ranges) body(begin, end);
     return;
   }
   MutexLock run_lock(&run_mu_);

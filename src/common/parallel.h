@@ -8,7 +8,9 @@
 // creating, faulting in and unmapping a thread's stack on every call would
 // cost more than the parallelism gains (docs/performance.md, issue 18).
 // Thread-safety: ParallelFor is reentrant. ParallelRunner::Run may be called
-// from any thread; concurrent calls run one after the other. In both, `body`
+// from any thread; concurrent calls run one after the other. In a child
+// forked after the runner started (its helpers did not survive the fork),
+// Run does all the work on the calling thread instead of waiting for them. In both, `body`
 // is called concurrently on disjoint ranges and the call returns once every
 // range is done.
 #pragma once
@@ -64,6 +66,7 @@ class ParallelRunner {
   std::size_t unfinished_ LMC_GUARDED_BY(mu_) = 0;
   bool stopping_ LMC_GUARDED_BY(mu_) = false;
   std::vector<std::thread> helpers_;
+  const int owner_pid_;  // the process whose helpers these are
 };
 
 }  // namespace lmcache

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -79,6 +80,31 @@ TEST(ParallelRunner, ConcurrentCallersEachGetTheirWholeRange) {
     ASSERT_EQ(a[i].load(), 50) << i;
     ASSERT_EQ(b[i].load(), 50) << i;
   }
+}
+
+// A client forked after it connected: the child has the runner but not its
+// threads. Its Run must still cover everything, on the calling thread,
+// instead of waiting forever for helpers that do not exist.
+TEST(ParallelRunner, AForkedChildRunsEverythingItself) {
+  ParallelRunner runner(3);
+  runner.Run(30, 1, [](std::size_t, std::size_t) {});  // the helpers are up
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    alarm(10);  // a hang is a failure, not a stuck test
+    std::vector<int> hits(3000, 0);
+    runner.Run(hits.size(), 100, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) hits[i]++;
+    });
+    for (const int h : hits) {
+      if (h != 1) _exit(1);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was killed (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST(ParallelRunner, OneThreadRunsOnTheCaller) {
