@@ -5,6 +5,8 @@
 #include <bit>
 #include <cstring>
 
+#include "common/check.h"
+
 namespace lmcache::tier {
 namespace {
 
@@ -110,17 +112,42 @@ Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
   return header;
 }
 
-Status VerifyObject(const ObjectHeader& header, const store::ObjectKey& expected,
-                    std::span<const std::byte> payload) {
+PayloadChecksummer::PayloadChecksummer() : state_(XXH3_createState()) {
+  LMC_CHECK(state_ != nullptr);
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+PayloadChecksummer::~PayloadChecksummer() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void PayloadChecksummer::Add(std::span<const std::byte> piece) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), piece.data(), piece.size());
+  bytes_ += piece.size();
+}
+
+std::uint64_t PayloadChecksummer::Digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+}
+
+Status VerifyObjectSummed(const ObjectHeader& header, const store::ObjectKey& expected,
+                          std::uint64_t payload_bytes, std::uint64_t payload_checksum) {
   if (!(header.key == expected)) {
     return Corrupt("holds " + header.key.DebugString() + ", not " + expected.DebugString());
   }
-  if (payload.size() != header.payload_bytes) {
-    return Corrupt("payload of " + std::to_string(payload.size()) + " bytes, header says " +
+  if (payload_bytes != header.payload_bytes) {
+    return Corrupt("payload of " + std::to_string(payload_bytes) + " bytes, header says " +
                    std::to_string(header.payload_bytes));
   }
-  if (PayloadChecksum(payload) != header.payload_checksum) return Corrupt("payload checksum mismatch");
+  if (payload_checksum != header.payload_checksum) return Corrupt("payload checksum mismatch");
   return Status::Ok();
+}
+
+Status VerifyObject(const ObjectHeader& header, const store::ObjectKey& expected,
+                    std::span<const std::byte> payload) {
+  // The checksum is taken only once key and length agree.
+  if (!(header.key == expected) || payload.size() != header.payload_bytes) {
+    return VerifyObjectSummed(header, expected, payload.size(), header.payload_checksum);
+  }
+  return VerifyObjectSummed(header, expected, payload.size(), PayloadChecksum(payload));
 }
 
 }  // namespace lmcache::tier

@@ -69,4 +69,25 @@ Status VerifyObject(const ObjectHeader& header, const store::ObjectKey& expected
 
 std::uint64_t PayloadChecksum(std::span<const std::byte> payload);
 
+// PayloadChecksum of bytes that arrive piece by piece (a network read): the
+// same value as PayloadChecksum of the pieces joined.
+class PayloadChecksummer {
+ public:
+  PayloadChecksummer();
+  ~PayloadChecksummer();
+  PayloadChecksummer(const PayloadChecksummer&) = delete;
+  PayloadChecksummer& operator=(const PayloadChecksummer&) = delete;
+  void Add(std::span<const std::byte> piece);
+  std::uint64_t bytes() const { return bytes_; }
+  std::uint64_t Digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t, kept out of this header
+  std::uint64_t bytes_ = 0;
+};
+
+// VerifyObject for a payload whose checksum was taken as it arrived.
+Status VerifyObjectSummed(const ObjectHeader& header, const store::ObjectKey& expected,
+                          std::uint64_t payload_bytes, std::uint64_t payload_checksum);
+
 }  // namespace lmcache::tier

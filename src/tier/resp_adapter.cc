@@ -482,6 +482,8 @@ std::vector<L2LoadOutcome> RespAdapter::Load(std::span<const L2Read> reads) {
     std::vector<Op> ops(end - begin);
     // What each reply's head said, seen by the sink before the payload lands.
     std::vector<std::optional<ObjectHeader>> headers(end - begin);
+    // The payload's checksum, taken piece by piece as it arrives.
+    std::vector<std::unique_ptr<PayloadChecksummer>> sums(end - begin);
     std::vector<L2LoadOutcome> unplaced(end - begin, L2LoadOutcome::kCorrupt);
     for (std::size_t i = begin; i < end; ++i) {
       const std::size_t at = i - begin;
@@ -491,7 +493,7 @@ std::vector<L2LoadOutcome> RespAdapter::Load(std::span<const L2Read> reads) {
       op.command = Command({"GET", names.back()});
       // The payload goes straight into its L1 slot when the value is what a
       // SET of ours wrote for an object of this size.
-      op.sink = [&read = reads[i], &header = headers[at], &why = unplaced[at]](
+      op.sink = [&read = reads[i], &header = headers[at], &sum = sums[at], &why = unplaced[at]](
                     std::uint64_t length, std::span<const std::byte> head) -> BulkPlacement {
         header.reset();
         auto parsed = ParseObjectHeader(head);
@@ -507,14 +509,17 @@ std::vector<L2LoadOutcome> RespAdapter::Load(std::span<const L2Read> reads) {
         }
         const std::uint64_t skip = parsed->header_bytes;
         header = std::move(parsed).value();
-        return {read.out, skip};
+        sum = std::make_unique<PayloadChecksummer>();  // afresh: a redirected op is read again
+        return {read.out, skip, [summer = sum.get()](std::span<const std::byte> piece) {
+                  summer->Add(piece);
+                }};
       };
     }
     Execute(ops);
     std::vector<Op> deletes;
     for (std::size_t i = begin; i < end; ++i) {
       const std::size_t at = i - begin;
-      const L2LoadOutcome outcome = Verify(ops[at], reads[i], headers[at], unplaced[at]);
+      const L2LoadOutcome outcome = Verify(ops[at], reads[i], headers[at], sums[at].get(), unplaced[at]);
       if (outcome == L2LoadOutcome::kCorrupt) {
         corrupt_log_.Log(spdlog::level::warn, "resp L2: {} failed its check; deleted", names[at]);
         Op& del = deletes.emplace_back();
@@ -531,7 +536,7 @@ std::vector<L2LoadOutcome> RespAdapter::Load(std::span<const L2Read> reads) {
 
 L2LoadOutcome RespAdapter::Verify(const Op& op, const L2Read& read,
                                   const std::optional<ObjectHeader>& header,
-                                  L2LoadOutcome unplaced) {
+                                  const PayloadChecksummer* sum, L2LoadOutcome unplaced) {
   if (!op.error.ok()) return L2LoadOutcome::kFailed;
   switch (op.streamed.kind) {
     case StreamedReply::Kind::kNil:
@@ -541,9 +546,10 @@ L2LoadOutcome RespAdapter::Verify(const Op& op, const L2Read& read,
     default:
       return L2LoadOutcome::kFailed;  // an error reply
   }
-  if (!op.streamed.placed || !header) return unplaced;
-  return VerifyObject(*header, *read.key, read.out).ok() ? L2LoadOutcome::kLoaded
-                                                        : L2LoadOutcome::kCorrupt;
+  if (!op.streamed.placed || !header || sum == nullptr) return unplaced;
+  return VerifyObjectSummed(*header, *read.key, sum->bytes(), sum->Digest()).ok()
+             ? L2LoadOutcome::kLoaded
+             : L2LoadOutcome::kCorrupt;
 }
 
 L2AdapterStats RespAdapter::Stats() const {

@@ -123,9 +123,11 @@ class RespAdapter final : public L2Adapter {
   void Release(Node* node, RespConnection connection);
   void NodeFailed(Node* node, const Status& why);
   // What a GET's streamed reply means for `read`, whose payload the sink
-  // placed when `header` (parsed by the sink) matched it.
+  // placed (and `sum` checksummed as it arrived) when `header`, parsed by
+  // the sink, matched it; `unplaced` says what a value it refused was.
   static L2LoadOutcome Verify(const Op& op, const L2Read& read,
-                              const std::optional<ObjectHeader>& header, L2LoadOutcome unplaced);
+                              const std::optional<ObjectHeader>& header,
+                              const PayloadChecksummer* sum, L2LoadOutcome unplaced);
 
   const RespAdapterConfig config_;
   const std::vector<RespEndpoint> seeds_;

@@ -62,15 +62,18 @@ Result<std::string_view> RespReplyStream::Line() {
   }
 }
 
-Status RespReplyStream::ReadInto(std::span<std::byte> to) {
+Status RespReplyStream::ReadInto(std::span<std::byte> to,
+                                 const std::function<void(std::span<const std::byte>)>& arrived) {
   const std::size_t buffered = std::min(to.size(), end_ - begin_);
   std::memcpy(to.data(), buffer_.data() + begin_, buffered);
   begin_ += buffered;
+  if (arrived && buffered > 0) arrived(to.first(buffered));
   std::size_t done = buffered;
   while (done < to.size()) {
     const ssize_t n = ::recv(fd_, to.data() + done, to.size() - done, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return ReadFailure(n);
+    if (arrived) arrived(to.subspan(done, static_cast<std::size_t>(n)));
     done += static_cast<std::size_t>(n);
   }
   return Status::Ok();
@@ -97,7 +100,7 @@ Status RespReplyStream::ReadBulk(std::size_t index, std::uint64_t length, const 
                     place.to.size() == length - place.skip;
   if (fits) {
     LMC_RETURN_IF_ERROR(Discard(place.skip));
-    LMC_RETURN_IF_ERROR(ReadInto(place.to));
+    LMC_RETURN_IF_ERROR(ReadInto(place.to, place.arrived));
     reply->placed = true;
   } else {
     reply->text.assign(buffer_.data() + begin_, head);

@@ -40,9 +40,13 @@ struct StreamedReply {
 
 // Where bytes [skip, length) of a bulk string go. An empty `to` (or one that
 // does not hold exactly length - skip bytes) means: read and discard them.
+// `arrived`, when set, sees each piece of `to` as it lands, in order and
+// exactly once: a checksum computed there overlaps with the peer's sending
+// and reads bytes still in the cache.
 struct BulkPlacement {
   std::span<std::byte> to;
   std::uint64_t skip = 0;
+  std::function<void(std::span<const std::byte>)> arrived;
 };
 // Called for reply `index` of a pipeline once the first min(length,
 // kHeadBytes) bytes of its bulk string have arrived.
@@ -67,7 +71,9 @@ class RespReplyStream {
   Result<std::string_view> Line();
   Status ReadBulk(std::size_t index, std::uint64_t length, const BulkSink& sink,
                   StreamedReply* reply);
-  Status ReadInto(std::span<std::byte> to);   // buffered bytes first, then straight from the socket
+  // Buffered bytes first, then straight from the socket; `arrived` sees each piece.
+  Status ReadInto(std::span<std::byte> to,
+                  const std::function<void(std::span<const std::byte>)>& arrived);
   Status Discard(std::uint64_t bytes);
   Status ReadFailure(long result);
 

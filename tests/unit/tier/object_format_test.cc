@@ -79,6 +79,32 @@ TEST(ObjectFormatTest, TruncationAndPayloadDamageAndAnotherKeyAreRefused) {
   EXPECT_EQ(VerifyObject(*parsed, other, payload).code(), ErrorCode::kCorrupt);
 }
 
+// The resp adapter checksums a payload as its pieces arrive from the socket:
+// any split gives PayloadChecksum's value, and VerifyObjectSummed refuses
+// what VerifyObject refuses.
+TEST(ObjectFormatTest, APayloadChecksummedInPiecesIsTheSame) {
+  std::vector<std::byte> payload(100'000);
+  for (std::size_t i = 0; i < payload.size(); ++i) payload[i] = std::byte(static_cast<unsigned char>(i * 31 + 1));
+  const std::uint64_t whole = PayloadChecksum(payload);
+  for (const std::size_t piece : {std::size_t{1} << 20, std::size_t{4096}, std::size_t{333}, std::size_t{1}}) {
+    PayloadChecksummer summer;
+    for (std::size_t at = 0; at < payload.size(); at += piece) {
+      summer.Add(std::span(payload).subspan(at, std::min(piece, payload.size() - at)));
+    }
+    EXPECT_EQ(summer.Digest(), whole) << piece;
+    EXPECT_EQ(summer.bytes(), payload.size());
+  }
+  const store::ObjectKey key = testing::KeyN(4);
+  const std::string header_bytes = EncodeObjectHeader(key, payload, 1);
+  auto header = ParseObjectHeader(std::as_bytes(std::span(header_bytes.data(), header_bytes.size())));
+  ASSERT_TRUE(header.ok());
+  EXPECT_TRUE(VerifyObjectSummed(*header, key, payload.size(), whole).ok());
+  EXPECT_EQ(VerifyObjectSummed(*header, key, payload.size(), whole ^ 1).code(), ErrorCode::kCorrupt);
+  EXPECT_EQ(VerifyObjectSummed(*header, key, payload.size() - 1, whole).code(), ErrorCode::kCorrupt);
+  EXPECT_EQ(VerifyObjectSummed(*header, testing::KeyN(5), payload.size(), whole).code(),
+            ErrorCode::kCorrupt);
+}
+
 TEST(ObjectFormatTest, AnAbsurdHeaderLengthIsRefusedBeforeReading) {
   std::string header = EncodeObjectHeader(FullKey(), Payload(8), 1);
   const std::uint32_t huge = 1u << 30;

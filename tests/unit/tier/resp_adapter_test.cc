@@ -187,6 +187,28 @@ TEST_F(RespAdapterTest, CorruptAndTruncatedValuesAreMissesAndAreDeleted) {
   }
 }
 
+// A payload large enough to arrive in many reads, checksummed piece by piece
+// as it lands in L1: one byte changed near its end is still caught, and an
+// intact neighbour in the same pipeline still loads.
+TEST_F(RespAdapterTest, ALargePayloadDamagedNearItsEndIsCaught) {
+  RedisProcess redis;
+  auto adapter = Adapter(redis.unix_url());
+  const auto damaged = KeyN(11), intact = KeyN(12);
+  const auto bytes = Bytes(6 << 20, 9);
+  const std::vector<L2Write> writes = {{&damaged, bytes}, {&intact, bytes}};
+  for (const Status& s : adapter->Store(writes)) ASSERT_TRUE(s.ok());
+  redisReply* len = redis.Command({"STRLEN", RespObjectKey("t:", damaged)});
+  const std::string near_end = std::to_string(len->integer - 3);
+  freeReplyObject(len);
+  freeReplyObject(redis.Command({"SETRANGE", RespObjectKey("t:", damaged), near_end, "!"}));
+  std::vector<std::byte> out1(bytes.size()), out2(bytes.size());
+  const std::vector<L2Read> reads = {{&damaged, out1}, {&intact, out2}};
+  const auto outcomes = adapter->Load(reads);
+  EXPECT_EQ(outcomes[0], L2LoadOutcome::kCorrupt);
+  EXPECT_EQ(outcomes[1], L2LoadOutcome::kLoaded);
+  EXPECT_EQ(out2, bytes);
+}
+
 TEST_F(RespAdapterTest, AnotherGeometrysObjectIsAMissAndIsKept) {
   RedisProcess redis;
   auto adapter = Adapter(redis.unix_url());

@@ -54,6 +54,7 @@ TEST(RespReplyStream, ReadsEveryReplyTypeAtEverySplit) {
     std::thread sender = pair.Send(stream, piece);
     RespReplyStream replies(pair.reader.get());
     std::string placed(big.size() - 100, '\0');
+    std::string arrived;
     std::vector<std::uint64_t> lengths_seen;
     const BulkSink sink = [&](std::size_t index, std::uint64_t length,
                               std::span<const std::byte> head) -> BulkPlacement {
@@ -62,7 +63,12 @@ TEST(RespReplyStream, ReadsEveryReplyTypeAtEverySplit) {
       if (index != 5) return {};  // only the big one is placed, from byte 100 on
       EXPECT_EQ(std::string(reinterpret_cast<const char*>(head.data()), head.size()),
                 big.substr(0, head.size()));
-      return {std::as_writable_bytes(std::span(placed)), 100};
+      return {std::as_writable_bytes(std::span(placed)), 100,
+              [&](std::span<const std::byte> piece) {
+                // Each piece is seen once, in order, after it landed.
+                EXPECT_EQ(reinterpret_cast<const char*>(piece.data()), placed.data() + arrived.size());
+                arrived.append(reinterpret_cast<const char*>(piece.data()), piece.size());
+              }};
     };
     using Kind = StreamedReply::Kind;
     auto next = [&](std::size_t i) {
@@ -87,6 +93,7 @@ TEST(RespReplyStream, ReadsEveryReplyTypeAtEverySplit) {
     EXPECT_EQ(r.kind, Kind::kBulk);
     EXPECT_TRUE(r.placed);
     EXPECT_EQ(placed, big.substr(100)) << "piece " << piece;
+    EXPECT_EQ(arrived, placed) << "piece " << piece;
     r = next(6);  // a CRLF inside a bulk string is data
     EXPECT_FALSE(r.placed);
     EXPECT_EQ(r.text, "ab\r\nc");
