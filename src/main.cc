@@ -185,6 +185,8 @@ int main(int argc, char** argv) {
     http_config.host = config.http_host;
     http_config.port = config.http_port;
     http_config.read_only = config.http_read_only;
+    http_config.admin_token = config.http_admin_token;
+    http_config.admin_open = config.http_admin_open;
     auto started = lmcache::ops::HttpServer::Start(http_config, &service, &health);
     if (!started.ok()) {
       spdlog::critical("cannot start: {}", started.status().message());

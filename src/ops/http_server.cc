@@ -4,6 +4,9 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <string_view>
+
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
@@ -22,6 +25,48 @@ void Reply(httplib::Response& res, int status, const json& body) {
 
 void Error(httplib::Response& res, int status, const std::string& message) {
   Reply(res, status, json{{"error", message}});
+}
+
+// Equal or not, in a time that depends on the lengths only (a token is not
+// guessed byte by byte from response times).
+bool SameToken(std::string_view a, std::string_view b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto x = static_cast<unsigned char>(i < a.size() ? a[i] : 0);
+    const auto y = static_cast<unsigned char>(i < b.size() ? b[i] : 0);
+    diff |= static_cast<unsigned>(x ^ y);
+  }
+  return diff == 0;
+}
+
+// Answers a request to a route that changes something with its refusal, and
+// returns true, unless the configuration lets it through (HttpConfig).
+bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib::Response& res) {
+  if (config.read_only) {
+    Error(res, 403, "this server was started with --http-read-only");
+    return true;
+  }
+  if (config.admin_open) return false;
+  if (config.admin_token.empty()) {
+    Error(res, 403,
+          "routes that change anything are off: every local process reaches this port. Start "
+          "the server with --http-admin-token-file FILE and send 'Authorization: Bearer "
+          "<token>', or with --http-admin-open");
+    return true;
+  }
+  constexpr std::string_view kBearer = "Bearer ";
+  const std::string authorization = req.get_header_value("Authorization");
+  if (!std::string_view(authorization).starts_with(kBearer)) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    Error(res, 401, "this route needs 'Authorization: Bearer <token>' (--http-admin-token-file)");
+    return true;
+  }
+  if (!SameToken(std::string_view(authorization).substr(kBearer.size()), config.admin_token)) {
+    Error(res, 403, "wrong admin token");
+    return true;
+  }
+  return false;
 }
 
 json StatusJson(server::Service& service, const Health& health) {
@@ -132,7 +177,7 @@ void HttpServer::AddRoutes() {
   httplib::Server& s = *server_;
   server::Service& service = *service_;
   Health& health = *health_;
-  const bool read_only = config_.read_only;
+  const HttpConfig& config = config_;
 
   s.Get("/", [](const httplib::Request&, httplib::Response& res) {
     Reply(res, 200, {{"status", "ok"}, {"service", "lmcache-server"}, {"version", kVersion}});
@@ -158,8 +203,8 @@ void HttpServer::AddRoutes() {
   s.Get("/loglevel", [](const httplib::Request&, httplib::Response& res) {
     Reply(res, 200, {{"level", CurrentLogLevel()}});
   });
-  s.Put("/loglevel", [read_only](const httplib::Request& req, httplib::Response& res) {
-    if (read_only) return Error(res, 403, "this server was started with --http-read-only");
+  s.Put("/loglevel", [&config](const httplib::Request& req, httplib::Response& res) {
+    if (RefuseAdmin(config, req, res)) return;
     std::string level = req.get_param_value("level");
     if (level.empty() && !req.body.empty()) {
       const json body = json::parse(req.body, nullptr, false);
@@ -173,8 +218,8 @@ void HttpServer::AddRoutes() {
     spdlog::warn("log level set to {} over HTTP", level);
     Reply(res, 200, {{"level", CurrentLogLevel()}});
   });
-  s.Post("/clear-cache", [read_only, &service](const httplib::Request&, httplib::Response& res) {
-    if (read_only) return Error(res, 403, "this server was started with --http-read-only");
+  s.Post("/clear-cache", [&config, &service](const httplib::Request& req, httplib::Response& res) {
+    if (RefuseAdmin(config, req, res)) return;
     const std::uint64_t cleared = service.table().Clear(/*force=*/true);
     spdlog::warn("L1 cleared over HTTP: {} objects (locked ones retire when their leases end)",
                  cleared);

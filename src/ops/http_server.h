@@ -31,7 +31,11 @@ namespace lmcache::ops {
 struct HttpConfig {
   std::string host = "127.0.0.1";  // --http-host
   int port = 8080;                 // --http-port; 0 = disabled, -1 = any free port (tests)
-  bool read_only = false;          // --http-read-only
+  bool read_only = false;          // --http-read-only: mutating routes refused
+  // Mutating routes need 'Authorization: Bearer <admin_token>' when it is set,
+  // are open to every peer with admin_open, and are off otherwise.
+  std::string admin_token;  // --http-admin-token-file's content
+  bool admin_open = false;  // --http-admin-open
   std::size_t max_body_bytes = 64 * 1024;
   int io_timeout_seconds = 5;
   unsigned threads = 2;

@@ -198,10 +198,21 @@ void Requests(Exposition& x, const server::StatsSnapshot& s) {
           static_cast<double>(s.instances.pending_writes));
   x.Gauge(p + "pending_reads", "prepare_retrieve calls waiting for their commit.",
           static_cast<double>(s.instances.pending_reads));
+  const auto released = [&s](server::ReleaseCause cause) {
+    return static_cast<double>(s.released_instances[static_cast<std::size_t>(cause)]);
+  };
   x.Counter(p + "instances_reaped_total", "Instances unregistered by the reaper.",
-            static_cast<double>(s.reaped_instances));
+            released(server::ReleaseCause::kReaped));
   x.Counter(p + "instances_departed_total", "Instances whose connection closed.",
-            static_cast<double>(s.departed_instances));
+            released(server::ReleaseCause::kDisconnected));
+  for (std::size_t cause = 0; cause < server::kReleaseCauses; ++cause) {
+    x.Counter(p + "instances_released_total",
+              cause == 0 ? "Registrations ended, by cause (unregistered, disconnected, reaped, "
+                           "replaced)."
+                         : "",
+              static_cast<double>(s.released_instances[cause]),
+              {{"cause", server::ReleaseCauseName(static_cast<server::ReleaseCause>(cause))}});
+  }
   x.Gauge(p + "gpu_contexts", "GPU registrations with a device context (CUDA-IPC path).",
           static_cast<double>(s.gpu.contexts));
   x.Gauge(p + "gpu_closing_contexts", "Device contexts of departed workers waiting for their copies.",

@@ -34,6 +34,9 @@ bool MayRunDestructive(AdminAccess access, const RequestContext& context) {
   switch (access) {
     case AdminAccess::kAny: return true;
     case AdminAccess::kLocal: return context.local_peer;
+    // Every local user (and every container in the host's network namespace)
+    // reaches loopback tcp; only the server's user can open its ipc socket.
+    case AdminAccess::kIpc: return context.transport != Transport::kTcp;
     case AdminAccess::kOff: return false;
   }
   return false;
@@ -118,8 +121,9 @@ Result<std::string> AdminOps::Ping(const RequestContext& context,
 Result<std::string> AdminOps::Clear(const RequestContext& context, bool force) {
   if (!MayRunDestructive(state_->config().admin_access, context)) {
     return Status(ErrorCode::kPermissionDenied,
-                  "clear is not allowed from this connection (--admin-ops; the default allows "
-                  "it over ipc and from loopback addresses only)");
+                  "clear is not allowed from this connection (--admin-ops: the default, ipc, "
+                  "allows it only over an ipc endpoint (--url ipc:///PATH), whose 0600 mode "
+                  "limits it to the server's user)");
   }
   const std::uint64_t cleared = state_->table().Clear(force);
   spdlog::info("clear(force={}): {} objects removed", force, cleared);

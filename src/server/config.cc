@@ -1,7 +1,13 @@
 #include "server/config.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+#include <fstream>
 
 #include "common/logging.h"
 #include "common/system_info.h"
@@ -53,8 +59,9 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "was seen before skips hashing it); 0 disables")
       ->capture_default_str();
   app.add_option("--admin-ops", c->admin_ops,
-                 "Who may run destructive operations (clear): any, local (ipc and loopback tcp "
-                 "peers) or off")
+                 "Who may run destructive operations (clear): ipc (peers of an ipc endpoint, "
+                 "whose socket file is 0600), local (ipc and loopback tcp peers: every local "
+                 "user), any, or off")
       ->capture_default_str();
   app.add_option("--gpu-backend", c->gpu_backend,
                  "Device side of the CUDA-IPC path (register_kv_cache, store, retrieve): cuda, or "
@@ -173,7 +180,16 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "Port of the HTTP endpoint: /healthcheck, /status, /metrics, ...; 0 = no HTTP")
       ->capture_default_str();
   app.add_flag("--http-read-only", c->http_read_only,
-               "Refuse the HTTP routes that change anything (/clear-cache, PUT /loglevel)");
+               "Refuse the HTTP routes that change anything (/clear-cache, PUT /loglevel), even "
+               "with a token");
+  app.add_option("--http-admin-token-file", c->http_admin_token_file,
+                 "Turn on the HTTP routes that change anything for requests that carry "
+                 "'Authorization: Bearer <token>', the token being this file's content (at least "
+                 "16 characters; the file must not be readable by group or others). Without it "
+                 "or --http-admin-open they are off: every local process reaches the HTTP port");
+  app.add_flag("--http-admin-open", c->http_admin_open,
+               "Turn on the HTTP routes that change anything for every peer that reaches the "
+               "HTTP port, with no token (the behaviour before 0.19)");
   app.add_option("--drain-timeout-seconds", c->drain_timeout_seconds,
                  "On SIGTERM, refuse new registrations and wait this long for registered workers "
                  "to leave and queued work to finish, then exit; a second signal exits at once")
@@ -258,10 +274,12 @@ Status FinalizeTransport(ServerConfig* c) {
     service.admin_access = AdminAccess::kAny;
   } else if (c->admin_ops == "local") {
     service.admin_access = AdminAccess::kLocal;
+  } else if (c->admin_ops == "ipc") {
+    service.admin_access = AdminAccess::kIpc;
   } else if (c->admin_ops == "off") {
     service.admin_access = AdminAccess::kOff;
   } else {
-    return InvalidConfig("--admin-ops must be any, local or off, got '" + c->admin_ops + "'");
+    return InvalidConfig("--admin-ops must be ipc, local, any or off, got '" + c->admin_ops + "'");
   }
   if (c->gpu_backend != "cuda" && c->gpu_backend != "emulated") {
     return InvalidConfig("--gpu-backend must be cuda or emulated, got '" + c->gpu_backend + "'");
@@ -323,6 +341,42 @@ Status FinalizeL2(ServerConfig* c) {
 
 }  // namespace
 
+// Reads the HTTP admin token; refuses a token others could read or guess.
+Status FinalizeHttpAdmin(ServerConfig* c) {
+  if (c->http_admin_open && c->http_read_only) {
+    return InvalidConfig("--http-admin-open and --http-read-only contradict each other; keep one");
+  }
+  if (c->http_admin_token_file.empty()) return Status::Ok();
+  if (c->http_admin_open) {
+    return InvalidConfig(
+        "--http-admin-open turns the token of --http-admin-token-file off; keep one of them");
+  }
+  const std::string& path = c->http_admin_token_file;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    return InvalidConfig("--http-admin-token-file " + path + ": " + std::strerror(errno));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return InvalidConfig("--http-admin-token-file " + path +
+                         " is readable by group or others: chmod 600 " + path);
+  }
+  std::ifstream file(path);
+  std::string token;
+  if (!std::getline(file, token)) {
+    return InvalidConfig("--http-admin-token-file " + path + ": cannot read a token from it");
+  }
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  if (token.size() < 16 || token.size() > 4096 ||
+      !std::all_of(token.begin(), token.end(), [](char ch) { return ch > ' ' && ch < 127; })) {
+    return InvalidConfig("--http-admin-token-file " + path +
+                         " must hold one token of 16 to 4096 printable characters (e.g. "
+                         "`openssl rand -hex 32 > " +
+                         path + "`)");
+  }
+  c->http_admin_token = std::move(token);
+  return Status::Ok();
+}
+
 Status Finalize(ServerConfig* c, pid_t pid) {
   if (c->l1_size_gb == 0) c->l1_size_gb = DefaultL1SizeGb();
   if (!(c->l1_size_gb > 0) || !std::isfinite(c->l1_size_gb)) {
@@ -340,6 +394,7 @@ Status Finalize(ServerConfig* c, pid_t pid) {
     return InvalidConfig("--http-port must be in [0, 65535] (0 = no HTTP), got " +
                          std::to_string(c->http_port));
   }
+  LMC_RETURN_IF_ERROR(FinalizeHttpAdmin(c));
   if (!(c->drain_timeout_seconds >= 0) || c->drain_timeout_seconds > 86400) {
     return InvalidConfig("--drain-timeout-seconds must be in [0, 86400]");
   }

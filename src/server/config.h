@@ -34,8 +34,8 @@ struct ServerConfig {
   std::int64_t session_ttl_seconds = 600;
   std::uint64_t session_memory_mb = 256;
   std::uint64_t hash_cache_mb = 64;
-  std::string admin_ops = "local";
-  std::string gpu_backend = "cuda";     // --gpu-backend: cuda or emulated
+  std::string admin_ops = "ipc";
+  std::string gpu_backend = "cuda";            // --gpu-backend: cuda or emulated
   std::int64_t gpu_event_timeout_ms = 10'000;  // --gpu-event-timeout-ms (emulated backend)
   std::uint64_t max_client_queue_mb = 64;
   std::uint64_t max_queue_mb = 512;
@@ -65,6 +65,11 @@ struct ServerConfig {
   std::string http_host = "127.0.0.1";
   int http_port = 8080;  // 0 = no HTTP
   bool http_read_only = false;
+  // Mutating HTTP routes (/clear-cache, PUT /loglevel): off unless a token
+  // file or --http-admin-open turns them on.
+  std::string http_admin_token_file;
+  std::string http_admin_token;  // read from the file by Finalize
+  bool http_admin_open = false;
   double drain_timeout_seconds = 30;
   double ready_prefault_fraction = 0;
   std::string shm_dir = "/dev/shm";

@@ -146,8 +146,7 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
   LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
                        state_->instances().Register(identity, chunk_layout, context.connection));
   if (outcome.replaced) {
-    state_->counters().replaced_registrations.fetch_add(1, std::memory_order_relaxed);
-    state_->ReleaseInstance(*outcome.replaced, "re-registered from a new connection");
+    state_->ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
   }
   contexts->Add(outcome.info.registration, std::make_shared<GpuContexts::Entry>(layout, std::move(device)));
   spdlog::info("registered the GPU KV cache of instance {}: {} world size {} on {} ({} backend): {}; "

@@ -9,6 +9,16 @@
 
 namespace lmcache::server {
 
+const char* ReleaseCauseName(ReleaseCause cause) {
+  switch (cause) {
+    case ReleaseCause::kUnregistered: return "unregistered";
+    case ReleaseCause::kDisconnected: return "disconnected";
+    case ReleaseCause::kReaped: return "reaped";
+    case ReleaseCause::kReplaced: return "replaced";
+  }
+  return "unknown";
+}
+
 std::string ChunkLayout::Describe() const {
   std::string out;
   for (const ObjectPart& part : parts) {

@@ -40,6 +40,17 @@
 
 namespace lmcache::server {
 
+// Why a registration ended (every end is counted by its cause).
+enum class ReleaseCause : std::uint8_t {
+  kUnregistered,  // the worker unregistered
+  kDisconnected,  // its connection closed (the worker died or went away)
+  kReaped,        // silent past --worker-reap-timeout-seconds
+  kReplaced,      // the same instance id registered from another connection
+};
+inline constexpr std::size_t kReleaseCauses = 4;
+// "unregistered", "disconnected", "reaped", "replaced": the stats and metric labels.
+const char* ReleaseCauseName(ReleaseCause cause);
+
 // One tensor of an object: an object holds its parts back to back (a GPU
 // registration of several KV groups has one part per group).
 struct ObjectPart {

@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
+#include "server/connection_fds.h"
 #include "server/endpoint_guard.h"
 
 namespace lmcache::server {
@@ -24,10 +25,9 @@ struct RouterLoop::Endpoint {
   std::unique_ptr<zmq::socket_t> socket;
   std::unique_ptr<zmq::socket_t> monitor;  // PAIR receiving the socket's events
   Transport transport = Transport::kTcp;
-  // The connection ids seen on each file descriptor (a closed descriptor's
-  // connections are gone), and the descriptor of each id.
-  std::unordered_map<int, std::vector<std::string>> by_fd;
-  std::unordered_map<std::string, int> fd_of;
+  // The connection seen on each file descriptor (a closed descriptor's
+  // connection is gone).
+  ConnectionFds fds;
 };
 
 // One request's frames as received (no copy), owned by whichever thread handles it.
@@ -51,9 +51,6 @@ struct RouterLoop::Outgoing {
 
 namespace {
 
-// A frame above it makes ZMQ drop the peer's connection (no request needs more:
-// the largest, a 4 Mi-token key, is about 20 MiB).
-constexpr std::int64_t kMaxMessageBytes = 64 << 20;
 constexpr int kReceiveBatch = 256;  // messages per socket per poll round
 constexpr auto kProbeTimeout = std::chrono::milliseconds(2000);
 
@@ -135,7 +132,7 @@ Status RouterLoop::Bind(const std::string& url) {
   try {
     socket.set(zmq::sockopt::router_mandatory, 1);
     socket.set(zmq::sockopt::linger, 0);
-    socket.set(zmq::sockopt::maxmsgsize, kMaxMessageBytes);
+    socket.set(zmq::sockopt::maxmsgsize, kMaxFrameBytes);
     socket.set(zmq::sockopt::sndhwm, config_.high_water_mark);
     socket.set(zmq::sockopt::rcvhwm, config_.high_water_mark);
     socket.bind(url);
@@ -242,13 +239,13 @@ void RouterLoop::Receive(std::size_t socket_index) {
     // The socket's index and the peer's routing id name one client connection.
     message->connection.push_back(static_cast<char>(socket_index));
     message->connection.append(message->frames[0].to_string_view());
-    if (message->frames.size() > 1 && !endpoint.fd_of.contains(message->connection)) {
+    if (message->frames.size() > 1) {
       // The descriptor a frame came in on (ZMQ_SRCFD). Not the routing id frame:
       // ROUTER makes that one itself, and after a poll it carries no descriptor.
       const int fd = zmq_msg_get(message->frames[1].handle(), ZMQ_SRCFD);
       if (fd >= 0) {
-        endpoint.fd_of.emplace(message->connection, fd);
-        endpoint.by_fd[fd].push_back(message->connection);
+        // A new connection on a reused descriptor: the one before it closed.
+        if (auto gone = endpoint.fds.Seen(fd, message->connection)) handler_->OnDisconnect(*gone);
       }
     }
     message->context.connection = message->connection;
@@ -283,18 +280,13 @@ void RouterLoop::ReceiveMonitorEvents(std::size_t socket_index) {
     std::memcpy(&fd, static_cast<const char*>(event[0].data()) + 2, sizeof(fd));
     if (id == ZMQ_EVENT_ACCEPTED) {
       connections_.fetch_add(1, std::memory_order_relaxed);
+      endpoint.fds.Accepted(static_cast<int>(fd));
       continue;
     }
     if (id != ZMQ_EVENT_DISCONNECTED) continue;
     connections_.fetch_sub(1, std::memory_order_relaxed);
     disconnects_.fetch_add(1, std::memory_order_relaxed);
-    auto it = endpoint.by_fd.find(static_cast<int>(fd));
-    if (it == endpoint.by_fd.end()) continue;
-    for (const std::string& connection : it->second) {
-      endpoint.fd_of.erase(connection);
-      handler_->OnDisconnect(connection);
-    }
-    endpoint.by_fd.erase(it);
+    if (auto gone = endpoint.fds.Closed(static_cast<int>(fd))) handler_->OnDisconnect(*gone);
   }
 }
 

@@ -52,6 +52,14 @@ class socket_t;
 
 namespace lmcache::server {
 
+// The largest frame the transport reads. ZMQ drops a larger frame with the
+// peer's connection, and no reply can be sent: so it is twice the largest
+// payload any operation accepts (service_test checks), and a request between
+// the two gets the operation's kTooLarge reply naming its limit. What it
+// costs: a peer can make the server buffer this much per frame before any
+// check (the fair queue's byte limits apply once it is read).
+inline constexpr std::int64_t kMaxFrameBytes = 128ll << 20;
+
 struct RouterConfig {
   std::vector<std::string> urls;  // tcp://host:port or ipc:///path; at least one
   unsigned affinity_workers = 1;  // --max-gpu-workers

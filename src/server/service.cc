@@ -134,8 +134,7 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
 
 void Service::OnDisconnect(std::string_view connection) {
   for (const RemovedInstance& removed : state_.instances().RemoveConnection(connection)) {
-    state_.counters().departed_instances.fetch_add(1, std::memory_order_relaxed);
-    state_.ReleaseInstance(removed, "departed (its connection closed)");
+    state_.ReleaseInstance(removed, ReleaseCause::kDisconnected);
   }
   // A scheduler that went away will not free its lookups' locks: release them.
   state_.ReleaseConnectionLookups(connection);
@@ -162,8 +161,7 @@ void Service::RunMaintenance() {
     for (const std::int64_t id : state_.instances().Silent(config.worker_reap_timeout_ms,
                                                            config.worker_registration_grace_ms)) {
       if (auto removed = state_.instances().Remove(id)) {
-        state_.ReleaseInstance(*removed, "reaped after silence");
-        state_.counters().reaped_instances.fetch_add(1, std::memory_order_relaxed);
+        state_.ReleaseInstance(*removed, ReleaseCause::kReaped);
       }
     }
   }
@@ -212,9 +210,9 @@ StatsSnapshot Service::Snapshot() {
   s.sessions_dropped_for_memory = state.sessions().dropped_for_memory();
   s.instances = state.instances().Counts();
   const ServiceCounters& counters = state.counters();
-  s.reaped_instances = counters.reaped_instances.load();
-  s.replaced_registrations = counters.replaced_registrations.load();
-  s.departed_instances = counters.departed_instances.load();
+  for (std::size_t cause = 0; cause < kReleaseCauses; ++cause) {
+    s.released_instances[cause] = counters.released[cause].load();
+  }
   s.hash_cache = state.hasher().Stats();
   for (const auto& mode : modes_) mode->AddStats(&s);
   s.lookups = counters.lookups.load();

@@ -145,7 +145,7 @@ Status ServiceState::Unregister(std::int64_t instance_id, const RequestContext& 
   static RateLimitedLog unknown_log(std::chrono::seconds(10));
   Result<RemovedInstance> removed = instances_.Unregister(instance_id, context.connection);
   if (removed.ok()) {
-    ReleaseInstance(*removed, "unregistered");
+    ReleaseInstance(*removed, ReleaseCause::kUnregistered);
   } else if (removed.status().code() == ErrorCode::kNotRegistered) {
     unknown_log.Warn("unregister of unknown instance {}", instance_id);  // the reference: warning only
   } else {
@@ -185,7 +185,8 @@ Result<store::ReadAcquisition> ServiceState::AcquireForRetrieve(const IpcKey& ke
   return acquired;
 }
 
-void ServiceState::ReleaseInstance(const RemovedInstance& removed, const char* why) {
+void ServiceState::ReleaseInstance(const RemovedInstance& removed, ReleaseCause cause) {
+  counters_.released[static_cast<std::size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
   // Device copies keep their own leases (Owner::Device) until they end; a
   // GPU registration's context closes once they have.
   for (const auto& listener : registration_listeners_) listener(removed.info.registration);
@@ -198,8 +199,8 @@ void ServiceState::ReleaseInstance(const RemovedInstance& removed, const char* w
   // Anything the registration still holds (a prepare that lost the race with
   // this removal releases its own lease as well).
   const store::OwnerReleaseReport rest = objects.ReleaseOwner(removed.info.owner());
-  spdlog::info("instance {} {}: {} staged writes aborted, {} read locks released",
-               removed.info.instance_id, why, aborted + rest.writes_aborted,
+  spdlog::info("instance {} released ({}): {} staged writes aborted, {} read locks released",
+               removed.info.instance_id, ReleaseCauseName(cause), aborted + rest.writes_aborted,
                released + rest.read_locks_released);
 }
 
@@ -213,13 +214,17 @@ void ServiceState::ReleaseSession(Session& session) {
 }
 
 void ServiceState::ReleaseConnectionLookups(std::string_view connection) {
-  for (const std::shared_ptr<Session>& session : sessions_.TakeConnection(connection)) {
-    LookupRelease release;
-    {
-      MutexLock lock(&session->mu);
-      release = session->TakeConnection(connection);
+  // A step at a time: a burst client may have a million sessions.
+  for (auto step = sessions_.TakeConnection(connection); !step.empty();
+       step = sessions_.TakeConnection(connection)) {
+    for (const std::shared_ptr<Session>& session : step) {
+      LookupRelease release;
+      {
+        MutexLock lock(&session->mu);
+        release = session->TakeConnection(connection);
+      }
+      Release(release);
     }
-    Release(release);
   }
 }
 

@@ -9,6 +9,7 @@
 // header); the configuration and boot id are immutable after construction.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -31,7 +32,8 @@ namespace lmcache::server {
 // Who may run destructive operations (clear), --admin-ops.
 enum class AdminAccess : std::uint8_t {
   kAny,    // every connection
-  kLocal,  // ipc sockets and tcp peers on a loopback address (the default)
+  kLocal,  // ipc sockets and tcp peers on a loopback address
+  kIpc,    // ipc sockets only (the default): their 0600 mode decides who
   kOff,    // nobody
 };
 
@@ -43,7 +45,7 @@ struct ServiceConfig {
   protocol::KeyLimits key_limits;                   // tokens per key (a 16 MiB msgpack array)
   std::size_t hash_cache_bytes = 64u << 20;         // --hash-cache-mb
   std::size_t max_pending_transfers = 16384;        // per instance and direction
-  AdminAccess admin_access = AdminAccess::kLocal;
+  AdminAccess admin_access = AdminAccess::kIpc;
   std::string instance_id;  // --instance-id, shown by server_info
   // --supported-transfer-mode: "auto" (every mode), "engine_driven" or "lmcache_driven".
   std::string transfer_mode = "auto";
@@ -52,9 +54,8 @@ struct ServiceConfig {
 };
 
 struct ServiceCounters {
-  std::atomic<std::uint64_t> reaped_instances{0};
-  std::atomic<std::uint64_t> replaced_registrations{0};
-  std::atomic<std::uint64_t> departed_instances{0};
+  // Registrations ended, by ReleaseCause (ServiceState::ReleaseInstance counts).
+  std::array<std::atomic<std::uint64_t>, kReleaseCauses> released{};
   std::atomic<std::uint64_t> block_allocation_reports{0};
   std::atomic<std::uint64_t> lookups{0};
   std::atomic<std::uint64_t> lookup_requested_tokens{0};
@@ -129,7 +130,7 @@ class ServiceState {
                                                     store::Owner owner);
   // Releases everything a registration left behind (pending writes are
   // aborted, never published; pending reads released), logging `why`.
-  void ReleaseInstance(const RemovedInstance& removed, const char* why);
+  void ReleaseInstance(const RemovedInstance& removed, ReleaseCause cause);
   // Releases every lease a session holds (ended, expired or dropped) and
   // cancels its prefetches.
   void ReleaseSession(Session& session);

@@ -1,6 +1,8 @@
 #include "server/session.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 namespace lmcache::server {
 namespace {
@@ -137,7 +139,7 @@ void SessionManager::DropLocked(const std::string& request_id,
   for (const std::string& connection : it->second.connections) {
     auto by = by_connection_.find(connection);
     if (by == by_connection_.end()) continue;
-    std::erase(by->second, request_id);
+    by->second.erase(request_id);
     if (by->second.empty()) by_connection_.erase(by);
   }
   lru_.erase(it->second.lru);
@@ -201,35 +203,63 @@ bool SessionManager::Remove(const std::string& request_id) {
   return !dropped.empty();
 }
 
-std::size_t SessionManager::ExpireIdle() {
-  std::vector<std::shared_ptr<Session>> dropped;
-  {
-    MutexLock lock(&mu_);
-    const TimeMs now = clock_->NowMs();
-    // The LRU order is the order of last use: the idle ones are at the front.
-    while (!lru_.empty() && now - sessions_.at(lru_.front()).last_used_ms >= limits_.idle_ttl_ms) {
-      DropLocked(lru_.front(), &dropped);
+template <typename DropFront>
+std::size_t SessionManager::DropFrontInSteps(DropFront drop_front) {
+  std::size_t total = 0;
+  for (;;) {
+    std::vector<std::shared_ptr<Session>> dropped;
+    bool more = true;
+    {
+      MutexLock lock(&mu_);
+      while (dropped.size() < kSessionStep && (more = !lru_.empty() && drop_front(dropped))) {
+        DropLocked(lru_.front(), &dropped);
+      }
     }
+    // The step's leases are released, and its sessions freed, with mu_
+    // released.
+    RunDrops(dropped);
+    total += dropped.size();
+    if (!more || dropped.empty()) return total;
+    LetWaitersIn();
   }
-  RunDrops(dropped);
-  return dropped.size();
+}
+
+void SessionManager::LetWaitersIn() const {
+  // std::mutex is not fair: a woken lookup would find mu_ taken again by the
+  // next step and sleep on (measured: lookups waited up to 130 ms while a
+  // million sessions expired). Waiters leave the count once they hold it.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
+  while (mu_.waiters() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::yield();
+  }
+}
+
+std::size_t SessionManager::ExpireIdle() {
+  const TimeMs now = clock_->NowMs();
+  // The LRU order is the order of last use: the idle ones are at the front.
+  return DropFrontInSteps([&](const std::vector<std::shared_ptr<Session>>&) {
+    mu_.AssertHeld();  // DropFrontInSteps asks with it held
+    return now - sessions_.at(lru_.front()).last_used_ms >= limits_.idle_ttl_ms;
+  });
 }
 
 std::size_t SessionManager::Trim() {
-  std::vector<std::shared_ptr<Session>> dropped;
-  {
-    MutexLock lock(&mu_);
-    std::size_t bytes = total_bytes_.load(std::memory_order_relaxed);
-    // The most recently used session (the caller's) stays.
-    while (bytes > limits_.max_bytes && lru_.size() > 1) {
-      const std::size_t freed = sessions_.at(lru_.front()).session->bytes();
-      DropLocked(lru_.front(), &dropped);
-      bytes -= std::min(bytes, freed);
-    }
-  }
-  dropped_for_memory_.fetch_add(dropped.size(), std::memory_order_relaxed);
-  RunDrops(dropped);
-  return dropped.size();
+  // The most recently used session (the caller's) stays. The total falls only
+  // when a step's drops run, so each step counts what it has taken already.
+  std::size_t taken_this_step = 0;
+  const std::size_t dropped =
+      DropFrontInSteps([&](const std::vector<std::shared_ptr<Session>>& step) {
+        mu_.AssertHeld();  // DropFrontInSteps asks with it held
+        if (step.empty()) taken_this_step = 0;
+        const std::size_t total = total_bytes_.load(std::memory_order_relaxed);
+        if (lru_.size() <= 1 || total - std::min(total, taken_this_step) <= limits_.max_bytes) {
+          return false;
+        }
+        taken_this_step += sessions_.at(lru_.front()).session->bytes();
+        return true;
+      });
+  dropped_for_memory_.fetch_add(dropped, std::memory_order_relaxed);
+  return dropped;
 }
 
 void SessionManager::NoteConnection(const std::string& request_id, std::string_view connection) {
@@ -239,21 +269,25 @@ void SessionManager::NoteConnection(const std::string& request_id, std::string_v
   std::vector<std::string>& connections = it->second.connections;
   if (std::find(connections.begin(), connections.end(), connection) != connections.end()) return;
   connections.emplace_back(connection);
-  by_connection_[std::string(connection)].push_back(request_id);
+  by_connection_[std::string(connection)].insert(request_id);
 }
 
 std::vector<std::shared_ptr<Session>> SessionManager::TakeConnection(std::string_view connection) {
+  LetWaitersIn();  // the caller takes steps back to back
   MutexLock lock(&mu_);
   std::vector<std::shared_ptr<Session>> out;
   auto by = by_connection_.find(std::string(connection));
   if (by == by_connection_.end()) return out;
-  for (const std::string& request_id : by->second) {
-    auto it = sessions_.find(request_id);
-    if (it == sessions_.end()) continue;
-    std::erase(it->second.connections, connection);
-    out.push_back(it->second.session);
+  std::unordered_set<std::string>& request_ids = by->second;
+  while (!request_ids.empty() && out.size() < kSessionStep) {
+    auto id = request_ids.begin();
+    if (auto it = sessions_.find(*id); it != sessions_.end()) {
+      std::erase(it->second.connections, connection);
+      out.push_back(it->second.session);
+    }
+    request_ids.erase(id);
   }
-  by_connection_.erase(by);
+  if (request_ids.empty()) by_connection_.erase(by);
   return out;
 }
 

@@ -15,6 +15,13 @@
 // ended session's leases are released through the `on_drop` callback, which
 // the manager calls outside its own mutex.
 //
+// Mass expiry is incremental: a burst of a million never-ended requests
+// expires one TTL later, and every lookup and `stats` needs the manager's
+// mutex. ExpireIdle, Trim and TakeConnection therefore work in steps of at
+// most kSessionStep sessions per hold of the mutex (every step O(step), no
+// scan of the other sessions), release the step's leases with the mutex
+// released, and only then take the next step.
+//
 // Thread-safety: SessionManager is internally synchronised. A Session is
 // shared (shared_ptr) and guarded by its own mutex `mu`. Lock order:
 // SessionManager::mu_ is never held while a Session::mu is taken, and the
@@ -31,6 +38,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -110,6 +118,11 @@ class Session {
   bool counted_ LMC_GUARDED_BY(mu) = true;  // still part of the manager's sum
 };
 
+// Sessions dropped per hold of the manager's mutex (expiry, trimming, a
+// closed connection): bounds how long a lookup can wait for it (about 0.1 ms
+// per step here; docs/performance.md).
+inline constexpr std::size_t kSessionStep = 256;
+
 struct SessionLimits {
   TimeMs idle_ttl_ms = 600'000;
   std::size_t max_sessions = 1'000'000;
@@ -129,14 +142,15 @@ class SessionManager {
   std::shared_ptr<Session> Find(const std::string& request_id) LMC_EXCLUDES(mu_);
   // Removes the session (on_drop runs); false if none.
   bool Remove(const std::string& request_id) LMC_EXCLUDES(mu_);
-  // Drops sessions idle for the TTL or longer; returns how many.
+  // Drops sessions idle for the TTL or longer, kSessionStep at a time;
+  // returns how many.
   std::size_t ExpireIdle() LMC_EXCLUDES(mu_);
-  // Drops least recently used sessions while over the byte cap.
+  // Drops least recently used sessions while over the byte cap, in steps.
   std::size_t Trim() LMC_EXCLUDES(mu_);
   // Remembers that `connection` looked `request_id` up (for TakeConnection).
-  void NoteConnection(const std::string& request_id, std::string_view connection)
-      LMC_EXCLUDES(mu_);
-  // The sessions `connection` looked up, forgetting the connection.
+  void NoteConnection(const std::string& request_id, std::string_view connection) LMC_EXCLUDES(mu_);
+  // Up to kSessionStep of the sessions `connection` looked up, each
+  // forgetting the connection; call again until it returns none.
   std::vector<std::shared_ptr<Session>> TakeConnection(std::string_view connection)
       LMC_EXCLUDES(mu_);
   std::size_t size() const LMC_EXCLUDES(mu_);
@@ -156,6 +170,14 @@ class SessionManager {
   void DropLocked(const std::string& request_id, std::vector<std::shared_ptr<Session>>* dropped)
       LMC_REQUIRES(mu_);
   void RunDrops(std::vector<std::shared_ptr<Session>>& dropped) LMC_EXCLUDES(mu_);
+  // Drops, one step at a time, the least recently used session while
+  // `drop_front(dropped so far in this step)` says so (called with mu_
+  // held); returns how many went.
+  template <typename DropFront>
+  std::size_t DropFrontInSteps(DropFront drop_front) LMC_EXCLUDES(mu_);
+  // Between two steps: lets the threads waiting for mu_ take it first
+  // (for at most a millisecond).
+  void LetWaitersIn() const LMC_EXCLUDES(mu_);
 
   const Clock* const clock_;
   const SessionLimits limits_;
@@ -166,8 +188,11 @@ class SessionManager {
   mutable Mutex mu_;
   std::unordered_map<std::string, Entry> sessions_ LMC_GUARDED_BY(mu_);
   std::list<std::string> lru_ LMC_GUARDED_BY(mu_);  // front = least recently used
-  // connection -> request ids it looked up (a closed connection's lookups are released).
-  std::unordered_map<std::string, std::vector<std::string>> by_connection_ LMC_GUARDED_BY(mu_);
+  // connection -> request ids it looked up (a closed connection's lookups are
+  // released). A set: one client may hold a million of them, and dropping one
+  // must not scan the others.
+  std::unordered_map<std::string, std::unordered_set<std::string>> by_connection_
+      LMC_GUARDED_BY(mu_);
 };
 
 }  // namespace lmcache::server

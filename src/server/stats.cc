@@ -109,9 +109,19 @@ std::string InstancesMap(const StatsSnapshot& s) {
   m.Field("registered").Uint(s.instances.instances);
   m.Field("pending_writes").Uint(s.instances.pending_writes);
   m.Field("pending_reads").Uint(s.instances.pending_reads);
-  m.Field("reaped").Uint(s.reaped_instances);
-  m.Field("replaced").Uint(s.replaced_registrations);
-  m.Field("departed").Uint(s.departed_instances);
+  const auto released = [&s](ReleaseCause cause) {
+    return s.released_instances[static_cast<std::size_t>(cause)];
+  };
+  // The first names, kept for existing dashboards: departed = disconnected.
+  m.Field("reaped").Uint(released(ReleaseCause::kReaped));
+  m.Field("replaced").Uint(released(ReleaseCause::kReplaced));
+  m.Field("departed").Uint(released(ReleaseCause::kDisconnected));
+  mp::MapWriter by_cause;
+  for (std::size_t cause = 0; cause < kReleaseCauses; ++cause) {
+    by_cause.Field(ReleaseCauseName(static_cast<ReleaseCause>(cause)))
+        .Uint(s.released_instances[cause]);
+  }
+  m.Field("released").Raw(by_cause.Take());
   return m.Take();
 }
 

@@ -7,6 +7,7 @@
 // synchronised sources; rendering is a pure function.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -48,9 +49,9 @@ struct StatsSnapshot {
   std::size_t session_bytes = 0;
   std::uint64_t sessions_dropped_for_memory = 0;
   RegistryCounts instances;
-  std::uint64_t reaped_instances = 0;
-  std::uint64_t replaced_registrations = 0;
-  std::uint64_t departed_instances = 0;
+  // Registrations ended, by cause (ReleaseCause: unregistered, disconnected,
+  // reaped, replaced).
+  std::array<std::uint64_t, kReleaseCauses> released_instances{};
   ChunkHasherStats hash_cache;
   std::uint64_t lookups = 0;
   std::uint64_t lookup_requested_tokens = 0;

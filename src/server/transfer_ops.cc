@@ -78,8 +78,7 @@ Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
   LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
                        state_->instances().Register(engine, layout, context.connection));
   if (outcome.replaced) {
-    state_->counters().replaced_registrations.fetch_add(1, std::memory_order_relaxed);
-    state_->ReleaseInstance(*outcome.replaced, "re-registered from a new connection");
+    state_->ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
   }
   if (outcome.is_new) {
     spdlog::info("registered instance {}: {} world size {}, chunk {} ({} bytes)",

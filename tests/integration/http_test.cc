@@ -81,7 +81,7 @@ class HttpTest : public ::testing::Test {
 };
 
 TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
-  StartServer();
+  StartServer({"--http-admin-open"});
   auto banner = http_->Get("/");
   ASSERT_TRUE(banner);
   EXPECT_EQ(Json(banner)["service"], "lmcache-server");
@@ -137,6 +137,59 @@ TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
   EXPECT_TRUE(Json(missing).contains("error"));
   EXPECT_EQ(http_->Put("/loglevel", std::string(200 * 1024, 'x'), "text/plain")->status, 413);
   EXPECT_EQ(http_->Get("/healthcheck")->status, 200);  // still serving after all that
+}
+
+// Issue 19: POST /clear-cache on the default 127.0.0.1:8080 was open to every
+// local process. The routes that change anything are now off by default;
+// probes and scrapes stay open.
+TEST_F(HttpTest, RoutesThatChangeAnythingAreOffByDefaultWhileProbesAndScrapesWork) {
+  StartServer();
+  auto cleared = http_->Post("/clear-cache", "", "text/plain");
+  EXPECT_EQ(cleared->status, 403);
+  EXPECT_NE(cleared->body.find("--http-admin-token-file"), std::string::npos) << cleared->body;
+  EXPECT_EQ(http_->Put("/loglevel", R"({"level":"debug"})", "application/json")->status, 403);
+  EXPECT_EQ(Json(http_->Get("/loglevel"))["level"], "info");
+  EXPECT_EQ(http_->Get("/metrics")->status, 200);
+  EXPECT_EQ(http_->Get("/healthcheck")->status, 200);
+  EXPECT_EQ(http_->Get("/status")->status, 200);
+}
+
+// A token file, 0600 as the server demands (`openssl rand -hex 32` in the docs).
+std::string TokenFile(const std::string& token, fs::perms perms) {
+  const fs::path path =
+      fs::temp_directory_path() / ("lmc_http_token_" + std::to_string(::getpid()));
+  std::ofstream(path) << token << "\n";
+  fs::permissions(path, perms);
+  return path.string();
+}
+
+TEST_F(HttpTest, AnAdminTokenOpensThoseRoutesToItsBearerOnly) {
+  const std::string token = "3f9c2a7be1d04c6f8a5b9e0d7c1f2a3b";
+  const std::string file = TokenFile(token, fs::perms::owner_read | fs::perms::owner_write);
+  StartServer({"--http-admin-token-file", file});
+  auto anonymous = http_->Post("/clear-cache", "", "text/plain");
+  EXPECT_EQ(anonymous->status, 401);
+  EXPECT_EQ(anonymous->get_header_value("WWW-Authenticate"), "Bearer");
+  httplib::Headers wrong = {{"Authorization", "Bearer " + token.substr(0, 31) + "0"}};
+  EXPECT_EQ(http_->Post("/clear-cache", wrong, "", "text/plain")->status, 403);
+  httplib::Headers shorter = {{"Authorization", "Bearer " + token.substr(0, 16)}};
+  EXPECT_EQ(http_->Post("/clear-cache", shorter, "", "text/plain")->status, 403);
+  httplib::Headers right = {{"Authorization", "Bearer " + token}};
+  EXPECT_EQ(http_->Post("/clear-cache", right, "", "text/plain")->status, 200);
+  EXPECT_EQ(http_->Put("/loglevel", right, R"({"level":"debug"})", "application/json")->status,
+            200);
+  EXPECT_EQ(Json(http_->Get("/loglevel"))["level"], "debug");
+  fs::remove(file);
+}
+
+TEST_F(HttpTest, ATokenFileOthersCanReadIsRefusedAtStartup) {
+  const std::string file = TokenFile("3f9c2a7be1d04c6f8a5b9e0d7c1f2a3b",
+                                     fs::perms::owner_read | fs::perms::owner_write |
+                                         fs::perms::group_read | fs::perms::others_read);
+  StartServer({"--http-admin-token-file", file}, /*logs_to_stdout=*/false);
+  EXPECT_NE(server_->WaitExit(std::chrono::seconds(30)), 0);
+  EXPECT_NE(server_->Log().find("chmod 600 " + file), std::string::npos) << server_->Log();
+  fs::remove(file);
 }
 
 TEST_F(HttpTest, ReadOnlyRefusesWhatChangesState) {

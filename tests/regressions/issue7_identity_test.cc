@@ -433,11 +433,21 @@ TEST_F(AdminOpsTest, LocalAllowsClearFromLocalPeersOnly) {
   ExpectClearRefused(TcpRemote("operator"), "tcp from a remote address, again");
 }
 
-TEST_F(AdminOpsTest, TheDefaultIsLocal) {
+// Issue 19: with the old default (local), a second Unix user (uid 999) sent
+// clear(force) over tcp://127.0.0.1 and wiped another user's cache. The
+// default now allows clear only where file permissions decide: ipc.
+TEST_F(AdminOpsTest, TheDefaultAllowsClearOverIpcOnly) {
   Start({});
+  ExpectClearRefused(TcpLoopback("another local user"), "tcp from loopback");
   ExpectClearRefused(TcpRemote("operator"), "tcp from a remote address");
   ExpectClearAllowed(Ipc("operator"), "ipc");
-  ExpectClearAllowed(TcpLoopback("operator"), "tcp from loopback");
+  ExpectClearAllowed(Inproc("operator"), "inproc");
+}
+
+TEST_F(AdminOpsTest, IpcAllowsClearOverIpcOnly) {
+  Start({"--admin-ops", "ipc"});
+  ExpectClearRefused(TcpLoopback("operator"), "tcp from loopback");
+  ExpectClearAllowed(Ipc("operator"), "ipc");
 }
 
 TEST_F(AdminOpsTest, AnyAllowsClearFromARemotePeer) {

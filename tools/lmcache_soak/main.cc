@@ -75,7 +75,8 @@ int Run(const SoakOptions& o) {
     auto started = tools::LocalServer::Start(
         tools::FindServerBinary(o.server_binary), "lmcache_soak_server",
         {"--l1-size-gb", std::to_string(o.pool_gb), "--max-gpu-workers", "2",
-         "--max-cpu-workers", "2", "--log-level", "warn"});
+         "--max-cpu-workers", "2", "--log-level", "warn", "--session-ttl-seconds",
+         std::to_string(o.session_ttl_seconds)});
     if (!started.ok()) {
       Say(started.status().ToString());
       return 1;
@@ -95,6 +96,15 @@ int Run(const SoakOptions& o) {
   for (int w = 0; w < o.workers; ++w) {
     instances.push_back(next_instance++);
     pids.push_back(Spawn(o, url, w, instances.back(), counters));
+  }
+  // The burst scheduler and the probe run the whole time, never killed.
+  std::vector<pid_t> helpers;
+  if (o.burst_lookups > 0) {
+    for (auto* role : {&RunBurst, &RunProbe}) {
+      const pid_t pid = fork();
+      if (pid == 0) _exit(role(o, url, counters));
+      helpers.push_back(pid);
+    }
   }
   Say("running " + std::to_string(o.workers) + " workers for " + std::to_string(o.seconds) +
       " s, killing one every " + std::to_string(o.kill_every_ms) + " ms");
@@ -117,6 +127,7 @@ int Run(const SoakOptions& o) {
   }
   counters->stop.store(true);
   int failed_workers = 0;
+  for (const pid_t pid : helpers) pids.push_back(pid);
   for (const pid_t pid : pids) {
     int status = 0;
     waitpid(pid, &status, 0);
@@ -152,6 +163,12 @@ int Run(const SoakOptions& o) {
       {"abandoned_stores", static_cast<double>(counters->abandoned_stores.load())},
       {"reregistrations", static_cast<double>(counters->reregistrations.load())},
       {"kills", static_cast<double>(counters->kills.load())},
+      {"burst_lookups", static_cast<double>(counters->burst_lookups.load())},
+      {"probe_samples", static_cast<double>(counters->probe_samples.load())},
+      {"probe_lookup_p50_ms", counters->probe_lookup_p50_us.load() / 1000.0},
+      {"probe_lookup_p99_ms", counters->probe_lookup_p99_us.load() / 1000.0},
+      {"probe_lookup_max_ms", counters->probe_lookup_max_us.load() / 1000.0},
+      {"probe_stats_max_ms", counters->probe_stats_max_us.load() / 1000.0},
       {"unexpected_errors", static_cast<double>(counters->unexpected_errors.load())},
       {"failed_workers", failed_workers},
       {"balanced", balanced ? 1 : 0},
@@ -188,6 +205,16 @@ int main(int argc, char** argv) {
   app.add_option("--prompts", o.prompts, "Distinct prompts")->capture_default_str();
   app.add_option("--seed", o.seed, "Random seed")->capture_default_str();
   app.add_option("--json", o.json_path, "Write the report here too");
+  app.add_option("--burst-lookups", o.burst_lookups,
+                 "The burst case: a scheduler sends this many lookups with fresh request ids, "
+                 "never ended, every --burst-every-seconds, while a probe times another client's "
+                 "lookup and stats (0: off)")
+      ->capture_default_str();
+  app.add_option("--burst-every-seconds", o.burst_every_seconds, "Seconds between bursts")
+      ->capture_default_str();
+  app.add_option("--session-ttl-seconds", o.session_ttl_seconds,
+                 "--session-ttl-seconds of the started server (the bursts expire after it)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.workers < 1 || o.groups < 1 || o.prompts < o.groups || o.seconds <= 0) {
     std::fprintf(stderr, "lmcache-soak: need workers >= 1, prompts >= groups >= 1, seconds > 0\n");

@@ -36,6 +36,12 @@ struct SoakOptions {
   std::int64_t hidden = 128;  // 2 x 4 x 256 x 128 x 2 bytes = 512 KiB per chunk
   std::uint64_t seed = 1;
   std::string json_path;
+  // The burst case: this many lookups with fresh request ids, never ended,
+  // every burst_every_seconds (0: no burst process); the started server's
+  // sessions expire after session_ttl_seconds.
+  int burst_lookups = 0;
+  double burst_every_seconds = 60;
+  int session_ttl_seconds = 600;
 
   int chunks_per_prompt() const { return shared_chunks + unique_chunks; }
   std::uint64_t object_bytes() const {
@@ -60,12 +66,23 @@ struct SoakCounters {
   std::atomic<std::uint64_t> reregistrations{0};
   std::atomic<std::uint64_t> unexpected_errors{0};
   std::atomic<std::uint64_t> kills{0};
+  std::atomic<std::uint64_t> burst_lookups{0};
+  // The probe's figures, written when it stops.
+  std::atomic<std::uint64_t> probe_samples{0};
+  std::atomic<std::uint64_t> probe_lookup_p50_us{0};
+  std::atomic<std::uint64_t> probe_lookup_p99_us{0};
+  std::atomic<std::uint64_t> probe_lookup_max_us{0};
+  std::atomic<std::uint64_t> probe_stats_max_us{0};
   std::atomic<bool> stop{false};
 };
 
 std::vector<std::uint32_t> PromptTokens(const SoakOptions& o, int prompt);
 // The bytes chunk `chunk` of `prompt` must hold.
 void ChunkBytes(const SoakOptions& o, int prompt, int chunk, std::byte* out);
+
+// The burst scheduler and the latency probe (burst.cc); return exit codes.
+int RunBurst(const SoakOptions& o, const std::string& url, SoakCounters* counters);
+int RunProbe(const SoakOptions& o, const std::string& url, SoakCounters* counters);
 
 // The worker loop; returns its exit code.
 int RunWorker(const SoakOptions& o, const std::string& url, int slot, std::int64_t instance_id,

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+#include <regex>
+#include <string>
+
 namespace lmcache {
 namespace {
 
@@ -57,6 +62,31 @@ TEST(Result, FromOkStatusIsInternalError) {
   Result<int> r{Status::Ok()};
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), ErrorCode::kInternal);
+}
+
+// Every code the server can send is in docs/protocol.md's table, under its
+// name, and the table names no other (105 PERMISSION_DENIED was produced
+// for a release before the table had it: issue 19).
+TEST(Status, EveryErrorCodeIsDocumentedUnderItsName) {
+  std::ifstream doc(LMC_PROTOCOL_DOC);
+  ASSERT_TRUE(doc.good()) << LMC_PROTOCOL_DOC;
+  std::map<int, std::string> documented;
+  const std::regex row(R"(^\| ([0-9]+) \| ([A-Z_]+) \|)");
+  bool in_table = false;
+  for (std::string line; std::getline(doc, line);) {
+    if (line.starts_with("## ")) in_table = line == "## Error codes";
+    std::smatch match;
+    if (in_table && std::regex_search(line, match, row)) {
+      documented[std::stoi(match[1].str())] = match[2].str();
+    }
+  }
+  std::map<int, std::string> defined;
+  for (int code = 0; code < 1000; ++code) {
+    const std::string_view name = ErrorCodeName(static_cast<ErrorCode>(code));
+    if (name != "UNKNOWN") defined[code] = std::string(name);
+  }
+  EXPECT_GE(defined.size(), 20u);
+  EXPECT_EQ(documented, defined);
 }
 
 }  // namespace

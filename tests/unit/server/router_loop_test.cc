@@ -186,6 +186,30 @@ TEST_F(RouterLoopTest, RequestsRefusedBeforeTheyRunStillGetAReply) {
   EXPECT_EQ(loop_->Stats().refused, 3u);
 }
 
+// Issue 19: 24 of 160,000 fuzzed requests, each with a payload just over
+// 64 MiB, never got a reply: the transport's frame limit (then 64 MiB) made
+// ZMQ drop the request and the peer's connection, and the client waited out
+// its timeout. The transport now takes frames of twice the largest
+// operation limit, so such a request reaches the operation's own check.
+TEST_F(RouterLoopTest, APayloadJustOverTheOldFrameLimitGetsATooLargeReply) {
+  const std::string url = "ipc://" + (std::filesystem::temp_directory_path() /
+                                      ("lmc_router_big_" + std::to_string(getpid()) + ".sock"))
+                                         .string();
+  Start({url});
+  auto dealer = Dealer(url);
+  Send(dealer, 1, "work", {std::string((64u << 20) + 1, 'x')});
+  auto reply = Receive(dealer, 30'000);
+  ASSERT_EQ(reply.size(), 4u) << "no reply to a 64 MiB + 1 payload";
+  const Status status = protocol::DecodeErrorMap(reply[3]);
+  EXPECT_EQ(status.code(), ErrorCode::kTooLarge);
+  EXPECT_NE(status.message().find(std::to_string(1u << 20)), std::string::npos)
+      << status.message();                  // names the operation's limit
+  Send(dealer, 2, "echo", {"still here"});  // the connection survived
+  reply = Receive(dealer);
+  ASSERT_EQ(reply.size(), 3u);  // uid, operation, value: a success
+  EXPECT_EQ(handler_.handled().size(), 1u);
+}
+
 TEST_F(RouterLoopTest, AWellBehavedClientIsServedBeforeAFloodersBacklog) {
   Start({"inproc://router-fair"});
   auto flooder = Dealer("inproc://router-fair");

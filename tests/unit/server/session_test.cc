@@ -193,5 +193,67 @@ TEST_F(SessionManagerTest, BytesFollowTheSessionsThatHoldThem) {
   EXPECT_EQ(sessions_.bytes(), 0u);
 }
 
+// Issue 19: expiry, trimming and a closed connection work in steps of
+// kSessionStep sessions per hold of the manager's mutex; stepping changes
+// nothing about which sessions go.
+TEST(SessionManagerSteps, AClosedConnectionsSessionsAreTakenAStepAtATime) {
+  testing::FakeClock clock;
+  SessionManager sessions(&clock, SessionLimits{}, nullptr);
+  constexpr std::size_t kCount = 2 * kSessionStep + 7;
+  for (std::size_t i = 0; i < kCount; ++i) {
+    const std::string id = "burst-" + std::to_string(i);
+    ASSERT_NE(sessions.GetOrCreate(id), nullptr);
+    sessions.NoteConnection(id, "burst");
+  }
+  ASSERT_NE(sessions.GetOrCreate("other"), nullptr);
+  sessions.NoteConnection("other", "other-client");
+  std::size_t taken = 0;
+  for (auto step = sessions.TakeConnection("burst"); !step.empty();
+       step = sessions.TakeConnection("burst")) {
+    EXPECT_LE(step.size(), kSessionStep);
+    taken += step.size();
+  }
+  EXPECT_EQ(taken, kCount);
+  EXPECT_EQ(sessions.TakeConnection("burst").size(), 0u);
+  EXPECT_EQ(sessions.TakeConnection("other-client").size(), 1u);
+}
+
+TEST(SessionManagerSteps, ExpiryAndTrimOverSeveralStepsDropExactlyWhatTheyMust) {
+  testing::FakeClock clock;
+  SessionLimits limits;
+  limits.idle_ttl_ms = 1000;
+  std::size_t dropped = 0;
+  SessionManager sessions(&clock, limits, [&dropped](Session&) { ++dropped; });
+  constexpr std::size_t kOld = 3 * kSessionStep + 1;
+  for (std::size_t i = 0; i < kOld; ++i)
+    ASSERT_NE(sessions.GetOrCreate("old-" + std::to_string(i)), nullptr);
+  clock.Advance(600);
+  for (std::size_t i = 0; i < 10; ++i)
+    ASSERT_NE(sessions.GetOrCreate("new-" + std::to_string(i)), nullptr);
+  clock.Advance(400);  // the old ones are idle for the TTL, the new ones not
+  EXPECT_EQ(sessions.ExpireIdle(), kOld);
+  EXPECT_EQ(dropped, kOld);
+  EXPECT_EQ(sessions.size(), 10u);
+  EXPECT_NE(sessions.Find("new-0"), nullptr);
+}
+
+TEST(SessionManagerSteps, TrimOverSeveralStepsStopsAtTheCap) {
+  testing::FakeClock clock;
+  SessionLimits limits;
+  constexpr std::size_t kCount = 3 * kSessionStep;
+  SessionManager probe(&clock, limits, nullptr);
+  ASSERT_NE(probe.GetOrCreate("one"), nullptr);
+  const std::size_t per_session = probe.bytes();  // an empty session's bytes
+  ASSERT_GT(per_session, 0u);
+  limits.max_bytes = per_session * (kSessionStep / 2);  // keeps half a step of sessions
+  SessionManager sessions(&clock, limits, nullptr);
+  for (std::size_t i = 0; i < kCount; ++i)
+    ASSERT_NE(sessions.GetOrCreate("s-" + std::to_string(i)), nullptr);
+  EXPECT_EQ(sessions.Trim(), kCount - kSessionStep / 2);
+  EXPECT_EQ(sessions.size(), kSessionStep / 2);
+  EXPECT_LE(sessions.bytes(), limits.max_bytes);
+  EXPECT_NE(sessions.Find("s-" + std::to_string(kCount - 1)), nullptr);  // the newest stay
+}
+
 }  // namespace
 }  // namespace lmcache::server
