@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "fakes/fake_prefetcher.h"
+#include "fakes/sanitizers.h"
 #include "fakes/service_harness.h"
 #include "server/router_loop.h"
 
@@ -640,9 +641,13 @@ TEST(ServiceBurst, AMillionExpiringSessionsStallNoOtherClient) {
   ASSERT_FALSE(lookup_ms.empty());
   std::sort(lookup_ms.begin(), lookup_ms.end());
   const double p99 = lookup_ms[(lookup_ms.size() * 99 + 99) / 100 - 1];
-  EXPECT_LT(p99, 10.0) << lookup_ms.size() << " lookups while the sessions expired, max "
-                       << lookup_ms.back() << " ms";
-  EXPECT_LT(stats_max_ms, 50.0);
+  // A sanitizer runs this code 5-15x slower, and TSan's own bookkeeping of a
+  // million freed sessions pauses every thread now and then: its bounds are
+  // 10x. What the test guards against is the stall (35 s before the fix).
+  const double slowdown = testing::kThreadSanitizer || testing::kAddressSanitizer ? 10 : 1;
+  EXPECT_LT(p99, 10.0 * slowdown) << lookup_ms.size() << " lookups while the sessions expired, "
+                                  << "max " << lookup_ms.back() << " ms";
+  EXPECT_LT(stats_max_ms, 50.0 * slowdown);
   // The figures the note quotes.
   std::printf(
       "[burst] %zu lookups while %zu sessions expired: p50 %.3f ms, p99 %.3f ms, max %.3f ms; "

@@ -10,22 +10,14 @@
 #include <cstring>
 #include <thread>
 
+#include "fakes/sanitizers.h"
+
 namespace lmcache::shm {
 namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
 
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitizer = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kThreadSanitizer = true;
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
-#else
-constexpr bool kThreadSanitizer = false;
-#endif
+using testing::kThreadSanitizer;
 
 long MinorFaults() {
   rusage usage{};
