@@ -119,8 +119,8 @@ class Session {
 };
 
 // Sessions dropped per hold of the manager's mutex (expiry, trimming, a
-// closed connection): bounds how long a lookup can wait for it (about 0.1 ms
-// per step here; docs/performance.md).
+// closed connection): bounds how long a lookup can wait for it
+// (docs/performance.md, "Mass session expiry").
 inline constexpr std::size_t kSessionStep = 256;
 
 struct SessionLimits {

@@ -49,7 +49,8 @@ TEST(RespReplyStream, ReadsEveryReplyTypeAtEverySplit) {
   const std::string big = Payload(3 * RespReplyStream::kHeadBytes + 11);
   const std::string stream = "+OK\r\n-MOVED 3999 127.0.0.1:6381\r\n:42\r\n$-1\r\n$0\r\n\r\n$" +
                              std::to_string(big.size()) + "\r\n" + big + "\r\n$5\r\nab\r\nc\r\n";
-  for (const std::size_t piece : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, stream.size()}) {
+  for (const std::size_t piece :
+       {std::size_t{1}, std::size_t{7}, std::size_t{4096}, stream.size()}) {
     Pair pair;
     std::thread sender = pair.Send(stream, piece);
     RespReplyStream replies(pair.reader.get());
@@ -63,12 +64,12 @@ TEST(RespReplyStream, ReadsEveryReplyTypeAtEverySplit) {
       if (index != 5) return {};  // only the big one is placed, from byte 100 on
       EXPECT_EQ(std::string(reinterpret_cast<const char*>(head.data()), head.size()),
                 big.substr(0, head.size()));
-      return {std::as_writable_bytes(std::span(placed)), 100,
-              [&](std::span<const std::byte> piece) {
-                // Each piece is seen once, in order, after it landed.
-                EXPECT_EQ(reinterpret_cast<const char*>(piece.data()), placed.data() + arrived.size());
-                arrived.append(reinterpret_cast<const char*>(piece.data()), piece.size());
-              }};
+      return {
+          std::as_writable_bytes(std::span(placed)), 100, [&](std::span<const std::byte> landed) {
+            // Each piece is seen once, in order, after it landed.
+            EXPECT_EQ(reinterpret_cast<const char*>(landed.data()), placed.data() + arrived.size());
+            arrived.append(reinterpret_cast<const char*>(landed.data()), landed.size());
+          }};
     };
     using Kind = StreamedReply::Kind;
     auto next = [&](std::size_t i) {
@@ -110,7 +111,7 @@ TEST(RespReplyStream, APlacementOfTheWrongSizeIsDiscardedNotOverrun) {
   RespReplyStream replies(pair.reader.get());
   std::string small(10, 'x');
   const BulkSink sink = [&](std::size_t, std::uint64_t, std::span<const std::byte>) {
-    return BulkPlacement{std::as_writable_bytes(std::span(small)), 0};  // 10 bytes for 50000
+    return BulkPlacement{std::as_writable_bytes(std::span(small)), 0, {}};  // 10 bytes for 50000
   };
   auto r = replies.Next(0, sink);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -123,8 +124,9 @@ TEST(RespReplyStream, APlacementOfTheWrongSizeIsDiscardedNotOverrun) {
 }
 
 TEST(RespReplyStream, MalformedAndTruncatedStreamsAreErrors) {
-  for (const std::string bad : {"*2\r\n$1\r\na\r\n$1\r\nb\r\n", "$abc\r\n", "$-5\r\n", "$3\r\nabcd\r\n",
-                                "+OK\n", "$99999999999\r\n", "\r\n", "?what\r\n"}) {
+  for (const std::string bad :
+       {"*2\r\n$1\r\na\r\n$1\r\nb\r\n", "$abc\r\n", "$-5\r\n", "$3\r\nabcd\r\n", "+OK\n",
+        "$99999999999\r\n", "\r\n", "?what\r\n"}) {
     Pair pair;
     std::thread sender = pair.Send(bad, bad.size());
     sender.join();
