@@ -189,7 +189,7 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "or --http-admin-open they are off: every local process reaches the HTTP port");
   app.add_flag("--http-admin-open", c->http_admin_open,
                "Turn on the HTTP routes that change anything for every peer that reaches the "
-               "HTTP port, with no token (the behaviour before 0.19)");
+               "HTTP port, with no token (the earlier default)");
   app.add_option("--drain-timeout-seconds", c->drain_timeout_seconds,
                  "On SIGTERM, refuse new registrations and wait this long for registered workers "
                  "to leave and queued work to finish, then exit; a second signal exits at once")
