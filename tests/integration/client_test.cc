@@ -19,6 +19,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/msgpack_codec.h"
+#include "fakes/free_port.h"
 #include "fakes/server_process.h"
 #include "protocol/wire_codec.h"
 
@@ -55,6 +56,22 @@ std::vector<std::byte> ChunkBytes(const std::vector<std::uint32_t>& tokens, std:
     std::memcpy(out.data() + i, &word, std::min<std::uint64_t>(8, bytes - i));
   }
   return out;
+}
+
+// A field of the server's `stats` reply, by path ("instances", "registered").
+std::uint64_t StatsField(Client& client, std::initializer_list<std::string_view> path) {
+  auto stats = client.Call("stats", {});
+  EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+  if (!stats.ok()) return ~0ull;
+  auto handle = std::move(mp::Parse(*stats, "stats")).value();
+  const msgpack::object* field = &handle.get();
+  for (const std::string_view name : path) {
+    auto map = mp::MapReader::Make(*field, "stats");
+    EXPECT_TRUE(map.ok() && map->Field(name) != nullptr) << "no stats field " << name;
+    if (!map.ok() || map->Field(name) == nullptr) return ~0ull;
+    field = map->Field(name);
+  }
+  return field->via.u64;
 }
 
 class ClientTest : public ::testing::Test {
@@ -131,13 +148,8 @@ class ClientTest : public ::testing::Test {
   }
 
   static std::uint64_t LockedObjects(Client& client) {
-    auto stats = client.Call("stats", {});
-    EXPECT_TRUE(stats.ok());
-    auto handle = std::move(mp::Parse(*stats, "stats")).value();
-    auto map = std::move(mp::MapReader::Make(handle.get(), "stats")).value();
-    auto l1 = std::move(mp::MapReader::Make(*map.Field("l1"), "l1")).value();
     // Staged (uncommitted) objects hold a live write lease and count as locked.
-    return l1.Field("locked_objects")->via.u64;
+    return StatsField(client, {"l1", "locked_objects"});
   }
 
   static inline std::string* url_ = nullptr;
@@ -380,35 +392,6 @@ TEST(ClientRestart, BootIdChangesAcrossRestarts) {
   }
 }
 
-// A tcp port nobody listens on right now (bound, read, closed).
-int FreeTcpPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-// A field of the server's `stats` reply, by path ("instances", "registered").
-std::uint64_t StatsField(Client& client, std::initializer_list<std::string_view> path) {
-  auto stats = client.Call("stats", {});
-  EXPECT_TRUE(stats.ok()) << stats.status().ToString();
-  if (!stats.ok()) return ~0ull;
-  auto handle = std::move(mp::Parse(*stats, "stats")).value();
-  const msgpack::object* field = &handle.get();
-  for (const std::string_view name : path) {
-    auto map = mp::MapReader::Make(*field, "stats");
-    EXPECT_TRUE(map.ok() && map->Field(name) != nullptr) << "no stats field " << name;
-    if (!map.ok() || map->Field(name) == nullptr) return ~0ull;
-    field = map->Field(name);
-  }
-  return field->via.u64;
-}
-
 // Issue 19: 48 worker processes killed between prepare_store and
 // commit_store were released 25-45 s after their deaths, by nothing the
 // counters showed. Fifty workers (half over ipc, half over tcp, as the
@@ -419,7 +402,7 @@ std::uint64_t StatsField(Client& client, std::initializer_list<std::string_view>
 TEST(KilledWorkers, FiftyKilledMidTransferAreReleasedWithinASecond) {
   constexpr int kWorkers = 50;
   const std::string ipc = TempSocket("killed");
-  const std::string tcp = "tcp://127.0.0.1:" + std::to_string(FreeTcpPort());
+  const std::string tcp = "tcp://127.0.0.1:" + std::to_string(testing::FreeTcpPort());
   ServerProcess server({"--l1-size-gb", "0.5", "--url", ipc, "--url", tcp, "--max-cpu-workers", "2",
                         "--worker-reap-timeout-seconds", "30"});
   ASSERT_TRUE(server.WaitForLog("ready", std::chrono::seconds(60))) << server.Log();

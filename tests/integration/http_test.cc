@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "fakes/free_port.h"
 #include "fakes/server_process.h"
 #include "lmcache/client.h"
 
@@ -25,17 +26,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::ServerProcess;
 
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using testing::FreeTcpPort;
 
 std::string Socket(const std::string& tag) {
   return "ipc://" + (fs::temp_directory_path() /
@@ -61,7 +52,7 @@ std::unique_ptr<client::Client> Registered(const std::string& url, std::int64_t 
 class HttpTest : public ::testing::Test {
  protected:
   void StartServer(std::vector<std::string> extra = {}, bool logs_to_stdout = true) {
-    port_ = FreePort();
+    port_ = FreeTcpPort();
     url_ = Socket("main");
     std::vector<std::string> args = {"--l1-size-gb", "0.25", "--url", url_, "--port", "0",
                                      "--http-port", std::to_string(port_)};
@@ -200,7 +191,7 @@ TEST_F(HttpTest, ReadOnlyRefusesWhatChangesState) {
 }
 
 TEST_F(HttpTest, UnhealthyWhilePrefaultingBelowTheReadyFractionYetServingRequests) {
-  port_ = FreePort();
+  port_ = FreeTcpPort();
   url_ = Socket("prefault");
   server_ = std::make_unique<ServerProcess>(std::vector<std::string>{
       "--l1-size-gb", "2", "--prefault-threads", "1", "--ready-prefault-fraction", "1", "--url",
