@@ -216,6 +216,9 @@ int main(int argc, char** argv) {
     spdlog::info("received {}; shutting down", first == SIGINT ? "SIGINT" : "SIGTERM");
   }
   health.SetPhase(lmcache::ops::Phase::kDraining);
+  // Waits parked without a thread are answered while the transport still
+  // sends (nil: "still loading"); none parks after this.
+  service.AnswerParked();
   (*loop)->Stop();
   loop_thread.join();
   const lmcache::server::TransportStats traffic = (*loop)->Stats();

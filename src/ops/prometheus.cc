@@ -193,6 +193,25 @@ void Requests(Exposition& x, const server::StatsSnapshot& s) {
   x.Gauge(p + "session_bytes", "Memory held by request sessions.", static_cast<double>(s.session_bytes));
   x.Counter(p + "sessions_dropped_total", "Sessions dropped for memory.",
             static_cast<double>(s.sessions_dropped_for_memory));
+  x.Gauge(p + "parked_requests", "Requests waiting without a thread (deferred replies).",
+          static_cast<double>(s.parked.requests));
+  for (const auto& [name, op] : s.parked.by_operation) {
+    const Labels l = {{"operation", name}};
+    x.Counter(p + "parked_total", "Requests parked to answer later, by operation.",
+              static_cast<double>(op.parked), l);
+    x.Counter(p + "parked_refused_total",
+              "Requests answered at once (402) because too many were parked, by operation.",
+              static_cast<double>(op.refused), l);
+    for (std::size_t end = 0; end < server::kParkEnds; ++end) {
+      x.Counter(p + "parked_ended_total",
+                "Parked requests answered, by operation and why (woken: what they waited for "
+                "came; deadline: their timeout passed, a deadline miss; closed: their client "
+                "went; drained: the server stopped).",
+                static_cast<double>(op.ended[end]),
+                {{"operation", name},
+                 {"end", std::string(server::ParkEndName(static_cast<server::ParkEnd>(end)))}});
+    }
+  }
   x.Gauge(p + "instances", "Registered worker instances.", static_cast<double>(s.instances.instances));
   x.Gauge(p + "pending_writes", "prepare_store calls waiting for their commit.",
           static_cast<double>(s.instances.pending_writes));

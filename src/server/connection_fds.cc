@@ -23,6 +23,7 @@ std::optional<std::string> ConnectionFds::Seen(int fd, std::string_view connecti
     // session it was seen in, and this one is in a later one.
     session = std::max(session, descriptor.session + 1);
     gone = Forget(descriptor);
+    descriptor.last_closed = *gone;
   }
   descriptor.connection = std::string(connection);
   descriptor.session = session;
@@ -40,9 +41,25 @@ std::optional<std::string> ConnectionFds::Closed(int fd) {
   // predecessor's, already reported gone (or never seen).
   if (!descriptor.connection.empty() && descriptor.closed >= descriptor.session) {
     gone = Forget(descriptor);
+    descriptor.last_closed = *gone;
   }
-  if (descriptor.connection.empty() && descriptor.closed >= descriptor.accepted) fds_.erase(it);
+  if (descriptor.connection.empty() && descriptor.closed >= descriptor.accepted) {
+    // Every session on it closed: count afresh. The entry itself stays (one
+    // per descriptor number) to recognise the closed connection's late messages.
+    descriptor.accepted = descriptor.closed = descriptor.session = 0;
+  }
   return gone;
+}
+
+bool ConnectionFds::IsLate(int fd, std::string_view connection) const {
+  auto it = fds_.find(fd);
+  if (it == fds_.end()) return false;
+  const Descriptor& descriptor = it->second;
+  if (descriptor.last_closed.empty() || descriptor.last_closed != connection) return false;
+  // No session accepted since the close: the message can only be the closed
+  // connection's. Or the descriptor already carries another connection.
+  return descriptor.accepted <= descriptor.closed ||
+         (!descriptor.connection.empty() && descriptor.connection != connection);
 }
 
 std::optional<std::string> ConnectionFds::Forget(Descriptor& descriptor) {

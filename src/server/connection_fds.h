@@ -15,9 +15,17 @@
 //    order, so sessions on a descriptor are numbered by their ACCEPTED
 //    events; a connection is given the lowest session it can belong to, and
 //    a DISCONNECTED ends it only when it closes that session or a later one.
+// A message can also be read after its connection's close: it was still
+// queued in the socket when the monitor's DISCONNECTED was read. IsLate()
+// names it (the descriptor's last closed connection, with no newer session
+// accepted on it, or with another connection on it since), so the loop
+// releases what it creates instead of mapping a dead connection again.
 // What is left: a peer that connects and closes without a message, with its
 // DISCONNECTED still unread when the next connection on its descriptor sends,
-// ends that next connection (it re-registers at its next heartbeat).
+// ends that next connection (it re-registers at its next heartbeat); and a
+// client that sets its own routing id and reconnects on its old descriptor
+// has the messages it sends before its ACCEPTED is read taken as late (what
+// they create is released; it re-registers at its next heartbeat).
 //
 // Thread-safety: none; the router loop's thread owns it.
 #pragma once
@@ -41,6 +49,9 @@ class ConnectionFds {
   // The monitor reported `fd` closed. Returns the connection that closed,
   // if one was seen on it.
   std::optional<std::string> Closed(int fd);
+  // Whether a message of `connection` on `fd` was sent before that
+  // connection closed (it was read late). Such a message is not Seen().
+  bool IsLate(int fd, std::string_view connection) const;
   // Connections currently mapped.
   std::size_t size() const { return fd_of_.size(); }
 
@@ -50,6 +61,7 @@ class ConnectionFds {
     std::uint64_t closed = 0;    // DISCONNECTED events read for it
     std::string connection;      // the last connection seen on it ("" none)
     std::uint64_t session = 0;   // the lowest session `connection` can be in
+    std::string last_closed;     // the connection that closed on it last
   };
   std::optional<std::string> Forget(Descriptor& descriptor);
 

@@ -59,9 +59,14 @@ void LookupOps::AddTo(OpTable* table) {
   table->Add({Op::kQueryPrefetchStatus, "query_prefetch_status", true, P::kCpu, 1, 1, 8192,
               F::kZero},
              Bind(DecodeStatus, status(StatusQuery::kStatus)));
+  state_->parked().Declare("wait_prefetch_status");
   table->Add({Op::kWaitPrefetchStatus, "wait_prefetch_status", true, P::kCpu, 1, 2, 8192,
               F::kZero},
-             Bind(DecodeStatus, status(StatusQuery::kWait)));
+             [this](const RequestContext& context, Payloads payloads, const Respond& respond) {
+               auto args = DecodeStatus(payloads);
+               if (!args.ok()) return respond(args.status());
+               WaitStatus(context, *args, respond);
+             });
   table->Add({Op::kQueryPrefetchLookupHits, "query_prefetch_lookup_hits", true, P::kCpu, 1, 1,
               8192, F::kZero},
              Bind(DecodeStatus, status(StatusQuery::kHits)));
@@ -184,51 +189,71 @@ Result<std::string> LookupOps::QueryStatus(const StatusArgs& args, StatusQuery q
   std::shared_ptr<Session> session = state_->sessions().Find(args.request_id);
   if (!session) return mp::Encoder().Int(0).Take();  // unknown request: 0, as the reference
   tier::Prefetcher* prefetcher = state_->prefetcher();
-  std::optional<tier::PrefetchHandle> waiting;
+  MutexLock lock(&session->mu);
+  LookupState* lookup = session->StatusLookup();
+  if (lookup == nullptr) return mp::Encoder().Int(0).Take();
+  if (lookup->prefetch_pending && query == StatusQuery::kHits) {
+    // L1 + L2 prefix once the L2 lookups are done, before the loads land (spec 9.4).
+    const std::optional<std::size_t> l2 = prefetcher->LookupHits(lookup->prefetch_handle);
+    if (!l2) return mp::Encoder().Nil().Take();
+    return mp::Encoder().Uint(lookup->hit_chunks + *l2).Take();
+  }
+  if (lookup->prefetch_pending) FoldPrefetch(*lookup, prefetcher->Poll(lookup->prefetch_handle));
+  return ReportStatusLocked(*session, query);
+}
+
+std::string LookupOps::ReportStatusLocked(Session& session, StatusQuery query) {
+  LookupState* lookup = session.StatusLookup();
+  if (lookup == nullptr || lookup->status_consumed) return mp::Encoder().Int(0).Take();
+  if (lookup->prefetch_pending && query != StatusQuery::kHits) {
+    return mp::Encoder().Nil().Take();  // still loading
+  }
+  // The status is reported once (a second query answers 0, as the reference);
+  // the lookup hits may be asked for any number of times.
+  if (query != StatusQuery::kHits) lookup->status_consumed = true;
+  return mp::Encoder().Uint(lookup->hit_chunks).Take();
+}
+
+void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args,
+                           Respond respond) {
+  std::shared_ptr<Session> session = state_->sessions().Find(args.request_id);
+  if (!session) return respond(mp::Encoder().Int(0).Take());  // unknown request
+  tier::Prefetcher* prefetcher = state_->prefetcher();
+  // The prefetch this wait is for: its lookup is named by salt and sequence,
+  // so that a newer lookup of the request is never mistaken for it.
+  tier::PrefetchHandle handle = 0;
   std::string salt;
   std::uint64_t sequence = 0;
   {
     MutexLock lock(&session->mu);
     LookupState* lookup = session->StatusLookup();
-    if (lookup == nullptr) return mp::Encoder().Int(0).Take();
-    if (lookup->prefetch_pending && query == StatusQuery::kHits) {
-      // L1 + L2 prefix once the L2 lookups are done, before the loads land (spec 9.4).
-      const std::optional<std::size_t> l2 = prefetcher->LookupHits(lookup->prefetch_handle);
-      if (!l2) return mp::Encoder().Nil().Take();
-      return mp::Encoder().Uint(lookup->hit_chunks + *l2).Take();
+    if (lookup != nullptr && lookup->prefetch_pending) {
+      FoldPrefetch(*lookup, prefetcher->Poll(lookup->prefetch_handle));
     }
-    if (lookup->prefetch_pending) {
-      if (query != StatusQuery::kWait) {
-        FoldPrefetch(*lookup, prefetcher->Poll(lookup->prefetch_handle));
-        if (lookup->prefetch_pending) return mp::Encoder().Nil().Take();  // still loading
-      } else {
-        waiting = lookup->prefetch_handle;
-        salt = lookup->cache_salt;
-        sequence = lookup->sequence;
-      }
+    if (lookup == nullptr || !lookup->prefetch_pending) {
+      return respond(ReportStatusLocked(*session, StatusQuery::kWait));
     }
+    handle = lookup->prefetch_handle;
+    salt = lookup->cache_salt;
+    sequence = lookup->sequence;
   }
-  if (waiting) {
-    // Wait without the session's mutex: other calls of this request go on.
-    const auto timeout = std::chrono::milliseconds(
-        static_cast<std::int64_t>(std::clamp(args.timeout_seconds, 0.0, 3600.0) * 1000));
-    const std::optional<tier::PrefetchResult> landed = prefetcher->Wait(*waiting, timeout);
+  const auto timeout_ms =
+      static_cast<TimeMs>(std::clamp(args.timeout_seconds, 0.0, 3600.0) * 1000);
+  if (timeout_ms == 0) return respond(mp::Encoder().Nil().Take());  // still loading
+  auto finish = [this, session, handle, salt, sequence, respond](ParkEnd) {
     MutexLock lock(&session->mu);
     LookupState* lookup = session->FindLookup(salt);
     if (lookup != nullptr && lookup->sequence == sequence && lookup->prefetch_pending) {
-      FoldPrefetch(*lookup, landed);
-    } else if (landed && landed->lease != store::kNoLease) {
-      state_->table().ReleaseRead(landed->lease);  // the lookup it was for is gone
+      FoldPrefetch(*lookup, state_->prefetcher()->Poll(handle));
     }
-    if (lookup != nullptr && lookup->prefetch_pending) return mp::Encoder().Nil().Take();
-  }
-  MutexLock lock(&session->mu);
-  LookupState* lookup = session->StatusLookup();
-  if (lookup == nullptr || lookup->status_consumed) return mp::Encoder().Int(0).Take();
-  // The status is reported once (a second query answers 0, as the reference);
-  // the lookup hits may be asked for any number of times.
-  if (query != StatusQuery::kHits) lookup->status_consumed = true;
-  return mp::Encoder().Uint(lookup->hit_chunks).Take();
+    // A lookup that still loads answers nil (its deadline passed, or the
+    // client or the server is going); one whose session ended answers 0.
+    respond(ReportStatusLocked(*session, StatusQuery::kWait));
+  };
+  auto waker = state_->parked().Park("wait_prefetch_status", context.connection,
+                                     state_->clock().NowMs() + timeout_ms, std::move(finish));
+  if (!waker.ok()) return respond(waker.status());
+  prefetcher->NotifyWhenLanded(handle, std::move(waker).value());
 }
 
 Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {

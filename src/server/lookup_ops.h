@@ -11,6 +11,12 @@
 // balance: docs/threading.md, "Lease rules"). Keys are expanded window by
 // window, so a prompt of any world size costs bounded memory.
 //
+// wait_prefetch_status never holds a pool thread: a wait on a prefetch still
+// loading is parked (parked_requests.h) and answered when it lands, at its
+// timeout (nil, as the reference), when its client disconnects or its
+// session ends (0: the request is unknown by then), or when the server
+// drains (nil).
+//
 // Thread-safety: the handlers may run on any threads at once; a request's
 // calls serialise on its session's mutex.
 #pragma once
@@ -40,6 +46,13 @@ class LookupOps {
 
   Result<std::string> Lookup(const RequestContext& context, const IpcKey& key);
   Result<std::string> QueryStatus(const StatusArgs& args, StatusQuery query);
+  // wait_prefetch_status: answers at once when the lookup's result is known,
+  // else parks the request (never its thread) until the prefetch lands, the
+  // timeout passes, the client goes or the server drains.
+  void WaitStatus(const RequestContext& context, const StatusArgs& args, Respond respond);
+  // The lookup the status reports (its prefix, consumed once; nil while it
+  // still loads, 0 when there is none).
+  std::string ReportStatusLocked(Session& session, StatusQuery query) LMC_REQUIRES(session.mu);
   Result<std::string> FreeLookupLocks(const IpcKey& key);
   Result<std::string> EndSession(const std::string& request_id);
   // Locks the hit prefix of `lookup` for `owner`, window by window.

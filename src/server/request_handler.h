@@ -55,8 +55,15 @@ class RequestHandler {
   // The reply to a request refused before it ran (`route` is null when the
   // operation itself could not be resolved).
   virtual ReplyFrames Refuse(const RequestRoute* route, const Status& status) = 0;
-  // The client connection closed (its process exited, crashed or hung up):
-  // whatever it registered is gone. Called on the transport's thread.
+  // The client connection closed (its process exited, crashed or hung up),
+  // and requests it sent may still be running: those waiting for something
+  // should be answered now (their answers go nowhere). Called on the
+  // transport's thread as soon as the close is seen.
+  virtual void OnClosing(std::string_view connection) = 0;
+  // The client connection closed and every request it sent has been
+  // answered: whatever it registered is gone. Called on the transport's
+  // thread, once per close, and once more after a request read late (after
+  // the close) is answered.
   virtual void OnDisconnect(std::string_view connection) = 0;
 };
 

@@ -16,6 +16,7 @@
 #include "common/msgpack_cursor.h"
 #include "server/connection_fds.h"
 #include "server/endpoint_guard.h"
+#include "server/requests_in_flight.h"
 
 namespace lmcache::server {
 
@@ -38,6 +39,7 @@ struct RouterLoop::Message {
   std::string connection;  // socket index + routing id
   RequestContext context;
   std::size_t payload_bytes = 0;
+  bool late = false;  // read after its connection's close was reported
 };
 
 // A reply on its way back to the loop thread.
@@ -47,6 +49,7 @@ struct RouterLoop::Outgoing {
   zmq::message_t uid;
   zmq::message_t operation;
   ReplyFrames reply;
+  std::string connection;  // set when the request was counted in flight
 };
 
 namespace {
@@ -91,7 +94,8 @@ std::optional<std::int64_t> ProbeServerPid(zmq::context_t& context, const std::s
 RouterLoop::RouterLoop(const RouterConfig& config)
     : config_(config),
       own_context_(config.context == nullptr ? std::make_unique<zmq::context_t>(1) : nullptr),
-      context_(config.context != nullptr ? config.context : own_context_.get()) {}
+      context_(config.context != nullptr ? config.context : own_context_.get()),
+      in_flight_(std::make_unique<RequestsInFlight>()) {}
 
 RouterLoop::~RouterLoop() {
   Stop();
@@ -243,9 +247,11 @@ void RouterLoop::Receive(std::size_t socket_index) {
       // The descriptor a frame came in on (ZMQ_SRCFD). Not the routing id frame:
       // ROUTER makes that one itself, and after a poll it carries no descriptor.
       const int fd = zmq_msg_get(message->frames[1].handle(), ZMQ_SRCFD);
-      if (fd >= 0) {
+      if (fd >= 0 && endpoint.fds.IsLate(fd, message->connection)) {
+        message->late = true;
+      } else if (fd >= 0) {
         // A new connection on a reused descriptor: the one before it closed.
-        if (auto gone = endpoint.fds.Seen(fd, message->connection)) handler_->OnDisconnect(*gone);
+        if (auto gone = endpoint.fds.Seen(fd, message->connection)) ConnectionGone(*gone);
       }
     }
     message->context.connection = message->connection;
@@ -286,15 +292,30 @@ void RouterLoop::ReceiveMonitorEvents(std::size_t socket_index) {
     if (id != ZMQ_EVENT_DISCONNECTED) continue;
     connections_.fetch_sub(1, std::memory_order_relaxed);
     disconnects_.fetch_add(1, std::memory_order_relaxed);
-    if (auto gone = endpoint.fds.Closed(static_cast<int>(fd))) handler_->OnDisconnect(*gone);
+    if (auto gone = endpoint.fds.Closed(static_cast<int>(fd))) ConnectionGone(*gone);
   }
+}
+
+void RouterLoop::ConnectionGone(const std::string& connection) {
+  if (in_flight_->Closed(connection)) {
+    handler_->OnDisconnect(connection);
+    return;
+  }
+  // Requests of it still run: those parked are answered now, so that the
+  // release does not wait for their deadlines.
+  handler_->OnClosing(connection);
+}
+
+void RouterLoop::Deliver(Outgoing& reply) {
+  Send(reply);
+  if (in_flight_->Answered(reply.connection)) handler_->OnDisconnect(reply.connection);
 }
 
 void RouterLoop::Refuse(Message& message, const RequestRoute* route, const Status& status) {
   refused_.fetch_add(1, std::memory_order_relaxed);
   if (message.frames.size() < 2) return;  // no uid to answer to: a peer that is no DEALER
   Outgoing reply{message.socket_index, std::move(message.frames[0]), std::move(message.frames[1]),
-                 {}, handler_->Refuse(route, status)};
+                 {}, handler_->Refuse(route, status), /*connection=*/{}};  // never ran: not counted
   // Echo the operation frame when there was one; nil otherwise.
   if (message.frames.size() > 2) {
     reply.operation = std::move(message.frames[2]);
@@ -339,16 +360,19 @@ void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
     handler_->Handle(routed, m.context, m.payloads, [this, request](ReplyFrames reply) {
       Outgoing out{request->socket_index, std::move(request->frames[0]),
                    std::move(request->frames[1]), std::move(request->frames[2]),
-                   std::move(reply)};
+                   std::move(reply), request->connection};
       if (std::this_thread::get_id() == loop_thread_) {
-        Send(out);  // an inline operation: no hop through the outbox
+        Deliver(out);  // an inline operation: no hop through the outbox
       } else {
         Complete(std::move(out));
       }
     });
   };
   std::shared_ptr<Message> shared(std::move(message));
+  // Counted before it can be answered: a pool's answers are delivered on this
+  // thread, after Dispatch returns.
   if (routed.pool == Pool::kInline) {
+    in_flight_->Started(shared->connection, shared->late);
     run(shared);
     return;
   }
@@ -358,7 +382,9 @@ void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
   const FairQueue::Admission admission =
       routed.pool == Pool::kAffinity ? affinity_pool_->Submit(client, bytes, std::move(task))
                                      : cpu_pool_->Submit(client, bytes, std::move(task));
-  if (admission != FairQueue::Admission::kQueued) {
+  if (admission == FairQueue::Admission::kQueued) {
+    in_flight_->Started(shared->connection, shared->late);
+  } else {
     overloaded_.fetch_add(1, std::memory_order_relaxed);
     const char* why = admission == FairQueue::Admission::kClientFull
                           ? "this client has too many requests queued; read replies before "
@@ -383,7 +409,7 @@ void RouterLoop::DrainOutbox() {
     MutexLock lock(&outbox_mu_);
     ready.swap(outbox_);
   }
-  for (Outgoing& reply : ready) Send(reply);
+  for (Outgoing& reply : ready) Deliver(reply);
 }
 
 void RouterLoop::Send(Outgoing& reply) {

@@ -19,7 +19,9 @@
 // wake the loop through an eventfd polled beside the sockets. A socket
 // monitor reports each client connection that closes; the loop maps it back
 // (by file descriptor) to the connection ids that spoke over it and tells the
-// handler, so a dead worker's registration is released at once. Replies echo
+// handler, so a dead worker's registration is released at once: once every
+// request that connection sent has been answered, so that nothing a request
+// still running creates outlives the release (RequestsInFlight). Replies echo
 // the uid and operation frames byte for byte and always carry frame 3; a
 // failed request carries the operation's failure value in frame 3 and
 // {code, message} in an extra frame 4, so every request gets an answer.
@@ -59,6 +61,8 @@ namespace lmcache::server {
 // costs: a peer can make the server buffer this much per frame before any
 // check (the fair queue's byte limits apply once it is read).
 inline constexpr std::int64_t kMaxFrameBytes = 128ll << 20;
+
+class RequestsInFlight;
 
 struct RouterConfig {
   std::vector<std::string> urls;  // tcp://host:port or ipc:///path; at least one
@@ -103,6 +107,11 @@ class RouterLoop {
   void Complete(Outgoing reply) LMC_EXCLUDES(outbox_mu_);
   void DrainOutbox() LMC_EXCLUDES(outbox_mu_);
   void Send(Outgoing& reply);
+  // Sends a handled request's reply; tells the handler its connection is gone
+  // when it closed and this was its last request in flight.
+  void Deliver(Outgoing& reply);
+  // A connection closed: the handler hears of it now, or after its last answer.
+  void ConnectionGone(const std::string& connection);
 
   const RouterConfig config_;
   RequestHandler* handler_ = nullptr;
@@ -112,6 +121,7 @@ class RouterLoop {
   std::vector<std::unique_ptr<Endpoint>> sockets_;
   std::vector<std::string> endpoints_;
   UniqueFd wake_fd_;  // eventfd: replies queued or stop requested
+  std::unique_ptr<RequestsInFlight> in_flight_;  // the loop thread's
   std::unique_ptr<AffinityPool> affinity_pool_;
   std::unique_ptr<ThreadPool> cpu_pool_;
   std::atomic<bool> stop_{false};

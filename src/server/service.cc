@@ -132,6 +132,10 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
   }
 }
 
+void Service::OnClosing(std::string_view connection) {
+  state_.parked().CloseConnection(connection);
+}
+
 void Service::OnDisconnect(std::string_view connection) {
   for (const RemovedInstance& removed : state_.instances().RemoveConnection(connection)) {
     state_.ReleaseInstance(removed, ReleaseCause::kDisconnected);
@@ -208,6 +212,7 @@ StatsSnapshot Service::Snapshot() {
   s.sessions = state.sessions().size();
   s.session_bytes = state.sessions().bytes();
   s.sessions_dropped_for_memory = state.sessions().dropped_for_memory();
+  s.parked = state.parked().Stats();
   s.instances = state.instances().Counts();
   const ServiceCounters& counters = state.counters();
   for (std::size_t cause = 0; cause < kReleaseCauses; ++cause) {

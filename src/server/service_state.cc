@@ -58,7 +58,10 @@ ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const Service
       boot_id_(NewBootId()),
       instances_(clock, config.max_pending_transfers),
       sessions_(clock, config.sessions, [this](Session& session) { ReleaseSession(session); }),
+      parked_(ParkedRequests::Create(clock, config.parked)),
       hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes) {}
+
+ServiceState::~ServiceState() { parked_->Drain(); }
 
 Status ServiceState::CheckKeyRange(const IpcKey& key) const {
   const std::int64_t chunk = config_.chunk_size;

@@ -25,6 +25,7 @@
 #include "server/request.h"
 #include "server/session.h"
 #include "store/l1_cache.h"
+#include "server/parked_requests.h"
 #include "tier/prefetcher.h"
 
 namespace lmcache::server {
@@ -45,6 +46,7 @@ struct ServiceConfig {
   protocol::KeyLimits key_limits;                   // tokens per key (a 16 MiB msgpack array)
   std::size_t hash_cache_bytes = 64u << 20;         // --hash-cache-mb
   std::size_t max_pending_transfers = 16384;        // per instance and direction
+  ParkedLimits parked;  // requests waiting without a thread, per client and in all
   AdminAccess admin_access = AdminAccess::kIpc;
   std::string instance_id;  // --instance-id, shown by server_info
   // --supported-transfer-mode: "auto" (every mode), "engine_driven" or "lmcache_driven".
@@ -82,6 +84,7 @@ class ServiceState {
   // `l1`, `clock` and `prefetcher` (may be null) must outlive the state.
   ServiceState(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
                tier::Prefetcher* prefetcher);
+  ~ServiceState();  // answers every parked request first (kDrained)
 
   store::L1Cache& l1() { return *l1_; }
   store::ObjectTable& table() { return l1_->table(); }
@@ -91,6 +94,8 @@ class ServiceState {
   const std::string& boot_id() const { return boot_id_; }
   InstanceRegistry& instances() { return instances_; }
   SessionManager& sessions() { return sessions_; }
+  // Requests waiting without a thread (deferred replies).
+  ParkedRequests& parked() { return *parked_; }
   ChunkHasher& hasher() { return hasher_; }
   ServiceCounters& counters() { return counters_; }
   // Called with a registration's serial when it goes (unregister, the
@@ -149,6 +154,7 @@ class ServiceState {
   std::atomic<bool> draining_{false};
   InstanceRegistry instances_;
   SessionManager sessions_;
+  std::shared_ptr<ParkedRequests> parked_;  // shared: wakers hold it weakly
   ChunkHasher hasher_;
   std::vector<std::function<void(std::uint64_t)>> registration_listeners_;
 };

@@ -125,6 +125,23 @@ std::string InstancesMap(const StatsSnapshot& s) {
   return m.Take();
 }
 
+std::string ParkedMap(const ParkedStats& parked) {
+  mp::MapWriter m;
+  m.Field("requests").Uint(parked.requests);
+  mp::MapWriter by_operation;
+  for (const auto& [name, op] : parked.by_operation) {
+    mp::MapWriter o;
+    o.Field("parked").Uint(op.parked);
+    o.Field("refused").Uint(op.refused);
+    for (std::size_t end = 0; end < kParkEnds; ++end) {
+      o.Field(ParkEndName(static_cast<ParkEnd>(end))).Uint(op.ended[end]);
+    }
+    by_operation.Field(name).Raw(o.Take());
+  }
+  m.Field("operations").Raw(by_operation.Take());
+  return m.Take();
+}
+
 std::string LookupMap(const StatsSnapshot& s) {
   mp::MapWriter m;
   m.Field("lookups").Uint(s.lookups);
@@ -224,6 +241,7 @@ std::string EncodeStatsMsgpack(const StatsSnapshot& s) {
   m.Field("sessions").Uint(s.sessions);
   m.Field("session_bytes").Uint(s.session_bytes);
   m.Field("sessions_dropped_for_memory").Uint(s.sessions_dropped_for_memory);
+  m.Field("parked").Raw(ParkedMap(s.parked));
   if (s.l2) {
     m.Field("l2").Raw(L2Map(*s.l2));
   } else {

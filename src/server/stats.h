@@ -18,6 +18,7 @@
 #include "server/chunk_hasher.h"
 #include "server/gpu_contexts.h"
 #include "server/instances.h"
+#include "server/parked_requests.h"
 #include "server/request_handler.h"
 #include "store/evictor.h"
 #include "store/flow_counters.h"
@@ -48,6 +49,7 @@ struct StatsSnapshot {
   std::size_t sessions = 0;
   std::size_t session_bytes = 0;
   std::uint64_t sessions_dropped_for_memory = 0;
+  ParkedStats parked;  // requests waiting without a thread
   RegistryCounts instances;
   // Registrations ended, by cause (ReleaseCause: unregistered, disconnected,
   // reaped, replaced).

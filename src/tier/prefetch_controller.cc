@@ -52,6 +52,7 @@ void PrefetchController::Start() {
 }
 
 void PrefetchController::Stop() {
+  std::vector<std::function<void()>> landed;
   {
     MutexLock lock(&mu_);
     stop_ = true;
@@ -60,9 +61,12 @@ void PrefetchController::Stop() {
       if (it == jobs_.end()) continue;
       it->second.lookup_hits = 0;
       it->second.result = PrefetchResult{};  // nothing loaded
+      for (auto& fn : it->second.on_landed) landed.push_back(std::move(fn));
+      it->second.on_landed.clear();
     }
     queue_.clear();
   }
+  RunLanded(landed);
   work_.NotifyAll();
   landed_.NotifyAll();
   for (std::thread& t : workers_) t.join();
@@ -121,13 +125,28 @@ std::optional<PrefetchResult> PrefetchController::Wait(PrefetchHandle handle,
   }
 }
 
+void PrefetchController::NotifyWhenLanded(PrefetchHandle handle, std::function<void()> landed) {
+  {
+    MutexLock lock(&mu_);
+    auto it = jobs_.find(handle);
+    if (it != jobs_.end() && !it->second.result) {
+      it->second.on_landed.push_back(std::move(landed));
+      return;
+    }
+  }
+  landed();  // unknown (ended, cancelled) or landed already: Poll answers now
+}
+
 void PrefetchController::Cancel(PrefetchHandle handle) {
   store::LeaseId release = store::kNoLease;
+  // Whoever waits for it hears now: Poll answers "nothing" from here on.
+  std::vector<std::function<void()>> landed;
   {
     MutexLock lock(&mu_);
     auto it = jobs_.find(handle);
     if (it == jobs_.end()) return;
     cancelled_.fetch_add(1, std::memory_order_relaxed);
+    landed.swap(it->second.on_landed);
     if (it->second.result) {
       release = it->second.result->lease;
       jobs_.erase(it);
@@ -140,6 +159,18 @@ void PrefetchController::Cancel(PrefetchHandle handle) {
     }
   }
   if (release != store::kNoLease) table_->ReleaseRead(release);
+  RunLanded(landed);
+}
+
+void PrefetchController::RunLanded(std::vector<std::function<void()>>& landed) {
+  for (auto& fn : landed) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      spdlog::error("a prefetch's landing callback failed: {}", e.what());
+    }
+  }
+  landed.clear();
 }
 
 void PrefetchController::Work() {
@@ -310,9 +341,11 @@ void PrefetchController::Publish(PrefetchHandle handle, std::size_t lookup_hits)
 
 void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   store::LeaseId release = store::kNoLease;
+  std::vector<std::function<void()>> landed;
   {
     MutexLock lock(&mu_);
     auto it = jobs_.find(handle);
+    if (it != jobs_.end()) landed.swap(it->second.on_landed);
     if (it == jobs_.end() || it->second.cancelled) {
       release = result.lease;  // nobody will take it
       if (it != jobs_.end()) jobs_.erase(it);
@@ -330,6 +363,7 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   // held, so whoever sees the count sees the locks of a cancelled job gone.
   completed_.fetch_add(1, std::memory_order_relaxed);
   landed_.NotifyAll();
+  RunLanded(landed);
 }
 
 PrefetchControllerStats PrefetchController::Stats() const {

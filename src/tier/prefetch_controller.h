@@ -72,9 +72,11 @@ class PrefetchController final : public Prefetcher {
   PrefetchHandle Submit(PrefetchRequest request) override;
   std::optional<PrefetchResult> Poll(PrefetchHandle handle) override;
   std::optional<std::size_t> LookupHits(PrefetchHandle handle) override;
-  std::optional<PrefetchResult> Wait(PrefetchHandle handle,
-                                     std::chrono::milliseconds timeout) override;
+  void NotifyWhenLanded(PrefetchHandle handle, std::function<void()> landed) override;
   void Cancel(PrefetchHandle handle) override;
+  // Like Poll, but blocks up to `timeout` for the result: for tests and
+  // tools only (the service parks its waits instead, prefetcher.h).
+  std::optional<PrefetchResult> Wait(PrefetchHandle handle, std::chrono::milliseconds timeout);
 
   PrefetchControllerStats Stats() const;
 
@@ -85,6 +87,7 @@ class PrefetchController final : public Prefetcher {
     std::optional<std::size_t> lookup_hits;
     std::optional<PrefetchResult> result;
     bool cancelled = false;
+    std::vector<std::function<void()>> on_landed;  // NotifyWhenLanded's, until it lands
   };
   struct Plan;
 
@@ -95,6 +98,8 @@ class PrefetchController final : public Prefetcher {
                    const store::WriteLease& buffers, std::size_t chunks);
   void Publish(PrefetchHandle handle, std::size_t lookup_hits) LMC_EXCLUDES(mu_);
   void Finish(PrefetchHandle handle, PrefetchResult result) LMC_EXCLUDES(mu_);
+  // Runs the callbacks taken out of ended jobs (no lock held).
+  static void RunLanded(std::vector<std::function<void()>>& landed) LMC_EXCLUDES(mu_);
 
   store::ObjectTable* const table_;
   const std::vector<L2Adapter*> adapters_;

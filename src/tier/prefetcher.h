@@ -10,13 +10,17 @@
 // spec 9.3). With no L2 configured there is no Prefetcher and the lookup
 // completes from L1 at once.
 //
+// Nothing here blocks: a caller that must wait for a result (the
+// wait_prefetch_status operation) asks to be notified when it lands and
+// parks its request meanwhile (server/parked_requests.h).
+//
 // Thread-safety: implementations are internally synchronised; every method
 // may be called from any thread.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -56,9 +60,11 @@ class Prefetcher {
   // prefetch will try to load), once their lookups are done; nullopt before
   // (query_prefetch_lookup_hits, reference spec 9.4). Does not release the handle.
   virtual std::optional<std::size_t> LookupHits(PrefetchHandle handle) = 0;
-  // Like Poll, but waits up to `timeout` for the result.
-  virtual std::optional<PrefetchResult> Wait(PrefetchHandle handle,
-                                             std::chrono::milliseconds timeout) = 0;
+  // Calls `landed` once when Poll(handle) can answer: the prefetch finished,
+  // was cancelled, or the prefetcher stopped; at once (on this thread) when it
+  // can already, or the handle is unknown. Otherwise on the thread that ended
+  // the prefetch, with no lock of the prefetcher held: `landed` must be short.
+  virtual void NotifyWhenLanded(PrefetchHandle handle, std::function<void()> landed) = 0;
   // The caller no longer wants the result (its session ended): whatever the
   // prefetch locked, now or when it lands, is released.
   virtual void Cancel(PrefetchHandle handle) = 0;

@@ -5,8 +5,10 @@
 // Thread-safety: internally synchronised.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "store/object_table.h"
 #include "tier/prefetcher.h"
@@ -22,7 +24,7 @@ class FakePrefetcher final : public tier::Prefetcher {
   tier::PrefetchHandle Submit(tier::PrefetchRequest request) override {
     std::lock_guard<std::mutex> lock(mu_);
     const tier::PrefetchHandle handle = ++next_;
-    jobs_[handle] = Job{std::move(request), std::nullopt, std::nullopt};
+    jobs_[handle] = Job{std::move(request), std::nullopt, std::nullopt, {}};
     return handle;
   }
   std::optional<tier::PrefetchResult> Poll(tier::PrefetchHandle handle) override {
@@ -45,31 +47,49 @@ class FakePrefetcher final : public tier::Prefetcher {
     std::lock_guard<std::mutex> lock(mu_);
     jobs_.at(handle).lookup_hits = chunks;
   }
-  std::optional<tier::PrefetchResult> Wait(tier::PrefetchHandle handle,
-                                           std::chrono::milliseconds) override {
-    return Poll(handle);  // tests complete jobs before waiting on them
+  // As the controller: at once when landed or unknown, else when Complete()
+  // or Cancel() ends the job (on the test's thread).
+  void NotifyWhenLanded(tier::PrefetchHandle handle, std::function<void()> landed) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = jobs_.find(handle);
+      if (it != jobs_.end() && !it->second.landed) {
+        it->second.on_landed.push_back(std::move(landed));
+        return;
+      }
+    }
+    landed();
   }
   void Cancel(tier::PrefetchHandle handle) override {
+    std::vector<std::function<void()>> landed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = jobs_.find(handle);
+      if (it == jobs_.end()) return;
+      if (it->second.landed) table_->ReleaseRead(it->second.landed->lease);
+      landed.swap(it->second.on_landed);
+      jobs_.erase(it);
+      cancelled_ += 1;
+    }
+    for (auto& fn : landed) fn();
+  }
+  // Waits parked on the job now.
+  std::size_t watchers(tier::PrefetchHandle handle) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = jobs_.find(handle);
-    if (it == jobs_.end()) return;
-    if (it->second.landed) table_->ReleaseRead(it->second.landed->lease);
-    jobs_.erase(it);
-    cancelled_ += 1;
+    return it == jobs_.end() ? 0 : it->second.on_landed.size();
   }
 
-  // Loads the first `chunks` chunks of job `handle` into L1, read-locked.
+  // Loads the first `chunks` chunks of job `handle` into L1, read-locked;
+  // then whoever waits for it hears.
   void Complete(tier::PrefetchHandle handle, std::size_t chunks) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Job& job = jobs_.at(handle);
-    const std::vector<store::ObjectKey> keys(
-        job.request.keys.begin(),
-        job.request.keys.begin() + static_cast<std::ptrdiff_t>(chunks * job.request.ranks));
-    const store::Owner loader = store::Owner::Internal(0x4c32);  // "L2"
-    auto staged =
-        table_->ReserveWrite(keys, object_bytes_, loader, store::AllocationMode::kAllOrNothing);
-    auto locked = table_->FinishWriteAndRead(staged->lease, job.request.owner, job.request.readers);
-    job.landed = tier::PrefetchResult{chunks, locked->lease};
+    std::vector<std::function<void()>> landed;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Load(jobs_.at(handle), chunks);
+      landed.swap(jobs_.at(handle).on_landed);
+    }
+    for (auto& fn : landed) fn();
   }
   tier::PrefetchRequest request(tier::PrefetchHandle handle) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -93,6 +113,7 @@ class FakePrefetcher final : public tier::Prefetcher {
     tier::PrefetchRequest request;
     std::optional<tier::PrefetchResult> landed;
     std::optional<std::size_t> lookup_hits;
+    std::vector<std::function<void()>> on_landed;
   };
   store::ObjectTable* table_ = nullptr;
   const std::uint64_t object_bytes_;
@@ -100,6 +121,17 @@ class FakePrefetcher final : public tier::Prefetcher {
   tier::PrefetchHandle next_ = 0;
   std::map<tier::PrefetchHandle, Job> jobs_;
   std::size_t cancelled_ = 0;
+
+  void Load(Job& job, std::size_t chunks) {
+    const std::vector<store::ObjectKey> keys(
+        job.request.keys.begin(),
+        job.request.keys.begin() + static_cast<std::ptrdiff_t>(chunks * job.request.ranks));
+    const store::Owner loader = store::Owner::Internal(0x4c32);  // "L2"
+    auto staged =
+        table_->ReserveWrite(keys, object_bytes_, loader, store::AllocationMode::kAllOrNothing);
+    auto locked = table_->FinishWriteAndRead(staged->lease, job.request.owner, job.request.readers);
+    job.landed = tier::PrefetchResult{chunks, locked->lease};
+  }
 };
 
 }  // namespace lmcache::testing

@@ -19,6 +19,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/msgpack_codec.h"
+#include "fakes/client_stats.h"
 #include "fakes/free_port.h"
 #include "fakes/server_process.h"
 #include "protocol/wire_codec.h"
@@ -27,6 +28,7 @@ namespace lmcache::client {
 namespace {
 
 using testing::ServerProcess;
+using testing::StatsField;
 
 std::string TempSocket(const char* tag) {
   return "ipc://" + (std::filesystem::temp_directory_path() /
@@ -58,22 +60,6 @@ std::vector<std::byte> ChunkBytes(const std::vector<std::uint32_t>& tokens, std:
   return out;
 }
 
-// A field of the server's `stats` reply, by path ("instances", "registered").
-std::uint64_t StatsField(Client& client, std::initializer_list<std::string_view> path) {
-  auto stats = client.Call("stats", {});
-  EXPECT_TRUE(stats.ok()) << stats.status().ToString();
-  if (!stats.ok()) return ~0ull;
-  auto handle = std::move(mp::Parse(*stats, "stats")).value();
-  const msgpack::object* field = &handle.get();
-  for (const std::string_view name : path) {
-    auto map = mp::MapReader::Make(*field, "stats");
-    EXPECT_TRUE(map.ok() && map->Field(name) != nullptr) << "no stats field " << name;
-    if (!map.ok() || map->Field(name) == nullptr) return ~0ull;
-    field = map->Field(name);
-  }
-  return field->via.u64;
-}
-
 class ClientTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -92,19 +78,7 @@ class ClientTest : public ::testing::Test {
   static std::unique_ptr<Client> Connected(std::int64_t instance, std::int64_t layers = 4,
                                            std::int64_t hidden = 256,
                                            const std::string& model = "test-model") {
-    ClientOptions options;
-    options.url = *url_;
-    options.request_timeout = std::chrono::milliseconds(20000);
-    auto client = Client::Connect(options);
-    EXPECT_TRUE(client.ok()) << client.status().ToString();
-    EngineContext context;
-    context.instance_id = instance;
-    context.model_name = model;
-    context.num_layers = layers;
-    context.hidden_dim_size = hidden;
-    auto registration = (*client)->Register(context);
-    EXPECT_TRUE(registration.ok()) << registration.status().ToString();
-    return std::move(client).value();
+    return testing::ConnectWorker(*url_, instance, model, layers, hidden);
   }
 
   static KeySpec Key(const std::vector<std::uint32_t>& tokens, std::size_t chunks,

@@ -6,13 +6,13 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
-#include <msgpack.hpp>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
+#include "fakes/client_stats.h"
 #include "fakes/server_process.h"
 #include "lmcache/client.h"
 #include "server/token_hasher.h"
@@ -68,19 +68,7 @@ class L2FsTest : public ::testing::Test {
     EXPECT_TRUE(server->WaitForLog("ready", std::chrono::seconds(60))) << server->Log();
     return server;
   }
-  std::unique_ptr<Client> Connect() {
-    ClientOptions options;
-    options.url = url_;
-    auto c = Client::Connect(options);
-    EXPECT_TRUE(c.ok());
-    client::EngineContext context;
-    context.instance_id = 1;
-    context.model_name = kModel;
-    context.num_layers = 2;
-    context.hidden_dim_size = 64;
-    EXPECT_TRUE((*c)->Register(context).ok());
-    return std::move(c).value();
-  }
+  std::unique_ptr<Client> Connect() { return testing::ConnectWorker(url_, 1, kModel, 2, 64); }
   client::KeySpec Key(const std::string& request) const {
     client::KeySpec key;
     key.model_name = kModel;
@@ -89,19 +77,8 @@ class L2FsTest : public ::testing::Test {
     key.request_id = request;
     return key;
   }
-  // stats[section][field], or stats[section][sub][field].
-  static std::uint64_t Stat(Client& c, const std::vector<std::string>& path) {
-    auto reply = c.Call("stats", {});
-    if (!reply.ok()) return 0;
-    msgpack::object_handle h = msgpack::unpack(reply->data(), reply->size());
-    msgpack::object o = h.get();
-    for (const std::string& name : path) {
-      o = o.as<std::map<std::string, msgpack::object>>().at(name);
-    }
-    return o.as<std::uint64_t>();
-  }
-  static std::uint64_t StoreStat(Client& c, const std::string& field) {
-    return Stat(c, {"l2", "store", field});
+  static std::uint64_t StoreStat(Client& c, std::string_view field) {
+    return testing::StatsField(c, {"l2", "store", field});
   }
   // Looks the prompt up in a new session and retrieves the prefix found; every byte must match.
   std::size_t LookupAndCheck(Client& c, const std::string& request) {
@@ -140,9 +117,9 @@ TEST_F(L2FsTest, APromptForcedOutOfL1ComesBackFromDiskAlsoAfterARestart) {
     ASSERT_EQ(StoreStat(*c, "stored"), kChunks);
     for (std::size_t i = 0; i < kChunks; ++i) EXPECT_TRUE(fs::exists(ChunkFile(dir_, i))) << i;
     ASSERT_TRUE(c->Call("clear", {}).ok());  // out of L1
-    ASSERT_EQ(Stat(*c, {"l1", "resident_objects"}), 0u);
+    ASSERT_EQ(testing::StatsField(*c, {"l1", "resident_objects"}), 0u);
     EXPECT_EQ(LookupAndCheck(*c, "after-clear"), kChunks);
-    EXPECT_EQ(Stat(*c, {"l1", "tier_admitted_objects"}), kChunks);  // loaded from disk
+    EXPECT_EQ(testing::StatsField(*c, {"l1", "tier_admitted_objects"}), kChunks);  // loaded from disk
     EXPECT_EQ(StoreStat(*c, "stored"), kChunks);  // and not written back
     Stop(*server);
   }

@@ -50,8 +50,9 @@ std::map<std::string, double> Balance(const std::string& url) {
        {"l1.used_bytes", "l1.resident_bytes", "l1.staging_objects", "l1.locked_objects",
         "l1.retired_objects", "l1.read_locks", "l1.read_leases", "l1.write_leases",
         "instances.registered", "instances.pending_writes", "instances.pending_reads",
-        "instances.departed", "instances.replaced", "eviction.evicted_objects",
-        "eviction.on_demand_evictions"}) {
+        "instances.departed", "instances.replaced", "instances.reaped",
+        "instances.released.unregistered", "router.disconnects", "sessions",
+        "eviction.evicted_objects", "eviction.on_demand_evictions"}) {
     if (auto v = stats->Number(path)) out[path] = *v;
   }
   return out;
@@ -135,14 +136,21 @@ int Run(const SoakOptions& o) {
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
 
-  // Departures are processed asynchronously: give them a moment to land.
+  // Departures are processed asynchronously: give them a moment to land, but
+  // far less than a session TTL (--session-ttl-seconds should stay above
+  // 10 s): what balances only by expiring was leaked by a closed connection.
   std::map<std::string, double> balance;
+  const auto stopped = Clock::now();
   for (int i = 0; i < 100; ++i) {
     balance = Balance(url);
     if (Balanced(balance)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const bool balanced = Balanced(balance);
+  const double balance_seconds = std::chrono::duration<double>(Clock::now() - stopped).count();
+  if (o.session_ttl_seconds <= 10) {
+    Say("note: a session TTL of 10 s or less lets expiry hide a lock a closed connection leaked");
+  }
   const bool ok = balanced && counters->corrupt_chunks.load() == 0 &&
                   counters->unexpected_errors.load() == 0 && failed_workers == 0 &&
                   counters->chunks_verified.load() > 0;
@@ -162,6 +170,7 @@ int Run(const SoakOptions& o) {
       {"abandoned_lookups", static_cast<double>(counters->abandoned_lookups.load())},
       {"abandoned_stores", static_cast<double>(counters->abandoned_stores.load())},
       {"reregistrations", static_cast<double>(counters->reregistrations.load())},
+      {"registrations", static_cast<double>(counters->registrations.load())},
       {"kills", static_cast<double>(counters->kills.load())},
       {"burst_lookups", static_cast<double>(counters->burst_lookups.load())},
       {"probe_samples", static_cast<double>(counters->probe_samples.load())},
@@ -172,6 +181,7 @@ int Run(const SoakOptions& o) {
       {"unexpected_errors", static_cast<double>(counters->unexpected_errors.load())},
       {"failed_workers", failed_workers},
       {"balanced", balanced ? 1 : 0},
+      {"balanced_after_seconds", balance_seconds},
   };
   for (const auto& [name, value] : balance) report["final." + name] = value;
   std::string json = "{";

@@ -64,6 +64,7 @@ struct SoakCounters {
   std::atomic<std::uint64_t> abandoned_lookups{0};
   std::atomic<std::uint64_t> abandoned_stores{0};
   std::atomic<std::uint64_t> reregistrations{0};
+  std::atomic<std::uint64_t> registrations{0};  // answered; a worker killed first has none
   std::atomic<std::uint64_t> unexpected_errors{0};
   std::atomic<std::uint64_t> kills{0};
   std::atomic<std::uint64_t> burst_lookups{0};

@@ -38,7 +38,9 @@ class Worker {
     context.model_name = "soak-model";
     context.num_layers = o_.num_layers;
     context.hidden_dim_size = o_.hidden;
-    return client_->Register(context).status();
+    LMC_RETURN_IF_ERROR(client_->Register(context).status());
+    counters_->registrations.fetch_add(1);
+    return Status::Ok();
   }
 
   void Iterate() {

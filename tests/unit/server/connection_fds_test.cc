@@ -85,5 +85,44 @@ TEST(ConnectionFds, AnIdSeenOnAnotherDescriptorMovesWithoutEndingIt) {
   EXPECT_EQ(fds.Closed(8), Gone("a"));
 }
 
+// A killed worker's last request can still be queued in the socket when the
+// monitor's DISCONNECTED is read: it is late, and must not map the dead
+// connection to the descriptor again (its close was reported already).
+TEST(ConnectionFds, AMessageReadAfterItsConnectionsCloseIsLate) {
+  ConnectionFds fds;
+  fds.Accepted(7);
+  EXPECT_EQ(fds.Seen(7, "dead"), std::nullopt);
+  EXPECT_FALSE(fds.IsLate(7, "dead"));
+  EXPECT_EQ(fds.Closed(7), Gone("dead"));
+  EXPECT_TRUE(fds.IsLate(7, "dead"));
+  EXPECT_FALSE(fds.IsLate(7, "other"));  // a new connection's first message, its ACCEPTED unread
+  EXPECT_FALSE(fds.IsLate(8, "dead"));
+  EXPECT_EQ(fds.size(), 0u);
+}
+
+TEST(ConnectionFds, ALateMessageAfterASuccessorTookTheDescriptorIsLate) {
+  ConnectionFds fds;
+  fds.Accepted(7);
+  EXPECT_EQ(fds.Seen(7, "dead"), std::nullopt);
+  EXPECT_EQ(fds.Seen(7, "successor"), Gone("dead"));
+  EXPECT_TRUE(fds.IsLate(7, "dead"));  // not Seen: it would end the successor
+  fds.Accepted(7);
+  EXPECT_TRUE(fds.IsLate(7, "dead"));
+  EXPECT_FALSE(fds.IsLate(7, "successor"));
+  EXPECT_EQ(fds.Closed(7), std::nullopt);  // dead's own close
+  EXPECT_EQ(fds.Closed(7), Gone("successor"));
+}
+
+TEST(ConnectionFds, AClientWithItsOwnRoutingIdIsNotLateOnceItsReconnectIsAccepted) {
+  ConnectionFds fds;
+  fds.Accepted(7);
+  EXPECT_EQ(fds.Seen(7, "fixed"), std::nullopt);
+  EXPECT_EQ(fds.Closed(7), Gone("fixed"));
+  fds.Accepted(7);  // it reconnects on the same descriptor
+  EXPECT_FALSE(fds.IsLate(7, "fixed"));
+  EXPECT_EQ(fds.Seen(7, "fixed"), std::nullopt);
+  EXPECT_EQ(fds.Closed(7), Gone("fixed"));
+}
+
 }  // namespace
 }  // namespace lmcache::server

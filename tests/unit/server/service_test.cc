@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -546,16 +547,153 @@ TEST_F(ServicePrefetchTest, LookupHitsAreKnownOnceTheL2LookupsAreDoneBeforeTheLo
   EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 4u);
 }
 
-TEST_F(ServicePrefetchTest, WaitReturnsNilOnTimeoutAndTheResultOnceLanded) {
+// wait_prefetch_status parks (issue 20): no pool thread waits, and the
+// request is answered by whatever ends the wait.
+class ServiceParkedWaitTest : public ServicePrefetchTest {
+ protected:
+  // Sends wait_prefetch_status for "req" from `connection` and returns its
+  // reply to come, once the request is parked (or already answered).
+  std::future<server::Reply> ParkedWait(double timeout_seconds,
+                                        std::string connection = "test-connection") {
+    const std::size_t before = h_.service().state().parked().size();
+    auto reply = std::async(std::launch::async, [this, timeout_seconds, connection] {
+      return h_.CallAs(connection, "wait_prefetch_status",
+                       {StrFrame("req"), mp::Encoder().Float(timeout_seconds).Take()});
+    });
+    for (int i = 0; i < 2000 && h_.service().state().parked().size() == before &&
+                    reply.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready;
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return reply;
+  }
+  void LookUp(std::string connection = "test-connection") {
+    KeyArgs lookup = Key(512, 0);
+    lookup.worker_id.reset();
+    ASSERT_TRUE(h_.CallAs(connection, "lookup", {KeyFrame(lookup), IntFrame(1)}).status.ok());
+  }
+  static msgpack::object_handle Value(const server::Reply& reply) {
+    EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
+    return msgpack::unpack(reply.value.data(), reply.value.size());
+  }
+  std::uint64_t Ended(ParkEnd end) {
+    const ParkedStats stats = h_.service().state().parked().Stats();
+    return stats.by_operation.at("wait_prefetch_status").ended[static_cast<std::size_t>(end)];
+  }
+};
+
+TEST_F(ServiceParkedWaitTest, AWaitParksAndIsAnsweredWhenThePrefetchLands) {
+  LookUp();
+  auto reply = ParkedWait(10);
+  ASSERT_EQ(h_.service().state().parked().size(), 1u);
+  EXPECT_EQ(prefetcher_.watchers(prefetcher_.last_handle()), 1u);
+  EXPECT_EQ(reply.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
+  prefetcher_.Complete(prefetcher_.last_handle(), 2);
+  EXPECT_EQ(Value(reply.get()).get().via.u64, 2u);
+  EXPECT_EQ(h_.service().state().parked().size(), 0u);
+  EXPECT_EQ(Ended(ParkEnd::kWoken), 1u);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 0u);  // consumed
+}
+
+TEST_F(ServiceParkedWaitTest, AWaitIsAnsweredNilAtItsDeadlineAndTheResultLater) {
+  LookUp();
+  auto reply = ParkedWait(0.01);
+  ASSERT_EQ(h_.service().state().parked().size(), 1u);
+  EXPECT_EQ(reply.wait_for(std::chrono::milliseconds(200)), std::future_status::timeout)
+      << "the deadline is on the service's clock, which has not moved";
+  h_.clock().Advance(10);
+  EXPECT_EQ(Value(reply.get()).get().type, msgpack::type::NIL);
+  EXPECT_EQ(Ended(ParkEnd::kDeadline), 1u);
+  prefetcher_.Complete(prefetcher_.last_handle(), 2);
+  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), mp::Encoder().Float(0.01).Take()})
+                .get()
+                .via.u64,
+            2u);  // landed: answered at once, never parked
+  EXPECT_EQ(h_.service().state().parked().Stats().by_operation.at("wait_prefetch_status").parked,
+            1u);
+}
+
+TEST_F(ServiceParkedWaitTest, AZeroTimeoutAnswersNilAtOnce) {
+  LookUp();
+  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), mp::Encoder().Float(0).Take()})
+                .get()
+                .type,
+            msgpack::type::NIL);
+  EXPECT_EQ(h_.service().state().parked().Stats().by_operation.at("wait_prefetch_status").parked,
+            0u);
+}
+
+// The client went: its wait is answered at once (not at its deadline), and
+// only then is the connection released, locks included.
+TEST_F(ServiceParkedWaitTest, AClosingConnectionAnswersItsWaitsAtOnce) {
+  LookUp("scheduler");
+  auto reply = ParkedWait(3600, "scheduler");
+  ASSERT_EQ(h_.service().state().parked().size(), 1u);
+  h_.service().OnClosing("other-client");
+  EXPECT_EQ(h_.service().state().parked().size(), 1u);
+  h_.service().OnClosing("scheduler");
+  EXPECT_EQ(Value(reply.get()).get().type, msgpack::type::NIL);
+  EXPECT_EQ(Ended(ParkEnd::kClosed), 1u);
+  prefetcher_.Complete(prefetcher_.last_handle(), 2);
+  EXPECT_GT(h_.service().table().Stats().locked_objects, 0u);
+  h_.service().OnDisconnect("scheduler");
+  EXPECT_EQ(h_.service().table().Stats().locked_objects, 0u);
+}
+
+TEST_F(ServiceParkedWaitTest, EndingTheSessionAnswersItsWaitWithZero) {
+  LookUp();
+  auto reply = ParkedWait(3600);
+  ASSERT_EQ(h_.service().state().parked().size(), 1u);
+  h_.Ok("end_session", {StrFrame("req")});
+  EXPECT_EQ(Value(reply.get()).get().via.u64, 0u);  // the request is unknown by then
+  EXPECT_EQ(prefetcher_.cancelled(), 1u);
+  EXPECT_EQ(Ended(ParkEnd::kWoken), 1u);
+}
+
+TEST_F(ServiceParkedWaitTest, ADrainAnswersEveryWaitAndParksNoMore) {
+  LookUp();
+  auto reply = ParkedWait(3600);
+  ASSERT_EQ(h_.service().state().parked().size(), 1u);
+  h_.service().AnswerParked();
+  EXPECT_EQ(Value(reply.get()).get().type, msgpack::type::NIL);
+  EXPECT_EQ(Ended(ParkEnd::kDrained), 1u);
+  const server::Reply refused = h_.Call("wait_prefetch_status", {StrFrame("req"), mp::Encoder().Float(5).Take()});
+  EXPECT_EQ(refused.status.code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(msgpack::unpack(refused.value.data(), refused.value.size()).get().via.u64, 0u)
+      << "a refused wait still answers its declared type";
+}
+
+TEST_F(ServiceParkedWaitTest, AClientOverItsParkedLimitIsRefusedOthersAreNot) {
+  const std::size_t limit = ServiceConfig{}.parked.per_connection;
+  std::vector<std::future<server::Reply>> parked;
+  for (std::size_t i = 0; i < limit; ++i) {
+    KeyArgs lookup = Key(512, 0);
+    lookup.worker_id.reset();
+    lookup.request_id = "req-" + std::to_string(i);
+    ASSERT_TRUE(h_.CallAs("greedy", "lookup", {KeyFrame(lookup), IntFrame(1)}).status.ok());
+    parked.push_back(std::async(std::launch::async, [this, i] {
+      return h_.CallAs("greedy", "wait_prefetch_status",
+                       {StrFrame("req-" + std::to_string(i)), mp::Encoder().Float(3600).Take()});
+    }));
+  }
+  for (int i = 0; i < 5000 && h_.service().state().parked().size() < limit; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(h_.service().state().parked().size(), limit);
   KeyArgs lookup = Key(512, 0);
   lookup.worker_id.reset();
-  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
-  const std::string timeout = mp::Encoder().Float(0.01).Take();
-  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), timeout}).get().type,
-            msgpack::type::NIL);
-  prefetcher_.Complete(prefetcher_.last_handle(), 2);
-  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), timeout}).get().via.u64, 2u);
-  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 0u);  // consumed
+  lookup.request_id = "one-more";
+  ASSERT_TRUE(h_.CallAs("greedy", "lookup", {KeyFrame(lookup), IntFrame(1)}).status.ok());
+  const server::Reply refused = h_.CallAs("greedy", "wait_prefetch_status",
+                                          {StrFrame("one-more"), mp::Encoder().Float(3600).Take()});
+  EXPECT_EQ(refused.status.code(), ErrorCode::kUnavailable) << refused.status.ToString();
+  LookUp("polite");
+  auto polite = ParkedWait(3600, "polite");
+  EXPECT_EQ(h_.service().state().parked().size(), limit + 1);  // parked: its own share
+  h_.service().OnClosing("greedy");
+  for (auto& reply : parked) EXPECT_EQ(Value(reply.get()).get().type, msgpack::type::NIL);
+  h_.service().OnClosing("polite");
+  EXPECT_EQ(Value(polite.get()).get().type, msgpack::type::NIL);
 }
 
 TEST_F(ServicePrefetchTest, FullL1HitNeedsNoPrefetch) {

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -280,6 +281,51 @@ TEST_F(PrefetchControllerTest, StopEndsQueuedRequestsWithNothingAndLeavesNoLock)
   ASSERT_TRUE(b);
   EXPECT_EQ(b->chunks, 0u);
   if (a->lease != store::kNoLease) l1_.table().ReleaseRead(a->lease);
+  l1_.ExpectBalanced();
+}
+
+// NotifyWhenLanded (what a parked wait_prefetch_status waits with): once,
+// when Poll can answer: on the worker when the load lands, at once when it
+// landed already or is unknown, on the cancelling or stopping thread.
+TEST_F(PrefetchControllerTest, ALandingNotifiesEachWatcherOnceWhenPollCanAnswer) {
+  FaultConfig delays;
+  delays.delay_ms = 50;
+  FaultAdapter slow(std::make_unique<MockAdapter>(MockAdapterConfig{}), delays);
+  PutInL2(slow, KeysN(0, 3));
+  PrefetchControllerConfig config;
+  config.max_in_flight = 1;
+  auto controller = Start({&slow}, config);
+  std::atomic<int> landed{0};
+  std::atomic<int> cancelled{0};
+  std::atomic<int> stopped{0};
+  const PrefetchHandle loads = controller->Submit(Request(KeysN(0, 2)));
+  const PrefetchHandle waits = controller->Submit(Request(KeysN(2, 1)));  // queued behind it
+  const PrefetchHandle stays = controller->Submit(Request(KeysN(2, 1)));
+  controller->NotifyWhenLanded(loads, [&] { landed.fetch_add(1); });
+  controller->NotifyWhenLanded(loads, [&] { landed.fetch_add(1); });
+  controller->NotifyWhenLanded(waits, [&] { cancelled.fetch_add(1); });
+  controller->NotifyWhenLanded(stays, [&] { stopped.fetch_add(1); });
+  EXPECT_EQ(landed.load(), 0);
+  controller->Cancel(waits);
+  EXPECT_EQ(cancelled.load(), 1) << "told on the cancelling thread";
+  for (int i = 0; i < 5000 && landed.load() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(landed.load(), 2);
+  const auto result = controller->Poll(loads);  // answers now, as promised
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->chunks, 2u);
+  l1_.table().ReleaseRead(result->lease);
+  int at_once = 0;
+  controller->NotifyWhenLanded(loads, [&] { at_once += 1; });  // polled: unknown now
+  EXPECT_EQ(at_once, 1);
+  controller->Stop();  // `stays` was queued or running: it ends either way
+  EXPECT_EQ(stopped.load(), 1);
+  EXPECT_EQ(landed.load(), 2);
+  EXPECT_EQ(cancelled.load(), 1);
+  if (auto rest = controller->Poll(stays); rest && rest->lease != store::kNoLease) {
+    l1_.table().ReleaseRead(rest->lease);
+  }
   l1_.ExpectBalanced();
 }
 
