@@ -52,7 +52,10 @@ std::map<std::string, double> Balance(const std::string& url) {
         "instances.registered", "instances.pending_writes", "instances.pending_reads",
         "instances.departed", "instances.replaced", "instances.reaped",
         "instances.released.unregistered", "router.disconnects", "sessions",
-        "eviction.evicted_objects", "eviction.on_demand_evictions"}) {
+        "eviction.evicted_objects", "eviction.on_demand_evictions", "parked.requests",
+        "parked.operations.wait_prefetch_status.parked",
+        "parked.operations.wait_prefetch_status.deadline",
+        "parked.operations.wait_prefetch_status.closed", "l1.tier_admitted_objects"}) {
     if (auto v = stats->Number(path)) out[path] = *v;
   }
   return out;
@@ -62,7 +65,7 @@ bool Balanced(const std::map<std::string, double>& b) {
   for (const char* zero : {"l1.staging_objects", "l1.locked_objects", "l1.retired_objects",
                            "l1.read_locks", "l1.read_leases", "l1.write_leases",
                            "instances.registered", "instances.pending_writes",
-                           "instances.pending_reads"}) {
+                           "instances.pending_reads", "parked.requests"}) {
     auto it = b.find(zero);
     if (it == b.end() || it->second != 0) return false;
   }
@@ -73,11 +76,16 @@ int Run(const SoakOptions& o) {
   std::unique_ptr<tools::LocalServer> server;
   std::string url = o.url;
   if (url.empty()) {
-    auto started = tools::LocalServer::Start(
-        tools::FindServerBinary(o.server_binary), "lmcache_soak_server",
-        {"--l1-size-gb", std::to_string(o.pool_gb), "--max-gpu-workers", "2",
-         "--max-cpu-workers", "2", "--log-level", "warn", "--session-ttl-seconds",
-         std::to_string(o.session_ttl_seconds)});
+    std::vector<std::string> args = {"--l1-size-gb", std::to_string(o.pool_gb),
+                                     "--max-gpu-workers", "2", "--max-cpu-workers", "2",
+                                     "--log-level", "warn", "--session-ttl-seconds",
+                                     std::to_string(o.session_ttl_seconds)};
+    if (o.l2_mock_gbps > 0) {
+      args.insert(args.end(), {"--l2-adapter", R"({"type":"mock","mock_bandwidth_gb":)" +
+                                                   std::to_string(o.l2_mock_gbps) + "}"});
+    }
+    auto started = tools::LocalServer::Start(tools::FindServerBinary(o.server_binary),
+                                             "lmcache_soak_server", args);
     if (!started.ok()) {
       Say(started.status().ToString());
       return 1;
@@ -221,6 +229,11 @@ int main(int argc, char** argv) {
                  "lookup and stats (0: off)")
       ->capture_default_str();
   app.add_option("--burst-every-seconds", o.burst_every_seconds, "Seconds between bursts")
+      ->capture_default_str();
+  app.add_option("--l2-mock-gbps", o.l2_mock_gbps,
+                 "The slow-L2 case: the started server gets a mock L2 tier of this bandwidth "
+                 "(GB/s), so lookups of evicted prompts load from it and their waits park "
+                 "(0: no L2)")
       ->capture_default_str();
   app.add_option("--session-ttl-seconds", o.session_ttl_seconds,
                  "--session-ttl-seconds of the started server (the bursts expire after it)")

@@ -42,6 +42,10 @@ struct SoakOptions {
   int burst_lookups = 0;
   double burst_every_seconds = 60;
   int session_ttl_seconds = 600;
+  // The slow-L2 case: the started server gets a mock L2 tier moving this
+  // many GB/s (0: no L2), so lookups of evicted prompts load from it and
+  // their waits park.
+  double l2_mock_gbps = 0;
 
   int chunks_per_prompt() const { return shared_chunks + unique_chunks; }
   std::uint64_t object_bytes() const {

@@ -175,6 +175,27 @@ TEST_F(PrefetchControllerTest, NoL1MemoryShortensThePrefix) {
   small.ExpectBalanced();
 }
 
+// Reference PR #5290: an L2 hit fell back to recompute while L1 was full of
+// objects nobody held. Here a prefetch evicts on demand, as a store does:
+// a full L1 of unlocked objects costs the least recently used, not the hit.
+TEST_F(PrefetchControllerTest, AFullL1OfUnlockedObjectsMakesRoomForTheLoadByEvicting) {
+  testing::L1Table small(2 << 20);  // room for 16 objects; on-demand eviction on (the default)
+  for (std::size_t i = 0; i < 16; ++i) small.Store(KeyN(100 + i), kObject, i);
+  MockAdapter l2({});
+  const auto keys = KeysN(0, 4);
+  PutInL2(l2, keys);
+  PrefetchController controller(&small.table(), {&l2}, {});
+  controller.Start();
+  const auto landed = controller.Wait(controller.Submit(Request(keys)), kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 4u) << "every L2 hit loaded";
+  EXPECT_EQ(controller.Stats().no_memory_chunks, 0u);
+  EXPECT_GT(small.table().Stats().on_demand_evictions, 0u);
+  EXPECT_FALSE(small.table().Find(KeyN(100))) << "the least recently used made room";
+  small.table().ReleaseRead(landed->lease);
+  small.ExpectBalanced();
+}
+
 TEST_F(PrefetchControllerTest, ACancelledRequestReleasesWhatItLockedWhenItLands) {
   MockAdapterConfig slow;
   slow.bandwidth_gb_per_s = 0.005;
