@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 namespace lmcache::server {
 namespace {
@@ -224,6 +225,7 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
   tier::PrefetchHandle handle = 0;
   std::string salt;
   std::uint64_t sequence = 0;
+  std::optional<std::string> known;  // the answer, when there is one now
   {
     MutexLock lock(&session->mu);
     LookupState* lookup = session->StatusLookup();
@@ -231,24 +233,32 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
       FoldPrefetch(*lookup, prefetcher->Poll(lookup->prefetch_handle));
     }
     if (lookup == nullptr || !lookup->prefetch_pending) {
-      return respond(ReportStatusLocked(*session, StatusQuery::kWait));
+      known = ReportStatusLocked(*session, StatusQuery::kWait);
+    } else {
+      handle = lookup->prefetch_handle;
+      salt = lookup->cache_salt;
+      sequence = lookup->sequence;
     }
-    handle = lookup->prefetch_handle;
-    salt = lookup->cache_salt;
-    sequence = lookup->sequence;
   }
+  // Answers go out with no lock held: on the transport's thread an answer
+  // can end the connection's last request, and its release takes locks.
+  if (known) return respond(std::move(*known));
   const auto timeout_ms =
       static_cast<TimeMs>(std::clamp(args.timeout_seconds, 0.0, 3600.0) * 1000);
   if (timeout_ms == 0) return respond(mp::Encoder().Nil().Take());  // still loading
   auto finish = [this, session, handle, salt, sequence, respond](ParkEnd) {
-    MutexLock lock(&session->mu);
-    LookupState* lookup = session->FindLookup(salt);
-    if (lookup != nullptr && lookup->sequence == sequence && lookup->prefetch_pending) {
-      FoldPrefetch(*lookup, state_->prefetcher()->Poll(handle));
+    std::string answer;
+    {
+      MutexLock lock(&session->mu);
+      LookupState* lookup = session->FindLookup(salt);
+      if (lookup != nullptr && lookup->sequence == sequence && lookup->prefetch_pending) {
+        FoldPrefetch(*lookup, state_->prefetcher()->Poll(handle));
+      }
+      // A lookup that still loads answers nil (its deadline passed, or the
+      // client or the server is going); one whose session ended answers 0.
+      answer = ReportStatusLocked(*session, StatusQuery::kWait);
     }
-    // A lookup that still loads answers nil (its deadline passed, or the
-    // client or the server is going); one whose session ended answers 0.
-    respond(ReportStatusLocked(*session, StatusQuery::kWait));
+    respond(std::move(answer));
   };
   auto waker = state_->parked().Park("wait_prefetch_status", context.connection,
                                      state_->clock().NowMs() + timeout_ms, std::move(finish));

@@ -89,7 +89,8 @@ class OpResult {
   std::optional<std::string> failure_value_;
 };
 
-// Called exactly once with the operation's result, from any thread.
+// Called exactly once with the operation's result, from any thread, with no
+// lock of the handler held (it may send the reply at once).
 using Respond = std::function<void(OpResult)>;
 // Runs one request. The payload views stay valid until `respond` is called.
 using Handler = std::function<void(const RequestContext&, Payloads, Respond)>;

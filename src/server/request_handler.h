@@ -63,7 +63,8 @@ class RequestHandler {
   // The client connection closed and every request it sent has been
   // answered: whatever it registered is gone. Called on the transport's
   // thread, once per close, and once more after a request read late (after
-  // the close) is answered.
+  // the close) is answered; never from inside another call to the handler
+  // or one of its `done` callbacks (which may hold the handler's locks).
   virtual void OnDisconnect(std::string_view connection) = 0;
 };
 

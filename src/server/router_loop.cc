@@ -211,11 +211,13 @@ void RouterLoop::Run(RequestHandler* handler) {
       if (items[i].revents & ZMQ_POLLIN) Receive(i);
     }
     DrainOutbox();
+    ReleaseAnswered();
   }
   // Finish what the pools hold, then send their replies.
   affinity_pool_->Stop();
   cpu_pool_->Stop();
   DrainOutbox();
+  ReleaseAnswered();
 }
 
 void RouterLoop::Receive(std::size_t socket_index) {
@@ -308,7 +310,16 @@ void RouterLoop::ConnectionGone(const std::string& connection) {
 
 void RouterLoop::Deliver(Outgoing& reply) {
   Send(reply);
-  if (in_flight_->Answered(reply.connection)) handler_->OnDisconnect(reply.connection);
+  // This may run inside one of the handler's own callbacks (an inline
+  // reply, or a parked request answered by OnClosing), perhaps under one of
+  // its locks: the release waits for the end of the loop's turn.
+  if (in_flight_->Answered(reply.connection)) released_.push_back(std::move(reply.connection));
+}
+
+void RouterLoop::ReleaseAnswered() {
+  std::vector<std::string> released;
+  released.swap(released_);
+  for (const std::string& connection : released) handler_->OnDisconnect(connection);
 }
 
 void RouterLoop::Refuse(Message& message, const RequestRoute* route, const Status& status) {

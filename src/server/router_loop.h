@@ -107,9 +107,11 @@ class RouterLoop {
   void Complete(Outgoing reply) LMC_EXCLUDES(outbox_mu_);
   void DrainOutbox() LMC_EXCLUDES(outbox_mu_);
   void Send(Outgoing& reply);
-  // Sends a handled request's reply; tells the handler its connection is gone
-  // when it closed and this was its last request in flight.
+  // Sends a handled request's reply; when its connection closed and this was
+  // its last request in flight, the connection is released at the end of
+  // the loop's turn (ReleaseAnswered), never from inside a handler callback.
   void Deliver(Outgoing& reply);
+  void ReleaseAnswered();
   // A connection closed: the handler hears of it now, or after its last answer.
   void ConnectionGone(const std::string& connection);
 
@@ -122,6 +124,7 @@ class RouterLoop {
   std::vector<std::string> endpoints_;
   UniqueFd wake_fd_;  // eventfd: replies queued or stop requested
   std::unique_ptr<RequestsInFlight> in_flight_;  // the loop thread's
+  std::vector<std::string> released_;  // closed and answered: OnDisconnect this turn
   std::unique_ptr<AffinityPool> affinity_pool_;
   std::unique_ptr<ThreadPool> cpu_pool_;
   std::atomic<bool> stop_{false};

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
@@ -31,6 +32,7 @@ class FakeHandler final : public RequestHandler {
     if (*name == "work") return RequestRoute{Pool::kCpu, 1u << 20, 1};
     if (*name == "fail") return RequestRoute{Pool::kInline, 1024, 2};
     if (*name == "server_info") return RequestRoute{Pool::kInline, 0, 3};
+    if (*name == "park") return RequestRoute{Pool::kCpu, 1024, 4};
     return Status(ErrorCode::kUnknownOperation, "unknown operation '" + *name + "'");
   }
   void Handle(const RequestRoute& route, const RequestContext& context, Payloads payloads,
@@ -42,6 +44,11 @@ class FakeHandler final : public RequestHandler {
     }
     if (route.row == 2) {
       done({Encoder().Bool(false).Take(), protocol::EncodeErrorMap(InvalidArgument("nope"))});
+      return;
+    }
+    if (route.row == 4) {  // answered later: when its connection closes
+      std::lock_guard<std::mutex> lock(mu_);
+      parked_.push_back(std::move(done));
       return;
     }
     if (route.row == 3) {
@@ -60,11 +67,21 @@ class FakeHandler final : public RequestHandler {
   ReplyFrames Refuse(const RequestRoute*, const Status& status) override {
     return {Encoder().Nil().Take(), protocol::EncodeErrorMap(status)};
   }
+  // Answers the parked requests, holding the handler's lock as a real
+  // handler may (the service answers a parked wait under its session's).
   void OnClosing(std::string_view connection) override {
     std::lock_guard<std::mutex> lock(mu_);
     closing_.emplace_back(connection);
+    in_closing_ = true;
+    for (ReplyFn& done : parked_) done({Encoder().Nil().Take(), std::nullopt});
+    parked_.clear();
+    in_closing_ = false;
   }
   void OnDisconnect(std::string_view connection) override {
+    if (in_closing_) {  // called back from inside OnClosing: it would deadlock on mu_
+      reentered_ = true;
+      return;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     disconnected_.emplace_back(connection);
     events_.push_back("disconnected");
@@ -93,6 +110,11 @@ class FakeHandler final : public RequestHandler {
     std::lock_guard<std::mutex> lock(mu_);
     return closing_.size();
   }
+  std::size_t parked() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return parked_.size();
+  }
+  bool reentered() const { return reentered_.load(); }
   // "answered <first payload>" and "disconnected", in the order they happened.
   std::vector<std::string> events() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -107,6 +129,9 @@ class FakeHandler final : public RequestHandler {
   std::vector<std::string> disconnected_;
   std::vector<std::string> events_;
   std::vector<std::string> closing_;
+  std::vector<ReplyFn> parked_;
+  std::atomic<bool> in_closing_{false};
+  std::atomic<bool> reentered_{false};
 };
 
 class RouterLoopTest : public ::testing::Test {
@@ -326,6 +351,31 @@ TEST_F(RouterLoopTest, AClosedConnectionIsReportedOnlyAfterItsRequestsInFlightAr
   }
   EXPECT_EQ(handler_.events(),
             (std::vector<std::string>{"answered w1", "answered w2", "disconnected"}));
+}
+
+// The soak's slow-L2 case deadlocked the loop: a closing connection's parked
+// wait was answered (under its session's lock) on the loop thread, the
+// answer was its last request in flight, and the transport released the
+// connection from inside that answer, taking the same lock. The handler is
+// never called back from inside its own callbacks.
+TEST_F(RouterLoopTest, AConnectionIsNeverReleasedFromInsideTheHandlersOwnCallback) {
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("lmc_router_park_" + std::to_string(getpid()) + ".sock");
+  Start({"ipc://" + path});
+  {
+    auto client = Dealer("ipc://" + path);
+    Send(client, 0, "park");
+    for (int i = 0; i < 500 && handler_.parked() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    ASSERT_EQ(handler_.parked(), 1u);
+  }  // closed with its request parked
+  for (int i = 0; i < 1000 && handler_.disconnects() == 0 && !handler_.reentered(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  EXPECT_FALSE(handler_.reentered()) << "OnDisconnect called from inside OnClosing";
+  EXPECT_EQ(handler_.closings(), 1u);
+  EXPECT_EQ(handler_.disconnects(), 1u) << "released once its parked request was answered";
 }
 
 TEST_F(RouterLoopTest, ASecondLoopOnTheSameIpcPathIsRefusedNamingTheFirst) {
