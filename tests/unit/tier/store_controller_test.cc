@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <thread>
 
 #include "fakes/keys.h"
@@ -125,20 +127,63 @@ TEST_F(StoreControllerTest, FailuresAreCountedNotRetriedAndKeepL1UnderSkipL1) {
   l1_.ExpectBalanced();
 }
 
+// An adapter whose stores wait until the test opens its gate: which stores
+// are in flight at Stop() is then the test's choice, not the scheduler's
+// (under TSan a timed version saw every store finish before its Stop).
+class GatedAdapter final : public L2Adapter {
+ public:
+  explicit GatedAdapter(L2Adapter* inner) : inner_(inner), opened_(gate_.get_future().share()) {}
+  std::vector<Status> Store(std::span<const L2Write> objects) override {
+    entered_.fetch_add(1);
+    opened_.wait();
+    return inner_->Store(objects);
+  }
+  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
+    return inner_->LookupAndPin(keys);
+  }
+  void Unpin(std::span<const store::ObjectKey> keys) override { inner_->Unpin(keys); }
+  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override {
+    return inner_->Load(reads);
+  }
+  L2AdapterStats Stats() const override { return inner_->Stats(); }
+  void Open() { gate_.set_value(); }
+  int entered() const { return entered_.load(); }
+
+ private:
+  L2Adapter* const inner_;
+  std::promise<void> gate_;
+  std::shared_future<void> opened_;
+  std::atomic<int> entered_{0};
+};
+
 TEST_F(StoreControllerTest, StoppingWithStoresInFlightLeavesNoLockBehind) {
-  MockAdapterConfig slow;
-  slow.bandwidth_gb_per_s = 0.01;  // 256 KiB: ~26 ms each
-  MockAdapter a(slow);
+  MockAdapter a({});
+  GatedAdapter gated(&a);
   StoreControllerConfig config;
   config.batch_objects = 2;
-  auto controller = Controller({&a}, config);
+  config.workers = 2;
+  auto controller = Controller({&gated}, config);
   controller->Start();
   for (std::uint64_t i = 0; i < 20; ++i) l1_.Store(KeyN(i), kObject, i);
-  std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  controller->Stop();
+  // Both workers hold a batch (of one or two: a worker wakes at the first
+  // object queued) in the adapter; the rest wait in the queue.
+  for (int i = 0; i < 5000 && gated.entered() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(gated.entered(), 2);
+  const std::uint64_t in_flight = controller->Stats().in_flight;
+  ASSERT_GE(in_flight, 2u);
+  ASSERT_LE(in_flight, 4u);
+  std::thread stopping([&] { controller->Stop(); });
+  // Stop drops the queue at once, then waits for the batches in flight.
+  for (int i = 0; i < 5000 && controller->Stats().dropped_at_stop == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  gated.Open();
+  stopping.join();
   const StoreControllerStats s = controller->Stats();
-  EXPECT_GT(s.dropped_at_stop, 0u);
-  EXPECT_EQ(s.stored + s.dropped_at_stop, 20u);
+  EXPECT_EQ(s.dropped_at_stop, 20u - in_flight);
+  EXPECT_EQ(s.stored, in_flight);  // the batches in flight finished
   EXPECT_EQ(s.in_flight, 0u);
   l1_.ExpectBalanced();
 }
