@@ -50,16 +50,22 @@ ParkedRequests::~ParkedRequests() {
   if (thread_.joinable()) thread_.join();
 }
 
+ParkedOpStats& ParkedRequests::OpStatsLocked(std::string_view operation) {
+  auto it = op_stats_.find(operation);
+  if (it == op_stats_.end()) it = op_stats_.emplace(std::string(operation), ParkedOpStats{}).first;
+  return it->second;
+}
+
 void ParkedRequests::Declare(std::string_view operation) {
   MutexLock lock(&mu_);
-  op_stats_[std::string(operation)];
+  OpStatsLocked(operation);
 }
 
 Result<ParkedRequests::Waker> ParkedRequests::Park(std::string_view operation,
                                                    std::string_view connection,
                                                    TimeMs deadline_ms, Finish finish) {
   MutexLock lock(&mu_);
-  ParkedOpStats& stats = op_stats_[std::string(operation)];
+  ParkedOpStats& stats = OpStatsLocked(operation);
   if (draining_) {
     stats.refused += 1;
     return Status(ErrorCode::kUnavailable, "the server is stopping: nothing waits any more");
@@ -151,7 +157,7 @@ void ParkedRequests::End(std::vector<Entry>& ended, ParkEnd why) {
   {
     MutexLock lock(&mu_);
     for (const Entry& entry : ended) {
-      op_stats_[std::string(entry.operation)].ended[static_cast<std::size_t>(why)] += 1;
+      OpStatsLocked(entry.operation).ended[static_cast<std::size_t>(why)] += 1;
     }
   }
   for (Entry& entry : ended) {

@@ -118,6 +118,8 @@ class ParkedRequests {
   Entry TakeLocked(Id id) LMC_REQUIRES(mu_);
   void End(std::vector<Entry>& ended, ParkEnd why) LMC_EXCLUDES(mu_);
   void RunDeadlines() LMC_EXCLUDES(mu_);
+  // The counts of `operation`, made on first use (no allocation after).
+  ParkedOpStats& OpStatsLocked(std::string_view operation) LMC_REQUIRES(mu_);
 
   const Clock* const clock_;
   const ParkedLimits limits_;

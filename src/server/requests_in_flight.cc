@@ -1,14 +1,13 @@
 #include "server/requests_in_flight.h"
 
+#include <algorithm>
+
 namespace lmcache::server {
 
 void RequestsInFlight::Started(const std::string& connection, bool late) {
   Entry& entry = entries_[connection];
   entry.in_flight += 1;
-  if (late && !entry.closed) {
-    entry.closed = true;
-    closing_ += 1;
-  }
+  entry.closed = entry.closed || late;
 }
 
 bool RequestsInFlight::Answered(const std::string& connection) {
@@ -16,7 +15,6 @@ bool RequestsInFlight::Answered(const std::string& connection) {
   if (it == entries_.end()) return false;  // not counted: nothing to do
   if (--it->second.in_flight > 0) return false;
   const bool closed = it->second.closed;
-  if (closed) closing_ -= 1;
   entries_.erase(it);
   return closed;
 }
@@ -24,11 +22,13 @@ bool RequestsInFlight::Answered(const std::string& connection) {
 bool RequestsInFlight::Closed(const std::string& connection) {
   auto it = entries_.find(connection);
   if (it == entries_.end()) return true;
-  if (!it->second.closed) {
-    it->second.closed = true;
-    closing_ += 1;
-  }
+  it->second.closed = true;
   return false;
+}
+
+std::size_t RequestsInFlight::closing() const {
+  return static_cast<std::size_t>(
+      std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e.second.closed; }));
 }
 
 }  // namespace lmcache::server

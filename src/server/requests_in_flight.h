@@ -35,7 +35,7 @@ class RequestsInFlight {
   bool Closed(const std::string& connection);
   // Connections with requests in flight, and those of them already closed.
   std::size_t connections() const { return entries_.size(); }
-  std::size_t closing() const { return closing_; }
+  std::size_t closing() const;
 
  private:
   struct Entry {
@@ -43,7 +43,6 @@ class RequestsInFlight {
     bool closed = false;
   };
   std::unordered_map<std::string, Entry> entries_;  // only with requests in flight
-  std::size_t closing_ = 0;
 };
 
 }  // namespace lmcache::server
