@@ -114,6 +114,7 @@ void ParkedRequests::Wake(Id id) {
     MutexLock lock(&mu_);
     if (!entries_.contains(id)) return;  // ended already (deadline, close, drain)
     ended.push_back(TakeLocked(id));
+    ending_ += 1;
   }
   End(ended, ParkEnd::kWoken);
 }
@@ -126,6 +127,7 @@ void ParkedRequests::CloseConnection(std::string_view connection) {
     if (mine == by_connection_.end()) return;
     const std::vector<Id> ids(mine->second.begin(), mine->second.end());
     for (const Id id : ids) ended.push_back(TakeLocked(id));
+    ending_ += ended.size();
   }
   End(ended, ParkEnd::kClosed);
 }
@@ -138,6 +140,7 @@ void ParkedRequests::ExpireDue() {
     while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
       ended.push_back(TakeLocked(deadlines_.begin()->second));
     }
+    ending_ += ended.size();
   }
   End(ended, ParkEnd::kDeadline);
 }
@@ -148,8 +151,11 @@ void ParkedRequests::Drain() {
     MutexLock lock(&mu_);
     draining_ = true;
     while (!entries_.empty()) ended.push_back(TakeLocked(entries_.begin()->first));
+    ending_ += ended.size();
   }
   End(ended, ParkEnd::kDrained);
+  MutexLock lock(&mu_);
+  while (ending_ > 0) ended_.Wait(&lock);
 }
 
 void ParkedRequests::End(std::vector<Entry>& ended, ParkEnd why) {
@@ -169,6 +175,9 @@ void ParkedRequests::End(std::vector<Entry>& ended, ParkEnd why) {
       spdlog::error("{}: a parked request's continuation failed: {}", entry.operation, e.what());
     }
   }
+  MutexLock lock(&mu_);
+  ending_ -= ended.size();
+  if (ending_ == 0) ended_.NotifyAll();
 }
 
 void ParkedRequests::RunDeadlines() {

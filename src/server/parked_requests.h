@@ -98,7 +98,10 @@ class ParkedRequests {
   void CloseConnection(std::string_view connection) LMC_EXCLUDES(mu_);
   // Ends every request whose deadline passed (the deadline thread calls it).
   void ExpireDue() LMC_EXCLUDES(mu_);
-  // Ends every parked request (kDrained) and refuses new ones from now on.
+  // Ends every parked request (kDrained), refuses new ones from now on, and
+  // returns once no continuation runs on another thread either (one the
+  // deadline thread or a waker took out just before), so that the transport
+  // may stop after it. Never called from inside a continuation.
   void Drain() LMC_EXCLUDES(mu_);
 
   std::size_t size() const LMC_EXCLUDES(mu_);
@@ -127,6 +130,8 @@ class ParkedRequests {
 
   mutable Mutex mu_;
   CondVar changed_;  // an earlier deadline, or stop
+  CondVar ended_;    // continuations in flight reached 0
+  std::size_t ending_ LMC_GUARDED_BY(mu_) = 0;  // continuations taken out, not yet run
   Id next_id_ LMC_GUARDED_BY(mu_) = 0;
   bool draining_ LMC_GUARDED_BY(mu_) = false;
   bool stop_ LMC_GUARDED_BY(mu_) = false;
