@@ -50,13 +50,32 @@ SlabAllocator::SlabAllocator(std::span<std::byte> span, const SlabAllocatorConfi
 
 void SlabAllocator::MakeReady(std::uint64_t bytes) {
   const std::uint64_t pages = std::min(bytes / config_.page_bytes, num_pages_);
+  std::vector<std::function<void()>> waiters;
   {
     MutexLock lock(&mu_);
     if (pages <= ready_pages_) return;
     pool_.Give(ready_pages_, pages - ready_pages_);
     ready_pages_ = pages;
+    waiters.swap(ready_waiters_);
   }
   ready_grew_.NotifyAll();
+  for (auto& wake : waiters) wake();
+}
+
+bool SlabAllocator::growing() const {
+  MutexLock lock(&mu_);
+  return growing_ && ready_pages_ < num_pages_;
+}
+
+void SlabAllocator::NotifyWhenReadyBeyond(std::uint64_t seen, std::function<void()> wake) {
+  {
+    MutexLock lock(&mu_);
+    if (ready_pages_ * config_.page_bytes <= seen && ready_pages_ < num_pages_ && growing_) {
+      ready_waiters_.push_back(std::move(wake));
+      return;
+    }
+  }
+  wake();
 }
 
 bool SlabAllocator::WaitReadyBeyond(std::uint64_t seen, std::chrono::milliseconds timeout) {
@@ -71,11 +90,14 @@ bool SlabAllocator::WaitReadyBeyond(std::uint64_t seen, std::chrono::millisecond
 }
 
 void SlabAllocator::StopGrowing() {
+  std::vector<std::function<void()>> waiters;
   {
     MutexLock lock(&mu_);
     growing_ = false;
+    waiters.swap(ready_waiters_);
   }
   ready_grew_.NotifyAll();
+  for (auto& wake : waiters) wake();
 }
 
 std::uint64_t SlabAllocator::ready_bytes() const {

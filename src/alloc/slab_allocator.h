@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -95,6 +96,13 @@ class SlabAllocator {
   bool WaitReadyBeyond(std::uint64_t seen, std::chrono::milliseconds timeout) LMC_EXCLUDES(mu_);
   // No more pages will become ready (pre-faulting stopped short): waiters return.
   void StopGrowing() LMC_EXCLUDES(mu_);
+  // True while pages are still being made ready (pre-faulting goes on).
+  bool growing() const LMC_EXCLUDES(mu_);
+  // Calls `wake` once ready_bytes() exceeds `seen` or the pool stops growing:
+  // at once (on this thread) when that is so already, else on the thread of
+  // the MakeReady() or StopGrowing() that makes it so, with no lock held.
+  // The waiting form of WaitReadyBeyond for a caller that must not block.
+  void NotifyWhenReadyBeyond(std::uint64_t seen, std::function<void()> wake) LMC_EXCLUDES(mu_);
 
   SlabAllocator(const SlabAllocator&) = delete;
   SlabAllocator& operator=(const SlabAllocator&) = delete;
@@ -166,6 +174,7 @@ class SlabAllocator {
   std::uint64_t ready_pages_ LMC_GUARDED_BY(mu_);
   bool growing_ LMC_GUARDED_BY(mu_) = true;
   CondVar ready_grew_;
+  std::vector<std::function<void()>> ready_waiters_ LMC_GUARDED_BY(mu_);
   std::vector<std::uint32_t> page_to_slab_ LMC_GUARDED_BY(mu_);  // slab id + 1; 0 = free page
   std::vector<Slab> slabs_ LMC_GUARDED_BY(mu_);
   std::vector<std::uint32_t> unused_slab_ids_ LMC_GUARDED_BY(mu_);

@@ -87,6 +87,24 @@ class LMC_SCOPED_CAPABILITY MutexLock {
   std::unique_lock<std::mutex> lock_;
 };
 
+// Marks a scope whose thread must not wait on a condition: a request
+// handler's (Service::Handle; docs/threading.md, "No pool thread waits"). A
+// request that must wait parks instead. A CondVar wait inside the scope is a
+// bug, and builds with assertions (the sanitizer builds, which run every
+// test) abort on it at the wait. Nests; belongs to the thread that made it.
+class NoWaitScope {
+ public:
+  NoWaitScope() : outer_(active_) { active_ = true; }
+  ~NoWaitScope() { active_ = outer_; }
+  NoWaitScope(const NoWaitScope&) = delete;
+  NoWaitScope& operator=(const NoWaitScope&) = delete;
+  static bool active() { return active_; }
+
+ private:
+  static inline thread_local bool active_ = false;
+  const bool outer_;
+};
+
 class CondVar {
  public:
   void NotifyOne() { cv_.notify_one(); }
@@ -94,11 +112,13 @@ class CondVar {
   // Waits until notified or `timeout` passed; the caller re-checks its predicate.
   template <typename Rep, typename Period>
   void WaitFor(MutexLock* lock, std::chrono::duration<Rep, Period> timeout) {
+    LMC_DCHECK(!NoWaitScope::active());  // a request handler must park, not wait
     lock->mu_->MarkReleased();
     cv_.wait_for(lock->lock_, timeout);
     lock->mu_->MarkHeld();
   }
   void Wait(MutexLock* lock) {
+    LMC_DCHECK(!NoWaitScope::active());  // a request handler must park, not wait
     lock->mu_->MarkReleased();
     cv_.wait(lock->lock_);
     lock->mu_->MarkHeld();

@@ -75,7 +75,10 @@ void GpuOps::AddTo(OpTable* table) {
   AddOp(table, {Op::kUnregisterKvCache, "unregister_kv_cache", true, P::kInline, 1, 1, 64, F::kNil},
         Bind(DecodeInstanceId, [this](const RequestContext& c, std::int64_t id) { return Unregister(c, id); }));
   AddOp(table, {Op::kStore, "store", true, P::kAffinity, 4, 4, kTransferRequestBytes, F::kEventFailure},
-        Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) { return Store(c, a); }));
+        BindReserving(state_, "store", transfer,
+                      [this](const RequestContext& c, const TransferArgs& a, store::WhilePoolWarms warming) {
+                        return Store(c, a, warming);
+                      }));
   AddOp(table, {Op::kRetrieve, "retrieve", true, P::kAffinity, 5, 5, kTransferRequestBytes,
                 F::kEventFailure},
         Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) { return Retrieve(c, a); }));
@@ -183,7 +186,8 @@ OpResult GpuOps::Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const 
   return OpResult::Failure(status, protocol::EncodeEventReply(*event, false));
 }
 
-OpResult GpuOps::Store(const RequestContext& context, const TransferArgs& args) {
+Attempted GpuOps::Store(const RequestContext& context, const TransferArgs& args,
+                        store::WhilePoolWarms warming) {
   Transfer t;
   if (const Status begun = Begin(context, args, &t); !begun.ok()) return Failed(t.entry, begun);
   const gpu::KvLayout& layout = t.entry->layout();
@@ -194,8 +198,9 @@ OpResult GpuOps::Store(const RequestContext& context, const TransferArgs& args) 
   store::ObjectTable& table = state_->table();
   Result<store::WriteLease> staged =
       table.ReserveWrite(keys, layout.object_bytes, store::Owner::Device(t.worker.instance.registration),
-                         store::AllocationMode::kLongestPrefix);
+                         store::AllocationMode::kLongestPrefix, warming);
   if (!staged.ok()) return Failed(t.entry, staged.status());
+  if (staged->pages_pending) return Attempted::PagesPending(staged->ready_bytes_seen);
   std::vector<gpu::ChunkTransfer> chunks;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (staged->outcomes[i] != store::WriteReservation::kReserved) continue;
@@ -214,7 +219,7 @@ OpResult GpuOps::Store(const RequestContext& context, const TransferArgs& args) 
   Result<gpu::EventHandle> event =
       t.entry->Enqueue(gpu::Direction::kStore, args.engine_event, std::move(chunks), std::move(done));
   if (!event.ok()) return Failed(t.entry, event.status());
-  return protocol::EncodeEventReply(*event, true);
+  return OpResult(protocol::EncodeEventReply(*event, true));
 }
 
 OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& args) {

@@ -35,6 +35,7 @@
 #include "protocol/gpu_messages.h"
 #include "server/gpu_contexts.h"
 #include "server/op_table.h"
+#include "server/reserve_or_park.h"
 #include "server/service_state.h"
 #include "server/transfer_mode.h"
 
@@ -69,7 +70,9 @@ class GpuOps final : public TransferMode {
                                       const protocol::KvCacheRegistration& registration,
                                       bool* context_owns_tensors);
   Result<std::string> Unregister(const RequestContext& context, std::int64_t instance_id);
-  OpResult Store(const RequestContext& context, const TransferArgs& args);
+  // Waits for pre-faulted pages without a thread (reserve_or_park.h).
+  Attempted Store(const RequestContext& context, const TransferArgs& args,
+                  store::WhilePoolWarms warming);
   OpResult Retrieve(const RequestContext& context, const TransferArgs& args);
 
   // The registration's device context and the objects its transfer names,

@@ -70,7 +70,12 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
   row_stats_ = std::make_unique<RowStats[]>(table_.rows().size());
 }
 
-Service::~Service() { StopMaintenance(); }
+Service::~Service() {
+  StopMaintenance();
+  // Parked requests answer through this object's rows and op families,
+  // which go before state_ (whose destructor would drain them too late).
+  AnswerParked();
+}
 
 Result<RequestRoute> Service::Route(std::string_view operation_frame) const {
   LMC_ASSIGN_OR_RETURN(const OpRow* row, table_.Resolve(operation_frame));
@@ -123,6 +128,7 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
     return;
   }
   try {
+    const NoWaitScope no_wait;  // a handler that must wait parks (docs/threading.md)
     row.handle(context, payloads, respond);
   } catch (const std::exception& e) {
     // Handlers report failures as Status; an exception here is a bug, but it

@@ -52,9 +52,9 @@ void TransferOps::AddTo(OpTable* table) {
              }));
   AddOp(table, {Op::kPrepareStore, "prepare_store", true, P::kAffinity, 2, 2, kKeyRequestBytes,
               F::kEmptyPrepareStore},
-             Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
-               return PrepareStore(c, a);
-             }));
+        BindReserving(state_, "prepare_store", transfer,
+                      [this](const RequestContext& c, const TransferArgs& a,
+                             store::WhilePoolWarms warming) { return PrepareStore(c, a, warming); }));
   AddOp(table, {Op::kCommitStore, "commit_store", true, P::kAffinity, 2, 3, kKeyRequestBytes,
               F::kFalse},
              Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
@@ -99,15 +99,16 @@ Result<std::string> TransferOps::UnregisterContext(const RequestContext& context
   return mp::Encoder().Nil().Take();
 }
 
-Result<std::string> TransferOps::PrepareStore(const RequestContext& context,
-                                              const TransferArgs& args) {
+Attempted TransferOps::PrepareStore(const RequestContext& context, const TransferArgs& args,
+                                    store::WhilePoolWarms warming) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
   LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
   const ChunkLayout& layout = instance.layout;
   store::ObjectTable& table = state_->table();
   LMC_ASSIGN_OR_RETURN(const store::WriteLease staged,
                        table.ReserveWrite(worker.keys, layout.object_bytes, instance.owner(),
-                                          store::AllocationMode::kLongestPrefix));
+                                          store::AllocationMode::kLongestPrefix, warming));
+  if (staged.pages_pending) return Attempted::PagesPending(staged.ready_bytes_seen);
   // Recorded even when nothing was staged, so a commit after an all-cached
   // prepare answers True. If this registration went away meanwhile, the
   // prepare fails and gives back what it reserved.
@@ -115,7 +116,7 @@ Result<std::string> TransferOps::PrepareStore(const RequestContext& context,
                                                       {staged.lease, staged.reserved});
   if (!recorded.ok()) {
     table.AbortWrite(staged.lease);
-    return recorded.status();
+    return Status(recorded.status());
   }
   if (*recorded && (*recorded)->lease != staged.lease) table.AbortWrite((*recorded)->lease);
 
@@ -131,7 +132,7 @@ Result<std::string> TransferOps::PrepareStore(const RequestContext& context,
     oom_log.Warn("prepare_store by instance {}: {} of {} chunks found no memory", args.instance_id,
                  staged.out_of_memory, worker.keys.size());
   }
-  return protocol::EncodePrepareStoreReply(reply);
+  return Result<std::string>(protocol::EncodePrepareStoreReply(reply));
 }
 
 Result<std::string> TransferOps::CommitStore(const RequestContext& context,

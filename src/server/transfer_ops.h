@@ -15,6 +15,7 @@
 #pragma once
 
 #include "server/op_table.h"
+#include "server/reserve_or_park.h"
 #include "server/service_state.h"
 #include "server/transfer_mode.h"
 
@@ -33,7 +34,9 @@ class TransferOps final : public TransferMode {
 
   Result<std::string> RegisterContext(const RequestContext& context, const EngineContext& engine);
   Result<std::string> UnregisterContext(const RequestContext& context, std::int64_t instance_id);
-  Result<std::string> PrepareStore(const RequestContext& context, const TransferArgs& args);
+  // Waits for pre-faulted pages without a thread (reserve_or_park.h).
+  Attempted PrepareStore(const RequestContext& context, const TransferArgs& args,
+                         store::WhilePoolWarms warming);
   Result<std::string> CommitStore(const RequestContext& context, const TransferArgs& args);
   Result<std::string> PrepareRetrieve(const RequestContext& context, const TransferArgs& args);
   Result<std::string> CommitRetrieve(const RequestContext& context, const TransferArgs& args);

@@ -58,9 +58,8 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
   if (background) {
     const std::uint64_t step = std::max(config.prefault_step_bytes, config.allocator.page_bytes);
     cache->prefaulter_ = std::thread(
-        [raw = cache.get(), threads = config.prefault_threads, step, dir = config.shm_dir] {
-          raw->PrefaultInBackground(threads, step, dir);
-        });
+        [raw = cache.get(), threads = config.prefault_threads, step, dir = config.shm_dir,
+         gate = config.before_prefault_step] { raw->PrefaultInBackground(threads, step, dir, gate); });
   } else {
     const shm::PrefaultReport report = cache->segment_->Prefault(config.prefault_threads);
     cache->prefaulted_bytes_ = config.size_bytes;
@@ -76,10 +75,12 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
   return cache;
 }
 
-void L1Cache::PrefaultInBackground(unsigned threads, std::uint64_t step,
-                                   const std::string& shm_dir) {
+void L1Cache::PrefaultInBackground(unsigned threads, std::uint64_t step, const std::string& shm_dir,
+                                   const std::function<void(std::uint64_t)>& before_step) {
   const std::uint64_t total = segment_->size();
   for (std::uint64_t offset = 0; offset < total && !stop_prefault_.load(); offset += step) {
+    if (before_step) before_step(offset);
+    if (stop_prefault_.load()) break;
     // Reserved first (no write can SIGBUS), then faulted in, then handed out.
     if (Status reserved = segment_->Reserve(offset, step, shm_dir); !reserved.ok()) {
       spdlog::error("the L1 pool stays at {:.2f} of {:.2f} GiB: {}",

@@ -15,9 +15,10 @@
 // the controlling (main) thread.
 #pragma once
 
-#include <cstdint>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <string>
@@ -48,6 +49,10 @@ struct L1Config {
   // False: the whole pool is pre-faulted before Create() returns.
   bool background_prefault = true;
   std::uint64_t prefault_step_bytes = 256ull << 20;  // made usable step by step
+  // Tests only: called on the pre-faulter's thread before each step with the
+  // bytes made usable so far; it may block to hold the pool part-ready (it
+  // must return once the cache is being destroyed).
+  std::function<void(std::uint64_t ready_bytes)> before_prefault_step;
   std::string shm_dir = "/dev/shm";
   shm::HugePageMode huge_pages = shm::HugePageMode::kAuto;
 };
@@ -91,7 +96,8 @@ class L1Cache {
   std::unique_ptr<ObjectTable> table_;
   std::unique_ptr<Evictor> evictor_;
   // The background prefaulter (Prefault steps, then MakeReady).
-  void PrefaultInBackground(unsigned threads, std::uint64_t step, const std::string& shm_dir);
+  void PrefaultInBackground(unsigned threads, std::uint64_t step, const std::string& shm_dir,
+                            const std::function<void(std::uint64_t)>& before_step);
   std::thread prefaulter_;
   std::atomic<bool> stop_prefault_{false};
   std::atomic<std::uint64_t> prefaulted_bytes_{0};

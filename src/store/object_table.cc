@@ -90,12 +90,20 @@ Status ObjectTable::ValidateKeys(std::span<const ObjectKey> keys, bool require_d
 }
 
 Result<std::vector<Offset>> ObjectTable::AllocateWithEviction(std::uint64_t size, std::size_t count,
-                                                              AllocationMode mode) {
+                                                              AllocationMode mode,
+                                                              WhilePoolWarms warming,
+                                                              bool* pages_pending) {
   auto batch = allocator_->AllocateBatch(size, count);
+  const bool short_of_pages = !batch.ok() && batch.status().code() == ErrorCode::kOutOfMemory;
+  if (short_of_pages && warming == WhilePoolWarms::kReportBusy && allocator_->growing()) {
+    *pages_pending = true;
+    return std::vector<Offset>{};
+  }
   // A pool still being pre-faulted gets fresh pages soon: wait for them
   // rather than evict what is cached or refuse the store.
   const auto deadline = std::chrono::steady_clock::now() + config_.prefault_wait;
-  while (!batch.ok() && batch.status().code() == ErrorCode::kOutOfMemory) {
+  while (warming == WhilePoolWarms::kWait && !batch.ok() &&
+         batch.status().code() == ErrorCode::kOutOfMemory) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 || !allocator_->WaitReadyBeyond(allocator_->ready_bytes(), left)) break;
@@ -125,8 +133,13 @@ Result<std::vector<Offset>> ObjectTable::AllocateWithEviction(std::uint64_t size
   return prefix;
 }
 
+void ObjectTable::NotifyWhenPagesReady(std::uint64_t seen, std::function<void()> wake) {
+  allocator_->NotifyWhenReadyBeyond(seen, std::move(wake));
+}
+
 Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, std::uint64_t size,
-                                             Owner owner, AllocationMode mode) {
+                                             Owner owner, AllocationMode mode,
+                                             WhilePoolWarms warming) {
   if (size == 0) return InvalidArgument("reserve_write: object size must be > 0");
   LMC_RETURN_IF_ERROR(ValidateKeys(keys, /*require_distinct=*/true));
   WriteLease result;
@@ -172,8 +185,12 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
 
   // Phase 2: allocate.
   std::vector<Offset> offsets;
+  bool pages_pending = false;
+  // Read before allocating: pages made ready after it wake the caller at once.
+  const std::uint64_t ready_bytes_seen = allocator_->ready_bytes();
   if (!needs_memory.empty()) {
-    LMC_ASSIGN_OR_RETURN(offsets, AllocateWithEviction(size, needs_memory.size(), mode));
+    LMC_ASSIGN_OR_RETURN(offsets, AllocateWithEviction(size, needs_memory.size(), mode, warming,
+                                                       &pages_pending));
   }
 
   // Phase 3: stage what got memory, re-checking what changed meanwhile.
@@ -214,6 +231,18 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
   if (result.reserved > 0) {
     result.lease = lease;
     leases_.Add(lease, std::move(record));
+  }
+  if (pages_pending) {
+    // All or nothing: what phase 1 handed back (this writer's own earlier
+    // copies, now under `lease`) is given up too, so that a caller that
+    // never comes back leaves nothing staged.
+    AbortWrite(result.lease);
+    WriteLease pending;
+    pending.outcomes.assign(keys.size(), WriteReservation::kOutOfMemory);
+    pending.offsets.assign(keys.size(), 0);
+    pending.pages_pending = true;
+    pending.ready_bytes_seen = ready_bytes_seen;
+    return pending;
   }
   return result;
 }

@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -76,6 +77,14 @@ enum class AllocationMode {
   kLongestPrefix,  // as many keys as fit, in batch order
 };
 
+// What a reservation does when the pool is still being pre-faulted and the
+// batch does not fit in the pages made ready so far.
+enum class WhilePoolWarms : std::uint8_t {
+  kWait,        // wait up to prefault_wait for fresh pages (a thread of its own may)
+  kReportBusy,  // reserve nothing and say so (WriteLease::pages_pending): the caller parks
+  kGoOn,        // evict, or take what fits, now (the caller's wait ended)
+};
+
 enum class WriteReservation : std::uint8_t {
   kReserved,         // staged under the returned lease
   kAlreadyResident,  // skipped: the key is cached already
@@ -90,6 +99,11 @@ struct WriteLease {
   std::vector<Offset> offsets;             // valid where outcomes[i] == kReserved
   std::size_t reserved = 0;
   std::size_t out_of_memory = 0;
+  // WhilePoolWarms::kReportBusy only: the batch must wait for pre-faulted
+  // pages, so nothing was reserved (lease kNoLease). The caller waits for
+  // NotifyWhenPagesReady(ready_bytes_seen) and tries again.
+  bool pages_pending = false;
+  std::uint64_t ready_bytes_seen = 0;
 };
 
 enum class WriteOutcome : std::uint8_t {
@@ -197,9 +211,16 @@ class ObjectTable {
   // Stages every key that is not resident, all with `size` bytes, under one
   // new write lease of `owner`. A key `owner` staged already (same size) is
   // handed back and moves to the new lease. Keys must be valid and distinct.
-  // Errors only for invalid input.
+  // Errors only for invalid input. `warming` says what to do when the batch
+  // needs pages the pre-faulter has not made ready yet.
   Result<WriteLease> ReserveWrite(std::span<const ObjectKey> keys, std::uint64_t size, Owner owner,
-                                  AllocationMode mode);
+                                  AllocationMode mode,
+                                  WhilePoolWarms warming = WhilePoolWarms::kWait);
+  // Calls `wake` once more pages than `seen` bytes are ready, or the pool
+  // stops growing (at once if so already; else on the pre-faulter's thread).
+  void NotifyWhenPagesReady(std::uint64_t seen, std::function<void()> wake);
+  // How long a reservation waits for pre-faulted pages before it evicts.
+  std::chrono::milliseconds prefault_wait() const { return config_.prefault_wait; }
   // Admits every copy the lease staged; the lease ends.
   WriteCompletion FinishWrite(LeaseId write_lease);
   // Admits the lease's copies and read-locks each admitted (or, where another
@@ -265,8 +286,11 @@ class ObjectTable {
   Status ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const;
   // Allocates up to `count` objects, evicting on demand; fewer than `count`
   // only in kLongestPrefix mode.
+  // Sets *pages_pending (and allocates nothing) when `warming` is
+  // kReportBusy and the batch must wait for pre-faulted pages.
   Result<std::vector<Offset>> AllocateWithEviction(std::uint64_t size, std::size_t count,
-                                                   AllocationMode mode);
+                                                   AllocationMode mode, WhilePoolWarms warming,
+                                                   bool* pages_pending);
   // Locks `count` of `lease` on each granted entry; `consume` first.
   void LockGranted(const ReadRequest& request, LeaseId lease,
                    const std::vector<ResidentEntry*>& entries, std::size_t granted, TimeMs now,

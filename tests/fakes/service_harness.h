@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,7 +79,8 @@ class ServiceHarness {
  public:
   explicit ServiceHarness(std::uint64_t pool_bytes = 64ull << 20, server::ServiceConfig config = {},
                           bool on_demand_eviction = true, tier::Prefetcher* prefetcher = nullptr,
-                          std::unique_ptr<store::EvictionPolicy> policy = nullptr) {
+                          std::unique_ptr<store::EvictionPolicy> policy = nullptr,
+                          const std::function<void(store::L1Config&)>& tune_l1 = nullptr) {
     store::L1Config l1;
     l1.shm_name =
         "lmcache_l1_pool_svc_test_" + std::to_string(getpid()) + "_" + std::to_string(counter_++);
@@ -89,6 +91,7 @@ class ServiceHarness {
     // No background passes: tests evict explicitly (or on demand), never by timing.
     l1.background_eviction = false;
     l1.background_prefault = false;  // every page usable when the test starts
+    if (tune_l1) tune_l1(l1);
     cache_ = std::move(store::L1Cache::Create(l1, &clock_, std::move(policy))).value();
     service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher);
   }

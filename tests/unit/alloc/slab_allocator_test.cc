@@ -235,6 +235,33 @@ TEST_F(SlabAllocatorTest, WaitersForReadyPagesWakeOnGrowthAndStopWhenGrowthStops
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+// The non-blocking form (a parked store's waker): called once, at once when
+// pages came already, else by the MakeReady that brings them or the
+// StopGrowing that says none will.
+TEST_F(SlabAllocatorTest, ReadyPageNotificationsComeOnceFromWhateverEndsTheWait) {
+  testing::AlignedBuffer buffer(16 * kMiB);
+  auto allocator = std::move(SlabAllocator::Create(buffer.span(), {}, 4 * kMiB)).value();
+  EXPECT_TRUE(allocator->growing());
+  int early = 0, grown = 0, stopped = 0;
+  allocator->NotifyWhenReadyBeyond(2 * kMiB, [&] { ++early; });  // beyond already
+  EXPECT_EQ(early, 1);
+  allocator->NotifyWhenReadyBeyond(4 * kMiB, [&] { ++grown; });
+  allocator->NotifyWhenReadyBeyond(8 * kMiB, [&] { ++stopped; });
+  allocator->MakeReady(4 * kMiB);  // no growth: nobody woken
+  EXPECT_EQ(grown, 0);
+  allocator->MakeReady(8 * kMiB);
+  EXPECT_EQ(grown, 1);
+  EXPECT_EQ(stopped, 1) << "every waiter is woken by growth and looks again (8 MiB is not beyond 8)";
+  allocator->NotifyWhenReadyBeyond(8 * kMiB, [&] { ++stopped; });
+  allocator->StopGrowing();
+  EXPECT_EQ(stopped, 2);
+  EXPECT_FALSE(allocator->growing());
+  allocator->NotifyWhenReadyBeyond(8 * kMiB, [&] { ++stopped; });  // nothing more will come
+  EXPECT_EQ(stopped, 3);
+  allocator->MakeReady(16 * kMiB);
+  EXPECT_EQ(grown + early, 2) << "each notification comes once";
+}
+
 TEST_F(SlabAllocatorTest, RandomWorkloadKeepsAccountingExact) {
   auto a = Make(128 * kMiB);
   std::mt19937 rng(42);

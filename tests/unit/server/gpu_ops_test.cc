@@ -11,8 +11,10 @@
 
 #include <atomic>
 #include <cstring>
+#include <future>
 #include <thread>
 
+#include "fakes/prefault_gate.h"
 #include "fakes/service_harness.h"
 #include "fakes/vllm_kv_cache.h"
 #include "gpu/emulated_backend.h"
@@ -297,6 +299,33 @@ TEST(GpuOpsTest, TransferModesServeWhatTheFlagSaysAndAnnounceIt) {
   // No GPU client: no backend, no contexts, no closer thread.
   const StatsSnapshot s = all.service().Snapshot();
   EXPECT_EQ(s.gpu.contexts + s.gpu.mapped_allocations, 0u);
+}
+
+
+// A store on a pool still being pre-faulted parks until pages are ready
+// (issue 20), then copies as any other: the engine's blocks land in L1.
+TEST(GpuOpsTest, AStoreThatMustWaitForPagesParksAndCopiesOnceTheyCome) {
+  fake::PrefaultGate gate(0);  // nothing ready yet; opened below, before h goes
+  ServiceHarness h(64ull << 20, Config(), true, nullptr, nullptr,
+                   [&gate](store::L1Config& l1) { gate.Hold(l1, 4ull << 20); });
+  Worker a;
+  a.Fill(3);
+  ASSERT_TRUE(h.CallAs("a", "register_kv_cache", a.RegisterFrames(11)).status.ok());
+  const KeyArgs key = Prompt();
+  a.Record(0);
+  auto stored = std::async(std::launch::async, [&] { return h.CallAs("a", "store", a.Transfer(key, {3, 1, 7, 9}, 0)); });
+  for (int i = 0; i < 2000 && h.service().state().parked().size() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(h.service().state().parked().size(), 1u) << "the store held its thread instead of parking";
+  EXPECT_EQ(h.service().table().Stats().staging_objects, 0u);
+  gate.Open();
+  const Reply reply = stored.get();
+  ASSERT_TRUE(reply.status.ok()) << reply.status.ToString();
+  ASSERT_TRUE(WaitEvent(EventReply(reply.value).first));
+  EXPECT_EQ(Lookup(h, key, "r"), 2);
+  EXPECT_TRUE(h.Call("end_session", {fake::StrFrame("r")}).status.ok());
+  EXPECT_EQ(h.service().state().parked().Stats().by_operation.at("store").ended[0], 1u);  // woken
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "fakes/fake_prefetcher.h"
+#include "fakes/prefault_gate.h"
 #include "fakes/sanitizers.h"
 #include "fakes/service_harness.h"
 #include "server/router_loop.h"
@@ -795,6 +796,150 @@ TEST(ServiceBurst, AMillionExpiringSessionsStallNoOtherClient) {
   // Every burst session went, with the read leases its lookups held.
   EXPECT_EQ(sessions.size(), lookup_ms.size());
   EXPECT_EQ(h.service().table().Stats().locked_objects, 0u);
+}
+
+
+// A store that needs pages the pre-faulter has not made ready yet parks
+// instead of holding its pool thread (issue 20): the first minutes after a
+// large pool starts. The pool here is 64 MiB made ready in 4 MiB steps, held
+// at 4 MiB (32 objects); a 64-chunk prepare_store needs 8 MiB.
+class ServiceWarmingPoolTest : public ::testing::Test {
+ protected:
+  static constexpr std::uint64_t kStep = 4ull << 20;
+  static constexpr std::int64_t kChunks = 64;
+
+  ServiceWarmingPoolTest()
+      : gate_(kStep),
+        h_(64ull << 20, ServiceConfig{}, true, nullptr, nullptr,
+           [this](store::L1Config& l1) { gate_.Hold(l1, kStep); }) {
+    for (int i = 0; i < 2000 && h_.l1().allocator().ready_bytes() < kStep; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(h_.l1().allocator().ready_bytes(), kStep);
+    EXPECT_TRUE(h_.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
+  }
+  ~ServiceWarmingPoolTest() override { gate_.Open(); }
+
+  // Sends prepare_store of kChunks chunks from `connection` and returns its
+  // reply to come, once the request is parked (or already answered).
+  std::future<server::Reply> ParkedPrepare(const KeyArgs& key,
+                                           std::string connection = "test-connection") {
+    const std::size_t before = h_.service().state().parked().size();
+    auto reply = std::async(std::launch::async, [this, key, connection] {
+      return h_.CallAs(connection, "prepare_store", {KeyFrame(key), IntFrame(1)});
+    });
+    for (int i = 0; i < 2000 && h_.service().state().parked().size() == before &&
+                    reply.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready;
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return reply;
+  }
+  static std::vector<Slot> SlotsOfReply(const server::Reply& reply) {
+    EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
+    const msgpack::object_handle h = msgpack::unpack(reply.value.data(), reply.value.size());
+    return SlotsOf(Field(h.get(), "context"));
+  }
+  std::uint64_t Ended(ParkEnd end) {
+    const ParkedStats stats = h_.service().state().parked().Stats();
+    return stats.by_operation.at("prepare_store").ended[static_cast<std::size_t>(end)];
+  }
+  void Commit(const KeyArgs& key) {
+    const server::Reply done =
+        h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
+    EXPECT_TRUE(done.status.ok()) << done.status.ToString();
+  }
+
+  testing::PrefaultGate gate_;  // before h_, which holds it
+  testing::ServiceHarness h_;
+};
+
+TEST_F(ServiceWarmingPoolTest, AStoreThatMustWaitForPagesParksAndIsAnsweredWhenTheyCome) {
+  const KeyArgs key = Key(kChunks * 256, kChunks);
+  auto reply = ParkedPrepare(key);
+  ASSERT_EQ(h_.service().state().parked().size(), 1u)
+      << "the prepare_store held its thread instead of parking";
+  EXPECT_EQ(reply.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
+  EXPECT_EQ(h_.service().table().Stats().staging_objects, 0u) << "a parked store reserves nothing";
+  // Another client is served meanwhile, on this (the only) thread.
+  ASSERT_TRUE(h_.CallAs("scheduler", "ping", {}).status.ok());
+  gate_.Allow(2 * kStep);  // 64 objects' room: the store goes through
+  const std::vector<Slot> slots = SlotsOfReply(reply.get());
+  EXPECT_EQ(slots.size(), static_cast<std::size_t>(kChunks));
+  EXPECT_EQ(Ended(ParkEnd::kWoken), 1u);
+  EXPECT_EQ(h_.service().state().parked().size(), 0u);
+  Commit(key);
+  EXPECT_EQ(h_.service().table().Stats().resident_objects, static_cast<std::uint64_t>(kChunks));
+  EXPECT_EQ(h_.service().table().Stats().write_leases, 0u);
+}
+
+TEST_F(ServiceWarmingPoolTest, AtItsDeadlineAParkedStoreTakesWhatIsReady) {
+  const KeyArgs key = Key(kChunks * 256, kChunks);
+  auto reply = ParkedPrepare(key);
+  ASSERT_EQ(h_.service().state().parked().size(), 1u);
+  EXPECT_EQ(reply.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout)
+      << "the deadline is on the service's clock, which has not moved";
+  h_.clock().Advance(h_.service().table().prefault_wait().count());
+  const server::Reply answered = reply.get();
+  const std::vector<Slot> slots = SlotsOfReply(answered);
+  EXPECT_EQ(slots.size(), 32u) << "the longest prefix the ready pages hold";
+  const msgpack::object_handle value = msgpack::unpack(answered.value.data(), answered.value.size());
+  EXPECT_EQ(Field(value.get(), "oom_chunks").via.u64, static_cast<std::uint64_t>(kChunks) - 32u);
+  EXPECT_EQ(Ended(ParkEnd::kDeadline), 1u);
+  Commit(key);
+  EXPECT_EQ(h_.service().table().Stats().resident_objects, 32u);
+}
+
+TEST_F(ServiceWarmingPoolTest, AParkedStoreOfAClosedClientIsAnsweredAtOnceAndLeavesNothing) {
+  const KeyArgs key = Key(kChunks * 256, kChunks);
+  // The same writer's earlier reservation (prepared, never committed) is
+  // handed back to the new prepare, and must not outlive it either.
+  const KeyArgs first = Key(8 * 256, 8);
+  ASSERT_EQ(SlotsOfReply(h_.Call("prepare_store", {KeyFrame(first), IntFrame(1)})).size(), 8u);
+  auto reply = ParkedPrepare(key);
+  ASSERT_EQ(h_.service().state().parked().size(), 1u);
+  h_.service().OnClosing("test-connection");
+  const server::Reply closed = reply.get();
+  EXPECT_EQ(closed.status.code(), ErrorCode::kUnavailable) << closed.status.ToString();
+  EXPECT_EQ(Ended(ParkEnd::kClosed), 1u);
+  h_.service().OnDisconnect("test-connection");
+  gate_.Allow(2 * kStep);  // pages coming later wake nothing
+  const store::TableStats table = h_.service().table().Stats();
+  EXPECT_EQ(table.staging_objects, 0u);
+  EXPECT_EQ(table.write_leases, 0u);
+  EXPECT_EQ(h_.l1().allocator().UsedBytes(), 0u);
+}
+
+TEST_F(ServiceWarmingPoolTest, ADrainAnswersAParkedStore) {
+  auto reply = ParkedPrepare(Key(kChunks * 256, kChunks));
+  ASSERT_EQ(h_.service().state().parked().size(), 1u);
+  h_.service().AnswerParked();
+  const server::Reply drained = reply.get();
+  EXPECT_EQ(drained.status.code(), ErrorCode::kUnavailable);
+  EXPECT_TRUE(SlotsOfReply(server::Reply{Status::Ok(), drained.value}).empty())
+      << "a refused prepare_store still answers its declared type";
+  EXPECT_EQ(Ended(ParkEnd::kDrained), 1u);
+  EXPECT_EQ(h_.service().table().Stats().staging_objects, 0u);
+}
+
+// Pages made ready between the failed reservation and the park wake it at
+// once: many stores racing the pre-faulter all end up answered.
+TEST_F(ServiceWarmingPoolTest, StoresRacingThePrefaulterAreAllAnswered) {
+  std::vector<std::future<server::Reply>> replies;
+  for (std::uint32_t i = 0; i < 8; ++i) {
+    const KeyArgs key = Key(16 * 256, 16, 100 + i);
+    replies.push_back(std::async(std::launch::async, [this, key] {
+      return h_.Call("prepare_store", {KeyFrame(key), IntFrame(1)});
+    }));
+  }
+  for (std::uint64_t allowed = 2 * kStep; allowed <= 64ull << 20; allowed += kStep) {
+    gate_.Allow(allowed);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::size_t slots = 0;
+  for (auto& reply : replies) slots += SlotsOfReply(reply.get()).size();
+  EXPECT_EQ(slots, 8u * 16u);
+  EXPECT_EQ(h_.service().state().parked().size(), 0u);
 }
 
 }  // namespace

@@ -138,6 +138,59 @@ TEST_F(ObjectTableTest, RepeatedReservationBySameWriterMovesTheSameBuffersToTheN
   EXPECT_EQ(table_->FinishWrite(second.lease).admitted, 2u);
 }
 
+// A pool still being pre-faulted (issue 20): a caller that must not block
+// is told the batch waits for pages, and nothing stays reserved, not even
+// the copies the same writer staged before.
+class WarmingObjectTableTest : public ObjectTableTest {
+ protected:
+  WarmingObjectTableTest() {
+    allocator_ = std::move(alloc::SlabAllocator::Create(buffer_.span(), {}, 4 * kMiB)).value();
+    Rebuild();
+  }
+  Result<WriteLease> ReserveFor(const std::vector<ObjectKey>& keys, WhilePoolWarms warming) {
+    return table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kLongestPrefix, warming);
+  }
+};
+
+TEST_F(WarmingObjectTableTest, ABatchThatMustWaitForPagesReservesNothingAndSaysSo) {
+  const WriteLease earlier = Reserve(KeysN(0, 2));
+  ASSERT_EQ(earlier.reserved, 2u);
+  auto r = ReserveFor(KeysN(0, 6), WhilePoolWarms::kReportBusy);  // 6 MiB of 4 ready
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->pages_pending);
+  EXPECT_EQ(r->ready_bytes_seen, 4 * kMiB);
+  EXPECT_EQ(r->reserved, 0u);
+  EXPECT_EQ(r->lease, kNoLease);
+  EXPECT_EQ(allocator_->UsedBytes(), 0u) << "the writer's earlier copies went with it";
+  EXPECT_EQ(table_->Stats().staging_objects, 0u);
+  EXPECT_EQ(table_->Stats().write_leases, 1u);  // the earlier lease, now empty
+  EXPECT_EQ(table_->FinishWrite(earlier.lease).admitted, 0u);
+  int woken = 0;
+  table_->NotifyWhenPagesReady(r->ready_bytes_seen, [&] { ++woken; });
+  EXPECT_EQ(woken, 0);
+  allocator_->MakeReady(8 * kMiB);
+  EXPECT_EQ(woken, 1);
+  auto again = ReserveFor(KeysN(0, 6), WhilePoolWarms::kReportBusy);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->pages_pending);
+  EXPECT_EQ(again->reserved, 6u);
+}
+
+TEST_F(WarmingObjectTableTest, AfterItsWaitABatchTakesWhatFitsAtOnce) {
+  auto r = ReserveFor(KeysN(0, 6), WhilePoolWarms::kGoOn);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->pages_pending);
+  EXPECT_EQ(r->reserved, 4u);  // the ready 4 MiB; nothing cached to evict
+  EXPECT_EQ(r->out_of_memory, 2u);
+}
+
+TEST_F(WarmingObjectTableTest, ABatchThatFitsTheReadyPagesNeverWaits) {
+  auto r = ReserveFor(KeysN(0, 3), WhilePoolWarms::kReportBusy);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->pages_pending);
+  EXPECT_EQ(r->reserved, 3u);
+}
+
 TEST_F(ObjectTableTest, FirstWriterWinsAndDuplicateIsDiscarded) {
   const auto keys = KeysN(0, 1);
   const WriteLease mine = Reserve(keys, kWriter);
