@@ -307,6 +307,14 @@ void L2(Exposition& x, const tier::L2Stats& l2) {
             static_cast<double>(l2.prefetch.no_memory_chunks), {{"reason", "l1_oom"}});
   x.Counter(p + "l2_prefetch_failed_chunks_total", "", static_cast<double>(l2.prefetch.load_failed_chunks),
             {{"reason", "load_failed"}});
+  x.Counter(p + "l2_prefetch_deadline_total",
+            "Prefetches that reached --l2-prefetch-load-timeout, by outcome.",
+            static_cast<double>(l2.prefetch.deadline_expired), {{"outcome", "prefix"}});
+  x.Counter(p + "l2_prefetch_deadline_total", "", static_cast<double>(l2.prefetch.abandoned_loads),
+            {{"outcome", "abandoned"}});
+  x.Gauge(p + "l2_prefetch_abandoned_in_flight",
+          "Prefetches answered at their deadline whose adapter call has not returned yet.",
+          static_cast<double>(l2.prefetch.abandoned_in_flight));
   x.Histogram(p + "l2_prefetch_duration_seconds", "Time from a lookup's prefetch to its result.",
               l2.prefetch.latency);
 }

@@ -79,7 +79,7 @@ struct ServerConfig {
   std::string l2_store_policy = "default";
   std::string l2_prefetch_policy = "default";
   unsigned l2_prefetch_max_in_flight = 8;
-  double l2_prefetch_load_timeout = 0;  // seconds; 0 = none
+  double l2_prefetch_load_timeout = 30;  // seconds; 0 = none
   unsigned l2_store_workers = 2;
   std::uint64_t l2_store_queue_mb = 4096;
   std::uint32_t periodic_notifier_interval_ms = 5;  // accepted; no polling here

@@ -217,6 +217,8 @@ std::string L2Map(const tier::L2Stats& l2) {
   prefetch.Field("load_failed_chunks").Uint(l2.prefetch.load_failed_chunks);
   prefetch.Field("no_memory_chunks").Uint(l2.prefetch.no_memory_chunks);
   prefetch.Field("deadline_expired").Uint(l2.prefetch.deadline_expired);
+  prefetch.Field("abandoned_loads").Uint(l2.prefetch.abandoned_loads);
+  prefetch.Field("abandoned_in_flight").Uint(l2.prefetch.abandoned_in_flight);
   prefetch.Field("latency").Raw(Histogram(l2.prefetch.latency));
   mp::MapWriter m;
   m.Field("adapters").Array(static_cast<std::uint32_t>(l2.adapters.size())).Raw(adapters.bytes());

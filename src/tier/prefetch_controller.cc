@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "common/logging.h"
+
 namespace lmcache::tier {
 
 // What the lookups found: per key of the planned prefix, the adapter it
@@ -31,6 +33,12 @@ void UnpinFrom(const std::vector<L2Adapter*>& adapters, const std::vector<store:
   }
 }
 
+// How often the watch looks for requests past their deadline: a tenth of
+// the deadline, between 10 ms and 1 s.
+std::chrono::milliseconds WatchPeriod(std::chrono::milliseconds load_timeout) {
+  return std::clamp(load_timeout / 10, std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+}
+
 }  // namespace
 
 PrefetchController::PrefetchController(store::ObjectTable* table,
@@ -49,9 +57,15 @@ void PrefetchController::Start() {
   for (unsigned i = 0; i < std::max(1u, config_.max_in_flight); ++i) {
     workers_.emplace_back([this] { Work(); });
   }
+  if (config_.load_timeout.count() > 0) {
+    watch_ = std::make_unique<PeriodicThread>("prefetch-watch", WatchPeriod(config_.load_timeout),
+                                              [this] { AbandonOverdue(); });
+    watch_->Start();
+  }
 }
 
 void PrefetchController::Stop() {
+  if (watch_) watch_->Stop();
   std::vector<std::function<void()>> landed;
   {
     MutexLock lock(&mu_);
@@ -177,18 +191,22 @@ void PrefetchController::Work() {
   while (true) {
     PrefetchHandle handle = 0;
     PrefetchRequest request;
+    Deadline deadline;
     {
       MutexLock lock(&mu_);
       while (!stop_ && queue_.empty()) work_.Wait(&lock);
       if (stop_) return;
       handle = queue_.front();
       queue_.pop_front();
-      request = jobs_.at(handle).request;
+      Job& job = jobs_.at(handle);
+      request = job.request;
+      job.started = std::chrono::steady_clock::now();
+      if (config_.load_timeout.count() > 0) deadline = *job.started + config_.load_timeout;
       running_ += 1;
     }
     PrefetchResult result;
     try {
-      result = Run(handle, request);
+      result = Run(handle, request, deadline);
     } catch (const std::exception& e) {
       spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
     }
@@ -239,13 +257,12 @@ PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& reque
 }
 
 std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
-                                     const store::WriteLease& buffers, std::size_t chunks) {
+                                     const store::WriteLease& buffers, std::size_t chunks,
+                                     Deadline deadline) {
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  const bool timed = config_.load_timeout.count() > 0;
-  const auto deadline = std::chrono::steady_clock::now() + config_.load_timeout;
   const std::size_t per_batch = std::max<std::size_t>(1, config_.chunks_per_batch);
   for (std::size_t c = 0; c < chunks; c += per_batch) {
-    if (timed && std::chrono::steady_clock::now() >= deadline) {
+    if (deadline && std::chrono::steady_clock::now() >= *deadline) {
       deadline_expired_.fetch_add(1, std::memory_order_relaxed);
       return c;
     }
@@ -274,7 +291,8 @@ std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
   return chunks;
 }
 
-PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequest& request) {
+PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequest& request,
+                                       Deadline deadline) {
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
   Plan plan = LookUp(request);
   hit_chunks_.fetch_add(plan.chunks, std::memory_order_relaxed);
@@ -300,7 +318,7 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
     if (buffers.ok() && buffers->lease != store::kNoLease) table_->AbortWrite(buffers->lease);
     return {};
   }
-  const std::size_t loaded = Load(request, plan, *buffers, usable);
+  const std::size_t loaded = Load(request, plan, *buffers, usable, deadline);
   UnpinFrom(adapters_, request.keys, plan.pinned, 0);
   failed_chunks_.fetch_add(usable - loaded, std::memory_order_relaxed);
   if (loaded == 0) {
@@ -344,11 +362,14 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   std::vector<std::function<void()>> landed;
   {
     MutexLock lock(&mu_);
+    // Answered at its deadline already: that answer stays until it is
+    // polled, and what the late load locked goes now.
+    const bool abandoned = abandoned_.erase(handle) > 0;
     auto it = jobs_.find(handle);
-    if (it != jobs_.end()) landed.swap(it->second.on_landed);
-    if (it == jobs_.end() || it->second.cancelled) {
+    if (it != jobs_.end() && !abandoned) landed.swap(it->second.on_landed);
+    if (abandoned || it == jobs_.end() || it->second.cancelled) {
       release = result.lease;  // nobody will take it
-      if (it != jobs_.end()) jobs_.erase(it);
+      if (it != jobs_.end() && !abandoned) jobs_.erase(it);
     } else {
       latency_.Record(static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
@@ -366,12 +387,43 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   RunLanded(landed);
 }
 
+void PrefetchController::AbandonOverdue() {
+  const auto now = std::chrono::steady_clock::now();
+  // Twice the deadline: a load that is merely slow ends itself at the first
+  // batch boundary past it; one still running then is stuck in an adapter.
+  const auto overdue = 2 * config_.load_timeout;
+  std::vector<std::function<void()>> landed;
+  {
+    MutexLock lock(&mu_);
+    for (auto& [handle, job] : jobs_) {
+      if (!job.started || job.result || job.cancelled || now - *job.started < overdue) continue;
+      if (abandoned_.contains(handle)) continue;
+      abandoned_.insert(handle);
+      abandoned_loads_.fetch_add(1, std::memory_order_relaxed);
+      latency_.Record(static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(now - job.submitted).count()));
+      job.lookup_hits = job.lookup_hits.value_or(0);
+      job.result = PrefetchResult{};  // no L2 chunks: the lookup's L1 prefix stands
+      for (auto& fn : job.on_landed) landed.push_back(std::move(fn));
+      job.on_landed.clear();
+    }
+  }
+  if (landed.empty()) return;
+  static RateLimitedLog hung_log(std::chrono::seconds(10));
+  hung_log.Warn("an L2 load passed --l2-prefetch-load-timeout inside an adapter call; its lookup "
+                "was answered with its L1 hits, and its L1 buffers stay reserved until the call "
+                "returns");
+  landed_.NotifyAll();
+  RunLanded(landed);
+}
+
 PrefetchControllerStats PrefetchController::Stats() const {
   PrefetchControllerStats s;
   {
     MutexLock lock(&mu_);
     s.queued = queue_.size();
     s.in_flight = running_;
+    s.abandoned_in_flight = abandoned_.size();
   }
   s.submitted = submitted_.load(std::memory_order_relaxed);
   s.completed = completed_.load(std::memory_order_relaxed);
@@ -381,6 +433,7 @@ PrefetchControllerStats PrefetchController::Stats() const {
   s.load_failed_chunks = failed_chunks_.load(std::memory_order_relaxed);
   s.no_memory_chunks = no_memory_chunks_.load(std::memory_order_relaxed);
   s.deadline_expired = deadline_expired_.load(std::memory_order_relaxed);
+  s.abandoned_loads = abandoned_loads_.load(std::memory_order_relaxed);
   s.latency = latency_.Take();
   return s;
 }

@@ -11,10 +11,19 @@
 //      plan shrinks to the leading chunks that got buffers.
 //   3. load: chunk batches, in order, each read from its adapter into its
 //      buffer; the first chunk that does not load completely, or the
-//      optional deadline, ends the prefix. Every pin is released.
+//      deadline (checked between batches), ends the prefix. Every pin is
+//      released.
 //   4. admit: FinishWriteAndRead keeps the loaded prefix (the rest of the
 //      staged buffers are freed) and read-locks it under one lease of the
 //      request's owner, `readers` locks each: eviction cannot come between.
+// The deadline (load_timeout after the request started to run) also holds
+// when an adapter call hangs and the worker never gets back to check it: a
+// watch thread answers a request still running at twice its deadline (no
+// batch should take as long as a whole deadline) with no L2 chunks (the lookup's L1 prefix stands; counted as abandoned),
+// so that no scheduler waits for it for ever. Its L1 buffers stay reserved
+// under the controller's own write lease until the adapter call returns
+// (fail-stop: a late load writes only into memory nobody else was given);
+// what it loaded then is admitted as ordinary L1 objects, locked by nobody.
 // At most `max_in_flight` requests run at once (one worker thread each);
 // later ones wait in FIFO order. A cancelled request (its session ended)
 // releases what it locked, now or when it lands.
@@ -27,11 +36,14 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "common/histogram.h"
 #include "common/mutex.h"
+#include "common/periodic_thread.h"
 #include "store/object_table.h"
 #include "tier/l2_adapter.h"
 #include "tier/prefetcher.h"
@@ -40,7 +52,7 @@ namespace lmcache::tier {
 
 struct PrefetchControllerConfig {
   unsigned max_in_flight = 8;            // --l2-prefetch-max-in-flight
-  std::chrono::milliseconds load_timeout{0};  // --l2-prefetch-load-timeout-ms; 0 = none
+  std::chrono::milliseconds load_timeout{0};  // --l2-prefetch-load-timeout; 0 = none
   std::size_t chunks_per_batch = 4;      // chunks loaded per adapter call
 };
 
@@ -54,7 +66,9 @@ struct PrefetchControllerStats {
   std::uint64_t loaded_chunks = 0;   // admitted into L1
   std::uint64_t load_failed_chunks = 0;  // planned, not loaded (failure, corruption, deadline)
   std::uint64_t no_memory_chunks = 0;    // planned, no L1 buffer
-  std::uint64_t deadline_expired = 0;
+  std::uint64_t deadline_expired = 0;  // loads the deadline cut short (between batches)
+  std::uint64_t abandoned_loads = 0;   // answered at the deadline while an adapter call hung
+  std::uint64_t abandoned_in_flight = 0;  // of those, adapter calls not returned yet
   LatencyHistogram::Snapshot latency;  // submit to result
 };
 
@@ -87,17 +101,24 @@ class PrefetchController final : public Prefetcher {
     std::optional<std::size_t> lookup_hits;
     std::optional<PrefetchResult> result;
     bool cancelled = false;
+    std::optional<std::chrono::steady_clock::time_point> started;  // running since
     std::vector<std::function<void()>> on_landed;  // NotifyWhenLanded's, until it lands
   };
   struct Plan;
 
   void Work();
-  PrefetchResult Run(PrefetchHandle handle, const PrefetchRequest& request);
+  // `deadline`: when the load stops at the next batch (load_timeout after
+  // the request started to run), or nullopt without a load_timeout.
+  using Deadline = std::optional<std::chrono::steady_clock::time_point>;
+  PrefetchResult Run(PrefetchHandle handle, const PrefetchRequest& request, Deadline deadline);
   Plan LookUp(const PrefetchRequest& request);
   std::size_t Load(const PrefetchRequest& request, Plan& plan,
-                   const store::WriteLease& buffers, std::size_t chunks);
+                   const store::WriteLease& buffers, std::size_t chunks, Deadline deadline);
   void Publish(PrefetchHandle handle, std::size_t lookup_hits) LMC_EXCLUDES(mu_);
   void Finish(PrefetchHandle handle, PrefetchResult result) LMC_EXCLUDES(mu_);
+  // Answers every running request past its deadline by a watch period (the
+  // watch thread; docs/threading.md).
+  void AbandonOverdue() LMC_EXCLUDES(mu_);
   // Runs the callbacks taken out of ended jobs (no lock held).
   static void RunLanded(std::vector<std::function<void()>>& landed) LMC_EXCLUDES(mu_);
 
@@ -115,6 +136,10 @@ class PrefetchController final : public Prefetcher {
   std::uint64_t running_ LMC_GUARDED_BY(mu_) = 0;
   bool stop_ LMC_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;
+  std::unique_ptr<PeriodicThread> watch_;  // with a load_timeout only
+  // Running requests answered at their deadline (AbandonOverdue): what their
+  // Run returns later is released, never published.
+  std::set<PrefetchHandle> abandoned_ LMC_GUARDED_BY(mu_);
 
   std::atomic<std::uint64_t> submitted_{0};
   std::atomic<std::uint64_t> completed_{0};
@@ -124,6 +149,7 @@ class PrefetchController final : public Prefetcher {
   std::atomic<std::uint64_t> failed_chunks_{0};
   std::atomic<std::uint64_t> no_memory_chunks_{0};
   std::atomic<std::uint64_t> deadline_expired_{0};
+  std::atomic<std::uint64_t> abandoned_loads_{0};
   LatencyHistogram latency_;
 };
 

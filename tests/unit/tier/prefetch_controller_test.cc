@@ -10,6 +10,7 @@
 #include <chrono>
 #include <thread>
 
+#include "fakes/gated_adapter.h"
 #include "fakes/keys.h"
 #include "fakes/l1_table.h"
 #include "tier/fault_adapter.h"
@@ -239,6 +240,50 @@ TEST_F(PrefetchControllerTest, TheDeadlineReturnsTheUsablePrefix) {
   EXPECT_EQ(controller->Stats().deadline_expired, 1u);
   for (std::size_t i = 0; i < landed->chunks; ++i) EXPECT_TRUE(HasBytes(keys[i], i));
   l1_.table().ReleaseRead(landed->lease);
+  l1_.ExpectBalanced();
+}
+
+// An adapter call that hangs (issue 20; LMCache #4516: requests sat 600 s
+// in WAITING_FOR_REMOTE_KVS): the request is answered at its deadline with
+// no L2 chunks, while its L1 buffers stay reserved until the call returns, so
+// the late load writes only into memory nobody else was given. What it loads
+// then is admitted, locked by nobody.
+TEST_F(PrefetchControllerTest, AHungLoadIsAnsweredAtItsDeadlineAndLandsOnlyInItsOwnBuffers) {
+  MockAdapter mock({});
+  testing::GatedAdapter hung(&mock, testing::GatedAdapter::Gated::kLoad);
+  const auto keys = KeysN(0, 4);
+  PutInL2(mock, keys);
+  PrefetchControllerConfig config;
+  config.load_timeout = std::chrono::milliseconds(100);
+  auto controller = Start({&hung}, config);
+  const PrefetchHandle handle = controller->Submit(Request(keys));
+  std::atomic<bool> woken{false};
+  controller->NotifyWhenLanded(handle, [&] { woken = true; });
+  const auto answered = controller->Wait(handle, std::chrono::seconds(5));
+  if (!answered) hung.Open();  // so that the controller can stop
+  ASSERT_TRUE(answered) << "a hung load must not hold its request for ever";
+  EXPECT_EQ(answered->chunks, 0u);
+  for (int i = 0; i < 5000 && !woken.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(woken.load()) << "a parked wait_prefetch_status is answered too";
+  EXPECT_EQ(hung.entered(), 1);
+  PrefetchControllerStats s = controller->Stats();
+  EXPECT_EQ(s.abandoned_loads, 1u);
+  EXPECT_EQ(s.abandoned_in_flight, 1u);
+  EXPECT_EQ(s.in_flight, 1u) << "its worker is still in the adapter";
+  // The buffers stay reserved: nobody else can be given that memory.
+  EXPECT_EQ(l1_.table().Stats().staging_objects, 4u);
+  hung.Open();
+  for (int i = 0; i < 5000 && controller->Stats().abandoned_in_flight > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  s = controller->Stats();
+  EXPECT_EQ(s.abandoned_in_flight, 0u);
+  EXPECT_EQ(s.completed, 1u);
+  controller->Stop();
+  const store::TableStats table = l1_.table().Stats();
+  EXPECT_EQ(table.staging_objects, 0u);
+  EXPECT_EQ(table.locked_objects, 0u) << "the late load's locks were nobody's: released";
+  for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(HasBytes(keys[i], i));
   l1_.ExpectBalanced();
 }
 

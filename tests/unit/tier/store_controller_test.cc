@@ -7,9 +7,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <future>
 #include <thread>
 
+#include "fakes/gated_adapter.h"
 #include "fakes/keys.h"
 #include "fakes/l1_table.h"
 #include "tier/fault_adapter.h"
@@ -127,38 +127,12 @@ TEST_F(StoreControllerTest, FailuresAreCountedNotRetriedAndKeepL1UnderSkipL1) {
   l1_.ExpectBalanced();
 }
 
-// An adapter whose stores wait until the test opens its gate: which stores
-// are in flight at Stop() is then the test's choice, not the scheduler's
-// (under TSan a timed version saw every store finish before its Stop).
-class GatedAdapter final : public L2Adapter {
- public:
-  explicit GatedAdapter(L2Adapter* inner) : inner_(inner), opened_(gate_.get_future().share()) {}
-  std::vector<Status> Store(std::span<const L2Write> objects) override {
-    entered_.fetch_add(1);
-    opened_.wait();
-    return inner_->Store(objects);
-  }
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
-    return inner_->LookupAndPin(keys);
-  }
-  void Unpin(std::span<const store::ObjectKey> keys) override { inner_->Unpin(keys); }
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override {
-    return inner_->Load(reads);
-  }
-  L2AdapterStats Stats() const override { return inner_->Stats(); }
-  void Open() { gate_.set_value(); }
-  int entered() const { return entered_.load(); }
-
- private:
-  L2Adapter* const inner_;
-  std::promise<void> gate_;
-  std::shared_future<void> opened_;
-  std::atomic<int> entered_{0};
-};
-
+// Stores wait at a gate (fakes/gated_adapter.h): which are in flight at
+// Stop() is then the test's choice, not the scheduler's (under TSan a timed
+// version saw every store finish before its Stop).
 TEST_F(StoreControllerTest, StoppingWithStoresInFlightLeavesNoLockBehind) {
   MockAdapter a({});
-  GatedAdapter gated(&a);
+  testing::GatedAdapter gated(&a, testing::GatedAdapter::Gated::kStore);
   StoreControllerConfig config;
   config.batch_objects = 2;
   config.workers = 2;
