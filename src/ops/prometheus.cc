@@ -121,6 +121,10 @@ void L1(Exposition& x, const server::StatsSnapshot& s) {
           static_cast<double>(t.locked_bytes));
   x.Gauge(p + "l1_retired_bytes", "L1 bytes deleted while locked, freed when their lease ends.",
           static_cast<double>(t.retired_bytes));
+  x.Gauge(p + "l1_quarantined_bytes",
+          "L1 bytes a worker staged and did not commit within its write lease, kept from reuse "
+          "until the worker's registration ends.",
+          static_cast<double>(t.quarantined_bytes));
   x.Gauge(p + "l1_resident_objects", "Objects readable in L1.", static_cast<double>(t.resident_objects));
   x.Gauge(p + "l1_read_leases", "Live read leases.", static_cast<double>(t.read_leases));
   x.Gauge(p + "l1_write_leases", "Live write leases.", static_cast<double>(t.write_leases));

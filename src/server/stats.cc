@@ -17,6 +17,8 @@ std::string L1Map(const StatsSnapshot& s) {
   m.Field("staging_objects").Uint(s.table.staging_objects);
   m.Field("locked_objects").Uint(s.table.locked_objects);
   m.Field("retired_objects").Uint(s.table.retired_objects);
+  m.Field("quarantined_objects").Uint(s.table.quarantined_objects);
+  m.Field("quarantined_bytes").Uint(s.table.quarantined_bytes);
   m.Field("read_locks").Uint(s.table.read_locks);
   m.Field("read_leases").Uint(s.table.read_leases);
   m.Field("write_leases").Uint(s.table.write_leases);

@@ -56,7 +56,11 @@ constexpr TimeMs kPinnedTtlMs = TimeMs{1} << 50;
 }  // namespace
 
 TimeMs ObjectTable::WriteTtl(const Owner& owner) const {
-  return owner.kind == OwnerKind::kDevice ? kPinnedTtlMs : config_.write_ttl_ms;
+  // The server's own writers (device copies, L2 loads) always end their
+  // leases when their copy returns, however late: their buffers never expire
+  // under them.
+  const bool server_copies = owner.kind == OwnerKind::kDevice || owner.kind == OwnerKind::kInternal;
+  return server_copies ? kPinnedTtlMs : config_.write_ttl_ms;
 }
 
 TimeMs ObjectTable::ReadTtl(const Owner& owner) const {

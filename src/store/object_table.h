@@ -23,7 +23,13 @@
 // between a GPU and L1) never expire: a device copy may still be reading or
 // writing its objects, and a late copy into memory that expiry handed to
 // another object would corrupt it silently. They end only with the copy's
-// completion, which the CUDA-IPC path bounds (--gpu-event-timeout-ms).
+// completion, which the CUDA-IPC path bounds (--gpu-event-timeout-ms). The
+// same holds for the server's internal writers (an L2 load into its buffers,
+// which ends when the adapter call returns). A worker's own staged copy
+// (Owner::Instance: it writes through its mapping of the pool) does expire,
+// but its memory is *quarantined*, not freed: reused only once the worker's
+// registration is released (ReleaseOwner), since nothing can stop a late
+// write of a worker that is slow rather than gone.
 //
 // Every operation is atomic: it examines and changes all its keys under the
 // mutexes of all shards they live in, taken in ascending shard order.
@@ -172,6 +178,7 @@ struct ObjectInfo {
 struct OwnerReleaseReport {
   std::uint64_t read_locks_released = 0;
   std::uint64_t writes_aborted = 0;
+  std::uint64_t quarantine_released = 0;  // expired copies it might still have written
 };
 
 struct EvictionReport {
@@ -190,6 +197,10 @@ struct TableStats {
   std::uint64_t read_locks = 0;  // live read locks summed over resident objects
   std::uint64_t retired_objects = 0;  // force-deleted while locked, freed when the lease ends
   std::uint64_t retired_bytes = 0;
+  // Staged by a worker whose write lease expired: kept from reuse until the
+  // worker's registration ends (it might still write them).
+  std::uint64_t quarantined_objects = 0;
+  std::uint64_t quarantined_bytes = 0;
   std::uint64_t read_leases = 0;   // registered read leases
   std::uint64_t write_leases = 0;  // registered write leases
   std::uint64_t on_demand_evictions = 0;  // reservations that evicted to make room
@@ -245,7 +256,8 @@ class ObjectTable {
   // Releases everything left of the lease; the lease ends. Returns the locks released.
   std::uint64_t ReleaseRead(LeaseId read_lease);
 
-  // Ends every lease of `owner`: read locks released, staged copies dropped.
+  // Ends every lease of `owner`: read locks released, staged copies dropped,
+  // its quarantined copies freed.
   OwnerReleaseReport ReleaseOwner(const Owner& owner);
 
   // --- maintenance ---
@@ -259,8 +271,9 @@ class ObjectTable {
   // Evicts unlocked resident objects in policy order until `bytes` are freed
   // or no candidate is left.
   EvictionReport EvictLru(std::uint64_t bytes);
-  // Frees staging copies whose write lease expired and retired objects whose
-  // leases ended, and forgets expired lease records. Returns objects freed.
+  // Frees staging copies whose write lease expired (a worker's are
+  // quarantined instead, until ReleaseOwner of the worker) and retired objects
+  // whose leases ended, and forgets expired lease records. Returns objects freed.
   std::uint64_t ReclaimExpired();
 
   std::optional<ObjectInfo> Find(const ObjectKey& key) const;
@@ -318,6 +331,7 @@ class ObjectTable {
 
   std::atomic<std::uint64_t> on_demand_evictions_{0};
   std::atomic<std::uint64_t> expired_writes_reclaimed_{0};
+  std::atomic<std::uint64_t> quarantined_objects_{0};  // lets ReleaseOwner skip the sweep
 };
 
 }  // namespace lmcache::store

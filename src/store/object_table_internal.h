@@ -32,16 +32,26 @@ struct StagedEntry {
 
 // A copy removed from the index by a forced delete while a lease still held it.
 // Its memory is freed once the lease ends (released, finished or expired).
+// Or a quarantined one: a staged copy whose write lease expired while its
+// writer (a worker's registration, which maps the pool and copies into it
+// itself) may still be writing. Its memory is freed only once the writer is
+// released (ReleaseOwner: it unregistered, its connection closed, it was
+// reaped or replaced), never by time, so a late write cannot land in memory
+// handed to another object.
 struct RetiredEntry {
   ObjectKey key;
   Offset offset = 0;
   std::uint64_t size = 0;
   bool staged = false;         // a writer's copy (write lease) rather than a resident one
+  bool quarantined = false;    // staged only: until its writer is released
   LeaseId write_lease = kNoLease;  // staged only
   Owner writer;                // staged only
   TimeMs expires_ms = 0;       // staged only
   ReadLocks locks;             // resident only
-  bool Ended(TimeMs now) const { return staged ? now >= expires_ms : !locks.IsLocked(now); }
+  bool Ended(TimeMs now) const {
+    if (quarantined) return false;
+    return staged ? now >= expires_ms : !locks.IsLocked(now);
+  }
 };
 
 using StagingMap = std::unordered_map<ObjectKey, std::vector<StagedEntry>, ObjectKeyHash>;

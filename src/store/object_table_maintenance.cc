@@ -124,6 +124,21 @@ OwnerReleaseReport ObjectTable::ReleaseOwner(const Owner& owner) {
     }
     report.writes_aborted += AbortStaged(lease, record.keys);
   }
+  if (quarantined_objects_.load(std::memory_order_acquire) == 0) return report;
+  // The writer is gone: its quarantined copies can no longer be written.
+  for (std::uint32_t s = 0; s < num_shards(); ++s) {
+    DeferredFree freed(*this);
+    ShardSetLock lock(*this, s);
+    Shard& shard = shards_[s];
+    shard.mu.AssertHeld();
+    std::erase_if(shard.retired, [&](const RetiredEntry& r) {
+      if (!r.quarantined || !(r.writer == owner)) return false;
+      freed.Add(r.offset);
+      report.quarantine_released += 1;
+      return true;
+    });
+  }
+  quarantined_objects_.fetch_sub(report.quarantine_released, std::memory_order_acq_rel);
   return report;
 }
 
@@ -173,6 +188,7 @@ std::uint64_t ObjectTable::ReclaimExpired() {
   static RateLimitedLog expired_write_log(std::chrono::seconds(10));
   std::uint64_t reclaimed = 0;
   std::uint64_t expired_writes = 0;
+  std::uint64_t quarantined = 0;
   for (std::uint32_t s = 0; s < num_shards(); ++s) {
     DeferredFree freed(*this);
     ShardSetLock lock(*this, s);
@@ -182,8 +198,23 @@ std::uint64_t ObjectTable::ReclaimExpired() {
     for (auto it = shard.staging.begin(); it != shard.staging.end();) {
       std::erase_if(it->second, [&](const StagedEntry& e) {
         if (now < e.expires_ms) return false;
-        freed.Add(e.offset);
         expired_writes += 1;
+        if (e.owner.kind == OwnerKind::kInstance) {
+          // Its worker may still be copying into it (fail-stop: fence, then
+          // release; here the fence is the worker's own end).
+          RetiredEntry q;
+          q.key = it->first;
+          q.offset = e.offset;
+          q.size = e.size;
+          q.staged = true;
+          q.quarantined = true;
+          q.write_lease = e.lease;
+          q.writer = e.owner;
+          shard.retired.push_back(std::move(q));
+          quarantined += 1;
+        } else {
+          freed.Add(e.offset);
+        }
         return true;
       });
       it = it->second.empty() ? shard.staging.erase(it) : std::next(it);
@@ -199,9 +230,11 @@ std::uint64_t ObjectTable::ReclaimExpired() {
   (void)leases_.TakeExpired(clock_->NowMs());
   if (expired_writes > 0) {
     expired_writes_reclaimed_.fetch_add(expired_writes, std::memory_order_relaxed);
-    expired_write_log.Warn("{} staged writes were not committed within their write lease; their "
-                           "buffers were freed",
-                           expired_writes);
+    quarantined_objects_.fetch_add(quarantined, std::memory_order_acq_rel);
+    expired_write_log.Warn("{} staged writes were not committed within their write lease; {} of "
+                           "them stay quarantined (not reused) until the worker that may still "
+                           "write them unregisters, disconnects or is reaped",
+                           expired_writes, quarantined);
   }
   return reclaimed;
 }
@@ -251,8 +284,10 @@ TableStats ObjectTable::Stats() const {
       }
     }
     for (const RetiredEntry& r : shard.retired) {
-      stats.retired_objects += 1;
-      stats.retired_bytes += allocator_->AlignedSize(r.size);
+      std::uint64_t& objects = r.quarantined ? stats.quarantined_objects : stats.retired_objects;
+      std::uint64_t& bytes = r.quarantined ? stats.quarantined_bytes : stats.retired_bytes;
+      objects += 1;
+      bytes += allocator_->AlignedSize(r.size);
     }
   }
   const LeaseCounts leases = leases_.Counts();

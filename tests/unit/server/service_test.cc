@@ -258,6 +258,63 @@ TEST_F(ServiceTest, CommitStoreErrors) {
   EXPECT_EQ(h_.l1().allocator().UsedBytes(), 0u);
 }
 
+// Issue 20, "worker stalls between prepare and commit": its write lease
+// expires and is reclaimed while it is slow, not gone; it then writes its
+// slots late. Another worker's object stored meanwhile must not share a byte
+// with those slots. The stalled slots are reused only after the worker goes.
+TEST_F(ServiceTest, AStalledWorkersLateWriteNeverLandsInAnotherWorkersObject) {
+  for (const auto& [connection, instance] : {std::pair{"stalled", 1}, std::pair{"healthy", 2}}) {
+    ASSERT_TRUE(h_.CallAs(connection, "register_kv_cache_engine_driven_context", {RegisterFrame(instance)})
+                    .status.ok());
+  }
+  const KeyArgs late_key = Key(8 * 256, 8, 1, "late");
+  const server::Reply prepared = h_.CallAs("stalled", "prepare_store", {KeyFrame(late_key), IntFrame(1)});
+  ASSERT_TRUE(prepared.status.ok());
+  const std::vector<Slot> stalled =
+      SlotsOf(Field(msgpack::unpack(prepared.value.data(), prepared.value.size()).get(), "context"));
+  ASSERT_EQ(stalled.size(), 8u);
+  h_.clock().Advance(h_.service().table().config().write_ttl_ms + 1);
+  h_.service().table().ReclaimExpired();
+  // The healthy worker stores 8 chunks now.
+  const KeyArgs key = Key(8 * 256, 8, 2, "fresh");
+  const server::Reply fresh = h_.CallAs("healthy", "prepare_store", {KeyFrame(key), IntFrame(2)});
+  ASSERT_TRUE(fresh.status.ok());
+  const std::vector<Slot> slots =
+      SlotsOf(Field(msgpack::unpack(fresh.value.data(), fresh.value.size()).get(), "context"));
+  ASSERT_EQ(slots.size(), 8u);
+  for (const Slot& a : slots) {
+    for (const Slot& b : stalled) {
+      ASSERT_TRUE(a.offset + a.length <= b.offset || b.offset + b.length <= a.offset)
+          << "the healthy worker was given memory the stalled one may still write";
+    }
+  }
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    std::memset(h_.pool() + slots[i].offset, Pattern(key, static_cast<std::int64_t>(i)), slots[i].length);
+  }
+  ASSERT_TRUE(h_.CallAs("healthy", "commit_store", {KeyFrame(key), IntFrame(2), mp::Encoder().Bin("").Take()})
+                  .status.ok());
+  // The stalled worker wakes up, writes its slots and commits: refused.
+  for (const Slot& slot : stalled) std::memset(h_.pool() + slot.offset, 0xEE, slot.length);
+  EXPECT_EQ(h_.CallAs("stalled", "commit_store", {KeyFrame(late_key), IntFrame(1), mp::Encoder().Bin("").Take()})
+                .status.code(),
+            ErrorCode::kLeaseExpired);
+  EXPECT_EQ(Table().quarantined_objects, 8u);
+  KeyArgs reader = key;
+  ASSERT_EQ(Lookup(reader), 8u);
+  ASSERT_TRUE(h_.CallAs("healthy", "prepare_retrieve", {KeyFrame(key), IntFrame(2)}).status.ok());
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const auto expected = static_cast<std::byte>(Pattern(key, static_cast<std::int64_t>(i)));
+    ASSERT_EQ(h_.pool()[slots[i].offset], expected) << "chunk " << i << " was overwritten";
+    ASSERT_EQ(h_.pool()[slots[i].offset + slots[i].length - 1], expected) << "chunk " << i;
+  }
+  h_.CallAs("healthy", "commit_retrieve", {KeyFrame(key), IntFrame(2)});
+  // The stalled worker goes: its quarantined memory is free again.
+  h_.service().OnClosing("stalled");
+  h_.service().OnDisconnect("stalled");
+  EXPECT_EQ(Table().quarantined_objects, 0u);
+  EXPECT_EQ(h_.l1().allocator().UsedBytes(), 8 * kObject);
+}
+
 TEST_F(ServiceTest, TransfersNeedRegistrationAndMatchingKey) {
   const KeyArgs key = Key(512, 2);
   EXPECT_EQ(h_.Call("prepare_store", {KeyFrame(key), IntFrame(9)}).status.code(),

@@ -100,7 +100,9 @@ TEST_F(EvictorTest, LockedObjectsLimitWhatAPassCanFree) {
   EXPECT_EQ(evictor.Stats().errors, 0u);
 }
 
-TEST_F(EvictorTest, PassReclaimsExpiredWrites) {
+// A pass ends expired write leases; a worker's staged copies are then
+// quarantined (it may still write them), freed once the worker goes.
+TEST_F(EvictorTest, PassQuarantinesAWorkersExpiredWrites) {
   ASSERT_EQ(
       table_->ReserveWrite(testing::KeysN(50, 3), kMiB, Owner::Instance(9),
                            AllocationMode::kAllOrNothing)
@@ -109,8 +111,12 @@ TEST_F(EvictorTest, PassReclaimsExpiredWrites) {
   clock_.Advance(table_->config().write_ttl_ms + 1);
   Evictor evictor(table_.get(), EvictorConfig{});
   evictor.RunPass();
+  EXPECT_EQ(evictor.Stats().reclaimed_objects, 0u);
+  EXPECT_EQ(table_->Stats().quarantined_objects, 3u);
+  EXPECT_EQ(table_->Stats().staging_objects, 0u);
+  EXPECT_EQ(allocator_->UsedBytes(), 3 * kMiB);
+  table_->ReleaseOwner(Owner::Instance(9));
   EXPECT_EQ(allocator_->UsedBytes(), 0u);
-  EXPECT_EQ(evictor.Stats().reclaimed_objects, 3u);
 }
 
 TEST_F(EvictorTest, BackgroundThreadRunsAndStops) {

@@ -217,14 +217,63 @@ TEST_F(ObjectTableTest, ExpiredWriteLeaseIsNotAdmittedAndIsReclaimed) {
   const WriteLease a = Reserve(KeysN(0, 1));
   const WriteLease b = Reserve(KeysN(1, 1));
   clock_.Advance(config_.write_ttl_ms);
+  // A late commit: the worker is done writing, so its copy is freed at once.
   const WriteCompletion late = table_->FinishWrite(a.lease);
   EXPECT_EQ(late.outcomes[0], WriteOutcome::kLeaseExpired);
   EXPECT_EQ(late.lost, 1u);
-  EXPECT_EQ(table_->ReclaimExpired(), 1u);  // b's copy
-  EXPECT_EQ(allocator_->UsedBytes(), 0u);
+  EXPECT_EQ(allocator_->UsedBytes(), kObject);
+  EXPECT_EQ(table_->ReclaimExpired(), 0u);  // b's copy is quarantined, not freed
   EXPECT_EQ(table_->Stats().expired_writes_reclaimed, 1u);
   EXPECT_EQ(table_->Stats().write_leases, 0u);  // the expired record went too
   EXPECT_TRUE(table_->FinishWrite(b.lease).keys.empty());
+  EXPECT_FALSE(Resident(KeyN(1)));
+  EXPECT_EQ(table_->ReleaseOwner(kWriter).quarantine_released, 1u);
+  EXPECT_EQ(allocator_->UsedBytes(), 0u);
+}
+
+// A worker whose write lease expired may be slow, not gone: it copies
+// through its own mapping of the pool, and nothing can stop a late write.
+// Its copy's memory must not go to another object until the worker's
+// registration ends (issue 20: no late write lands in reused L1 pages).
+TEST_F(ObjectTableTest, AnExpiredWriteIsQuarantinedUntilItsWriterIsReleased) {
+  const WriteLease slow = Reserve(KeysN(0, 2));
+  Store(KeysN(10, 1));  // another worker's object, not touched by any of this
+  clock_.Advance(config_.write_ttl_ms);
+  table_->ReclaimExpired();
+  EXPECT_EQ(allocator_->UsedBytes(), 3 * kObject) << "the expired copies were handed back for reuse";
+  TableStats stats = table_->Stats();
+  EXPECT_EQ(stats.quarantined_objects, 2u);
+  EXPECT_EQ(stats.quarantined_bytes, 2 * kObject);
+  EXPECT_EQ(stats.staging_objects, 0u);
+  EXPECT_EQ(stats.retired_objects, 0u);
+  // Time alone never frees them, and another owner's release does not either.
+  clock_.Advance(100 * config_.write_ttl_ms);
+  table_->ReclaimExpired();
+  EXPECT_EQ(table_->ReleaseOwner(kOtherWriter).quarantine_released, 0u);
+  EXPECT_EQ(allocator_->UsedBytes(), 3 * kObject);
+  // The stalled worker's copies can never be admitted.
+  EXPECT_EQ(table_->FinishWrite(slow.lease).admitted, 0u);
+  EXPECT_FALSE(Resident(KeyN(0)));
+  // Its registration ends (unregistered, disconnected, reaped): freed.
+  EXPECT_EQ(table_->ReleaseOwner(kWriter).quarantine_released, 2u);
+  stats = table_->Stats();
+  EXPECT_EQ(stats.quarantined_objects, 0u);
+  EXPECT_EQ(allocator_->UsedBytes(), kObject);
+  EXPECT_TRUE(Resident(KeyN(10)));
+}
+
+// The server's own writers end every write lease when their copy returns
+// (an L2 load into its buffers, a device copy): their copies never expire
+// under them, however long a backend hangs.
+TEST_F(ObjectTableTest, TheServersOwnWritesNeverExpire) {
+  for (const Owner owner : {Owner::Internal(2), Owner::Device(9)}) {
+    const std::vector<ObjectKey> keys = KeysN(owner.id * 100, 1);
+    auto staged = table_->ReserveWrite(keys, kObject, owner, AllocationMode::kAllOrNothing);
+    ASSERT_TRUE(staged.ok());
+    clock_.Advance(1000 * config_.write_ttl_ms);
+    table_->ReclaimExpired();
+    EXPECT_EQ(table_->FinishWrite(staged->lease).admitted, 1u) << owner.DebugString();
+  }
 }
 
 TEST_F(ObjectTableTest, FinishWriteAndReadAdmitsAlreadyLocked) {
