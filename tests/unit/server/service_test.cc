@@ -267,20 +267,19 @@ TEST_F(ServiceTest, AStalledWorkersLateWriteNeverLandsInAnotherWorkersObject) {
     ASSERT_TRUE(h_.CallAs(connection, "register_kv_cache_engine_driven_context", {RegisterFrame(instance)})
                     .status.ok());
   }
+  auto prepare = [this](const char* connection, const KeyArgs& key, std::int64_t instance) {
+    const server::Reply reply = h_.CallAs(connection, "prepare_store", {KeyFrame(key), IntFrame(instance)});
+    EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
+    return SlotsOf(Field(msgpack::unpack(reply.value.data(), reply.value.size()).get(), "context"));
+  };
   const KeyArgs late_key = Key(8 * 256, 8, 1, "late");
-  const server::Reply prepared = h_.CallAs("stalled", "prepare_store", {KeyFrame(late_key), IntFrame(1)});
-  ASSERT_TRUE(prepared.status.ok());
-  const std::vector<Slot> stalled =
-      SlotsOf(Field(msgpack::unpack(prepared.value.data(), prepared.value.size()).get(), "context"));
+  const std::vector<Slot> stalled = prepare("stalled", late_key, 1);
   ASSERT_EQ(stalled.size(), 8u);
   h_.clock().Advance(h_.service().table().config().write_ttl_ms + 1);
   h_.service().table().ReclaimExpired();
   // The healthy worker stores 8 chunks now.
   const KeyArgs key = Key(8 * 256, 8, 2, "fresh");
-  const server::Reply fresh = h_.CallAs("healthy", "prepare_store", {KeyFrame(key), IntFrame(2)});
-  ASSERT_TRUE(fresh.status.ok());
-  const std::vector<Slot> slots =
-      SlotsOf(Field(msgpack::unpack(fresh.value.data(), fresh.value.size()).get(), "context"));
+  const std::vector<Slot> slots = prepare("healthy", key, 2);
   ASSERT_EQ(slots.size(), 8u);
   for (const Slot& a : slots) {
     for (const Slot& b : stalled) {
