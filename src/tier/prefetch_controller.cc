@@ -303,7 +303,7 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
   }
   // L1 buffers for the leading chunks that fit.
   const auto planned = std::span(request.keys).first(plan.chunks * ranks);
-  auto buffers = table_->ReserveWrite(planned, request.object_bytes, loader_,
+  auto buffers = table_->ReserveWrite(planned, request.object_bytes, LoaderOf(handle),
                                       store::AllocationMode::kLongestPrefix);
   std::size_t usable = 0;
   if (buffers.ok()) {

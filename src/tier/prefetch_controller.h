@@ -125,7 +125,12 @@ class PrefetchController final : public Prefetcher {
   store::ObjectTable* const table_;
   const std::vector<L2Adapter*> adapters_;
   const PrefetchControllerConfig config_;
-  const store::Owner loader_ = store::Owner::Internal(2);
+  // The writer of one request's L1 buffers: internal:<1 + handle>, one per
+  // request. Requests must never share one: a re-reservation of a key by the
+  // same writer hands its staged buffer back, so a request loading a chunk
+  // another one still loads would take over that buffer, and the other's
+  // late load would land in memory that had meanwhile gone to another object.
+  static store::Owner LoaderOf(PrefetchHandle handle) { return store::Owner::Internal(1 + handle); }
 
   mutable Mutex mu_;
   CondVar work_;     // a request queued, or stop

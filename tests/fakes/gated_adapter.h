@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <future>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -18,8 +19,9 @@ namespace lmcache::testing {
 class GatedAdapter final : public tier::L2Adapter {
  public:
   enum class Gated { kStore, kLoad };
-  GatedAdapter(tier::L2Adapter* inner, Gated gated)
-      : inner_(inner), gated_(gated), opened_(gate_.get_future().share()) {}
+  // Only the first `held_calls` gated calls wait; later ones go through.
+  GatedAdapter(tier::L2Adapter* inner, Gated gated, int held_calls = std::numeric_limits<int>::max())
+      : inner_(inner), gated_(gated), held_calls_(held_calls), opened_(gate_.get_future().share()) {}
   std::vector<Status> Store(std::span<const tier::L2Write> objects) override {
     if (gated_ == Gated::kStore) Hold();
     return inner_->Store(objects);
@@ -40,11 +42,11 @@ class GatedAdapter final : public tier::L2Adapter {
 
  private:
   void Hold() {
-    entered_.fetch_add(1);
-    opened_.wait();
+    if (entered_.fetch_add(1) < held_calls_) opened_.wait();
   }
   tier::L2Adapter* const inner_;
   const Gated gated_;
+  const int held_calls_;
   std::promise<void> gate_;
   std::shared_future<void> opened_;
   std::atomic<int> entered_{0};

@@ -55,7 +55,9 @@ std::map<std::string, double> Balance(const std::string& url) {
         "eviction.evicted_objects", "eviction.on_demand_evictions", "parked.requests",
         "parked.operations.wait_prefetch_status.parked",
         "parked.operations.wait_prefetch_status.deadline",
-        "parked.operations.wait_prefetch_status.closed", "l1.tier_admitted_objects"}) {
+        "parked.operations.wait_prefetch_status.closed", "l1.tier_admitted_objects",
+        "l1.quarantined_objects", "l1.expired_writes_reclaimed", "l2.prefetch.deadline_expired",
+        "l2.prefetch.abandoned_loads", "l2.prefetch.abandoned_in_flight"}) {
     if (auto v = stats->Number(path)) out[path] = *v;
   }
   return out;
@@ -69,6 +71,10 @@ bool Balanced(const std::map<std::string, double>& b) {
     auto it = b.find(zero);
     if (it == b.end() || it->second != 0) return false;
   }
+  // Present only with an L2 tier, or from newer servers.
+  for (const char* zero : {"l1.quarantined_objects", "l2.prefetch.abandoned_in_flight"}) {
+    if (auto it = b.find(zero); it != b.end() && it->second != 0) return false;
+  }
   return b.count("l1.used_bytes") && b.at("l1.used_bytes") == b.at("l1.resident_bytes");
 }
 
@@ -80,9 +86,18 @@ int Run(const SoakOptions& o) {
                                      "--max-gpu-workers", "2", "--max-cpu-workers", "2",
                                      "--log-level", "warn", "--session-ttl-seconds",
                                      std::to_string(o.session_ttl_seconds)};
-    if (o.l2_mock_gbps > 0) {
-      args.insert(args.end(), {"--l2-adapter", R"({"type":"mock","mock_bandwidth_gb":)" +
-                                                   std::to_string(o.l2_mock_gbps) + "}"});
+    if (o.l2_mock_gbps > 0 || o.l2_hang_ms > 0) {
+      std::string mock = R"({"type":"mock")";
+      if (o.l2_mock_gbps > 0) mock += R"(,"mock_bandwidth_gb":)" + std::to_string(o.l2_mock_gbps);
+      mock += "}";
+      std::string adapter = mock;
+      if (o.l2_hang_ms > 0) {
+        adapter = R"({"type":"fault_inject","inner":)" + mock + R"(,"delay_ms":)" +
+                  std::to_string(o.l2_hang_ms) + R"(,"delay_rate":)" + std::to_string(o.l2_hang_rate) +
+                  "}";
+        args.insert(args.end(), {"--l2-prefetch-load-timeout", std::to_string(o.l2_load_timeout_seconds)});
+      }
+      args.insert(args.end(), {"--l2-adapter", adapter});
     }
     auto started = tools::LocalServer::Start(tools::FindServerBinary(o.server_binary),
                                              "lmcache_soak_server", args);
@@ -234,6 +249,15 @@ int main(int argc, char** argv) {
                  "The slow-L2 case: the started server gets a mock L2 tier of this bandwidth "
                  "(GB/s), so lookups of evicted prompts load from it and their waits park "
                  "(0: no L2)")
+      ->capture_default_str();
+  app.add_option("--l2-hang-ms", o.l2_hang_ms,
+                 "The hung-L2 case: the L2 tier's calls stall this long at --l2-hang-rate, "
+                 "against a prefetch deadline of --l2-load-timeout-seconds (0: off)")
+      ->capture_default_str();
+  app.add_option("--l2-hang-rate", o.l2_hang_rate, "Share of L2 calls that stall")
+      ->capture_default_str();
+  app.add_option("--l2-load-timeout-seconds", o.l2_load_timeout_seconds,
+                 "--l2-prefetch-load-timeout of the started server in the hung-L2 case")
       ->capture_default_str();
   app.add_option("--session-ttl-seconds", o.session_ttl_seconds,
                  "--session-ttl-seconds of the started server (the bursts expire after it)")

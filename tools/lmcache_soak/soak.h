@@ -46,6 +46,14 @@ struct SoakOptions {
   // many GB/s (0: no L2), so lookups of evicted prompts load from it and
   // their waits park.
   double l2_mock_gbps = 0;
+  // The hung-L2 case: that L2 tier's calls (stores, lookups, loads) stall
+  // for l2_hang_ms at a rate of l2_hang_rate (a backend that stops
+  // answering now and then), and the server's prefetch deadline is
+  // l2_load_timeout_seconds, so stalled loads are answered at twice it while
+  // their buffers stay reserved (0: no stalls).
+  int l2_hang_ms = 0;
+  double l2_hang_rate = 0.02;
+  double l2_load_timeout_seconds = 1;
 
   int chunks_per_prompt() const { return shared_chunks + unique_chunks; }
   std::uint64_t object_bytes() const {

@@ -287,6 +287,43 @@ TEST_F(PrefetchControllerTest, AHungLoadIsAnsweredAtItsDeadlineAndLandsOnlyInIts
   l1_.ExpectBalanced();
 }
 
+// Two prefetches of one chunk (two workers looking up a shared prefix) each
+// load into a buffer of their own. Before, they reserved as one writer
+// (internal:2), and a re-reservation hands the writer's staged copy back: the
+// second took over the first's buffer, admitted it, and once that object was
+// evicted and its memory given to another, the first's late load wrote over
+// it (lmcache-soak's hung-L2 case: one shared chunk corrupt, read 29 times).
+TEST_F(PrefetchControllerTest, ConcurrentPrefetchesOfOneChunkNeverShareABuffer) {
+  MockAdapter mock({});
+  testing::GatedAdapter gated(&mock, testing::GatedAdapter::Gated::kLoad, /*held_calls=*/1);
+  const auto keys = KeysN(0, 1);
+  PutInL2(mock, keys);
+  PrefetchControllerConfig config;
+  config.max_in_flight = 2;
+  auto controller = Start({&gated}, config);
+  const PrefetchHandle first = controller->Submit(Request(keys));
+  for (int i = 0; i < 5000 && gated.entered() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(gated.entered(), 1) << "the first load is in the adapter";
+  const auto second = controller->Wait(controller->Submit(Request(keys)), kWait);
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->chunks, 1u);
+  l1_.table().ReleaseRead(second->lease);
+  // That object goes, and its memory to another object.
+  ASSERT_EQ(l1_.table().EvictLru(kObject).objects, 1u);
+  const store::ObjectKey other = KeyN(99);
+  l1_.Store(other, kObject, 12345);
+  gated.Open();
+  const auto late = controller->Wait(first, kWait);
+  ASSERT_TRUE(late);
+  if (late->lease != store::kNoLease) l1_.table().ReleaseRead(late->lease);
+  EXPECT_TRUE(l1_.Read(other) == testing::ObjectBytes(kObject, 12345))
+      << "a late load wrote over another object";
+  controller->Stop();
+  l1_.ExpectBalanced();
+}
+
 TEST_F(PrefetchControllerTest, AtMostMaxInFlightRunAndTheRestWaitInOrder) {
   FaultConfig delays;
   delays.delay_ms = 40;
