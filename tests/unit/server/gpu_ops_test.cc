@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <future>
@@ -239,6 +240,55 @@ TEST(GpuOpsTest, ADeviceCopysLeasesArePinnedPastBothTtls) {
   EXPECT_EQ(b.Byte(0, 0, 5, 3), a.Byte(0, 0, 1, 3));
   EXPECT_EQ(b.Byte(1, 1, 8, 15), a.Byte(1, 1, 4, 15));
   EXPECT_TRUE(h.Call("end_session", {fake::StrFrame("r")}).status.ok());
+}
+
+// Issue 20, "the engine's event never fires": the transfer fails at
+// --gpu-event-timeout-ms, its server event says so, everything it held is
+// let go, and nothing lands later when the engine's event does complete (a
+// store publishes nothing; a retrieve never writes the worker's blocks).
+TEST(GpuOpsTest, AnEngineEventThatNeverFiresFailsTheTransferAndNothingLandsLater) {
+  ServiceConfig config = Config();
+  config.gpu_event_timeout_ms = 100;
+  ServiceHarness h(64ull << 20, config);
+  store::ObjectTable& table = h.l1().table();
+  Worker a;
+  a.Fill(4);
+  ASSERT_TRUE(h.CallAs("a", "register_kv_cache", a.RegisterFrames(31)).status.ok());
+  const KeyArgs key = Prompt();
+  const Reply stuck = h.CallAs("a", "store", a.Transfer(key, {1, 2, 3, 4}, 0));  // event 0 never recorded
+  ASSERT_TRUE(stuck.status.ok()) << stuck.status.ToString();
+  EXPECT_FALSE(WaitEvent(EventReply(stuck.value).first)) << "the server's event must fail";
+  EXPECT_EQ(table.Stats().staging_objects, 0u);
+  EXPECT_EQ(table.Stats().write_leases, 0u);
+  EXPECT_EQ(h.l1().allocator().UsedBytes(), 0u);
+  a.Record(0);  // the engine finishes its step after all
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(Lookup(h, key, "none"), 0) << "a failed store published its objects";
+  EXPECT_TRUE(h.Call("end_session", {fake::StrFrame("none")}).status.ok());
+
+  // A stored prompt, retrieved into a worker whose engine never signals.
+  const Reply stored = h.CallAs("a", "store", a.Transfer(key, {1, 2, 3, 4}, 1));
+  a.Record(1);
+  ASSERT_TRUE(WaitEvent(EventReply(stored.value).first));
+  ASSERT_EQ(Lookup(h, key, "r"), 2);
+  Worker b;
+  b.Fill(9);
+  const std::vector<std::byte> before(b.memory->base(), b.memory->base() + b.memory->size());
+  ASSERT_TRUE(h.CallAs("b", "register_kv_cache", b.RegisterFrames(32)).status.ok());
+  KeyArgs retrieve = key;
+  retrieve.request_id = "r";
+  std::vector<std::string> frames = b.Transfer(retrieve, {5, 6, 7, 8}, 0);
+  frames.push_back(fake::IntFrame(0));
+  const Reply got = h.CallAs("b", "retrieve", frames);
+  ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+  EXPECT_FALSE(WaitEvent(EventReply(got.value).first));
+  b.Record(0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_TRUE(std::equal(before.begin(), before.end(), b.memory->base()))
+      << "a failed retrieve wrote the worker's blocks";
+  EXPECT_TRUE(h.Call("end_session", {fake::StrFrame("r")}).status.ok());
+  EXPECT_EQ(table.Stats().locked_objects, 0u);
+  EXPECT_EQ(table.Stats().read_leases, 0u);
 }
 
 TEST(GpuOpsTest, AFailedTransferOfARegisteredWorkerAnswersARealCompletedEvent) {
