@@ -195,6 +195,7 @@ std::uint64_t ObjectTable::ReclaimExpired() {
     Shard& shard = shards_[s];
     shard.mu.AssertHeld();
     const TimeMs now = clock_->NowMs();
+    std::vector<RetiredEntry> to_quarantine;
     for (auto it = shard.staging.begin(); it != shard.staging.end();) {
       std::erase_if(it->second, [&](const StagedEntry& e) {
         if (now < e.expires_ms) return false;
@@ -210,8 +211,7 @@ std::uint64_t ObjectTable::ReclaimExpired() {
           q.quarantined = true;
           q.write_lease = e.lease;
           q.writer = e.owner;
-          shard.retired.push_back(std::move(q));
-          quarantined += 1;
+          to_quarantine.push_back(std::move(q));
         } else {
           freed.Add(e.offset);
         }
@@ -219,6 +219,8 @@ std::uint64_t ObjectTable::ReclaimExpired() {
       });
       it = it->second.empty() ? shard.staging.erase(it) : std::next(it);
     }
+    quarantined += to_quarantine.size();
+    for (RetiredEntry& q : to_quarantine) shard.retired.push_back(std::move(q));
     std::erase_if(shard.retired, [&](const RetiredEntry& r) {
       if (!r.Ended(now)) return false;
       freed.Add(r.offset);
