@@ -314,17 +314,28 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
 }
 
 Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Owner reader,
-                                                        std::uint32_t count, std::size_t keep) {
+                                                        std::uint32_t count) {
+  const std::optional<LeaseRecord> record = leases_.Get(write_lease);
+  if (!record || record->kind != LeaseKind::kWrite) return ReadAcquisition{};
+  return FinishWriteAndRead(write_lease, reader, count, record->keys);
+}
+
+Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Owner reader,
+                                                        std::uint32_t count,
+                                                        std::span<const ObjectKey> keys) {
   LMC_RETURN_IF_ERROR(CheckLockCount(count));
+  LMC_RETURN_IF_ERROR(ValidateKeys(keys, /*require_distinct=*/true));
   ReadAcquisition out;
-  std::optional<LeaseRecord> record = leases_.Take(write_lease, LeaseKind::kWrite);
-  if (!record) return out;
-  if (keep < record->keys.size()) {
-    AbortStaged(write_lease, std::span(record->keys).subspan(keep));
-    record->keys.resize(keep);
-  }
-  const std::vector<ObjectKey>& keys = record->keys;
   out.grants.assign(keys.size(), ReadGrant{});
+  if (write_lease != kNoLease) {
+    std::optional<LeaseRecord> record = leases_.Take(write_lease, LeaseKind::kWrite);
+    if (record) {
+      // The lease's copies the caller did not ask for go (the load ended before them).
+      const std::unordered_set<ObjectKey, ObjectKeyHash> wanted(keys.begin(), keys.end());
+      std::erase_if(record->keys, [&](const ObjectKey& k) { return wanted.contains(k); });
+      if (!record->keys.empty()) AbortStaged(write_lease, record->keys);
+    }
+  }
   auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };
   const LeaseId lease = leases_.NewId();
   std::vector<ObjectKey> admitted;
@@ -337,19 +348,22 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
     for (std::size_t i = 0; i < keys.size(); ++i) {
       Shard& shard = ShardOf(keys[i]);
       shard.mu.AssertHeld();
-      auto staged_it = shard.staging.find(keys[i]);
-      StagedEntry* mine =
-          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, of_lease);
-      if (mine == nullptr) continue;
-      const StagedEntry entry = *mine;
-      EraseStaged(shard.staging, staged_it, of_lease);
       auto resident = shard.resident.find(keys[i]);
-      if (now >= entry.expires_ms || resident != shard.resident.end()) {
-        freed.Add(entry.offset);  // expired, or another writer admitted it first
-      } else {
-        resident = shard.resident.emplace(keys[i], ResidentEntry{entry.offset, entry.size, {}}).first;
-        admitted.push_back(keys[i]);
-        admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
+      auto staged_it = shard.staging.find(keys[i]);
+      StagedEntry* mine = write_lease == kNoLease || staged_it == shard.staging.end()
+                              ? nullptr
+                              : FindStaged(staged_it->second, of_lease);
+      if (mine != nullptr) {
+        const StagedEntry entry = *mine;
+        EraseStaged(shard.staging, staged_it, of_lease);
+        if (now >= entry.expires_ms || resident != shard.resident.end()) {
+          freed.Add(entry.offset);  // expired, or another writer admitted it first
+        } else {
+          resident =
+              shard.resident.emplace(keys[i], ResidentEntry{entry.offset, entry.size, {}}).first;
+          admitted.push_back(keys[i]);
+          admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
+        }
       }
       if (resident == shard.resident.end()) continue;
       resident->second.locks.Lock(lease, reader, count, now, ReadTtl(reader));

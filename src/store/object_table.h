@@ -237,13 +237,19 @@ class ObjectTable {
   // Admits the lease's copies and read-locks each admitted (or, where another
   // writer won, already resident) object `count` times under a new read lease
   // of `reader`, atomically: eviction cannot slip in between (an L2 load
-  // landing for its lookup). Only the first `keep` keys of the lease (in
-  // reservation order) are admitted; the copies of the others are freed (a
-  // load that ended early). `grants` follow the kept keys; `granted` counts
-  // the keys locked.
+  // landing for its lookup). `grants` follow the lease's keys; `granted`
+  // counts the keys locked.
+  Result<ReadAcquisition> FinishWriteAndRead(LeaseId write_lease, Owner reader,
+                                             std::uint32_t count);
+  // The same for `keys`, in their order (grants follow them): the lease's
+  // copies of `keys` are admitted, its other copies freed (a load that ended
+  // early), and every key of `keys` resident then is locked, whether this
+  // lease, another writer, or a load that landed before the reservation put it
+  // there (an L2 hit another prefetch brought in meanwhile stays a hit).
+  // `write_lease` may be kNoLease: nothing was staged, only locks are taken.
   Result<ReadAcquisition> FinishWriteAndRead(LeaseId write_lease, Owner reader,
                                              std::uint32_t count,
-                                             std::size_t keep = static_cast<std::size_t>(-1));
+                                             std::span<const ObjectKey> keys);
   // Drops the lease's staged copies; returns how many.
   std::size_t AbortWrite(LeaseId write_lease);
 

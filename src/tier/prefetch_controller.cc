@@ -12,6 +12,7 @@ namespace lmcache::tier {
 // comes from, and per adapter the keys pinned there (indices into the
 // request's keys) that are still to be unpinned.
 struct PrefetchController::Plan {
+  static constexpr int kInL1 = -2;  // a source: resident in L1 already, nothing to load
   std::size_t chunks = 0;
   std::vector<int> source;
   std::vector<std::vector<std::size_t>> pinned;
@@ -268,6 +269,7 @@ std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
     }
     const std::size_t end = std::min(chunks, c + per_batch) * ranks;
     std::vector<bool> loaded(end, false);
+    for (std::size_t i = c * ranks; i < end; ++i) loaded[i] = plan.source[i] == Plan::kInL1;
     for (std::size_t a = 0; a < adapters_.size(); ++a) {
       std::vector<L2Read> reads;
       std::vector<std::size_t> index;
@@ -305,12 +307,21 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
   const auto planned = std::span(request.keys).first(plan.chunks * ranks);
   auto buffers = table_->ReserveWrite(planned, request.object_bytes, LoaderOf(handle),
                                       store::AllocationMode::kLongestPrefix);
+  // The leading chunks that will be in L1: staged for this load, or resident
+  // already because another load brought them in since the lookup (still
+  // hits, locked at admission: reference PR #4529 dropped them).
   std::size_t usable = 0;
   if (buffers.ok()) {
-    while (usable < planned.size() && buffers->outcomes[usable] == store::WriteReservation::kReserved) {
+    while (usable < planned.size() &&
+           buffers->outcomes[usable] != store::WriteReservation::kOutOfMemory) {
       ++usable;
     }
     usable /= ranks;
+    for (std::size_t i = 0; i < usable * ranks; ++i) {
+      if (buffers->outcomes[i] == store::WriteReservation::kAlreadyResident) {
+        plan.source[i] = Plan::kInL1;
+      }
+    }
   }
   no_memory_chunks_.fetch_add(plan.chunks - usable, std::memory_order_relaxed);
   UnpinFrom(adapters_, request.keys, plan.pinned, usable * ranks);
@@ -326,8 +337,8 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
     return {};
   }
   // Admit the loaded prefix already locked for the readers; free the rest.
-  auto admitted =
-      table_->FinishWriteAndRead(buffers->lease, request.owner, request.readers, loaded * ranks);
+  auto admitted = table_->FinishWriteAndRead(buffers->lease, request.owner, request.readers,
+                                             planned.first(loaded * ranks));
   if (!admitted.ok()) return {};
   std::size_t chunks = 0;
   while (chunks < loaded &&

@@ -8,13 +8,16 @@
 //      longest prefix of whole chunks (every rank present). LookupHits()
 //      answers from here on.
 //   2. reserve: L1 buffers for the planned keys (a write lease of ours); the
-//      plan shrinks to the leading chunks that got buffers.
+//      plan shrinks to the leading chunks that got buffers or are resident
+//      already (another load brought them in since the lookup: still hits,
+//      not loaded again).
 //   3. load: chunk batches, in order, each read from its adapter into its
 //      buffer; the first chunk that does not load completely, or the
 //      deadline (checked between batches), ends the prefix. Every pin is
 //      released.
 //   4. admit: FinishWriteAndRead keeps the loaded prefix (the rest of the
-//      staged buffers are freed) and read-locks it under one lease of the
+//      staged buffers are freed) and read-locks it, with the chunks that
+//      were resident already, under one lease of the
 //      request's owner, `readers` locks each: eviction cannot come between.
 // The deadline (load_timeout after the request started to run) also holds
 // when an adapter call hangs and the worker never gets back to check it: a

@@ -292,12 +292,38 @@ TEST_F(ObjectTableTest, FinishWriteAndReadAdmitsAlreadyLocked) {
   EXPECT_EQ(table_->Stats().locked_objects, 0u);
 }
 
+// Reference PR #4529 (racing prefetch loads dropped valid hits): a chunk
+// another load brought in between the lookup and the reservation is not
+// staged again, and is still locked for the reader with the ones loaded.
+TEST_F(ObjectTableTest, FinishWriteAndReadOfKeysAlsoLocksWhatWasResidentBeforeTheReservation) {
+  const auto keys = KeysN(0, 3);
+  Store(KeysN(1, 1));
+  const WriteLease staged = Reserve(keys, Owner::Internal(9));
+  ASSERT_EQ(staged.outcomes[1], WriteReservation::kAlreadyResident);
+  auto landed = table_->FinishWriteAndRead(staged.lease, kLookup, 2, keys);
+  ASSERT_TRUE(landed.ok());
+  EXPECT_EQ(landed->granted, 3u);
+  ASSERT_EQ(landed->grants.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(landed->grants[i].granted) << i;
+    EXPECT_EQ(Locks(KeyN(i)), 2u) << i;
+  }
+  EXPECT_EQ(table_->ReleaseRead(landed->lease), 6u);
+  // With nothing staged at all (every key resident), only the locks are taken.
+  auto only_locks = table_->FinishWriteAndRead(kNoLease, kLookup, 1, keys);
+  ASSERT_TRUE(only_locks.ok());
+  EXPECT_EQ(only_locks->granted, 3u);
+  EXPECT_EQ(table_->ReleaseRead(only_locks->lease), 3u);
+  EXPECT_EQ(table_->Stats().locked_objects, 0u);
+  EXPECT_EQ(table_->Stats().write_leases, 0u);
+}
+
 // --- exact read leases --------------------------------------------------------------------
 
 TEST_F(ObjectTableTest, FinishWriteAndReadKeepsALeadingPartAndFreesTheRest) {
   const auto keys = KeysN(0, 4);
   const WriteLease staged = Reserve(keys, Owner::Internal(2));
-  auto locked = table_->FinishWriteAndRead(staged.lease, kLookup, 2, /*keep=*/2);
+  auto locked = table_->FinishWriteAndRead(staged.lease, kLookup, 2, std::span(keys).first(2));
   ASSERT_TRUE(locked.ok());
   EXPECT_EQ(locked->granted, 2u);
   EXPECT_EQ(locked->grants.size(), 2u);

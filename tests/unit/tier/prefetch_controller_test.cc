@@ -154,7 +154,8 @@ TEST_F(PrefetchControllerTest, ACorruptOrFailedObjectEndsThePrefixAndNothingAfte
   FaultAdapter failing(std::make_unique<MockAdapter>(MockAdapterConfig{}), faults);
   PutInL2(failing, keys, 100);
   auto second = Start({&failing});
-  const auto none = second->Wait(second->Submit(Request(KeysN(0, 1))), kWait);
+  // Chunk 5, which the first request did not keep (0 and 1 are in L1: hits).
+  const auto none = second->Wait(second->Submit(Request(KeysN(5, 1))), kWait);
   ASSERT_TRUE(none);
   EXPECT_EQ(none->chunks, 0u);
   EXPECT_EQ(none->lease, store::kNoLease);
@@ -320,6 +321,33 @@ TEST_F(PrefetchControllerTest, ConcurrentPrefetchesOfOneChunkNeverShareABuffer) 
   if (late->lease != store::kNoLease) l1_.table().ReleaseRead(late->lease);
   EXPECT_TRUE(l1_.Read(other) == testing::ObjectBytes(kObject, 12345))
       << "a late load wrote over another object";
+  controller->Stop();
+  l1_.ExpectBalanced();
+}
+
+// Reference PR #4529: racing prefetch loads dropped valid hits. Two
+// schedulers look up one shared prefix at once; both miss L1, and the first
+// load lands before the second reserves its buffers. Before, the second found
+// those chunks resident, took that as the end of its prefix, and answered 0
+// L2 hits (a recompute of a cached prefix); now they count, locked for it.
+TEST_F(PrefetchControllerTest, ChunksAnotherLoadBroughtInMeanwhileStayHits) {
+  MockAdapter l2({});
+  const auto keys = KeysN(0, 4);
+  PutInL2(l2, keys);
+  auto controller = Start({&l2});
+  const auto first = controller->Wait(controller->Submit(Request({keys[1], keys[2]})), kWait);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->chunks, 2u);
+  const auto second = controller->Wait(controller->Submit(Request(keys, 1, /*readers=*/2)), kWait);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->chunks, 4u) << "chunks resident since the lookup are hits too";
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_TRUE(HasBytes(keys[i], i)) << i;
+  EXPECT_EQ(l1_.table().ReleaseRead(second->lease), 8u) << "each chunk locked for both readers";
+  l1_.table().ReleaseRead(first->lease);
+  const auto all_resident = controller->Wait(controller->Submit(Request(keys)), kWait);
+  ASSERT_TRUE(all_resident);
+  EXPECT_EQ(all_resident->chunks, 4u);
+  l1_.table().ReleaseRead(all_resident->lease);
   controller->Stop();
   l1_.ExpectBalanced();
 }
