@@ -311,6 +311,9 @@ void L2(Exposition& x, const tier::L2Stats& l2) {
             static_cast<double>(l2.prefetch.no_memory_chunks), {{"reason", "l1_oom"}});
   x.Counter(p + "l2_prefetch_failed_chunks_total", "", static_cast<double>(l2.prefetch.load_failed_chunks),
             {{"reason", "load_failed"}});
+  x.Counter(p + "l2_prefetch_refused_total",
+            "Prefetches answered at once with their L1 hits: the queue for a worker was full.",
+            static_cast<double>(l2.prefetch.refused));
   x.Counter(p + "l2_prefetch_deadline_total",
             "Prefetches that reached --l2-prefetch-load-timeout, by outcome.",
             static_cast<double>(l2.prefetch.deadline_expired), {{"outcome", "prefix"}});

@@ -214,6 +214,7 @@ std::string L2Map(const tier::L2Stats& l2) {
   prefetch.Field("in_flight").Uint(l2.prefetch.in_flight);
   prefetch.Field("completed").Uint(l2.prefetch.completed);
   prefetch.Field("cancelled").Uint(l2.prefetch.cancelled);
+  prefetch.Field("refused").Uint(l2.prefetch.refused);
   prefetch.Field("l2_hit_chunks").Uint(l2.prefetch.l2_hit_chunks);
   prefetch.Field("loaded_chunks").Uint(l2.prefetch.loaded_chunks);
   prefetch.Field("load_failed_chunks").Uint(l2.prefetch.load_failed_chunks);

@@ -34,6 +34,27 @@ void UnpinFrom(const std::vector<L2Adapter*>& adapters, const std::vector<store:
   }
 }
 
+// Counts calls down to zero; Wait returns once they all have. (Not
+// std::latch: its count_down may touch the latch after the waiter has
+// returned and destroyed it; here the last Done notifies under the mutex.)
+class Countdown {
+ public:
+  explicit Countdown(std::size_t calls) : left_(calls) {}
+  void Done() LMC_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    if (--left_ == 0) zero_.NotifyAll();
+  }
+  void Wait() LMC_EXCLUDES(mu_) {
+    MutexLock lock(&mu_);
+    while (left_ > 0) zero_.Wait(&lock);
+  }
+
+ private:
+  Mutex mu_;
+  CondVar zero_;
+  std::size_t left_ LMC_GUARDED_BY(mu_);
+};
+
 // How often the watch looks for requests past their deadline: a tenth of
 // the deadline, between 10 ms and 1 s.
 std::chrono::milliseconds WatchPeriod(std::chrono::milliseconds load_timeout) {
@@ -50,13 +71,21 @@ PrefetchController::PrefetchController(store::ObjectTable* table,
 PrefetchController::~PrefetchController() { Stop(); }
 
 void PrefetchController::Start() {
-  if (!workers_.empty()) return;
+  if (workers_) return;
   {
     MutexLock lock(&mu_);
     stop_ = false;
   }
-  for (unsigned i = 0; i < std::max(1u, config_.max_in_flight); ++i) {
-    workers_.emplace_back([this] { Work(); });
+  FairQueueLimits limits;
+  limits.client_tasks = limits.total_tasks = std::max<std::size_t>(1, config_.max_queued);
+  limits.client_bytes = limits.total_bytes = std::max<std::size_t>(1, config_.max_queued_bytes);
+  workers_ = std::make_unique<ThreadPool>("l2-prefetch", std::max(1u, config_.max_in_flight), limits);
+  if (adapters_.size() > 1) {
+    // Each running request may wait for every adapter after its first at once.
+    cascade_ = std::make_unique<ThreadPool>(
+        "l2-cascade",
+        std::max(1u, config_.max_in_flight) * static_cast<unsigned>(adapters_.size() - 1),
+        FairQueueLimits{});
   }
   if (config_.load_timeout.count() > 0) {
     watch_ = std::make_unique<PeriodicThread>("prefetch-watch", WatchPeriod(config_.load_timeout),
@@ -71,37 +100,60 @@ void PrefetchController::Stop() {
   {
     MutexLock lock(&mu_);
     stop_ = true;
-    for (const PrefetchHandle handle : queue_) {
-      auto it = jobs_.find(handle);
-      if (it == jobs_.end()) continue;
-      it->second.lookup_hits = 0;
-      it->second.result = PrefetchResult{};  // nothing loaded
-      for (auto& fn : it->second.on_landed) landed.push_back(std::move(fn));
-      it->second.on_landed.clear();
-    }
-    queue_.clear();
+    for (auto& [handle, job] : jobs_) AnswerUnrun(job, landed);
   }
   RunLanded(landed);
-  work_.NotifyAll();
   landed_.NotifyAll();
-  for (std::thread& t : workers_) t.join();
-  workers_.clear();
+  // The queued tasks find their requests answered; the running ones finish
+  // (their cascade loads with them).
+  if (workers_) workers_->Stop();
+  if (cascade_) cascade_->Stop();
+}
+
+bool PrefetchController::AnswerUnrun(Job& job, std::vector<std::function<void()>>& landed) {
+  if (!job.queued) return false;
+  job.queued = false;
+  queued_ -= 1;
+  job.lookup_hits = 0;
+  job.result = PrefetchResult{};  // nothing loaded
+  for (auto& fn : job.on_landed) landed.push_back(std::move(fn));
+  job.on_landed.clear();
+  return true;
 }
 
 PrefetchHandle PrefetchController::Submit(PrefetchRequest request) {
   submitted_.fetch_add(1, std::memory_order_relaxed);
-  MutexLock lock(&mu_);
-  const PrefetchHandle handle = ++next_;
-  Job& job = jobs_[handle];
-  job.request = std::move(request);
-  job.submitted = std::chrono::steady_clock::now();
-  if (stop_) {
-    job.lookup_hits = 0;
-    job.result = PrefetchResult{};
+  const std::uint64_t client = store::OwnerHash{}(request.owner);
+  const std::size_t bytes = request.keys.size() * sizeof(store::ObjectKey);
+  PrefetchHandle handle = 0;
+  {
+    MutexLock lock(&mu_);
+    handle = ++next_;
+    Job& job = jobs_[handle];
+    job.request = std::move(request);
+    job.submitted = std::chrono::steady_clock::now();
+    if (stop_ || !workers_) {
+      job.lookup_hits = 0;
+      job.result = PrefetchResult{};
+      return handle;
+    }
+    job.queued = true;
+    queued_ += 1;
+  }
+  // Queued outside mu_: a worker may take it at once, and RunQueued locks mu_.
+  if (workers_->Submit(client, bytes, [this, handle] { RunQueued(handle); }) ==
+      FairQueue::Admission::kQueued) {
     return handle;
   }
-  queue_.push_back(handle);
-  work_.NotifyOne();
+  std::vector<std::function<void()>> landed;
+  {
+    MutexLock lock(&mu_);
+    auto it = jobs_.find(handle);
+    if (it != jobs_.end() && AnswerUnrun(it->second, landed) && !stop_) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  RunLanded(landed);
   return handle;
 }
 
@@ -165,9 +217,8 @@ void PrefetchController::Cancel(PrefetchHandle handle) {
     if (it->second.result) {
       release = it->second.result->lease;
       jobs_.erase(it);
-    } else if (auto queued = std::find(queue_.begin(), queue_.end(), handle);
-               queued != queue_.end()) {
-      queue_.erase(queued);
+    } else if (it->second.queued) {
+      queued_ -= 1;  // its pool task finds it gone
       jobs_.erase(it);
     } else {
       it->second.cancelled = true;  // running: Finish releases what it locked
@@ -188,33 +239,30 @@ void PrefetchController::RunLanded(std::vector<std::function<void()>>& landed) {
   landed.clear();
 }
 
-void PrefetchController::Work() {
-  while (true) {
-    PrefetchHandle handle = 0;
-    PrefetchRequest request;
-    Deadline deadline;
-    {
-      MutexLock lock(&mu_);
-      while (!stop_ && queue_.empty()) work_.Wait(&lock);
-      if (stop_) return;
-      handle = queue_.front();
-      queue_.pop_front();
-      Job& job = jobs_.at(handle);
-      request = job.request;
-      job.started = std::chrono::steady_clock::now();
-      if (config_.load_timeout.count() > 0) deadline = *job.started + config_.load_timeout;
-      running_ += 1;
-    }
-    PrefetchResult result;
-    try {
-      result = Run(handle, request, deadline);
-    } catch (const std::exception& e) {
-      spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
-    }
-    Finish(handle, result);
+void PrefetchController::RunQueued(PrefetchHandle handle) {
+  PrefetchRequest request;
+  Deadline deadline;
+  {
     MutexLock lock(&mu_);
-    running_ -= 1;
+    auto it = jobs_.find(handle);
+    if (it == jobs_.end() || !it->second.queued) return;  // cancelled, or answered at Stop
+    Job& job = it->second;
+    job.queued = false;
+    queued_ -= 1;
+    request = job.request;
+    job.started = std::chrono::steady_clock::now();
+    if (config_.load_timeout.count() > 0) deadline = *job.started + config_.load_timeout;
+    running_ += 1;
   }
+  PrefetchResult result;
+  try {
+    result = Run(handle, request, deadline);
+  } catch (const std::exception& e) {
+    spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
+  }
+  Finish(handle, result);
+  MutexLock lock(&mu_);
+  running_ -= 1;
 }
 
 PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& request) {
@@ -270,20 +318,21 @@ std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
     const std::size_t end = std::min(chunks, c + per_batch) * ranks;
     std::vector<bool> loaded(end, false);
     for (std::size_t i = c * ranks; i < end; ++i) loaded[i] = plan.source[i] == Plan::kInL1;
+    // Per adapter, its reads of this batch, and which keys they are.
+    std::vector<std::vector<L2Read>> reads(adapters_.size());
+    std::vector<std::vector<std::size_t>> index(adapters_.size());
+    for (std::size_t i = c * ranks; i < end; ++i) {
+      if (plan.source[i] < 0) continue;
+      auto out = table_->allocator().Resolve(buffers.offsets[i], request.object_bytes);
+      if (!out.ok()) continue;  // cannot happen for a reserved buffer; a miss then
+      const auto a = static_cast<std::size_t>(plan.source[i]);
+      reads[a].push_back({&request.keys[i], std::span<std::byte>(*out, request.object_bytes)});
+      index[a].push_back(i);
+    }
+    const std::vector<std::vector<L2LoadOutcome>> outcomes = LoadAll(reads);
     for (std::size_t a = 0; a < adapters_.size(); ++a) {
-      std::vector<L2Read> reads;
-      std::vector<std::size_t> index;
-      for (std::size_t i = c * ranks; i < end; ++i) {
-        if (plan.source[i] != static_cast<int>(a)) continue;
-        auto out = table_->allocator().Resolve(buffers.offsets[i], request.object_bytes);
-        if (!out.ok()) continue;  // cannot happen for a reserved buffer; a miss then
-        reads.push_back({&request.keys[i], std::span<std::byte>(*out, request.object_bytes)});
-        index.push_back(i);
-      }
-      if (reads.empty()) continue;
-      const std::vector<L2LoadOutcome> outcomes = adapters_[a]->Load(reads);
-      for (std::size_t j = 0; j < outcomes.size(); ++j) {
-        loaded[index[j]] = outcomes[j] == L2LoadOutcome::kLoaded;
+      for (std::size_t j = 0; j < outcomes[a].size() && j < index[a].size(); ++j) {
+        loaded[index[a][j]] = outcomes[a][j] == L2LoadOutcome::kLoaded;
       }
     }
     for (std::size_t i = c * ranks; i < end; ++i) {
@@ -291,6 +340,32 @@ std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
     }
   }
   return chunks;
+}
+
+std::vector<std::vector<L2LoadOutcome>> PrefetchController::LoadAll(
+    const std::vector<std::vector<L2Read>>& reads) {
+  std::vector<std::vector<L2LoadOutcome>> outcomes(adapters_.size());
+  // Returns only once every call has: each call writes into buffers of this
+  // request (fail-stop, see the header), and `reads` lives on our stack.
+  Countdown done(adapters_.size());
+  auto load = [&](std::size_t a) {
+    try {
+      if (!reads[a].empty()) outcomes[a] = adapters_[a]->Load(reads[a]);
+    } catch (const std::exception& e) {
+      spdlog::error("an L2 adapter's load threw (its chunks count as not loaded): {}", e.what());
+      outcomes[a].clear();
+    }
+    done.Done();
+  };
+  for (std::size_t a = 1; a < adapters_.size(); ++a) {
+    if (reads[a].empty() || !cascade_ ||
+        cascade_->Submit(a, 0, [&load, a] { load(a); }) != FairQueue::Admission::kQueued) {
+      load(a);  // nothing to read there, or no pool to run it on: here
+    }
+  }
+  load(0);
+  done.Wait();
+  return outcomes;
 }
 
 PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequest& request,
@@ -432,13 +507,14 @@ PrefetchControllerStats PrefetchController::Stats() const {
   PrefetchControllerStats s;
   {
     MutexLock lock(&mu_);
-    s.queued = queue_.size();
+    s.queued = queued_;
     s.in_flight = running_;
     s.abandoned_in_flight = abandoned_.size();
   }
   s.submitted = submitted_.load(std::memory_order_relaxed);
   s.completed = completed_.load(std::memory_order_relaxed);
   s.cancelled = cancelled_.load(std::memory_order_relaxed);
+  s.refused = refused_.load(std::memory_order_relaxed);
   s.l2_hit_chunks = hit_chunks_.load(std::memory_order_relaxed);
   s.loaded_chunks = loaded_chunks_.load(std::memory_order_relaxed);
   s.load_failed_chunks = failed_chunks_.load(std::memory_order_relaxed);

@@ -27,26 +27,33 @@
 // under the controller's own write lease until the adapter call returns
 // (fail-stop: a late load writes only into memory nobody else was given);
 // what it loaded then is admitted as ordinary L1 objects, locked by nobody.
-// At most `max_in_flight` requests run at once (one worker thread each);
-// later ones wait in FIFO order. A cancelled request (its session ended)
-// releases what it locked, now or when it lands.
+// At most `max_in_flight` requests run at once, on a ThreadPool of that many
+// threads (common/thread_pool.h); later ones wait in its fair queue, in
+// order per owner and round robin across owners. What a queued request holds
+// is its keys, which its session's memory budget already bounds; the queue's
+// own bounds (max_queued, and max_queued_bytes of keys) answer a request
+// beyond them at once with no L2 chunks, counted as refused. A cancelled
+// request (its session ended) releases what it locked, now or when it lands.
+// The loads of one batch from different adapters of a cascade run at once:
+// each adapter after the first on a thread of a second pool, the request's
+// worker waiting for them all (a worker is the tier's thread, never a
+// request handler's, docs/threading.md).
 //
 // Thread-safety: every Prefetcher method from any thread; Start/Stop from the
 // owning thread.
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
-#include <thread>
 #include <vector>
 
 #include "common/histogram.h"
 #include "common/mutex.h"
 #include "common/periodic_thread.h"
+#include "common/thread_pool.h"
 #include "store/object_table.h"
 #include "tier/l2_adapter.h"
 #include "tier/prefetcher.h"
@@ -55,6 +62,8 @@ namespace lmcache::tier {
 
 struct PrefetchControllerConfig {
   unsigned max_in_flight = 8;            // --l2-prefetch-max-in-flight
+  std::size_t max_queued = 65536;        // requests waiting for a worker
+  std::size_t max_queued_bytes = 1ull << 30;  // of their keys
   std::chrono::milliseconds load_timeout{0};  // --l2-prefetch-load-timeout; 0 = none
   std::size_t chunks_per_batch = 4;      // chunks loaded per adapter call
 };
@@ -65,6 +74,7 @@ struct PrefetchControllerStats {
   std::uint64_t in_flight = 0;  // running now
   std::uint64_t completed = 0;
   std::uint64_t cancelled = 0;
+  std::uint64_t refused = 0;    // the queue was full: answered with no L2 chunks
   std::uint64_t l2_hit_chunks = 0;   // found by the lookups
   std::uint64_t loaded_chunks = 0;   // admitted into L1
   std::uint64_t load_failed_chunks = 0;  // planned, not loaded (failure, corruption, deadline)
@@ -104,12 +114,20 @@ class PrefetchController final : public Prefetcher {
     std::optional<std::size_t> lookup_hits;
     std::optional<PrefetchResult> result;
     bool cancelled = false;
+    bool queued = false;  // waiting for a worker
     std::optional<std::chrono::steady_clock::time_point> started;  // running since
     std::vector<std::function<void()>> on_landed;  // NotifyWhenLanded's, until it lands
   };
   struct Plan;
 
-  void Work();
+  // A pool task: runs `handle` unless it was cancelled or answered meanwhile.
+  void RunQueued(PrefetchHandle handle) LMC_EXCLUDES(mu_);
+  // Ends a request that will never run with nothing loaded; false if it
+  // was no longer waiting. Its landing callbacks go to `landed`.
+  bool AnswerUnrun(Job& job, std::vector<std::function<void()>>& landed) LMC_REQUIRES(mu_);
+  // Every adapter's reads of one batch, at once (the first adapter's on
+  // this thread); returns when every call has, outcomes per adapter.
+  std::vector<std::vector<L2LoadOutcome>> LoadAll(const std::vector<std::vector<L2Read>>& reads);
   // `deadline`: when the load stops at the next batch (load_timeout after
   // the request started to run), or nullopt without a load_timeout.
   using Deadline = std::optional<std::chrono::steady_clock::time_point>;
@@ -136,14 +154,14 @@ class PrefetchController final : public Prefetcher {
   static store::Owner LoaderOf(PrefetchHandle handle) { return store::Owner::Internal(1 + handle); }
 
   mutable Mutex mu_;
-  CondVar work_;     // a request queued, or stop
   CondVar landed_;   // a request progressed (lookup done, result in)
   std::map<PrefetchHandle, Job> jobs_ LMC_GUARDED_BY(mu_);
-  std::deque<PrefetchHandle> queue_ LMC_GUARDED_BY(mu_);
   PrefetchHandle next_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t queued_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t running_ LMC_GUARDED_BY(mu_) = 0;
   bool stop_ LMC_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_;
+  std::unique_ptr<ThreadPool> workers_;   // max_in_flight threads, from Start
+  std::unique_ptr<ThreadPool> cascade_;   // a cascade's loads after its first adapter's
   std::unique_ptr<PeriodicThread> watch_;  // with a load_timeout only
   // Running requests answered at their deadline (AbandonOverdue): what their
   // Run returns later is released, never published.
@@ -152,6 +170,7 @@ class PrefetchController final : public Prefetcher {
   std::atomic<std::uint64_t> submitted_{0};
   std::atomic<std::uint64_t> completed_{0};
   std::atomic<std::uint64_t> cancelled_{0};
+  std::atomic<std::uint64_t> refused_{0};
   std::atomic<std::uint64_t> hit_chunks_{0};
   std::atomic<std::uint64_t> loaded_chunks_{0};
   std::atomic<std::uint64_t> failed_chunks_{0};

@@ -11,14 +11,11 @@ StoreController::StoreController(store::ObjectTable* table, std::vector<L2Adapte
 StoreController::~StoreController() { Stop(); }
 
 void StoreController::Start() {
-  if (!workers_.empty()) return;
-  {
-    MutexLock lock(&mu_);
-    stop_ = false;
-  }
-  for (unsigned i = 0; i < std::max(1u, config_.workers); ++i) {
-    workers_.emplace_back([this] { Work(); });
-  }
+  MutexLock lock(&mu_);
+  if (pool_ || stop_) return;
+  pool_ = std::make_unique<ThreadPool>("l2-store", std::max(1u, config_.workers), FairQueueLimits{});
+  // What was admitted before the start is written now.
+  while (drainers_ < std::max(1u, config_.workers) && drainers_ < queue_.size()) AddDrainerLocked();
 }
 
 void StoreController::Stop() {
@@ -29,41 +26,45 @@ void StoreController::Stop() {
     queue_.clear();
     queued_bytes_ = 0;
   }
-  wake_.NotifyAll();
-  for (std::thread& t : workers_) t.join();
-  workers_.clear();
+  // Outside mu_: the drainers finish their batch in hand and take mu_ to end.
+  // No one submits after stop_, so pool_ is not touched concurrently.
+  if (ThreadPool* pool = pool_.get()) pool->Stop();
   idle_.NotifyAll();
+}
+
+void StoreController::AddDrainerLocked() {
+  if (!pool_ || stop_ || queue_.empty() || drainers_ >= std::max(1u, config_.workers)) return;
+  drainers_ += 1;
+  if (pool_->Submit(0, 0, [this] { Drain(); }) != FairQueue::Admission::kQueued) drainers_ -= 1;
 }
 
 void StoreController::OnAdmitted(std::span<const store::ObjectKey> keys,
                                  std::span<const std::uint64_t> bytes,
                                  store::AdmissionSource source) {
   if (source == store::AdmissionSource::kTier) return;  // it came from L2
-  std::size_t queued = 0;
-  {
-    MutexLock lock(&mu_);
-    if (stop_) return;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (queue_.size() >= config_.max_queue_objects ||
-          queued_bytes_ + bytes[i] > config_.max_queue_bytes) {
-        skipped_full_.fetch_add(keys.size() - i, std::memory_order_relaxed);
-        break;
-      }
-      queue_.push_back({keys[i], bytes[i]});
-      queued_bytes_ += bytes[i];
-      queued += 1;
+  MutexLock lock(&mu_);
+  if (stop_) return;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (queue_.size() >= config_.max_queue_objects ||
+        queued_bytes_ + bytes[i] > config_.max_queue_bytes) {
+      skipped_full_.fetch_add(keys.size() - i, std::memory_order_relaxed);
+      break;
     }
+    queue_.push_back({keys[i], bytes[i]});
+    queued_bytes_ += bytes[i];
   }
-  if (queued > 0) wake_.NotifyOne();
+  AddDrainerLocked();
 }
 
-void StoreController::Work() {
+void StoreController::Drain() {
   while (true) {
     std::vector<Pending> batch;
     {
       MutexLock lock(&mu_);
-      while (!stop_ && queue_.empty()) wake_.Wait(&lock);
-      if (stop_) return;
+      if (stop_ || queue_.empty()) {
+        drainers_ -= 1;
+        return;
+      }
       while (!queue_.empty() && batch.size() < config_.batch_objects) {
         queued_bytes_ -= queue_.front().bytes;
         batch.push_back(std::move(queue_.front()));

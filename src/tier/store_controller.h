@@ -10,22 +10,25 @@
 // `skip_l1` then deletes from L1 what every adapter stored (L1 as a buffer).
 // Failures are counted (here and per adapter) and not retried.
 //
-// Threads: `workers` threads, woken by a condition variable (no polling).
-// Stop() lets each worker finish the batch in hand, drops what is queued
-// (counted), and leaves no lock behind.
+// Threads: a ThreadPool of `workers` threads (common/thread_pool.h). An
+// admission that finds fewer than `workers` drainers running hands the pool
+// one more; a drainer writes batches until the queue is empty, then ends
+// (decided under the controller's mutex, so no admission goes unseen).
+// Stop() lets each drainer finish the batch in hand, drops what is queued
+// (counted), and leaves no lock behind. Start once; Stop is final.
 //
 // Thread-safety: the listener callback and the accessors from any thread;
 // Start/Stop from the owning thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <string>
-#include <thread>
+#include <memory>
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/thread_pool.h"
 #include "store/listener.h"
 #include "store/object_table.h"
 #include "tier/l2_adapter.h"
@@ -80,7 +83,11 @@ class StoreController final : public store::StoreListener {
     store::ObjectKey key;
     std::uint64_t bytes;
   };
-  void Work();
+  // Hands the pool one more drainer if work is queued and fewer than
+  // `workers` run.
+  void AddDrainerLocked() LMC_REQUIRES(mu_);
+  // A pool task: writes batches until the queue is empty or the controller stops.
+  void Drain() LMC_EXCLUDES(mu_);
   void WriteBatch(std::vector<Pending> batch);
 
   store::ObjectTable* const table_;
@@ -89,13 +96,15 @@ class StoreController final : public store::StoreListener {
   const store::Owner owner_ = store::Owner::Internal(1);
 
   mutable Mutex mu_;
-  CondVar wake_;  // work queued, or stop
   CondVar idle_;  // the queue and the batches in hand emptied
   std::deque<Pending> queue_ LMC_GUARDED_BY(mu_);
   std::uint64_t queued_bytes_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t in_flight_ LMC_GUARDED_BY(mu_) = 0;
   bool stop_ LMC_GUARDED_BY(mu_) = false;
-  std::vector<std::thread> workers_;
+  unsigned drainers_ LMC_GUARDED_BY(mu_) = 0;  // Drain tasks queued or running
+  // Set by Start under mu_; then used only under mu_ (Submit takes the
+  // pool's queue mutex, a leaf) until Stop stops it outside mu_.
+  std::unique_ptr<ThreadPool> pool_;
 
   std::atomic<std::uint64_t> stored_{0};
   std::atomic<std::uint64_t> failed_{0};

@@ -134,6 +134,36 @@ TEST_F(PrefetchControllerTest, EachKeyComesFromTheFirstAdapterThatHoldsIt) {
   l1_.table().ReleaseRead(landed->lease);
 }
 
+// A cascade (say a local disk, then Redis) whose batch needs chunks from two
+// adapters asks both at once: a slow first adapter no longer delays the
+// second's loads behind it. Both calls are held at their gates here; one
+// after the other, the second would never be entered while the first waits.
+TEST_F(PrefetchControllerTest, ACascadeLoadsFromItsAdaptersAtOnce) {
+  MockAdapter disk({}), redis({});
+  const auto keys = KeysN(0, 4);
+  PutInL2(disk, {keys[0], keys[1]});
+  PutInL2(redis, keys);
+  testing::GatedAdapter slow_disk(&disk, testing::GatedAdapter::Gated::kLoad);
+  testing::GatedAdapter slow_redis(&redis, testing::GatedAdapter::Gated::kLoad);
+  auto controller = Start({&slow_disk, &slow_redis});
+  const PrefetchHandle h = controller->Submit(Request(keys));
+  for (int i = 0; i < 5000 && (slow_disk.entered() < 1 || slow_redis.entered() < 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(slow_disk.entered(), 1);
+  EXPECT_EQ(slow_redis.entered(), 1) << "the second adapter waited for the first";
+  EXPECT_FALSE(controller->Poll(h)) << "the request waits for both calls";
+  slow_disk.Open();
+  slow_redis.Open();
+  const auto landed = controller->Wait(h, kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 4u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_TRUE(HasBytes(keys[i], i)) << i;
+  l1_.table().ReleaseRead(landed->lease);
+  controller->Stop();
+  l1_.ExpectBalanced();
+}
+
 TEST_F(PrefetchControllerTest, ACorruptOrFailedObjectEndsThePrefixAndNothingAfterItStays) {
   MockAdapter l2({});
   const auto keys = KeysN(0, 6);
@@ -372,6 +402,43 @@ TEST_F(PrefetchControllerTest, AtMostMaxInFlightRunAndTheRestWaitInOrder) {
     EXPECT_EQ(landed->chunks, 1u);
     l1_.table().ReleaseRead(landed->lease);
   }
+  l1_.ExpectBalanced();
+}
+
+// The queue of requests waiting for a worker is bounded: one beyond it is
+// answered at once with no L2 chunks (its lookup's L1 prefix stands) and
+// counted, instead of holding its keys in an unbounded queue.
+TEST_F(PrefetchControllerTest, ARequestBeyondTheQueuesBoundIsAnsweredAtOnceAndCounted) {
+  MockAdapter mock({});
+  testing::GatedAdapter gated(&mock, testing::GatedAdapter::Gated::kLoad, /*held_calls=*/1);
+  PutInL2(mock, KeysN(0, 3));
+  PrefetchControllerConfig config;
+  config.max_in_flight = 1;
+  config.max_queued = 1;
+  auto controller = Start({&gated}, config);
+  const PrefetchHandle running = controller->Submit(Request(KeysN(0, 1)));
+  for (int i = 0; i < 5000 && gated.entered() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(gated.entered(), 1);
+  const PrefetchHandle queued = controller->Submit(Request(KeysN(1, 1)));
+  const PrefetchHandle refused = controller->Submit(Request(KeysN(2, 1)));
+  const auto none = controller->Poll(refused);
+  ASSERT_TRUE(none) << "answered at once";
+  EXPECT_EQ(none->chunks, 0u);
+  EXPECT_EQ(none->lease, store::kNoLease);
+  const PrefetchControllerStats s = controller->Stats();
+  EXPECT_EQ(s.refused, 1u);
+  EXPECT_EQ(s.queued, 1u);
+  EXPECT_EQ(s.in_flight, 1u);
+  gated.Open();
+  for (const PrefetchHandle h : {running, queued}) {
+    const auto landed = controller->Wait(h, kWait);
+    ASSERT_TRUE(landed);
+    EXPECT_EQ(landed->chunks, 1u);
+    l1_.table().ReleaseRead(landed->lease);
+  }
+  controller->Stop();
   l1_.ExpectBalanced();
 }
 
