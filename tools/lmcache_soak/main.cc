@@ -57,7 +57,9 @@ std::map<std::string, double> Balance(const std::string& url) {
         "parked.operations.wait_prefetch_status.deadline",
         "parked.operations.wait_prefetch_status.closed", "l1.tier_admitted_objects",
         "l1.quarantined_objects", "l1.expired_writes_reclaimed", "l2.prefetch.deadline_expired",
-        "l2.prefetch.abandoned_loads", "l2.prefetch.abandoned_in_flight"}) {
+        "l2.prefetch.abandoned_loads", "l2.prefetch.abandoned_in_flight",
+        "l2.prefetch.loaded_chunks", "l2.prefetch.refused", "l2.adapters.0.loaded_objects",
+        "l2.adapters.1.loaded_objects"}) {
     if (auto v = stats->Number(path)) out[path] = *v;
   }
   return out;
@@ -96,6 +98,10 @@ int Run(const SoakOptions& o) {
                   std::to_string(o.l2_hang_ms) + R"(,"delay_rate":)" + std::to_string(o.l2_hang_rate) +
                   "}";
         args.insert(args.end(), {"--l2-prefetch-load-timeout", std::to_string(o.l2_load_timeout_seconds)});
+      }
+      if (o.l2_cascade_first_gb > 0) {
+        args.insert(args.end(), {"--l2-adapter", R"({"type":"mock","max_size_gb":)" +
+                                                     std::to_string(o.l2_cascade_first_gb) + "}"});
       }
       args.insert(args.end(), {"--l2-adapter", adapter});
     }
@@ -258,6 +264,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--l2-load-timeout-seconds", o.l2_load_timeout_seconds,
                  "--l2-prefetch-load-timeout of the started server in the hung-L2 case")
+      ->capture_default_str();
+  app.add_option("--l2-cascade-first-gb", o.l2_cascade_first_gb,
+                 "The cascade case: a first mock L2 adapter of this many GB in front of the "
+                 "slow-L2 tier, so prefetches load from both at once (0: off)")
       ->capture_default_str();
   app.add_option("--session-ttl-seconds", o.session_ttl_seconds,
                  "--session-ttl-seconds of the started server (the bursts expire after it)")

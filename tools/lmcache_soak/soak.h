@@ -54,6 +54,10 @@ struct SoakOptions {
   int l2_hang_ms = 0;
   double l2_hang_rate = 0.02;
   double l2_load_timeout_seconds = 1;
+  // The cascade case: in front of that tier, a first mock adapter holding
+  // only this many GB (it evicts the oldest), so the prefetches of one
+  // prompt load from both adapters at once (0: one adapter).
+  double l2_cascade_first_gb = 0;
 
   int chunks_per_prompt() const { return shared_chunks + unique_chunks; }
   std::uint64_t object_bytes() const {
