@@ -3,8 +3,9 @@
 // The integer ids 1-34 are the reference's frozen table (LMCache MP, spec 2.4):
 // a request's operation frame carries the id as a msgpack integer, or the
 // operation's snake_case name as a msgpack string. Operations added by
-// lmcache-server (server_info, stats) travel by name only; their values here
-// are internal and never sent. Values never change once released.
+// lmcache-server (server_info, stats), and those newer reference clients send
+// by name only (store_with_chunk_events, ...), have values here that are
+// internal and never sent. Values never change once released.
 // Thread-safety: constants only.
 #pragma once
 
@@ -50,6 +51,10 @@ enum class Op : std::uint8_t {
   // Ours: no integer id on the wire (sent by name only).
   kServerInfo = 100,
   kStats = 101,
+  // The reference's, added after the frozen table: by name only.
+  kStoreWithChunkEvents = 102,
+  kReleaseChunkStoreEvents = 103,
+  kSubscribeKvEvents = 104,
 };
 
 }  // namespace lmcache

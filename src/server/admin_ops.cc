@@ -82,8 +82,8 @@ void AdminOps::AddUnsupported(OpTable* table) {
     };
   };
   const std::string scope =
-      " is not supported by lmcache-server (CacheBlend, p2p, QStore and KV events are out of "
-      "scope)";
+      " is not supported by lmcache-server (CacheBlend, p2p, QStore, per-chunk store events and "
+      "KV events are out of scope)";
   const std::size_t kMax = 24u << 20;
   const OpSpec rows[] = {
       {Op::kRegisterQCache, "register_q_cache", true, P::kInline, 0, 16, 4u << 20, F::kNil},
@@ -102,6 +102,17 @@ void AdminOps::AddUnsupported(OpTable* table) {
         F::kZeroFalse},
       {Op::kPollKvEvents, "poll_kv_events", true, P::kInline, 0, 16, 1u << 20,
         F::kKvEventsDisabled},
+      // Sent by name by newer reference clients (the frozen table ends at 34).
+      // Without a row, such a request got the unknown-operation nil, which
+      // the client cannot decode as the declared tuple: its future never
+      // resolved and it waited out its timeout (300 s in one connector).
+      {Op::kStoreWithChunkEvents, "store_with_chunk_events", false, P::kAffinity, 0, 16,
+        48u << 20, F::kChunkEventsFailure},
+      {Op::kReleaseChunkStoreEvents, "release_chunk_store_events", false, P::kInline, 0, 16,
+        64u << 10, F::kNil},
+      // A stream: nil (no batch) ends it at the client at once.
+      {Op::kSubscribeKvEvents, "subscribe_kv_events", false, P::kInline, 0, 16, 1u << 20,
+        F::kNil},
   };
   for (const OpSpec& row : rows) {
     table->Add(row, refuse(std::string(row.name) + scope));

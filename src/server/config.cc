@@ -35,7 +35,8 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "per thread keyed by client; 0 = --max-workers")
       ->capture_default_str();
   app.add_option("--max-cpu-workers", c->max_cpu_workers,
-                 "Threads of the general pool (lookup, status, sessions, clear, ping); "
+                 "Threads of the general pool (lookup, prefetch status, sessions, clear, "
+                 "stats; ping runs inline); "
                  "0 = --max-workers")
       ->capture_default_str();
   app.add_option("--worker-reap-timeout-seconds", c->worker_reap_timeout_seconds,

@@ -74,6 +74,7 @@ std::string EncodeFailureValue(const OpSpec& spec, const Status& status) {
     case FailureValue::kEmptyList: e.Array(0); break;
     case FailureValue::kEventFailure: e.Array(2).Bin("").Bool(false); break;
     case FailureValue::kZeroFalse: e.Array(2).Int(0).Bool(false); break;
+    case FailureValue::kChunkEventsFailure: e.Array(3).Bin("").Array(0).Bool(false); break;
     case FailureValue::kEmptyPrepareStore:
       e.Map(1).Str("context").Map(2).Str("slots").Array(0).Str("chunk_indices").Array(0);
       break;

@@ -51,6 +51,7 @@ enum class FailureValue : std::uint8_t {
   kFailedPrepareRetrieve,  // {"success": false, "data": b"", "context": {}}
   kFailedRegistration,     // {"shm_name": "", "pool_size": 0, "error": <message>}
   kKvEventsDisabled,       // KVEventPollResult with enabled = false
+  kChunkEventsFailure,     // tuple[bytes, list[tuple[bytes, int, int]], bool]: [b"", [], false]
 };
 
 struct OpSpec {

@@ -217,6 +217,21 @@ def test_errors_are_answered_and_server_keeps_serving(server, client):
         assert reply.error["code"] == UNKNOWN_OPERATION, reply
         assert isinstance(reply.error["message"], str) and reply.error["message"]
 
+    # Operations newer reference clients send by name (the frozen ids end at 34),
+    # each refused with a value of its declared reply type; before, the
+    # unknown-operation nil left store_with_chunk_events' caller waiting out its
+    # timeout (its tuple[bytes, list[tuple[bytes, int, int]], bool] cannot be nil:
+    # LMCache transport/base.py and modules/chunk_store.py).
+    key_for_events = make_key(tokens, 0, 2 * chunk, "req-errors")
+    reply = client.request("store_with_chunk_events", key_for_events, 7, [[0, 1]], b"")
+    assert reply.value == [b"", [], False], reply
+    assert reply.error is not None and reply.error["code"] == NOT_SUPPORTED, reply
+    for op, payloads in (("release_chunk_store_events", (7, "lease")),
+                         ("subscribe_kv_events", (7, "model", 0, 16))):
+        reply = client.request(op, *payloads)
+        assert reply.value is None, reply
+        assert reply.error is not None and reply.error["code"] == NOT_SUPPORTED, reply
+
     instance_id = new_instance_id()
     register(client, instance_id)
 
