@@ -643,6 +643,11 @@ TEST_F(ServiceParkedWaitTest, AWaitParksAndIsAnsweredWhenThePrefetchLands) {
   LookUp();
   auto reply = ParkedWait(10);
   ASSERT_EQ(h_.service().state().parked().size(), 1u);
+  // The handler parks first, then asks to be told of the landing (so that a
+  // landing in between finds the parked request): wait for that second step.
+  for (int i = 0; i < 2000 && prefetcher_.watchers(prefetcher_.last_handle()) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   EXPECT_EQ(prefetcher_.watchers(prefetcher_.last_handle()), 1u);
   EXPECT_EQ(reply.wait_for(std::chrono::milliseconds(20)), std::future_status::timeout);
   prefetcher_.Complete(prefetcher_.last_handle(), 2);
