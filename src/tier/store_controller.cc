@@ -14,8 +14,7 @@ void StoreController::Start() {
   MutexLock lock(&mu_);
   if (pool_ || stop_) return;
   pool_ = std::make_unique<ThreadPool>("l2-store", std::max(1u, config_.workers), FairQueueLimits{});
-  // What was admitted before the start is written now.
-  while (drainers_ < std::max(1u, config_.workers) && drainers_ < queue_.size()) AddDrainerLocked();
+  AddDrainersLocked();  // what was admitted before the start is written now
 }
 
 void StoreController::Stop() {
@@ -32,10 +31,12 @@ void StoreController::Stop() {
   idle_.NotifyAll();
 }
 
-void StoreController::AddDrainerLocked() {
-  if (!pool_ || stop_ || queue_.empty() || drainers_ >= std::max(1u, config_.workers)) return;
-  drainers_ += 1;
-  if (pool_->Submit(0, 0, [this] { Drain(); }) != FairQueue::Admission::kQueued) drainers_ -= 1;
+void StoreController::AddDrainersLocked() {
+  if (!pool_ || stop_) return;
+  while (drainers_ < std::max(1u, config_.workers) && drainers_ < queue_.size()) {
+    if (pool_->Submit(0, 0, [this] { Drain(); }) != FairQueue::Admission::kQueued) return;
+    drainers_ += 1;
+  }
 }
 
 void StoreController::OnAdmitted(std::span<const store::ObjectKey> keys,
@@ -53,7 +54,7 @@ void StoreController::OnAdmitted(std::span<const store::ObjectKey> keys,
     queue_.push_back({keys[i], bytes[i]});
     queued_bytes_ += bytes[i];
   }
-  AddDrainerLocked();
+  AddDrainersLocked();
 }
 
 void StoreController::Drain() {

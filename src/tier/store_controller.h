@@ -12,7 +12,8 @@
 //
 // Threads: a ThreadPool of `workers` threads (common/thread_pool.h). An
 // admission that finds fewer than `workers` drainers running hands the pool
-// one more; a drainer writes batches until the queue is empty, then ends
+// more, one per queued object at most; a drainer writes batches until the
+// queue is empty, then ends
 // (decided under the controller's mutex, so no admission goes unseen).
 // Stop() lets each drainer finish the batch in hand, drops what is queued
 // (counted), and leaves no lock behind. Start once; Stop is final.
@@ -83,9 +84,9 @@ class StoreController final : public store::StoreListener {
     store::ObjectKey key;
     std::uint64_t bytes;
   };
-  // Hands the pool one more drainer if work is queued and fewer than
-  // `workers` run.
-  void AddDrainerLocked() LMC_REQUIRES(mu_);
+  // Hands the pool drainers until `workers` run or there is one per queued
+  // object (or the pool refuses one: it stops).
+  void AddDrainersLocked() LMC_REQUIRES(mu_);
   // A pool task: writes batches until the queue is empty or the controller stops.
   void Drain() LMC_EXCLUDES(mu_);
   void WriteBatch(std::vector<Pending> batch);
