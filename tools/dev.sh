@@ -9,6 +9,8 @@
 #                                        (clang, libFuzzer), then TSan (clang); both clang
 #                                        builds enforce -Wthread-safety and keep assertions on
 #   tools/dev.sh test --fast             Release build and tests only
+#                                        Either ends with what was skipped and why; with
+#                                        CI=true a skip of something CI installs fails
 #   tools/dev.sh build [release|asan|tsan]
 #   tools/dev.sh deps                    install the packages only
 set -euo pipefail
@@ -65,11 +67,45 @@ build() {
   BUILD_DIR="$dir"
 }
 
+# Every skip of the run, one line each (label, test, reason): see tools/skipped_tests.py.
+SKIPS=""
+
 run_ctest() {
   local dir="$1"
   shift
   log "testing ${dir#"$ROOT"/}"
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
+  python3 "$ROOT/tools/skipped_tests.py" collect "${dir#"$ROOT"/}" \
+    "$dir/Testing/Temporary/LastTest.log" >>"$SKIPS"
+}
+
+# The container test exits 77 when this machine cannot run it; its reason joins the list.
+run_container_test() {
+  log "container image test"
+  local out rc
+  out="$(mktemp /tmp/lmcache_container_out.XXXXXX)"
+  set +e
+  "$ROOT/tools/container_test.sh" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  set -e
+  if [ "$rc" -eq 77 ]; then
+    printf 'container\ttools/container_test.sh\t%s\n' \
+      "$(sed -n 's/.*SKIPPED: //p' "$out" | head -n1)" >>"$SKIPS"
+  elif [ "$rc" -ne 0 ]; then
+    rm -f "$out"
+    exit "$rc"
+  fi
+  rm -f "$out"
+}
+
+# Prints the skip list; under CI=true a skip of something CI installs is a failure.
+report_skips() {
+  local ci_flag=()
+  [ "${CI:-}" = "true" ] && ci_flag=(--ci)
+  if ! python3 "$ROOT/tools/skipped_tests.py" summary "$SKIPS" "${ci_flag[@]}"; then
+    log "FAILED: CI=true and checks were skipped that CI installs what they need for"
+    exit 1
+  fi
 }
 
 cmd="${1:-}"
@@ -84,23 +120,25 @@ case "$cmd" in
     exec "$ROOT/build/src/lmcache-server" "$@"
     ;;
   test)
+    SKIPS="$(mktemp /tmp/lmcache_skips.XXXXXX)"
+    trap 'rm -f "$SKIPS"' EXIT
     install_deps
     build release
     run_ctest "$ROOT/build"
     if [ "${1:-}" != "--fast" ]; then
-      # The image is built and run for real (podman); it says so and passes
-      # where this machine cannot run a container engine.
-      log "container image test"
-      "$ROOT/tools/container_test.sh"
+      # The image is built and run for real (podman); where this machine
+      # cannot run a container engine it is skipped, and listed below.
+      run_container_test
       build asan
       run_ctest "$ROOT/build-asan"   # sanitizer options come from the tests' environment
       build tsan
       run_ctest "$ROOT/build-tsan"
     fi
+    report_skips
     log "all tests passed"
     ;;
   *)
-    sed -n '2,13p' "$0" >&2
+    sed -n '2,15p' "$0" >&2
     exit 2
     ;;
 esac
