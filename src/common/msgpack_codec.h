@@ -1,13 +1,12 @@
 // msgpack primitives shared by the server's codec and the client library.
 //
-// Parse() reads one complete msgpack value with size and depth limits (and no
-// trailing bytes); the As*() helpers convert a value with a type check that
-// names the field; MapReader reads name-keyed structs the way the reference's
-// msgspec does (unknown keys ignored, missing optional fields defaulted);
+// DecodeLimits bound what a decoder accepts (the streaming MsgpackCursor of
+// common/msgpack_cursor.h decodes every request; msgpack_tree.h holds the
+// tree reader that tools and tests use); Malformed() is their error;
 // Encoder builds a value (its Str() repairs invalid UTF-8, so no reply can
 // carry an undecodable str). Nothing here throws: msgpack-c's exceptions become
 // Status values (kMalformedRequest, kTooLarge).
-// Thread-safety: stateless functions; Encoder and MapReader are plain values.
+// Thread-safety: stateless functions; Encoder and MapWriter are plain values.
 #pragma once
 
 #define MSGPACK_NO_BOOST
@@ -35,51 +34,7 @@ struct DecodeLimits {
 
 const DecodeLimits& DefaultDecodeLimits();
 
-Result<msgpack::object_handle> Parse(std::string_view frame, std::string_view what,
-                                     const DecodeLimits& limits = DefaultDecodeLimits());
-
 Status Malformed(std::string_view what, std::string_view why);
-Status WrongType(std::string_view what, std::string_view expected, const msgpack::object& o);
-Result<std::int64_t> AsInt(const msgpack::object& o, std::string_view what);
-Result<std::uint64_t> AsUint(const msgpack::object& o, std::string_view what);
-Result<bool> AsBool(const msgpack::object& o, std::string_view what);
-Result<double> AsFloat(const msgpack::object& o, std::string_view what);
-Result<std::string> AsString(const msgpack::object& o, std::string_view what);
-// bin, or str (which older encoders produce for bytes).
-Result<std::string> AsBytes(const msgpack::object& o, std::string_view what);
-
-// Reads a map keyed by field name.
-class MapReader {
- public:
-  static Result<MapReader> Make(const msgpack::object& o, std::string_view what);
-  const msgpack::object* Field(std::string_view name) const;
-  template <typename T, typename Fn>
-  Status Required(std::string_view name, T* out, Fn convert) const {
-    const msgpack::object* field = Field(name);
-    if (field == nullptr) {
-      return Malformed(what_, "missing required field '" + std::string(name) + "'");
-    }
-    LMC_ASSIGN_OR_RETURN(*out, convert(*field, Name(name)));
-    return Status::Ok();
-  }
-  // A missing or nil field keeps *out as it is (its default).
-  template <typename T, typename Fn>
-  Status Optional(std::string_view name, T* out, Fn convert) const {
-    const msgpack::object* field = Field(name);
-    if (field == nullptr || field->type == msgpack::type::NIL) return Status::Ok();
-    LMC_ASSIGN_OR_RETURN(*out, convert(*field, Name(name)));
-    return Status::Ok();
-  }
-
- private:
-  MapReader(const msgpack::object& map, std::string_view what) : map_(&map), what_(what) {}
-  std::string Name(std::string_view field) const {
-    return std::string(what_) + "." + std::string(field);
-  }
-  const msgpack::object* map_;
-  std::string what_;
-};
-
 // Builds one msgpack value. Containers are written by announcing their size
 // (Map(n) then n key/value pairs, Array(n) then n values).
 class Encoder {

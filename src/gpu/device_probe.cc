@@ -8,8 +8,6 @@
 
 namespace lmcache::gpu {
 
-bool CudaBuilt() { return LMC_HAVE_CUDA != 0; }
-
 Status CheckCudaDeviceVisible() {
   const std::string fix =
       "; the CUDA-IPC path needs the server on the node of the GPUs (container: --gpus, and a "

@@ -10,9 +10,6 @@
 
 namespace lmcache::gpu {
 
-// Whether this build has the CUDA backend.
-bool CudaBuilt();
-
 // OK when at least one CUDA device is visible; otherwise NOT_SUPPORTED with
 // "no CUDA device visible to the server" and the reason.
 Status CheckCudaDeviceVisible();

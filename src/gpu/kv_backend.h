@@ -47,11 +47,12 @@
 #include "gpu/kv_layout.h"
 #include "gpu/transfer_plan.h"
 #include "lmcache/status.h"
+#include "protocol/device_ipc_wrapper.h"
 
 namespace lmcache::gpu {
 
-inline constexpr std::size_t kEventHandleBytes = 64;  // sizeof(cudaIpcEventHandle_t)
-using EventHandle = std::array<std::uint8_t, kEventHandleBytes>;
+// A cudaIpcEventHandle_t as the wire carries it (one size, defined by the protocol).
+using EventHandle = std::array<std::uint8_t, protocol::kCudaIpcEventBytes>;
 
 enum class Direction : std::uint8_t {
   kStore,     // gather: paged cache -> L1 object

@@ -10,7 +10,6 @@ namespace {
 // Keys expanded at a time (chunks x ranks): bounds a lookup's transient
 // memory whatever its world size and prompt length.
 constexpr std::size_t kWindowKeys = 4096;
-constexpr std::size_t kKeyRequestBytes = 24u << 20;
 
 // Adds what a finished prefetch loaded to the lookup's hit prefix.
 void FoldPrefetch(LookupState& lookup, const std::optional<tier::PrefetchResult>& landed) {

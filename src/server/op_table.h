@@ -54,6 +54,10 @@ enum class FailureValue : std::uint8_t {
   kChunkEventsFailure,     // tuple[bytes, list[tuple[bytes, int, int]], bool]: [b"", [], false]
 };
 
+// The request size limit of an operation whose payload is a key: a key
+// carries up to 4 Mi token ids of at most 5 bytes each, and its other fields.
+inline constexpr std::size_t kKeyRequestBytes = 24u << 20;
+
 struct OpSpec {
   Op op;
   std::string_view name;

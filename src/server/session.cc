@@ -12,6 +12,17 @@ namespace {
 // a few suffice; older ones are released.
 constexpr std::size_t kMaxEarlierLeases = 4;
 
+// Moves what `lookup` holds (its leases, those of earlier lookups, a pending
+// prefetch) into `out`, leaving the lookup holding nothing.
+void TakeInto(LookupState& lookup, LookupRelease& out) {
+  out.leases.insert(out.leases.end(), lookup.leases.begin(), lookup.leases.end());
+  out.leases.insert(out.leases.end(), lookup.earlier_leases.begin(), lookup.earlier_leases.end());
+  if (lookup.prefetch_pending) out.prefetches.push_back(lookup.prefetch_handle);
+  lookup.leases.clear();
+  lookup.earlier_leases.clear();
+  lookup.prefetch_pending = false;
+}
+
 }  // namespace
 
 LookupState* Session::FindLookup(const std::string& salt) {
@@ -76,29 +87,14 @@ std::vector<store::LeaseId> Session::ConsumableLeases(const std::string& salt) {
 
 LookupRelease Session::TakeAll() {
   LookupRelease out;
-  for (auto& [salt, lookup] : lookups_) {
-    out.leases.insert(out.leases.end(), lookup.leases.begin(), lookup.leases.end());
-    out.leases.insert(out.leases.end(), lookup.earlier_leases.begin(),
-                      lookup.earlier_leases.end());
-    if (lookup.prefetch_pending) out.prefetches.push_back(lookup.prefetch_handle);
-    lookup.leases.clear();
-    lookup.earlier_leases.clear();
-    lookup.prefetch_pending = false;
-  }
+  for (auto& [salt, lookup] : lookups_) TakeInto(lookup, out);
   return out;
 }
 
 LookupRelease Session::TakeConnection(std::string_view connection) {
   LookupRelease out;
   for (auto& [salt, lookup] : lookups_) {
-    if (lookup.connection != connection) continue;
-    out.leases.insert(out.leases.end(), lookup.leases.begin(), lookup.leases.end());
-    out.leases.insert(out.leases.end(), lookup.earlier_leases.begin(),
-                      lookup.earlier_leases.end());
-    if (lookup.prefetch_pending) out.prefetches.push_back(lookup.prefetch_handle);
-    lookup.leases.clear();
-    lookup.earlier_leases.clear();
-    lookup.prefetch_pending = false;
+    if (lookup.connection == connection) TakeInto(lookup, out);
   }
   return out;
 }

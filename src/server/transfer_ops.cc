@@ -7,9 +7,6 @@
 namespace lmcache::server {
 namespace {
 
-// A prepare/commit frame carries a key of up to 4 Mi tokens (at most 5 bytes each).
-constexpr std::size_t kKeyRequestBytes = 24u << 20;
-
 SlotDescriptor Slot(const ChunkLayout& layout, store::Offset offset) {
   return {offset, layout.object_bytes, layout.shape, layout.dtype};
 }

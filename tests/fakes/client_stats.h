@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "common/msgpack_codec.h"
+#include "common/msgpack_tree.h"
 #include "lmcache/client.h"
 
 namespace lmcache::testing {

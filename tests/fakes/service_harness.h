@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/msgpack_codec.h"
+#include "common/msgpack_tree.h"
 #include "fakes/fake_clock.h"
 #include "protocol/wire_codec.h"
 #include "server/service.h"

@@ -19,6 +19,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/msgpack_codec.h"
+#include "common/msgpack_tree.h"
 #include "fakes/client_stats.h"
 #include "fakes/free_port.h"
 #include "fakes/server_process.h"

@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "common/msgpack_codec.h"
+#include "common/msgpack_tree.h"
 
 namespace lmcache::tools {
 

@@ -1,4 +1,5 @@
 #include "common/msgpack_codec.h"
+#include "common/msgpack_tree.h"
 
 #include <gtest/gtest.h>
 

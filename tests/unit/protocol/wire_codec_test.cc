@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/msgpack_codec.h"
+#include "common/msgpack_tree.h"
 
 namespace lmcache::protocol {
 namespace {
