@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "ops/health.h"
+#include "admin_http/health.h"
 #include "server/stats.h"
 
 namespace lmcache::ops {

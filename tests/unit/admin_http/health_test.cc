@@ -1,5 +1,5 @@
 // Health: serving, every watched loop beating, every readiness condition met.
-#include "ops/health.h"
+#include "admin_http/health.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "ops/health.h"
+#include "admin_http/health.h"
 
 namespace lmcache::ops {
 

@@ -19,7 +19,7 @@
 #include <thread>
 
 #include "lmcache/status.h"
-#include "ops/health.h"
+#include "admin_http/health.h"
 #include "server/service.h"
 
 namespace httplib {

@@ -1,7 +1,7 @@
 // Prometheus: the stats snapshot as valid text exposition: one HELP and TYPE
 // per family, every sample of a family together, cumulative histograms whose
 // +Inf bucket equals the count, escaped label values.
-#include "ops/prometheus.h"
+#include "admin_http/prometheus.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "ops/prometheus.h"
+#include "admin_http/prometheus.h"
 
 #include <cmath>
 #include <cstdio>

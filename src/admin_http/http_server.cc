@@ -1,4 +1,4 @@
-#include "ops/http_server.h"
+#include "admin_http/http_server.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -11,7 +11,7 @@
 
 #include "common/logging.h"
 #include "common/version.h"
-#include "ops/prometheus.h"
+#include "admin_http/prometheus.h"
 
 namespace lmcache::ops {
 namespace {
