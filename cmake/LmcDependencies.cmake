@@ -10,10 +10,13 @@ find_package(nlohmann_json REQUIRED)  # nlohmann-json3-dev: --l2-adapter JSON, H
 # library with its OpenSSL/zlib/brotli options), found through pkg-config.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
-# libhiredis-dev: the resp L2 adapter (Redis/Valkey, standalone and Cluster).
-# Through pkg-config: Debian 12's HiredisConfigVersion.cmake breaks when no
-# version is requested.
-pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+# libhiredis-dev: the resp L2 adapter (Redis/Valkey, standalone and Cluster,
+# LMC_L2_RESP) and lmcache-bench's Redis paths; a server built without them
+# needs no hiredis. Through pkg-config: Debian 12's HiredisConfigVersion.cmake
+# breaks when no version is requested.
+if(LMC_L2_RESP OR (LMC_BUILD_TOOLS AND NOT LMC_SANITIZE))
+  pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+endif()
 # Debian 12's libmsgpack-cxx-dev ships its config as "msgpack" (target msgpackc-cxx).
 find_package(msgpack REQUIRED CONFIG PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/msgpackc-cxx)
 if(LMC_BUILD_TESTS)

@@ -27,6 +27,14 @@ struct FaultConfig {
   std::uint64_t seed = 1;
 };
 
+struct L2AdapterSpec;
+// The `fault_inject` type's configuration (fault_adapter_type.cc): the
+// faults, and the adapter they wrap.
+struct FaultSpec {
+  FaultConfig faults;
+  std::shared_ptr<L2AdapterSpec> inner;
+};
+
 class FaultAdapter final : public L2Adapter {
  public:
   FaultAdapter(std::unique_ptr<L2Adapter> inner, const FaultConfig& config);

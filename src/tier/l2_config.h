@@ -2,8 +2,9 @@
 // order is the cascade, reference spec 13.4), checked at startup, and the
 // controllers' settings.
 //
-// Parsing is strict: a value of the wrong type or out of range, an unknown
-// `type`, or an unknown key is refused with a message naming the adapter's
+// The types an adapter can have are registered (l2_adapter_types.h): this
+// file knows none of them. Parsing is strict: a value of the wrong type or
+// out of range, an unknown `type`, or an unknown key is refused with a message naming the adapter's
 // position and the field. Keys the reference accepts that this server does
 // not act on (`num_workers`, `read_ahead_size`, ...) are accepted and logged
 // as ignored, so a reference deployment's flags start unchanged; `serde`
@@ -13,32 +14,24 @@
 // Thread-safety: pure functions and plain values.
 #pragma once
 
+#include <any>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include "lmcache/status.h"
-#include "tier/fault_adapter.h"
-#include "tier/fs_adapter.h"
 #include "tier/l2_adapter.h"
-#include "tier/mock_adapter.h"
+#include "tier/l2_adapter_types.h"
 #include "tier/prefetch_controller.h"
-#include "tier/resp_adapter.h"
 #include "tier/store_controller.h"
 
 namespace lmcache::tier {
 
-struct L2AdapterSpec;
-struct FaultSpec {
-  FaultConfig faults;
-  std::shared_ptr<L2AdapterSpec> inner;
-};
-
 struct L2AdapterSpec {
-  std::string type;  // "fs", "resp" (or "valkey"), "mock", "fault_inject"
-  std::variant<FsAdapterConfig, RespAdapterConfig, MockAdapterConfig, FaultSpec> config;
+  std::string type;  // as given: "fs", "resp" or "valkey", "mock", "fault_inject", ...
+  const L2AdapterType* kind = nullptr;    // the registered type that parsed it
+  std::any config;                        // that type's configuration (FsAdapterConfig, ...)
   std::vector<std::string> ignored_keys;  // reference keys accepted without effect
 };
 

@@ -4,6 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <any>
+
+#include "tier/fault_adapter.h"
+#include "tier/fs_adapter.h"
+#include "tier/l2_config_fields.h"
+#include "tier/mock_adapter.h"
+
 namespace lmcache::tier {
 namespace {
 
@@ -22,18 +29,18 @@ TEST(L2ConfigTest, ParsesTheReferenceExamples) {
   auto fs = ParseL2AdapterSpec(R"({"type":"fs","base_path":"/data/l2","max_size_gb":1.5,
                                    "use_odirect":true})", 1);
   ASSERT_TRUE(fs.ok()) << fs.status().ToString();
-  const auto& c = std::get<FsAdapterConfig>(fs->config);
+  const auto& c = std::any_cast<const FsAdapterConfig&>(fs->config);
   EXPECT_EQ(c.base_path, "/data/l2");
   EXPECT_EQ(c.max_size_bytes, static_cast<std::uint64_t>(1.5 * (1ull << 30)));
   EXPECT_TRUE(c.use_odirect);
   auto mock = ParseL2AdapterSpec(R"({"type":"mock","max_size_gb":256,"mock_bandwidth_gb":10})", 1);
   ASSERT_TRUE(mock.ok());
-  EXPECT_EQ(std::get<MockAdapterConfig>(mock->config).bandwidth_gb_per_s, 10);
+  EXPECT_EQ(std::any_cast<const MockAdapterConfig&>(mock->config).bandwidth_gb_per_s, 10);
   auto fault = ParseL2AdapterSpec(
       R"({"type":"fault_inject","inner":{"type":"mock"},"load_failure_rate":0.5})", 1);
   ASSERT_TRUE(fault.ok());
-  EXPECT_EQ(std::get<FaultSpec>(fault->config).faults.load_failure_rate, 0.5);
-  EXPECT_EQ(std::get<FaultSpec>(fault->config).inner->type, "mock");
+  EXPECT_EQ(std::any_cast<const FaultSpec&>(fault->config).faults.load_failure_rate, 0.5);
+  EXPECT_EQ(std::any_cast<const FaultSpec&>(fault->config).inner->type, "mock");
 }
 
 TEST(L2ConfigTest, ReferenceKeysWithoutEffectAreAcceptedAndReported) {
@@ -61,6 +68,59 @@ TEST(L2ConfigTest, EveryErrorNamesTheAdapterAndTheField) {
   EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fault_inject","inner":{"type":"mock","x":1}})"),
                        "#2 inner field 'x'"));
   EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"mock","affinity_tag":"gpu1"})"), "'affinity_tag'"));
+}
+
+// The types come from the build's registrations (src/CMakeLists.txt), not
+// from l2_config: the error lists exactly those, and resp is there only when
+// LMC_L2_RESP built it.
+TEST(L2AdapterTypesTest, TheUnknownTypeErrorListsTheTypesThisBuildRegistered) {
+  const std::string expected = std::string("this server has fs, ") +
+                               (LMC_L2_RESP ? "resp (valkey), " : "") + "mock and fault_inject";
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"s3"})"), expected)) << ErrorOf(R"({"type":"s3"})");
+  EXPECT_EQ(L2AdapterTypes::Builtin().Find("resp") != nullptr, static_cast<bool>(LMC_L2_RESP));
+  EXPECT_EQ(L2AdapterTypes::Builtin().Find("valkey"), L2AdapterTypes::Builtin().Find("resp"));
+}
+
+// A type registered from outside l2_config is parsed and built through it:
+// the seam a new backend plugs into.
+TEST(L2AdapterTypesTest, ARegisteredTypeParsesItsOwnFieldsAndBuilds) {
+  L2AdapterTypes types;
+  int built = 0;
+  types.Add({"slow_disk", {"sd"},
+             [](L2ConfigFields& f, L2AdapterSpec* spec) -> Status {
+               LMC_ASSIGN_OR_RETURN(const double gb, f.Number("max_size_gb", 1, 0, 10));
+               spec->config = MockAdapterConfig{.max_size_bytes = static_cast<std::uint64_t>(gb)};
+               return Status::Ok();
+             },
+             [&built](const L2AdapterSpec& spec) -> Result<std::unique_ptr<L2Adapter>> {
+               built += 1;
+               return std::unique_ptr<L2Adapter>(std::make_unique<MockAdapter>(
+                   std::any_cast<const MockAdapterConfig&>(spec.config)));
+             }});
+  types.Add({"tape", {}, nullptr, nullptr});
+  EXPECT_EQ(types.Names(), "slow_disk (sd) and tape");
+  ASSERT_NE(types.Find("sd"), nullptr);
+  EXPECT_EQ(types.Find("sd")->name, "slow_disk");
+  EXPECT_EQ(types.Find("disk"), nullptr);
+
+  L2AdapterSpec spec;
+  spec.type = "sd";
+  spec.kind = types.Find("sd");
+  const nlohmann::json object = {{"type", "sd"}, {"max_size_gb", 3}};
+  L2ConfigFields fields(object, "--l2-adapter #1");
+  ASSERT_TRUE(fields.Has("type"));
+  ASSERT_TRUE(spec.kind->parse(fields, &spec).ok());
+  EXPECT_TRUE(fields.RejectUnknown().ok());
+  EXPECT_EQ(std::any_cast<const MockAdapterConfig&>(spec.config).max_size_bytes, 3u);
+  auto adapter = MakeL2Adapter(spec);
+  ASSERT_TRUE(adapter.ok());
+  EXPECT_EQ(built, 1);
+
+  const nlohmann::json wrong = {{"type", "sd"}, {"max_size_gb", 30}, {"colour", "red"}};
+  L2ConfigFields strict(wrong, "--l2-adapter #1");
+  strict.Has("type");
+  EXPECT_TRUE(Mentions(spec.kind->parse(strict, &spec).message(), "must be in [0, 10], got 30"));
+  EXPECT_TRUE(Mentions(strict.RejectUnknown().message(), "field 'colour'"));
 }
 
 }  // namespace

@@ -300,14 +300,14 @@ TEST_F(RespAdapterTest, ConfigIsStrictAndNamesTheField) {
       R"("key_prefix":"x:","ttl_seconds":60,"max_in_flight":4,"mode":"cluster"})",
       1);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
-  const auto& c = std::get<RespAdapterConfig>(ok->config);
+  const auto& c = std::any_cast<const RespAdapterConfig&>(ok->config);
   EXPECT_EQ(c.urls.size(), 2u);
   EXPECT_EQ(c.mode, RespMode::kCluster);
   EXPECT_EQ(c.ttl_seconds, 60u);
   auto creds = ParseL2AdapterSpec(R"({"type":"resp","url":"redis://u:p@host:6380/2"})", 1);
   ASSERT_TRUE(creds.ok()) << creds.status().ToString();
-  EXPECT_EQ(std::get<RespAdapterConfig>(creds->config).credentials.username, "u");
-  EXPECT_EQ(std::get<RespAdapterConfig>(creds->config).credentials.db, 2);
+  EXPECT_EQ(std::any_cast<const RespAdapterConfig&>(creds->config).credentials.username, "u");
+  EXPECT_EQ(std::any_cast<const RespAdapterConfig&>(creds->config).credentials.db, 2);
 
   const std::pair<const char*, const char*> bad[] = {
       {R"({"type":"resp"})", "'url'"},

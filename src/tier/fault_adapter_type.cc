@@ -1,0 +1,45 @@
+// The `fault_inject` L2 adapter type: its `--l2-adapter` fields and its factory
+// (registered through l2_adapter_types.h; src/CMakeLists.txt lists it).
+#include "tier/fault_adapter.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tier/l2_config.h"
+#include "tier/l2_config_fields.h"
+
+namespace lmcache::tier {
+namespace {
+
+Result<FaultSpec> ParseFault(L2ConfigFields& f) {
+  FaultSpec s;
+  if (!f.Has("inner") || !f.object()["inner"].is_object()) {
+    return f.Error("inner", "is required: the adapter whose operations fail, as an object");
+  }
+  LMC_ASSIGN_OR_RETURN(L2AdapterSpec inner, f.Adapter("inner"));
+  s.inner = std::make_shared<L2AdapterSpec>(std::move(inner));
+  LMC_ASSIGN_OR_RETURN(s.faults.store_failure_rate, f.Number("store_failure_rate", 0, 0, 1));
+  LMC_ASSIGN_OR_RETURN(s.faults.load_failure_rate, f.Number("load_failure_rate", 0, 0, 1));
+  LMC_ASSIGN_OR_RETURN(s.faults.lookup_failure_rate, f.Number("lookup_failure_rate", 0, 0, 1));
+  LMC_ASSIGN_OR_RETURN(const double delay, f.Number("delay_ms", 0, 0, 60'000));
+  s.faults.delay_ms = static_cast<std::uint32_t>(delay);
+  LMC_ASSIGN_OR_RETURN(s.faults.delay_rate, f.Number("delay_rate", 1, 0, 1));
+  LMC_ASSIGN_OR_RETURN(const double seed, f.Number("seed", 1, 0, 9e15));
+  s.faults.seed = static_cast<std::uint64_t>(seed);
+  return s;
+}
+
+}  // namespace
+
+void RegisterFaultAdapterType(L2AdapterTypes& types) {
+  types.Add(TypedL2AdapterType<FaultSpec>(
+      "fault_inject", {}, [](L2ConfigFields& f, L2AdapterSpec*) { return ParseFault(f); },
+      [](const FaultSpec& fault) -> Result<std::unique_ptr<L2Adapter>> {
+        LMC_ASSIGN_OR_RETURN(auto inner, MakeL2Adapter(*fault.inner));
+        return std::unique_ptr<L2Adapter>(
+            std::make_unique<FaultAdapter>(std::move(inner), fault.faults));
+      }));
+}
+
+}  // namespace lmcache::tier

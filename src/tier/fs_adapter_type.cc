@@ -1,0 +1,45 @@
+// The `fs` L2 adapter type: its `--l2-adapter` fields and its factory
+// (registered through l2_adapter_types.h; src/CMakeLists.txt lists it).
+#include "tier/fs_adapter.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tier/l2_config.h"
+#include "tier/l2_config_fields.h"
+
+namespace lmcache::tier {
+namespace {
+
+Result<FsAdapterConfig> ParseFs(L2ConfigFields& f, L2AdapterSpec* spec) {
+  FsAdapterConfig c;
+  LMC_ASSIGN_OR_RETURN(const std::string base, f.String("base_path", true));
+  if (base.empty()) return f.Error("base_path", "must name a directory");
+  c.base_path = base;
+  LMC_ASSIGN_OR_RETURN(const double gb, f.Number("max_size_gb", 0, 0, 1e6));
+  c.max_size_bytes = static_cast<std::uint64_t>(gb * kConfigGiB);
+  LMC_ASSIGN_OR_RETURN(c.use_odirect, f.Bool("use_odirect", false));
+  LMC_ASSIGN_OR_RETURN(c.fsync, f.Bool("fsync", true));
+  LMC_ASSIGN_OR_RETURN(const std::string checksum, f.String("checksum", false));
+  if (!checksum.empty() && checksum != "none" && checksum != "crc32" && checksum != "xxh3") {
+    return f.Error("checksum", "must be \"none\", \"crc32\" or \"xxh3\"");
+  }
+  if (!checksum.empty() && checksum != "xxh3") {
+    spec->ignored_keys.push_back("checksum (every object carries an XXH3 checksum, always verified)");
+  }
+  f.Ignore({"relative_tmp_dir", "read_ahead_size"}, &spec->ignored_keys);
+  return c;
+}
+
+}  // namespace
+
+void RegisterFsAdapterType(L2AdapterTypes& types) {
+  types.Add(TypedL2AdapterType<FsAdapterConfig>(
+      "fs", {}, ParseFs, [](const FsAdapterConfig& config) -> Result<std::unique_ptr<L2Adapter>> {
+        LMC_ASSIGN_OR_RETURN(auto adapter, FsAdapter::Create(config));
+        return std::unique_ptr<L2Adapter>(std::move(adapter));
+      }));
+}
+
+}  // namespace lmcache::tier
