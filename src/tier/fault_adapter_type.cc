@@ -14,10 +14,7 @@ namespace {
 
 Result<FaultSpec> ParseFault(L2ConfigFields& f) {
   FaultSpec s;
-  if (!f.Has("inner") || !f.object()["inner"].is_object()) {
-    return f.Error("inner", "is required: the adapter whose operations fail, as an object");
-  }
-  LMC_ASSIGN_OR_RETURN(L2AdapterSpec inner, f.Adapter("inner"));
+  LMC_ASSIGN_OR_RETURN(L2AdapterSpec inner, f.Adapter("inner", "the adapter whose operations fail"));
   s.inner = std::make_shared<L2AdapterSpec>(std::move(inner));
   LMC_ASSIGN_OR_RETURN(s.faults.store_failure_rate, f.Number("store_failure_rate", 0, 0, 1));
   LMC_ASSIGN_OR_RETURN(s.faults.load_failure_rate, f.Number("load_failure_rate", 0, 0, 1));

@@ -98,9 +98,10 @@ Result<bool> L2ConfigFields::Bool(const std::string& field, bool fallback) {
   return object_[field].get<bool>();
 }
 
-Result<L2AdapterSpec> L2ConfigFields::Adapter(const std::string& field) {
+Result<L2AdapterSpec> L2ConfigFields::Adapter(const std::string& field,
+                                              const std::string& role) {
   if (!Has(field) || !object_[field].is_object()) {
-    return Error(field, "is required: an adapter, as an object");
+    return Error(field, "is required: " + role + ", as an object");
   }
   return ParseObject(object_[field], where_ + " " + field);
 }

@@ -41,8 +41,9 @@ class L2ConfigFields {
   Result<std::string> String(const std::string& field, bool required);
   Result<double> Number(const std::string& field, double fallback, double min, double max);
   Result<bool> Bool(const std::string& field, bool fallback);
-  // An adapter object nested in `field` (fault_inject's `inner`), parsed whole.
-  Result<L2AdapterSpec> Adapter(const std::string& field);
+  // The adapter object nested in `field` (fault_inject's `inner`), parsed
+  // whole; `role` says what it is in the error when it is missing.
+  Result<L2AdapterSpec> Adapter(const std::string& field, const std::string& role);
   // Keys the reference accepts that this server does not act on.
   void Ignore(std::initializer_list<const char*> fields, std::vector<std::string>* ignored) {
     for (const char* f : fields) {
