@@ -285,6 +285,12 @@ class ObjectTable {
   std::optional<ObjectInfo> Find(const ObjectKey& key) const;
   TableStats Stats() const;
 
+  // The bytes at `offset` of a grant the caller holds (a ReadGrant, or a
+  // buffer of its WriteLease), for in-process copies (the L2 controllers):
+  // an error if the range is not inside the pool. The lease, not this call,
+  // keeps them valid.
+  Result<std::span<std::byte>> LeasedBytes(Offset offset, std::uint64_t size) const;
+
   // Subscribes `listener` (listener.h). Before the table is used; it must outlive the table.
   void AddListener(StoreListener* listener) { listeners_.push_back(listener); }
 

@@ -241,6 +241,12 @@ std::uint64_t ObjectTable::ReclaimExpired() {
   return reclaimed;
 }
 
+Result<std::span<std::byte>> ObjectTable::LeasedBytes(Offset offset, std::uint64_t size) const {
+  auto bytes = allocator_->Resolve(offset, size);
+  if (!bytes.ok()) return bytes.status();
+  return std::span<std::byte>(*bytes, size);
+}
+
 std::optional<ObjectInfo> ObjectTable::Find(const ObjectKey& key) const {
   ShardSetLock lock(*this, ShardIndex(key));
   const Shard& shard = ShardOf(key);

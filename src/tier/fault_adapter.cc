@@ -7,7 +7,7 @@
 namespace lmcache::tier {
 
 FaultAdapter::FaultAdapter(std::unique_ptr<L2Adapter> inner, const FaultConfig& config)
-    : inner_(std::move(inner)), config_(config), random_(config.seed) {}
+    : ForwardingAdapter(std::move(inner)), config_(config), random_(config.seed) {}
 
 bool FaultAdapter::Chance(double rate) {
   if (rate <= 0) return false;
@@ -40,7 +40,7 @@ std::vector<Status> FaultAdapter::Store(std::span<const L2Write> objects) {
       where.push_back(i);
     }
   }
-  std::vector<Status> inner = inner_->Store(passed);
+  std::vector<Status> inner = ForwardingAdapter::Store(passed);
   for (std::size_t j = 0; j < inner.size(); ++j) results[where[j]] = std::move(inner[j]);
   return results;
 }
@@ -48,14 +48,12 @@ std::vector<Status> FaultAdapter::Store(std::span<const L2Write> objects) {
 std::vector<bool> FaultAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
   Delay();
   if (Roll(config_.lookup_failure_rate)) return std::vector<bool>(keys.size(), false);
-  return inner_->LookupAndPin(keys);
+  return ForwardingAdapter::LookupAndPin(keys);
 }
-
-void FaultAdapter::Unpin(std::span<const store::ObjectKey> keys) { inner_->Unpin(keys); }
 
 std::vector<L2LoadOutcome> FaultAdapter::Load(std::span<const L2Read> reads) {
   Delay();
-  std::vector<L2LoadOutcome> outcomes = inner_->Load(reads);
+  std::vector<L2LoadOutcome> outcomes = ForwardingAdapter::Load(reads);
   for (std::size_t i = 0; i < reads.size(); ++i) {
     if (Roll(config_.load_failure_rate)) {
       // A failed read may have written anything: make sure nobody uses it.
@@ -67,7 +65,7 @@ std::vector<L2LoadOutcome> FaultAdapter::Load(std::span<const L2Read> reads) {
 }
 
 L2AdapterStats FaultAdapter::Stats() const {
-  L2AdapterStats s = inner_->Stats();
+  L2AdapterStats s = ForwardingAdapter::Stats();
   s.type = "fault_inject(" + s.type + ")";
   s.description = "fault_inject(" + s.description + ")";
   return s;

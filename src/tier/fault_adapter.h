@@ -14,7 +14,7 @@
 #include <random>
 
 #include "common/mutex.h"
-#include "tier/l2_adapter.h"
+#include "tier/forwarding_adapter.h"
 
 namespace lmcache::tier {
 
@@ -35,17 +35,15 @@ struct FaultSpec {
   std::shared_ptr<L2AdapterSpec> inner;
 };
 
-class FaultAdapter final : public L2Adapter {
+class FaultAdapter final : public ForwardingAdapter {
  public:
   FaultAdapter(std::unique_ptr<L2Adapter> inner, const FaultConfig& config);
 
   std::vector<Status> Store(std::span<const L2Write> objects) override;
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
-  void Unpin(std::span<const store::ObjectKey> keys) override;
   std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
   L2AdapterStats Stats() const override;
 
-  L2Adapter& inner() { return *inner_; }
   // Calls delayed so far.
   std::uint64_t delayed() const { return delayed_.load(std::memory_order_relaxed); }
 
@@ -55,7 +53,6 @@ class FaultAdapter final : public L2Adapter {
   bool Roll(double rate) LMC_EXCLUDES(mu_);
   void Delay();
 
-  std::unique_ptr<L2Adapter> inner_;
   const FaultConfig config_;
   Mutex mu_;
   std::mt19937_64 random_ LMC_GUARDED_BY(mu_);

@@ -29,27 +29,26 @@ class MeteredAdapter::Meter {
   std::chrono::steady_clock::time_point start_;
 };
 
-MeteredAdapter::MeteredAdapter(std::unique_ptr<L2Adapter> inner) : inner_(std::move(inner)) {}
+MeteredAdapter::MeteredAdapter(std::unique_ptr<L2Adapter> inner)
+    : ForwardingAdapter(std::move(inner)) {}
 
 std::vector<Status> MeteredAdapter::Store(std::span<const L2Write> objects) {
   Meter meter(&storing_, &store_latency_, objects.size());
-  return inner_->Store(objects);
+  return ForwardingAdapter::Store(objects);
 }
 
 std::vector<bool> MeteredAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
   Meter meter(&looking_up_, &lookup_latency_, keys.size());
-  return inner_->LookupAndPin(keys);
+  return ForwardingAdapter::LookupAndPin(keys);
 }
-
-void MeteredAdapter::Unpin(std::span<const store::ObjectKey> keys) { inner_->Unpin(keys); }
 
 std::vector<L2LoadOutcome> MeteredAdapter::Load(std::span<const L2Read> reads) {
   Meter meter(&loading_, &load_latency_, reads.size());
-  return inner_->Load(reads);
+  return ForwardingAdapter::Load(reads);
 }
 
 L2AdapterStats MeteredAdapter::Stats() const {
-  L2AdapterStats s = inner_->Stats();
+  L2AdapterStats s = ForwardingAdapter::Stats();
   s.storing_objects = storing_.load(std::memory_order_relaxed);
   s.loading_objects = loading_.load(std::memory_order_relaxed);
   s.looking_up_keys = looking_up_.load(std::memory_order_relaxed);

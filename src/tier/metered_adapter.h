@@ -9,30 +9,25 @@
 #pragma once
 
 #include <atomic>
-#include <memory>
 
 #include "common/histogram.h"
-#include "tier/l2_adapter.h"
+#include "tier/forwarding_adapter.h"
 
 namespace lmcache::tier {
 
-class MeteredAdapter final : public L2Adapter {
+class MeteredAdapter final : public ForwardingAdapter {
  public:
   explicit MeteredAdapter(std::unique_ptr<L2Adapter> inner);
 
   std::vector<Status> Store(std::span<const L2Write> objects) override;
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
-  void Unpin(std::span<const store::ObjectKey> keys) override;
   std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
   L2AdapterStats Stats() const override;
-
-  L2Adapter& inner() { return *inner_; }
 
  private:
   // Counts `objects` in flight for the scope of one call and records its duration.
   class Meter;
 
-  std::unique_ptr<L2Adapter> inner_;
   std::atomic<std::uint64_t> storing_{0};
   std::atomic<std::uint64_t> loading_{0};
   std::atomic<std::uint64_t> looking_up_{0};

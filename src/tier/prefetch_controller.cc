@@ -323,10 +323,10 @@ std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
     std::vector<std::vector<std::size_t>> index(adapters_.size());
     for (std::size_t i = c * ranks; i < end; ++i) {
       if (plan.source[i] < 0) continue;
-      auto out = table_->allocator().Resolve(buffers.offsets[i], request.object_bytes);
+      auto out = table_->LeasedBytes(buffers.offsets[i], request.object_bytes);
       if (!out.ok()) continue;  // cannot happen for a reserved buffer; a miss then
       const auto a = static_cast<std::size_t>(plan.source[i]);
-      reads[a].push_back({&request.keys[i], std::span<std::byte>(*out, request.object_bytes)});
+      reads[a].push_back({&request.keys[i], *out});
       index[a].push_back(i);
     }
     const std::vector<std::vector<L2LoadOutcome>> outcomes = LoadAll(reads);

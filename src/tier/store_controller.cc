@@ -102,12 +102,12 @@ void StoreController::WriteBatch(std::vector<Pending> batch) {
     }
     lease = acquired->lease;
     const store::ReadGrant& grant = acquired->grants[0];
-    auto bytes = table_->allocator().Resolve(grant.offset, grant.size);
+    auto bytes = table_->LeasedBytes(grant.offset, grant.size);
     if (!bytes.ok()) {  // cannot happen for a granted object; counted, never fatal
       failed_.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    writes.push_back({&key, std::span<const std::byte>(*bytes, grant.size)});
+    writes.push_back({&key, *bytes});
   }
   std::vector<bool> everywhere(writes.size(), true);
   for (L2Adapter* adapter : adapters_) {

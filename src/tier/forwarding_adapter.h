@@ -1,0 +1,39 @@
+// ForwardingAdapter: an L2Adapter that passes every call to the adapter it
+// wraps. Decorators (MeteredAdapter, FaultAdapter) derive from it and
+// override only the calls they change, so a call added to L2Adapter reaches
+// every wrapped adapter through this one class instead of being restated in
+// each decorator (LevelDB's EnvWrapper is the model).
+//
+// Thread-safety: as the wrapped adapter.
+#pragma once
+
+#include <memory>
+
+#include "tier/l2_adapter.h"
+
+namespace lmcache::tier {
+
+class ForwardingAdapter : public L2Adapter {
+ public:
+  explicit ForwardingAdapter(std::unique_ptr<L2Adapter> inner) : inner_(std::move(inner)) {}
+
+  std::vector<Status> Store(std::span<const L2Write> objects) override {
+    return inner_->Store(objects);
+  }
+  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
+    return inner_->LookupAndPin(keys);
+  }
+  void Unpin(std::span<const store::ObjectKey> keys) override { inner_->Unpin(keys); }
+  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override {
+    return inner_->Load(reads);
+  }
+  L2AdapterStats Stats() const override { return inner_->Stats(); }
+
+  L2Adapter& inner() { return *inner_; }
+  const L2Adapter& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<L2Adapter> inner_;
+};
+
+}  // namespace lmcache::tier
