@@ -10,6 +10,9 @@ find_package(nlohmann_json REQUIRED)  # nlohmann-json3-dev: --l2-adapter JSON, H
 # library with its OpenSSL/zlib/brotli options), found through pkg-config.
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# prometheus-cpp-dev: /metrics is rendered by its text serializer (core
+# library only; the server links no civetweb or curl).
+find_package(prometheus-cpp CONFIG REQUIRED)
 # libhiredis-dev: the resp L2 adapter (Redis/Valkey, standalone and Cluster,
 # LMC_L2_RESP) and lmcache-bench's Redis paths; a server built without them
 # needs no hiredis. Through pkg-config: Debian 12's HiredisConfigVersion.cmake

@@ -13,6 +13,7 @@
 #                                        CI=true a skip of something CI installs fails
 #   tools/dev.sh build [release|asan|tsan]
 #   tools/dev.sh deps                    install the packages only
+#   tools/dev.sh metrics-doc             regenerate docs/metrics.md from the stats schema
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,7 +22,7 @@ JOBS="${JOBS:-$(nproc)}"
 PACKAGES=(
   build-essential cmake pkg-config git
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev
-  libxxhash-dev librust-blake3-dev nlohmann-json3-dev libcpp-httplib-dev
+  libxxhash-dev librust-blake3-dev nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
   b3sum redis-server libhiredis-dev prometheus python3-yaml
@@ -137,8 +138,14 @@ case "$cmd" in
     report_skips
     log "all tests passed"
     ;;
+  metrics-doc)
+    install_deps
+    build release
+    LMC_WRITE_METRICS_DOC=1 "$ROOT/build/tests/metrics_doc_test" >/dev/null
+    log "docs/metrics.md regenerated from the stats schema"
+    ;;
   *)
-    sed -n '2,15p' "$0" >&2
+    sed -n '2,16p' "$0" >&2
     exit 2
     ;;
 esac

@@ -1,7 +1,7 @@
 // StatsSnapshot: every counter and gauge of the server, collected once and
 // rendered by each exporter (the msgpack `stats` operation here, Prometheus
-// text over HTTP), so no figure is counted twice or exported by one and not
-// the other.
+// text over HTTP) from one schema (stats_schema.h), so no figure is counted
+// twice or exported by one and not the other.
 //
 // Thread-safety: a snapshot is a plain value taken from internally
 // synchronised sources; rendering is a pure function.
