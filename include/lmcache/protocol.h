@@ -55,6 +55,9 @@ enum class Op : std::uint8_t {
   kStoreWithChunkEvents = 102,
   kReleaseChunkStoreEvents = 103,
   kSubscribeKvEvents = 104,
+  // Ours, by name: clear that answers how many objects it removed (HTTP
+  // POST /clear-cache runs it).
+  kClearCache = 105,
 };
 
 }  // namespace lmcache

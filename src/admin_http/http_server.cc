@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/logging.h"
+#include "common/msgpack_codec.h"
+#include "common/msgpack_cursor.h"
 #include "common/version.h"
 #include "admin_http/prometheus.h"
 
@@ -17,6 +19,22 @@ namespace lmcache::ops {
 namespace {
 
 using nlohmann::json;
+
+bool IsLoopback(std::string_view address) {
+  return address.starts_with("127.") || address == "::1" || address.starts_with("::ffff:127.");
+}
+
+// The clear_cache reply: {cleared_objects: n}.
+Result<std::uint64_t> ClearedObjects(std::string_view reply) {
+  mp::MsgpackCursor cursor(reply);
+  LMC_ASSIGN_OR_RETURN(const std::uint32_t fields, cursor.ReadMapHeader("clear_cache reply"));
+  for (std::uint32_t i = 0; i < fields; ++i) {
+    LMC_ASSIGN_OR_RETURN(const std::string_view name, cursor.ReadStr("clear_cache field"));
+    if (name == "cleared_objects") return cursor.ReadUint("cleared_objects");
+    LMC_RETURN_IF_ERROR(cursor.Skip());
+  }
+  return Status(ErrorCode::kInternal, "the clear_cache reply has no cleared_objects");
+}
 
 void Reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
@@ -220,10 +238,21 @@ void HttpServer::AddRoutes() {
   });
   s.Post("/clear-cache", [&config, &service](const httplib::Request& req, httplib::Response& res) {
     if (RefuseAdmin(config, req, res)) return;
-    const std::uint64_t cleared = service.table().Clear(/*force=*/true);
-    spdlog::warn("L1 cleared over HTTP: {} objects (locked ones retire when their leases end)",
-                 cleared);
-    Reply(res, 200, {{"status", "ok"}, {"cleared_objects", cleared}});
+    // Through the op table, as the ZMQ clear: counted in its stats row
+    // (clear_cache) and governed by --admin-ops as well.
+    const std::string force = mp::Encoder().Int(1).Take();
+    const std::string_view payloads[] = {force};
+    const std::string connection = "http:" + req.remote_addr;
+    const server::RequestContext context{connection, server::Transport::kHttp,
+                                         IsLoopback(req.remote_addr)};
+    const server::Reply reply = service.Call("clear_cache", payloads, context);
+    if (!reply.status.ok()) {
+      return Error(res, reply.status.code() == ErrorCode::kPermissionDenied ? 403 : 500,
+                   reply.status.message());
+    }
+    auto cleared = ClearedObjects(reply.value);
+    if (!cleared.ok()) return Error(res, 500, cleared.status().message());
+    Reply(res, 200, {{"status", "ok"}, {"cleared_objects", *cleared}});
   });
 
   // Every known path answers other methods with 405; unknown paths with 404.

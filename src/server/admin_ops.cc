@@ -35,7 +35,9 @@ bool MayRunDestructive(AdminAccess access, const RequestContext& context) {
     case AdminAccess::kAny: return true;
     case AdminAccess::kLocal: return context.local_peer;
     // Every local user (and every container in the host's network namespace)
-    // reaches loopback tcp; only the server's user can open its ipc socket.
+    // reaches loopback tcp; only the server's user can open its ipc socket,
+    // and only the admin token's bearer (or, with --http-admin-open, the
+    // operator's choice) gets an HTTP request this far.
     case AdminAccess::kIpc: return context.transport != Transport::kTcp;
     case AdminAccess::kOff: return false;
   }
@@ -51,7 +53,18 @@ void AdminOps::AddTo(OpTable* table) {
                return Ping(c, id);
              }));
   table->Add({Op::kClear, "clear", true, P::kCpu, 0, 1, 64, F::kNil},
-             Bind(DecodeClear, [this](const RequestContext& c, bool force) { return Clear(c, force); }));
+             Bind(DecodeClear, [this](const RequestContext& c, bool force) -> Result<std::string> {
+               LMC_ASSIGN_OR_RETURN(const std::uint64_t cleared, Clear(c, force));
+               (void)cleared;  // the reference's clear answers None
+               return mp::Encoder().Nil().Take();
+             }));
+  table->Add({Op::kClearCache, "clear_cache", false, P::kCpu, 0, 1, 64, F::kNil},
+             Bind(DecodeClear, [this](const RequestContext& c, bool force) -> Result<std::string> {
+               LMC_ASSIGN_OR_RETURN(const std::uint64_t cleared, Clear(c, force));
+               mp::MapWriter m;
+               m.Field("cleared_objects").Uint(cleared);
+               return m.Take();
+             }));
   table->Add({Op::kGetChunkSize, "get_chunk_size", true, P::kInline, 0, 0, 0, F::kZero},
              Answer(mp::Encoder().Int(state_->config().chunk_size).Take()));
   table->Add({Op::kNoop, "noop", true, P::kInline, 0, 0, 0, F::kEmptyString},
@@ -129,16 +142,19 @@ Result<std::string> AdminOps::Ping(const RequestContext& context,
   return mp::Encoder().Bool(state_->instances().Heartbeat(*instance, context.connection)).Take();
 }
 
-Result<std::string> AdminOps::Clear(const RequestContext& context, bool force) {
+Result<std::uint64_t> AdminOps::Clear(const RequestContext& context, bool force) {
   if (!MayRunDestructive(state_->config().admin_access, context)) {
     return Status(ErrorCode::kPermissionDenied,
                   "clear is not allowed from this connection (--admin-ops: the default, ipc, "
                   "allows it only over an ipc endpoint (--url ipc:///PATH), whose 0600 mode "
-                  "limits it to the server's user)");
+                  "limits it to the server's user, or over HTTP with the admin token; off "
+                  "refuses it everywhere)");
   }
   const std::uint64_t cleared = state_->table().Clear(force);
-  spdlog::info("clear(force={}): {} objects removed", force, cleared);
-  return mp::Encoder().Nil().Take();
+  spdlog::warn("clear(force={}) over {}: {} objects removed (locked ones retire when their "
+               "leases end)",
+               force, TransportName(context.transport), cleared);
+  return cleared;
 }
 
 Result<std::string> AdminOps::ServerInfo() const {

@@ -28,7 +28,9 @@ class AdminOps {
 
  private:
   Result<std::string> Ping(const RequestContext& context, std::optional<std::int64_t> instance);
-  Result<std::string> Clear(const RequestContext& context, bool force);
+  // Removes every object (locked ones too with `force`: they retire when
+  // their leases end); the objects removed, or why `context` may not.
+  Result<std::uint64_t> Clear(const RequestContext& context, bool force);
   Result<std::string> ServerInfo() const;
 
   ServiceState* const state_;

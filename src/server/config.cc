@@ -60,8 +60,9 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "was seen before skips hashing it); 0 disables")
       ->capture_default_str();
   app.add_option("--admin-ops", c->admin_ops,
-                 "Who may run destructive operations (clear): ipc (peers of an ipc endpoint, "
-                 "whose socket file is 0600), local (ipc and loopback tcp peers: every local "
+                 "Who may run destructive operations (clear over ZMQ, POST /clear-cache over "
+                 "HTTP): ipc (peers of an ipc endpoint, whose socket file is 0600, and HTTP "
+                 "requests past the admin token), local (ipc and loopback peers: every local "
                  "user), any, or off")
       ->capture_default_str();
   app.add_option("--gpu-backend", c->gpu_backend,

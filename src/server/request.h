@@ -17,7 +17,18 @@
 
 namespace lmcache::server {
 
-enum class Transport : std::uint8_t { kTcp, kIpc, kInproc };
+// kHttp: the operator's HTTP endpoint, whose own admin gate (token, or
+// --http-admin-open) has let the request through.
+enum class Transport : std::uint8_t { kTcp, kIpc, kInproc, kHttp };
+inline std::string_view TransportName(Transport transport) {
+  switch (transport) {
+    case Transport::kTcp: return "tcp";
+    case Transport::kIpc: return "ipc";
+    case Transport::kInproc: return "inproc";
+    case Transport::kHttp: return "http";
+  }
+  return "?";
+}
 
 struct RequestContext {
   std::string_view connection;  // opaque, stable while the client stays connected

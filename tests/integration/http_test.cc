@@ -118,6 +118,10 @@ TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
   EXPECT_EQ(cleared->status, 200);
   EXPECT_EQ(Json(cleared)["cleared_objects"], 1);
   EXPECT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 0);
+  // It ran through the op table, as the ZMQ clear does: counted in its row.
+  EXPECT_NE(http_->Get("/metrics")->body.find(
+                "lmcache_mp_requests_total{operation=\"clear_cache\"} 1"),
+            std::string::npos);
 
   auto wrong = http_->Delete("/status");
   EXPECT_EQ(wrong->status, 405);
@@ -181,6 +185,27 @@ TEST_F(HttpTest, ATokenFileOthersCanReadIsRefusedAtStartup) {
   EXPECT_NE(server_->WaitExit(std::chrono::seconds(30)), 0);
   EXPECT_NE(server_->Log().find("chmod 600 " + file), std::string::npos) << server_->Log();
   fs::remove(file);
+}
+
+// --admin-ops governs the HTTP clear as it governs the ZMQ one: off refuses
+// both, even to an HTTP endpoint opened to admin routes.
+TEST_F(HttpTest, AdminOpsOffRefusesTheHttpClearToo) {
+  StartServer({"--http-admin-open", "--admin-ops", "off"});
+  auto worker = Registered(url_, 8);
+  std::vector<std::byte> chunk(worker->ObjectBytes(), std::byte{5});
+  client::KeySpec key;
+  key.model_name = "http-test-model";
+  for (std::uint32_t t = 0; t < 256; ++t) key.token_ids.push_back(t + 1000);
+  key.end = 256;
+  key.request_id = "r";
+  std::vector<std::span<const std::byte>> chunks = {chunk};
+  ASSERT_TRUE(worker->Store(key, chunks).ok());
+  auto cleared = http_->Post("/clear-cache", "", "text/plain");
+  EXPECT_EQ(cleared->status, 403);
+  EXPECT_NE(cleared->body.find("--admin-ops"), std::string::npos) << cleared->body;
+  EXPECT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 1);
+  EXPECT_FALSE(worker->Call("clear", {}).ok());
+  EXPECT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 1);
 }
 
 TEST_F(HttpTest, ReadOnlyRefusesWhatChangesState) {

@@ -224,9 +224,11 @@ TEST(OpTable, EveryFrozenIdHasItsReferenceName) {
     EXPECT_EQ(row->spec.name, kNames[id - 1]) << id;
     EXPECT_EQ(ServiceOps().FindByName(kNames[id - 1]), row);
   }
-  // + server_info, stats (ours), store_with_chunk_events, release_chunk_store_events,
-  // subscribe_kv_events (the reference's, by name only).
-  EXPECT_EQ(ServiceOps().rows().size(), 39u);
+  // + server_info, stats, clear_cache (ours), store_with_chunk_events,
+  // release_chunk_store_events, subscribe_kv_events (the reference's, by name only).
+  EXPECT_EQ(ServiceOps().rows().size(), 40u);
+  ASSERT_NE(ServiceOps().FindByName("clear_cache"), nullptr);
+  EXPECT_EQ(ServiceOps().FindByName("clear_cache")->spec.frozen_id, false);
 }
 
 // What a reference client decodes frame 3 of each operation as (its declared
