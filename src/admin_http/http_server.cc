@@ -87,11 +87,11 @@ bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib:
   return false;
 }
 
-json StatusJson(server::Service& service, const Health& health) {
-  const server::StatsSnapshot s = service.Snapshot();
+json StatusJson(const server::ServerStatus& status, const Health& health) {
+  const server::StatsSnapshot& s = status.stats;
   const HealthVerdict verdict = health.Check();
   json instances = json::array();
-  for (const server::InstanceInfo& info : service.instances().List()) {
+  for (const server::InstanceInfo& info : status.instances) {
     instances.push_back({{"instance_id", info.instance_id},
                          {"model_name", info.model_name},
                          {"world_size", info.world_size},
@@ -130,7 +130,7 @@ json StatusJson(server::Service& service, const Health& health) {
           {"is_healthy", verdict.healthy},
           {"reason", verdict.reason},
           {"pool",
-           {{"name", service.state().l1().segment().name()},
+           {{"name", status.pool_name},
             {"size_bytes", s.allocator.capacity_bytes},
             {"prefault",
              {{"ready_bytes", s.prefault.ready_bytes},
@@ -146,7 +146,7 @@ json StatusJson(server::Service& service, const Health& health) {
             {"staging_bytes", s.table.staging_bytes},
             {"locked_bytes", s.table.locked_bytes},
             {"read_leases", s.table.read_leases}}},
-          {"chunk_size", service.state().config().chunk_size},
+          {"chunk_size", status.chunk_size},
           {"hash_algorithm", "blake3"},
           {"instances", instances},
           {"active_sessions", s.sessions},
@@ -209,7 +209,7 @@ void HttpServer::AddRoutes() {
     }
   });
   s.Get("/status", [&service, &health](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, StatusJson(service, health));
+    Reply(res, 200, StatusJson(service.CollectStatus(), health));
   });
   s.Get("/metrics", [&service, &health](const httplib::Request&, httplib::Response& res) {
     res.set_content(RenderPrometheus(service.Snapshot(), health.Check(), health.phase()),

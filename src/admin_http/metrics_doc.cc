@@ -15,7 +15,7 @@ using server::StatGroup;
 
 constexpr std::string_view kIntro = R"(# Metrics
 
-<!-- Generated from the stats schema (src/server/stats_schema.cc) and
+<!-- Generated from the stats schema (src/server/stats_fields_*.cc) and
 src/admin_http/prometheus.cc by `tools/dev.sh metrics-doc`; do not edit by
 hand: metrics_doc_test fails when this file differs from what they say. -->
 

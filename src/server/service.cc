@@ -233,4 +233,13 @@ StatsSnapshot Service::Snapshot() {
   return s;
 }
 
+ServerStatus Service::CollectStatus() {
+  ServerStatus status;
+  status.stats = Snapshot();
+  status.pool_name = state_.l1().segment().name();
+  status.chunk_size = state_.config().chunk_size;
+  status.instances = state_.instances().List();
+  return status;
+}
+
 }  // namespace lmcache::server

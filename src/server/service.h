@@ -82,6 +82,7 @@ class Service final : public RequestHandler {
   // Where the L2 tier's counters come from (set once, before serving; none without L2).
   void SetL2StatsSource(std::function<tier::L2Stats()> source);
   StatsSnapshot Snapshot();
+  ServerStatus CollectStatus();
   // A transfer mode's fault that health reports (not ready), or nullopt.
   std::optional<std::string> TransferProblem() const;
 

@@ -64,6 +64,16 @@ struct StatsSnapshot {
   store::L1Cache::PrefaultProgress prefault;
 };
 
+// What GET /status shows: the stats snapshot and the server's identity and
+// registrations, taken in one call so the HTTP endpoint reads no service
+// internals.
+struct ServerStatus {
+  StatsSnapshot stats;
+  std::string pool_name;        // the L1 segment's shared-memory name
+  std::int64_t chunk_size = 0;  // --chunk-size
+  std::vector<InstanceInfo> instances;
+};
+
 // The `stats` reply: a msgpack map (docs/protocol.md lists its fields).
 std::string EncodeStatsMsgpack(const StatsSnapshot& stats);
 

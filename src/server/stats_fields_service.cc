@@ -1,0 +1,195 @@
+// The stats schema's fields of the requests, transport, instances, parked requests, lookups and GPU contexts.
+#include "server/stats_schema_tables.h"
+
+namespace lmcache::server::stats_tables {
+namespace {
+
+const Entry<OperationRow> kOperationRows[] = {
+    {{"requests", K::kCounter, "requests", "requests_total",
+      "Requests run, by operation (operations called at least once)."},
+     [](const OperationRow& o) { return U(o.requests); }},
+    {{"errors", K::kCounter, "requests", "request_errors_total", "Requests that failed, by operation."},
+     [](const OperationRow& o) { return U(o.errors); }},
+    {{"latency", K::kHistogram, "µs (seconds in Prometheus)", "request_duration_seconds",
+      "Time to run a request, by operation (buckets 50 us to 10 s).", {}, kBoth,
+      HistogramForm::kFlat},
+     [](const OperationRow& o) { return H(o.latency); }},
+};
+
+const Entry<S> kTransportErrorsRows[] = {
+    {{"transport_errors", K::kCounter, "requests", "transport_errors_total",
+      "Requests answered before dispatch (bad frames, unknown operation)."},
+     [](const S& s) { return U(s.refused_requests); }},
+};
+
+const Entry<S> kRouterRows[] = {
+    {{"received", K::kCounter, "requests", "requests_received_total",
+      "Requests the transport received."},
+     [](const S& s) { return U(s.transport.received); }},
+    {{"replied", K::kCounter, "replies", "replies_total", "Replies the transport sent."},
+     [](const S& s) { return U(s.transport.replied); }},
+    {{"undeliverable", K::kCounter, "replies", "replies_undeliverable_total",
+      "Replies whose client had gone."},
+     [](const S& s) { return U(s.transport.undeliverable); }},
+    {{"refused", K::kCounter, "requests", "requests_refused_total",
+      "Requests answered with an error before running (bad frames, unknown operation, overload)."},
+     [](const S& s) { return U(s.transport.refused); }},
+    {{"overloaded", K::kCounter, "requests", "requests_overloaded_total",
+      "Requests refused because a queue was full (402)."},
+     [](const S& s) { return U(s.transport.overloaded); }},
+    {{"queued_requests", K::kGauge, "requests", "router_queued_requests",
+      "Requests waiting in the worker pools."},
+     [](const S& s) { return U(s.transport.queued_requests); }},
+    {{"queued_bytes", K::kGauge, "bytes", "router_queued_bytes",
+      "Bytes of requests waiting in the worker pools."},
+     [](const S& s) { return U(s.transport.queued_bytes); }},
+    {{"connections", K::kGauge, "connections", "connections", "Client connections open."},
+     [](const S& s) { return U(s.transport.connections); }},
+    {{"disconnects", K::kCounter, "connections", "disconnects_total",
+      "Client connections that closed."},
+     [](const S& s) { return U(s.transport.disconnects); }},
+};
+
+std::uint64_t Released(const S& s, ReleaseCause cause) {
+  return s.released_instances[static_cast<std::size_t>(cause)];
+}
+
+const Entry<S> kInstancesRows[] = {
+    {{"registered", K::kGauge, "instances", "instances", "Registered worker instances."},
+     [](const S& s) { return U(s.instances.instances); }},
+    {{"pending_writes", K::kGauge, "calls", "pending_writes",
+      "prepare_store calls waiting for their commit."},
+     [](const S& s) { return U(s.instances.pending_writes); }},
+    {{"pending_reads", K::kGauge, "calls", "pending_reads",
+      "prepare_retrieve calls waiting for their commit."},
+     [](const S& s) { return U(s.instances.pending_reads); }},
+    // The first names, kept for existing dashboards (the same as `released`).
+    {{"reaped", K::kCounter, "instances", "instances_reaped_total",
+      "Instances unregistered by the reaper (the same as released, cause reaped)."},
+     [](const S& s) { return U(Released(s, ReleaseCause::kReaped)); }},
+    {{"replaced", K::kCounter, "instances", "instances_replaced_total",
+      "Instances registered again from another connection (the same as released, cause "
+      "replaced)."},
+     [](const S& s) { return U(Released(s, ReleaseCause::kReplaced)); }},
+    {{"departed", K::kCounter, "instances", "instances_departed_total",
+      "Instances whose connection closed (the same as released, cause disconnected)."},
+     [](const S& s) { return U(Released(s, ReleaseCause::kDisconnected)); }},
+};
+
+constexpr const char* kReleasedHelp =
+    "Registrations ended, by cause (unregistered, disconnected, reaped, replaced; "
+    "docs/security.md).";
+const Entry<S> kReleasedRows[] = {
+    {{"unregistered", K::kCounter, "instances", "instances_released_total", kReleasedHelp,
+      {"cause", "unregistered"}},
+     [](const S& s) { return U(Released(s, ReleaseCause::kUnregistered)); }},
+    {{"disconnected", K::kCounter, "instances", "instances_released_total", "",
+      {"cause", "disconnected"}},
+     [](const S& s) { return U(Released(s, ReleaseCause::kDisconnected)); }},
+    {{"reaped", K::kCounter, "instances", "instances_released_total", "", {"cause", "reaped"}},
+     [](const S& s) { return U(Released(s, ReleaseCause::kReaped)); }},
+    {{"replaced", K::kCounter, "instances", "instances_released_total", "", {"cause", "replaced"}},
+     [](const S& s) { return U(Released(s, ReleaseCause::kReplaced)); }},
+};
+
+const Entry<S> kSessionsRows[] = {
+    {{"sessions", K::kGauge, "sessions", "sessions", "Request sessions held."},
+     [](const S& s) { return U(s.sessions); }},
+    {{"session_bytes", K::kGauge, "bytes", "session_bytes", "Memory held by request sessions."},
+     [](const S& s) { return U(s.session_bytes); }},
+    {{"sessions_dropped_for_memory", K::kCounter, "sessions", "sessions_dropped_total",
+      "Sessions dropped for memory."},
+     [](const S& s) { return U(s.sessions_dropped_for_memory); }},
+};
+
+const Entry<S> kParkedRows[] = {
+    {{"requests", K::kGauge, "requests", "parked_requests",
+      "Requests waiting without a thread now (deferred replies: a wait_prefetch_status on a "
+      "prefetch still loading)."},
+     [](const S& s) { return U(s.parked.requests); }},
+};
+
+constexpr const char* kParkEndHelp =
+    "Parked requests answered, by operation and why (woken: what they waited for came; "
+    "deadline: their timeout passed, a deadline miss; closed: their client went; drained: the "
+    "server stopped).";
+const Entry<ParkedRow> kParkedOperationRows[] = {
+    {{"parked", K::kCounter, "requests", "parked_total", "Requests parked to answer later, by operation."},
+     [](const ParkedRow& p) { return U(p.parked); }},
+    {{"refused", K::kCounter, "requests", "parked_refused_total",
+      "Requests answered 402 at once because their client had 64 requests parked (or the server "
+      "65,536), by operation."},
+     [](const ParkedRow& p) { return U(p.refused); }},
+    {{"woken", K::kCounter, "requests", "parked_ended_total", kParkEndHelp, {"end", "woken"}},
+     [](const ParkedRow& p) { return U(p.ended[static_cast<std::size_t>(ParkEnd::kWoken)]); }},
+    {{"deadline", K::kCounter, "requests", "parked_ended_total", "", {"end", "deadline"}},
+     [](const ParkedRow& p) { return U(p.ended[static_cast<std::size_t>(ParkEnd::kDeadline)]); }},
+    {{"closed", K::kCounter, "requests", "parked_ended_total", "", {"end", "closed"}},
+     [](const ParkedRow& p) { return U(p.ended[static_cast<std::size_t>(ParkEnd::kClosed)]); }},
+    {{"drained", K::kCounter, "requests", "parked_ended_total", "", {"end", "drained"}},
+     [](const ParkedRow& p) { return U(p.ended[static_cast<std::size_t>(ParkEnd::kDrained)]); }},
+};
+
+const Entry<S> kLookupRows[] = {
+    {{"lookups", K::kCounter, "lookups", "lookups_total", "Lookups.", {}, kBoth, {}, true},
+     [](const S& s) { return U(s.lookups); }},
+    {{"requested_tokens", K::kCounter, "tokens", "lookup_requested_total", "Tokens looked up.", {},
+      kBoth, {}, true},
+     [](const S& s) { return U(s.lookup_requested_tokens); }},
+    {{"hit_tokens", K::kCounter, "tokens", "lookup_hit_total",
+      "Tokens found cached by lookups (the L1 prefix).", {}, kBoth, {}, true},
+     [](const S& s) { return U(s.lookup_hit_tokens); }},
+    {{"hash_cache_hits", K::kCounter, "hashes", "hash_cache_hits_total",
+      "Chunk hashes answered by the hash cache."},
+     [](const S& s) { return U(s.hash_cache.hits); }},
+    {{"hash_cache_misses", K::kCounter, "hashes", "hash_cache_misses_total", "Chunk hashes computed."},
+     [](const S& s) { return U(s.hash_cache.misses); }},
+    {{"hash_cache_entries", K::kGauge, "entries", "hash_cache_entries",
+      "Token prefixes the hash cache holds."},
+     [](const S& s) { return U(s.hash_cache.entries); }},
+    {{"hash_cache_bytes", K::kGauge, "bytes", "hash_cache_bytes", "Memory the hash cache holds."},
+     [](const S& s) { return U(s.hash_cache.bytes); }},
+};
+
+const Entry<S> kBlockReportsRows[] = {
+    {{"block_allocation_reports", K::kCounter, "reports", "block_allocation_reports_total",
+      "report_block_allocation calls received (counted, not acted on)."},
+     [](const S& s) { return U(s.block_allocation_reports); }},
+};
+
+const Entry<S> kGpuRows[] = {
+    {{"contexts", K::kGauge, "contexts", "gpu_contexts",
+      "GPU registrations with a device context (CUDA-IPC path)."},
+     [](const S& s) { return U(s.gpu.contexts); }},
+    {{"closing_contexts", K::kGauge, "contexts", "gpu_closing_contexts",
+      "Device contexts of departed workers waiting for their copies to drain; stuck above 0 "
+      "means an engine event that never completes."},
+     [](const S& s) { return U(s.gpu.closing); }},
+    {{"transfers_in_flight", K::kGauge, "transfers", "gpu_transfers_in_flight",
+      "GPU stores and retrieves queued or copying."},
+     [](const S& s) { return U(s.gpu.transfers_in_flight); }},
+    {{"mapped_allocations", K::kGauge, "allocations", "gpu_mapped_allocations",
+      "Workers' GPU allocations mapped through IPC handles; should fall back after workers leave "
+      "(#4980)."},
+     [](const S& s) { return U(s.gpu.mapped_allocations); }},
+    {{"mapped_bytes", K::kGauge, "bytes", "gpu_mapped_bytes",
+      "Bytes of the workers' GPU allocations mapped through IPC handles (their real extent); "
+      "should fall back with them."},
+     [](const S& s) { return U(s.gpu.mapped_bytes); }},
+};
+
+}  // namespace
+
+const std::span<const Entry<OperationRow>> kOperation(kOperationRows);
+const std::span<const Entry<S>> kTransportErrors(kTransportErrorsRows);
+const std::span<const Entry<S>> kRouter(kRouterRows);
+const std::span<const Entry<S>> kInstances(kInstancesRows);
+const std::span<const Entry<S>> kReleased(kReleasedRows);
+const std::span<const Entry<S>> kSessions(kSessionsRows);
+const std::span<const Entry<S>> kParked(kParkedRows);
+const std::span<const Entry<ParkedRow>> kParkedOperation(kParkedOperationRows);
+const std::span<const Entry<S>> kLookup(kLookupRows);
+const std::span<const Entry<S>> kBlockReports(kBlockReportsRows);
+const std::span<const Entry<S>> kGpu(kGpuRows);
+
+}  // namespace lmcache::server::stats_tables
