@@ -290,6 +290,9 @@ class ObjectTable {
   // an error if the range is not inside the pool. The lease, not this call,
   // keeps them valid.
   Result<std::span<std::byte>> LeasedBytes(Offset offset, std::uint64_t size) const;
+  // The whole pool every lease's bytes lie in: for a device that registers
+  // memory once (an L2 adapter's AttachMemory), never to read or write.
+  std::span<std::byte> PoolBytes() const;
 
   // Subscribes `listener` (listener.h). Before the table is used; it must outlive the table.
   void AddListener(StoreListener* listener) { listeners_.push_back(listener); }

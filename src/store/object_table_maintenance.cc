@@ -247,6 +247,12 @@ Result<std::span<std::byte>> ObjectTable::LeasedBytes(Offset offset, std::uint64
   return std::span<std::byte>(*bytes, size);
 }
 
+std::span<std::byte> ObjectTable::PoolBytes() const {
+  const std::uint64_t size = allocator_->capacity_bytes();
+  auto base = allocator_->Resolve(0, size);
+  return base.ok() ? std::span<std::byte>(*base, size) : std::span<std::byte>();
+}
+
 std::optional<ObjectInfo> ObjectTable::Find(const ObjectKey& key) const {
   ShardSetLock lock(*this, ShardIndex(key));
   const Shard& shard = ShardOf(key);

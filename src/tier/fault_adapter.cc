@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 namespace lmcache::tier {
@@ -27,22 +28,29 @@ void FaultAdapter::Delay() {
   std::this_thread::sleep_for(std::chrono::milliseconds(config_.delay_ms));
 }
 
-std::vector<Status> FaultAdapter::Store(std::span<const L2Write> objects) {
+void FaultAdapter::SubmitStore(std::span<const L2Write> objects, StoreDone done) {
   Delay();
-  std::vector<Status> results(objects.size());
+  auto results = std::make_shared<std::vector<Status>>(objects.size());
   std::vector<L2Write> passed;
   std::vector<std::size_t> where;
   for (std::size_t i = 0; i < objects.size(); ++i) {
     if (Roll(config_.store_failure_rate)) {
-      results[i] = Status(ErrorCode::kIoError, "injected store failure");
+      (*results)[i] = Status(ErrorCode::kIoError, "injected store failure");
     } else {
       passed.push_back(objects[i]);
       where.push_back(i);
     }
   }
-  std::vector<Status> inner = ForwardingAdapter::Store(passed);
-  for (std::size_t j = 0; j < inner.size(); ++j) results[where[j]] = std::move(inner[j]);
-  return results;
+  // `passed` is ours: the inner adapter reads it until its completion runs.
+  auto held = std::make_shared<std::vector<L2Write>>(std::move(passed));
+  ForwardingAdapter::SubmitStore(
+      *held, [held, results, where = std::move(where), done = std::move(done)](
+                 std::vector<Status> inner) mutable {
+        for (std::size_t j = 0; j < inner.size() && j < where.size(); ++j) {
+          (*results)[where[j]] = std::move(inner[j]);
+        }
+        done(std::move(*results));
+      });
 }
 
 std::vector<bool> FaultAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
@@ -51,17 +59,19 @@ std::vector<bool> FaultAdapter::LookupAndPin(std::span<const store::ObjectKey> k
   return ForwardingAdapter::LookupAndPin(keys);
 }
 
-std::vector<L2LoadOutcome> FaultAdapter::Load(std::span<const L2Read> reads) {
+void FaultAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
   Delay();
-  std::vector<L2LoadOutcome> outcomes = ForwardingAdapter::Load(reads);
-  for (std::size_t i = 0; i < reads.size(); ++i) {
-    if (Roll(config_.load_failure_rate)) {
-      // A failed read may have written anything: make sure nobody uses it.
-      std::memset(reads[i].out.data(), 0xEE, reads[i].out.size());
-      outcomes[i] = L2LoadOutcome::kFailed;
+  ForwardingAdapter::SubmitLoad(reads, [this, reads, done = std::move(done)](
+                                           std::vector<L2LoadOutcome> outcomes) mutable {
+    for (std::size_t i = 0; i < reads.size() && i < outcomes.size(); ++i) {
+      if (Roll(config_.load_failure_rate)) {
+        // A failed read may have written anything: make sure nobody uses it.
+        std::memset(reads[i].out.data(), 0xEE, reads[i].out.size());
+        outcomes[i] = L2LoadOutcome::kFailed;
+      }
     }
-  }
-  return outcomes;
+    done(std::move(outcomes));
+  });
 }
 
 L2AdapterStats FaultAdapter::Stats() const {

@@ -39,9 +39,9 @@ class FaultAdapter final : public ForwardingAdapter {
  public:
   FaultAdapter(std::unique_ptr<L2Adapter> inner, const FaultConfig& config);
 
-  std::vector<Status> Store(std::span<const L2Write> objects) override;
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override;
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
 
   // Calls delayed so far.

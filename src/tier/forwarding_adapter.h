@@ -17,17 +17,19 @@ class ForwardingAdapter : public L2Adapter {
  public:
   explicit ForwardingAdapter(std::unique_ptr<L2Adapter> inner) : inner_(std::move(inner)) {}
 
-  std::vector<Status> Store(std::span<const L2Write> objects) override {
-    return inner_->Store(objects);
+  Status AttachMemory(std::span<std::byte> pool) override { return inner_->AttachMemory(pool); }
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override {
+    inner_->SubmitStore(objects, std::move(done));
   }
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
     return inner_->LookupAndPin(keys);
   }
   void Unpin(std::span<const store::ObjectKey> keys) override { inner_->Unpin(keys); }
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override {
-    return inner_->Load(reads);
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
+    inner_->SubmitLoad(reads, std::move(done));
   }
   L2AdapterStats Stats() const override { return inner_->Stats(); }
+  bool CompletesAsynchronously() const override { return inner_->CompletesAsynchronously(); }
 
   L2Adapter& inner() { return *inner_; }
   const L2Adapter& inner() const { return *inner_; }

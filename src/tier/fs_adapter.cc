@@ -174,7 +174,7 @@ void FsAdapter::NoteFailure(int error, const std::string& what) {
 // each file synced and renamed. The syncs of a batch then find most of its
 // writes already on their way to the disk, instead of one write waiting for
 // the previous one's sync.
-std::vector<Status> FsAdapter::Store(std::span<const L2Write> objects) {
+std::vector<Status> FsAdapter::StoreNow(std::span<const L2Write> objects) {
   std::vector<Status> results(objects.size());
   std::vector<PendingFile> pending(objects.size());
   for (std::size_t i = 0; i < objects.size(); ++i) results[i] = WriteTemporary(objects[i], &pending[i]);
@@ -271,7 +271,7 @@ std::vector<bool> FsAdapter::LookupAndPin(std::span<const store::ObjectKey> keys
 
 void FsAdapter::Unpin(std::span<const store::ObjectKey> keys) { index_.Unpin(keys); }
 
-std::vector<L2LoadOutcome> FsAdapter::Load(std::span<const L2Read> reads) {
+std::vector<L2LoadOutcome> FsAdapter::LoadNow(std::span<const L2Read> reads) {
   std::vector<L2LoadOutcome> outcomes;
   outcomes.reserve(reads.size());
   for (const L2Read& read : reads) {

@@ -50,16 +50,16 @@ struct FsRebuildReport {
   double seconds = 0;
 };
 
-class FsAdapter final : public L2Adapter {
+class FsAdapter final : public BlockingL2Adapter {
  public:
   // Creates base_path if missing and rebuilds the index from it. Fails when
   // the directory cannot be created or read.
   static Result<std::unique_ptr<FsAdapter>> Create(const FsAdapterConfig& config);
 
-  std::vector<Status> Store(std::span<const L2Write> objects) override;
+  std::vector<Status> StoreNow(std::span<const L2Write> objects) override;
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
   void Unpin(std::span<const store::ObjectKey> keys) override;
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
+  std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads) override;
   L2AdapterStats Stats() const override;
 
   const FsRebuildReport& rebuild_report() const { return rebuild_; }

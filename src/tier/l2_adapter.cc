@@ -1,6 +1,26 @@
 #include "tier/l2_adapter.h"
 
+#include <future>
+
 namespace lmcache::tier {
+
+Status L2Adapter::AttachMemory(std::span<std::byte>) { return Status::Ok(); }
+
+std::vector<Status> L2Adapter::Store(std::span<const L2Write> objects) {
+  std::promise<std::vector<Status>> stored;
+  std::future<std::vector<Status>> result = stored.get_future();
+  SubmitStore(objects, [&stored](std::vector<Status> statuses) { stored.set_value(std::move(statuses)); });
+  return result.get();
+}
+
+std::vector<L2LoadOutcome> L2Adapter::Load(std::span<const L2Read> reads) {
+  std::promise<std::vector<L2LoadOutcome>> loaded;
+  std::future<std::vector<L2LoadOutcome>> result = loaded.get_future();
+  SubmitLoad(reads, [&loaded](std::vector<L2LoadOutcome> outcomes) {
+    loaded.set_value(std::move(outcomes));
+  });
+  return result.get();
+}
 
 void L2Counters::CountLoad(L2LoadOutcome outcome, std::uint64_t bytes) {
   switch (outcome) {

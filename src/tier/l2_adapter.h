@@ -1,22 +1,32 @@
 // L2Adapter: one slower tier behind L1 (a directory of files, a Redis
 // Cluster, an in-memory mock), as the controllers see it.
 //
-// Calls are batched and synchronous: the controllers run them on their own
-// worker threads, never on a request thread, so a slow tier delays only L2
-// work. An adapter stores whole objects (the commit point is the object
-// becoming visible complete: a rename, a SET), verifies what it loads (a
-// corrupt object is a miss and is deleted, never bytes handed to a worker),
-// and never throws. Lookups pin what they found against the adapter's own
-// eviction until Unpin, so a planned load does not lose its object between
-// the two phases (an adapter whose tier evicts by itself, like Redis, may
-// still miss; the prefetch then serves the shorter prefix).
+// Stores and loads are submitted in batches and complete through a callback
+// (memcached's extstore IO objects, Dragonfly's tiering OpManager): an
+// adapter whose device completes on its own (io_uring, GPUDirect Storage,
+// RDMA) returns from Submit* at once and calls back from its completion
+// thread; one that does the work on the caller's thread (BlockingL2Adapter:
+// fs, resp, mock) calls back before Submit* returns. The controllers run
+// every call on their own worker threads, never a request thread, so a slow
+// tier delays only L2 work. Before any call, AttachMemory shows the adapter
+// the L1 pool every buffer it is handed lies in, once, for a device that
+// registers memory up front. An adapter stores whole objects (the commit
+// point is the object becoming visible complete: a rename, a SET), verifies
+// what it loads (a corrupt object is a miss and is deleted, never bytes
+// handed to a worker), and never throws. Lookups pin what they found
+// against the adapter's own eviction until Unpin, so a planned load does not
+// lose its object between the two phases (an adapter whose tier evicts by
+// itself, like Redis, may still miss; the prefetch then serves the shorter
+// prefix).
 //
-// Thread-safety: every method may be called from any number of threads.
+// Thread-safety: every method may be called from any number of threads; a
+// completion may run on any thread, exactly once per submission.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -93,16 +103,49 @@ struct L2Counters {
 
 class L2Adapter {
  public:
+  // One status per object: OK (stored, or already held), or why not.
+  using StoreDone = std::function<void(std::vector<Status>)>;
+  // One outcome per read.
+  using LoadDone = std::function<void(std::vector<L2LoadOutcome>)>;
+
   virtual ~L2Adapter() = default;
 
-  // One status per object: OK (stored, or already held), or why not.
-  virtual std::vector<Status> Store(std::span<const L2Write> objects) = 0;
+  // Once, before any other call: the L1 pool that every buffer handed to
+  // the adapter lies in. An error refuses the configuration. The default
+  // registers nothing.
+  virtual Status AttachMemory(std::span<std::byte> pool);
+  // Stores `objects`; `done` runs exactly once. The keys and bytes stay
+  // valid until it has run.
+  virtual void SubmitStore(std::span<const L2Write> objects, StoreDone done) = 0;
   // One flag per key: held now (and pinned until Unpin).
   virtual std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) = 0;
   virtual void Unpin(std::span<const store::ObjectKey> keys) = 0;
-  // One outcome per read.
-  virtual std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) = 0;
+  // Loads `reads`; `done` runs exactly once. The keys and buffers stay valid
+  // until it has run.
+  virtual void SubmitLoad(std::span<const L2Read> reads, LoadDone done) = 0;
   virtual L2AdapterStats Stats() const = 0;
+  // True when Submit* returns before its completion has run (the device
+  // completes on its own): the controllers then need no thread per call.
+  virtual bool CompletesAsynchronously() const { return false; }
+
+  // Submit and wait: for callers with a thread to spend (the write-behind
+  // workers, tests).
+  std::vector<Status> Store(std::span<const L2Write> objects);
+  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads);
+};
+
+// An adapter that does its work on the caller's thread: it implements the
+// blocking calls, and its completions run before Submit* returns.
+class BlockingL2Adapter : public L2Adapter {
+ public:
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) final {
+    done(StoreNow(objects));
+  }
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) final { done(LoadNow(reads)); }
+
+ protected:
+  virtual std::vector<Status> StoreNow(std::span<const L2Write> objects) = 0;
+  virtual std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads) = 0;
 };
 
 }  // namespace lmcache::tier

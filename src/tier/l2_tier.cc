@@ -21,6 +21,10 @@ Result<std::unique_ptr<L2Tier>> L2Tier::Create(const L2Config& config, store::Ob
                    i + 1, spec.type, key);
     }
     tier->adapters_.push_back(std::make_unique<MeteredAdapter>(std::move(adapter).value()));
+    if (Status attached = tier->adapters_.back()->AttachMemory(table->PoolBytes()); !attached.ok()) {
+      return Status(attached.code(), "--l2-adapter #" + std::to_string(i + 1) + " (" + spec.type +
+                                         ") cannot use the L1 pool: " + attached.message());
+    }
     adapters.push_back(tier->adapters_.back().get());
     spdlog::info("L2 adapter #{}: {}", i + 1, tier->adapters_.back()->Stats().description);
   }

@@ -1,6 +1,7 @@
 #include "tier/metered_adapter.h"
 
 #include <chrono>
+#include <memory>
 
 namespace lmcache::tier {
 
@@ -32,9 +33,12 @@ class MeteredAdapter::Meter {
 MeteredAdapter::MeteredAdapter(std::unique_ptr<L2Adapter> inner)
     : ForwardingAdapter(std::move(inner)) {}
 
-std::vector<Status> MeteredAdapter::Store(std::span<const L2Write> objects) {
-  Meter meter(&storing_, &store_latency_, objects.size());
-  return ForwardingAdapter::Store(objects);
+void MeteredAdapter::SubmitStore(std::span<const L2Write> objects, StoreDone done) {
+  auto meter = std::make_shared<Meter>(&storing_, &store_latency_, objects.size());
+  ForwardingAdapter::SubmitStore(objects, [meter, done = std::move(done)](std::vector<Status> s) mutable {
+    meter.reset();  // measured to the completion, before the caller sees it
+    done(std::move(s));
+  });
 }
 
 std::vector<bool> MeteredAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
@@ -42,9 +46,12 @@ std::vector<bool> MeteredAdapter::LookupAndPin(std::span<const store::ObjectKey>
   return ForwardingAdapter::LookupAndPin(keys);
 }
 
-std::vector<L2LoadOutcome> MeteredAdapter::Load(std::span<const L2Read> reads) {
-  Meter meter(&loading_, &load_latency_, reads.size());
-  return ForwardingAdapter::Load(reads);
+void MeteredAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
+  auto meter = std::make_shared<Meter>(&loading_, &load_latency_, reads.size());
+  ForwardingAdapter::SubmitLoad(reads, [meter, done = std::move(done)](std::vector<L2LoadOutcome> o) mutable {
+    meter.reset();
+    done(std::move(o));
+  });
 }
 
 L2AdapterStats MeteredAdapter::Stats() const {

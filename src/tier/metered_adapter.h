@@ -19,13 +19,14 @@ class MeteredAdapter final : public ForwardingAdapter {
  public:
   explicit MeteredAdapter(std::unique_ptr<L2Adapter> inner);
 
-  std::vector<Status> Store(std::span<const L2Write> objects) override;
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override;
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
 
  private:
-  // Counts `objects` in flight for the scope of one call and records its duration.
+  // Counts `objects` in flight from a call's start to its completion and
+  // records how long that took.
   class Meter;
 
   std::atomic<std::uint64_t> storing_{0};

@@ -17,7 +17,12 @@ void MockAdapter::Transfer(std::uint64_t bytes) const {
       static_cast<double>(bytes) / (config_.bandwidth_gb_per_s * 1e9)));
 }
 
-std::vector<Status> MockAdapter::Store(std::span<const L2Write> objects) {
+Status MockAdapter::AttachMemory(std::span<std::byte> pool) {
+  attached_bytes_.store(pool.size());
+  return Status::Ok();
+}
+
+std::vector<Status> MockAdapter::StoreNow(std::span<const L2Write> objects) {
   std::vector<Status> results;
   for (const L2Write& object : objects) {
     const store::ObjectKey& key = *object.key;
@@ -61,7 +66,7 @@ std::vector<bool> MockAdapter::LookupAndPin(std::span<const store::ObjectKey> ke
 
 void MockAdapter::Unpin(std::span<const store::ObjectKey> keys) { index_.Unpin(keys); }
 
-std::vector<L2LoadOutcome> MockAdapter::Load(std::span<const L2Read> reads) {
+std::vector<L2LoadOutcome> MockAdapter::LoadNow(std::span<const L2Read> reads) {
   std::vector<L2LoadOutcome> outcomes;
   for (const L2Read& read : reads) {
     std::string value;

@@ -22,18 +22,22 @@ struct MockAdapterConfig {
   double bandwidth_gb_per_s = 0;     // 0 = as fast as memory
 };
 
-class MockAdapter final : public L2Adapter {
+class MockAdapter final : public BlockingL2Adapter {
  public:
   explicit MockAdapter(const MockAdapterConfig& config);
 
-  std::vector<Status> Store(std::span<const L2Write> objects) override;
+  // Records the pool it was shown (attached_bytes()); registers nothing.
+  Status AttachMemory(std::span<std::byte> pool) override;
+  std::vector<Status> StoreNow(std::span<const L2Write> objects) override;
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
   void Unpin(std::span<const store::ObjectKey> keys) override;
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
+  std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads) override;
   L2AdapterStats Stats() const override;
 
   // Test hook: flips one payload byte of a held object (false if not held).
   bool CorruptForTest(const store::ObjectKey& key);
+  // The size of the pool AttachMemory showed it (0: not called).
+  std::uint64_t attached_bytes() const { return attached_bytes_.load(); }
 
  private:
   // Sleeps as long as moving `bytes` takes at the simulated bandwidth.
@@ -42,6 +46,7 @@ class MockAdapter final : public L2Adapter {
   const MockAdapterConfig config_;
   L2Index index_;
   L2Counters counters_;
+  std::atomic<std::uint64_t> attached_bytes_{0};
   mutable Mutex mu_;  // after index_'s mutex is released; a leaf
   std::unordered_map<store::ObjectKey, std::string, store::ObjectKeyHash> objects_
       LMC_GUARDED_BY(mu_);

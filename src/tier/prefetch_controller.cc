@@ -342,30 +342,56 @@ std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
   return chunks;
 }
 
+// One batch's loads across the adapters, shared with their completions.
+struct PrefetchController::BatchLoads {
+  explicit BatchLoads(std::size_t adapters)
+      : outcomes(adapters), completed(new std::atomic<bool>[adapters]), left(adapters) {
+    for (std::size_t a = 0; a < adapters; ++a) completed[a] = false;
+  }
+  // Counts adapter `a` once (its completion, or its submission's failure);
+  // true if this call was the one.
+  bool Complete(std::size_t a) { return !completed[a].exchange(true); }
+
+  std::vector<std::vector<L2LoadOutcome>> outcomes;
+  std::unique_ptr<std::atomic<bool>[]> completed;
+  Countdown left;
+};
+
 std::vector<std::vector<L2LoadOutcome>> PrefetchController::LoadAll(
     const std::vector<std::vector<L2Read>>& reads) {
-  std::vector<std::vector<L2LoadOutcome>> outcomes(adapters_.size());
-  // Returns only once every call has: each call writes into buffers of this
-  // request (fail-stop, see the header), and `reads` lives on our stack.
-  Countdown done(adapters_.size());
-  auto load = [&](std::size_t a) {
+  // Returns only once every adapter has completed: each writes into buffers
+  // of this request (fail-stop, see the header), and `reads` lives on our
+  // stack. A submission that throws (against the adapter contract) counts
+  // as nothing loaded, and a completion after that is ignored.
+  auto batch = std::make_shared<BatchLoads>(adapters_.size());
+  auto submit = [&reads, &batch, this](std::size_t a) {
+    if (reads[a].empty()) {
+      if (batch->Complete(a)) batch->left.Done();
+      return;
+    }
     try {
-      if (!reads[a].empty()) outcomes[a] = adapters_[a]->Load(reads[a]);
+      adapters_[a]->SubmitLoad(reads[a], [batch, a](std::vector<L2LoadOutcome> result) {
+        if (!batch->Complete(a)) return;
+        batch->outcomes[a] = std::move(result);
+        batch->left.Done();
+      });
     } catch (const std::exception& e) {
       spdlog::error("an L2 adapter's load threw (its chunks count as not loaded): {}", e.what());
-      outcomes[a].clear();
+      if (batch->Complete(a)) batch->left.Done();
     }
-    done.Done();
   };
+  // A blocking adapter after the first runs on the cascade pool, so the
+  // adapters of a cascade read side by side; one that completes on its own
+  // needs no thread.
   for (std::size_t a = 1; a < adapters_.size(); ++a) {
-    if (reads[a].empty() || !cascade_ ||
-        cascade_->Submit(a, 0, [&load, a] { load(a); }) != FairQueue::Admission::kQueued) {
-      load(a);  // nothing to read there, or no pool to run it on: here
+    if (reads[a].empty() || adapters_[a]->CompletesAsynchronously() || !cascade_ ||
+        cascade_->Submit(a, 0, [&submit, a] { submit(a); }) != FairQueue::Admission::kQueued) {
+      submit(a);
     }
   }
-  load(0);
-  done.Wait();
-  return outcomes;
+  submit(0);
+  batch->left.Wait();
+  return std::move(batch->outcomes);
 }
 
 PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequest& request,

@@ -126,7 +126,9 @@ class PrefetchController final : public Prefetcher {
   // was no longer waiting. Its landing callbacks go to `landed`.
   bool AnswerUnrun(Job& job, std::vector<std::function<void()>>& landed) LMC_REQUIRES(mu_);
   // Every adapter's reads of one batch, at once (the first adapter's on
-  // this thread); returns when every call has, outcomes per adapter.
+  // this thread); returns when every adapter has completed, outcomes per
+  // adapter.
+  struct BatchLoads;
   std::vector<std::vector<L2LoadOutcome>> LoadAll(const std::vector<std::vector<L2Read>>& reads);
   // `deadline`: when the load stops at the next batch (load_timeout after
   // the request started to run), or nullopt without a load_timeout.

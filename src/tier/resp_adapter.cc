@@ -403,7 +403,7 @@ void RespAdapter::Execute(std::span<Op> ops) {
   }
 }
 
-std::vector<Status> RespAdapter::Store(std::span<const L2Write> objects) {
+std::vector<Status> RespAdapter::StoreNow(std::span<const L2Write> objects) {
   std::vector<Status> results;
   results.reserve(objects.size());
   const std::string ttl = std::to_string(config_.ttl_seconds);
@@ -471,7 +471,7 @@ std::vector<bool> RespAdapter::LookupAndPin(std::span<const store::ObjectKey> ke
 
 void RespAdapter::Unpin(std::span<const store::ObjectKey>) {}
 
-std::vector<L2LoadOutcome> RespAdapter::Load(std::span<const L2Read> reads) {
+std::vector<L2LoadOutcome> RespAdapter::LoadNow(std::span<const L2Read> reads) {
   std::vector<L2LoadOutcome> outcomes;
   outcomes.reserve(reads.size());
   const std::size_t slice = std::max<std::uint32_t>(1, config_.max_in_flight);

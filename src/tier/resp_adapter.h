@@ -61,17 +61,17 @@ struct RespAdapterConfig {
 // The Redis key of `key` under `prefix`.
 std::string RespObjectKey(const std::string& prefix, const store::ObjectKey& key);
 
-class RespAdapter final : public L2Adapter {
+class RespAdapter final : public BlockingL2Adapter {
  public:
   // Checks the URLs and tries to learn the topology; an unreachable Redis is
   // logged, not fatal (the server serves from L1 and retries).
   static Result<std::unique_ptr<RespAdapter>> Create(const RespAdapterConfig& config);
   ~RespAdapter() override;
 
-  std::vector<Status> Store(std::span<const L2Write> objects) override;
+  std::vector<Status> StoreNow(std::span<const L2Write> objects) override;
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
   void Unpin(std::span<const store::ObjectKey> keys) override;
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override;
+  std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads) override;
   L2AdapterStats Stats() const override;
 
   struct Counters {

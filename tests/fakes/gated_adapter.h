@@ -22,17 +22,17 @@ class GatedAdapter final : public tier::L2Adapter {
   // Only the first `held_calls` gated calls wait; later ones go through.
   GatedAdapter(tier::L2Adapter* inner, Gated gated, int held_calls = std::numeric_limits<int>::max())
       : inner_(inner), gated_(gated), held_calls_(held_calls), opened_(gate_.get_future().share()) {}
-  std::vector<Status> Store(std::span<const tier::L2Write> objects) override {
+  void SubmitStore(std::span<const tier::L2Write> objects, StoreDone done) override {
     if (gated_ == Gated::kStore) Hold();
-    return inner_->Store(objects);
+    inner_->SubmitStore(objects, std::move(done));
   }
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
     return inner_->LookupAndPin(keys);
   }
   void Unpin(std::span<const store::ObjectKey> keys) override { inner_->Unpin(keys); }
-  std::vector<tier::L2LoadOutcome> Load(std::span<const tier::L2Read> reads) override {
+  void SubmitLoad(std::span<const tier::L2Read> reads, LoadDone done) override {
     if (gated_ == Gated::kLoad) Hold();
-    return inner_->Load(reads);
+    inner_->SubmitLoad(reads, std::move(done));
   }
   tier::L2AdapterStats Stats() const override { return inner_->Stats(); }
   // Lets every held call and every later one through; once only.

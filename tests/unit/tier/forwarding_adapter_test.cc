@@ -25,19 +25,24 @@ struct CallLog {
 class RecordingAdapter final : public L2Adapter {
  public:
   explicit RecordingAdapter(CallLog* log) : log_(log) {}
-  std::vector<Status> Store(std::span<const L2Write> objects) override {
+  Status AttachMemory(std::span<std::byte> pool) override {
+    Record("attach", pool.size());
+    return Status::Ok();
+  }
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override {
     Record("store", objects.size());
-    return std::vector<Status>(objects.size());
+    done(std::vector<Status>(objects.size()));
   }
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
     Record("lookup", keys.size());
     return std::vector<bool>(keys.size(), true);
   }
   void Unpin(std::span<const store::ObjectKey> keys) override { Record("unpin", keys.size()); }
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override {
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
     Record("load", reads.size());
-    return std::vector<L2LoadOutcome>(reads.size(), L2LoadOutcome::kMissing);
+    done(std::vector<L2LoadOutcome>(reads.size(), L2LoadOutcome::kMissing));
   }
+  bool CompletesAsynchronously() const override { return true; }
   L2AdapterStats Stats() const override {
     L2AdapterStats s;
     s.type = "recording";
@@ -52,18 +57,21 @@ class RecordingAdapter final : public L2Adapter {
   CallLog* log_;
 };
 
-// Changes Load only.
+// Changes loads only.
 class LoadsEverything final : public ForwardingAdapter {
  public:
   using ForwardingAdapter::ForwardingAdapter;
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override {
-    return std::vector<L2LoadOutcome>(reads.size(), L2LoadOutcome::kLoaded);
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
+    done(std::vector<L2LoadOutcome>(reads.size(), L2LoadOutcome::kLoaded));
   }
 };
 
 void CallEverything(L2Adapter& adapter) {
   const std::vector<store::ObjectKey> keys = {KeyN(1), KeyN(2), KeyN(3)};
   std::vector<std::byte> bytes(16);
+  std::vector<std::byte> pool(4096);
+  EXPECT_TRUE(adapter.AttachMemory(pool).ok());
+  EXPECT_TRUE(adapter.CompletesAsynchronously());
   const std::vector<L2Write> writes = {{&keys[0], bytes}, {&keys[1], bytes}};
   EXPECT_EQ(adapter.Store(writes).size(), 2u);
   EXPECT_EQ(adapter.LookupAndPin(keys), (std::vector<bool>{true, true, true}));
@@ -76,8 +84,8 @@ TEST(ForwardingAdapterTest, PassesEveryCallItDoesNotOverrideToTheInnerAdapter) {
   CallLog log;
   LoadsEverything decorator(std::make_unique<RecordingAdapter>(&log));
   CallEverything(decorator);
-  EXPECT_EQ(log.calls, (std::vector<std::string>{"store:2", "lookup:3", "unpin:1"}))
-      << "Load is the decorator's own; the rest reach the inner adapter once each";
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"attach:4096", "store:2", "lookup:3", "unpin:1"}))
+      << "loads are the decorator's own; the rest reach the inner adapter once each";
   const std::vector<store::ObjectKey> keys = {KeyN(9)};
   std::vector<std::byte> out(4);
   const std::vector<L2Read> reads = {{&keys[0], out}};
@@ -94,7 +102,7 @@ TEST(ForwardingAdapterTest, TheServersDecoratorsForwardEveryCall) {
   CallLog fault_log;
   FaultAdapter faults(std::make_unique<RecordingAdapter>(&fault_log), FaultConfig{});
   CallEverything(faults);
-  const std::vector<std::string> all = {"store:2", "lookup:3", "unpin:1", "load:1"};
+  const std::vector<std::string> all = {"attach:4096", "store:2", "lookup:3", "unpin:1", "load:1"};
   EXPECT_EQ(metered_log.calls, all);
   EXPECT_EQ(fault_log.calls, all);
   EXPECT_EQ(metered.Stats().objects, 7u);

@@ -74,5 +74,24 @@ TEST(L2Tier, ALoadFailingMidBatchAdmitsOnlyWhatLoadedAndWritesNothingBack) {
   l1.ExpectBalanced();
 }
 
+// Every adapter is shown the L1 pool once, before it is used, through the
+// meter the tier wraps it in (AttachMemory, for devices that register memory).
+TEST(L2Tier, ShowsEachAdapterTheWholeL1PoolBeforeUse) {
+  testing::L1Table l1(16 << 20);
+  L2Config config;
+  for (int i = 0; i < 2; ++i) {
+    auto spec = ParseL2AdapterSpec(R"({"type":"mock"})", i + 1);
+    ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+    config.adapters.push_back(*spec);
+  }
+  auto tier = L2Tier::Create(config, &l1.table());
+  ASSERT_TRUE(tier.ok()) << tier.status().ToString();
+  for (std::size_t a = 0; a < 2; ++a) {
+    auto& mock = dynamic_cast<MockAdapter&>(dynamic_cast<MeteredAdapter&>((*tier)->adapter(a)).inner());
+    EXPECT_EQ(mock.attached_bytes(), l1.allocator().capacity_bytes()) << a;
+    EXPECT_EQ(l1.table().PoolBytes().size(), l1.allocator().capacity_bytes());
+  }
+}
+
 }  // namespace
 }  // namespace lmcache::tier

@@ -20,20 +20,20 @@ using testing::KeyN;
 // Holds every Load until the test opens the gate; the rest goes to a mock.
 class GatedAdapter final : public L2Adapter {
  public:
-  std::vector<Status> Store(std::span<const L2Write> objects) override {
-    return mock_.Store(objects);
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override {
+    mock_.SubmitStore(objects, std::move(done));
   }
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
     return mock_.LookupAndPin(keys);
   }
   void Unpin(std::span<const store::ObjectKey> keys) override { mock_.Unpin(keys); }
-  std::vector<L2LoadOutcome> Load(std::span<const L2Read> reads) override {
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
     std::unique_lock<std::mutex> lock(mu_);
     entered_ = true;
     cv_.notify_all();
     cv_.wait(lock, [this] { return open_; });
     lock.unlock();
-    return mock_.Load(reads);
+    mock_.SubmitLoad(reads, std::move(done));
   }
   L2AdapterStats Stats() const override { return mock_.Stats(); }
 
@@ -98,6 +98,48 @@ TEST(MeteredAdapterTest, ObjectsInACallAreInFlightUntilItReturns) {
   EXPECT_EQ(metered.Stats().load_latency.count, 0u);  // recorded when the call returns
   gate->Open();
   for (const L2LoadOutcome o : load.get()) EXPECT_EQ(o, L2LoadOutcome::kLoaded);
+  EXPECT_EQ(metered.Stats().loading_objects, 0u);
+  EXPECT_EQ(metered.Stats().load_latency.count, 1u);
+}
+
+// Keeps each load's completion until the test runs it (a device that
+// completes on its own).
+class CompletesLater final : public L2Adapter {
+ public:
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override {
+    done(std::vector<Status>(objects.size()));
+  }
+  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
+    return std::vector<bool>(keys.size(), true);
+  }
+  void Unpin(std::span<const store::ObjectKey>) override {}
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
+    count_ = reads.size();
+    done_ = std::move(done);
+  }
+  L2AdapterStats Stats() const override { return {}; }
+  bool CompletesAsynchronously() const override { return true; }
+  void Complete() { done_(std::vector<L2LoadOutcome>(count_, L2LoadOutcome::kLoaded)); }
+
+ private:
+  std::size_t count_ = 0;
+  LoadDone done_;
+};
+
+TEST(MeteredAdapterTest, AnAsynchronousLoadIsInFlightUntilItsCompletionNotUntilSubmitReturns) {
+  auto later = std::make_unique<CompletesLater>();
+  CompletesLater* device = later.get();
+  MeteredAdapter metered(std::move(later));
+  EXPECT_TRUE(metered.CompletesAsynchronously());
+  const std::vector<store::ObjectKey> keys = {KeyN(1), KeyN(2)};
+  std::vector<std::byte> a(10), b(10);
+  const std::vector<L2Read> reads = {{&keys[0], a}, {&keys[1], b}};
+  std::vector<L2LoadOutcome> seen;
+  metered.SubmitLoad(reads, [&seen](std::vector<L2LoadOutcome> o) { seen = std::move(o); });
+  EXPECT_EQ(metered.Stats().loading_objects, 2u) << "submitted, not completed";
+  EXPECT_EQ(metered.Stats().load_latency.count, 0u);
+  device->Complete();
+  EXPECT_EQ(seen.size(), 2u);
   EXPECT_EQ(metered.Stats().loading_objects, 0u);
   EXPECT_EQ(metered.Stats().load_latency.count, 1u);
 }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "fakes/gated_adapter.h"
@@ -155,6 +156,78 @@ TEST_F(PrefetchControllerTest, ACascadeLoadsFromItsAdaptersAtOnce) {
   EXPECT_FALSE(controller->Poll(h)) << "the request waits for both calls";
   slow_disk.Open();
   slow_redis.Open();
+  const auto landed = controller->Wait(h, kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 4u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_TRUE(HasBytes(keys[i], i)) << i;
+  l1_.table().ReleaseRead(landed->lease);
+  controller->Stop();
+  l1_.ExpectBalanced();
+}
+
+// An adapter whose device completes on its own (io_uring, GPUDirect
+// Storage): SubmitLoad returns at once and the load completes when the test
+// says, on the test's thread.
+class DeferredAdapter final : public L2Adapter {
+ public:
+  explicit DeferredAdapter(L2Adapter* inner) : inner_(inner) {}
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override {
+    inner_->SubmitStore(objects, std::move(done));
+  }
+  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
+    return inner_->LookupAndPin(keys);
+  }
+  void Unpin(std::span<const store::ObjectKey> keys) override { inner_->Unpin(keys); }
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back({{reads.begin(), reads.end()}, std::move(done)});
+  }
+  L2AdapterStats Stats() const override { return inner_->Stats(); }
+  bool CompletesAsynchronously() const override { return true; }
+
+  std::size_t pending() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pending_.size();
+  }
+  // Runs the loads submitted so far and their completions, here.
+  void CompleteAll() {
+    std::vector<Pending> now;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      now.swap(pending_);
+    }
+    for (Pending& p : now) inner_->SubmitLoad(p.reads, std::move(p.done));
+  }
+
+ private:
+  struct Pending {
+    std::vector<L2Read> reads;
+    LoadDone done;
+  };
+  L2Adapter* const inner_;
+  std::mutex mu_;
+  std::vector<Pending> pending_;
+};
+
+TEST_F(PrefetchControllerTest, AnAdapterThatCompletesOnItsOwnIsWaitedForAndItsBytesLand) {
+  MockAdapter disk({}), redis({});
+  const auto keys = KeysN(0, 4);
+  PutInL2(disk, {keys[0], keys[1]});
+  PutInL2(redis, keys);
+  DeferredAdapter async_disk(&disk), async_redis(&redis);
+  auto controller = Start({&async_disk, &async_redis});
+  const PrefetchHandle h = controller->Submit(Request(keys));
+  for (int i = 0; i < 5000 && (async_disk.pending() < 1 || async_redis.pending() < 1); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(async_disk.pending(), 1u);
+  ASSERT_EQ(async_redis.pending(), 1u) << "both adapters' loads are in flight at once";
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(controller->Poll(h)) << "the request waits for both completions";
+  async_redis.CompleteAll();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(controller->Poll(h)) << "one completion of two is not enough";
+  async_disk.CompleteAll();  // on this thread, not the controller's
   const auto landed = controller->Wait(h, kWait);
   ASSERT_TRUE(landed);
   EXPECT_EQ(landed->chunks, 4u);
