@@ -4,7 +4,8 @@
 #
 #   tools/dev.sh run [server flags...]   set up, build Release, start lmcache-server
 #   tools/dev.sh test                    set up, build, run the whole suite:
-#                                        Release (gcc), the container image (podman), then
+#                                        Release (gcc), the container image (podman), the
+#                                        server-only build (no hiredis), then
 #                                        ASan+UBSan with the fuzz targets
 #                                        (clang, libFuzzer), then TSan (clang); both clang
 #                                        builds enforce -Wthread-safety and keep assertions on
@@ -130,6 +131,8 @@ case "$cmd" in
       # The image is built and run for real (podman); where this machine
       # cannot run a container engine it is skipped, and listed below.
       run_container_test
+      log "server-only build (no resp adapter, no tools)"
+      "$ROOT/tools/server_only_check.sh"
       build asan
       run_ctest "$ROOT/build-asan"   # sanitizer options come from the tests' environment
       build tsan
@@ -145,7 +148,7 @@ case "$cmd" in
     log "docs/metrics.md regenerated from the stats schema"
     ;;
   *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,17p' "$0" >&2
     exit 2
     ;;
 esac
