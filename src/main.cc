@@ -25,7 +25,7 @@
 #include "admin_http/health.h"
 #include "admin_http/http_server.h"
 #include "server/config.h"
-#include "server/router_loop.h"
+#include "transport/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
 #include "tier/l2_tier.h"
@@ -95,7 +95,7 @@ void Drain(const sigset_t& signals, lmcache::server::Service& service,
                timeout_seconds, service.instances().size());
 }
 
-void WatchLoops(lmcache::ops::Health& health, lmcache::server::RouterLoop* router,
+void WatchLoops(lmcache::ops::Health& health, lmcache::transport::RouterLoop* router,
                 lmcache::store::L1Cache& l1, lmcache::server::Service& service) {
   health.Watch("the request loop", [router] { return router->last_heartbeat_ms(); }, 10'000);
   const lmcache::store::EvictorStats evictor = l1.evictor().Stats();
@@ -136,7 +136,7 @@ int main(int argc, char** argv) {
   const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
 
   // Endpoints first: a second server refused here has touched nothing.
-  auto loop = lmcache::server::RouterLoop::Create(config.router);
+  auto loop = lmcache::transport::RouterLoop::Create(config.router);
   if (!loop.ok()) {
     spdlog::critical("cannot start: {}", loop.status().message());
     return 1;
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   }
   lmcache::server::Service service(cache->get(), &clock, config.service,
                                    l2 ? l2->prefetcher() : nullptr);
-  lmcache::server::RouterLoop* router = loop->get();
+  lmcache::transport::RouterLoop* router = loop->get();
   service.SetTransportStatsSource([router] { return router->Stats(); });
   if (l2) service.SetL2StatsSource([tier = l2.get()] { return tier->Stats(); });
 

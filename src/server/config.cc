@@ -248,7 +248,7 @@ Status FinalizeTransport(ServerConfig* c) {
       return InvalidConfig("--url '" + url + "' must start with tcp:// or ipc://");
     }
   }
-  RouterConfig& router = c->router;
+  transport::RouterConfig& router = c->router;
   router.urls = c->urls;
   if (c->urls.empty() || c->host_or_port_given) {
     // ZMQ binds to an address or interface, not a host name.

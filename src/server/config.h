@@ -13,7 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "lmcache/status.h"
-#include "server/router_loop.h"
+#include "transport/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
 #include "tier/l2_config.h"
@@ -88,7 +88,7 @@ struct ServerConfig {
   store::L1Config l1;
   tier::L2Config l2;
   ServiceConfig service;
-  RouterConfig router;
+  transport::RouterConfig router;
   bool host_or_port_given = false;
   // What Finalize() wants the operator told (flags accepted but without effect).
   std::vector<std::string> notices;

@@ -29,13 +29,6 @@ namespace lmcache::server {
 
 using Op = lmcache::Op;
 
-// Where a request runs (reference spec 16).
-enum class Pool : std::uint8_t {
-  kInline,    // on the loop thread: cheap, never blocks
-  kAffinity,  // transfer pool, one ordered queue per client (--max-gpu-workers)
-  kCpu,       // general pool (--max-cpu-workers)
-};
-
 // Frame 3 of a failed request: a value of the operation's declared reply
 // type, so a reference client (which decodes typed) degrades instead of
 // waiting for its timeout.

@@ -34,7 +34,7 @@
 #include "server/admin_ops.h"
 #include "server/lookup_ops.h"
 #include "server/op_table.h"
-#include "server/request_handler.h"
+#include "server/request.h"
 #include "server/service_state.h"
 #include "server/stats.h"
 #include "server/transfer_mode.h"

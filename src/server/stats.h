@@ -19,7 +19,7 @@
 #include "server/gpu_contexts.h"
 #include "server/instances.h"
 #include "server/parked_requests.h"
-#include "server/request_handler.h"
+#include "server/request.h"
 #include "store/evictor.h"
 #include "store/flow_counters.h"
 #include "store/l1_cache.h"

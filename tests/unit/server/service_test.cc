@@ -16,7 +16,7 @@
 #include "fakes/fake_prefetcher.h"
 #include "fakes/prefault_gate.h"
 #include "fakes/service_harness.h"
-#include "server/router_loop.h"
+#include "transport/router_loop.h"
 
 namespace lmcache::server {
 namespace {
@@ -773,7 +773,7 @@ TEST_F(ServicePrefetchTest, FullL1HitNeedsNoPrefetch) {
 // frames without a reply.
 TEST_F(ServiceTest, TheTransportReadsTwiceTheLargestPayloadAnyOperationAccepts) {
   for (const OpRow& row : h_.service().ops().rows()) {
-    EXPECT_LE(2 * row.spec.max_request_bytes, static_cast<std::size_t>(kMaxFrameBytes))
+    EXPECT_LE(2 * row.spec.max_request_bytes, static_cast<std::size_t>(transport::kMaxFrameBytes))
         << row.spec.name;
   }
 }

@@ -22,7 +22,7 @@
 #include "common/unique_fd.h"
 #include "lmcache/status.h"
 
-namespace lmcache::server {
+namespace lmcache::transport {
 
 class IpcEndpointLock {
  public:
@@ -49,4 +49,4 @@ class IpcEndpointLock {
 // (std::nullopt: no listener; 0: a listener whose pid is not visible.)
 std::optional<pid_t> UnixSocketListener(const std::string& path);
 
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

@@ -17,10 +17,9 @@
 #include <string_view>
 
 #include "lmcache/status.h"
-#include "server/op_table.h"
-#include "server/request.h"
+#include "transport/request.h"
 
-namespace lmcache::server {
+namespace lmcache::transport {
 
 struct RequestRoute {
   Pool pool = Pool::kInline;
@@ -68,4 +67,4 @@ class RequestHandler {
   virtual void OnDisconnect(std::string_view connection) = 0;
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

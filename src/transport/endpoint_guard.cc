@@ -1,4 +1,4 @@
-#include "server/endpoint_guard.h"
+#include "transport/endpoint_guard.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -11,7 +11,7 @@
 
 #include "common/file_lock.h"
 
-namespace lmcache::server {
+namespace lmcache::transport {
 namespace {
 
 Status IoError(const std::string& what, const std::string& path) {
@@ -83,4 +83,4 @@ IpcEndpointLock::~IpcEndpointLock() {
   ::unlink((socket_path_ + ".lock").c_str());
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

@@ -1,6 +1,6 @@
 // RouterLoop with a fake RequestHandler: frames in and out, refusals before a
 // request runs, fairness between clients, departures, duplicate endpoints.
-#include "server/router_loop.h"
+#include "transport/router_loop.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "common/msgpack_codec.h"
 #include "protocol/wire_codec.h"
 
-namespace lmcache::server {
+namespace lmcache::transport {
 namespace {
 
 using mp::Encoder;
@@ -407,4 +407,4 @@ TEST_F(RouterLoopTest, ASecondLoopOnTheSameTcpPortIsRefusedNamingTheFirst) {
 }
 
 }  // namespace
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

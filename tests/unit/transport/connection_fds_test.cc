@@ -3,11 +3,11 @@
 // included. The orders are those a killed worker and its restarted
 // replacement produce (lmcache-soak kills a worker and forks its successor
 // at once; the kernel hands the successor the dead worker's descriptor).
-#include "server/connection_fds.h"
+#include "transport/connection_fds.h"
 
 #include <gtest/gtest.h>
 
-namespace lmcache::server {
+namespace lmcache::transport {
 namespace {
 
 using Gone = std::optional<std::string>;
@@ -125,4 +125,4 @@ TEST(ConnectionFds, AClientWithItsOwnRoutingIdIsNotLateOnceItsReconnectIsAccepte
 }
 
 }  // namespace
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

@@ -45,14 +45,14 @@
 #include "common/thread_pool.h"
 #include "common/unique_fd.h"
 #include "lmcache/status.h"
-#include "server/request_handler.h"
+#include "transport/request_handler.h"
 
 namespace zmq {
 class context_t;
 class socket_t;
 }  // namespace zmq
 
-namespace lmcache::server {
+namespace lmcache::transport {
 
 // The largest frame the transport reads. ZMQ drops a larger frame with the
 // peer's connection, and no reply can be sent: so it is twice the largest
@@ -142,4 +142,4 @@ class RouterLoop {
   std::atomic<TimeMs> heartbeat_ms_{0};
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

@@ -1,8 +1,8 @@
-#include "server/requests_in_flight.h"
+#include "transport/requests_in_flight.h"
 
 #include <algorithm>
 
-namespace lmcache::server {
+namespace lmcache::transport {
 
 void RequestsInFlight::Started(const std::string& connection, bool late) {
   Entry& entry = entries_[connection];
@@ -31,4 +31,4 @@ std::size_t RequestsInFlight::closing() const {
       std::count_if(entries_.begin(), entries_.end(), [](const auto& e) { return e.second.closed; }));
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

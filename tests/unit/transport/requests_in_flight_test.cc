@@ -1,11 +1,11 @@
 // RequestsInFlight: a connection's close is reported once its last request
 // in flight is answered, at once when none is, and again after a request
 // read after the close (it was still queued) is answered.
-#include "server/requests_in_flight.h"
+#include "transport/requests_in_flight.h"
 
 #include <gtest/gtest.h>
 
-namespace lmcache::server {
+namespace lmcache::transport {
 namespace {
 
 TEST(RequestsInFlight, ACloseWithNothingInFlightIsReportedAtOnce) {
@@ -53,4 +53,4 @@ TEST(RequestsInFlight, ANewConnectionAfterTheReportIsCountedAfresh) {
 }
 
 }  // namespace
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

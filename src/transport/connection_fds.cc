@@ -1,8 +1,8 @@
-#include "server/connection_fds.h"
+#include "transport/connection_fds.h"
 
 #include <algorithm>
 
-namespace lmcache::server {
+namespace lmcache::transport {
 
 void ConnectionFds::Accepted(int fd) { fds_[fd].accepted += 1; }
 
@@ -70,4 +70,4 @@ std::optional<std::string> ConnectionFds::Forget(Descriptor& descriptor) {
   return gone;
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

@@ -1,4 +1,4 @@
-#include "server/router_loop.h"
+#include "transport/router_loop.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
@@ -14,11 +14,11 @@
 #include "common/logging.h"
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
-#include "server/connection_fds.h"
-#include "server/endpoint_guard.h"
-#include "server/requests_in_flight.h"
+#include "transport/connection_fds.h"
+#include "transport/endpoint_guard.h"
+#include "transport/requests_in_flight.h"
 
-namespace lmcache::server {
+namespace lmcache::transport {
 
 // One bound ROUTER socket, its monitor, and the client connections it serves.
 struct RouterLoop::Endpoint {
@@ -469,4 +469,4 @@ TransportStats RouterLoop::Stats() const {
   return stats;
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

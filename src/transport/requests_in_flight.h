@@ -20,7 +20,7 @@
 #include <string>
 #include <unordered_map>
 
-namespace lmcache::server {
+namespace lmcache::transport {
 
 class RequestsInFlight {
  public:
@@ -45,4 +45,4 @@ class RequestsInFlight {
   std::unordered_map<std::string, Entry> entries_;  // only with requests in flight
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

@@ -36,7 +36,7 @@
 #include <string_view>
 #include <unordered_map>
 
-namespace lmcache::server {
+namespace lmcache::transport {
 
 class ConnectionFds {
  public:
@@ -69,4 +69,4 @@ class ConnectionFds {
   std::unordered_map<std::string, int> fd_of_;
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::transport

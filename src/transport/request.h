@@ -1,0 +1,54 @@
+// The transport-free view of one request: who sent it, over what, and its
+// payload frames; and the reply frames that go back.
+//
+// RouterLoop fills a RequestContext from the ZMQ message (the connection is
+// the socket plus the peer's routing id, so it names one client socket for
+// as long as it stays connected); in-process tests make their own.
+// Thread-safety: plain values; the views point into frames the caller keeps
+// alive for the duration of the call.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "lmcache/status.h"
+
+namespace lmcache::transport {
+
+// Where a request runs (reference spec 16).
+enum class Pool : std::uint8_t {
+  kInline,    // on the loop thread: cheap, never blocks
+  kAffinity,  // transfer pool, one ordered queue per client (--max-gpu-workers)
+  kCpu,       // general pool (--max-cpu-workers)
+};
+
+// kHttp: the operator's HTTP endpoint, whose own admin gate (token, or
+// --http-admin-open) has let the request through.
+enum class Transport : std::uint8_t { kTcp, kIpc, kInproc, kHttp };
+inline std::string_view TransportName(Transport transport) {
+  switch (transport) {
+    case Transport::kTcp: return "tcp";
+    case Transport::kIpc: return "ipc";
+    case Transport::kInproc: return "inproc";
+    case Transport::kHttp: return "http";
+  }
+  return "?";
+}
+
+struct RequestContext {
+  std::string_view connection;  // opaque, stable while the client stays connected
+  Transport transport = Transport::kIpc;
+  bool local_peer = true;  // ipc, inproc, or tcp from a loopback address
+};
+
+using Payloads = std::span<const std::string_view>;
+
+// Frames 3 and 4 of a reply: the value, and for a failed request the error map.
+struct ReplyFrames {
+  std::string value;
+  std::optional<std::string> error;
+};
+
+}  // namespace lmcache::transport
