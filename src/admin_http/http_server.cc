@@ -20,10 +20,6 @@ namespace {
 
 using nlohmann::json;
 
-bool IsLoopback(std::string_view address) {
-  return address.starts_with("127.") || address == "::1" || address.starts_with("::ffff:127.");
-}
-
 // The clear_cache reply: {cleared_objects: n}.
 Result<std::uint64_t> ClearedObjects(std::string_view reply) {
   mp::MsgpackCursor cursor(reply);
@@ -244,7 +240,7 @@ void HttpServer::AddRoutes() {
     const std::string_view payloads[] = {force};
     const std::string connection = "http:" + req.remote_addr;
     const server::RequestContext context{connection, server::Transport::kHttp,
-                                         IsLoopback(req.remote_addr)};
+                                         server::IsLoopbackAddress(req.remote_addr)};
     const server::Reply reply = service.Call("clear_cache", payloads, context);
     if (!reply.status.ok()) {
       return Error(res, reply.status.code() == ErrorCode::kPermissionDenied ? 403 : 500,

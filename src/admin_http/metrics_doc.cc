@@ -85,7 +85,7 @@ class DocBuilder final : public server::StatsVisitor {
 
   void Field(const StatField& field, const server::StatValue*) override {
     if (field.reach == server::StatReach::kElementLabel) return;
-    const std::string metric = "lmcache_mp_" + std::string(field.metric);
+    const std::string metric = std::string(kMetricPrefix).append(field.metric);
     auto [it, inserted] = rows_.try_emplace(metric);
     Row& row = it->second;
     if (inserted) {
@@ -121,16 +121,14 @@ class DocBuilder final : public server::StatsVisitor {
   void BeginElement(std::string_view) override {
     const StatGroup& group = *groups_.back();
     labels_.emplace_back(group.label);
-    if (group.form == server::GroupForm::kKeyedMap) {
-      path_.back() += ".<" + std::string(group.label) + ">";
-    }
+    // A keyed map's elements sit under their label value; an array's under "[]".
+    path_.push_back(group.form == server::GroupForm::kKeyedMap
+                        ? path_.back() + ".<" + std::string(group.label) + ">"
+                        : path_.back());
   }
   void EndElement() override {
     labels_.pop_back();
-    const StatGroup& group = *groups_.back();
-    if (group.form == server::GroupForm::kKeyedMap) {
-      path_.back().resize(path_.back().size() - group.label.size() - 3);
-    }
+    path_.pop_back();
   }
   void EndGroup() override {
     groups_.pop_back();
@@ -140,7 +138,7 @@ class DocBuilder final : public server::StatsVisitor {
   void AbsentGroup(const StatGroup&) override {}
 
   void AddHttp(const HttpMetric& m) {
-    const std::string metric = "lmcache_mp_" + std::string(m.name);
+    const std::string metric = std::string(kMetricPrefix).append(m.name);
     Row& row = rows_[metric];
     row.metric = metric;
     row.type = "gauge";

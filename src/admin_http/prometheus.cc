@@ -20,8 +20,6 @@ using server::StatField;
 using server::StatKind;
 using server::StatValue;
 
-constexpr std::string_view kPrefix = "lmcache_mp_";
-
 MetricType TypeOf(StatKind kind) {
   switch (kind) {
     case StatKind::kCounter: return MetricType::Counter;
@@ -89,13 +87,12 @@ class FamilyBuilder final : public server::StatsVisitor {
   void EndGroup() override { groups_.pop_back(); }
   void AbsentGroup(const server::StatGroup&) override {}
 
-  void Add(const std::string& name, const std::string& help, double value,
-           std::vector<ClientMetric::Label> labels = {}) {
+  // A gauge of the HTTP endpoint's own, without labels.
+  void Add(const std::string& name, const std::string& help, double value) {
     ClientMetric metric;
-    metric.label = std::move(labels);
     metric.gauge.value = value;
     MetricFamily& family = families_.emplace_back();
-    family.name = std::string(kPrefix) + name;
+    family.name = std::string(kMetricPrefix) + name;
     family.help = help;
     family.type = MetricType::Gauge;
     family.metric.push_back(std::move(metric));
@@ -104,7 +101,7 @@ class FamilyBuilder final : public server::StatsVisitor {
 
  private:
   MetricFamily& Family(const StatField& field) {
-    const std::string name = std::string(kPrefix).append(field.metric);
+    const std::string name = std::string(kMetricPrefix).append(field.metric);
     auto [it, inserted] = index_.try_emplace(name, families_.size());
     if (inserted) {
       MetricFamily& family = families_.emplace_back();

@@ -22,6 +22,9 @@
 
 namespace lmcache::ops {
 
+// Every family's name starts with it.
+inline constexpr std::string_view kMetricPrefix = "lmcache_mp_";
+
 // The metrics only the HTTP endpoint knows (not in the stats snapshot).
 struct HttpMetric {
   std::string_view name;  // after the `lmcache_mp_` prefix; a gauge

@@ -18,6 +18,7 @@ using transport::ReplyFrames;
 using transport::RequestContext;
 using transport::RequestHandler;
 using transport::RequestRoute;
+using transport::IsLoopbackAddress;
 using transport::Transport;
 using transport::TransportName;
 using transport::TransportStats;

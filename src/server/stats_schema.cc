@@ -22,7 +22,7 @@ constexpr StatGroup kReleasedGroup{"released", GroupForm::kMap, "", "Registratio
 constexpr StatGroup kParkedGroup{"parked", GroupForm::kMap, "", "Parked requests (deferred replies)"};
 constexpr StatGroup kParkedOpsGroup{"operations", GroupForm::kKeyedMap, "operation",
                                     "Parked requests, by operation"};
-constexpr StatGroup kL2Group{"l2", GroupForm::kMap, "", "L2 (only with --l2-adapter)", true};
+constexpr StatGroup kL2Group{"l2", GroupForm::kMap, "", "L2 (only with --l2-adapter)"};
 constexpr StatGroup kAdaptersGroup{"adapters", GroupForm::kArray, "l2_name",
                                    "L2 adapters (l2_name: <type>#<position>, e.g. fs#1)"};
 constexpr StatGroup kL2StoreGroup{"store", GroupForm::kMap, "", "L2 write-behind"};

@@ -77,7 +77,6 @@ struct StatGroup {
   GroupForm form;
   std::string_view label;  // kKeyedMap / kArray: the Prometheus label each element carries
   std::string_view title;  // for the docs: what the group is
-  bool optional = false;   // nil in msgpack (no samples in Prometheus) when absent
 };
 
 class StatsVisitor {

@@ -6,20 +6,27 @@ namespace lmcache::tier {
 
 Status L2Adapter::AttachMemory(std::span<std::byte>) { return Status::Ok(); }
 
+namespace {
+
+// Runs `submit` with a completion and waits for it (inline or from any thread).
+template <class Results, class Submit>
+Results SubmitAndWait(Submit submit) {
+  std::promise<Results> completed;
+  std::future<Results> results = completed.get_future();
+  submit([&completed](Results r) { completed.set_value(std::move(r)); });
+  return results.get();
+}
+
+}  // namespace
+
 std::vector<Status> L2Adapter::Store(std::span<const L2Write> objects) {
-  std::promise<std::vector<Status>> stored;
-  std::future<std::vector<Status>> result = stored.get_future();
-  SubmitStore(objects, [&stored](std::vector<Status> statuses) { stored.set_value(std::move(statuses)); });
-  return result.get();
+  return SubmitAndWait<std::vector<Status>>(
+      [&](StoreDone done) { SubmitStore(objects, std::move(done)); });
 }
 
 std::vector<L2LoadOutcome> L2Adapter::Load(std::span<const L2Read> reads) {
-  std::promise<std::vector<L2LoadOutcome>> loaded;
-  std::future<std::vector<L2LoadOutcome>> result = loaded.get_future();
-  SubmitLoad(reads, [&loaded](std::vector<L2LoadOutcome> outcomes) {
-    loaded.set_value(std::move(outcomes));
-  });
-  return result.get();
+  return SubmitAndWait<std::vector<L2LoadOutcome>>(
+      [&](LoadDone done) { SubmitLoad(reads, std::move(done)); });
 }
 
 void L2Counters::CountLoad(L2LoadOutcome outcome, std::uint64_t bytes) {

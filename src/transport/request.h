@@ -27,6 +27,12 @@ enum class Pool : std::uint8_t {
 // kHttp: the operator's HTTP endpoint, whose own admin gate (token, or
 // --http-admin-open) has let the request through.
 enum class Transport : std::uint8_t { kTcp, kIpc, kInproc, kHttp };
+// Whether a peer address (as getpeername or cpp-httplib prints it) is this
+// host's loopback: 127.0.0.0/8, ::1, or IPv4-mapped 127.x.
+inline bool IsLoopbackAddress(std::string_view address) {
+  return address.starts_with("127.") || address == "::1" || address.starts_with("::ffff:127.");
+}
+
 inline std::string_view TransportName(Transport transport) {
   switch (transport) {
     case Transport::kTcp: return "tcp";

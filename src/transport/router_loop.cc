@@ -57,10 +57,6 @@ namespace {
 constexpr int kReceiveBatch = 256;  // messages per socket per poll round
 constexpr auto kProbeTimeout = std::chrono::milliseconds(2000);
 
-bool IsLoopback(std::string_view address) {
-  return address.starts_with("127.") || address == "::1" || address.starts_with("::ffff:127.");
-}
-
 // The pid of an lmcache-server answering server_info at `url`, if one answers.
 std::optional<std::int64_t> ProbeServerPid(zmq::context_t& context, const std::string& url) {
   try {
@@ -262,7 +258,7 @@ void RouterLoop::Receive(std::size_t socket_index) {
     if (endpoint.transport == Transport::kTcp && message->frames.size() > 1) {
       // Peer-Address is metadata of every frame received over tcp.
       const char* peer = zmq_msg_gets(message->frames[1].handle(), "Peer-Address");
-      message->context.local_peer = peer != nullptr && IsLoopback(peer);
+      message->context.local_peer = peer != nullptr && IsLoopbackAddress(peer);
     }
     Dispatch(std::move(message));
   }

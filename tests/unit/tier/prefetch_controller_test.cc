@@ -15,6 +15,7 @@
 #include "fakes/keys.h"
 #include "fakes/l1_table.h"
 #include "tier/fault_adapter.h"
+#include "tier/forwarding_adapter.h"
 #include "tier/mock_adapter.h"
 
 namespace lmcache::tier {
@@ -168,21 +169,13 @@ TEST_F(PrefetchControllerTest, ACascadeLoadsFromItsAdaptersAtOnce) {
 // An adapter whose device completes on its own (io_uring, GPUDirect
 // Storage): SubmitLoad returns at once and the load completes when the test
 // says, on the test's thread.
-class DeferredAdapter final : public L2Adapter {
+class DeferredAdapter final : public ForwardingAdapter {
  public:
-  explicit DeferredAdapter(L2Adapter* inner) : inner_(inner) {}
-  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override {
-    inner_->SubmitStore(objects, std::move(done));
-  }
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
-    return inner_->LookupAndPin(keys);
-  }
-  void Unpin(std::span<const store::ObjectKey> keys) override { inner_->Unpin(keys); }
+  DeferredAdapter() : ForwardingAdapter(std::make_unique<MockAdapter>(MockAdapterConfig{})) {}
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
     std::lock_guard<std::mutex> lock(mu_);
     pending_.push_back({{reads.begin(), reads.end()}, std::move(done)});
   }
-  L2AdapterStats Stats() const override { return inner_->Stats(); }
   bool CompletesAsynchronously() const override { return true; }
 
   std::size_t pending() {
@@ -196,7 +189,7 @@ class DeferredAdapter final : public L2Adapter {
       std::lock_guard<std::mutex> lock(mu_);
       now.swap(pending_);
     }
-    for (Pending& p : now) inner_->SubmitLoad(p.reads, std::move(p.done));
+    for (Pending& p : now) ForwardingAdapter::SubmitLoad(p.reads, std::move(p.done));
   }
 
  private:
@@ -204,17 +197,15 @@ class DeferredAdapter final : public L2Adapter {
     std::vector<L2Read> reads;
     LoadDone done;
   };
-  L2Adapter* const inner_;
   std::mutex mu_;
   std::vector<Pending> pending_;
 };
 
 TEST_F(PrefetchControllerTest, AnAdapterThatCompletesOnItsOwnIsWaitedForAndItsBytesLand) {
-  MockAdapter disk({}), redis({});
+  DeferredAdapter async_disk, async_redis;
   const auto keys = KeysN(0, 4);
-  PutInL2(disk, {keys[0], keys[1]});
-  PutInL2(redis, keys);
-  DeferredAdapter async_disk(&disk), async_redis(&redis);
+  PutInL2(async_disk, {keys[0], keys[1]});  // stores go straight through
+  PutInL2(async_redis, keys);
   auto controller = Start({&async_disk, &async_redis});
   const PrefetchHandle h = controller->Submit(Request(keys));
   for (int i = 0; i < 5000 && (async_disk.pending() < 1 || async_redis.pending() < 1); ++i) {
