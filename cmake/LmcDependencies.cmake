@@ -20,6 +20,11 @@ find_package(prometheus-cpp CONFIG REQUIRED)
 if(LMC_L2_RESP OR (LMC_BUILD_TOOLS AND NOT LMC_SANITIZE))
   pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 endif()
+# liburing-dev: the fs L2 adapter's loads through io_uring (LMC_IO_URING);
+# without it the adapter reads with blocking calls.
+if(LMC_IO_URING)
+  pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
+endif()
 # Debian 12's libmsgpack-cxx-dev ships its config as "msgpack" (target msgpackc-cxx).
 find_package(msgpack REQUIRED CONFIG PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/msgpackc-cxx)
 if(LMC_BUILD_TESTS)

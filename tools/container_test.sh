@@ -105,7 +105,8 @@ say "image built in $(( $(date +%s) - start )) s ($(podman image inspect "$IMAGE
 # --- 1. the server answers its health check ---------------------------------------------------
 podman volume create "$VOLUME" >/dev/null
 podman run -d --name "$NAME" "${ULIMITS[@]}" --shm-size=2g -v "$VOLUME:/run/lmcache" "$IMAGE" \
-  --l1-size-gb 1 --url ipc:///run/lmcache/lmcache.sock --http-host 0.0.0.0 >/dev/null ||
+  --l1-size-gb 1 --url ipc:///run/lmcache/lmcache.sock --http-host 0.0.0.0 \
+  --l2-adapter '{"type":"fs","base_path":"/run/lmcache/l2"}' >/dev/null ||
   fail "the server container did not start"
 healthy=""
 for _ in $(seq 1 60); do
@@ -130,6 +131,10 @@ podman stop -t 30 "$NAME" >/dev/null
 code=$(podman inspect "$NAME" --format '{{.State.ExitCode}}')
 [[ "$code" == 0 ]] || { podman logs "$NAME" >&2; fail "SIGTERM: the server exited $code"; }
 podman logs "$NAME" 2>&1 | grep -q "removed; bye" || fail "the server did not remove its pool"
+logs=$(podman logs "$NAME" 2>&1)
+engine=$(grep -o -m1 "loads read through io_uring\|loads use blocking reads: .*" <<<"$logs") ||
+  fail "the fs L2 adapter did not say how it reads"
+say "   its fs L2 tier under podman's default seccomp profile: ${engine}"
 
 # --- 3. a /dev/shm too small fails at once with the fix ----------------------------------------
 start=$(date +%s)
@@ -139,4 +144,14 @@ code=$?
 grep -q -- "--shm-size=" <<<"$out" || fail "the refusal does not say how to fix it: $out"
 (( $(date +%s) - start < 30 )) || fail "the refusal was not fast"
 say "3. too small a /dev/shm is refused: $(grep -m1 -- "--shm-size=" <<<"$out" | head -c 200)..."
+# --- 4. a seccomp profile that refuses io_uring (as Docker's default does) ----------------------
+printf '%s\n' '{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["io_uring_setup"],' \
+  '"action":"SCMP_ACT_ERRNO","errnoRet":1}]}' >"$WORK/no-io-uring.json"
+out=$(podman run --rm "${ULIMITS[@]}" --shm-size=256m --security-opt "seccomp=$WORK/no-io-uring.json" \
+  "$IMAGE" --l1-size-gb 0.0625 --l2-adapter '{"type":"fs","base_path":"/tmp/l2","io_engine":"io_uring"}' 2>&1)
+code=$?
+[[ $code -ne 0 ]] || fail "io_engine io_uring was accepted under a profile that refuses io_uring"
+grep -q "io_uring is not available here (io_uring_setup: Operation not permitted" <<<"$out" ||
+  fail "the refusal does not say why: $out"
+say "4. under a profile refusing io_uring, \"io_engine\": \"io_uring\" is refused: $(grep -o -m1 "but io_uring is not available[^;]*" <<<"$out")"
 say "PASS"

@@ -15,6 +15,10 @@ const Entry<AdapterRow> kAdapterRows[] = {
     {{"description", K::kText, "", "l2_adapter_description_info",
       "What the adapter stores to, as configured (always 1)."},
      [](const AdapterRow& a) { return T(a.description); }},
+    {{"io_engine", K::kText, "", "l2_io_engine_info",
+      "How the adapter reads: io_uring, or sync (blocking reads on the prefetch threads, where "
+      "io_uring is unavailable or not wanted); empty where the adapter has no choice (always 1)."},
+     [](const AdapterRow& a) { return T(a.io_engine); }},
     {{"stored_objects", K::kCounter, "objects", "l2_store_completed_objects_total",
       "Objects written to the adapter.", {}, kBoth, {}, true},
      [](const AdapterRow& a) { return U(a.stored_objects); }},

@@ -16,6 +16,13 @@
 // cache (the header is padded to 4096 bytes for it); objects whose L1 buffer
 // or size is not 4096-aligned go through the page cache.
 //
+// Loads go through io_uring (uring_reads.h) where the kernel allows it: a
+// batch's reads are all in flight at once, and the load completes from the
+// ring's completion thread (`io_engine`: "auto" by default, falling back to
+// blocking reads with one log line saying why; "io_uring" refuses to start
+// without it; "sync" never uses it). Stores stay blocking calls on the
+// write-behind workers: each is a write, an fdatasync and a rename.
+//
 // A full disk, a read-only or deleted directory: the failing stores and
 // loads are counted, the condition is logged once (ConditionLog) and
 // recovery is logged when an operation succeeds again; a deleted directory is
@@ -27,20 +34,29 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include "common/condition_log.h"
 #include "common/logging.h"
 #include "common/unique_fd.h"
 #include "tier/l2_adapter.h"
 #include "tier/l2_index.h"
+#include "tier/uring_reads.h"
 
 namespace lmcache::tier {
+
+enum class FsIoEngine : std::uint8_t {
+  kAuto,   // io_uring where available, else blocking reads
+  kUring,  // io_uring or refuse to start
+  kSync,   // blocking reads on the caller's thread
+};
 
 struct FsAdapterConfig {
   std::filesystem::path base_path;
   std::uint64_t max_size_bytes = 0;  // 0 = bounded only by the disk
   bool use_odirect = false;
   bool fsync = true;  // fsync each file before its rename (durability across power loss)
+  FsIoEngine io_engine = FsIoEngine::kAuto;
 };
 
 struct FsRebuildReport {
@@ -50,24 +66,29 @@ struct FsRebuildReport {
   double seconds = 0;
 };
 
-class FsAdapter final : public BlockingL2Adapter {
+class FsAdapter final : public L2Adapter {
  public:
-  // Creates base_path if missing and rebuilds the index from it. Fails when
-  // the directory cannot be created or read.
+  // Creates base_path if missing, rebuilds the index from it and sets up
+  // io_uring as configured. Fails when the directory cannot be created or
+  // read, or io_uring was demanded and is not available.
   static Result<std::unique_ptr<FsAdapter>> Create(const FsAdapterConfig& config);
 
-  std::vector<Status> StoreNow(std::span<const L2Write> objects) override;
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override;
   std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
   void Unpin(std::span<const store::ObjectKey> keys) override;
-  std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads) override;
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
+  bool CompletesAsynchronously() const override { return uring_ != nullptr; }
 
   const FsRebuildReport& rebuild_report() const { return rebuild_; }
+  // "io_uring" or "sync": how loads are read.
+  const char* io_engine() const { return uring_ ? "io_uring" : "sync"; }
   std::filesystem::path PathOf(const store::ObjectKey& key) const;
 
  private:
   explicit FsAdapter(const FsAdapterConfig& config);
   Status Rebuild();
+  Status SetUpIo();
   // An object written to its temporary file, not yet synced and renamed.
   struct PendingFile {
     std::filesystem::path tmp;
@@ -80,7 +101,19 @@ class FsAdapter final : public BlockingL2Adapter {
   int WriteFile(const L2Write& object, const std::string& header, PendingFile* file);
   // Counts and logs a failed write, removes its file, gives its space back.
   Status Fail(int error, std::string what, PendingFile* file);
-  L2LoadOutcome LoadOne(const L2Read& read);
+  // A load's file, opened, once the index says it is held at the read's size.
+  struct OpenedObject {
+    UniqueFd fd;
+    std::size_t header_bytes = 0;
+    std::unique_ptr<std::byte, void (*)(void*)> header{nullptr, nullptr};  // aligned for O_DIRECT
+  };
+  struct AsyncLoad;
+  // Opens the object's file; an outcome instead where the load ends here.
+  std::variant<OpenedObject, L2LoadOutcome> Open(const L2Read& read);
+  // Checks what was read (1 all bytes, 0 the file was short, -errno).
+  L2LoadOutcome Finish(const L2Read& read, const OpenedObject& object, int read_result);
+  std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads);
+  std::vector<Status> StoreNow(std::span<const L2Write> objects);
   // Deletes the object's file and forgets it.
   void Remove(const store::ObjectKey& key);
   // Records a failed operation's condition from its errno.
@@ -94,6 +127,9 @@ class FsAdapter final : public BlockingL2Adapter {
   RateLimitedLog corrupt_log_{std::chrono::seconds(10)};
   FsRebuildReport rebuild_;
   std::atomic<std::uint64_t> next_tmp_{0};
+  // Last: destroyed first, it waits for the loads in flight, whose
+  // completions use the members above.
+  std::unique_ptr<UringReads> uring_;
 };
 
 }  // namespace lmcache::tier

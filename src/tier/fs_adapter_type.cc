@@ -21,6 +21,16 @@ Result<FsAdapterConfig> ParseFs(L2ConfigFields& f, L2AdapterSpec* spec) {
   c.max_size_bytes = static_cast<std::uint64_t>(gb * kConfigGiB);
   LMC_ASSIGN_OR_RETURN(c.use_odirect, f.Bool("use_odirect", false));
   LMC_ASSIGN_OR_RETURN(c.fsync, f.Bool("fsync", true));
+  LMC_ASSIGN_OR_RETURN(const std::string engine, f.String("io_engine", false));
+  if (engine.empty() || engine == "auto") {
+    c.io_engine = FsIoEngine::kAuto;
+  } else if (engine == "io_uring") {
+    c.io_engine = FsIoEngine::kUring;
+  } else if (engine == "sync") {
+    c.io_engine = FsIoEngine::kSync;
+  } else {
+    return f.Error("io_engine", "must be \"auto\", \"io_uring\" or \"sync\"");
+  }
   LMC_ASSIGN_OR_RETURN(const std::string checksum, f.String("checksum", false));
   if (!checksum.empty() && checksum != "none" && checksum != "crc32" && checksum != "xxh3") {
     return f.Error("checksum", "must be \"none\", \"crc32\" or \"xxh3\"");

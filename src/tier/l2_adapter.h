@@ -59,6 +59,7 @@ enum class L2LoadOutcome : std::uint8_t {
 struct L2AdapterStats {
   std::string type;         // "fs", "mock", "resp", "fault_inject(fs)"
   std::string description;  // "fs:/data/l2"
+  std::string io_engine;    // fs: "io_uring" or "sync"; empty where there is no choice
   std::uint64_t stored_objects = 0;
   std::uint64_t stored_bytes = 0;
   std::uint64_t store_failures = 0;

@@ -70,6 +70,7 @@ StatsSnapshot Populated() {
   tier::L2AdapterStats fs;
   fs.type = "fs";
   fs.description = "fs:/data/l2";
+  fs.io_engine = "io_uring";
   fs.stored_objects = ++n;
   fs.condition = "disk full";
   fs.load_latency.buckets[5] = 1;

@@ -1,16 +1,27 @@
 // FsAdapter: durable, verified files; the index survives a restart; damaged,
 // partial and stray files are misses and are removed, never served; a full,
 // read-only or deleted directory costs stores, is logged once, and recovers.
+// Every case runs with both ways of reading (io_uring and blocking reads), and
+// a seccomp profile like a container's shows the fallback between them.
 #include "tier/fs_adapter.h"
 
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <vector>
 
 #include "fakes/keys.h"
@@ -36,12 +47,13 @@ struct Buffer {
   std::size_t size;
 };
 
-class FsAdapterTest : public ::testing::Test {
+class FsAdapterTest : public ::testing::TestWithParam<FsIoEngine> {
  protected:
   FsAdapterTest() {
     dir_ = fs::temp_directory_path() / ("lmcache_fs_test_" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     config_.base_path = dir_;
+    config_.io_engine = GetParam();
   }
   ~FsAdapterTest() override { fs::remove_all(dir_); }
 
@@ -63,7 +75,7 @@ class FsAdapterTest : public ::testing::Test {
   FsAdapterConfig config_;
 };
 
-TEST_F(FsAdapterTest, StoresFilesUnderTheirNamesAndLoadsIdenticalBytes) {
+TEST_P(FsAdapterTest, StoresFilesUnderTheirNamesAndLoadsIdenticalBytes) {
   for (const bool direct : {false, true}) {
     config_.use_odirect = direct;
     auto adapter = Open();
@@ -78,7 +90,7 @@ TEST_F(FsAdapterTest, StoresFilesUnderTheirNamesAndLoadsIdenticalBytes) {
   }
 }
 
-TEST_F(FsAdapterTest, ARestartedAdapterRebuildsItsIndexAndServesWhatWasStored) {
+TEST_P(FsAdapterTest, ARestartedAdapterRebuildsItsIndexAndServesWhatWasStored) {
   std::vector<store::ObjectKey> keys = testing::KeysN(0, 20);
   {
     auto adapter = Open();
@@ -100,7 +112,7 @@ TEST_F(FsAdapterTest, ARestartedAdapterRebuildsItsIndexAndServesWhatWasStored) {
   }
 }
 
-TEST_F(FsAdapterTest, FlippedOrTruncatedFilesAreMissesAndAreDeletedNeverServed) {
+TEST_P(FsAdapterTest, FlippedOrTruncatedFilesAreMissesAndAreDeletedNeverServed) {
   auto adapter = Open();
   const auto flipped = KeyN(1);
   const auto truncated = KeyN(2);
@@ -122,7 +134,7 @@ TEST_F(FsAdapterTest, FlippedOrTruncatedFilesAreMissesAndAreDeletedNeverServed) 
   EXPECT_EQ(adapter->Stats().checksum_failures, 2u);
 }
 
-TEST_F(FsAdapterTest, StartupRemovesPartialForeignAndTemporaryFiles) {
+TEST_P(FsAdapterTest, StartupRemovesPartialForeignAndTemporaryFiles) {
   const auto good = KeyN(1);
   const auto cut = KeyN(2);
   const auto moved = KeyN(3);
@@ -145,7 +157,7 @@ TEST_F(FsAdapterTest, StartupRemovesPartialForeignAndTemporaryFiles) {
   EXPECT_EQ(adapter->LookupAndPin(keys), (std::vector<bool>{true, false, false, false}));
 }
 
-TEST_F(FsAdapterTest, CapacityEvictsTheLeastRecentlyUsedFiles) {
+TEST_P(FsAdapterTest, CapacityEvictsTheLeastRecentlyUsedFiles) {
   config_.max_size_bytes = 3 * (kObject + 512);
   auto adapter = Open();
   Buffer in(kObject);
@@ -161,7 +173,7 @@ TEST_F(FsAdapterTest, CapacityEvictsTheLeastRecentlyUsedFiles) {
   EXPECT_EQ(smaller->Stats().objects, 1u);
 }
 
-TEST_F(FsAdapterTest, ADeletedDirectoryIsRecreatedAtTheNextStore) {
+TEST_P(FsAdapterTest, ADeletedDirectoryIsRecreatedAtTheNextStore) {
   auto adapter = Open();
   Buffer in(kObject);
   ASSERT_TRUE(StoreOne(*adapter, KeyN(1), in).ok());
@@ -190,7 +202,7 @@ class FsConditionTest : public FsAdapterTest {
   bool mounted_ = false;
 };
 
-TEST_F(FsConditionTest, AFullDiskCostsStoresIsReportedOnceAndRecovers) {
+TEST_P(FsConditionTest, AFullDiskCostsStoresIsReportedOnceAndRecovers) {
   auto adapter = Open();
   Buffer in(kObject);
   int stored = 0;
@@ -208,7 +220,7 @@ TEST_F(FsConditionTest, AFullDiskCostsStoresIsReportedOnceAndRecovers) {
   EXPECT_GE(adapter->Stats().store_failures, 1u);
 }
 
-TEST_F(FsConditionTest, AReadOnlyDirectoryCostsStoresAndRecovers) {
+TEST_P(FsConditionTest, AReadOnlyDirectoryCostsStoresAndRecovers) {
   auto adapter = Open();
   Buffer in(kObject);
   ASSERT_TRUE(StoreOne(*adapter, KeyN(1), in).ok());
@@ -221,6 +233,134 @@ TEST_F(FsConditionTest, AReadOnlyDirectoryCostsStoresAndRecovers) {
   ASSERT_EQ(::mount("tmpfs", dir_.c_str(), "tmpfs", MS_REMOUNT, "size=256k"), 0);
   EXPECT_TRUE(StoreOne(*adapter, KeyN(2), in).ok());
   EXPECT_EQ(adapter->Stats().condition, "");
+}
+
+TEST_P(FsAdapterTest, LoadsEachObjectOfABatchDeeperThanTheRingExactly) {
+  // 300 reads in one batch: more than the ring holds at once (128), so the
+  // submission waits for room and every read still ends once, in its place.
+  auto adapter = Open();
+  constexpr int kObjects = 300;
+  std::vector<store::ObjectKey> keys;
+  std::vector<std::unique_ptr<Buffer>> in;
+  for (int i = 0; i < kObjects; ++i) {
+    keys.push_back(KeyN(static_cast<std::uint64_t>(i)));
+    in.push_back(std::make_unique<Buffer>(kObject, i));
+    ASSERT_TRUE(StoreOne(*adapter, keys.back(), *in.back()).ok());
+  }
+  const store::ObjectKey absent = KeyN(100000);
+  std::vector<std::unique_ptr<Buffer>> out;
+  std::vector<L2Read> reads;
+  for (int i = 0; i < kObjects; ++i) {
+    out.push_back(std::make_unique<Buffer>(kObject, 7));
+    reads.push_back({&keys[static_cast<std::size_t>(i)], out.back()->span()});
+    if (i == 150) reads.push_back({&absent, out.back()->span()});  // a miss in the middle
+  }
+  const std::vector<L2LoadOutcome> outcomes = adapter->Load(reads);
+  ASSERT_EQ(outcomes.size(), static_cast<std::size_t>(kObjects + 1));
+  for (int i = 0; i <= kObjects; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    EXPECT_EQ(outcomes[at], i == 151 ? L2LoadOutcome::kMissing : L2LoadOutcome::kLoaded) << i;
+  }
+  for (int i = 0; i < kObjects; ++i) {
+    const auto at = static_cast<std::size_t>(i);
+    ASSERT_EQ(std::memcmp(out[at]->data, in[at]->data, kObject), 0) << "object " << i;
+  }
+  EXPECT_EQ(adapter->Stats().loaded_objects, static_cast<std::uint64_t>(kObjects));
+  EXPECT_EQ(adapter->Stats().load_misses, 1u);
+}
+
+TEST_P(FsAdapterTest, ReadsTheWayItWasAskedToAndSaysSo) {
+  auto adapter = Open();
+  const bool uring = GetParam() == FsIoEngine::kUring;
+  EXPECT_EQ(adapter->Stats().io_engine, uring ? "io_uring" : "sync");
+  EXPECT_EQ(adapter->CompletesAsynchronously(), uring);
+}
+
+TEST_P(FsAdapterTest, ACorruptObjectReadThroughTheRingIsAMissAndDeleted) {
+  // O_DIRECT as well: the ring reads both aligned buffers straight from disk.
+  config_.use_odirect = true;
+  auto adapter = Open();
+  Buffer in(kObject);
+  ASSERT_TRUE(StoreOne(*adapter, KeyN(1), in).ok());
+  ASSERT_TRUE(StoreOne(*adapter, KeyN(2), in).ok());
+  {
+    std::fstream f(dir_ / ObjectFileName(KeyN(1)), std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put('\x5a');
+  }
+  Buffer out1(kObject), out2(kObject);
+  const store::ObjectKey k1 = KeyN(1), k2 = KeyN(2);
+  const std::vector<L2Read> reads = {{&k1, out1.span()}, {&k2, out2.span()}};
+  const std::vector<L2LoadOutcome> outcomes = adapter->Load(reads);
+  EXPECT_EQ(outcomes[0], L2LoadOutcome::kCorrupt);
+  EXPECT_EQ(outcomes[1], L2LoadOutcome::kLoaded);
+  EXPECT_EQ(std::memcmp(out2.data, in.data, kObject), 0);
+  EXPECT_FALSE(fs::exists(dir_ / ObjectFileName(KeyN(1))));
+  EXPECT_EQ(adapter->Stats().checksum_failures, 1u);
+}
+
+std::string EngineName(const ::testing::TestParamInfo<FsIoEngine>& info) {
+  return info.param == FsIoEngine::kUring ? "IoUring" : "Sync";
+}
+INSTANTIATE_TEST_SUITE_P(Engines, FsAdapterTest,
+                         ::testing::Values(FsIoEngine::kUring, FsIoEngine::kSync), EngineName);
+INSTANTIATE_TEST_SUITE_P(Engines, FsConditionTest,
+                         ::testing::Values(FsIoEngine::kUring, FsIoEngine::kSync), EngineName);
+
+// Refuses io_uring_setup with EPERM from now on in this process, as the
+// default seccomp profiles of container engines do (Docker's refuses io_uring).
+void RefuseIoUringSetup() {
+  sock_filter filter[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),  // another arch: the test proves nothing
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog program{static_cast<unsigned short>(std::size(filter)), filter};
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+      ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &program) != 0) {
+    std::perror("seccomp");
+    std::_Exit(3);
+  }
+}
+
+// The child of the seccomp test: its exit code says what went wrong.
+int FallBackUnderAProfileThatRefusesIoUring(const fs::path& dir) {
+  RefuseIoUringSetup();
+  FsAdapterConfig config;
+  config.base_path = dir;
+  config.io_engine = FsIoEngine::kUring;
+  auto refused = FsAdapter::Create(config);
+  if (refused.ok()) std::_Exit(4);
+  std::fprintf(stderr, "refused: %s\n", refused.status().message().c_str());
+  config.io_engine = FsIoEngine::kAuto;
+  auto adapter = FsAdapter::Create(config);
+  if (!adapter.ok() || (*adapter)->Stats().io_engine != "sync") std::_Exit(5);
+  Buffer in(kObject), out(kObject, 9);
+  const store::ObjectKey key = KeyN(1);
+  const std::vector<L2Write> writes = {{&key, in.span()}};
+  const std::vector<L2Read> reads = {{&key, out.span()}};
+  if (!(*adapter)->Store(writes)[0].ok()) std::_Exit(6);
+  if ((*adapter)->Load(reads)[0] != L2LoadOutcome::kLoaded) std::_Exit(7);
+  return std::memcmp(in.data, out.data, kObject) == 0 ? 0 : 8;
+}
+
+TEST(FsAdapterIoEngineTest, UnderAProfileThatRefusesIoUringAutoFallsBackAndIoUringRefuses) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the seccomp filter here is written for x86-64";
+#endif
+  const fs::path dir =
+      fs::temp_directory_path() / ("lmcache_fs_seccomp_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  ::testing::FLAGS_gtest_death_test_style = "fast";  // fork: the filter stays in the child
+  EXPECT_EXIT(std::_Exit(FallBackUnderAProfileThatRefusesIoUring(dir)),
+      ::testing::ExitedWithCode(0),
+      "refused: fs adapter: \"io_engine\": \"io_uring\" but io_uring is not available here "
+      "\\(io_uring_setup: Operation not permitted");
+  fs::remove_all(dir);
 }
 
 }  // namespace
