@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "common/thread_pool.h"
-#include "tier/fs_adapter.h"
+#include "tier/fs/fs_adapter.h"
 
 namespace lmcache::tier {
 namespace {

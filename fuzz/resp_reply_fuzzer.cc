@@ -1,4 +1,4 @@
-// libFuzzer target: RespReplyStream (tier/resp_reply_stream.h), which reads
+// libFuzzer target: RespReplyStream (tier/resp/resp_reply_stream.h), which reads
 // whatever a Redis node, or anything listening where one was configured,
 // sends back. The bytes arrive through a real socket, as in production. A
 // sink places bulk strings the way the resp adapter does: when the head
@@ -18,7 +18,7 @@
 
 #include "common/unique_fd.h"
 #include "tier/object_format.h"
-#include "tier/resp_reply_stream.h"
+#include "tier/resp/resp_reply_stream.h"
 
 namespace {
 

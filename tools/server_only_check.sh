@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The server-only build (what a deployment without Redis compiles): no resp
-# adapter, no tools, no tests. Checks that it builds, links no hiredis, and
-# refuses "type": "resp" naming the adapter types it has.
+# The server-only build with no optional library (what a deployment without
+# Redis or liburing compiles): no resp adapter, no io_uring, no tools, no
+# tests. Checks that it builds, links neither hiredis nor liburing, refuses
+# "type": "resp" naming the adapter types it has, and refuses an fs tier that
+# demands io_uring saying the build has none.
 #
 #   tools/server_only_check.sh [build dir]     (default build-server-only/)
 set -euo pipefail
@@ -10,14 +12,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DIR="${1:-$ROOT/build-server-only}"
 JOBS="${JOBS:-$(nproc)}"
 
-cmake -S "$ROOT" -B "$DIR" -DCMAKE_BUILD_TYPE=Release -DLMC_L2_RESP=OFF -DLMC_BUILD_TOOLS=OFF \
+cmake -S "$ROOT" -B "$DIR" -DCMAKE_BUILD_TYPE=Release -DLMC_L2_RESP=OFF -DLMC_IO_URING=OFF -DLMC_BUILD_TOOLS=OFF \
   -DLMC_BUILD_TESTS=OFF -DLMC_BUILD_BENCH=OFF -DLMC_ENABLE_CUDA=OFF >/dev/null
 cmake --build "$DIR" -j "$JOBS" --target lmcache-server
 SERVER="$DIR/src/lmcache-server"
 
-if ldd "$SERVER" | grep -q hiredis; then
-  echo "FAILED: the server-only build links hiredis:" >&2
-  ldd "$SERVER" | grep hiredis >&2
+if ldd "$SERVER" | grep -E -q "hiredis|liburing"; then
+  echo "FAILED: the server-only build links an optional library:" >&2
+  ldd "$SERVER" | grep -E "hiredis|liburing" >&2
   exit 1
 fi
 
@@ -31,4 +33,16 @@ if [ "$rc" -eq 0 ] || ! grep -q "this server has fs, mock and fault_inject" <<<"
   echo "$out" >&2
   exit 1
 fi
-echo "server-only build: links no hiredis; refuses resp: $(grep -o "this server has[^)]*" <<<"$out" | head -n1)"
+resp_refusal="$(grep -o "this server has[^)]*" <<<"$out" | head -n1)"
+
+set +e
+out="$("$SERVER" --l1-size-gb 0.0625 --port 0 --http-port 0 \
+  --l2-adapter "{\"type\":\"fs\",\"base_path\":\"$DIR/l2-check\",\"io_engine\":\"io_uring\"}" 2>&1)"
+rc=$?
+set -e
+if [ "$rc" -eq 0 ] || ! grep -q "built without it (LMC_IO_URING=OFF)" <<<"$out"; then
+  echo "FAILED: io_engine io_uring was not refused as this build's lack (exit $rc):" >&2
+  echo "$out" >&2
+  exit 1
+fi
+echo "server-only build: links no hiredis or liburing; refuses resp: $resp_refusal; refuses io_uring: built without it"

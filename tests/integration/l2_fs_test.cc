@@ -17,7 +17,7 @@
 #include "lmcache/client.h"
 #include "server/token_hasher.h"
 #include "store/object_key.h"
-#include "tier/fs_key_codec.h"
+#include "tier/fs/fs_key_codec.h"
 
 namespace lmcache {
 namespace {

@@ -1,13 +1,13 @@
 // FaultAdapter: the configured fraction of operations fails, and a failed load
 // never reports usable bytes.
-#include "tier/fault_adapter.h"
+#include "tier/fault/fault_adapter.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
 #include "fakes/keys.h"
-#include "tier/mock_adapter.h"
+#include "tier/mock/mock_adapter.h"
 
 namespace lmcache::tier {
 namespace {

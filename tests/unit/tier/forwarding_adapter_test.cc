@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "fakes/keys.h"
-#include "tier/fault_adapter.h"
+#include "tier/fault/fault_adapter.h"
 #include "tier/metered_adapter.h"
 
 namespace lmcache::tier {

@@ -3,7 +3,7 @@
 // read-only or deleted directory costs stores, is logged once, and recovers.
 // Every case runs with both ways of reading (io_uring and blocking reads), and
 // a seccomp profile like a container's shows the fallback between them.
-#include "tier/fs_adapter.h"
+#include "tier/fs/fs_adapter.h"
 
 #include <fcntl.h>
 #include <linux/audit.h>
@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "fakes/keys.h"
-#include "tier/fs_key_codec.h"
+#include "tier/fs/fs_key_codec.h"
 
 namespace lmcache::tier {
 namespace {

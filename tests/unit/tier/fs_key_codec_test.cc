@@ -1,5 +1,5 @@
 // FsKeyCodec: the reference's file names, and a bounded name for long keys.
-#include "tier/fs_key_codec.h"
+#include "tier/fs/fs_key_codec.h"
 
 #include <gtest/gtest.h>
 

@@ -6,10 +6,10 @@
 
 #include <any>
 
-#include "tier/fault_adapter.h"
-#include "tier/fs_adapter.h"
+#include "tier/fault/fault_adapter.h"
+#include "tier/fs/fs_adapter.h"
 #include "tier/l2_config_fields.h"
-#include "tier/mock_adapter.h"
+#include "tier/mock/mock_adapter.h"
 
 namespace lmcache::tier {
 namespace {

@@ -14,7 +14,7 @@
 #include "fakes/keys.h"
 #include "fakes/l1_table.h"
 #include "tier/metered_adapter.h"
-#include "tier/mock_adapter.h"
+#include "tier/mock/mock_adapter.h"
 
 namespace lmcache::tier {
 namespace {

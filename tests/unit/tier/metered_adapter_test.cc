@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "fakes/keys.h"
-#include "tier/mock_adapter.h"
+#include "tier/mock/mock_adapter.h"
 
 namespace lmcache::tier {
 namespace {

@@ -1,5 +1,5 @@
 // MockAdapter: a verified in-memory tier with capacity (LRU) and pins.
-#include "tier/mock_adapter.h"
+#include "tier/mock/mock_adapter.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // fast failures (not timeouts) and is found again when it is back. The
 // Cluster paths (slot routing, MOVED/ASK, a dead master, resharding) are
 // proven end to end by tests/integration/redis_cluster_test.py.
-#include "tier/resp_adapter.h"
+#include "tier/resp/resp_adapter.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // into caller memory or kept, replies split at every byte boundary (a slow
 // peer), and malformed or truncated streams refused. The bytes fed are what
 // Redis sends (RESP2, as hiredis's own tests spell them).
-#include "tier/resp_reply_stream.h"
+#include "tier/resp/resp_reply_stream.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

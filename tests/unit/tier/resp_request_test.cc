@@ -3,7 +3,7 @@
 // sends are exactly the bytes hiredis would have sent for the same commands,
 // with a continued argument equal to its two parts joined. And the large
 // parts are referenced, not copied.
-#include "tier/resp_request.h"
+#include "tier/resp/resp_request.h"
 
 #include <gtest/gtest.h>
 #include <hiredis/hiredis.h>

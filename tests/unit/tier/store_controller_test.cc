@@ -12,8 +12,8 @@
 #include "fakes/gated_adapter.h"
 #include "fakes/keys.h"
 #include "fakes/l1_table.h"
-#include "tier/fault_adapter.h"
-#include "tier/mock_adapter.h"
+#include "tier/fault/fault_adapter.h"
+#include "tier/mock/mock_adapter.h"
 
 namespace lmcache::tier {
 namespace {

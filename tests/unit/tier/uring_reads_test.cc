@@ -4,7 +4,7 @@
 // the destructor waits for what is in flight. Pipes stand in for a file that
 // returns less than asked (as a network filesystem may): their reads end
 // short whenever the writer has written less.
-#include "tier/uring_reads.h"
+#include "tier/fs/uring_reads.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,6 +1,6 @@
 // The `fault_inject` L2 adapter type: its `--l2-adapter` fields and its factory
 // (registered through l2_adapter_types.h; src/CMakeLists.txt lists it).
-#include "tier/fault_adapter.h"
+#include "tier/fault/fault_adapter.h"
 
 #include <memory>
 #include <string>

@@ -1,4 +1,4 @@
-#include "tier/fs_key_codec.h"
+#include "tier/fs/fs_key_codec.h"
 
 #include <xxhash.h>
 

@@ -1,4 +1,4 @@
-#include "tier/fs_adapter.h"
+#include "tier/fs/fs_adapter.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -13,7 +13,7 @@
 
 #include "common/logging.h"
 #include "common/unique_fd.h"
-#include "tier/fs_key_codec.h"
+#include "tier/fs/fs_key_codec.h"
 #include "tier/object_format.h"
 
 namespace lmcache::tier {

@@ -1,6 +1,6 @@
 // The `resp` L2 adapter type: its `--l2-adapter` fields and its factory
 // (registered through l2_adapter_types.h; src/CMakeLists.txt lists it).
-#include "tier/resp_adapter.h"
+#include "tier/resp/resp_adapter.h"
 
 #include <memory>
 #include <string>

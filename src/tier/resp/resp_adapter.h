@@ -40,8 +40,8 @@
 #include "common/mutex.h"
 #include "tier/l2_adapter.h"
 #include "tier/object_format.h"
-#include "tier/resp_cluster.h"
-#include "tier/resp_connection.h"
+#include "tier/resp/resp_cluster.h"
+#include "tier/resp/resp_connection.h"
 
 namespace lmcache::tier {
 

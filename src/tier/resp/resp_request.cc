@@ -1,4 +1,4 @@
-#include "tier/resp_request.h"
+#include "tier/resp/resp_request.h"
 
 #include <array>
 #include <charconv>

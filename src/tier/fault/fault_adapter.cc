@@ -1,4 +1,4 @@
-#include "tier/fault_adapter.h"
+#include "tier/fault/fault_adapter.h"
 
 #include <chrono>
 #include <cstring>

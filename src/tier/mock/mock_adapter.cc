@@ -1,4 +1,4 @@
-#include "tier/mock_adapter.h"
+#include "tier/mock/mock_adapter.h"
 
 #include <chrono>
 #include <cstring>

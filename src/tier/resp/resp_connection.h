@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "lmcache/status.h"
-#include "tier/resp_reply_stream.h"
-#include "tier/resp_request.h"
+#include "tier/resp/resp_reply_stream.h"
+#include "tier/resp/resp_request.h"
 
 struct redisContext;
 struct redisReply;

@@ -1,4 +1,4 @@
-#include "tier/resp_connection.h"
+#include "tier/resp/resp_connection.h"
 
 #include <hiredis/hiredis.h>
 #include <limits.h>

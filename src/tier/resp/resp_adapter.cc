@@ -1,4 +1,4 @@
-#include "tier/resp_adapter.h"
+#include "tier/resp/resp_adapter.h"
 
 #include <hiredis/hiredis.h>
 

@@ -1,6 +1,6 @@
 // The `mock` L2 adapter type: its `--l2-adapter` fields and its factory
 // (registered through l2_adapter_types.h; src/CMakeLists.txt lists it).
-#include "tier/mock_adapter.h"
+#include "tier/mock/mock_adapter.h"
 
 #include <memory>
 #include <string>

@@ -41,7 +41,7 @@
 #include "common/unique_fd.h"
 #include "tier/l2_adapter.h"
 #include "tier/l2_index.h"
-#include "tier/uring_reads.h"
+#include "tier/fs/uring_reads.h"
 
 namespace lmcache::tier {
 

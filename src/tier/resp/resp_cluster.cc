@@ -1,4 +1,4 @@
-#include "tier/resp_cluster.h"
+#include "tier/resp/resp_cluster.h"
 
 #include <charconv>
 

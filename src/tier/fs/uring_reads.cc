@@ -1,4 +1,4 @@
-#include "tier/uring_reads.h"
+#include "tier/fs/uring_reads.h"
 
 #include <liburing.h>
 #include <spdlog/spdlog.h>

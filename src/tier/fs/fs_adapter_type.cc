@@ -1,6 +1,6 @@
 // The `fs` L2 adapter type: its `--l2-adapter` fields and its factory
 // (registered through l2_adapter_types.h; src/CMakeLists.txt lists it).
-#include "tier/fs_adapter.h"
+#include "tier/fs/fs_adapter.h"
 
 #include <memory>
 #include <string>

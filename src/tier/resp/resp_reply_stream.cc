@@ -1,4 +1,4 @@
-#include "tier/resp_reply_stream.h"
+#include "tier/resp/resp_reply_stream.h"
 
 #include <sys/socket.h>
 

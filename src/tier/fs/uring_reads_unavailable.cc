@@ -1,6 +1,6 @@
 // UringReads in a build without liburing (LMC_IO_URING=OFF): never available,
 // so the fs adapter reads with blocking calls ("auto") or refuses ("io_uring").
-#include "tier/uring_reads.h"
+#include "tier/fs/uring_reads.h"
 
 namespace lmcache::tier {
 
