@@ -24,7 +24,7 @@
 #include "common/version.h"
 #include "admin_http/health.h"
 #include "admin_http/http_server.h"
-#include "server/config.h"
+#include "daemon/config.h"
 #include "transport/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
@@ -114,8 +114,8 @@ void WatchLoops(lmcache::ops::Health& health, lmcache::transport::RouterLoop* ro
 int main(int argc, char** argv) {
   CLI::App app{"lmcache-server: a KV-cache daemon for LLM inference (LMCache MP protocol)",
                "lmcache-server"};
-  lmcache::server::ServerConfig config;
-  lmcache::server::AddFlags(app, &config);
+  lmcache::daemon::ServerConfig config;
+  lmcache::daemon::AddFlags(app, &config);
   app.set_version_flag("--version", std::string("lmcache-server ") + lmcache::kVersion);
   CLI11_PARSE(app, argc, argv);
 
@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "lmcache-server: %s\n", status.message().c_str());
     return 2;
   }
-  if (auto status = lmcache::server::Finalize(&config, getpid()); !status.ok()) {
+  if (auto status = lmcache::daemon::Finalize(&config, getpid()); !status.ok()) {
     spdlog::critical("invalid configuration: {}", status.message());
     return 2;
   }

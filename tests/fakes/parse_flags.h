@@ -11,22 +11,22 @@
 #include <string>
 #include <vector>
 
-#include "server/config.h"
+#include "daemon/config.h"
 
 namespace lmcache::testing {
 
 // `args` without the program name; `pid` names the default pool.
-inline Result<server::ServerConfig> ParseServerFlags(std::vector<std::string> args, pid_t pid) {
+inline Result<daemon::ServerConfig> ParseServerFlags(std::vector<std::string> args, pid_t pid) {
   CLI::App app;
-  server::ServerConfig config;
-  server::AddFlags(app, &config);
+  daemon::ServerConfig config;
+  daemon::AddFlags(app, &config);
   std::reverse(args.begin(), args.end());  // CLI11 takes a reversed vector
   try {
     app.parse(args);
   } catch (const CLI::ParseError& e) {
     return InvalidConfig(e.what());
   }
-  LMC_RETURN_IF_ERROR(server::Finalize(&config, pid));
+  LMC_RETURN_IF_ERROR(daemon::Finalize(&config, pid));
   return config;
 }
 

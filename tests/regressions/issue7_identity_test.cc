@@ -22,7 +22,7 @@
 
 #include "fakes/parse_flags.h"
 #include "fakes/service_harness.h"
-#include "server/config.h"
+#include "daemon/config.h"
 
 namespace lmcache::server {
 namespace {
@@ -359,7 +359,7 @@ TEST_F(Issue7IdentityTest, PreparesAndPingsNamingAnotherInstanceAreRefused) {
 
 // (d) --admin-ops, parsed from the command line as lmcache-server does.
 Result<ServiceConfig> AdminOpsFlag(std::vector<std::string> args) {
-  LMC_ASSIGN_OR_RETURN(ServerConfig config, testing::ParseServerFlags(std::move(args), getpid()));
+  LMC_ASSIGN_OR_RETURN(daemon::ServerConfig config, testing::ParseServerFlags(std::move(args), getpid()));
   return config.service;
 }
 

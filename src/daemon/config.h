@@ -1,5 +1,7 @@
 // ServerConfig: every command-line flag of lmcache-server, its default and its
-// validation.
+// validation. It lives in the composition root (daemon/, above every layer it
+// configures): the layers below take their own config structs (L1Config,
+// L2Config, ServiceConfig, RouterConfig, HttpConfig) and know no flags.
 //
 // AddFlags() registers the flags with CLI11 (so --help documents each one with
 // units and default); Finalize() fills machine-dependent defaults and checks
@@ -18,7 +20,7 @@
 #include "store/l1_cache.h"
 #include "tier/l2_config.h"
 
-namespace lmcache::server {
+namespace lmcache::daemon {
 
 struct ServerConfig {
   // Transport and request handling (reference spec 15.2).
@@ -87,7 +89,7 @@ struct ServerConfig {
   // Filled by Finalize().
   store::L1Config l1;
   tier::L2Config l2;
-  ServiceConfig service;
+  server::ServiceConfig service;
   transport::RouterConfig router;
   bool host_or_port_given = false;
   // What Finalize() wants the operator told (flags accepted but without effect).
@@ -104,4 +106,4 @@ double DefaultL1SizeGb();
 // Applies defaults, validates, and derives `l1`. `pid` names the default segment.
 Status Finalize(ServerConfig* config, pid_t pid);
 
-}  // namespace lmcache::server
+}  // namespace lmcache::daemon

@@ -1,4 +1,4 @@
-#include "server/config.h"
+#include "daemon/config.h"
 
 #include <sys/stat.h>
 
@@ -13,7 +13,7 @@
 #include "common/system_info.h"
 #include "shm/shm_name.h"
 
-namespace lmcache::server {
+namespace lmcache::daemon {
 
 void AddFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--url", c->urls,
@@ -263,7 +263,7 @@ Status FinalizeTransport(ServerConfig* c) {
   router.queue_limits.client_bytes = c->max_client_queue_mb << 20;
   router.queue_limits.total_bytes = c->max_queue_mb << 20;
 
-  ServiceConfig& service = c->service;
+  server::ServiceConfig& service = c->service;
   service.chunk_size = c->chunk_size;
   service.instance_id = c->instance_id;
   service.sessions.idle_ttl_ms = c->session_ttl_seconds * 1000;
@@ -273,13 +273,13 @@ Status FinalizeTransport(ServerConfig* c) {
   service.worker_registration_grace_ms = c->worker_registration_grace_seconds * 1000;
   if (c->session_memory_mb < 1) return InvalidConfig("--session-memory-mb must be >= 1");
   if (c->admin_ops == "any") {
-    service.admin_access = AdminAccess::kAny;
+    service.admin_access = server::AdminAccess::kAny;
   } else if (c->admin_ops == "local") {
-    service.admin_access = AdminAccess::kLocal;
+    service.admin_access = server::AdminAccess::kLocal;
   } else if (c->admin_ops == "ipc") {
-    service.admin_access = AdminAccess::kIpc;
+    service.admin_access = server::AdminAccess::kIpc;
   } else if (c->admin_ops == "off") {
-    service.admin_access = AdminAccess::kOff;
+    service.admin_access = server::AdminAccess::kOff;
   } else {
     return InvalidConfig("--admin-ops must be ipc, local, any or off, got '" + c->admin_ops + "'");
   }
@@ -436,4 +436,4 @@ Status Finalize(ServerConfig* c, pid_t pid) {
 }
 
 
-}  // namespace lmcache::server
+}  // namespace lmcache::daemon

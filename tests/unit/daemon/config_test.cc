@@ -1,10 +1,10 @@
-#include "server/config.h"
+#include "daemon/config.h"
 
 #include <gtest/gtest.h>
 
 #include "fakes/parse_flags.h"
 
-namespace lmcache::server {
+namespace lmcache::daemon {
 namespace {
 
 Result<ServerConfig> Parse(std::vector<std::string> args) {
@@ -116,4 +116,4 @@ TEST(ServerConfig, WorkerPoolsDefaultToMaxWorkers) {
 }
 
 }  // namespace
-}  // namespace lmcache::server
+}  // namespace lmcache::daemon
