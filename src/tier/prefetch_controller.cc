@@ -309,7 +309,10 @@ std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
                                      const store::WriteLease& buffers, std::size_t chunks,
                                      Deadline deadline) {
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  const std::size_t per_batch = std::max<std::size_t>(1, config_.chunks_per_batch);
+  const bool all_async = std::all_of(adapters_.begin(), adapters_.end(),
+                                     [](L2Adapter* a) { return a->CompletesAsynchronously(); });
+  const std::size_t per_batch = std::max<std::size_t>(
+      1, all_async ? config_.async_chunks_per_batch : config_.chunks_per_batch);
   for (std::size_t c = 0; c < chunks; c += per_batch) {
     if (deadline && std::chrono::steady_clock::now() >= *deadline) {
       deadline_expired_.fetch_add(1, std::memory_order_relaxed);

@@ -66,6 +66,10 @@ struct PrefetchControllerConfig {
   std::size_t max_queued_bytes = 1ull << 30;  // of their keys
   std::chrono::milliseconds load_timeout{0};  // --l2-prefetch-load-timeout; 0 = none
   std::size_t chunks_per_batch = 4;      // chunks loaded per adapter call
+  // ... when every adapter completes on its own (CompletesAsynchronously: fs
+  // through io_uring), whose batch is its queue depth: the reads of 32
+  // chunks are in flight at once (docs/performance.md, "L2 fs loads").
+  std::size_t async_chunks_per_batch = 32;
 };
 
 struct PrefetchControllerStats {

@@ -182,6 +182,11 @@ class DeferredAdapter final : public ForwardingAdapter {
     std::lock_guard<std::mutex> lock(mu_);
     return pending_.size();
   }
+  // The reads of the first load waiting.
+  std::size_t first_pending_reads() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pending_.empty() ? 0 : pending_.front().reads.size();
+  }
   // Runs the loads submitted so far and their completions, here.
   void CompleteAll() {
     std::vector<Pending> now;
@@ -200,6 +205,29 @@ class DeferredAdapter final : public ForwardingAdapter {
   std::mutex mu_;
   std::vector<Pending> pending_;
 };
+
+// An adapter that completes on its own is handed 32 chunks per call (its
+// queue depth: io_uring reads them all at once), a blocking one 4.
+TEST_F(PrefetchControllerTest, AnAdapterThatCompletesOnItsOwnIsHandedDeeperBatches) {
+  DeferredAdapter async_disk;
+  const auto keys = KeysN(0, 40);
+  PutInL2(async_disk, keys);
+  auto controller = Start({&async_disk});
+  const PrefetchHandle h = controller->Submit(Request(keys));
+  for (std::size_t want : {32u, 8u}) {
+    for (int i = 0; i < 5000 && async_disk.pending() < 1; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(async_disk.first_pending_reads(), want);
+    async_disk.CompleteAll();
+  }
+  const auto landed = controller->Wait(h, kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 40u);
+  for (std::size_t i = 0; i < keys.size(); ++i) EXPECT_TRUE(HasBytes(keys[i], i));
+  l1_.table().ReleaseRead(landed->lease);
+  l1_.ExpectBalanced();
+}
 
 TEST_F(PrefetchControllerTest, AnAdapterThatCompletesOnItsOwnIsWaitedForAndItsBytesLand) {
   DeferredAdapter async_disk, async_redis;
