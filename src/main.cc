@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
     spdlog::info("SIGTERM: draining (new registrations refused, up to {} s)",
                  config.drain_timeout_seconds);
     health.SetPhase(lmcache::ops::Phase::kDraining);
-    service.state().set_draining(true);
+    service.SetDraining(true);
     Drain(signals, service, l2.get(), config.drain_timeout_seconds);
   } else {
     spdlog::info("received {}; shutting down", first == SIGINT ? "SIGINT" : "SIGTERM");

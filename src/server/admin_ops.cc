@@ -65,7 +65,7 @@ void AdminOps::AddTo(OpTable* table) {
                return m.Take();
              }));
   table->Add({Op::kGetChunkSize, "get_chunk_size", true, P::kInline, 0, 0, 0, F::kZero},
-             Answer(mp::Encoder().Int(state_->config().chunk_size).Take()));
+             Answer(mp::Encoder().Int(deps_.config.chunk_size).Take()));
   table->Add({Op::kNoop, "noop", true, P::kInline, 0, 0, 0, F::kEmptyString},
              Answer(mp::Encoder().Str("OK").Take()));
   table->Add({Op::kGetExperimental, "get_experimental", true, P::kInline, 0, 0, 0, F::kEmptyList},
@@ -74,7 +74,7 @@ void AdminOps::AddTo(OpTable* table) {
               4u << 20, F::kNil},
              [this](const RequestContext&, Payloads, const Respond& respond) {
                // Observability only (spec 3.1): counted, not decoded.
-               state_->counters().block_allocation_reports.fetch_add(1, std::memory_order_relaxed);
+               deps_.counters.block_allocation_reports.fetch_add(1, std::memory_order_relaxed);
                respond(mp::Encoder().Nil().Take());
              });
   table->Add({Op::kServerInfo, "server_info", false, P::kInline, 0, 0, 0, F::kNil},
@@ -138,18 +138,18 @@ Result<std::string> AdminOps::Ping(const RequestContext& context,
   // reference client to register again (after a restart, a reap, or a
   // reconnect that changed its connection).
   if (!instance) return mp::Encoder().Bool(true).Take();
-  return mp::Encoder().Bool(state_->instances().Heartbeat(*instance, context.connection)).Take();
+  return mp::Encoder().Bool(deps_.instances.Heartbeat(*instance, context.connection)).Take();
 }
 
 Result<std::uint64_t> AdminOps::Clear(const RequestContext& context, bool force) {
-  if (!MayRunDestructive(state_->config().admin_access, context)) {
+  if (!MayRunDestructive(deps_.config.admin_access, context)) {
     return Status(ErrorCode::kPermissionDenied,
                   "clear is not allowed from this connection (--admin-ops: the default, ipc, "
                   "allows it only over an ipc endpoint (--url ipc:///PATH), whose 0600 mode "
                   "limits it to the server's user, or over HTTP with the admin token; off "
                   "refuses it everywhere)");
   }
-  const std::uint64_t cleared = state_->table().Clear(force);
+  const std::uint64_t cleared = deps_.table.Clear(force);
   spdlog::warn("clear(force={}) over {}: {} objects removed (locked ones retire when their "
                "leases end)",
                force, TransportName(context.transport), cleared);
@@ -159,12 +159,12 @@ Result<std::uint64_t> AdminOps::Clear(const RequestContext& context, bool force)
 Result<std::string> AdminOps::ServerInfo() const {
   mp::MapWriter e;
   e.Field("version").Str(kVersion);
-  e.Field("instance_id").Str(state_->config().instance_id);
-  e.Field("boot_id").Str(state_->boot_id());
+  e.Field("instance_id").Str(deps_.config.instance_id);
+  e.Field("boot_id").Str(deps_.boot_id);
   e.Field("pid").Int(static_cast<std::int64_t>(getpid()));
-  e.Field("shm_name").Str(state_->l1().segment().name());
-  e.Field("pool_size").Uint(state_->l1().segment().size());
-  e.Field("chunk_size").Int(state_->config().chunk_size);
+  e.Field("shm_name").Str(deps_.pool.name());
+  e.Field("pool_size").Uint(deps_.pool.size());
+  e.Field("chunk_size").Int(deps_.config.chunk_size);
   e.Field("hash_algorithm").Str("blake3");
   mp::Encoder& features = e.Field("features").Array(static_cast<std::uint32_t>(features_.size()));
   for (const std::string& feature : features_) features.Str(feature);

@@ -11,17 +11,29 @@
 #include <vector>
 
 #include "server/op_table.h"
-#include "server/service_state.h"
+#include "server/instances.h"
+#include "server/service_config.h"
+#include "shm/shm_segment.h"
+#include "store/object_table.h"
 
 namespace lmcache::server {
 
 class AdminOps {
  public:
+  // What the family uses of the service, and nothing else.
+  struct Deps {
+    const ServiceConfig& config;
+    const std::string& boot_id;
+    shm::ShmSegment& pool;  // server_info names it
+    store::ObjectTable& table;  // clear
+    InstanceRegistry& instances;  // ping's heartbeat
+    ServiceCounters& counters;
+  };
   // `render_stats` encodes the stats reply (the service's snapshot);
   // `features` are what server_info announces (the serving transfer modes').
-  AdminOps(ServiceState* state, std::function<std::string()> render_stats,
+  AdminOps(const Deps& deps, std::function<std::string()> render_stats,
            std::vector<std::string> features)
-      : state_(state), render_stats_(std::move(render_stats)), features_(std::move(features)) {}
+      : deps_(deps), render_stats_(std::move(render_stats)), features_(std::move(features)) {}
   void AddTo(OpTable* table);
   // Rows of the operations that answer NOT_SUPPORTED.
   static void AddUnsupported(OpTable* table);
@@ -33,7 +45,7 @@ class AdminOps {
   Result<std::uint64_t> Clear(const RequestContext& context, bool force);
   Result<std::string> ServerInfo() const;
 
-  ServiceState* const state_;
+  const Deps deps_;
   const std::function<std::string()> render_stats_;
   const std::vector<std::string> features_;
 };

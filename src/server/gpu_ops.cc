@@ -52,7 +52,7 @@ ChunkLayout ChunkLayoutOf(const gpu::KvLayout& layout) {
 
 Result<GpuOps::TransferArgs> GpuOps::DecodeTransfer(Payloads p) const {
   TransferArgs args;
-  LMC_ASSIGN_OR_RETURN(args.target, DecodeTransferTarget(p, state_->config().key_limits));
+  LMC_ASSIGN_OR_RETURN(args.target, DecodeTransferTarget(p, deps_.config.key_limits));
   LMC_ASSIGN_OR_RETURN(args.block_ids, protocol::DecodeBlockIds(p[2]));
   LMC_ASSIGN_OR_RETURN(args.engine_event, protocol::DecodeEventHandle(p[3]));
   if (p.size() > 4) {
@@ -75,7 +75,7 @@ void GpuOps::AddTo(OpTable* table) {
   AddOp(table, {Op::kUnregisterKvCache, "unregister_kv_cache", true, P::kInline, 1, 1, 64, F::kNil},
         Bind(DecodeInstanceId, [this](const RequestContext& c, std::int64_t id) { return Unregister(c, id); }));
   AddOp(table, {Op::kStore, "store", true, P::kAffinity, 4, 4, kTransferRequestBytes, F::kEventFailure},
-        BindReserving(state_, "store", transfer,
+        BindReserving(deps_.parking, "store", transfer,
                       [this](const RequestContext& c, const TransferArgs& a, store::WhilePoolWarms warming) {
                         return Store(c, a, warming);
                       }));
@@ -88,7 +88,7 @@ Result<GpuContexts*> GpuOps::Contexts() {
   MutexLock lock(&mu_);
   if (!contexts_) {
     contexts_ = std::make_unique<GpuContexts>(
-        state_->config().gpu_backend, std::chrono::milliseconds(state_->config().gpu_event_timeout_ms));
+        deps_.config.gpu_backend, std::chrono::milliseconds(deps_.config.gpu_event_timeout_ms));
   }
   LMC_RETURN_IF_ERROR(contexts_->backend().status());
   return contexts_.get();
@@ -129,27 +129,27 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
   LMC_ASSIGN_OR_RETURN(gpu::KvBackend* backend, contexts->backend());
   LMC_RETURN_IF_ERROR(CheckEngineType(r.engine_type));
   LMC_RETURN_IF_ERROR(backend->CheckAvailable());
-  const std::int64_t chunk = state_->config().chunk_size;
+  const std::int64_t chunk = deps_.config.chunk_size;
   LMC_ASSIGN_OR_RETURN(const gpu::KvLayout layout, gpu::DetectKvLayout(r, chunk));
   EngineContext identity;
   identity.instance_id = r.instance_id;
   identity.model_name = r.model_name;
   identity.world_size = r.world_size;
-  LMC_RETURN_IF_ERROR(state_->CheckRegistrant(identity, context));
+  LMC_RETURN_IF_ERROR(deps_.registrations.CheckRegistrant(identity, context));
   const ChunkLayout chunk_layout = ChunkLayoutOf(layout);
-  LMC_RETURN_IF_ERROR(state_->CheckFits(chunk_layout));
+  LMC_RETURN_IF_ERROR(deps_.registrations.CheckFits(chunk_layout));
   // The same connection registering again (after a hiccup): as the reference, only its liveness.
-  if (auto same = state_->instances().Authorize(r.instance_id, context.connection);
+  if (auto same = deps_.instances.Authorize(r.instance_id, context.connection);
       same.ok() && contexts->Find(same->registration)) {
     return mp::Encoder().Nil().Take();
   }
   LMC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KvContext> device,
-                       backend->Open(layout, gpu::PoolView{state_->l1().segment().bytes()}));
+                       backend->Open(layout, gpu::PoolView{deps_.pool.bytes()}));
   *context_owns_tensors = true;  // the context gives the references back when it closes
   LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
-                       state_->instances().Register(identity, chunk_layout, context.connection));
+                       deps_.instances.Register(identity, chunk_layout, context.connection));
   if (outcome.replaced) {
-    state_->ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
+    deps_.registrations.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
   }
   contexts->Add(outcome.info.registration, std::make_shared<GpuContexts::Entry>(layout, std::move(device)));
   spdlog::info("registered the GPU KV cache of instance {}: {} world size {} on {} ({} backend): {}; "
@@ -160,13 +160,13 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
 }
 
 Result<std::string> GpuOps::Unregister(const RequestContext& context, std::int64_t instance_id) {
-  LMC_RETURN_IF_ERROR(state_->Unregister(instance_id, context));
+  LMC_RETURN_IF_ERROR(deps_.registrations.Unregister(instance_id, context));
   return mp::Encoder().Nil().Take();
 }
 
 Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Transfer* t) {
   const std::int64_t instance_id = args.target.instance_id;
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(instance_id, context));
   if (GpuContexts* contexts = ContextsIfMade()) t->entry = contexts->Find(instance.registration);
   if (!t->entry) {
     return Status(ErrorCode::kNotRegistered,
@@ -174,7 +174,7 @@ Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Tr
                       " registered no GPU KV cache (register_kv_cache): store and retrieve copy "
                       "from and to it");
   }
-  LMC_ASSIGN_OR_RETURN(t->worker, state_->ResolveWorkerKeys(args.target.key, instance));
+  LMC_ASSIGN_OR_RETURN(t->worker, deps_.registrations.ResolveWorkerKeys(args.target.key, instance));
   // Fail closed: a short list or a foreign id would copy out of bounds.
   return gpu::CheckBlockIds(t->entry->layout(), t->chunks(), args.block_ids);
 }
@@ -195,7 +195,7 @@ Attempted GpuOps::Store(const RequestContext& context, const TransferArgs& args,
   const std::vector<gpu::ChunkPlan> plans = gpu::PlanStore(layout, args.block_ids, t.chunks());
   std::vector<store::ObjectKey> keys;
   for (const gpu::ChunkPlan& plan : plans) keys.push_back(t.worker.keys[plan.chunk]);
-  store::ObjectTable& table = state_->table();
+  store::ObjectTable& table = deps_.table;
   Result<store::WriteLease> staged =
       table.ReserveWrite(keys, layout.object_bytes, store::Owner::Device(t.worker.instance.registration),
                          store::AllocationMode::kLongestPrefix, warming);
@@ -225,7 +225,7 @@ Attempted GpuOps::Store(const RequestContext& context, const TransferArgs& args,
 OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& args) {
   Transfer t;
   if (const Status begun = Begin(context, args, &t); !begun.ok()) return Failed(t.entry, begun);
-  Result<store::ReadAcquisition> acquired = state_->AcquireForRetrieve(
+  Result<store::ReadAcquisition> acquired = deps_.leases.AcquireForRetrieve(
       args.target.key, t.worker.keys, store::Owner::Device(t.worker.instance.registration));
   if (!acquired.ok()) return Failed(t.entry, acquired.status());
   const std::vector<gpu::ChunkPlan> plans =
@@ -234,7 +234,7 @@ OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& arg
   for (std::size_t i = 0; i < acquired->grants.size(); ++i) {
     chunks.push_back({acquired->grants[i].offset, plans[i].groups});
   }
-  store::ObjectTable& table = state_->table();
+  store::ObjectTable& table = deps_.table;
   const store::LeaseId lease = acquired->lease;
   // The objects stay locked until the copies out of them are done.
   auto done = [&table, lease](const Status&) {

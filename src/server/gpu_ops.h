@@ -36,14 +36,14 @@
 #include "server/gpu_contexts.h"
 #include "server/op_table.h"
 #include "server/reserve_or_park.h"
-#include "server/service_state.h"
+#include "server/keys.h"
 #include "server/transfer_mode.h"
 
 namespace lmcache::server {
 
 class GpuOps final : public TransferMode {
  public:
-  GpuOps(ServiceState* state, bool serving) : TransferMode(serving), state_(state) {}
+  GpuOps(const TransferDeps& deps, bool serving) : TransferMode(serving), deps_(deps) {}
   std::string_view name() const override { return "lmcache_driven"; }
   std::vector<std::string> features() const override { return {"lmcache_driven", "cuda_ipc"}; }
   void AddTo(OpTable* table) override;
@@ -87,7 +87,7 @@ class GpuOps final : public TransferMode {
   // The reply of a failed transfer: a completed server event where there is a context.
   static OpResult Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const Status& status);
 
-  ServiceState* const state_;
+  const TransferDeps deps_;
   mutable Mutex mu_;
   std::unique_ptr<GpuContexts> contexts_ LMC_GUARDED_BY(mu_);
 };

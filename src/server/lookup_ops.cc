@@ -23,7 +23,7 @@ void FoldPrefetch(LookupState& lookup, const std::optional<tier::PrefetchResult>
 
 Result<LookupOps::KeyArgs> LookupOps::DecodeKey(Payloads p) const {
   // p[1] (tp_size) is kept for arity; num_kv_readers decides the lock count.
-  LMC_ASSIGN_OR_RETURN(IpcKey key, protocol::DecodeIpcKey(p[0], state_->config().key_limits));
+  LMC_ASSIGN_OR_RETURN(IpcKey key, protocol::DecodeIpcKey(p[0], deps_.config.key_limits));
   return KeyArgs{std::move(key)};
 }
 
@@ -59,7 +59,7 @@ void LookupOps::AddTo(OpTable* table) {
   table->Add({Op::kQueryPrefetchStatus, "query_prefetch_status", true, P::kCpu, 1, 1, 8192,
               F::kZero},
              Bind(DecodeStatus, status(StatusQuery::kStatus)));
-  state_->parked().Declare("wait_prefetch_status");
+  deps_.parked.Declare("wait_prefetch_status");
   table->Add({Op::kWaitPrefetchStatus, "wait_prefetch_status", true, P::kCpu, 1, 2, 8192,
               F::kZero},
              [this](const RequestContext& context, Payloads payloads, const Respond& respond) {
@@ -114,7 +114,7 @@ Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t chunks,
     request.group = ranks.size();  // a chunk counts only when every rank has it
     request.extend = lease;
     LMC_ASSIGN_OR_RETURN(const store::ReadAcquisition acquired,
-                         state_->table().AcquireRead(request));
+                         deps_.table.AcquireRead(request));
     if (acquired.lease != store::kNoLease) lease = acquired.lease;
     lookup->hit_chunks += acquired.granted / ranks.size();
     if (acquired.granted < keys.size()) break;
@@ -132,32 +132,32 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
   if (key.world_size < 1 || key.world_size > 255) {
     return InvalidArgument("key.world_size must be in [1, 255]");
   }
-  LMC_RETURN_IF_ERROR(state_->CheckKeyRange(key));
-  const auto chunk = static_cast<std::size_t>(state_->config().chunk_size);
+  LMC_RETURN_IF_ERROR(CheckKeyRange(key, deps_.config.chunk_size));
+  const auto chunk = static_cast<std::size_t>(deps_.config.chunk_size);
   const std::size_t chunks = key.token_ids.size() / chunk;  // the whole prompt (spec 9.2)
-  std::shared_ptr<Session> session = state_->sessions().GetOrCreate(key.request_id);
+  std::shared_ptr<Session> session = deps_.sessions.GetOrCreate(key.request_id);
   LookupRelease release;
   std::size_t hit_chunks = 0;
   {
     MutexLock lock(&session->mu);
     LMC_ASSIGN_OR_RETURN(release, session->BeginLookup(
                                       key.cache_salt,
-                                      state_->sessions().limits().max_tenants_per_session));
+                                      deps_.sessions.limits().max_tenants_per_session));
     LookupState& lookup = *session->FindLookup(key.cache_salt);
     lookup.connection = std::string(context.connection);
     lookup.model_name = key.model_name;
     lookup.world_size = key.world_size;
     lookup.readers = static_cast<std::uint32_t>(key.num_kv_readers);
     // No instance registered this (model, world size): nothing can be cached (spec 9.2).
-    if (const auto layout = state_->instances().LayoutOf(key.model_name, key.world_size)) {
+    if (const auto layout = deps_.instances.LayoutOf(key.model_name, key.world_size)) {
       lookup.layout_namespace = layout->object_namespace;
-      lookup.hashes = state_->hasher().Hashes(key.token_ids, chunks);
+      lookup.hashes = deps_.hasher.Hashes(key.token_ids, chunks);
       const Status locked = LockPrefix(session->owner(), chunks, &lookup);
       if (!locked.ok()) {
         session->Account();
         return locked;
       }
-      tier::Prefetcher* prefetcher = state_->prefetcher();
+      tier::Prefetcher* prefetcher = deps_.prefetcher;
       if (prefetcher != nullptr && lookup.hit_chunks < chunks) {
         // The rest may be in L2: its loads land read-locked for this session.
         const std::vector<std::int64_t> ranks = AllRanks(key.world_size);
@@ -175,10 +175,10 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
     hit_chunks = lookup.hit_chunks;
     session->Account();
   }
-  state_->sessions().NoteConnection(key.request_id, context.connection);
-  state_->Release(release);
-  state_->sessions().Trim();
-  ServiceCounters& counters = state_->counters();
+  deps_.sessions.NoteConnection(key.request_id, context.connection);
+  deps_.leases.Release(release);
+  deps_.sessions.Trim();
+  ServiceCounters& counters = deps_.counters;
   counters.lookups.fetch_add(1, std::memory_order_relaxed);
   counters.lookup_requested_tokens.fetch_add(chunks * chunk, std::memory_order_relaxed);
   counters.lookup_hit_tokens.fetch_add(hit_chunks * chunk, std::memory_order_relaxed);
@@ -186,9 +186,9 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
 }
 
 Result<std::string> LookupOps::QueryStatus(const StatusArgs& args, StatusQuery query) {
-  std::shared_ptr<Session> session = state_->sessions().Find(args.request_id);
+  std::shared_ptr<Session> session = deps_.sessions.Find(args.request_id);
   if (!session) return mp::Encoder().Int(0).Take();  // unknown request: 0, as the reference
-  tier::Prefetcher* prefetcher = state_->prefetcher();
+  tier::Prefetcher* prefetcher = deps_.prefetcher;
   MutexLock lock(&session->mu);
   LookupState* lookup = session->StatusLookup();
   if (lookup == nullptr) return mp::Encoder().Int(0).Take();
@@ -216,9 +216,9 @@ std::string LookupOps::ReportStatusLocked(Session& session, StatusQuery query) {
 
 void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args,
                            Respond respond) {
-  std::shared_ptr<Session> session = state_->sessions().Find(args.request_id);
+  std::shared_ptr<Session> session = deps_.sessions.Find(args.request_id);
   if (!session) return respond(mp::Encoder().Int(0).Take());  // unknown request
-  tier::Prefetcher* prefetcher = state_->prefetcher();
+  tier::Prefetcher* prefetcher = deps_.prefetcher;
   // The prefetch this wait is for: its lookup is named by salt and sequence,
   // so that a newer lookup of the request is never mistaken for it.
   tier::PrefetchHandle handle = 0;
@@ -251,7 +251,7 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
       MutexLock lock(&session->mu);
       LookupState* lookup = session->FindLookup(salt);
       if (lookup != nullptr && lookup->sequence == sequence && lookup->prefetch_pending) {
-        FoldPrefetch(*lookup, state_->prefetcher()->Poll(handle));
+        FoldPrefetch(*lookup, deps_.prefetcher->Poll(handle));
       }
       // A lookup that still loads answers nil (its deadline passed, or the
       // client or the server is going); one whose session ended answers 0.
@@ -259,17 +259,17 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
     }
     respond(std::move(answer));
   };
-  auto waker = state_->parked().Park("wait_prefetch_status", context.connection,
-                                     state_->clock().NowMs() + timeout_ms, std::move(finish));
+  auto waker = deps_.parked.Park("wait_prefetch_status", context.connection,
+                                     deps_.clock.NowMs() + timeout_ms, std::move(finish));
   if (!waker.ok()) return respond(waker.status());
   prefetcher->NotifyWhenLanded(handle, std::move(waker).value());
 }
 
 Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {
   if (key.start < 0 || key.end <= key.start) return mp::Encoder().Nil().Take();
-  std::shared_ptr<Session> session = state_->sessions().Find(key.request_id);
+  std::shared_ptr<Session> session = deps_.sessions.Find(key.request_id);
   if (!session) return mp::Encoder().Nil().Take();
-  const auto chunk = static_cast<std::size_t>(state_->config().chunk_size);
+  const auto chunk = static_cast<std::size_t>(deps_.config.chunk_size);
   MutexLock lock(&session->mu);
   const LookupState* lookup = session->FindLookup(key.cache_salt);
   if (lookup == nullptr) return mp::Encoder().Nil().Take();
@@ -279,24 +279,24 @@ Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {
   const std::size_t first = static_cast<std::size_t>(key.start) / chunk;
   const std::size_t last = std::min(static_cast<std::size_t>(key.end) / chunk, lookup->hit_chunks);
   ForEachKeyWindow(*lookup, first, last, [&](std::span<const store::ObjectKey> keys) {
-    for (const store::LeaseId lease : lookup->leases) state_->table().ReleaseRead(lease, keys);
+    for (const store::LeaseId lease : lookup->leases) deps_.table.ReleaseRead(lease, keys);
   });
   return mp::Encoder().Nil().Take();
 }
 
 Result<std::string> LookupOps::EndSession(const std::string& request_id) {
-  std::shared_ptr<Session> session = state_->sessions().Find(request_id);
+  std::shared_ptr<Session> session = deps_.sessions.Find(request_id);
   if (!session) return mp::Encoder().Nil().Take();
   {
     MutexLock lock(&session->mu);
     // The main recency signal for LRU (spec 9.7): every chunk of the prompt.
     for (const LookupState* lookup : session->Lookups()) {
       ForEachKeyWindow(*lookup, 0, lookup->hashes.size(),
-                       [&](std::span<const store::ObjectKey> keys) { state_->table().Touch(keys); });
+                       [&](std::span<const store::ObjectKey> keys) { deps_.table.Touch(keys); });
     }
   }
   // Every lock the session still holds goes with it (leases no retrieve consumed).
-  state_->sessions().Remove(request_id);
+  deps_.sessions.Remove(request_id);
   return mp::Encoder().Nil().Take();
 }
 

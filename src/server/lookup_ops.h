@@ -21,14 +21,34 @@
 // calls serialise on its session's mutex.
 #pragma once
 
+#include "server/chunk_hasher.h"
+#include "server/instances.h"
+#include "server/lookup_leases.h"
 #include "server/op_table.h"
-#include "server/service_state.h"
+#include "server/parked_requests.h"
+#include "server/service_config.h"
+#include "server/keys.h"
+#include "server/session.h"
+#include "tier/prefetcher.h"
 
 namespace lmcache::server {
 
 class LookupOps {
  public:
-  explicit LookupOps(ServiceState* state) : state_(state) {}
+  // What the family uses of the service, and nothing else.
+  struct Deps {
+    const ServiceConfig& config;
+    const Clock& clock;
+    store::ObjectTable& table;
+    SessionManager& sessions;
+    LookupLeases& leases;
+    ParkedRequests& parked;  // wait_prefetch_status
+    InstanceRegistry& instances;  // the layout a lookup's keys are in
+    ChunkHasher& hasher;
+    ServiceCounters& counters;
+    tier::Prefetcher* prefetcher;  // null without an L2 tier
+  };
+  explicit LookupOps(const Deps& deps) : deps_(deps) {}
   void AddTo(OpTable* table);
 
   // The payloads of query/wait_prefetch_status and query_prefetch_lookup_hits.
@@ -61,7 +81,7 @@ class LookupOps {
   void ForEachKeyWindow(const LookupState& lookup, std::size_t first, std::size_t last,
                         const std::function<void(std::span<const store::ObjectKey>)>& fn) const;
 
-  ServiceState* const state_;
+  const Deps deps_;
 };
 
 }  // namespace lmcache::server

@@ -7,7 +7,7 @@ namespace lmcache::server {
 namespace {
 
 struct ParkedStore {
-  ServiceState* state = nullptr;
+  StoreParking parking;
   std::string_view operation;
   std::string connection;
   TimeMs deadline_ms = 0;
@@ -44,24 +44,24 @@ void Finish(const std::shared_ptr<ParkedStore>& store, ParkEnd why) {
 }
 
 void Park(const std::shared_ptr<ParkedStore>& store, std::uint64_t ready_bytes_seen) {
-  auto waker = store->state->parked().Park(store->operation, store->connection, store->deadline_ms,
+  auto waker = store->parking.parked->Park(store->operation, store->connection, store->deadline_ms,
                                            [store](ParkEnd why) { Finish(store, why); });
   if (!waker.ok()) return store->respond(waker.status());
   // Called at once when pages came meanwhile: no wakeup is lost.
-  store->state->table().NotifyWhenPagesReady(ready_bytes_seen, std::move(waker).value());
+  store->parking.table->NotifyWhenPagesReady(ready_bytes_seen, std::move(waker).value());
 }
 
 }  // namespace
 
-void ReserveOrPark(ServiceState* state, std::string_view operation, std::string_view connection,
+void ReserveOrPark(const StoreParking& parking, std::string_view operation, std::string_view connection,
                    StoreAttempt attempt, Respond respond) {
   Attempted first = attempt(store::WhilePoolWarms::kReportBusy);
   if (first.reply) return respond(std::move(*first.reply));
   auto store = std::make_shared<ParkedStore>();
-  store->state = state;
+  store->parking = parking;
   store->operation = operation;
   store->connection = std::string(connection);
-  store->deadline_ms = state->clock().NowMs() + state->table().prefault_wait().count();
+  store->deadline_ms = parking.clock->NowMs() + parking.table->prefault_wait().count();
   store->attempt = std::move(attempt);
   store->respond = std::move(respond);
   Park(store, first.ready_bytes_seen);

@@ -27,11 +27,20 @@
 #include <string_view>
 #include <utility>
 
+#include "common/clock.h"
 #include "server/op_table.h"
-#include "server/service_state.h"
+#include "server/parked_requests.h"
 #include "store/object_table.h"
 
 namespace lmcache::server {
+
+// What a store that waits for pages uses: where it parks, the table whose
+// pages it waits for, the clock of its deadline. Each must outlive it.
+struct StoreParking {
+  ParkedRequests* parked = nullptr;
+  store::ObjectTable* table = nullptr;
+  const Clock* clock = nullptr;
+};
 
 // What one attempt at a store came to: its reply, or that it must wait for
 // more than `ready_bytes_seen` bytes of the pool to be ready.
@@ -55,16 +64,17 @@ using StoreAttempt = std::function<Attempted(store::WhilePoolWarms)>;
 
 // Answers `respond` with the attempt's reply, now or once it stops waiting
 // for pages. `operation` is a static name, declared with ParkedRequests.
-void ReserveOrPark(ServiceState* state, std::string_view operation, std::string_view connection,
+void ReserveOrPark(const StoreParking& parking, std::string_view operation, std::string_view connection,
                    StoreAttempt attempt, Respond respond);
 
 // A handler (op_table.h's Bind, for a store) from a payload decoder and
 // fn(context, Args, WhilePoolWarms) -> Attempted, run through ReserveOrPark.
 // The decoded arguments and the context are kept for the attempts to come.
 template <typename Decode, typename Fn>
-Handler BindReserving(ServiceState* state, std::string_view operation, Decode decode, Fn fn) {
-  state->parked().Declare(operation);
-  return [state, operation, decode, fn](const RequestContext& context, Payloads payloads,
+Handler BindReserving(const StoreParking& parking, std::string_view operation, Decode decode,
+                      Fn fn) {
+  parking.parked->Declare(operation);
+  return [parking, operation, decode, fn](const RequestContext& context, Payloads payloads,
                                         const Respond& respond) {
     auto args = decode(payloads);
     if (!args.ok()) return respond(args.status());
@@ -74,7 +84,7 @@ Handler BindReserving(ServiceState* state, std::string_view operation, Decode de
       kept.connection = connection;  // the transport's view ends with the handler
       return fn(kept, args, warming);
     };
-    ReserveOrPark(state, operation, context.connection, std::move(attempt), respond);
+    ReserveOrPark(parking, operation, context.connection, std::move(attempt), respond);
   };
 }
 

@@ -15,23 +15,35 @@ namespace {
 // them: a new mode is its op family and one row here.
 struct ModeRow {
   std::string_view name;
-  std::unique_ptr<TransferMode> (*make)(ServiceState* state, bool serving);
+  std::unique_ptr<TransferMode> (*make)(const TransferDeps& deps, bool serving);
 };
 constexpr ModeRow kTransferModes[] = {
     {"engine_driven",
-     [](ServiceState* s, bool serving) -> std::unique_ptr<TransferMode> {
-       return std::make_unique<TransferOps>(s, serving);
+     [](const TransferDeps& deps, bool serving) -> std::unique_ptr<TransferMode> {
+       return std::make_unique<TransferOps>(deps, serving);
      }},
     {"lmcache_driven",
-     [](ServiceState* s, bool serving) -> std::unique_ptr<TransferMode> {
-       return std::make_unique<GpuOps>(s, serving);
+     [](const TransferDeps& deps, bool serving) -> std::unique_ptr<TransferMode> {
+       return std::make_unique<GpuOps>(deps, serving);
      }},
 };
 
-std::vector<std::unique_ptr<TransferMode>> MakeModes(ServiceState* state, const std::string& setting) {
+std::vector<std::unique_ptr<TransferMode>> MakeModes(ServiceState* s, const std::string& setting) {
+  const TransferDeps deps{s->config(),        s->boot_id(),       s->l1().segment(),
+                          s->table(),         s->instances(),     s->registrations(),
+                          s->leases(),        {&s->parked(), &s->table(), &s->clock()}};
   std::vector<std::unique_ptr<TransferMode>> modes;
-  for (const ModeRow& row : kTransferModes) modes.push_back(row.make(state, ModeServes(setting, row.name)));
+  for (const ModeRow& row : kTransferModes) modes.push_back(row.make(deps, ModeServes(setting, row.name)));
   return modes;
+}
+
+LookupOps::Deps LookupDeps(ServiceState* s) {
+  return {s->config(), s->clock(),  s->table(),   s->sessions(), s->leases(),
+          s->parked(), s->instances(), s->hasher(), s->counters(), s->prefetcher()};
+}
+
+AdminOps::Deps AdminDeps(ServiceState* s) {
+  return {s->config(), s->boot_id(), s->l1().segment(), s->table(), s->instances(), s->counters()};
 }
 
 std::vector<std::string> Features(const std::vector<std::unique_ptr<TransferMode>>& modes) {
@@ -49,8 +61,8 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
                  tier::Prefetcher* prefetcher)
     : state_(l1, clock, config, prefetcher),
       modes_(MakeModes(&state_, config.transfer_mode)),
-      lookup_ops_(&state_),
-      admin_ops_(&state_, [this] { return EncodeStatsMsgpack(Snapshot()); }, Features(modes_)),
+      lookup_ops_(LookupDeps(&state_)),
+      admin_ops_(AdminDeps(&state_), [this] { return EncodeStatsMsgpack(Snapshot()); }, Features(modes_)),
       started_(std::chrono::steady_clock::now()),
       // A quarter of the reap timeout (as the reference), at most 5 s so sessions expire promptly.
       maintenance_("maintenance",
@@ -62,7 +74,8 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
   for (const auto& mode : modes_) {
     mode->AddTo(&table_);
     TransferMode* m = mode.get();
-    state_.AddRegistrationListener([m](std::uint64_t registration) { m->OnRegistrationGone(registration); });
+    state_.registrations().AddListener(
+        [m](std::uint64_t registration) { m->OnRegistrationGone(registration); });
   }
   lookup_ops_.AddTo(&table_);
   admin_ops_.AddTo(&table_);
@@ -144,10 +157,10 @@ void Service::OnClosing(std::string_view connection) {
 
 void Service::OnDisconnect(std::string_view connection) {
   for (const RemovedInstance& removed : state_.instances().RemoveConnection(connection)) {
-    state_.ReleaseInstance(removed, ReleaseCause::kDisconnected);
+    state_.registrations().ReleaseInstance(removed, ReleaseCause::kDisconnected);
   }
   // A scheduler that went away will not free its lookups' locks: release them.
-  state_.ReleaseConnectionLookups(connection);
+  state_.leases().ReleaseConnectionLookups(connection);
 }
 
 Reply Service::Call(std::string_view op, Payloads payloads, const RequestContext& context) {
@@ -171,7 +184,7 @@ void Service::RunMaintenance() {
     for (const std::int64_t id : state_.instances().Silent(config.worker_reap_timeout_ms,
                                                            config.worker_registration_grace_ms)) {
       if (auto removed = state_.instances().Remove(id)) {
-        state_.ReleaseInstance(*removed, ReleaseCause::kReaped);
+        state_.registrations().ReleaseInstance(*removed, ReleaseCause::kReaped);
       }
     }
   }

@@ -89,6 +89,9 @@ class Service final : public RequestHandler {
   const OpTable& ops() const { return table_; }
   const std::string& boot_id() const { return state_.boot_id(); }
   ServiceState& state() { return state_; }
+  // While draining (SIGTERM), new registrations are refused; registered
+  // workers are served until they leave.
+  void SetDraining(bool draining) { state_.registrations().set_draining(draining); }
   InstanceRegistry& instances() { return state_.instances(); }
   SessionManager& sessions() { return state_.sessions(); }
   store::ObjectTable& table() { return state_.table(); }

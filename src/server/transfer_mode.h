@@ -23,10 +23,30 @@
 #include <string_view>
 #include <vector>
 
+#include "server/instances.h"
+#include "server/lookup_leases.h"
 #include "server/op_table.h"
+#include "server/registrations.h"
+#include "server/reserve_or_park.h"
+#include "server/service_config.h"
 #include "server/stats.h"
+#include "shm/shm_segment.h"
+#include "store/object_table.h"
 
 namespace lmcache::server {
+
+// What a transfer mode uses of the service, and nothing else: each must
+// outlive the mode.
+struct TransferDeps {
+  const ServiceConfig& config;
+  const std::string& boot_id;
+  shm::ShmSegment& pool;  // the L1 pool's segment (its name, size, bytes)
+  store::ObjectTable& table;
+  InstanceRegistry& instances;
+  Registrations& registrations;
+  LookupLeases& leases;  // a retrieve takes over its lookup's locks
+  StoreParking parking;  // a store waiting for pre-faulted pages
+};
 
 class TransferMode {
  public:

@@ -20,7 +20,7 @@ Result<std::int64_t> DecodeInstanceId(Payloads p) {
 }  // namespace
 
 Result<TransferOps::TransferArgs> TransferOps::DecodeTransfer(Payloads p) const {
-  LMC_ASSIGN_OR_RETURN(TransferArgs args, DecodeTransferTarget(p, state_->config().key_limits));
+  LMC_ASSIGN_OR_RETURN(TransferArgs args, DecodeTransferTarget(p, deps_.config.key_limits));
   if (p.size() > 2) {  // commit_store's data
     LMC_ASSIGN_OR_RETURN(const std::string data, protocol::DecodeBytes(p[2], "data"));
     if (!data.empty()) {
@@ -49,7 +49,7 @@ void TransferOps::AddTo(OpTable* table) {
              }));
   AddOp(table, {Op::kPrepareStore, "prepare_store", true, P::kAffinity, 2, 2, kKeyRequestBytes,
               F::kEmptyPrepareStore},
-        BindReserving(state_, "prepare_store", transfer,
+        BindReserving(deps_.parking, "prepare_store", transfer,
                       [this](const RequestContext& c, const TransferArgs& a,
                              store::WhilePoolWarms warming) { return PrepareStore(c, a, warming); }));
   AddOp(table, {Op::kCommitStore, "commit_store", true, P::kAffinity, 2, 3, kKeyRequestBytes,
@@ -71,11 +71,11 @@ void TransferOps::AddTo(OpTable* table) {
 
 Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
                                                  const EngineContext& engine) {
-  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, state_->CheckRegistration(engine, context));
+  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, deps_.registrations.CheckRegistration(engine, context));
   LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
-                       state_->instances().Register(engine, layout, context.connection));
+                       deps_.instances.Register(engine, layout, context.connection));
   if (outcome.replaced) {
-    state_->ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
+    deps_.registrations.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
   }
   if (outcome.is_new) {
     spdlog::info("registered instance {}: {} world size {}, chunk {} ({} bytes)",
@@ -83,25 +83,25 @@ Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
                  layout.object_bytes);
   }
   Registration reply;
-  reply.shm_name = state_->l1().segment().name();
-  reply.pool_size = state_->l1().segment().size();
-  reply.boot_id = state_->boot_id();
+  reply.shm_name = deps_.pool.name();
+  reply.pool_size = deps_.pool.size();
+  reply.boot_id = deps_.boot_id;
   reply.object_bytes = layout.object_bytes;
   return protocol::EncodeRegistration(reply);
 }
 
 Result<std::string> TransferOps::UnregisterContext(const RequestContext& context,
                                                    std::int64_t instance_id) {
-  LMC_RETURN_IF_ERROR(state_->Unregister(instance_id, context));
+  LMC_RETURN_IF_ERROR(deps_.registrations.Unregister(instance_id, context));
   return mp::Encoder().Nil().Take();
 }
 
 Attempted TransferOps::PrepareStore(const RequestContext& context, const TransferArgs& args,
                                     store::WhilePoolWarms warming) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance));
   const ChunkLayout& layout = instance.layout;
-  store::ObjectTable& table = state_->table();
+  store::ObjectTable& table = deps_.table;
   LMC_ASSIGN_OR_RETURN(const store::WriteLease staged,
                        table.ReserveWrite(worker.keys, layout.object_bytes, instance.owner(),
                                           store::AllocationMode::kLongestPrefix, warming));
@@ -109,7 +109,7 @@ Attempted TransferOps::PrepareStore(const RequestContext& context, const Transfe
   // Recorded even when nothing was staged, so a commit after an all-cached
   // prepare answers True. If this registration went away meanwhile, the
   // prepare fails and gives back what it reserved.
-  auto recorded = state_->instances().AddPendingWrite(instance, worker.transfer,
+  auto recorded = deps_.instances.AddPendingWrite(instance, worker.transfer,
                                                       {staged.lease, staged.reserved});
   if (!recorded.ok()) {
     table.AbortWrite(staged.lease);
@@ -134,15 +134,15 @@ Attempted TransferOps::PrepareStore(const RequestContext& context, const Transfe
 
 Result<std::string> TransferOps::CommitStore(const RequestContext& context,
                                              const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance));
   const std::optional<PendingWrite> pending =
-      state_->instances().TakePendingWrite(instance, worker.transfer);
+      deps_.instances.TakePendingWrite(instance, worker.transfer);
   if (!pending) {
     return Status(ErrorCode::kNotFound, "no prepare_store is pending for this key and instance " +
                                             std::to_string(args.instance_id));
   }
-  const store::WriteCompletion done = state_->table().FinishWrite(pending->lease);
+  const store::WriteCompletion done = deps_.table.FinishWrite(pending->lease);
   // Admitted or beaten to it by another writer: stored either way.
   const std::size_t stored = done.keys.size() - done.lost;
   if (stored < pending->objects) {
@@ -157,15 +157,15 @@ Result<std::string> TransferOps::CommitStore(const RequestContext& context,
 
 Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
                                                  const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance));
   LMC_ASSIGN_OR_RETURN(const store::ReadAcquisition acquired,
-                       state_->AcquireForRetrieve(args.key, worker.keys, instance.owner()));
-  store::ObjectTable& table = state_->table();
+                       deps_.leases.AcquireForRetrieve(args.key, worker.keys, instance.owner()));
+  store::ObjectTable& table = deps_.table;
   if (acquired.lease != store::kNoLease) {
     // If this registration went away meanwhile, the prepare fails and releases its lease.
     const Status recorded =
-        state_->instances().AddPendingRead(instance, worker.transfer, acquired.lease);
+        deps_.instances.AddPendingRead(instance, worker.transfer, acquired.lease);
     if (!recorded.ok()) {
       table.ReleaseRead(acquired.lease);
       return recorded;
@@ -181,11 +181,11 @@ Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
 
 Result<std::string> TransferOps::CommitRetrieve(const RequestContext& context,
                                                 const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, state_->Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, state_->ResolveWorkerKeys(args.key, instance));
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance));
   // Nothing pending is not an error (the reference answers True as well).
-  if (auto lease = state_->instances().TakePendingRead(instance, worker.transfer)) {
-    state_->table().ReleaseRead(*lease);
+  if (auto lease = deps_.instances.TakePendingRead(instance, worker.transfer)) {
+    deps_.table.ReleaseRead(*lease);
   }
   return mp::Encoder().Bool(true).Take();
 }

@@ -10,20 +10,20 @@
 // expired) that its commit_retrieve releases. A prepare's lease is recorded
 // with the registration that made it, or the prepare fails and releases it.
 //
-// Thread-safety: the handlers may run on any threads at once; all state is
-// in ServiceState.
+// Thread-safety: the handlers may run on any threads at once; what they
+// share is in TransferDeps (transfer_mode.h).
 #pragma once
 
 #include "server/op_table.h"
 #include "server/reserve_or_park.h"
-#include "server/service_state.h"
+#include "server/keys.h"
 #include "server/transfer_mode.h"
 
 namespace lmcache::server {
 
 class TransferOps final : public TransferMode {
  public:
-  TransferOps(ServiceState* state, bool serving) : TransferMode(serving), state_(state) {}
+  TransferOps(const TransferDeps& deps, bool serving) : TransferMode(serving), deps_(deps) {}
   std::string_view name() const override { return "engine_driven"; }
   std::vector<std::string> features() const override { return {"shm", "engine_driven"}; }
   void AddTo(OpTable* table) override;
@@ -41,7 +41,7 @@ class TransferOps final : public TransferMode {
   Result<std::string> PrepareRetrieve(const RequestContext& context, const TransferArgs& args);
   Result<std::string> CommitRetrieve(const RequestContext& context, const TransferArgs& args);
 
-  ServiceState* const state_;
+  const TransferDeps deps_;
 };
 
 }  // namespace lmcache::server

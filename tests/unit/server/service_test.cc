@@ -480,7 +480,7 @@ TEST_F(ServiceTest, StatsCountObjectsFlowingInAndOut) {
 
 TEST_F(ServiceTest, WhileDrainingNewRegistrationsAreRefusedAndRegisteredWorkersServed) {
   Register(1);
-  h_.service().state().set_draining(true);
+  h_.service().SetDraining(true);
   auto refused =
       h_.CallAs("other-connection", "register_kv_cache_engine_driven_context", {RegisterFrame(2)});
   EXPECT_EQ(refused.status.code(), ErrorCode::kUnavailable);
@@ -489,7 +489,7 @@ TEST_F(ServiceTest, WhileDrainingNewRegistrationsAreRefusedAndRegisteredWorkersS
   EXPECT_TRUE(h_.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
   Store(1, Key(512, 2));
   EXPECT_TRUE(h_.Ok("ping", {IntFrame(1)}).get().via.boolean);
-  h_.service().state().set_draining(false);
+  h_.service().SetDraining(false);
   EXPECT_TRUE(
       h_.CallAs("other-connection", "register_kv_cache_engine_driven_context", {RegisterFrame(2)})
           .status.ok());

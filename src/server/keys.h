@@ -1,0 +1,42 @@
+// The rules of keys every operation family shares: what a transfer names
+// first, which key ranges are valid, and the object keys of a prompt's chunks.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "lmcache/messages.h"
+#include "lmcache/status.h"
+#include "protocol/wire_codec.h"
+#include "server/request.h"
+#include "store/object_key.h"
+
+namespace lmcache::server {
+
+// What every transfer operation of both modes names first: the key and the
+// registered instance.
+struct TransferTarget {
+  IpcKey key;
+  std::int64_t instance_id = 0;
+};
+Result<TransferTarget> DecodeTransferTarget(Payloads p, const protocol::KeyLimits& limits);
+
+// The key's range must be chunk-aligned and inside its tokens, its model
+// name and cache salt valid.
+Status CheckKeyRange(const IpcKey& key, std::int64_t chunk_size);
+
+// Object keys of chunks [0, hashes.size()) for every rank in `kv_ranks`,
+// chunk-major and rank-minor (spec 5.5), in the layout namespace `layout`.
+std::vector<store::ObjectKey> ExpandKeys(std::span<const store::ChunkHash> hashes,
+                                         const std::string& model, const std::string& salt,
+                                         std::span<const std::int64_t> kv_ranks,
+                                         std::uint32_t layout);
+
+// kv_rank of every worker of a world.
+std::vector<std::int64_t> AllRanks(std::int64_t world_size);
+
+}  // namespace lmcache::server

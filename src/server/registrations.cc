@@ -1,0 +1,115 @@
+#include "server/registrations.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "common/blake3.h"
+#include "common/logging.h"
+
+namespace lmcache::server {
+
+Registrations::Registrations(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
+                             ServiceCounters* counters, const ServiceConfig* config)
+    : instances_(instances), l1_(l1), hasher_(hasher), counters_(counters), config_(config) {}
+
+Result<InstanceInfo> Registrations::Authorize(std::int64_t instance_id,
+                                             const RequestContext& context) {
+  return instances_->Authorize(instance_id, context.connection);
+}
+
+Result<WorkerKeys> Registrations::ResolveWorkerKeys(const IpcKey& key,
+                                                   const InstanceInfo& instance) {
+  LMC_RETURN_IF_ERROR(CheckKeyRange(key, config_->chunk_size));
+  if (!key.worker_id) {
+    return InvalidArgument("key.worker_id is required for transfers (nil is for lookups)");
+  }
+  if (key.model_name != instance.model_name || key.world_size != instance.world_size) {
+    return Status(ErrorCode::kLayoutMismatch,
+                  "key names " + key.model_name + " with world size " +
+                      std::to_string(key.world_size) + ", but instance " +
+                      std::to_string(instance.instance_id) + " registered " + instance.model_name +
+                      " with world size " + std::to_string(instance.world_size));
+  }
+  LMC_ASSIGN_OR_RETURN(const std::int64_t kv_rank,
+                       store::PackKvRank(key.world_size, *key.worker_id));
+  const auto first = static_cast<std::size_t>(key.start / config_->chunk_size);
+  const auto last = static_cast<std::size_t>(key.end / config_->chunk_size);
+  const std::vector<store::ChunkHash> hashes = hasher_->Hashes(key.token_ids, last);
+  const std::span<const store::ChunkHash> range = std::span(hashes).subspan(first);
+  WorkerKeys out;
+  out.instance = instance;
+  out.keys = ExpandKeys(range, key.model_name, key.cache_salt, std::span(&kv_rank, 1),
+                        instance.layout.object_namespace);
+  out.transfer = key.model_name + "|" + std::to_string(kv_rank) + "|" + key.cache_salt + "|" +
+                 std::to_string(key.start) + "|" + std::to_string(key.end) + "|" +
+                 (hashes.empty() ? std::string() : ToHex(hashes.back()));
+  return out;
+}
+
+Result<ChunkLayout> Registrations::CheckRegistration(const EngineContext& engine,
+                                                   const RequestContext& context) {
+  LMC_RETURN_IF_ERROR(CheckRegistrant(engine, context));
+  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, MakeChunkLayout(engine, config_->chunk_size));
+  LMC_RETURN_IF_ERROR(CheckFits(layout));
+  return layout;
+}
+
+Status Registrations::CheckRegistrant(const EngineContext& engine, const RequestContext& context) {
+  LMC_RETURN_IF_ERROR(store::ValidateModelName(engine.model_name));
+  if (engine.world_size < 1 || engine.world_size > 255) {
+    return InvalidArgument("world_size must be in [1, 255], got " +
+                           std::to_string(engine.world_size));
+  }
+  if (draining() && !instances_->Authorize(engine.instance_id, context.connection).ok()) {
+    return Status(ErrorCode::kUnavailable,
+                  "the server is draining before it exits (SIGTERM): register with the server "
+                  "that replaces it");
+  }
+  return Status::Ok();
+}
+
+Status Registrations::CheckFits(const ChunkLayout& layout) {
+  const std::uint64_t capacity = l1_->allocator().capacity_bytes();
+  if (layout.object_bytes > capacity) {
+    return Status(ErrorCode::kTooLarge, "one chunk of layout " + layout.Describe() + " takes " +
+                                            std::to_string(layout.object_bytes) +
+                                            " bytes, more than the whole L1 pool (" +
+                                            std::to_string(capacity) + " bytes)");
+  }
+  return Status::Ok();
+}
+
+Status Registrations::Unregister(std::int64_t instance_id, const RequestContext& context) {
+  static RateLimitedLog unknown_log(std::chrono::seconds(10));
+  Result<RemovedInstance> removed = instances_->Unregister(instance_id, context.connection);
+  if (removed.ok()) {
+    ReleaseInstance(*removed, ReleaseCause::kUnregistered);
+  } else if (removed.status().code() == ErrorCode::kNotRegistered) {
+    unknown_log.Warn("unregister of unknown instance {}", instance_id);  // the reference: warning only
+  } else {
+    return removed.status();
+  }
+  return Status::Ok();
+}
+
+void Registrations::ReleaseInstance(const RemovedInstance& removed, ReleaseCause cause) {
+  counters_->released[static_cast<std::size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
+  // Device copies keep their own leases (Owner::Device) until they end; a
+  // GPU registration's context closes once they have.
+  for (const auto& listener : listeners_) listener(removed.info.registration);
+  store::ObjectTable& objects = l1_->table();
+  std::size_t aborted = 0;
+  std::size_t released = 0;
+  // Half-written objects are never published: the staged copies are dropped.
+  for (const store::LeaseId lease : removed.writes) aborted += objects.AbortWrite(lease);
+  for (const store::LeaseId lease : removed.reads) released += objects.ReleaseRead(lease);
+  // Anything the registration still holds (a prepare that lost the race with
+  // this removal releases its own lease as well).
+  const store::OwnerReleaseReport rest = objects.ReleaseOwner(removed.info.owner());
+  spdlog::info("instance {} released ({}): {} staged writes aborted, {} read locks released",
+               removed.info.instance_id, ReleaseCauseName(cause), aborted + rest.writes_aborted,
+               released + rest.read_locks_released);
+}
+
+}  // namespace lmcache::server

@@ -1,0 +1,81 @@
+// Registrations: the rules of registered instances that the transfer
+// families share (transfer_ops, gpu_ops) and the service's connection and
+// reaper events use: who may transfer for an instance, which objects a
+// worker's transfer names, whether a registration is acceptable, and the
+// release of everything a registration left when it goes.
+//
+// Thread-safety: every method may be called from any thread (the registry,
+// the table and the hasher are internally synchronised); listeners are added
+// before serving, draining is an atomic flag.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lmcache/status.h"
+#include "server/chunk_hasher.h"
+#include "server/instances.h"
+#include "server/keys.h"
+#include "server/request.h"
+#include "server/service_config.h"
+#include "store/l1_cache.h"
+
+namespace lmcache::server {
+
+// The objects one worker's transfer names: chunks [start, end) on its own rank.
+struct WorkerKeys {
+  InstanceInfo instance;
+  std::vector<store::ObjectKey> keys;
+  std::string transfer;  // names the transfer among the instance's pending ones
+};
+
+class Registrations {
+ public:
+  // Every pointer must outlive this object.
+  Registrations(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
+                ServiceCounters* counters, const ServiceConfig* config);
+
+  // Called with a registration's serial when it goes (unregister, the
+  // reaper, a re-registration from another connection, its connection
+  // closing), after its leases were released; transfer modes drop what they
+  // hold for it. Added before serving; must not block.
+  void AddListener(std::function<void(std::uint64_t registration)> listener) {
+    listeners_.push_back(std::move(listener));
+  }
+  // While draining (SIGTERM), new registrations are refused; registered
+  // workers are served until they leave.
+  void set_draining(bool draining) { draining_.store(draining, std::memory_order_release); }
+  bool draining() const { return draining_.load(std::memory_order_acquire); }
+
+  // The registration `context` made of `instance_id` (see InstanceRegistry::Authorize).
+  Result<InstanceInfo> Authorize(std::int64_t instance_id, const RequestContext& context);
+  // The objects of a worker's transfer: its rank, chunks [start, end).
+  Result<WorkerKeys> ResolveWorkerKeys(const IpcKey& key, const InstanceInfo& instance);
+  // The object layout of an engine-driven registration, checked: the
+  // registrant (below), and one chunk fits L1.
+  Result<ChunkLayout> CheckRegistration(const EngineContext& engine, const RequestContext& context);
+  // Model name, world size, and not draining (unless the connection re-registers).
+  Status CheckRegistrant(const EngineContext& engine, const RequestContext& context);
+  // One object of `layout` fits in L1.
+  Status CheckFits(const ChunkLayout& layout);
+  // Unregisters on behalf of the connection that registered it and releases
+  // what it left; an unknown instance is only logged (as the reference).
+  Status Unregister(std::int64_t instance_id, const RequestContext& context);
+  // Releases everything a registration left behind (pending writes are
+  // aborted, never published; pending reads released), logging `why`.
+  void ReleaseInstance(const RemovedInstance& removed, ReleaseCause cause);
+
+ private:
+  InstanceRegistry* const instances_;
+  store::L1Cache* const l1_;
+  ChunkHasher* const hasher_;
+  ServiceCounters* const counters_;
+  const ServiceConfig* const config_;
+  std::atomic<bool> draining_{false};
+  std::vector<std::function<void(std::uint64_t)>> listeners_;
+};
+
+}  // namespace lmcache::server

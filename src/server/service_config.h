@@ -1,0 +1,56 @@
+// ServiceConfig and ServiceCounters: the service's settings (filled from the
+// flags by daemon/config) and the counters that are not per operation, which
+// the operation families and their shared parts read.
+//
+// Thread-safety: the config is immutable once the service is built; the
+// counters are relaxed atomics.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "common/clock.h"
+#include "protocol/wire_codec.h"
+#include "server/instances.h"
+#include "server/parked_requests.h"
+#include "server/session.h"
+
+namespace lmcache::server {
+
+// Who may run destructive operations (clear), --admin-ops.
+enum class AdminAccess : std::uint8_t {
+  kAny,    // every connection
+  kLocal,  // ipc sockets and tcp peers on a loopback address
+  kIpc,    // ipc sockets only (the default): their 0600 mode decides who
+  kOff,    // nobody
+};
+
+struct ServiceConfig {
+  std::int64_t chunk_size = 256;  // --chunk-size, tokens
+  SessionLimits sessions;         // --session-ttl-seconds, --session-memory-mb
+  TimeMs worker_reap_timeout_ms = 120'000;          // --worker-reap-timeout-seconds; 0 = never
+  TimeMs worker_registration_grace_ms = 3'600'000;  // --worker-registration-grace-seconds
+  protocol::KeyLimits key_limits;                   // tokens per key (a 16 MiB msgpack array)
+  std::size_t hash_cache_bytes = 64u << 20;         // --hash-cache-mb
+  std::size_t max_pending_transfers = 16384;        // per instance and direction
+  ParkedLimits parked;  // requests waiting without a thread, per client and in all
+  AdminAccess admin_access = AdminAccess::kIpc;
+  std::string instance_id;  // --instance-id, shown by server_info
+  // --supported-transfer-mode: "auto" (every mode), "engine_driven" or "lmcache_driven".
+  std::string transfer_mode = "auto";
+  std::string gpu_backend = "cuda";          // --gpu-backend
+  std::int64_t gpu_event_timeout_ms = 10'000;  // --gpu-event-timeout-ms
+};
+
+struct ServiceCounters {
+  // Registrations ended, by ReleaseCause (Registrations::ReleaseInstance counts).
+  std::array<std::atomic<std::uint64_t>, kReleaseCauses> released{};
+  std::atomic<std::uint64_t> block_allocation_reports{0};
+  std::atomic<std::uint64_t> lookups{0};
+  std::atomic<std::uint64_t> lookup_requested_tokens{0};
+  std::atomic<std::uint64_t> lookup_hit_tokens{0};
+};
+
+}  // namespace lmcache::server
