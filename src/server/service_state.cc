@@ -32,11 +32,11 @@ ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const Service
       config_(config),
       boot_id_(NewBootId()),
       instances_(clock, config.max_pending_transfers),
+      leases_(&sessions_, &l1->table(), prefetcher),  // sessions_ is only pointed at here
       sessions_(clock, config.sessions, [this](Session& session) { leases_.ReleaseSession(session); }),
       parked_(ParkedRequests::Create(clock, config.parked)),
       hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes),
-      registrations_(&instances_, l1, &hasher_, &counters_, &config_),
-      leases_(&sessions_, &l1->table(), prefetcher) {}
+      registrations_(&instances_, l1, &hasher_, &counters_, &config_) {}
 
 ServiceState::~ServiceState() { parked_->Drain(); }
 

@@ -4,11 +4,13 @@
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <string>
 #include <thread>
 
+#include "common/logging.h"
 #include "common/mutex.h"
 
 namespace lmcache::tier {
@@ -160,7 +162,11 @@ void Ring::Reap() {
     const int rc = io_uring_wait_cqe(&ring_, &cqe);
     if (rc == -EINTR) continue;
     if (rc < 0) {
-      spdlog::error("io_uring: waiting for a completion failed: {}", std::strerror(-rc));
+      // Not seen in practice; should it persist, the loop must neither flood
+      // the log nor spin a core.
+      static RateLimitedLog wait_failed(std::chrono::seconds(10));
+      wait_failed.Error("io_uring: waiting for a completion failed: {}", std::strerror(-rc));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
     auto* op = static_cast<Op*>(io_uring_cqe_get_data(cqe));
