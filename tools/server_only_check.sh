@@ -26,26 +26,25 @@ if ldd "$SERVER" | grep -E -q "hiredis|liburing"; then
   exit 1
 fi
 
-set +e
-out="$("$SERVER" --l1-size-gb 0.0625 --port 0 --http-port 0 \
-  --l2-adapter '{"type":"resp","url":"redis://127.0.0.1:1"}' 2>&1)"
-rc=$?
-set -e
-if [ "$rc" -eq 0 ] || ! grep -q "this server has fs, mock and fault_inject" <<<"$out"; then
-  echo "FAILED: a resp adapter was not refused with the types this build has (exit $rc):" >&2
-  echo "$out" >&2
-  exit 1
-fi
-resp_refusal="$(grep -o "this server has[^)]*" <<<"$out" | head -n1)"
+# expect_refusal <what> <expected text> <--l2-adapter JSON>: the server must
+# exit non-zero, saying the expected text; its output is left in $out.
+expect_refusal() {
+  local rc
+  set +e
+  out="$("$SERVER" --l1-size-gb 0.0625 --port 0 --http-port 0 --l2-adapter "$3" 2>&1)"
+  rc=$?
+  set -e
+  if [ "$rc" -eq 0 ] || ! grep -q "$2" <<<"$out"; then
+    echo "FAILED: $1 (exit $rc):" >&2
+    echo "$out" >&2
+    exit 1
+  fi
+}
 
-set +e
-out="$("$SERVER" --l1-size-gb 0.0625 --port 0 --http-port 0 \
-  --l2-adapter "{\"type\":\"fs\",\"base_path\":\"$DIR/l2-check\",\"io_engine\":\"io_uring\"}" 2>&1)"
-rc=$?
-set -e
-if [ "$rc" -eq 0 ] || ! grep -q "built without it (LMC_IO_URING=OFF)" <<<"$out"; then
-  echo "FAILED: io_engine io_uring was not refused as this build's lack (exit $rc):" >&2
-  echo "$out" >&2
-  exit 1
-fi
+expect_refusal "a resp adapter was not refused with the types this build has" \
+  "this server has fs, mock and fault_inject" '{"type":"resp","url":"redis://127.0.0.1:1"}'
+resp_refusal="$(grep -o "this server has[^)]*" <<<"$out" | head -n1)"
+expect_refusal "io_engine io_uring was not refused as this build's lack" \
+  "built without it (LMC_IO_URING=OFF)" \
+  "{\"type\":\"fs\",\"base_path\":\"$DIR/l2-check\",\"io_engine\":\"io_uring\"}"
 echo "server-only build: links no hiredis or liburing; refuses resp: $resp_refusal; refuses io_uring: built without it"

@@ -260,7 +260,7 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
     respond(std::move(answer));
   };
   auto waker = deps_.parked.Park("wait_prefetch_status", context.connection,
-                                     deps_.clock.NowMs() + timeout_ms, std::move(finish));
+                                 deps_.clock.NowMs() + timeout_ms, std::move(finish));
   if (!waker.ok()) return respond(waker.status());
   prefetcher->NotifyWhenLanded(handle, std::move(waker).value());
 }

@@ -66,7 +66,14 @@ std::chrono::milliseconds WatchPeriod(std::chrono::milliseconds load_timeout) {
 PrefetchController::PrefetchController(store::ObjectTable* table,
                                        std::vector<L2Adapter*> adapters,
                                        const PrefetchControllerConfig& config)
-    : table_(table), adapters_(std::move(adapters)), config_(config) {}
+    : table_(table),
+      adapters_(std::move(adapters)),
+      config_(config),
+      chunks_per_batch_(std::max<std::size_t>(
+          1, std::all_of(adapters_.begin(), adapters_.end(),
+                         [](L2Adapter* a) { return a->CompletesAsynchronously(); })
+                 ? config.async_chunks_per_batch
+                 : config.chunks_per_batch)) {}
 
 PrefetchController::~PrefetchController() { Stop(); }
 
@@ -309,10 +316,7 @@ std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
                                      const store::WriteLease& buffers, std::size_t chunks,
                                      Deadline deadline) {
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  const bool all_async = std::all_of(adapters_.begin(), adapters_.end(),
-                                     [](L2Adapter* a) { return a->CompletesAsynchronously(); });
-  const std::size_t per_batch = std::max<std::size_t>(
-      1, all_async ? config_.async_chunks_per_batch : config_.chunks_per_batch);
+  const std::size_t per_batch = chunks_per_batch_;
   for (std::size_t c = 0; c < chunks; c += per_batch) {
     if (deadline && std::chrono::steady_clock::now() >= *deadline) {
       deadline_expired_.fetch_add(1, std::memory_order_relaxed);

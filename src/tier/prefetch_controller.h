@@ -152,6 +152,9 @@ class PrefetchController final : public Prefetcher {
   store::ObjectTable* const table_;
   const std::vector<L2Adapter*> adapters_;
   const PrefetchControllerConfig config_;
+  // Chunks per adapter call: the deeper async batch when every adapter
+  // completes on its own (fixed once the adapters are made).
+  const std::size_t chunks_per_batch_;
   // The writer of one request's L1 buffers: internal:<1 + handle>, one per
   // request. Requests must never share one: a re-reservation of a key by the
   // same writer hands its staged buffer back, so a request loading a chunk

@@ -34,17 +34,6 @@ std::size_t RoundUp(std::size_t bytes, std::size_t align) {
   return (bytes + align - 1) / align * align;
 }
 
-// A buffer aligned for O_DIRECT, freed when it goes.
-struct AlignedBuffer {
-  explicit AlignedBuffer(std::size_t bytes)
-      : data(static_cast<std::byte*>(
-            std::aligned_alloc(kDirectIoAlign, RoundUp(bytes, kDirectIoAlign)))) {}
-  ~AlignedBuffer() { std::free(data); }
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  std::byte* data;
-};
-
 bool Aligned(const void* p, std::size_t size) {
   return reinterpret_cast<std::uintptr_t>(p) % kDirectIoAlign == 0 && size % kDirectIoAlign == 0;
 }
@@ -80,6 +69,13 @@ int ReadAll(int fd, std::byte* out, std::size_t size, off_t offset) {
 }
 
 }  // namespace
+
+void FsAdapter::FreeBytes::operator()(std::byte* p) const { std::free(p); }
+
+FsAdapter::AlignedBytes FsAdapter::AllocateAligned(std::size_t bytes) {
+  return AlignedBytes(static_cast<std::byte*>(
+      std::aligned_alloc(kDirectIoAlign, RoundUp(bytes, kDirectIoAlign))));
+}
 
 FsAdapter::FsAdapter(const FsAdapterConfig& config)
     : config_(config),
@@ -172,12 +168,8 @@ Status FsAdapter::Rebuild() {
     rebuild_.bytes += f.bytes;
   }
   rebuild_.objects = found.size();
-  index_.TrimToCapacity([this](const store::ObjectKey& key, std::uint64_t bytes) {
-    std::error_code ignored;
-    fs::remove(PathOf(key), ignored);
-    counters_.evicted_objects.fetch_add(1, std::memory_order_relaxed);
-    counters_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
-  });
+  index_.TrimToCapacity(
+      [this](const store::ObjectKey& key, std::uint64_t bytes) { DropEvicted(key, bytes); });
   rebuild_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("L2 fs {}: index rebuilt in {:.3f} s: {} objects, {:.2f} GiB; {} partial or corrupt "
@@ -185,6 +177,13 @@ Status FsAdapter::Rebuild() {
                config_.base_path.string(), rebuild_.seconds, rebuild_.objects,
                static_cast<double>(rebuild_.bytes) / (1ull << 30), rebuild_.removed);
   return Status::Ok();
+}
+
+void FsAdapter::DropEvicted(const store::ObjectKey& key, std::uint64_t bytes) {
+  std::error_code ignored;
+  fs::remove(PathOf(key), ignored);
+  counters_.evicted_objects.fetch_add(1, std::memory_order_relaxed);
+  counters_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
 }
 
 void FsAdapter::NoteFailure(int error, const std::string& what) {
@@ -232,10 +231,7 @@ Status FsAdapter::WriteTemporary(const L2Write& object, PendingFile* file) {
   const std::uint64_t file_bytes = header.size() + object.bytes.size();
   const bool room = index_.Reserve(file_bytes, [this](const store::ObjectKey& victim,
                                                       std::uint64_t bytes) {
-    std::error_code ignored;
-    fs::remove(PathOf(victim), ignored);
-    counters_.evicted_objects.fetch_add(1, std::memory_order_relaxed);
-    counters_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    DropEvicted(victim, bytes);
   });
   if (!room) {
     return Status(ErrorCode::kResourceExhausted,
@@ -282,9 +278,9 @@ int FsAdapter::WriteFile(const L2Write& object, const std::string& header, Pendi
   if (!file->fd.valid()) return errno;
   bool ok = false;
   if (direct) {
-    AlignedBuffer aligned_header(header.size());
-    std::memcpy(aligned_header.data, header.data(), header.size());
-    ok = WriteAll(file->fd.get(), aligned_header.data, header.size(), 0);
+    const AlignedBytes aligned_header = AllocateAligned(header.size());
+    std::memcpy(aligned_header.get(), header.data(), header.size());
+    ok = WriteAll(file->fd.get(), aligned_header.get(), header.size(), 0);
   } else {
     ok = WriteAll(file->fd.get(), reinterpret_cast<const std::byte*>(header.data()),
                   header.size(), 0);
@@ -391,9 +387,7 @@ std::variant<FsAdapter::OpenedObject, L2LoadOutcome> FsAdapter::Open(const L2Rea
     NoteFailure(errno, "open " + PathOf(key).string() + ": " + std::strerror(errno));
     return L2LoadOutcome::kFailed;
   }
-  object.header = {static_cast<std::byte*>(std::aligned_alloc(
-                       kDirectIoAlign, RoundUp(object.header_bytes, kDirectIoAlign))),
-                   std::free};
+  object.header = AllocateAligned(object.header_bytes);
   return object;
 }
 

@@ -101,11 +101,17 @@ class FsAdapter final : public L2Adapter {
   int WriteFile(const L2Write& object, const std::string& header, PendingFile* file);
   // Counts and logs a failed write, removes its file, gives its space back.
   Status Fail(int error, std::string what, PendingFile* file);
+  // Bytes aligned for O_DIRECT, freed when they go.
+  struct FreeBytes {
+    void operator()(std::byte* p) const;
+  };
+  using AlignedBytes = std::unique_ptr<std::byte, FreeBytes>;
+  static AlignedBytes AllocateAligned(std::size_t bytes);
   // A load's file, opened, once the index says it is held at the read's size.
   struct OpenedObject {
     UniqueFd fd;
     std::size_t header_bytes = 0;
-    std::unique_ptr<std::byte, void (*)(void*)> header{nullptr, nullptr};  // aligned for O_DIRECT
+    AlignedBytes header;
   };
   struct AsyncLoad;
   // Opens the object's file; an outcome instead where the load ends here.
@@ -116,6 +122,8 @@ class FsAdapter final : public L2Adapter {
   std::vector<Status> StoreNow(std::span<const L2Write> objects);
   // Deletes the object's file and forgets it.
   void Remove(const store::ObjectKey& key);
+  // Deletes the file of an object the index evicted, and counts it.
+  void DropEvicted(const store::ObjectKey& key, std::uint64_t bytes);
   // Records a failed operation's condition from its errno.
   void NoteFailure(int error, const std::string& what);
 
