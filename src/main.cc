@@ -25,6 +25,8 @@
 #include "admin_http/health.h"
 #include "admin_http/http_server.h"
 #include "daemon/config.h"
+#include "events/kv_events.h"
+#include "events/vllm_publisher.h"
 #include "transport/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
@@ -148,7 +150,7 @@ int main(int argc, char** argv) {
     spdlog::critical("cannot start: {}", cache.status().message());
     return 1;
   }
-  // The L2 tier subscribes to the table before anything is stored.
+  // The L2 tier and the KV events subscribe to the table before anything is stored.
   std::unique_ptr<lmcache::tier::L2Tier> l2;
   if (!config.l2.adapters.empty()) {
     auto built = lmcache::tier::L2Tier::Create(config.l2, &(*cache)->table());
@@ -157,13 +159,38 @@ int main(int argc, char** argv) {
       return 1;
     }
     l2 = std::move(built).value();
-    l2->Start();
   }
+  lmcache::events::KvEvents kv_events(config.events, static_cast<std::uint32_t>(config.chunk_size));
+  std::unique_ptr<lmcache::events::VllmEventPublisher> kv_publisher;
+  if (kv_events.enabled()) {
+    (*cache)->table().AddListener(&kv_events.recorder());
+    if (l2) {
+      kv_events.recorder().SetL2Locations(l2->AdapterDescriptions());
+      l2->SetEventObserver(&kv_events.recorder());
+    }
+    if (config.kv_publisher) {
+      auto started = lmcache::events::VllmEventPublisher::Start(*config.kv_publisher, &kv_events.log());
+      if (!started.ok()) {
+        spdlog::critical("cannot start: {}", started.status().message());
+        return 1;
+      }
+      kv_publisher = std::move(started).value();
+      spdlog::info("publishing KV events in vLLM's format on {}{}", kv_publisher->endpoint(),
+                   kv_publisher->replay_endpoint().empty()
+                       ? ""
+                       : " (replay on " + kv_publisher->replay_endpoint() + ")");
+    }
+  }
+  if (l2) l2->Start();
   lmcache::server::Service service(cache->get(), &clock, config.service,
-                                   l2 ? l2->prefetcher() : nullptr);
+                                   l2 ? l2->prefetcher() : nullptr,
+                                   &kv_events);
   lmcache::transport::RouterLoop* router = loop->get();
   service.SetTransportStatsSource([router] { return router->Stats(); });
   if (l2) service.SetL2StatsSource([tier = l2.get()] { return tier->Stats(); });
+  if (kv_publisher) {
+    service.SetKvPublisherStatsSource([publisher = kv_publisher.get()] { return publisher->Stats(); });
+  }
 
   lmcache::ops::Health health(&clock);
   WatchLoops(health, router, **cache, service);
@@ -230,6 +257,7 @@ int main(int argc, char** argv) {
   loop->reset();
   service.StopMaintenance();
   if (l2) l2->Stop();  // no lock of the L2 tier outlives it
+  kv_publisher.reset();
   cache->reset();
   spdlog::info("L1 pool {} removed; bye", config.l1.shm_name);
   return 0;

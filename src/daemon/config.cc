@@ -196,6 +196,33 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "On SIGTERM, refuse new registrations and wait this long for registered workers "
                  "to leave and queued work to finish, then exit; a second signal exits at once")
       ->capture_default_str();
+  app.add_option("--kv-event-log-size", c->kv_event_log_size,
+                 "KV events (what L1 and L2 came to hold or lost, for KV-aware routers: "
+                 "poll_kv_events, subscribe_kv_events, --kv-events-url): the newest records kept; "
+                 "0 turns the channel off")
+      ->capture_default_str();
+  app.add_option("--kv-event-log-mb", c->kv_event_log_mb,
+                 "MiB the KV event log may hold; past it (or --kv-event-log-size) the oldest "
+                 "records go and a reader that had not read them is told it lost some")
+      ->capture_default_str();
+  app.add_option("--kv-event-token-cache-mb", c->kv_event_token_cache_mb,
+                 "MiB of the tokens of recently stored chunks, which their stored events carry; a "
+                 "chunk admitted after its tokens were forgotten gets no stored event (counted)")
+      ->capture_default_str();
+  app.add_option("--kv-events-url", c->kv_events_url,
+                 "Publish KV events on a ZMQ PUB socket bound here (e.g. tcp://*:5557) in vLLM's "
+                 "KV-events format (BlockStored, BlockRemoved, AllBlocksCleared), for routers that "
+                 "consume vLLM's events; off by default");
+  app.add_option("--kv-events-replay-url", c->kv_events_replay_url,
+                 "With --kv-events-url: a ROUTER socket bound here replays buffered messages from "
+                 "a sequence number (vLLM's replay_endpoint)");
+  app.add_option("--kv-events-topic", c->kv_events_topic,
+                 "Topic frame of the published messages (vLLM's default: empty); {model} is "
+                 "replaced by each model's name, one message per model (llm-d: kv@POD@{model})");
+  app.add_option("--kv-events-hash-format", c->kv_events_hash_format,
+                 "Block hashes on --kv-events-url: int (the digest's low 64 bits, vLLM's default) "
+                 "or bytes (all 32 bytes)")
+      ->capture_default_str();
   app.add_option("--ready-prefault-fraction", c->ready_prefault_fraction,
                  "/healthcheck answers 503 until this fraction of the pool is pre-faulted "
                  "(requests are served before either way); 0 = ready at once")
@@ -379,6 +406,46 @@ Status FinalizeHttpAdmin(ServerConfig* c) {
   return Status::Ok();
 }
 
+namespace {
+
+Status FinalizeKvEvents(ServerConfig* c) {
+  if (c->kv_event_log_size < 0) {
+    return InvalidConfig("--kv-event-log-size must be >= 0 (0 turns KV events off), got " +
+                         std::to_string(c->kv_event_log_size));
+  }
+  if (c->kv_event_log_size > 0 && c->kv_event_log_mb < 1) {
+    return InvalidConfig("--kv-event-log-mb must be >= 1 while KV events are on");
+  }
+  c->events.log.max_events = static_cast<std::size_t>(c->kv_event_log_size);
+  c->events.log.max_bytes = c->kv_event_log_mb << 20;
+  c->events.token_binding_bytes = c->kv_event_token_cache_mb << 20;
+  if (c->kv_events_url.empty()) {
+    if (!c->kv_events_replay_url.empty()) {
+      return InvalidConfig("--kv-events-replay-url needs --kv-events-url");
+    }
+    return Status::Ok();
+  }
+  if (c->kv_event_log_size == 0) {
+    return InvalidConfig("--kv-events-url publishes the KV event log: --kv-event-log-size must "
+                         "be > 0");
+  }
+  events::VllmPublisherConfig& publisher = c->kv_publisher.emplace();
+  publisher.endpoint = c->kv_events_url;
+  publisher.replay_endpoint = c->kv_events_replay_url;
+  publisher.topic = c->kv_events_topic;
+  if (c->kv_events_hash_format == "int") {
+    publisher.batch.hashes = events::VllmHashFormat::kInt64;
+  } else if (c->kv_events_hash_format == "bytes") {
+    publisher.batch.hashes = events::VllmHashFormat::kBytes;
+  } else {
+    return InvalidConfig("--kv-events-hash-format must be int or bytes, got '" +
+                         c->kv_events_hash_format + "'");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Finalize(ServerConfig* c, pid_t pid) {
   if (c->l1_size_gb == 0) c->l1_size_gb = DefaultL1SizeGb();
   if (!(c->l1_size_gb > 0) || !std::isfinite(c->l1_size_gb)) {
@@ -409,6 +476,7 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   LMC_ASSIGN_OR_RETURN(c->l1.shm_name, shm::NormalizePoolName(c->shm_name, pid));
   LMC_RETURN_IF_ERROR(FinalizeTransport(c));
   LMC_RETURN_IF_ERROR(FinalizeL2(c));
+  LMC_RETURN_IF_ERROR(FinalizeKvEvents(c));
 
   store::L1Config& l1 = c->l1;
   l1.size_bytes = static_cast<std::uint64_t>(c->l1_size_gb * static_cast<double>(kGiB));

@@ -14,6 +14,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "events/kv_events.h"
+#include "events/vllm_publisher.h"
 #include "lmcache/status.h"
 #include "transport/router_loop.h"
 #include "server/service.h"
@@ -85,12 +87,22 @@ struct ServerConfig {
   unsigned l2_store_workers = 2;
   std::uint64_t l2_store_queue_mb = 4096;
   std::uint32_t periodic_notifier_interval_ms = 5;  // accepted; no polling here
+  // KV events (the reference's --kv-event-log-size; the rest are ours).
+  std::int64_t kv_event_log_size = 32768;  // records; 0 turns the channel off
+  std::uint64_t kv_event_log_mb = 64;
+  std::uint64_t kv_event_token_cache_mb = 64;
+  std::string kv_events_url;         // vLLM-format PUB endpoint; "" = none
+  std::string kv_events_replay_url;  // its replay ROUTER endpoint; "" = none
+  std::string kv_events_topic;
+  std::string kv_events_hash_format = "int";  // int | bytes
 
   // Filled by Finalize().
   store::L1Config l1;
   tier::L2Config l2;
   server::ServiceConfig service;
   transport::RouterConfig router;
+  events::KvEventsConfig events;
+  std::optional<events::VllmPublisherConfig> kv_publisher;  // with --kv-events-url
   bool host_or_port_given = false;
   // What Finalize() wants the operator told (flags accepted but without effect).
   std::vector<std::string> notices;

@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "common/version.h"
+#include "events/kv_event_codec.h"
 
 namespace lmcache::server {
 namespace {
@@ -22,6 +25,31 @@ Result<bool> DecodeClear(Payloads p) {
   LMC_ASSIGN_OR_RETURN(const std::optional<std::int64_t> force,
                        protocol::DecodeOptionalInt(p[0], "force"));
   return force.value_or(0) != 0;
+}
+
+// poll_kv_events' and subscribe_kv_events' arguments (the reference's
+// KVEventModule): the reader's model, the last record it consumed, its page size.
+struct KvEventQuery {
+  std::string model_name;
+  std::int64_t cursor = 0;
+  std::int64_t max_events = 0;
+};
+
+// The reference refuses max_events outside [1, 1024] on its stream; a poll
+// asking for more gets at most this many (a page may always be shorter).
+constexpr std::int64_t kMaxEventsPerPage = 1024;
+
+Result<KvEventQuery> ReadKvEventQuery(Payloads p) {
+  KvEventQuery query;
+  LMC_ASSIGN_OR_RETURN(query.model_name, protocol::DecodeString(p[0], "model_name"));
+  LMC_ASSIGN_OR_RETURN(query.cursor, protocol::DecodeInt(p[1], "cursor"));
+  LMC_ASSIGN_OR_RETURN(query.max_events, protocol::DecodeInt(p[2], "max_events"));
+  if (query.cursor < 0 || query.max_events <= 0) {
+    return InvalidArgument("cursor must be >= 0 and max_events >= 1, got cursor " +
+                           std::to_string(query.cursor) + " and max_events " +
+                           std::to_string(query.max_events));
+  }
+  return query;
 }
 
 Handler Answer(std::string value) {
@@ -63,6 +91,11 @@ void AdminOps::AddTo(OpTable* table) {
                mp::MapWriter m;
                m.Field("cleared_objects").Uint(cleared);
                return m.Take();
+             }));
+  table->Add({Op::kPollKvEvents, "poll_kv_events", true, P::kInline, 3, 3, 64u << 10,
+              F::kKvEventsDisabled},
+             Bind(ReadKvEventQuery, [this](const RequestContext&, const KvEventQuery& query) {
+               return PollKvEvents(query.model_name, query.cursor, query.max_events);
              }));
   table->Add({Op::kGetChunkSize, "get_chunk_size", true, P::kInline, 0, 0, 0, F::kZero},
              Answer(mp::Encoder().Int(deps_.config.chunk_size).Take()));
@@ -112,8 +145,6 @@ void AdminOps::AddUnsupported(OpTable* table) {
       {Op::kP2pUnlockObjects, "p2p_unlock_objects", true, P::kInline, 0, 16, kMax, F::kNil},
       {Op::kCbProtocolHandshake, "cb_protocol_handshake", true, P::kInline, 0, 16, 1u << 20,
         F::kZeroFalse},
-      {Op::kPollKvEvents, "poll_kv_events", true, P::kInline, 0, 16, 1u << 20,
-        F::kKvEventsDisabled},
       // Sent by name by newer reference clients (the frozen table ends at 34).
       // Without a row, such a request got the unknown-operation nil, which
       // the client cannot decode as the declared tuple: its future never
@@ -150,10 +181,24 @@ Result<std::uint64_t> AdminOps::Clear(const RequestContext& context, bool force)
                   "refuses it everywhere)");
   }
   const std::uint64_t cleared = deps_.table.Clear(force);
+  if (deps_.events != nullptr && deps_.events->enabled()) deps_.events->recorder().OnCleared();
   spdlog::warn("clear(force={}) over {}: {} objects removed (locked ones retire when their "
                "leases end)",
                force, TransportName(context.transport), cleared);
   return cleared;
+}
+
+Result<std::string> AdminOps::PollKvEvents(const std::string& model_name, std::int64_t cursor,
+                                           std::int64_t max_events) const {
+  if (deps_.events == nullptr) {  // a test's service without the channel
+    events::KvEventPage off;      // enabled = false, incarnation 0
+    return events::EncodeKvEventPage(off);
+  }
+  // Disabled (--kv-event-log-size 0): enabled = false with this process's
+  // incarnation, as the reference answers.
+  return events::EncodeKvEventPage(deps_.events->log().ReadAfter(
+      model_name, static_cast<std::uint64_t>(cursor),
+      static_cast<std::size_t>(std::min(max_events, kMaxEventsPerPage))));
 }
 
 Result<std::string> AdminOps::ServerInfo() const {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "events/kv_events.h"
 #include "server/op_table.h"
 #include "server/instances.h"
 #include "server/service_config.h"
@@ -28,6 +29,7 @@ class AdminOps {
     store::ObjectTable& table;  // clear
     InstanceRegistry& instances;  // ping's heartbeat
     ServiceCounters& counters;
+    events::KvEvents* events;  // null: the KV event channel is off
   };
   // `render_stats` encodes the stats reply (the service's snapshot);
   // `features` are what server_info announces (the serving transfer modes').
@@ -44,6 +46,10 @@ class AdminOps {
   // their leases end); the objects removed, or why `context` may not.
   Result<std::uint64_t> Clear(const RequestContext& context, bool force);
   Result<std::string> ServerInfo() const;
+  // A page of `model_name`'s KV events after `cursor` (the reference's
+  // KVEventPollResult); enabled = false when the channel is off.
+  Result<std::string> PollKvEvents(const std::string& model_name, std::int64_t cursor,
+                                   std::int64_t max_events) const;
 
   const Deps deps_;
   const std::function<std::string()> render_stats_;

@@ -164,7 +164,8 @@ Result<std::string> GpuOps::Unregister(const RequestContext& context, std::int64
   return mp::Encoder().Nil().Take();
 }
 
-Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Transfer* t) {
+Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, KeyUse use,
+                     Transfer* t) {
   const std::int64_t instance_id = args.target.instance_id;
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(instance_id, context));
   if (GpuContexts* contexts = ContextsIfMade()) t->entry = contexts->Find(instance.registration);
@@ -174,7 +175,7 @@ Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Tr
                       " registered no GPU KV cache (register_kv_cache): store and retrieve copy "
                       "from and to it");
   }
-  LMC_ASSIGN_OR_RETURN(t->worker, deps_.registrations.ResolveWorkerKeys(args.target.key, instance));
+  LMC_ASSIGN_OR_RETURN(t->worker, deps_.registrations.ResolveWorkerKeys(args.target.key, instance, use));
   // Fail closed: a short list or a foreign id would copy out of bounds.
   return gpu::CheckBlockIds(t->entry->layout(), t->chunks(), args.block_ids);
 }
@@ -189,7 +190,7 @@ OpResult GpuOps::Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const 
 Attempted GpuOps::Store(const RequestContext& context, const TransferArgs& args,
                         store::WhilePoolWarms warming) {
   Transfer t;
-  if (const Status begun = Begin(context, args, &t); !begun.ok()) return Failed(t.entry, begun);
+  if (const Status begun = Begin(context, args, KeyUse::kStore, &t); !begun.ok()) return Failed(t.entry, begun);
   const gpu::KvLayout& layout = t.entry->layout();
   // Only complete chunks not stored yet get memory (spec 10.2: "new"); the rest are skipped.
   const std::vector<gpu::ChunkPlan> plans = gpu::PlanStore(layout, args.block_ids, t.chunks());
@@ -224,7 +225,7 @@ Attempted GpuOps::Store(const RequestContext& context, const TransferArgs& args,
 
 OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& args) {
   Transfer t;
-  if (const Status begun = Begin(context, args, &t); !begun.ok()) return Failed(t.entry, begun);
+  if (const Status begun = Begin(context, args, KeyUse::kRead, &t); !begun.ok()) return Failed(t.entry, begun);
   Result<store::ReadAcquisition> acquired = deps_.leases.AcquireForRetrieve(
       args.target.key, t.worker.keys, store::Owner::Device(t.worker.instance.registration));
   if (!acquired.ok()) return Failed(t.entry, acquired.status());

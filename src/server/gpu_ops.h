@@ -83,7 +83,8 @@ class GpuOps final : public TransferMode {
     std::shared_ptr<GpuContexts::Entry> entry;
     std::int64_t chunks() const { return static_cast<std::int64_t>(worker.keys.size()); }
   };
-  Status Begin(const RequestContext& context, const TransferArgs& args, Transfer* transfer);
+  Status Begin(const RequestContext& context, const TransferArgs& args, KeyUse use,
+               Transfer* transfer);
   // The reply of a failed transfer: a completed server event where there is a context.
   static OpResult Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const Status& status);
 

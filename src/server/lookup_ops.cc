@@ -168,6 +168,12 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
         request.readers = lookup.readers;
         request.owner = session->owner();
         request.object_bytes = layout->object_bytes;
+        if (deps_.token_bindings != nullptr) {
+          // What the prefetch loads is admitted to L1 with these tokens: the
+          // KV events announce it (a load names only hashes).
+          deps_.token_bindings->Bind(key.model_name, lookup.hashes, lookup.hit_chunks,
+                                     key.token_ids, chunk);
+        }
         lookup.prefetch_handle = prefetcher->Submit(std::move(request));
         lookup.prefetch_pending = true;
       }

@@ -21,6 +21,7 @@
 // calls serialise on its session's mutex.
 #pragma once
 
+#include "events/token_bindings.h"
 #include "server/chunk_hasher.h"
 #include "server/instances.h"
 #include "server/lookup_leases.h"
@@ -47,6 +48,7 @@ class LookupOps {
     ChunkHasher& hasher;
     ServiceCounters& counters;
     tier::Prefetcher* prefetcher;  // null without an L2 tier
+    events::TokenBindings* token_bindings;  // null without KV events
   };
   explicit LookupOps(const Deps& deps) : deps_(deps) {}
   void AddTo(OpTable* table);

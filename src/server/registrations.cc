@@ -10,8 +10,10 @@
 namespace lmcache::server {
 
 Registrations::Registrations(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
-                             ServiceCounters* counters, const ServiceConfig* config)
-    : instances_(instances), l1_(l1), hasher_(hasher), counters_(counters), config_(config) {}
+                             ServiceCounters* counters, const ServiceConfig* config,
+                             events::TokenBindings* bindings)
+    : instances_(instances), l1_(l1), hasher_(hasher), counters_(counters), config_(config),
+      bindings_(bindings) {}
 
 Result<InstanceInfo> Registrations::Authorize(std::int64_t instance_id,
                                              const RequestContext& context) {
@@ -19,7 +21,7 @@ Result<InstanceInfo> Registrations::Authorize(std::int64_t instance_id,
 }
 
 Result<WorkerKeys> Registrations::ResolveWorkerKeys(const IpcKey& key,
-                                                   const InstanceInfo& instance) {
+                                                   const InstanceInfo& instance, KeyUse use) {
   LMC_RETURN_IF_ERROR(CheckKeyRange(key, config_->chunk_size));
   if (!key.worker_id) {
     return InvalidArgument("key.worker_id is required for transfers (nil is for lookups)");
@@ -37,6 +39,11 @@ Result<WorkerKeys> Registrations::ResolveWorkerKeys(const IpcKey& key,
   const auto last = static_cast<std::size_t>(key.end / config_->chunk_size);
   const std::vector<store::ChunkHash> hashes = hasher_->Hashes(key.token_ids, last);
   const std::span<const store::ChunkHash> range = std::span(hashes).subspan(first);
+  if (use == KeyUse::kStore && bindings_ != nullptr) {
+    // Before the commit admits them: the admission's KV event takes the tokens.
+    bindings_->Bind(key.model_name, hashes, first, key.token_ids,
+                    static_cast<std::size_t>(config_->chunk_size));
+  }
   WorkerKeys out;
   out.instance = instance;
   out.keys = ExpandKeys(range, key.model_name, key.cache_salt, std::span(&kv_rank, 1),

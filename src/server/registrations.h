@@ -17,6 +17,7 @@
 
 #include "lmcache/status.h"
 #include "server/chunk_hasher.h"
+#include "events/token_bindings.h"
 #include "server/instances.h"
 #include "server/keys.h"
 #include "server/request.h"
@@ -26,6 +27,10 @@
 namespace lmcache::server {
 
 // The objects one worker's transfer names: chunks [start, end) on its own rank.
+// What a transfer's keys are resolved for: a store also binds its chunks'
+// tokens for the KV events (events/token_bindings.h).
+enum class KeyUse : std::uint8_t { kRead, kStore };
+
 struct WorkerKeys {
   InstanceInfo instance;
   std::vector<store::ObjectKey> keys;
@@ -35,8 +40,10 @@ struct WorkerKeys {
 class Registrations {
  public:
   // Every pointer must outlive this object.
+  // `bindings` may be null (no KV events).
   Registrations(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
-                ServiceCounters* counters, const ServiceConfig* config);
+                ServiceCounters* counters, const ServiceConfig* config,
+                events::TokenBindings* bindings);
 
   // Called with a registration's serial when it goes (unregister, the
   // reaper, a re-registration from another connection, its connection
@@ -53,7 +60,7 @@ class Registrations {
   // The registration `context` made of `instance_id` (see InstanceRegistry::Authorize).
   Result<InstanceInfo> Authorize(std::int64_t instance_id, const RequestContext& context);
   // The objects of a worker's transfer: its rank, chunks [start, end).
-  Result<WorkerKeys> ResolveWorkerKeys(const IpcKey& key, const InstanceInfo& instance);
+  Result<WorkerKeys> ResolveWorkerKeys(const IpcKey& key, const InstanceInfo& instance, KeyUse use);
   // The object layout of an engine-driven registration, checked: the
   // registrant (below), and one chunk fits L1.
   Result<ChunkLayout> CheckRegistration(const EngineContext& engine, const RequestContext& context);
@@ -74,6 +81,7 @@ class Registrations {
   ChunkHasher* const hasher_;
   ServiceCounters* const counters_;
   const ServiceConfig* const config_;
+  events::TokenBindings* const bindings_;
   std::atomic<bool> draining_{false};
   std::vector<std::function<void(std::uint64_t)>> listeners_;
 };

@@ -39,11 +39,13 @@ std::vector<std::unique_ptr<TransferMode>> MakeModes(ServiceState* s, const std:
 
 LookupOps::Deps LookupDeps(ServiceState* s) {
   return {s->config(), s->clock(),  s->table(),   s->sessions(), s->leases(),
-          s->parked(), s->instances(), s->hasher(), s->counters(), s->prefetcher()};
+          s->parked(), s->instances(), s->hasher(), s->counters(), s->prefetcher(),
+          s->token_bindings()};
 }
 
 AdminOps::Deps AdminDeps(ServiceState* s) {
-  return {s->config(), s->boot_id(), s->l1().segment(), s->table(), s->instances(), s->counters()};
+  return {s->config(),    s->boot_id(),  s->l1().segment(), s->table(),
+          s->instances(), s->counters(), s->events()};
 }
 
 std::vector<std::string> Features(const std::vector<std::unique_ptr<TransferMode>>& modes) {
@@ -58,8 +60,8 @@ std::vector<std::string> Features(const std::vector<std::unique_ptr<TransferMode
 }  // namespace
 
 Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
-                 tier::Prefetcher* prefetcher)
-    : state_(l1, clock, config, prefetcher),
+                 tier::Prefetcher* prefetcher, events::KvEvents* events)
+    : state_(l1, clock, config, prefetcher, events),
       modes_(MakeModes(&state_, config.transfer_mode)),
       lookup_ops_(LookupDeps(&state_)),
       admin_ops_(AdminDeps(&state_), [this] { return EncodeStatsMsgpack(Snapshot()); }, Features(modes_)),
@@ -204,6 +206,10 @@ void Service::SetTransportStatsSource(std::function<TransportStats()> source) {
   transport_stats_ = std::move(source);
 }
 
+void Service::SetKvPublisherStatsSource(std::function<events::VllmPublisherStats()> source) {
+  kv_publisher_stats_ = std::move(source);
+}
+
 void Service::SetL2StatsSource(std::function<tier::L2Stats()> source) {
   l2_stats_ = std::move(source);
 }
@@ -222,6 +228,11 @@ StatsSnapshot Service::Snapshot() {
   s.evictor = state.l1().evictor().Stats();
   if (transport_stats_) s.transport = transport_stats_();
   if (l2_stats_) s.l2 = l2_stats_();
+  if (events::KvEvents* events = state.events(); events != nullptr) {
+    s.kv_events.log = events->log().Stats();
+    s.kv_events.recorder = events->recorder().Stats();
+  }
+  if (kv_publisher_stats_) s.kv_events.publisher = kv_publisher_stats_();
   for (const OpRow& row : table_.rows()) {
     const RowStats& stats = row_stats_[row.index];
     s.operations.push_back({std::string(row.spec.name), stats.requests.load(),

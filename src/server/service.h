@@ -49,9 +49,11 @@ struct Reply {
 
 class Service final : public RequestHandler {
  public:
-  // `l1`, `clock` and `prefetcher` (may be null: no L2) must outlive the service.
+  // `l1`, `clock`, `prefetcher` (may be null: no L2) and `events` (may be
+  // null: no KV events; otherwise its recorder already listens to the
+  // table) must outlive the service.
   Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
-          tier::Prefetcher* prefetcher = nullptr);
+          tier::Prefetcher* prefetcher = nullptr, events::KvEvents* events = nullptr);
   ~Service() override;
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;
@@ -81,6 +83,9 @@ class Service final : public RequestHandler {
   void SetTransportStatsSource(std::function<TransportStats()> source);
   // Where the L2 tier's counters come from (set once, before serving; none without L2).
   void SetL2StatsSource(std::function<tier::L2Stats()> source);
+  // Where the vLLM-format publisher's counters come from (set once, before serving; none without
+  // --kv-events-url).
+  void SetKvPublisherStatsSource(std::function<events::VllmPublisherStats()> source);
   StatsSnapshot Snapshot();
   ServerStatus CollectStatus();
   // A transfer mode's fault that health reports (not ready), or nullopt.
@@ -114,6 +119,7 @@ class Service final : public RequestHandler {
   const std::chrono::steady_clock::time_point started_;
   std::function<TransportStats()> transport_stats_;
   std::function<tier::L2Stats()> l2_stats_;
+  std::function<events::VllmPublisherStats()> kv_publisher_stats_;
 
   PeriodicThread maintenance_;
 };

@@ -25,10 +25,11 @@ std::string NewBootId() {
 }
 
 ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
-                           tier::Prefetcher* prefetcher)
+                           tier::Prefetcher* prefetcher, events::KvEvents* events)
     : l1_(l1),
       clock_(clock),
       prefetcher_(prefetcher),
+      events_(events),
       config_(config),
       boot_id_(NewBootId()),
       instances_(clock, config.max_pending_transfers),
@@ -36,7 +37,7 @@ ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const Service
       sessions_(clock, config.sessions, [this](Session& session) { leases_.ReleaseSession(session); }),
       parked_(ParkedRequests::Create(clock, config.parked)),
       hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes),
-      registrations_(&instances_, l1, &hasher_, &counters_, &config_) {}
+      registrations_(&instances_, l1, &hasher_, &counters_, &config_, token_bindings()) {}
 
 ServiceState::~ServiceState() { parked_->Drain(); }
 

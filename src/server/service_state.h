@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "events/kv_events.h"
 #include "lmcache/messages.h"
 #include "lmcache/status.h"
 #include "protocol/wire_codec.h"
@@ -37,15 +38,22 @@ namespace lmcache::server {
 
 class ServiceState {
  public:
-  // `l1`, `clock` and `prefetcher` (may be null) must outlive the state.
+  // `l1`, `clock`, `prefetcher` and `events` (each of the last two may be
+  // null) must outlive the state.
   ServiceState(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
-               tier::Prefetcher* prefetcher);
+               tier::Prefetcher* prefetcher, events::KvEvents* events);
   ~ServiceState();  // answers every parked request first (kDrained)
 
   store::L1Cache& l1() { return *l1_; }
   store::ObjectTable& table() { return l1_->table(); }
   const Clock& clock() const { return *clock_; }
   tier::Prefetcher* prefetcher() const { return prefetcher_; }
+  events::KvEvents* events() const { return events_; }
+  // Where stores and L2-bound lookups leave chunks' tokens for the KV
+  // events; null when the channel is off.
+  events::TokenBindings* token_bindings() const {
+    return events_ != nullptr && events_->enabled() ? &events_->bindings() : nullptr;
+  }
   const ServiceConfig& config() const { return config_; }
   const std::string& boot_id() const { return boot_id_; }
   InstanceRegistry& instances() { return instances_; }
@@ -61,6 +69,7 @@ class ServiceState {
   store::L1Cache* const l1_;
   const Clock* const clock_;
   tier::Prefetcher* const prefetcher_;
+  events::KvEvents* const events_;
   const ServiceConfig config_;
   const std::string boot_id_;
   ServiceCounters counters_;

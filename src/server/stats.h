@@ -15,6 +15,9 @@
 
 #include "alloc/slab_allocator.h"
 #include "common/histogram.h"
+#include "events/kv_event_log.h"
+#include "events/kv_event_recorder.h"
+#include "events/vllm_publisher.h"
 #include "server/chunk_hasher.h"
 #include "server/gpu_contexts.h"
 #include "server/instances.h"
@@ -33,6 +36,14 @@ struct OperationStats {
   std::uint64_t requests = 0;
   std::uint64_t errors = 0;
   LatencyHistogram::Snapshot latency;
+};
+
+// The KV event channel: its log, its recorder and the vLLM-format publisher
+// (all zero when the channel is off; the publisher's when it is not bound).
+struct KvEventsStats {
+  events::KvEventLogStats log;
+  events::KvEventRecorderStats recorder;
+  events::VllmPublisherStats publisher;
 };
 
 struct StatsSnapshot {
@@ -61,6 +72,7 @@ struct StatsSnapshot {
   std::uint64_t block_allocation_reports = 0;
   std::optional<tier::L2Stats> l2;  // absent without an L2 tier
   GpuStats gpu;                     // the CUDA-IPC path
+  KvEventsStats kv_events;
   store::L1Cache::PrefaultProgress prefault;
 };
 

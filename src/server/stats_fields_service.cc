@@ -178,6 +178,56 @@ const Entry<S> kGpuRows[] = {
      [](const S& s) { return U(s.gpu.mapped_bytes); }},
 };
 
+const Entry<S> kKvEventsRows[] = {
+    {{"enabled", K::kGauge, "bool", "kv_events_enabled",
+      "1 when the KV event channel records (--kv-event-log-size above 0)."},
+     [](const S& s) { return B(s.kv_events.log.enabled); }},
+    {{"incarnation", K::kGauge, "nanoseconds", "kv_events_incarnation",
+      "This log's incarnation (wall clock at startup); a reader that sees it change forgets "
+      "what it learned."},
+     [](const S& s) { return U(s.kv_events.log.incarnation); }},
+    {{"log_depth", K::kGauge, "records", "kv_events_log_depth", "Records the KV event log holds.",
+      {}, kBoth, {}, true},
+     [](const S& s) { return U(s.kv_events.log.depth); }},
+    {{"log_bytes", K::kGauge, "bytes", "kv_events_log_bytes", "Memory the KV event log holds."},
+     [](const S& s) { return U(s.kv_events.log.bytes); }},
+    {{"log_capacity", K::kGauge, "records", "kv_events_log_capacity",
+      "Records the log keeps at most (--kv-event-log-size)."},
+     [](const S& s) { return U(s.kv_events.log.capacity); }},
+    {{"next_seq", K::kGauge, "records", "kv_events_next_seq",
+      "Sequence number of the next record (records since startup + 1)."},
+     [](const S& s) { return U(s.kv_events.log.next_seq); }},
+    {{"recorded", K::kCounter, "records", "kv_events_recorded_total",
+      "Records appended to the KV event log."},
+     [](const S& s) { return U(s.kv_events.log.appended); }},
+    {{"dropped", K::kCounter, "records", "kv_events_dropped_total",
+      "Records the log's bounds pushed out; a reader that had not read them is told it lost "
+      "records."},
+     [](const S& s) { return U(s.kv_events.log.dropped); }},
+    {{"unbound_stores", K::kCounter, "chunks", "kv_events_unbound_stores_total",
+      "Chunks admitted to L1 without known tokens (loaded from L2 with no lookup naming them, "
+      "or their binding was evicted): no stored record."},
+     [](const S& s) { return U(s.kv_events.recorder.unbound_stores); }},
+    {{"token_binding_bytes", K::kGauge, "bytes", "kv_events_token_binding_bytes",
+      "Memory holding the tokens of recently stored chunks (--kv-event-token-cache-mb)."},
+     [](const S& s) { return U(s.kv_events.recorder.binding_bytes); }},
+    {{"subscribers", K::kGauge, "subscribers", "kv_events_subscribers",
+      "Readers woken by new records (streams and the vLLM-format publisher)."},
+     [](const S& s) { return U(s.kv_events.log.watchers); }},
+    {{"published_messages", K::kCounter, "messages", "kv_events_published_messages_total",
+      "vLLM-format messages sent on --kv-events-url."},
+     [](const S& s) { return U(s.kv_events.publisher.messages); }},
+    {{"published_events", K::kCounter, "events", "kv_events_published_total",
+      "vLLM-format events sent on --kv-events-url."},
+     [](const S& s) { return U(s.kv_events.publisher.events); }},
+    {{"published_clears_for_loss", K::kCounter, "messages", "kv_events_published_clears_for_loss_total",
+      "AllBlocksCleared sent because the log dropped records the publisher had not sent."},
+     [](const S& s) { return U(s.kv_events.publisher.clears_for_loss); }},
+    {{"replays", K::kCounter, "requests", "kv_events_replays_total",
+      "Replay requests answered on --kv-events-replay-url."},
+     [](const S& s) { return U(s.kv_events.publisher.replays); }},
+};
+
 }  // namespace
 
 const std::span<const Entry<OperationRow>> kOperation(kOperationRows);
@@ -191,5 +241,6 @@ const std::span<const Entry<ParkedRow>> kParkedOperation(kParkedOperationRows);
 const std::span<const Entry<S>> kLookup(kLookupRows);
 const std::span<const Entry<S>> kBlockReports(kBlockReportsRows);
 const std::span<const Entry<S>> kGpu(kGpuRows);
+const std::span<const Entry<S>> kKvEvents(kKvEventsRows);
 
 }  // namespace lmcache::server::stats_tables

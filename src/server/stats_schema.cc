@@ -29,6 +29,7 @@ constexpr StatGroup kL2StoreGroup{"store", GroupForm::kMap, "", "L2 write-behind
 constexpr StatGroup kPrefetchGroup{"prefetch", GroupForm::kMap, "", "L2 prefetch"};
 constexpr StatGroup kLookupGroup{"lookup", GroupForm::kMap, "", "Lookups"};
 constexpr StatGroup kGpuGroup{"gpu", GroupForm::kMap, "", "GPU (CUDA-IPC path)"};
+constexpr StatGroup kKvEventsGroup{"kv_events", GroupForm::kMap, "", "KV events"};
 
 template <class E>
 void Fields(std::span<const Entry<E>> table, const E* element, StatsVisitor& v) {
@@ -136,6 +137,7 @@ void VisitStats(const StatsSnapshot* s, StatsVisitor& v) {
   Map(kLookupGroup, kLookup, s, v);
   Fields(kBlockReports, s, v);
   Map(kGpuGroup, kGpu, s, v);
+  Map(kKvEventsGroup, kKvEvents, s, v);
 }
 
 }  // namespace lmcache::server

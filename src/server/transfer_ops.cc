@@ -99,7 +99,7 @@ Result<std::string> TransferOps::UnregisterContext(const RequestContext& context
 Attempted TransferOps::PrepareStore(const RequestContext& context, const TransferArgs& args,
                                     store::WhilePoolWarms warming) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kStore));
   const ChunkLayout& layout = instance.layout;
   store::ObjectTable& table = deps_.table;
   LMC_ASSIGN_OR_RETURN(const store::WriteLease staged,
@@ -135,7 +135,7 @@ Attempted TransferOps::PrepareStore(const RequestContext& context, const Transfe
 Result<std::string> TransferOps::CommitStore(const RequestContext& context,
                                              const TransferArgs& args) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
   const std::optional<PendingWrite> pending =
       deps_.instances.TakePendingWrite(instance, worker.transfer);
   if (!pending) {
@@ -158,7 +158,7 @@ Result<std::string> TransferOps::CommitStore(const RequestContext& context,
 Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
                                                  const TransferArgs& args) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
   LMC_ASSIGN_OR_RETURN(const store::ReadAcquisition acquired,
                        deps_.leases.AcquireForRetrieve(args.key, worker.keys, instance.owner()));
   store::ObjectTable& table = deps_.table;
@@ -182,7 +182,7 @@ Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
 Result<std::string> TransferOps::CommitRetrieve(const RequestContext& context,
                                                 const TransferArgs& args) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
   // Nothing pending is not an error (the reference answers True as well).
   if (auto lease = deps_.instances.TakePendingRead(instance, worker.transfer)) {
     deps_.table.ReleaseRead(*lease);

@@ -30,6 +30,9 @@ class ForwardingAdapter : public L2Adapter {
   }
   L2AdapterStats Stats() const override { return inner_->Stats(); }
   bool CompletesAsynchronously() const override { return inner_->CompletesAsynchronously(); }
+  void ObserveRemovals(RemovalObserver observer) override {
+    inner_->ObserveRemovals(std::move(observer));
+  }
 
   L2Adapter& inner() { return *inner_; }
   const L2Adapter& inner() const { return *inner_; }

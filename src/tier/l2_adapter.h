@@ -108,6 +108,8 @@ class L2Adapter {
   using StoreDone = std::function<void(std::vector<Status>)>;
   // One outcome per read.
   using LoadDone = std::function<void(std::vector<L2LoadOutcome>)>;
+  // Objects the adapter dropped on its own.
+  using RemovalObserver = std::function<void(std::span<const store::ObjectKey>)>;
 
   virtual ~L2Adapter() = default;
 
@@ -128,6 +130,11 @@ class L2Adapter {
   // True when Submit* returns before its completion has run (the device
   // completes on its own): the controllers then need no thread per call.
   virtual bool CompletesAsynchronously() const { return false; }
+  // Where the adapter reports the objects it drops on its own (its
+  // eviction, a corrupt object it deleted), for the KV event log; set once,
+  // before any other call. The default drops nothing it could tell of (a
+  // Redis Cluster evicts without telling its clients).
+  virtual void ObserveRemovals(RemovalObserver observer) { (void)observer; }
 
   // Submit and wait: for callers with a thread to spend (the write-behind
   // workers, tests).

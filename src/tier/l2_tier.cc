@@ -36,6 +36,21 @@ Result<std::unique_ptr<L2Tier>> L2Tier::Create(const L2Config& config, store::Ob
 
 L2Tier::~L2Tier() { Stop(); }
 
+void L2Tier::SetEventObserver(L2EventObserver* observer) {
+  store_->SetEventObserver(observer);
+  for (std::size_t i = 0; i < adapters_.size(); ++i) {
+    adapters_[i]->ObserveRemovals([observer, i](std::span<const store::ObjectKey> keys) {
+      observer->OnL2Removed(i, keys);
+    });
+  }
+}
+
+std::vector<std::string> L2Tier::AdapterDescriptions() const {
+  std::vector<std::string> out;
+  for (const auto& adapter : adapters_) out.push_back(adapter->Stats().description);
+  return out;
+}
+
 void L2Tier::Start() {
   store_->Start();
   prefetch_->Start();

@@ -18,6 +18,7 @@
 
 #include "store/object_table.h"
 #include "tier/l2_config.h"
+#include "tier/l2_event_observer.h"
 
 namespace lmcache::tier {
 
@@ -33,6 +34,10 @@ class L2Tier {
   static Result<std::unique_ptr<L2Tier>> Create(const L2Config& config, store::ObjectTable* table);
   ~L2Tier();  // stops
 
+  // Tells `observer` what each adapter stores and drops (once, before Start).
+  void SetEventObserver(L2EventObserver* observer);
+  // Each adapter's description ("fs:/data/l2"), in cascade order.
+  std::vector<std::string> AdapterDescriptions() const;
   void Start();
   void Stop();
   Prefetcher* prefetcher() { return prefetch_.get(); }

@@ -110,11 +110,17 @@ void StoreController::WriteBatch(std::vector<Pending> batch) {
     writes.push_back({&key, *bytes});
   }
   std::vector<bool> everywhere(writes.size(), true);
-  for (L2Adapter* adapter : adapters_) {
-    const std::vector<Status> results = adapter->Store(writes);
+  for (std::size_t a = 0; a < adapters_.size(); ++a) {
+    const std::vector<Status> results = adapters_[a]->Store(writes);
+    std::vector<store::ObjectKey> stored;
     for (std::size_t i = 0; i < writes.size(); ++i) {
-      if (!results[i].ok()) everywhere[i] = false;
+      if (!results[i].ok()) {
+        everywhere[i] = false;
+      } else if (observer_ != nullptr) {
+        stored.push_back(*writes[i].key);
+      }
     }
+    if (observer_ != nullptr && !stored.empty()) observer_->OnL2Stored(a, stored);
   }
   std::vector<store::ObjectKey> done;
   for (std::size_t i = 0; i < writes.size(); ++i) {

@@ -33,6 +33,7 @@
 #include "store/listener.h"
 #include "store/object_table.h"
 #include "tier/l2_adapter.h"
+#include "tier/l2_event_observer.h"
 
 namespace lmcache::tier {
 
@@ -68,6 +69,8 @@ class StoreController final : public store::StoreListener {
                   const StoreControllerConfig& config);
   ~StoreController() override;  // stops
 
+  // Told what each adapter stored (set once, before Start; may be null).
+  void SetEventObserver(L2EventObserver* observer) { observer_ = observer; }
   void Start();
   void Stop();
   // Waits until nothing is queued or in flight, up to `timeout`; true if idle.
@@ -93,6 +96,7 @@ class StoreController final : public store::StoreListener {
 
   store::ObjectTable* const table_;
   const std::vector<L2Adapter*> adapters_;
+  L2EventObserver* observer_ = nullptr;
   const StoreControllerConfig config_;
   const store::Owner owner_ = store::Owner::Internal(1);
 

@@ -16,6 +16,7 @@
 
 #include "common/msgpack_codec.h"
 #include "common/msgpack_tree.h"
+#include "events/kv_events.h"
 #include "fakes/fake_clock.h"
 #include "protocol/wire_codec.h"
 #include "server/service.h"
@@ -81,7 +82,8 @@ class ServiceHarness {
   explicit ServiceHarness(std::uint64_t pool_bytes = 64ull << 20, server::ServiceConfig config = {},
                           bool on_demand_eviction = true, tier::Prefetcher* prefetcher = nullptr,
                           std::unique_ptr<store::EvictionPolicy> policy = nullptr,
-                          const std::function<void(store::L1Config&)>& tune_l1 = nullptr) {
+                          const std::function<void(store::L1Config&)>& tune_l1 = nullptr,
+                          events::KvEvents* events = nullptr) {
     store::L1Config l1;
     l1.shm_name =
         "lmcache_l1_pool_svc_test_" + std::to_string(getpid()) + "_" + std::to_string(counter_++);
@@ -94,7 +96,10 @@ class ServiceHarness {
     l1.background_prefault = false;  // every page usable when the test starts
     if (tune_l1) tune_l1(l1);
     cache_ = std::move(store::L1Cache::Create(l1, &clock_, std::move(policy))).value();
-    service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher);
+    // As main: the recorder listens before anything is stored. `events`
+    // outlives the harness.
+    if (events != nullptr) cache_->table().AddListener(&events->recorder());
+    service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher, events);
   }
 
   // Runs `op` (a name) as sent from `connection` (over ipc) and returns the reply.

@@ -184,6 +184,7 @@ void FsAdapter::DropEvicted(const store::ObjectKey& key, std::uint64_t bytes) {
   fs::remove(PathOf(key), ignored);
   counters_.evicted_objects.fetch_add(1, std::memory_order_relaxed);
   counters_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  if (removal_observer_) removal_observer_(std::span(&key, 1));
 }
 
 void FsAdapter::NoteFailure(int error, const std::string& what) {
@@ -367,6 +368,7 @@ void FsAdapter::Remove(const store::ObjectKey& key) {
   std::error_code ignored;
   fs::remove(PathOf(key), ignored);
   index_.Erase(key);
+  if (removal_observer_) removal_observer_(std::span(&key, 1));
 }
 
 std::variant<FsAdapter::OpenedObject, L2LoadOutcome> FsAdapter::Open(const L2Read& read) {

@@ -79,6 +79,7 @@ class FsAdapter final : public L2Adapter {
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
   bool CompletesAsynchronously() const override { return uring_ != nullptr; }
+  void ObserveRemovals(RemovalObserver observer) override { removal_observer_ = std::move(observer); }
 
   const FsRebuildReport& rebuild_report() const { return rebuild_; }
   // "io_uring" or "sync": how loads are read.
@@ -134,6 +135,7 @@ class FsAdapter final : public L2Adapter {
   ConditionLog condition_;
   RateLimitedLog corrupt_log_{std::chrono::seconds(10)};
   FsRebuildReport rebuild_;
+  RemovalObserver removal_observer_;  // set before use
   std::atomic<std::uint64_t> next_tmp_{0};
   // Last: destroyed first, it waits for the loads in flight, whose
   // completions use the members above.

@@ -587,6 +587,50 @@ TEST_F(ServicePrefetchTest, StatusIsNilUntilThePrefetchLandsThenCountsBothTiers)
   EXPECT_EQ(h_.service().table().Stats().locked_objects, 0u);
 }
 
+// KV events: chunks a prefetch loads from L2 are admitted to L1 knowing only
+// their hashes; the lookup that asked for them named their tokens, so their
+// stored records carry tokens and parents like a worker's store.
+class ServiceKvEventsTest : public ::testing::Test {
+ protected:
+  ServiceKvEventsTest()
+      : events_(events::KvEventsConfig{}, 256),
+        prefetcher_(kObject),
+        h_(64ull << 20, ServiceConfig{}, true, &prefetcher_, nullptr, nullptr, &events_) {
+    prefetcher_.Attach(&h_.service().table());
+    EXPECT_TRUE(h_.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
+  }
+  std::vector<events::KvEvent> Stored() {
+    std::vector<events::KvEvent> out;
+    for (events::KvEvent& e : events_.log().ReadAfter(std::nullopt, 0, 1024).events) {
+      if (e.kind == events::KvEventKind::kStored) out.push_back(std::move(e));
+    }
+    return out;
+  }
+  events::KvEvents events_;
+  testing::FakePrefetcher prefetcher_;
+  testing::ServiceHarness h_;
+};
+
+TEST_F(ServiceKvEventsTest, ChunksLoadedFromL2AreAnnouncedWithTheTokensTheLookupNamed) {
+  KeyArgs lookup = Key(1024, 0);  // never stored here: L1 holds none of it
+  lookup.worker_id.reset();
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_TRUE(Stored().empty());
+  prefetcher_.Complete(prefetcher_.last_handle(), 2);  // L2 had chunks 0 and 1
+  const std::vector<events::KvEvent> stored = Stored();
+  ASSERT_EQ(stored.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(stored[i].medium, "CPU");
+    EXPECT_EQ(stored[i].model_name, "model");
+    EXPECT_EQ(stored[i].token_ids, std::vector<std::uint32_t>(lookup.tokens.begin() + i * 256,
+                                                              lookup.tokens.begin() + (i + 1) * 256));
+  }
+  EXPECT_FALSE(stored[0].parent_block_hash.has_value());
+  ASSERT_TRUE(stored[1].parent_block_hash.has_value());
+  EXPECT_TRUE(*stored[1].parent_block_hash == stored[0].block_hashes.at(0));
+  EXPECT_EQ(events_.recorder().Stats().unbound_stores, 0u);
+}
+
 TEST_F(ServicePrefetchTest, LookupHitsAreKnownOnceTheL2LookupsAreDoneBeforeTheLoadsLand) {
   KeyArgs stored = Key(1024, 2);
   h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});

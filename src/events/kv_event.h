@@ -1,0 +1,52 @@
+// KvEvent: one record of the KV event log: objects of one model that one
+// medium came to hold or lost, in the reference's terms (its KVEventRecord,
+// lmcache/v1/multiprocess/custom_types.py): kind "stored" or "removed",
+// medium "CPU" (L1) or "STORAGE" (an L2 adapter), the chunk hashes, and for
+// a stored chunk its parent's hash and its token ids.
+//
+// Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/object_key.h"
+
+namespace lmcache::events {
+
+enum class KvEventKind : std::uint8_t {
+  kStored,   // the medium holds these chunks now
+  kRemoved,  // the medium no longer holds them (evicted, deleted)
+  kCleared,  // the medium dropped everything (clear)
+};
+
+// The reference's spelling ("stored", "removed"; "cleared" is ours).
+std::string_view KindName(KvEventKind kind);
+
+inline constexpr std::string_view kMediumCpu = "CPU";
+inline constexpr std::string_view kMediumStorage = "STORAGE";
+
+struct KvEvent {
+  std::uint64_t seq = 0;  // consecutive from 1 within one incarnation
+  KvEventKind kind = KvEventKind::kStored;
+  std::string medium;    // kMediumCpu or kMediumStorage
+  std::string location;  // "L1", or the L2 adapter's description ("fs:/data/l2")
+  std::string model_name;
+  // The cache salt's tenant as an opaque name (a keyed hash of the salt,
+  // with a key drawn at startup): events of one tenant are told apart from
+  // another's without publishing the salt. Empty for unsalted objects.
+  std::string tenant;
+  std::vector<store::ChunkHash> block_hashes;
+  std::optional<store::ChunkHash> parent_block_hash;  // stored: the previous chunk's; none for the first
+  std::vector<std::uint32_t> token_ids;               // stored: the chunk's tokens
+  std::uint32_t block_size = 0;                       // tokens per chunk
+  double timestamp = 0;                               // wall clock, seconds since the epoch
+
+  // What the record costs in the log (its bound is in bytes).
+  std::size_t Bytes() const;
+};
+
+}  // namespace lmcache::events

@@ -1,0 +1,165 @@
+#include "events/kv_event_recorder.h"
+
+#include <blake3.h>
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "common/clock.h"
+
+namespace lmcache::events {
+namespace {
+
+const std::string kL1Location = "L1";
+
+// The keys of one (model, salt), distinct chunk hashes in order of first sight.
+struct Group {
+  const store::ObjectKey* first = nullptr;
+  std::vector<store::ChunkHash> hashes;
+};
+
+// A chunk is one object per worker rank (and per KV group): a router knows
+// chunks, not ranks, so the chunk is announced by the object of rank 0's
+// first KV group, which every store of a tensor-parallel group writes,
+// once, rather than once per rank.
+bool SpeaksForItsChunk(const store::ObjectKey& key) {
+  return (key.kv_rank & 0xff) == 0 && key.object_group_id == 0;
+}
+
+std::vector<Group> GroupByTenant(std::span<const store::ObjectKey> keys) {
+  std::vector<Group> groups;
+  for (const store::ObjectKey& key : keys) {
+    if (!SpeaksForItsChunk(key)) continue;
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
+      return g.first->model_name == key.model_name && g.first->cache_salt == key.cache_salt;
+    });
+    if (group == groups.end()) group = groups.insert(groups.end(), Group{&key, {}});
+    // The same chunk in another layout namespace comes in the same batch
+    // (keys are chunk-major), so looking back a few entries finds a repeat.
+    const auto& hashes = group->hashes;
+    const auto window = hashes.size() > 64 ? hashes.end() - 64 : hashes.begin();
+    if (std::find(window, hashes.end(), key.chunk_hash) == hashes.end()) {
+      group->hashes.push_back(key.chunk_hash);
+    }
+  }
+  return groups;
+}
+
+}  // namespace
+
+KvEventRecorder::KvEventRecorder(KvEventLog* log, TokenBindings* bindings,
+                                 std::uint32_t chunk_size)
+    : log_(log), bindings_(bindings), chunk_size_(chunk_size) {
+  if (getrandom(tenant_key_.data(), tenant_key_.size(), 0) !=
+      static_cast<ssize_t>(tenant_key_.size())) {
+    // No entropy: tenants are still told apart, only not unlinkable across servers.
+    tenant_key_.fill(0x5a);
+  }
+}
+
+std::string KvEventRecorder::TenantOf(const std::string& cache_salt) const {
+  if (cache_salt.empty()) return {};
+  blake3_hasher hasher;
+  blake3_hasher_init_keyed(&hasher, tenant_key_.data());
+  blake3_hasher_update(&hasher, cache_salt.data(), cache_salt.size());
+  std::array<std::uint8_t, 8> digest{};
+  blake3_hasher_finalize(&hasher, digest.data(), digest.size());
+  std::string name;
+  char hex[3];
+  for (const std::uint8_t byte : digest) {
+    std::snprintf(hex, sizeof(hex), "%02x", byte);
+    name.append(hex, 2);
+  }
+  return name;
+}
+
+KvEvent KvEventRecorder::Event(KvEventKind kind, std::string_view medium,
+                               const std::string& location, const store::ObjectKey& key) const {
+  KvEvent event;
+  event.kind = kind;
+  event.medium = medium;
+  event.location = location;
+  event.model_name = key.model_name;
+  event.tenant = TenantOf(key.cache_salt);
+  event.block_size = chunk_size_;
+  event.timestamp = WallClockSeconds();
+  return event;
+}
+
+void KvEventRecorder::RecordStored(std::string_view medium, const std::string& location,
+                                   std::span<const store::ObjectKey> keys) {
+  if (!log_->enabled()) return;
+  std::vector<KvEvent> events;
+  for (const Group& group : GroupByTenant(keys)) {
+    const KvEvent base = Event(KvEventKind::kStored, medium, location, *group.first);
+    for (const store::ChunkHash& hash : group.hashes) {
+      std::optional<TokenBinding> binding = bindings_->Find(group.first->model_name, hash);
+      if (!binding) {
+        unbound_stores_.fetch_add(1, std::memory_order_relaxed);
+        continue;
+      }
+      KvEvent& event = events.emplace_back(base);
+      event.block_hashes.push_back(hash);
+      event.parent_block_hash = binding->parent;
+      event.token_ids = std::move(binding->tokens);
+    }
+  }
+  log_->Append(std::move(events));
+}
+
+void KvEventRecorder::RecordRemoved(std::string_view medium, const std::string& location,
+                                    std::span<const store::ObjectKey> keys) {
+  if (!log_->enabled()) return;
+  std::vector<KvEvent> events;
+  for (Group& group : GroupByTenant(keys)) {
+    KvEvent& event = events.emplace_back(Event(KvEventKind::kRemoved, medium, location, *group.first));
+    event.block_hashes = std::move(group.hashes);
+  }
+  log_->Append(std::move(events));
+}
+
+void KvEventRecorder::OnAdmitted(std::span<const store::ObjectKey> keys,
+                                 std::span<const std::uint64_t>, store::AdmissionSource) {
+  RecordStored(kMediumCpu, kL1Location, keys);
+}
+
+void KvEventRecorder::OnEvicted(std::span<const store::ObjectKey> keys,
+                                std::span<const std::uint64_t>) {
+  RecordRemoved(kMediumCpu, kL1Location, keys);
+}
+
+void KvEventRecorder::OnDeleted(std::span<const store::ObjectKey> keys,
+                                std::span<const std::uint64_t>) {
+  RecordRemoved(kMediumCpu, kL1Location, keys);
+}
+
+void KvEventRecorder::OnL2Stored(std::size_t adapter, std::span<const store::ObjectKey> keys) {
+  if (adapter < l2_locations_.size()) RecordStored(kMediumStorage, l2_locations_[adapter], keys);
+}
+
+void KvEventRecorder::OnL2Removed(std::size_t adapter, std::span<const store::ObjectKey> keys) {
+  if (adapter < l2_locations_.size()) RecordRemoved(kMediumStorage, l2_locations_[adapter], keys);
+}
+
+void KvEventRecorder::OnCleared() {
+  if (!log_->enabled()) return;
+  KvEvent event;
+  event.kind = KvEventKind::kCleared;
+  event.medium = kMediumCpu;
+  event.location = kL1Location;
+  event.block_size = chunk_size_;
+  event.timestamp = WallClockSeconds();
+  std::vector<KvEvent> events;
+  events.push_back(std::move(event));
+  log_->Append(std::move(events));
+}
+
+KvEventRecorderStats KvEventRecorder::Stats() const {
+  KvEventRecorderStats stats;
+  stats.unbound_stores = unbound_stores_.load(std::memory_order_relaxed);
+  stats.binding_bytes = bindings_->bytes();
+  return stats;
+}
+
+}  // namespace lmcache::events

@@ -1,0 +1,75 @@
+// KvEventRecorder: turns what the object table and the L2 tier report into
+// KV events (kv_event.h) in the log.
+//
+// It listens to the table (admitted: stored in "CPU"; evicted or deleted:
+// removed) and to the L2 tier (written to an adapter: stored in "STORAGE";
+// evicted or deleted by it: removed). As the reference does, a stored event
+// covers one chunk (the KV ranks and object groups of a chunk collapse
+// into it) and needs the chunk's token binding; a removed event lists one
+// model's chunks of one callback. A clear adds a "cleared" event after its
+// removals. Each event names its tenant by a keyed hash of the cache salt
+// (events/kv_event.h), never the salt.
+//
+// Thread-safety: the callbacks from any threads at once (see StoreListener
+// and L2EventObserver); they do their grouping outside every lock and take
+// only the log's and the bindings' mutexes.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "events/kv_event_log.h"
+#include "events/token_bindings.h"
+#include "store/listener.h"
+#include "tier/l2_event_observer.h"
+
+namespace lmcache::events {
+
+struct KvEventRecorderStats {
+  std::uint64_t unbound_stores = 0;  // chunks admitted with no token binding: no event
+  std::uint64_t binding_bytes = 0;
+};
+
+class KvEventRecorder final : public store::StoreListener, public tier::L2EventObserver {
+ public:
+  // `log` and `bindings` must outlive the recorder.
+  KvEventRecorder(KvEventLog* log, TokenBindings* bindings, std::uint32_t chunk_size);
+  // Names each L2 adapter in cascade order ("fs:/data/l2"); once, before
+  // the tier reports anything.
+  void SetL2Locations(std::vector<std::string> locations) { l2_locations_ = std::move(locations); }
+
+  void OnAdmitted(std::span<const store::ObjectKey> keys, std::span<const std::uint64_t> bytes,
+                  store::AdmissionSource source) override;
+  void OnEvicted(std::span<const store::ObjectKey> keys,
+                 std::span<const std::uint64_t> bytes) override;
+  void OnDeleted(std::span<const store::ObjectKey> keys,
+                 std::span<const std::uint64_t> bytes) override;
+  void OnL2Stored(std::size_t adapter, std::span<const store::ObjectKey> keys) override;
+  void OnL2Removed(std::size_t adapter, std::span<const store::ObjectKey> keys) override;
+  // After a clear's deletions: every medium dropped everything.
+  void OnCleared();
+
+  // The opaque tenant name of a cache salt ("" for none).
+  std::string TenantOf(const std::string& cache_salt) const;
+  KvEventRecorderStats Stats() const;
+
+ private:
+  void RecordStored(std::string_view medium, const std::string& location,
+                    std::span<const store::ObjectKey> keys);
+  void RecordRemoved(std::string_view medium, const std::string& location,
+                     std::span<const store::ObjectKey> keys);
+  KvEvent Event(KvEventKind kind, std::string_view medium, const std::string& location,
+                const store::ObjectKey& key) const;
+
+  KvEventLog* const log_;
+  TokenBindings* const bindings_;
+  const std::uint32_t chunk_size_;
+  std::vector<std::string> l2_locations_;
+  std::array<std::uint8_t, 32> tenant_key_{};  // drawn at startup
+  std::atomic<std::uint64_t> unbound_stores_{0};
+};
+
+}  // namespace lmcache::events

@@ -1,0 +1,61 @@
+// TokenBindings: which tokens each recently stored chunk holds, and its
+// parent chunk's hash, keyed by (model, chunk hash).
+//
+// A chunk's object key carries only its hash, but a router that reads KV
+// events needs the tokens (vLLM's BlockStored carries them; Dynamo's and
+// llm-d's indexers hash them themselves). A store request names its whole
+// prompt, so it binds its chunks here before it commits, and the event of
+// an admission takes the binding (the reference's MP_TOKENS bindings). The
+// map is bounded in bytes and forgets the least recently bound chunks; a
+// chunk admitted without a binding gets no stored event (counted).
+//
+// Thread-safety: internally synchronised; every method from any thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/mutex.h"
+#include "store/object_key.h"
+
+namespace lmcache::events {
+
+struct TokenBinding {
+  std::optional<store::ChunkHash> parent;
+  std::vector<std::uint32_t> tokens;
+};
+
+class TokenBindings {
+ public:
+  explicit TokenBindings(std::size_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
+
+  // Binds chunks [first, first + count) of a prompt: `hashes` are the
+  // prompt's chunk hashes from chunk 0, `tokens` its tokens.
+  void Bind(const std::string& model, std::span<const store::ChunkHash> hashes, std::size_t first,
+            std::span<const std::uint32_t> tokens, std::size_t chunk_size) LMC_EXCLUDES(mu_);
+  std::optional<TokenBinding> Find(const std::string& model, const store::ChunkHash& hash) const
+      LMC_EXCLUDES(mu_);
+  std::uint64_t bytes() const LMC_EXCLUDES(mu_);
+
+ private:
+  struct Entry {
+    std::string key;
+    TokenBinding binding;
+    std::size_t bytes = 0;
+  };
+  static std::string KeyOf(const std::string& model, const store::ChunkHash& hash);
+
+  const std::size_t capacity_bytes_;
+  mutable Mutex mu_;
+  std::list<Entry> lru_ LMC_GUARDED_BY(mu_);  // most recently bound first
+  std::unordered_map<std::string, std::list<Entry>::iterator> index_ LMC_GUARDED_BY(mu_);
+  std::size_t bytes_ LMC_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace lmcache::events

@@ -1,0 +1,221 @@
+"""KV events against the real server: a client speaking like the reference's
+(poll_kv_events as its frozen id 34, payloads [model_name, cursor,
+max_events]; the reply decoded as its KVEventPollResult dataclass, a map of
+every field: lmcache/v1/multiprocess/custom_types.py and protocols/kv_events.py)
+and a ZMQ SUB socket decoding vLLM's KV-events frames ([topic, 8-byte
+big-endian seq, KVEventBatch]; vllm/distributed/kv_events.py, with the map
+events of its PR #42892) watch stores, L2 writes, evictions under pressure and
+a clear, in order and without a gap.
+
+    LMCACHE_SERVER_BINARY=build/src/lmcache-server /usr/bin/python3 -m pytest -q tests/python/test_kv_events.py
+"""
+
+import json
+import os
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from mp_client import (OP_CLEAR, OP_END_SESSION, OP_PING, MODEL, Client, ServerStartError, chunk_size,
+                       free_tcp_port, map_pool, new_instance_id, random_tokens, register, lookup_l2,
+                       server_binary, start_server, stats, store_prompt)
+
+OP_POLL_KV_EVENTS = 34  # the reference's RequestType.POLL_KV_EVENTS
+LOG_SIZE = 400
+CHUNKS = 16
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lmc-events")
+    pub_port, replay_port = free_tcp_port(), free_tcp_port()
+    adapter = json.dumps({"type": "fs", "base_path": str(tmp / "l2")})
+    args = ["--l1-size-gb", "0.02", "--port", str(free_tcp_port()), "--http-port", "0",
+            "--drain-timeout-seconds", "0", "--kv-event-log-size", str(LOG_SIZE),
+            "--kv-events-url", f"tcp://127.0.0.1:{pub_port}",
+            "--kv-events-replay-url", f"tcp://127.0.0.1:{replay_port}",
+            "--l2-adapter", adapter]
+    try:
+        srv = start_server(server_binary(), f"ipc://{tmp / 'lmc.sock'}", tmp / "server.log", args)
+    except ServerStartError as e:
+        pytest.fail(str(e))
+    srv.pub_url = f"tcp://127.0.0.1:{pub_port}"
+    srv.replay_url = f"tcp://127.0.0.1:{replay_port}"
+    yield srv
+    assert srv.stop(timeout=60) == 0, srv.log()
+
+
+def poll(client, cursor, max_events=100, model=MODEL):
+    page = client.call(OP_POLL_KV_EVENTS, model, cursor, max_events)
+    # KVEventPollResult: every field, as msgspec decodes the dataclass.
+    assert list(page)[:5] == ["enabled", "incarnation", "next_cursor", "lost", "events"], page
+    assert isinstance(page["incarnation"], int) and page["enabled"] is True
+    for record in page["events"]:
+        for field, kind in (("seq", int), ("kind", str), ("medium", str), ("model_name", str),
+                            ("block_hashes", list), ("token_ids", list)):
+            assert isinstance(record[field], kind), (field, record)
+        assert all(isinstance(h, bytes) and len(h) == 32 for h in record["block_hashes"])
+        assert record["parent_block_hash"] is None or len(record["parent_block_hash"]) == 32
+    return page
+
+
+def read_all(client, cursor):
+    events = []
+    while True:
+        page = poll(client, cursor)
+        assert not page["lost"], "a reader that keeps up must not lose records"
+        events += page["events"]
+        if page["next_cursor"] == cursor:
+            return events, cursor
+        cursor = page["next_cursor"]
+
+
+def receive_published(sub, until_type, timeout_s=10.0):
+    """[(seq, event map)] until an event of `until_type` arrives."""
+    out = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not sub.poll(200, zmq.POLLIN):
+            continue
+        topic, seq, payload = sub.recv_multipart()
+        assert len(seq) == 8
+        ts, events, rank = msgpack.unpackb(payload, raw=False)
+        assert isinstance(ts, float) and rank is None
+        for event in events:
+            out.append((int.from_bytes(seq, "big"), event))
+        if any(e["type"] == until_type for e in events):
+            return out
+    raise AssertionError(f"no {until_type} within {timeout_s} s; got {[e for _, e in out][-3:]}")
+
+
+def replay(ctx, url, start_seq):
+    """vLLM's replay protocol through a DEALER (as Dynamo): [b"", start_seq]."""
+    dealer = ctx.socket(zmq.DEALER)
+    dealer.connect(url)
+    dealer.send_multipart([b"", start_seq.to_bytes(8, "big")])
+    out = []
+    while True:
+        assert dealer.poll(5000, zmq.POLLIN), "no replay answer"
+        empty, topic, seq, payload = dealer.recv_multipart()
+        if payload == b"":
+            assert seq == b"\xff" * 8
+            dealer.close(0)
+            return out
+        for event in msgpack.unpackb(payload, raw=False)[1]:
+            out.append((int.from_bytes(seq, "big"), event))
+
+
+def test_events_follow_stores_l2_evictions_and_a_clear(server, zmq_ctx):
+    sub = zmq_ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(server.pub_url)
+    time.sleep(0.3)
+    client = Client(zmq_ctx, server.url)
+    chunk = chunk_size(client)
+    incarnation = poll(client, 0)["incarnation"]
+    instance_id = new_instance_id()
+    reg = register(client, instance_id)
+    pool = map_pool(reg["shm_name"], reg["pool_size"])
+    rng = np.random.default_rng(22)
+
+    # A first prompt: one stored record per chunk, with its tokens and parent.
+    tokens = random_tokens(rng, CHUNKS * chunk)
+    store_prompt(client, pool, instance_id, tokens, CHUNKS, "req-a", rng)
+    deadline = time.monotonic() + 30
+    while stats(client)["l2"]["store"]["stored"] < CHUNKS and time.monotonic() < deadline:
+        time.sleep(0.05)
+    events, cursor = read_all(client, 0)
+    cpu = [e for e in events if e["kind"] == "stored" and e["medium"] == "CPU"]
+    assert len(cpu) == CHUNKS
+    for i, record in enumerate(cpu):
+        assert record["model_name"] == MODEL
+        assert record["token_ids"] == tokens[i * chunk:(i + 1) * chunk]
+        assert len(record["block_hashes"]) == 1
+        want_parent = None if i == 0 else cpu[i - 1]["block_hashes"][0]
+        assert record["parent_block_hash"] == want_parent
+        assert record["tenant"] == ""
+    hashes = [r["block_hashes"][0] for r in cpu]
+    assert len(set(hashes)) == CHUNKS
+    storage = [e for e in events if e["kind"] == "stored" and e["medium"] == "STORAGE"]
+    assert sorted(r["block_hashes"][0] for r in storage) == sorted(hashes)
+    assert all(r["location"].startswith("fs:") for r in storage)
+
+    # Pressure: the pool holds about 80 chunks; three more prompts evict.
+    for n in range(5):
+        more = random_tokens(rng, CHUNKS * chunk)
+        store_prompt(client, pool, instance_id, more, CHUNKS, f"req-p{n}", rng)
+    assert stats(client)["eviction"]["evicted_objects"] > 0
+    events, cursor = read_all(client, cursor)
+    removed = [h for e in events if e["kind"] == "removed" and e["medium"] == "CPU"
+               for h in e["block_hashes"]]
+    assert removed, "evictions must be published"
+    assert set(hashes[:4]) <= set(removed), "the oldest chunks go first (LRU)"
+
+    # A lookup loads the evicted chunks back from L2: admitted to L1 again and
+    # announced again with their tokens, which the lookup named (a load from
+    # L2 carries only hashes).
+    evicted = [i for i, h in enumerate(hashes) if h in set(removed)]
+    assert lookup_l2(client, tokens, "req-a-again", timeout_s=30) is not None
+    assert client.call(OP_END_SESSION, "req-a-again") is None
+    events, cursor = read_all(client, cursor)
+    back = {e["block_hashes"][0]: e for e in events if e["kind"] == "stored" and e["medium"] == "CPU"}
+    for i in evicted:
+        assert hashes[i] in back, f"chunk {i} loaded from L2 was not announced"
+        assert back[hashes[i]]["token_ids"] == tokens[i * chunk:(i + 1) * chunk]
+        assert back[hashes[i]]["parent_block_hash"] == (None if i == 0 else hashes[i - 1])
+
+    # A clear (allowed over the ipc endpoint): removals, then "cleared".
+    assert client.call(OP_CLEAR) is None
+    events, cursor = read_all(client, cursor)
+    assert events[-1]["kind"] == "cleared"
+
+    # The same story on the PUB socket, in vLLM's format, gapless.
+    published = receive_published(sub, "AllBlocksCleared")
+    if published[0][0] != 0:  # subscribed late: what vLLM's consumers do, replay
+        published = [p for p in replay(zmq_ctx, server.replay_url, 0) if p[0] < published[0][0]] + published
+    seqs = sorted({seq for seq, _ in published})
+    assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "a gap in seq"
+    vllm = [e for _, e in published]
+    stored_cpu = [e for e in vllm if e["type"] == "BlockStored" and e["medium"] == "CPU"]
+    int_hashes = [int.from_bytes(h[-8:], "big") for h in hashes]
+    assert [e["block_hashes"][0] for e in stored_cpu[:CHUNKS]] == int_hashes
+    assert stored_cpu[0]["parent_block_hash"] is None
+    assert stored_cpu[1]["parent_block_hash"] == int_hashes[0]
+    assert stored_cpu[0]["token_ids"] == tokens[:chunk] and stored_cpu[0]["block_size"] == chunk
+    assert any(e["type"] == "BlockStored" and e["medium"] == "STORAGE" for e in vllm)
+    assert any(e["type"] == "BlockRemoved" and e["medium"] == "CPU" for e in vllm)
+    assert vllm[-1]["type"] == "AllBlocksCleared"
+
+    # A reader that falls more than the log's LOG_SIZE records behind is told
+    # so, and resumes from the oldest record the log still holds.
+    stale = cursor
+    for n in range(LOG_SIZE // CHUNKS + 1):
+        store_prompt(client, pool, instance_id, random_tokens(rng, CHUNKS * chunk), CHUNKS,
+                     f"req-late{n}", rng)
+        behind = poll(client, stale)
+        if behind["lost"]:
+            break
+    assert behind["lost"] is True and behind["incarnation"] == incarnation
+    assert behind["events"] and behind["events"][0]["seq"] > stale + 1
+    events, cursor = read_all(client, behind["next_cursor"])
+    # One ahead of the log (a cursor of an earlier incarnation): lost, nothing.
+    ahead = poll(client, cursor + 1000)
+    assert ahead["lost"] is True and ahead["events"] == [] and ahead["next_cursor"] == cursor
+    assert client.call(OP_PING) is True
+    sub.close(0)
+    client.close()
+
+
+def test_bad_poll_arguments_are_answered(server, zmq_ctx):
+    client = Client(zmq_ctx, server.url)
+    reply = client.request(OP_POLL_KV_EVENTS, MODEL, -1, 10)
+    assert reply.error is not None and reply.value["enabled"] is False
+    reply = client.request(OP_POLL_KV_EVENTS, MODEL, 0, 0)
+    assert reply.error is not None
+    reply = client.request(OP_POLL_KV_EVENTS, MODEL)  # too few payloads
+    assert reply.error is not None
+    assert client.call(OP_PING) is True
+    client.close()
