@@ -198,7 +198,8 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
       ->capture_default_str();
   app.add_option("--kv-event-log-size", c->kv_event_log_size,
                  "KV events (what L1 and L2 came to hold or lost, for KV-aware routers: "
-                 "poll_kv_events, subscribe_kv_events, --kv-events-url): the newest records kept; "
+                 "poll_kv_events, --kv-events-url; recorded from the first poll, or from startup with "
+                 "--kv-events-url): the newest records kept; "
                  "0 turns the channel off")
       ->capture_default_str();
   app.add_option("--kv-event-log-mb", c->kv_event_log_mb,
@@ -419,6 +420,8 @@ Status FinalizeKvEvents(ServerConfig* c) {
   c->events.log.max_events = static_cast<std::size_t>(c->kv_event_log_size);
   c->events.log.max_bytes = c->kv_event_log_mb << 20;
   c->events.token_binding_bytes = c->kv_event_token_cache_mb << 20;
+  // A publisher reads from startup; otherwise recording waits for the first poll.
+  c->events.record_from_start = !c->kv_events_url.empty();
   if (c->kv_events_url.empty()) {
     if (!c->kv_events_replay_url.empty()) {
       return InvalidConfig("--kv-events-replay-url needs --kv-events-url");

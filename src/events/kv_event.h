@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,11 +43,17 @@ struct KvEvent {
   std::string tenant;
   std::vector<store::ChunkHash> block_hashes;
   std::optional<store::ChunkHash> parent_block_hash;  // stored: the previous chunk's; none for the first
-  std::vector<std::uint32_t> token_ids;               // stored: the chunk's tokens
+  // Stored: the chunk's tokens, shared with the token bindings (a store
+  // storm would otherwise copy every chunk's tokens once more).
+  std::shared_ptr<const std::vector<std::uint32_t>> tokens;
   std::uint32_t block_size = 0;                       // tokens per chunk
   double timestamp = 0;                               // wall clock, seconds since the epoch
 
-  // What the record costs in the log (its bound is in bytes).
+  std::span<const std::uint32_t> token_ids() const {
+    return tokens ? std::span<const std::uint32_t>(*tokens) : std::span<const std::uint32_t>();
+  }
+  // What the record costs in the log (its bound is in bytes; shared tokens
+  // are counted in full, as if the bindings had forgotten them).
   std::size_t Bytes() const;
 };
 

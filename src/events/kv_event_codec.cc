@@ -22,7 +22,7 @@ void EncodeRecord(mp::Encoder& out, const KvEvent& event) {
   } else {
     m.Field("parent_block_hash").Nil();
   }
-  m.Field("token_ids").UintArray(event.token_ids);
+  m.Field("token_ids").UintArray(event.token_ids());
   m.Field("block_size").Uint(event.block_size);
   m.Field("location").Str(event.location);
   m.Field("tenant").Str(event.tenant);
@@ -50,7 +50,7 @@ void EncodeVllmEvent(mp::Encoder& out, const KvEvent& event, const VllmBatchOpti
       } else {
         parent.Nil();
       }
-      m.Field("token_ids").UintArray(event.token_ids);
+      m.Field("token_ids").UintArray(event.token_ids());
       m.Field("block_size").Uint(event.block_size);
       m.Field("lora_id").Nil();
       m.Field("medium").Str(event.medium);

@@ -16,7 +16,7 @@ std::string_view KindName(KvEventKind kind) {
 
 std::size_t KvEvent::Bytes() const {
   return sizeof(KvEvent) + medium.size() + location.size() + model_name.size() + tenant.size() +
-         block_hashes.size() * sizeof(store::ChunkHash) + token_ids.size() * sizeof(std::uint32_t);
+         block_hashes.size() * sizeof(store::ChunkHash) + token_ids().size() * sizeof(std::uint32_t);
 }
 
 namespace {
@@ -33,27 +33,32 @@ KvEventLog::KvEventLog(const KvEventLogConfig& config, std::uint64_t incarnation
     : config_(config), incarnation_(incarnation != 0 ? incarnation : WallClockNanoseconds()) {}
 
 void KvEventLog::Append(std::vector<KvEvent> events) {
-  if (!enabled() || events.empty()) return;
+  if (!recording() || events.empty()) return;
+  std::vector<std::size_t> sizes;
+  sizes.reserve(events.size());
+  for (const KvEvent& event : events) sizes.push_back(event.Bytes());
+  std::vector<KvEvent> trimmed;  // freed after the lock: stores of every lane append here
   {
     MutexLock lock(&mu_);
-    for (KvEvent& event : events) {
-      event.seq = next_seq_++;
-      bytes_ += event.Bytes();
-      records_.push_back(std::move(event));
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      events[i].seq = next_seq_++;
+      bytes_ += sizes[i];
+      records_.push_back(std::move(events[i]));
     }
     appended_ += events.size();
-    TrimLocked();
+    TrimLocked(&trimmed);
   }
   MutexLock lock(&watch_mu_);
   for (auto& [id, wake] : watchers_) wake();
 }
 
-void KvEventLog::TrimLocked() {
+void KvEventLog::TrimLocked(std::vector<KvEvent>* trimmed) {
   // The newest record always stays, whatever its size: a reader then sees
   // the loss (its cursor fell behind) rather than an empty log.
   while (records_.size() > 1 &&
          (records_.size() > config_.max_events || bytes_ > config_.max_bytes)) {
     bytes_ -= records_.front().Bytes();
+    trimmed->push_back(std::move(records_.front()));
     records_.pop_front();
     ++dropped_;
   }
@@ -97,6 +102,7 @@ void KvEventLog::Unwatch(WatchId id) {
 KvEventLogStats KvEventLog::Stats() {
   KvEventLogStats stats;
   stats.enabled = enabled();
+  stats.recording = recording();
   stats.incarnation = incarnation_;
   stats.capacity = config_.max_events;
   stats.capacity_bytes = config_.max_bytes;

@@ -22,6 +22,7 @@
 // signal), so after Unwatch returns no call of that watcher is running.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -52,6 +53,7 @@ struct KvEventPage {
 
 struct KvEventLogStats {
   bool enabled = false;
+  bool recording = false;
   std::uint64_t incarnation = 0;
   std::uint64_t depth = 0;  // records held now
   std::uint64_t bytes = 0;
@@ -72,6 +74,11 @@ class KvEventLog {
   KvEventLog& operator=(const KvEventLog&) = delete;
 
   bool enabled() const { return config_.max_events > 0; }
+  // Whether appends are kept (enabled and not paused). A log that nobody
+  // reads costs the stores nothing: KvEvents pauses it until its first
+  // reader (kv_events.h).
+  bool recording() const { return enabled() && recording_.load(std::memory_order_relaxed); }
+  void SetRecording(bool on) { recording_.store(on, std::memory_order_relaxed); }
   std::uint64_t incarnation() const { return incarnation_; }
 
   // Numbers `events` and appends them (nothing when disabled), then wakes
@@ -89,10 +96,13 @@ class KvEventLog {
   KvEventLogStats Stats() LMC_EXCLUDES(mu_, watch_mu_);
 
  private:
-  void TrimLocked() LMC_REQUIRES(mu_);
+  // Drops the oldest records past the bounds into `trimmed` (to be freed
+  // after the lock).
+  void TrimLocked(std::vector<KvEvent>* trimmed) LMC_REQUIRES(mu_);
 
   const KvEventLogConfig config_;
   const std::uint64_t incarnation_;
+  std::atomic<bool> recording_{true};
   mutable Mutex mu_;
   std::deque<KvEvent> records_ LMC_GUARDED_BY(mu_);
   std::uint64_t bytes_ LMC_GUARDED_BY(mu_) = 0;

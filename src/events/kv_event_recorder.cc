@@ -89,20 +89,21 @@ KvEvent KvEventRecorder::Event(KvEventKind kind, std::string_view medium,
 
 void KvEventRecorder::RecordStored(std::string_view medium, const std::string& location,
                                    std::span<const store::ObjectKey> keys) {
-  if (!log_->enabled()) return;
+  if (!log_->recording()) return;
   std::vector<KvEvent> events;
   for (const Group& group : GroupByTenant(keys)) {
     const KvEvent base = Event(KvEventKind::kStored, medium, location, *group.first);
-    for (const store::ChunkHash& hash : group.hashes) {
-      std::optional<TokenBinding> binding = bindings_->Find(group.first->model_name, hash);
-      if (!binding) {
+    const std::vector<std::optional<TokenBinding>> bindings =
+        bindings_->FindAll(group.first->model_name, group.hashes);
+    for (std::size_t i = 0; i < group.hashes.size(); ++i) {
+      if (!bindings[i]) {
         unbound_stores_.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       KvEvent& event = events.emplace_back(base);
-      event.block_hashes.push_back(hash);
-      event.parent_block_hash = binding->parent;
-      event.token_ids = std::move(binding->tokens);
+      event.block_hashes.push_back(group.hashes[i]);
+      event.parent_block_hash = bindings[i]->parent;
+      event.tokens = bindings[i]->tokens;
     }
   }
   log_->Append(std::move(events));
@@ -110,7 +111,7 @@ void KvEventRecorder::RecordStored(std::string_view medium, const std::string& l
 
 void KvEventRecorder::RecordRemoved(std::string_view medium, const std::string& location,
                                     std::span<const store::ObjectKey> keys) {
-  if (!log_->enabled()) return;
+  if (!log_->recording()) return;
   std::vector<KvEvent> events;
   for (Group& group : GroupByTenant(keys)) {
     KvEvent& event = events.emplace_back(Event(KvEventKind::kRemoved, medium, location, *group.first));
@@ -143,7 +144,7 @@ void KvEventRecorder::OnL2Removed(std::size_t adapter, std::span<const store::Ob
 }
 
 void KvEventRecorder::OnCleared() {
-  if (!log_->enabled()) return;
+  if (!log_->recording()) return;
   KvEvent event;
   event.kind = KvEventKind::kCleared;
   event.medium = kMediumCpu;

@@ -12,9 +12,11 @@
 // Thread-safety: internally synchronised; every method from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -28,17 +30,28 @@ namespace lmcache::events {
 
 struct TokenBinding {
   std::optional<store::ChunkHash> parent;
-  std::vector<std::uint32_t> tokens;
+  // Shared with the map: a lookup copies a pointer under the lock, not the tokens.
+  std::shared_ptr<const std::vector<std::uint32_t>> tokens;
 };
 
 class TokenBindings {
  public:
   explicit TokenBindings(std::size_t capacity_bytes) : capacity_bytes_(capacity_bytes) {}
 
-  // Binds chunks [first, first + count) of a prompt: `hashes` are the
-  // prompt's chunk hashes from chunk 0, `tokens` its tokens.
+  // Paused, Bind keeps nothing (KvEvents pauses it until the log's first reader).
+  void SetActive(bool on) { active_.store(on, std::memory_order_relaxed); }
+
+  // Binds chunks [first, hashes.size()) of a prompt: `hashes` are the
+  // prompt's chunk hashes from chunk 0, `tokens` its tokens. The entries are
+  // built before the lock is taken and what the bound pushes out is freed
+  // after it is released: the lock only links and unlinks (stores of every
+  // lane bind here).
   void Bind(const std::string& model, std::span<const store::ChunkHash> hashes, std::size_t first,
             std::span<const std::uint32_t> tokens, std::size_t chunk_size) LMC_EXCLUDES(mu_);
+  // The bindings of `hashes` (nullopt where none), under one lock.
+  std::vector<std::optional<TokenBinding>> FindAll(const std::string& model,
+                                                   std::span<const store::ChunkHash> hashes) const
+      LMC_EXCLUDES(mu_);
   std::optional<TokenBinding> Find(const std::string& model, const store::ChunkHash& hash) const
       LMC_EXCLUDES(mu_);
   std::uint64_t bytes() const LMC_EXCLUDES(mu_);
@@ -52,6 +65,7 @@ class TokenBindings {
   static std::string KeyOf(const std::string& model, const store::ChunkHash& hash);
 
   const std::size_t capacity_bytes_;
+  std::atomic<bool> active_{true};
   mutable Mutex mu_;
   std::list<Entry> lru_ LMC_GUARDED_BY(mu_);  // most recently bound first
   std::unordered_map<std::string, std::list<Entry>::iterator> index_ LMC_GUARDED_BY(mu_);

@@ -59,10 +59,12 @@ Result<std::unique_ptr<VllmEventPublisher>> VllmEventPublisher::Start(
   // From what the log records after this point (a router learns the rest
   // from a poll of the log, or from what it sees next).
   publisher->cursor_ = log->Stats().next_seq - 1;
-  const int fd = publisher->wake_fd_.get();
-  publisher->watch_ = log->Watch([fd] {
+  // One eventfd write per batch, not per append: a store storm appends
+  // thousands of times a second, and the publisher reads them all at once.
+  publisher->watch_ = log->Watch([p = publisher.get()] {
+    if (p->wake_pending_.exchange(true)) return;
     const std::uint64_t one = 1;
-    (void)!::write(fd, &one, sizeof(one));
+    (void)!::write(p->wake_fd_.get(), &one, sizeof(one));
   });
   publisher->thread_ = std::thread([p = publisher.get()] { p->Run(); });
   return publisher;
@@ -117,9 +119,14 @@ void VllmEventPublisher::Run() {
     if (items[0].revents & ZMQ_POLLIN) {
       std::uint64_t count = 0;
       (void)!::read(wake_fd_.get(), &count, sizeof(count));
+      wake_pending_.store(false);  // before the read: a later append wakes us again
     }
     PublishNew();
     if (replay_ && (items[1].revents & ZMQ_POLLIN)) AnswerReplay();
+    // At most one batch per interval (vLLM's engines publish once per
+    // scheduler step): under a store storm the records of the interval go
+    // out as one message, so the thread costs the stores little CPU.
+    if (!stop_.load()) std::this_thread::sleep_for(config_.min_interval);
   }
 }
 

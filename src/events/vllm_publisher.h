@@ -20,12 +20,15 @@
 //   loss and replay).
 //
 // Publishing runs on the publisher's own thread, woken by the log's
-// watcher: a store never waits for a subscriber.
+// watcher (one eventfd write per batch), at most one batch per
+// `min_interval`: a store never waits for a subscriber, and a storm of
+// stores costs one message per interval, not one per store.
 //
 // Thread-safety: Create/destructor on the controlling thread; Stats from any.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -52,6 +55,7 @@ struct VllmPublisherConfig {
   std::size_t replay_buffer = 10000;  // messages kept for replay (vLLM's buffer_steps)
   int high_water_mark = 100000;       // vLLM's hwm
   std::size_t max_events_per_batch = 1024;
+  std::chrono::microseconds min_interval{5000};  // between batches
   VllmBatchOptions batch;
 };
 
@@ -93,6 +97,7 @@ class VllmEventPublisher {
   UniqueFd wake_fd_;  // eventfd: the log appended, or stop
   KvEventLog::WatchId watch_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> wake_pending_{false};  // an eventfd write is outstanding
   std::thread thread_;
 
   // The publisher thread's.

@@ -196,6 +196,7 @@ Result<std::string> AdminOps::PollKvEvents(const std::string& model_name, std::i
   }
   // Disabled (--kv-event-log-size 0): enabled = false with this process's
   // incarnation, as the reference answers.
+  deps_.events->StartRecording();  // the first reader: from now on
   return events::EncodeKvEventPage(deps_.events->log().ReadAfter(
       model_name, static_cast<std::uint64_t>(cursor),
       static_cast<std::size_t>(std::min(max_events, kMaxEventsPerPage))));

@@ -182,6 +182,10 @@ const Entry<S> kKvEventsRows[] = {
     {{"enabled", K::kGauge, "bool", "kv_events_enabled",
       "1 when the KV event channel records (--kv-event-log-size above 0)."},
      [](const S& s) { return B(s.kv_events.log.enabled); }},
+    {{"recording", K::kGauge, "bool", "kv_events_recording",
+      "1 once the channel records: from the first poll_kv_events, or from startup with "
+      "--kv-events-url (until then stores pay nothing for KV events)."},
+     [](const S& s) { return B(s.kv_events.log.recording); }},
     {{"incarnation", K::kGauge, "nanoseconds", "kv_events_incarnation",
       "This log's incarnation (wall clock at startup); a reader that sees it change forgets "
       "what it learned."},

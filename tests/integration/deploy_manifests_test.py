@@ -4,7 +4,9 @@
 Checks docs/deploy/daemonset.yaml (every YAML document parses; the DaemonSet
 has hostIPC, probes on /healthcheck:8080, memory request = limit and larger
 than the pool, a grace period longer than preStop + drain, the socket path in
-the args and in a hostPath volume), docs/deploy/lmcache-server.service (its
+the args and in a hostPath volume), docs/deploy/vllm.yaml (an engine beside
+it: the connector's JSON parses and dials a URL the DaemonSet binds, hostIPC,
+the server's uid, the socket directory), docs/deploy/lmcache-server.service (its
 sections and a stop timeout longer than the drain) and that
 docs/grafana-dashboard.json is a dashboard whose queries use served metrics.
 
@@ -85,6 +87,52 @@ def check_daemonset(path):
     print(f"daemonset: OK (pool {pool_gib:g} GiB, memory {request}Gi, drain {drain:g} s)")
 
 
+def daemonset_urls(path):
+    with open(path) as f:
+        ds = next(d for d in yaml.safe_load_all(f) if d and d["kind"] == "DaemonSet")
+    args = next(c for c in ds["spec"]["template"]["spec"]["containers"]
+                if c["name"] == "lmcache-server")["args"]
+    return [args[i + 1] for i, a in enumerate(args) if a == "--url"]
+
+
+def check_vllm(path, daemonset_path):
+    """The vLLM engine beside the DaemonSet: vLLM's LMCacheMPConnector dials
+    f"{lmcache.mp.host}:{lmcache.mp.port}" (lmcache_mp_connector.py), which must
+    be an endpoint the DaemonSet's server binds."""
+    with open(path) as f:
+        docs = [d for d in yaml.safe_load_all(f) if d]
+    deployment = next((d for d in docs if d["kind"] == "Deployment"), None) or \
+        fail(f"no Deployment in {path}")
+    pod = deployment["spec"]["template"]["spec"]
+    if pod.get("hostIPC") is not True:
+        fail("the engine pod needs hostIPC: true to map the pool in the node's /dev/shm")
+    if pod.get("securityContext", {}).get("runAsUser") != 10001:
+        fail("the engine must run as the server's uid 10001 (socket and pool are mode 0600)")
+    engine = pod["containers"][0]
+    args = engine["args"]
+    if "--disable-hybrid-kv-cache-manager" not in args:
+        fail("LMCacheMPConnector refuses the hybrid KV cache manager")
+    config = json.loads(flag(args, "--kv-transfer-config"))
+    if config.get("kv_connector") != "LMCacheMPConnector" or config.get("kv_role") != "kv_both":
+        fail(f"unexpected connector config {config}")
+    extra = config["kv_connector_extra_config"]
+    url = f"{extra['lmcache.mp.host']}:{extra['lmcache.mp.port']}"
+    if url not in daemonset_urls(daemonset_path):
+        fail(f"the connector dials {url}, which the DaemonSet does not bind")
+    # The image has no CUDA toolkit: only the engine-driven (shared-memory) path serves.
+    env = {e["name"]: e.get("value") for e in engine.get("env", [])}
+    if extra.get("lmcache.mp.mp_transfer_mode") != "engine_driven" or \
+            env.get("LMCACHE_MP_TRANSFER_MODE") != "engine_driven":
+        fail("beside the CUDA-less image the connector must use engine_driven")
+    socket_dir = url.removeprefix("ipc://").rsplit("/", 1)[0]
+    mounts = {m["name"]: m["mountPath"] for m in engine["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    if not any(p == socket_dir and volumes.get(n, {}).get("hostPath", {}).get("path") == socket_dir
+               for n, p in mounts.items()):
+        fail(f"the engine does not mount the node's {socket_dir}")
+    print(f"vllm: OK (dials {url}, engine_driven)")
+
+
 def check_unit(path):
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     with open(path) as f:
@@ -130,6 +178,7 @@ def check_dashboard(path, metrics_doc):
 def main():
     root = sys.argv[1]
     check_daemonset(f"{root}/docs/deploy/daemonset.yaml")
+    check_vllm(f"{root}/docs/deploy/vllm.yaml", f"{root}/docs/deploy/daemonset.yaml")
     check_unit(f"{root}/docs/deploy/lmcache-server.service")
     check_dashboard(f"{root}/docs/grafana-dashboard.json", f"{root}/docs/metrics.md")
     print("PASS")

@@ -39,6 +39,7 @@ struct BenchOptions {
   bool skip_redis = false;
   bool latencies_only = false;  // skip the throughput paths (profiling the RPCs)
   bool skip_l2 = false;    // also skips the resp phase
+  bool skip_events = false;  // the KV events on/off phase
   bool l2_odirect = true;  // the fs phase's use_odirect
   std::string l2_dir = "/var/tmp";  // the fs L2 phase works in a fresh directory under it
   std::uint64_t rebuild_objects = 10000;

@@ -15,6 +15,7 @@
 #include "bench.h"
 #include "support/local_server.h"
 #include "lmcache/client.h"
+#include "events_phase.h"
 #include "l2_phase.h"
 #include "local_redis.h"
 #include "paths.h"
@@ -233,6 +234,12 @@ int Run(BenchOptions o) {
     if (!resp.ok()) return fail(resp.status());
     report.resp = std::move(resp).value();
   }
+  if (!o.skip_events && !o.latencies_only) {
+    Progress("KV events: the shm path's stores on a server with them off and one with them on");
+    auto events = MeasureEventsPhase(o, server_binary);
+    if (!events.ok()) return fail(events.status());
+    report.events = std::move(events).value();
+  }
   if (o.sweep) {
     for (const double chunk_mib : o.sweep_chunk_mib) {
       for (const int workers : o.sweep_workers) {
@@ -302,6 +309,9 @@ int main(int argc, char** argv) {
   app.add_option("--redis-server", o.redis_binary, "redis-server binary")->capture_default_str();
   app.add_flag("--skip-redis", o.skip_redis, "Do not measure Redis (its fields become null)");
   app.add_flag("--skip-l2", o.skip_l2, "Do not measure the fs L2 tier (its fields become null)");
+  app.add_flag("--skip-events", o.skip_events,
+               "Do not measure the store path with KV events on against off (its fields become "
+               "null)");
   app.add_option("--l2-odirect", o.l2_odirect,
                  "The fs L2 phase reads and writes with O_DIRECT (false: through the page cache)")
       ->capture_default_str();

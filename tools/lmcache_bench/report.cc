@@ -180,6 +180,15 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"stream_copy_gbps", Figure(m.stream_copy_gbps)},
       {"store_vs_stream_copy", RatioOr(ratios.store_vs_stream_copy, measured)},
       {"retrieve_vs_stream_copy", RatioOr(ratios.retrieve_vs_stream_copy, measured)},
+      {"events_off_store_gbps", r.events ? Figure(r.events->off_store_gbps) : std::nullopt},
+      {"events_on_store_gbps", r.events ? Figure(r.events->on_store_gbps) : std::nullopt},
+      {"events_on_vs_off", r.events ? std::optional(PerRound(r.events->on_store_gbps,
+                                                             r.events->off_store_gbps).median)
+                                    : std::nullopt},
+      {"events_small_on_vs_off",
+       r.events ? std::optional(PerRound(r.events->small_on_store_gbps,
+                                         r.events->small_off_store_gbps).median)
+                : std::nullopt},
   };
 }
 
@@ -235,6 +244,13 @@ void PrintTable(const BenchReport& r) {
     spread("resp_store_vs_raw", PerRound(r.resp->store_gbps, r.resp->reference_write_gbps));
     spread("resp_load_vs_raw", PerRound(r.resp->load_gbps, r.resp->reference_read_gbps));
   }
+  if (r.events) {
+    std::printf("  KV events off / on: store %.2f / %.2f GB/s\n", Median(r.events->off_store_gbps),
+                Median(r.events->on_store_gbps));
+    spread("events_on_vs_off", PerRound(r.events->on_store_gbps, r.events->off_store_gbps));
+    spread("events_small_on_vs_off",
+           PerRound(r.events->small_on_store_gbps, r.events->small_off_store_gbps));
+  }
   for (const PathResults& p : r.sweep) {
     const PathRatios pr = RatiosOf(p);
     std::printf(
@@ -284,6 +300,13 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << (r.resp ? SpreadJson(PerRound(r.resp->store_gbps, r.resp->reference_write_gbps)) : "null")
       << ", \"resp_load_vs_raw\": "
       << (r.resp ? SpreadJson(PerRound(r.resp->load_gbps, r.resp->reference_read_gbps)) : "null")
+      << ", \"events_on_vs_off\": "
+      << (r.events ? SpreadJson(PerRound(r.events->on_store_gbps, r.events->off_store_gbps))
+                   : "null")
+      << ", \"events_small_on_vs_off\": "
+      << (r.events ? SpreadJson(PerRound(r.events->small_on_store_gbps,
+                                         r.events->small_off_store_gbps))
+                   : "null")
       << "},\n";
   out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
       << ", \"stream_copy_gbps\": " << Samples(r.main.stream_copy_gbps)
@@ -292,8 +315,14 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << ", \"socket_store_gbps\": " << Samples(r.main.socket.store_gbps)
       << ", \"socket_retrieve_gbps\": " << Samples(r.main.socket.retrieve_gbps)
       << ", \"store_faults_per_mib\": " << Samples(r.main.shm.store_faults_per_mib)
-      << ", \"retrieve_faults_per_mib\": " << Samples(r.main.shm.retrieve_faults_per_mib)
-      << "},\n";
+      << ", \"retrieve_faults_per_mib\": " << Samples(r.main.shm.retrieve_faults_per_mib);
+  if (r.events) {
+    out << ", \"events_off_store_gbps\": " << Samples(r.events->off_store_gbps)
+        << ", \"events_on_store_gbps\": " << Samples(r.events->on_store_gbps)
+        << ", \"events_small_off_store_gbps\": " << Samples(r.events->small_off_store_gbps)
+        << ", \"events_small_on_store_gbps\": " << Samples(r.events->small_on_store_gbps);
+  }
+  out << "},\n";
   out << "  \"sweep\": [";
   for (std::size_t i = 0; i < r.sweep.size(); ++i) {
     out << (i ? ",\n    " : "\n    ") << PathJson(r.sweep[i]);

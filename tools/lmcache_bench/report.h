@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "events_phase.h"
 #include "l2_phase.h"
 #include "paths.h"
 
@@ -57,6 +58,7 @@ struct BenchReport {
   std::optional<double> lookup_cold_p50_us;  // a server without a hash cache (not with --url)
   std::optional<L2Figures> l2;                // the fs phase (absent with --skip-l2)
   std::optional<L2Figures> resp;              // the resp phase (absent with --skip-l2 or --skip-redis)
+  std::optional<EventsFigures> events;        // the KV events phase (absent with --skip-events)
   std::vector<PathResults> sweep;
   std::string server_version;
 };

@@ -61,7 +61,7 @@ TEST(KvEventCodec, VllmBlockStoredCarriesEveryRequiredField) {
   stored.medium = "STORAGE";
   stored.block_hashes.push_back(HashEndingIn(2));
   stored.parent_block_hash = HashEndingIn(1);
-  stored.token_ids = {1, 2, 3, 4};
+  stored.tokens = std::make_shared<const std::vector<std::uint32_t>>(std::vector<std::uint32_t>{1, 2, 3, 4});
   stored.block_size = 4;
   const KvEvent* events[] = {&stored};
   VllmBatchOptions options;
@@ -116,7 +116,7 @@ TEST(KvEventCodec, ReferencePageIsAMapOfEveryFieldInDeclarationOrder) {
   event.medium = "CPU";
   event.model_name = "m";
   event.block_hashes.push_back(HashEndingIn(2));
-  event.token_ids = {5};
+  event.tokens = std::make_shared<const std::vector<std::uint32_t>>(std::vector<std::uint32_t>{5});
   event.block_size = 1;
   const std::string got = EncodeKvEventPage(page);
   msgpack::object_handle handle = msgpack::unpack(got.data(), got.size());

@@ -9,6 +9,10 @@
 namespace lmcache::events {
 namespace {
 
+std::vector<std::uint32_t> ToVector(std::span<const std::uint32_t> tokens) {
+  return {tokens.begin(), tokens.end()};
+}
+
 store::ObjectKey Key(std::uint8_t chunk, std::int64_t rank, const std::string& salt = "",
                      const std::string& model = "m") {
   store::ObjectKey key;
@@ -49,9 +53,9 @@ TEST(KvEventRecorder, AStoredChunkIsOneRecordWithItsTokensAndParentWhateverItsRa
   EXPECT_EQ(events[0].location, "L1");
   EXPECT_EQ(events[0].block_hashes, std::vector<store::ChunkHash>{keys[0].chunk_hash});
   EXPECT_FALSE(events[0].parent_block_hash);
-  EXPECT_EQ(events[0].token_ids, (std::vector<std::uint32_t>{10, 11}));
+  EXPECT_EQ(ToVector(events[0].token_ids()), (std::vector<std::uint32_t>{10, 11}));
   EXPECT_EQ(events[1].parent_block_hash, keys[0].chunk_hash);
-  EXPECT_EQ(events[1].token_ids, (std::vector<std::uint32_t>{12, 13}));
+  EXPECT_EQ(ToVector(events[1].token_ids()), (std::vector<std::uint32_t>{12, 13}));
   EXPECT_EQ(events[1].block_size, 2u);
   EXPECT_EQ(f.recorder.Stats().unbound_stores, 0u);
 }
@@ -129,7 +133,7 @@ TEST(KvEventRecorder, L2WritesAndDropsNameTheirAdapterAsStorage) {
   EXPECT_EQ(events[0].kind, KvEventKind::kStored);
   EXPECT_EQ(events[0].medium, kMediumStorage);
   EXPECT_EQ(events[0].location, "resp:redis");
-  EXPECT_EQ(events[0].token_ids, (std::vector<std::uint32_t>{12, 13}));
+  EXPECT_EQ(ToVector(events[0].token_ids()), (std::vector<std::uint32_t>{12, 13}));
   EXPECT_EQ(events[1].kind, KvEventKind::kRemoved);
   EXPECT_EQ(events[1].location, "fs:/data/l2");
 }

@@ -23,7 +23,7 @@ TEST(TokenBindings, BindsEachChunkWithItsTokensAndParent) {
   auto second = bindings.Find("m", hashes[1]);
   ASSERT_TRUE(second);
   EXPECT_EQ(second->parent, hashes[0]);
-  EXPECT_EQ(second->tokens, (std::vector<std::uint32_t>{104, 105, 106, 107}));
+  EXPECT_EQ(*second->tokens, (std::vector<std::uint32_t>{104, 105, 106, 107}));
   EXPECT_FALSE(bindings.Find("other-model", hashes[1]));
   bindings.Bind("m", hashes, 0, tokens, 4);
   auto first = bindings.Find("m", hashes[0]);

@@ -590,10 +590,20 @@ TEST_F(ServicePrefetchTest, StatusIsNilUntilThePrefetchLandsThenCountsBothTiers)
 // KV events: chunks a prefetch loads from L2 are admitted to L1 knowing only
 // their hashes; the lookup that asked for them named their tokens, so their
 // stored records carry tokens and parents like a worker's store.
+std::vector<std::uint32_t> ToVector(std::span<const std::uint32_t> tokens) {
+  return {tokens.begin(), tokens.end()};
+}
+
+events::KvEventsConfig RecordingFromStart() {
+  events::KvEventsConfig config;
+  config.record_from_start = true;
+  return config;
+}
+
 class ServiceKvEventsTest : public ::testing::Test {
  protected:
   ServiceKvEventsTest()
-      : events_(events::KvEventsConfig{}, 256),
+      : events_(RecordingFromStart(), 256),
         prefetcher_(kObject),
         h_(64ull << 20, ServiceConfig{}, true, &prefetcher_, nullptr, nullptr, &events_) {
     prefetcher_.Attach(&h_.service().table());
@@ -622,7 +632,7 @@ TEST_F(ServiceKvEventsTest, ChunksLoadedFromL2AreAnnouncedWithTheTokensTheLookup
   for (std::size_t i = 0; i < 2; ++i) {
     EXPECT_EQ(stored[i].medium, "CPU");
     EXPECT_EQ(stored[i].model_name, "model");
-    EXPECT_EQ(stored[i].token_ids, std::vector<std::uint32_t>(lookup.tokens.begin() + i * 256,
+    EXPECT_EQ(ToVector(stored[i].token_ids()), std::vector<std::uint32_t>(lookup.tokens.begin() + i * 256,
                                                               lookup.tokens.begin() + (i + 1) * 256));
   }
   EXPECT_FALSE(stored[0].parent_block_hash.has_value());

@@ -1,0 +1,75 @@
+#include "events_phase.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "paths.h"
+#include "support/local_server.h"
+
+namespace lmcache::bench {
+namespace {
+
+constexpr std::uint64_t kSmallObjectBytes = 64u << 10;
+
+// A server for one side: a pool twice one round (at least 1 GiB), quiet logs.
+Result<std::unique_ptr<tools::LocalServer>> StartSide(const BenchOptions& o,
+                                                      const std::string& binary, bool events,
+                                                      const std::string& name) {
+  const double pool_gb =
+      std::max(1.0, 2.0 * static_cast<double>(o.bytes_per_round()) / (1 << 30));
+  std::vector<std::string> args = {"--l1-size-gb", std::to_string(pool_gb), "--log-level", "warn",
+                                   "--max-gpu-workers", std::to_string(o.workers),
+                                   "--prefault-threads", "1"};
+  if (events) {
+    // The channel as a router deployment runs it: the log, and the
+    // publisher encoding every record (no subscriber needed for that cost).
+    args.insert(args.end(), {"--kv-events-url", "ipc:///tmp/" + name + "_" +
+                                                    std::to_string(getpid()) + ".pub"});
+  } else {
+    args.insert(args.end(), {"--kv-event-log-size", "0"});
+  }
+  return tools::LocalServer::Start(binary, name, args);
+}
+
+// Rounds of the shm path against both servers, alternately (off first in
+// odd rounds, on first in even ones, so neither always runs second).
+Status Alternate(const BenchOptions& o, const std::string& binary, std::vector<double>* off,
+                 std::vector<double>* on) {
+  LMC_ASSIGN_OR_RETURN(auto off_server, StartSide(o, binary, false, "lmcache_bench_events_off"));
+  LMC_ASSIGN_OR_RETURN(auto on_server, StartSide(o, binary, true, "lmcache_bench_events_on"));
+  LMC_ASSIGN_OR_RETURN(auto off_path, StartShmPath(o, off_server->url(), off_server->pid()));
+  LMC_ASSIGN_OR_RETURN(auto on_path, StartShmPath(o, on_server->url(), on_server->pid()));
+  LMC_RETURN_IF_ERROR(off_path->Round().status());  // untimed: first touches
+  LMC_RETURN_IF_ERROR(on_path->Round().status());
+  for (int round = 0; round < o.rounds; ++round) {
+    BenchPath* order[2] = {off_path.get(), on_path.get()};
+    if (round % 2 == 1) std::swap(order[0], order[1]);
+    for (BenchPath* path : order) {
+      LMC_ASSIGN_OR_RETURN(const RoundSample sample, path->Round());
+      (path == off_path.get() ? off : on)->push_back(sample.store_gbps);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<EventsFigures> MeasureEventsPhase(const BenchOptions& o, const std::string& binary) {
+  EventsFigures figures;
+  LMC_RETURN_IF_ERROR(Alternate(o, binary, &figures.off_store_gbps, &figures.on_store_gbps));
+  // Small chunks: prompts of the same length, more of them per worker (up
+  // to the same bytes per round, at most 64), so many more objects.
+  BenchOptions small = o;
+  small.bytes_per_token = std::max<std::uint64_t>(4, kSmallObjectBytes / o.chunk_size / 4 * 4);
+  const std::uint64_t prompts = o.bytes_per_round() / static_cast<std::uint64_t>(o.workers) /
+                                std::max<std::uint64_t>(1, small.prompt_bytes());
+  small.prompts_per_worker = static_cast<int>(std::clamp<std::uint64_t>(prompts, 1, 64));
+  LMC_RETURN_IF_ERROR(
+      Alternate(small, binary, &figures.small_off_store_gbps, &figures.small_on_store_gbps));
+  return figures;
+}
+
+}  // namespace lmcache::bench
