@@ -4,7 +4,8 @@
 // crash, no sanitizer report, no hang": every request gets a reply frame, and
 // the object table's accounting holds (what the allocator uses is what the
 // table holds). The service is rebuilt every few thousand inputs so state
-// accumulated by earlier inputs stays bounded.
+// accumulated by earlier inputs stays bounded. KV events are on, so stores,
+// evictions and clears are recorded and poll_kv_events pages through them.
 #include <unistd.h>
 
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "events/kv_events.h"
 #include "fuzz_input.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
@@ -26,8 +28,19 @@ void Check(bool condition) {
   if (!condition) std::abort();
 }
 
+// The KV event channel, recording from the start and small, so the fuzzer
+// reaches the recorder, the token bindings and poll_kv_events' pages.
+events::KvEventsConfig SmallKvEvents() {
+  events::KvEventsConfig config;
+  config.log.max_events = 256;
+  config.log.max_bytes = 1u << 20;
+  config.token_binding_bytes = 1u << 20;
+  config.record_from_start = true;
+  return config;
+}
+
 struct World {
-  World() {
+  World() : events(SmallKvEvents(), 16) {
     store::L1Config l1;
     l1.shm_name = "lmcache_l1_pool_fuzz_" + std::to_string(getpid());
     l1.size_bytes = 16u << 20;
@@ -36,13 +49,16 @@ struct World {
     l1.evictor.interval_ms = 3'600'000;  // eviction runs on demand only
     l1.background_prefault = false;  // deterministic: every page usable at once
     cache = std::move(store::L1Cache::Create(l1, &SteadyClock::Instance())).value();
+    cache->table().AddListener(&events.recorder());
     server::ServiceConfig config;
     config.chunk_size = 16;  // small chunks: short inputs still name whole chunks
     config.sessions.max_bytes = 4u << 20;
     config.hash_cache_bytes = 1u << 20;
     config.max_pending_transfers = 256;
-    service = std::make_unique<server::Service>(cache.get(), &SteadyClock::Instance(), config);
+    service = std::make_unique<server::Service>(cache.get(), &SteadyClock::Instance(), config,
+                                                nullptr, &events);
   }
+  events::KvEvents events;  // outlives the table, which calls its recorder
   std::unique_ptr<store::L1Cache> cache;
   std::unique_ptr<server::Service> service;
 };

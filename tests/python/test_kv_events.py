@@ -48,6 +48,19 @@ def server(tmp_path_factory):
     assert srv.stop(timeout=60) == 0, srv.log()
 
 
+def wait_l2_idle(client, timeout_s=60):
+    """Until the L2 tier has written behind everything L1 admitted (its
+    STORAGE records are then in the log): a slow build (TSan) still writes
+    while the test goes on."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        store = stats(client)["l2"]["store"]
+        if store["queued_objects"] == 0 and store["in_flight"] == 0:
+            return
+        assert time.monotonic() < deadline, f"L2 write-behind not idle: {store}"
+        time.sleep(0.05)
+
+
 def poll(client, cursor, max_events=100, model=MODEL):
     page = client.call(OP_POLL_KV_EVENTS, model, cursor, max_events)
     # KVEventPollResult: every field, as msgspec decodes the dataclass.
@@ -168,9 +181,10 @@ def test_events_follow_stores_l2_evictions_and_a_clear(server, zmq_ctx):
         assert back[hashes[i]]["parent_block_hash"] == (None if i == 0 else hashes[i - 1])
 
     # A clear (allowed over the ipc endpoint): removals, then "cleared".
+    wait_l2_idle(client)
     assert client.call(OP_CLEAR) is None
     events, cursor = read_all(client, cursor)
-    assert events[-1]["kind"] == "cleared"
+    assert events[-1]["kind"] == "cleared", events[-3:]
 
     # The same story on the PUB socket, in vLLM's format, gapless.
     published = receive_published(sub, "AllBlocksCleared")
