@@ -1,4 +1,4 @@
-// BLAKE3-256: the default (unkeyed) BLAKE3 hash with a 32-byte digest.
+// BLAKE3-256: the default BLAKE3 hash with a 32-byte digest (and its keyed mode).
 //
 // A thin C++ face over the official BLAKE3 C implementation (built from the
 // sources Debian's librust-blake3-dev installs, cmake/LmcDependencies.cmake),
@@ -26,6 +26,8 @@ using Blake3Digest = std::array<std::uint8_t, 32>;
 class Blake3Hasher {
  public:
   Blake3Hasher() { blake3_hasher_init(&state_); }
+  // BLAKE3's keyed mode (a MAC / PRF under a secret 32-byte key).
+  explicit Blake3Hasher(const Blake3Digest& key) { blake3_hasher_init_keyed(&state_, key.data()); }
 
   void Update(std::span<const std::uint8_t> data) { Update(data.data(), data.size()); }
   void Update(const void* data, std::size_t size) { blake3_hasher_update(&state_, data, size); }

@@ -37,13 +37,17 @@ void EncodeHash(mp::Encoder& out, const store::ChunkHash& hash, VllmHashFormat f
   }
 }
 
+void EncodeVllmHashes(mp::MapWriter& m, const KvEvent& event, VllmHashFormat format) {
+  mp::Encoder& hashes = m.Field("block_hashes").Array(static_cast<std::uint32_t>(event.block_hashes.size()));
+  for (const store::ChunkHash& hash : event.block_hashes) EncodeHash(hashes, hash, format);
+}
+
 void EncodeVllmEvent(mp::Encoder& out, const KvEvent& event, const VllmBatchOptions& options) {
   mp::MapWriter m;
   switch (event.kind) {
     case KvEventKind::kStored: {
       m.Field("type").Str("BlockStored");
-      mp::Encoder& hashes = m.Field("block_hashes").Array(static_cast<std::uint32_t>(event.block_hashes.size()));
-      for (const store::ChunkHash& hash : event.block_hashes) EncodeHash(hashes, hash, options.hashes);
+      EncodeVllmHashes(m, event, options.hashes);
       mp::Encoder& parent = m.Field("parent_block_hash");
       if (event.parent_block_hash) {
         EncodeHash(parent, *event.parent_block_hash, options.hashes);
@@ -64,8 +68,7 @@ void EncodeVllmEvent(mp::Encoder& out, const KvEvent& event, const VllmBatchOpti
     }
     case KvEventKind::kRemoved: {
       m.Field("type").Str("BlockRemoved");
-      mp::Encoder& hashes = m.Field("block_hashes").Array(static_cast<std::uint32_t>(event.block_hashes.size()));
-      for (const store::ChunkHash& hash : event.block_hashes) EncodeHash(hashes, hash, options.hashes);
+      EncodeVllmHashes(m, event, options.hashes);
       m.Field("medium").Str(event.medium);
       break;
     }

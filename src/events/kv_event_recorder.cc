@@ -1,11 +1,10 @@
 #include "events/kv_event_recorder.h"
 
-#include <blake3.h>
 #include <sys/random.h>
 
 #include <algorithm>
-#include <cstdio>
 
+#include "common/blake3.h"
 #include "common/clock.h"
 
 namespace lmcache::events {
@@ -60,18 +59,9 @@ KvEventRecorder::KvEventRecorder(KvEventLog* log, TokenBindings* bindings,
 
 std::string KvEventRecorder::TenantOf(const std::string& cache_salt) const {
   if (cache_salt.empty()) return {};
-  blake3_hasher hasher;
-  blake3_hasher_init_keyed(&hasher, tenant_key_.data());
-  blake3_hasher_update(&hasher, cache_salt.data(), cache_salt.size());
-  std::array<std::uint8_t, 8> digest{};
-  blake3_hasher_finalize(&hasher, digest.data(), digest.size());
-  std::string name;
-  char hex[3];
-  for (const std::uint8_t byte : digest) {
-    std::snprintf(hex, sizeof(hex), "%02x", byte);
-    name.append(hex, 2);
-  }
-  return name;
+  Blake3Hasher hasher(tenant_key_);
+  hasher.Update(cache_salt.data(), cache_salt.size());
+  return ToHex(hasher.Finalize()).substr(0, 16);  // 64 bits: tenants stay apart
 }
 
 KvEvent KvEventRecorder::Event(KvEventKind kind, std::string_view medium,

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "common/blake3.h"
 #include "events/kv_event_log.h"
 #include "events/token_bindings.h"
 #include "store/listener.h"
@@ -68,7 +69,7 @@ class KvEventRecorder final : public store::StoreListener, public tier::L2EventO
   TokenBindings* const bindings_;
   const std::uint32_t chunk_size_;
   std::vector<std::string> l2_locations_;
-  std::array<std::uint8_t, 32> tenant_key_{};  // drawn at startup
+  Blake3Digest tenant_key_{};  // drawn at startup
   std::atomic<std::uint64_t> unbound_stores_{0};
 };
 
