@@ -29,6 +29,16 @@ struct RouterLoop::Endpoint {
   // The connection seen on each file descriptor (a closed descriptor's
   // connection is gone).
   ConnectionFds fds;
+
+  // ZMQ's I/O thread sends a connection's events as it sees them, with a
+  // blocking send: one sent after `monitor` closed blocks that thread (every
+  // socket of the context stalls) until the context ends, and is then leaked.
+  // So the events stop before anything closes.
+  ~Endpoint() {
+    if (socket && monitor) (void)zmq_socket_monitor(socket->handle(), nullptr, 0);
+    if (socket) socket->close();
+    if (monitor) monitor->close();
+  }
 };
 
 // One request's frames as received (no copy), owned by whichever thread handles it.
@@ -97,11 +107,8 @@ RouterLoop::~RouterLoop() {
   Stop();
   if (affinity_pool_) affinity_pool_->Stop();
   if (cpu_pool_) cpu_pool_->Stop();
-  for (auto& endpoint : sockets_) {
-    if (endpoint->monitor) endpoint->monitor->close();
-    endpoint->socket->close();
-  }
-  // The endpoints (and their ipc locks, which remove the socket files) go next.
+  // Then the endpoints, and their ipc locks, which remove the socket files.
+  sockets_.clear();
 }
 
 Result<std::unique_ptr<RouterLoop>> RouterLoop::Create(const RouterConfig& config) {
@@ -147,14 +154,20 @@ Status RouterLoop::Bind(const std::string& url) {
     return Status(ErrorCode::kIoError, "cannot bind " + url + ": " + e.what());
   }
   // Connection lifecycle events, so the loop learns when a client goes away.
-  const std::string monitor_url = "inproc://lmc-monitor-" +
-                                  std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" +
-                                  std::to_string(sockets_.size());
+  // Named by a process-wide count, not by address: a loop made where a
+  // destroyed one lived must not reach the old monitor, which ZMQ may still be
+  // closing.
+  static std::atomic<std::uint64_t> monitors{0};
+  const std::string monitor_url =
+      "inproc://lmc-monitor-" + std::to_string(monitors.fetch_add(1, std::memory_order_relaxed));
   if (zmq_socket_monitor(socket.handle(), monitor_url.c_str(),
                          ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
     return Status(ErrorCode::kIoError, "cannot monitor " + url + ": " + zmq_strerror(zmq_errno()));
   }
   endpoint->monitor = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::pair);
+  // No high-water mark: at one, ZMQ's I/O thread would block on the next event
+  // (see ~Endpoint). The loop drains the events every turn.
+  endpoint->monitor->set(zmq::sockopt::rcvhwm, 0);
   endpoint->monitor->connect(monitor_url);
   std::string bound = socket.get(zmq::sockopt::last_endpoint);
   if (ipc) {
