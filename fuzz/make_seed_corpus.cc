@@ -81,9 +81,14 @@ int main(int argc, char** argv) {
   engine.hidden_dim_size = 8;
   const std::string key32 = protocol::EncodeIpcKey(Key(true, 32));
   const std::string lookup = protocol::EncodeIpcKey(Key(false, 64));
+  IpcKey tagged_key = Key(true, 32);  // request tags: lmcache.tag.* in request_configs
+  tagged_key.tags = {{"tenant", "a"}, {"application_version", "v2"}};
+  const std::string tagged = protocol::EncodeIpcKey(tagged_key);
   const std::vector<std::pair<std::string, std::vector<std::string>>> seeds = {
       {"register_kv_cache_engine_driven_context", {protocol::EncodeEngineContext(engine)}},
       {"prepare_store", {key32, Int(1)}},
+      {"prepare_store", {tagged, Int(1)}},
+      {"abort_store", {key32, Int(1)}},
       {"commit_store", {key32, Int(1), Encoder().Bin("").Take()}},
       {"lookup", {lookup, Int(1)}},
       {"query_prefetch_status", {Str("fuzz-request")}},
@@ -133,6 +138,8 @@ int main(int argc, char** argv) {
     const std::string payload(payload_bytes, '\x5a');
     const auto span = std::as_bytes(std::span(payload.data(), payload.size()));
     for (const std::size_t align : {1, 4096}) {
+      // Tagged (format version 3) when the payload is 100 bytes.
+      object_key.tags = payload_bytes == 100 ? "application_version%v2%tenant%a" : "";
       const std::string object = tier::EncodeObjectHeader(object_key, span, align) + payload;
       const std::string name = std::to_string(payload_bytes) + "-" + std::to_string(align);
       Write(objects / ("object-" + name), object);

@@ -31,7 +31,7 @@ void KeyRoundTrip(std::string_view frame) {
         again->worker_id == expected.worker_id && again->token_ids == expected.token_ids &&
         again->start == expected.start && again->end == expected.end &&
         again->request_id == expected.request_id && again->cache_salt == expected.cache_salt &&
-        again->num_kv_readers == expected.num_kv_readers);
+        again->num_kv_readers == expected.num_kv_readers && again->tags == expected.tags);
 }
 
 void Walk(std::string_view frame) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,11 @@ struct IpcKey {
   // Workers that will retrieve each object (MLA shares one object between TP
   // ranks). On the wire a missing field means 0, which lookups refuse.
   std::int64_t num_kv_readers = 1;
+  // Request tags: the "lmcache.tag.<name>": "<value>" entries of the key's
+  // request_configs (its other entries are metadata and ignored). Part of
+  // every object's identity: a tagged and an untagged store of the same
+  // tokens never share an object.
+  std::map<std::string, std::string> tags;
 };
 
 // RegisterEngineDrivenContextPayload (spec 4.2), its single-group core.

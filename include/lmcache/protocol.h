@@ -58,6 +58,9 @@ enum class Op : std::uint8_t {
   // Ours, by name: clear that answers how many objects it removed (HTTP
   // POST /clear-cache runs it).
   kClearCache = 105,
+  // The reference's engine-driven abort (a worker whose copy into its slots
+  // failed): by name only.
+  kAbortStore = 106,
 };
 
 }  // namespace lmcache

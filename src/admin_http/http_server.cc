@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <string_view>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
 #include "common/version.h"
+#include "admin_http/memory_pressure.h"
 #include "admin_http/prometheus.h"
 
 namespace lmcache::ops {
@@ -207,6 +209,12 @@ void HttpServer::AddRoutes() {
   s.Get("/status", [&service, &health](const httplib::Request&, httplib::Response& res) {
     Reply(res, 200, StatusJson(service.CollectStatus(), health));
   });
+  s.Get("/status/memory-pressure", [&service](const httplib::Request&, httplib::Response& res) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    Reply(res, 200,
+          MemoryPressureJson(service.CollectStatus(),
+                             std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
+  });
   s.Get("/metrics", [&service, &health](const httplib::Request&, httplib::Response& res) {
     res.set_content(RenderPrometheus(service.Snapshot(), health.Check(), health.phase()),
                     "text/plain; version=0.0.4; charset=utf-8");
@@ -253,7 +261,8 @@ void HttpServer::AddRoutes() {
 
   // Every known path answers other methods with 405; unknown paths with 404.
   static const std::map<std::string, std::string> kAllowed = {
-      {"/", "GET"},        {"/healthcheck", "GET"}, {"/status", "GET"},       {"/metrics", "GET"},
+      {"/", "GET"},        {"/healthcheck", "GET"},   {"/status", "GET"},
+      {"/status/memory-pressure", "GET"},             {"/metrics", "GET"},
       {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"}};
   auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
     auto it = kAllowed.find(req.path);

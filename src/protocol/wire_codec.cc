@@ -155,7 +155,7 @@ std::string EncodeKey(const IpcKey& key, std::optional<std::int64_t> worker_id,
   buffer.reserve(key.token_ids.size() * 5 + key.model_name.size() + key.request_id.size() +
                  key.cache_salt.size() + 160);
   Encoder e(std::move(buffer));
-  e.Map(9);
+  e.Map(key.tags.empty() ? 9 : 10);
   e.Str("model_name").Str(key.model_name);
   e.Str("world_size").Int(key.world_size);
   e.Str("worker_id");
@@ -170,6 +170,10 @@ std::string EncodeKey(const IpcKey& key, std::optional<std::int64_t> worker_id,
   e.Str("request_id").Str(key.request_id);
   e.Str("cache_salt").Str(key.cache_salt);
   e.Str("num_kv_readers").Int(key.num_kv_readers);
+  if (!key.tags.empty()) {
+    e.Str("request_configs").Map(static_cast<std::uint32_t>(key.tags.size()));
+    for (const auto& [name, value] : key.tags) e.Str(std::string(kTagPrefix) + name).Str(value);
+  }
   return e.Take();
 }
 
@@ -182,6 +186,41 @@ std::string EncodeIpcKey(const IpcKey& key, std::string buffer) {
 std::string EncodeLookupKey(const IpcKey& key, std::string buffer) {
   return EncodeKey(key, std::nullopt, std::move(buffer));
 }
+
+namespace {
+
+// The lmcache.tag.* entries of a key's request_configs; the other entries
+// (the reference forwards every lmcache.* setting there) are skipped. The
+// tags' own rules are checked with the key's range (server/keys.h).
+Result<std::map<std::string, std::string>> ReadRequestTags(MsgpackCursor& in,
+                                                           const KeyLimits& limits) {
+  std::map<std::string, std::string> tags;
+  LMC_ASSIGN_OR_RETURN(const std::uint32_t entries, in.ReadMapHeader("key.request_configs"));
+  for (std::uint32_t i = 0; i < entries; ++i) {
+    if (!in.NextIsStr()) {
+      return Malformed("key.request_configs", "its keys must be strings");
+    }
+    LMC_ASSIGN_OR_RETURN(const std::string_view name, in.ReadStr("key.request_configs key"));
+    if (!name.starts_with(kTagPrefix)) {
+      LMC_RETURN_IF_ERROR(in.Skip());
+      continue;
+    }
+    if (!in.NextIsStr()) {
+      return Malformed("key.request_configs", "the value of '" + std::string(name) +
+                                                  "' must be a string");
+    }
+    LMC_ASSIGN_OR_RETURN(std::string value,
+                         Text(in, "key.request_configs tag value", limits.max_tag_bytes));
+    if (name.size() - kTagPrefix.size() > limits.max_tag_bytes) {
+      return Status(ErrorCode::kTooLarge, "a tag name is longer than " +
+                                              std::to_string(limits.max_tag_bytes) + " bytes");
+    }
+    tags[std::string(name.substr(kTagPrefix.size()))] = std::move(value);
+  }
+  return tags;
+}
+
+}  // namespace
 
 // The hot path of every request: read in place (msgpack-c would build one
 // object per token, ~3 ms for a 131072-token prompt).
@@ -233,6 +272,8 @@ Result<IpcKey> DecodeIpcKey(std::string_view frame, const KeyLimits& limits) {
       } else if (name == "cache_salt" && !in.NextIsNil()) {
         LMC_ASSIGN_OR_RETURN(key.cache_salt,
                              Text(in, "key.cache_salt", limits.max_cache_salt_bytes));
+      } else if (name == "request_configs" && !in.NextIsNil()) {
+        LMC_ASSIGN_OR_RETURN(key.tags, ReadRequestTags(in, limits));
       } else if (name == "num_kv_readers" && !in.NextIsNil()) {
         LMC_ASSIGN_OR_RETURN(key.num_kv_readers, in.ReadInt("key.num_kv_readers"));
       } else {

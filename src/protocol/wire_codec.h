@@ -34,7 +34,11 @@ struct KeyLimits {
   std::size_t max_model_name_bytes = 1024;
   std::size_t max_request_id_bytes = 4096;
   std::size_t max_cache_salt_bytes = 128;
+  std::size_t max_tag_bytes = 128;  // a request tag's name, and its value
 };
+
+// How request_configs names a request tag: "lmcache.tag.<name>".
+inline constexpr std::string_view kTagPrefix = "lmcache.tag.";
 
 // Runs `read` over the whole frame: it must consume exactly one value.
 template <typename T, typename Read>

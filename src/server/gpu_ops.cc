@@ -19,13 +19,17 @@ Result<protocol::KvCacheRegistration> DecodeRegister(Payloads p) {
   return protocol::DecodeKvCacheRegistration(p);
 }
 
-Result<std::int64_t> DecodeInstanceId(Payloads p) { return protocol::DecodeInt(p[0], "instance_id"); }
+Result<std::int64_t> DecodeInstanceId(Payloads p) {
+  return protocol::DecodeInt(p[0], "instance_id");
+}
 
 // The CUDA-IPC path reads vLLM's KV formats (gpu/kv_format.h) and nothing else.
 Status CheckEngineType(const std::string& engine_type) {
-  const bool digits = !engine_type.empty() &&
-                      std::all_of(engine_type.begin(), engine_type.end(), [](char c) { return c >= '0' && c <= '9'; });
-  if (engine_type.empty() || engine_type == "vllm" || engine_type == "mock" || digits) return Status::Ok();
+  const bool digits =
+      !engine_type.empty() && std::all_of(engine_type.begin(), engine_type.end(),
+                                          [](char c) { return c >= '0' && c <= '9'; });
+  if (engine_type.empty() || engine_type == "vllm" || engine_type == "mock" || digits)
+    return Status::Ok();
   return Status(ErrorCode::kNotSupported,
                 "register_kv_cache from engine_type '" + engine_type +
                     "': this server's CUDA-IPC path reads vLLM's KV cache formats only; use "
@@ -67,21 +71,26 @@ void GpuOps::AddTo(OpTable* table) {
   using P = Pool;
   auto transfer = [this](Payloads p) { return DecodeTransfer(p); };
   // Affinity pool: opening a worker's IPC memory takes milliseconds, off the loop.
-  AddOp(table, {Op::kRegisterKvCache, "register_kv_cache", true, P::kAffinity, 5, 16,
-                kRegisterRequestBytes, F::kNil},
-        Bind(DecodeRegister, [this](const RequestContext& c, const protocol::KvCacheRegistration& r) {
-          return Register(c, r);
-        }));
+  AddOp(
+      table,
+      {Op::kRegisterKvCache, "register_kv_cache", true, P::kAffinity, 5, 16, kRegisterRequestBytes,
+       F::kNil},
+      Bind(DecodeRegister, [this](const RequestContext& c, const protocol::KvCacheRegistration& r) {
+        return Register(c, r);
+      }));
   AddOp(table, {Op::kUnregisterKvCache, "unregister_kv_cache", true, P::kInline, 1, 1, 64, F::kNil},
-        Bind(DecodeInstanceId, [this](const RequestContext& c, std::int64_t id) { return Unregister(c, id); }));
-  AddOp(table, {Op::kStore, "store", true, P::kAffinity, 4, 4, kTransferRequestBytes, F::kEventFailure},
+        Bind(DecodeInstanceId,
+             [this](const RequestContext& c, std::int64_t id) { return Unregister(c, id); }));
+  AddOp(table,
+        {Op::kStore, "store", true, P::kAffinity, 4, 4, kTransferRequestBytes, F::kEventFailure},
         BindReserving(deps_.parking, "store", transfer,
-                      [this](const RequestContext& c, const TransferArgs& a, store::WhilePoolWarms warming) {
-                        return Store(c, a, warming);
-                      }));
-  AddOp(table, {Op::kRetrieve, "retrieve", true, P::kAffinity, 5, 5, kTransferRequestBytes,
-                F::kEventFailure},
-        Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) { return Retrieve(c, a); }));
+                      [this](const RequestContext& c, const TransferArgs& a,
+                             store::WhilePoolWarms warming) { return Store(c, a, warming); }));
+  AddOp(table,
+        {Op::kRetrieve, "retrieve", true, P::kAffinity, 5, 5, kTransferRequestBytes,
+         F::kEventFailure},
+        Bind(transfer,
+             [this](const RequestContext& c, const TransferArgs& a) { return Retrieve(c, a); }));
 }
 
 Result<GpuContexts*> GpuOps::Contexts() {
@@ -125,8 +134,8 @@ Result<std::string> GpuOps::Register(const RequestContext& context,
 Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
                                             const protocol::KvCacheRegistration& r,
                                             bool* context_owns_tensors) {
-  LMC_ASSIGN_OR_RETURN(GpuContexts* contexts, Contexts());
-  LMC_ASSIGN_OR_RETURN(gpu::KvBackend* backend, contexts->backend());
+  LMC_ASSIGN_OR_RETURN(GpuContexts * contexts, Contexts());
+  LMC_ASSIGN_OR_RETURN(gpu::KvBackend * backend, contexts->backend());
   LMC_RETURN_IF_ERROR(CheckEngineType(r.engine_type));
   LMC_RETURN_IF_ERROR(backend->CheckAvailable());
   const std::int64_t chunk = deps_.config.chunk_size;
@@ -151,11 +160,13 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
   if (outcome.replaced) {
     deps_.registrations.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
   }
-  contexts->Add(outcome.info.registration, std::make_shared<GpuContexts::Entry>(layout, std::move(device)));
-  spdlog::info("registered the GPU KV cache of instance {}: {} world size {} on {} ({} backend): {}; "
-               "{} bytes per chunk",
-               r.instance_id, r.model_name, r.world_size, layout.device_uuid, backend->name(),
-               layout.Describe(), chunk_layout.object_bytes);
+  contexts->Add(outcome.info.registration,
+                std::make_shared<GpuContexts::Entry>(layout, std::move(device)));
+  spdlog::info(
+      "registered the GPU KV cache of instance {}: {} world size {} on {} ({} backend): {}; "
+      "{} bytes per chunk",
+      r.instance_id, r.model_name, r.world_size, layout.device_uuid, backend->name(),
+      layout.Describe(), chunk_layout.object_bytes);
   return mp::Encoder().Nil().Take();
 }
 
@@ -167,7 +178,8 @@ Result<std::string> GpuOps::Unregister(const RequestContext& context, std::int64
 Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, KeyUse use,
                      Transfer* t) {
   const std::int64_t instance_id = args.target.instance_id;
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
+                       deps_.registrations.Authorize(instance_id, context));
   if (GpuContexts* contexts = ContextsIfMade()) t->entry = contexts->Find(instance.registration);
   if (!t->entry) {
     return Status(ErrorCode::kNotRegistered,
@@ -175,7 +187,8 @@ Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Ke
                       " registered no GPU KV cache (register_kv_cache): store and retrieve copy "
                       "from and to it");
   }
-  LMC_ASSIGN_OR_RETURN(t->worker, deps_.registrations.ResolveWorkerKeys(args.target.key, instance, use));
+  LMC_ASSIGN_OR_RETURN(t->worker,
+                       deps_.registrations.ResolveWorkerKeys(args.target.key, instance, use));
   // Fail closed: a short list or a foreign id would copy out of bounds.
   return gpu::CheckBlockIds(t->entry->layout(), t->chunks(), args.block_ids);
 }
@@ -190,16 +203,17 @@ OpResult GpuOps::Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const 
 Attempted GpuOps::Store(const RequestContext& context, const TransferArgs& args,
                         store::WhilePoolWarms warming) {
   Transfer t;
-  if (const Status begun = Begin(context, args, KeyUse::kStore, &t); !begun.ok()) return Failed(t.entry, begun);
+  if (const Status begun = Begin(context, args, KeyUse::kStore, &t); !begun.ok())
+    return Failed(t.entry, begun);
   const gpu::KvLayout& layout = t.entry->layout();
   // Only complete chunks not stored yet get memory (spec 10.2: "new"); the rest are skipped.
   const std::vector<gpu::ChunkPlan> plans = gpu::PlanStore(layout, args.block_ids, t.chunks());
   std::vector<store::ObjectKey> keys;
   for (const gpu::ChunkPlan& plan : plans) keys.push_back(t.worker.keys[plan.chunk]);
   store::ObjectTable& table = deps_.table;
-  Result<store::WriteLease> staged =
-      table.ReserveWrite(keys, layout.object_bytes, store::Owner::Device(t.worker.instance.registration),
-                         store::AllocationMode::kLongestPrefix, warming);
+  Result<store::WriteLease> staged = table.ReserveWrite(
+      keys, layout.object_bytes, store::Owner::Device(t.worker.instance.registration),
+      store::AllocationMode::kLongestPrefix, warming);
   if (!staged.ok()) return Failed(t.entry, staged.status());
   if (staged->pages_pending) return Attempted::PagesPending(staged->ready_bytes_seen);
   std::vector<gpu::ChunkTransfer> chunks;
@@ -217,15 +231,16 @@ Attempted GpuOps::Store(const RequestContext& context, const TransferArgs& args,
       table.AbortWrite(lease);
     }
   };
-  Result<gpu::EventHandle> event =
-      t.entry->Enqueue(gpu::Direction::kStore, args.engine_event, std::move(chunks), std::move(done));
+  Result<gpu::EventHandle> event = t.entry->Enqueue(gpu::Direction::kStore, args.engine_event,
+                                                    std::move(chunks), std::move(done));
   if (!event.ok()) return Failed(t.entry, event.status());
   return OpResult(protocol::EncodeEventReply(*event, true));
 }
 
 OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& args) {
   Transfer t;
-  if (const Status begun = Begin(context, args, KeyUse::kRead, &t); !begun.ok()) return Failed(t.entry, begun);
+  if (const Status begun = Begin(context, args, KeyUse::kRead, &t); !begun.ok())
+    return Failed(t.entry, begun);
   Result<store::ReadAcquisition> acquired = deps_.leases.AcquireForRetrieve(
       args.target.key, t.worker.keys, store::Owner::Device(t.worker.instance.registration));
   if (!acquired.ok()) return Failed(t.entry, acquired.status());
@@ -241,8 +256,8 @@ OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& arg
   auto done = [&table, lease](const Status&) {
     if (lease != store::kNoLease) table.ReleaseRead(lease);
   };
-  Result<gpu::EventHandle> event =
-      t.entry->Enqueue(gpu::Direction::kRetrieve, args.engine_event, std::move(chunks), std::move(done));
+  Result<gpu::EventHandle> event = t.entry->Enqueue(gpu::Direction::kRetrieve, args.engine_event,
+                                                    std::move(chunks), std::move(done));
   if (!event.ok()) return Failed(t.entry, event.status());
   return protocol::EncodeEventReply(*event, true);
 }

@@ -17,14 +17,22 @@ std::vector<std::int64_t> AllRanks(std::int64_t world_size) {
 
 std::vector<store::ObjectKey> ExpandKeys(std::span<const store::ChunkHash> hashes,
                                          const std::string& model, const std::string& salt,
+                                         const std::string& tags,
                                          std::span<const std::int64_t> kv_ranks,
                                          std::uint32_t layout) {
   std::vector<store::ObjectKey> keys;
   keys.reserve(hashes.size() * kv_ranks.size());
   for (const store::ChunkHash& hash : hashes) {
-    for (const std::int64_t rank : kv_ranks) keys.push_back({hash, model, rank, 0, salt, layout});
+    for (const std::int64_t rank : kv_ranks) {
+      keys.push_back({hash, model, rank, 0, salt, layout, tags});
+    }
   }
   return keys;
+}
+
+std::string TenantOf(const IpcKey& key) {
+  if (key.tags.empty()) return key.cache_salt;
+  return key.cache_salt + "@" + store::CanonicalTags(key.tags);
 }
 
 Status CheckKeyRange(const IpcKey& key, std::int64_t chunk) {
@@ -37,7 +45,8 @@ Status CheckKeyRange(const IpcKey& key, std::int64_t chunk) {
                            " tokens of the key");
   }
   LMC_RETURN_IF_ERROR(store::ValidateModelName(key.model_name));
-  return store::ValidateCacheSalt(key.cache_salt);
+  LMC_RETURN_IF_ERROR(store::ValidateCacheSalt(key.cache_salt));
+  return store::ValidateTags(key.tags);
 }
 
 }  // namespace lmcache::server

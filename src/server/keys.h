@@ -26,13 +26,19 @@ struct TransferTarget {
 Result<TransferTarget> DecodeTransferTarget(Payloads p, const protocol::KeyLimits& limits);
 
 // The key's range must be chunk-aligned and inside its tokens, its model
-// name and cache salt valid.
+// name, cache salt and request tags valid.
 Status CheckKeyRange(const IpcKey& key, std::int64_t chunk_size);
 
+// What a session tells its lookups apart by: the cache salt, and the request
+// tags after an '@' (which no salt holds) when there are any.
+std::string TenantOf(const IpcKey& key);
+
 // Object keys of chunks [0, hashes.size()) for every rank in `kv_ranks`,
-// chunk-major and rank-minor (spec 5.5), in the layout namespace `layout`.
+// chunk-major and rank-minor (spec 5.5), in the layout namespace `layout`;
+// `tags` canonical (store::CanonicalTags).
 std::vector<store::ObjectKey> ExpandKeys(std::span<const store::ChunkHash> hashes,
                                          const std::string& model, const std::string& salt,
+                                         const std::string& tags,
                                          std::span<const std::int64_t> kv_ranks,
                                          std::uint32_t layout);
 

@@ -1,5 +1,7 @@
 #include "server/lookup_leases.h"
 
+#include "server/keys.h"
+
 namespace lmcache::server {
 
 LookupLeases::LookupLeases(SessionManager* sessions, store::ObjectTable* table,
@@ -21,7 +23,7 @@ Result<store::ReadAcquisition> LookupLeases::AcquireForRetrieve(const IpcKey& ke
   // objects still resident are locked afresh.
   if (std::shared_ptr<Session> session = sessions_->Find(key.request_id)) {
     MutexLock lock(&session->mu);
-    const std::vector<store::LeaseId> consumable = session->ConsumableLeases(key.cache_salt);
+    const std::vector<store::LeaseId> consumable = session->ConsumableLeases(TenantOf(key));
     request.consume = consumable;
     acquired = table_->AcquireRead(request);
   } else {

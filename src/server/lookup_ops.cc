@@ -91,7 +91,7 @@ void LookupOps::ForEachKeyWindow(
     const std::size_t n = std::min(window, last - c);
     const std::vector<store::ObjectKey> keys =
         ExpandKeys(std::span(lookup.hashes).subspan(c, n), lookup.model_name, lookup.cache_salt,
-                   ranks, lookup.layout_namespace);
+                   lookup.tags, ranks, lookup.layout_namespace);
     fn(keys);
   }
 }
@@ -105,7 +105,7 @@ Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t chunks,
     const std::size_t n = std::min(window, chunks - c);
     const std::vector<store::ObjectKey> keys =
         ExpandKeys(std::span(lookup->hashes).subspan(c, n), lookup->model_name, lookup->cache_salt,
-                   ranks, lookup->layout_namespace);
+                   lookup->tags, ranks, lookup->layout_namespace);
     store::ReadRequest request;
     request.keys = keys;
     request.owner = owner;
@@ -140,11 +140,13 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
   std::size_t hit_chunks = 0;
   {
     MutexLock lock(&session->mu);
+    const std::string tenant = TenantOf(key);
     LMC_ASSIGN_OR_RETURN(release, session->BeginLookup(
-                                      key.cache_salt,
-                                      deps_.sessions.limits().max_tenants_per_session));
-    LookupState& lookup = *session->FindLookup(key.cache_salt);
+                                      tenant, deps_.sessions.limits().max_tenants_per_session));
+    LookupState& lookup = *session->FindLookup(tenant);
     lookup.connection = std::string(context.connection);
+    lookup.cache_salt = key.cache_salt;
+    lookup.tags = store::CanonicalTags(key.tags);
     lookup.model_name = key.model_name;
     lookup.world_size = key.world_size;
     lookup.readers = static_cast<std::uint32_t>(key.num_kv_readers);
@@ -163,7 +165,8 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
         const std::vector<std::int64_t> ranks = AllRanks(key.world_size);
         tier::PrefetchRequest request;
         request.keys = ExpandKeys(std::span(lookup.hashes).subspan(lookup.hit_chunks),
-                                  key.model_name, key.cache_salt, ranks, lookup.layout_namespace);
+                                  key.model_name, key.cache_salt, lookup.tags, ranks,
+                                  lookup.layout_namespace);
         request.ranks = ranks.size();
         request.readers = lookup.readers;
         request.owner = session->owner();
@@ -241,7 +244,7 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
       known = ReportStatusLocked(*session, StatusQuery::kWait);
     } else {
       handle = lookup->prefetch_handle;
-      salt = lookup->cache_salt;
+      salt = lookup->tenant;
       sequence = lookup->sequence;
     }
   }
@@ -277,7 +280,7 @@ Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {
   if (!session) return mp::Encoder().Nil().Take();
   const auto chunk = static_cast<std::size_t>(deps_.config.chunk_size);
   MutexLock lock(&session->mu);
-  const LookupState* lookup = session->FindLookup(key.cache_salt);
+  const LookupState* lookup = session->FindLookup(TenantOf(key));
   if (lookup == nullptr) return mp::Encoder().Nil().Take();
   // A chunk partly reused by the engine stays locked until retrieve or TTL
   // (spec 9.6). Whatever the lookup's leases still hold in the range goes:

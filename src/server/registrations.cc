@@ -46,9 +46,9 @@ Result<WorkerKeys> Registrations::ResolveWorkerKeys(const IpcKey& key,
   }
   WorkerKeys out;
   out.instance = instance;
-  out.keys = ExpandKeys(range, key.model_name, key.cache_salt, std::span(&kv_rank, 1),
-                        instance.layout.object_namespace);
-  out.transfer = key.model_name + "|" + std::to_string(kv_rank) + "|" + key.cache_salt + "|" +
+  out.keys = ExpandKeys(range, key.model_name, key.cache_salt, store::CanonicalTags(key.tags),
+                        std::span(&kv_rank, 1), instance.layout.object_namespace);
+  out.transfer = key.model_name + "|" + std::to_string(kv_rank) + "|" + TenantOf(key) + "|" +
                  std::to_string(key.start) + "|" + std::to_string(key.end) + "|" +
                  (hashes.empty() ? std::string() : ToHex(hashes.back()));
   return out;

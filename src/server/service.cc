@@ -263,6 +263,10 @@ ServerStatus Service::CollectStatus() {
   status.pool_name = state_.l1().segment().name();
   status.chunk_size = state_.config().chunk_size;
   status.instances = state_.instances().List();
+  const std::string& instance_id = state_.config().instance_id;
+  status.instance_id = instance_id.empty() ? state_.boot_id() : instance_id;
+  status.eviction_policy = std::string(state_.l1().eviction_policy());
+  status.eviction_trigger_watermark = state_.l1().evictor().config().trigger_watermark;
   return status;
 }
 

@@ -58,7 +58,7 @@ Result<LookupRelease> Session::BeginLookup(const std::string& salt, std::size_t 
   if (previous.prefetch_pending) out.prefetches.push_back(previous.prefetch_handle);
   previous = LookupState{};
   previous.sequence = next_sequence_++;
-  previous.cache_salt = salt;
+  previous.tenant = salt;
   previous.earlier_leases = std::move(earlier);
   return out;
 }

@@ -55,7 +55,9 @@ struct LookupState {
   std::string connection;      // the client (scheduler) that looked it up
   std::string model_name;
   std::int64_t world_size = 0;
-  std::string cache_salt;
+  std::string tenant;      // the session's name for it (TenantOf: salt, then any tags)
+  std::string cache_salt;  // of its object keys
+  std::string tags;        // of its object keys, canonical
   std::uint32_t layout_namespace = 0;    // of the layout registered for (model, world size)
   std::uint32_t readers = 0;             // read locks per object
   std::vector<store::ChunkHash> hashes;  // every full chunk of the looked-up prompt
@@ -86,9 +88,9 @@ class Session {
 
   // The owner of the session's leases (unique per session object).
   store::Owner owner() const { return store::Owner::Session(serial_); }
-  // The lookup of tenant `salt`, or nullptr.
+  // The lookup of tenant `salt` (TenantOf), or nullptr.
   LookupState* FindLookup(const std::string& salt) LMC_REQUIRES(mu);
-  // Starts a new lookup for `salt` (at most `max_tenants` salts per session).
+  // Starts a new lookup for tenant `salt` (at most `max_tenants` per session).
   // Returns what the caller must release now (a previous lookup whose result
   // nobody read, consumable leases beyond the few kept, a pending prefetch).
   Result<LookupRelease> BeginLookup(const std::string& salt, std::size_t max_tenants)

@@ -84,6 +84,9 @@ struct ServerStatus {
   std::string pool_name;        // the L1 segment's shared-memory name
   std::int64_t chunk_size = 0;  // --chunk-size
   std::vector<InstanceInfo> instances;
+  std::string instance_id;      // --instance-id, or the boot id when none was given
+  std::string eviction_policy;  // --eviction-policy
+  double eviction_trigger_watermark = 0;  // --eviction-trigger-watermark
 };
 
 // The `stats` reply: a msgpack map (docs/protocol.md lists its fields).

@@ -37,41 +37,51 @@ void TransferOps::AddTo(OpTable* table) {
   using F = FailureValue;
   using P = Pool;
   auto transfer = [this](Payloads p) { return DecodeTransfer(p); };
-  AddOp(table, {Op::kRegisterEngineContext, "register_kv_cache_engine_driven_context", true,
-              P::kInline, 1, 1, 64u << 10, F::kFailedRegistration},
-             Bind(DecodeRegister, [this](const RequestContext& c, const EngineContext& e) {
-               return RegisterContext(c, e);
-             }));
-  AddOp(table, {Op::kUnregisterEngineContext, "unregister_kv_cache_engine_driven_context", true,
-              P::kInline, 1, 1, 64, F::kNil},
-             Bind(DecodeInstanceId, [this](const RequestContext& c, std::int64_t id) {
-               return UnregisterContext(c, id);
-             }));
-  AddOp(table, {Op::kPrepareStore, "prepare_store", true, P::kAffinity, 2, 2, kKeyRequestBytes,
-              F::kEmptyPrepareStore},
-        BindReserving(deps_.parking, "prepare_store", transfer,
-                      [this](const RequestContext& c, const TransferArgs& a,
-                             store::WhilePoolWarms warming) { return PrepareStore(c, a, warming); }));
-  AddOp(table, {Op::kCommitStore, "commit_store", true, P::kAffinity, 2, 3, kKeyRequestBytes,
-              F::kFalse},
-             Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
-               return CommitStore(c, a);
-             }));
-  AddOp(table, {Op::kPrepareRetrieve, "prepare_retrieve", true, P::kAffinity, 2, 2,
-              kKeyRequestBytes, F::kFailedPrepareRetrieve},
-             Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
-               return PrepareRetrieve(c, a);
-             }));
-  AddOp(table, {Op::kCommitRetrieve, "commit_retrieve", true, P::kAffinity, 2, 2, kKeyRequestBytes,
-              F::kFalse},
-             Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
-               return CommitRetrieve(c, a);
-             }));
+  AddOp(table,
+        {Op::kRegisterEngineContext, "register_kv_cache_engine_driven_context", true, P::kInline, 1,
+         1, 64u << 10, F::kFailedRegistration},
+        Bind(DecodeRegister, [this](const RequestContext& c, const EngineContext& e) {
+          return RegisterContext(c, e);
+        }));
+  AddOp(table,
+        {Op::kUnregisterEngineContext, "unregister_kv_cache_engine_driven_context", true,
+         P::kInline, 1, 1, 64, F::kNil},
+        Bind(DecodeInstanceId, [this](const RequestContext& c, std::int64_t id) {
+          return UnregisterContext(c, id);
+        }));
+  AddOp(
+      table,
+      {Op::kPrepareStore, "prepare_store", true, P::kAffinity, 2, 2, kKeyRequestBytes,
+       F::kEmptyPrepareStore},
+      BindReserving(deps_.parking, "prepare_store", transfer,
+                    [this](const RequestContext& c, const TransferArgs& a,
+                           store::WhilePoolWarms warming) { return PrepareStore(c, a, warming); }));
+  AddOp(table,
+        {Op::kCommitStore, "commit_store", true, P::kAffinity, 2, 3, kKeyRequestBytes, F::kFalse},
+        Bind(transfer,
+             [this](const RequestContext& c, const TransferArgs& a) { return CommitStore(c, a); }));
+  AddOp(table,
+        {Op::kAbortStore, "abort_store", false, P::kAffinity, 2, 2, kKeyRequestBytes, F::kFalse},
+        Bind(transfer,
+             [this](const RequestContext& c, const TransferArgs& a) { return AbortStore(c, a); }));
+  AddOp(table,
+        {Op::kPrepareRetrieve, "prepare_retrieve", true, P::kAffinity, 2, 2, kKeyRequestBytes,
+         F::kFailedPrepareRetrieve},
+        Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
+          return PrepareRetrieve(c, a);
+        }));
+  AddOp(table,
+        {Op::kCommitRetrieve, "commit_retrieve", true, P::kAffinity, 2, 2, kKeyRequestBytes,
+         F::kFalse},
+        Bind(transfer, [this](const RequestContext& c, const TransferArgs& a) {
+          return CommitRetrieve(c, a);
+        }));
 }
 
 Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
                                                  const EngineContext& engine) {
-  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, deps_.registrations.CheckRegistration(engine, context));
+  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout,
+                       deps_.registrations.CheckRegistration(engine, context));
   LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
                        deps_.instances.Register(engine, layout, context.connection));
   if (outcome.replaced) {
@@ -98,8 +108,10 @@ Result<std::string> TransferOps::UnregisterContext(const RequestContext& context
 
 Attempted TransferOps::PrepareStore(const RequestContext& context, const TransferArgs& args,
                                     store::WhilePoolWarms warming) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kStore));
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
+                       deps_.registrations.Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
+                       deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kStore));
   const ChunkLayout& layout = instance.layout;
   store::ObjectTable& table = deps_.table;
   LMC_ASSIGN_OR_RETURN(const store::WriteLease staged,
@@ -109,8 +121,8 @@ Attempted TransferOps::PrepareStore(const RequestContext& context, const Transfe
   // Recorded even when nothing was staged, so a commit after an all-cached
   // prepare answers True. If this registration went away meanwhile, the
   // prepare fails and gives back what it reserved.
-  auto recorded = deps_.instances.AddPendingWrite(instance, worker.transfer,
-                                                      {staged.lease, staged.reserved});
+  auto recorded =
+      deps_.instances.AddPendingWrite(instance, worker.transfer, {staged.lease, staged.reserved});
   if (!recorded.ok()) {
     table.AbortWrite(staged.lease);
     return Status(recorded.status());
@@ -132,12 +144,18 @@ Attempted TransferOps::PrepareStore(const RequestContext& context, const Transfe
   return Result<std::string>(protocol::EncodePrepareStoreReply(reply));
 }
 
+Result<std::optional<PendingWrite>> TransferOps::TakePendingWrite(const RequestContext& context,
+                                                                  const TransferArgs& args) {
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
+                       deps_.registrations.Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
+                       deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
+  return deps_.instances.TakePendingWrite(instance, worker.transfer);
+}
+
 Result<std::string> TransferOps::CommitStore(const RequestContext& context,
                                              const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
-  const std::optional<PendingWrite> pending =
-      deps_.instances.TakePendingWrite(instance, worker.transfer);
+  LMC_ASSIGN_OR_RETURN(const std::optional<PendingWrite> pending, TakePendingWrite(context, args));
   if (!pending) {
     return Status(ErrorCode::kNotFound, "no prepare_store is pending for this key and instance " +
                                             std::to_string(args.instance_id));
@@ -155,10 +173,21 @@ Result<std::string> TransferOps::CommitStore(const RequestContext& context,
   return mp::Encoder().Bool(true).Take();
 }
 
+Result<std::string> TransferOps::AbortStore(const RequestContext& context,
+                                            const TransferArgs& args) {
+  // Nothing pending is not an error: the reference answers True as well (its
+  // prepare_store aborts whatever the same key left pending this way).
+  LMC_ASSIGN_OR_RETURN(const std::optional<PendingWrite> pending, TakePendingWrite(context, args));
+  if (pending) deps_.table.AbortWrite(pending->lease);  // its slots are freed, never served
+  return mp::Encoder().Bool(true).Take();
+}
+
 Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
                                                  const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
+                       deps_.registrations.Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
+                       deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
   LMC_ASSIGN_OR_RETURN(const store::ReadAcquisition acquired,
                        deps_.leases.AcquireForRetrieve(args.key, worker.keys, instance.owner()));
   store::ObjectTable& table = deps_.table;
@@ -181,8 +210,10 @@ Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
 
 Result<std::string> TransferOps::CommitRetrieve(const RequestContext& context,
                                                 const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance, deps_.registrations.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker, deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
+  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
+                       deps_.registrations.Authorize(args.instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
+                       deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
   // Nothing pending is not an error (the reference answers True as well).
   if (auto lease = deps_.instances.TakePendingRead(instance, worker.transfer)) {
     deps_.table.ReleaseRead(*lease);

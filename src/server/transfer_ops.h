@@ -1,6 +1,6 @@
 // TransferOps: the engine-driven context and the shared-memory transfer path
 // (spec 11): register/unregister_kv_cache_engine_driven_context,
-// prepare_store / commit_store, prepare_retrieve / commit_retrieve.
+// prepare_store / commit_store / abort_store, prepare_retrieve / commit_retrieve.
 //
 // A worker copies bytes itself, into and out of slots of the pool segment.
 // Its leases are exact (docs/threading.md): a prepare_store stages under one
@@ -38,6 +38,11 @@ class TransferOps final : public TransferMode {
   Attempted PrepareStore(const RequestContext& context, const TransferArgs& args,
                          store::WhilePoolWarms warming);
   Result<std::string> CommitStore(const RequestContext& context, const TransferArgs& args);
+  // The prepare_store pending for this key and instance, taken out (nullopt: none).
+  Result<std::optional<PendingWrite>> TakePendingWrite(const RequestContext& context,
+                                                       const TransferArgs& args);
+  // Gives back a prepared store's write lease without admitting anything.
+  Result<std::string> AbortStore(const RequestContext& context, const TransferArgs& args);
   Result<std::string> PrepareRetrieve(const RequestContext& context, const TransferArgs& args);
   Result<std::string> CommitRetrieve(const RequestContext& context, const TransferArgs& args);
 

@@ -57,6 +57,7 @@ class Evictor final : public StoreListener {
   void Start() { thread_.Start(); }
   void Stop() { thread_.Stop(); }
   void Nudge() { thread_.Nudge(); }
+  const EvictorConfig& config() const { return config_; }
   // One pass on the caller's thread (what the thread runs each interval).
   void RunPass();
   EvictorStats Stats() const;

@@ -70,6 +70,7 @@ class L1Cache {
   alloc::SlabAllocator& allocator() { return *allocator_; }
   ObjectTable& table() { return *table_; }
   Evictor& evictor() { return *evictor_; }
+  std::string_view eviction_policy() const { return policy_->name(); }
   FlowStats flow() const { return flow_.Snapshot(); }
   // How far pre-faulting got: `ready_bytes` of `total_bytes` are usable.
   struct PrefaultProgress {

@@ -7,14 +7,19 @@
 // reference: the layout namespace, 0 for the reference's own object layouts
 // ([2, L, T, hidden], MLA [L, T, C]) and otherwise the fingerprint of the
 // layout a registration bound (packed K|V rows, several KV groups), so bytes
-// in one order are never served to a client that reads another.
+// in one order are never served to a client that reads another. And the
+// request tags (the reference's lmcache.tag.* entries of a key's
+// request_configs), so a tagged and an untagged store of the same tokens
+// never share an object, in L1 or in any L2 adapter.
 // Thread-safety: a plain value.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
 
 #include "lmcache/status.h"
 
@@ -29,6 +34,10 @@ struct ObjectKey {
   std::int32_t object_group_id = 0;
   std::string cache_salt;
   std::uint32_t layout_namespace = 0;
+  // Canonical request tags: "name%value" pairs sorted by name and joined by
+  // '%' (neither may contain one), so equal tag sets give equal strings; empty
+  // when the request had none.
+  std::string tags;
 
   bool operator==(const ObjectKey&) const = default;
   // "<hash hex prefix>@<model>@<rank>..." for logs.
@@ -36,12 +45,23 @@ struct ObjectKey {
 };
 
 inline constexpr std::size_t kMaxCacheSaltLength = 128;
+// The reference's limit on a tag's name and on its value.
+inline constexpr std::size_t kMaxTagLength = 128;
+// Ours: a key names at most this many tags (the reference sets no number).
+inline constexpr std::size_t kMaxTags = 16;
 inline constexpr std::size_t kMaxModelNameLength = 1024;
 
 // kInvalidKey with the offending field named, or OK.
 Status ValidateModelName(const std::string& model_name);
 Status ValidateCacheSalt(const std::string& cache_salt);
 Status ValidateObjectKey(const ObjectKey& key);
+// The reference's rules: name and value at most 128 characters, the name not
+// empty, neither holding '@', '%', '/', '\\' or NUL; at most kMaxTags tags.
+Status ValidateTags(const std::map<std::string, std::string>& tags);
+// ObjectKey::tags of a valid tag set.
+std::string CanonicalTags(const std::map<std::string, std::string>& tags);
+// The tag set of ObjectKey::tags, or kInvalidKey when it is not canonical.
+Result<std::map<std::string, std::string>> ParseCanonicalTags(std::string_view tags);
 
 // The reference's packing: (world_size << 24) | (rank << 16) | (world_size << 8) | rank,
 // with local and global rank equal in MP mode. Fails unless 0 <= rank < world_size <= 255.

@@ -52,11 +52,12 @@ std::uint64_t PayloadChecksum(std::span<const std::byte> payload) {
 
 std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std::byte> payload,
                                std::size_t alignment) {
-  const std::size_t used = kHeaderFixedBytes + key.model_name.size() + key.cache_salt.size();
+  const std::size_t used =
+      kHeaderFixedBytes + key.model_name.size() + key.cache_salt.size() + key.tags.size();
   const std::size_t padded = (used + alignment - 1) / alignment * alignment;
   std::string out(padded, '\0');
   std::memcpy(out.data(), kMagic, sizeof(kMagic));
-  Put<std::uint32_t>(out, 8, kObjectFormatVersion);
+  Put<std::uint32_t>(out, 8, key.tags.empty() ? kObjectFormatVersion : kObjectFormatVersionTagged);
   Put<std::uint32_t>(out, 12, static_cast<std::uint32_t>(padded));
   Put<std::uint64_t>(out, 16, payload.size());
   Put<std::uint64_t>(out, 24, PayloadChecksum(payload));
@@ -66,9 +67,12 @@ std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std:
   Put<std::uint16_t>(out, 54, static_cast<std::uint16_t>(key.cache_salt.size()));
   std::memcpy(out.data() + 56, key.chunk_hash.data(), key.chunk_hash.size());
   Put<std::uint32_t>(out, 88, key.layout_namespace);
-  std::memcpy(out.data() + kHeaderFixedBytes, key.model_name.data(), key.model_name.size());
-  std::memcpy(out.data() + kHeaderFixedBytes + key.model_name.size(), key.cache_salt.data(),
-              key.cache_salt.size());
+  Put<std::uint16_t>(out, 92, static_cast<std::uint16_t>(key.tags.size()));
+  char* text = out.data() + kHeaderFixedBytes;
+  std::memcpy(text, key.model_name.data(), key.model_name.size());
+  text += key.model_name.size();
+  std::memcpy(text, key.cache_salt.data(), key.cache_salt.size());
+  std::memcpy(text + key.cache_salt.size(), key.tags.data(), key.tags.size());
   Put<std::uint64_t>(out, kHeaderChecksumOffset,
                      HeaderChecksum(std::as_bytes(std::span(out.data(), out.size()))));
   return out;
@@ -78,9 +82,9 @@ Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
   if (bytes.size() < kHeaderFixedBytesV1) return Corrupt("shorter than a header (truncated)");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return Corrupt("bad magic");
   const auto version = Get<std::uint32_t>(bytes, 8);
-  if (version != 1 && version != kObjectFormatVersion) {
-    return Corrupt("format version " + std::to_string(version) + ", this server reads 1 and " +
-                   std::to_string(kObjectFormatVersion));
+  if (version < 1 || version > kObjectFormatVersionTagged) {
+    return Corrupt("format version " + std::to_string(version) + ", this server reads 1 to " +
+                   std::to_string(kObjectFormatVersionTagged));
   }
   const std::size_t fixed = version == 1 ? kHeaderFixedBytesV1 : kHeaderFixedBytes;
   if (bytes.size() < fixed) return Corrupt("shorter than a header (truncated)");
@@ -88,7 +92,8 @@ Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
   header.header_bytes = Get<std::uint32_t>(bytes, 12);
   const auto model_bytes = Get<std::uint16_t>(bytes, 52);
   const auto salt_bytes = Get<std::uint16_t>(bytes, 54);
-  const std::size_t used = fixed + model_bytes + salt_bytes;
+  const std::uint16_t tag_bytes = version >= 3 ? Get<std::uint16_t>(bytes, 92) : 0;
+  const std::size_t used = fixed + model_bytes + salt_bytes + tag_bytes;
   if (header.header_bytes < used || header.header_bytes > kMaxHeaderBytes) {
     return Corrupt("header length " + std::to_string(header.header_bytes) + " out of range");
   }
@@ -106,6 +111,8 @@ Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
   const char* text = reinterpret_cast<const char*>(bytes.data()) + fixed;
   header.key.model_name.assign(text, model_bytes);
   header.key.cache_salt.assign(text + model_bytes, salt_bytes);
+  header.key.tags.assign(text + model_bytes + salt_bytes, tag_bytes);
+  if (version >= 3 && tag_bytes == 0) return Corrupt("a version 3 header names no tags");
   if (Status valid = store::ValidateObjectKey(header.key); !valid.ok()) {
     return Corrupt("the key it names is invalid: " + valid.message());
   }

@@ -12,7 +12,7 @@
 //
 // Layout (little-endian):
 //   0  magic "LMCKVL2\0"          8
-//   8  version (2; 1 is read too) u32
+//   8  version (2, or 3 when tagged; 1 is read too) u32
 //  12  header_bytes (padded)      u32
 //  16  payload_bytes              u64
 //  24  payload_checksum (XXH3-64) u64
@@ -23,9 +23,13 @@
 //  54  cache_salt length          u16
 //  56  chunk_hash                 32 bytes
 //  88  layout_namespace           u32   (version 1 has none: 0)
-//  92  reserved (0)               u32
-//  96  model_name, cache_salt     bytes, then zero padding to header_bytes
+//  92  tags length                u16   (version 3; 0 before)
+//  94  reserved (0)               u16
+//  96  model_name, cache_salt, tags   bytes, then zero padding to header_bytes
 //      (version 1: from byte 88)
+// A tagged object is written as version 3, so a server from before tags
+// refuses it instead of serving it to untagged requests; untagged objects
+// stay version 2, which such a server still reads.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -41,6 +45,7 @@
 namespace lmcache::tier {
 
 inline constexpr std::uint32_t kObjectFormatVersion = 2;
+inline constexpr std::uint32_t kObjectFormatVersionTagged = 3;
 inline constexpr std::size_t kHeaderFixedBytes = 96;
 inline constexpr std::size_t kHeaderFixedBytesV1 = 88;
 // A header never exceeds this (model name and salt are bounded by ObjectKey's rules).

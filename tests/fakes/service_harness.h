@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,6 +35,7 @@ struct KeyArgs {
   std::int64_t world_size = 1;
   std::int64_t readers = 1;
   std::string salt;
+  std::map<std::string, std::string> tags;  // request tags (lmcache.tag.*)
 };
 
 inline std::vector<std::uint32_t> Tokens(std::size_t count, std::uint32_t seed = 1) {
@@ -54,6 +56,7 @@ inline IpcKey ToIpcKey(const KeyArgs& k) {
   key.request_id = k.request_id;
   key.cache_salt = k.salt;
   key.num_kv_readers = k.readers;
+  key.tags = k.tags;
   return key;
 }
 

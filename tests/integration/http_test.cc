@@ -134,6 +134,50 @@ TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
   EXPECT_EQ(http_->Get("/healthcheck")->status, 200);  // still serving after all that
 }
 
+// GET /status/memory-pressure of the real binary: L1 against its eviction
+// trigger, the fs tier against its max_size_gb, in the reference's shape.
+TEST_F(HttpTest, MemoryPressureReportsEachTierAgainstItsOwnBound) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("lmc_http_pressure_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  // noop eviction and a tiny trigger: one stored chunk puts L1 over it, and stays.
+  StartServer({"--instance-id", "node-a", "--eviction-policy", "noop",
+               "--eviction-trigger-watermark", "0.0001", "--l2-adapter",
+               R"({"type":"fs","base_path":")" + dir.string() + R"(","max_size_gb":1})"});
+  const json before = Json(http_->Get("/status/memory-pressure"));
+  EXPECT_EQ(before["instance_id"], "node-a");
+  EXPECT_EQ(before["overall_level"], "normal");
+  EXPECT_EQ(before["complete"], true);
+  ASSERT_EQ(before["tiers"].size(), 2u);
+  EXPECT_EQ(before["tiers"][0]["tier"], "l1");
+  EXPECT_EQ(before["tiers"][0]["eviction_policy"], "noop");
+  EXPECT_EQ(before["tiers"][0]["trigger_watermark"], 0.0001);
+  EXPECT_EQ(before["tiers"][1]["tier"], "l2");
+  EXPECT_EQ(before["tiers"][1]["backend_type"], "fs");
+  EXPECT_EQ(before["tiers"][1]["capacity_bytes"], 1ull << 30);
+  EXPECT_EQ(before["tiers"][1]["health"], "ok");
+
+  auto worker = Registered(url_, 9);
+  std::vector<std::byte> chunk(worker->ObjectBytes(), std::byte{5});
+  client::KeySpec key;
+  key.model_name = "http-test-model";
+  for (std::uint32_t t = 0; t < 256; ++t) key.token_ids.push_back(t);
+  key.end = 256;
+  key.request_id = "p";
+  std::vector<std::span<const std::byte>> chunks = {chunk};
+  ASSERT_TRUE(worker->Store(key, chunks).ok());
+
+  const json status = Json(http_->Get("/status"));
+  const json after = Json(http_->Get("/status/memory-pressure"));
+  EXPECT_EQ(after["overall_level"], "high");
+  EXPECT_EQ(after["tiers"][0]["level"], "high");
+  EXPECT_EQ(after["tiers"][0]["used_bytes"], status["l1"]["used_bytes"]);
+  EXPECT_EQ(after["tiers"][0]["capacity_bytes"], status["pool"]["size_bytes"]);
+  EXPECT_GE(after["timestamp_ms"].get<std::int64_t>(), before["timestamp_ms"].get<std::int64_t>());
+  EXPECT_EQ(http_->Post("/status/memory-pressure", "", "text/plain")->status, 405);
+  fs::remove_all(dir);
+}
+
 // Issue 19: POST /clear-cache on the default 127.0.0.1:8080 was open to every
 // local process. The routes that change anything are now off by default;
 // probes and scrapes stay open.

@@ -47,7 +47,7 @@ std::vector<std::byte> ChunkBytes(std::size_t c, std::size_t bytes) {
 fs::path ChunkFile(const fs::path& dir, std::size_t c) {
   const auto tokens = Tokens();
   const auto hashes = server::HashChunks(tokens, kChunk, 0, kChunks, server::NoneHash());
-  store::ObjectKey key{hashes[c], kModel, *store::PackKvRank(1, 0), 0, ""};
+  store::ObjectKey key{hashes[c], kModel, *store::PackKvRank(1, 0), 0, "", 0, ""};
   return dir / tier::ObjectFileName(key);
 }
 

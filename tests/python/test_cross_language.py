@@ -19,7 +19,7 @@ import pytest
 # The client and the server launcher live in mp_client.py beside this file
 # (pytest puts this directory on sys.path), shared with the multi-node tests.
 from mp_client import (
-    INVALID_ARGUMENT, MALFORMED_REQUEST, NOT_REGISTERED, NOT_SUPPORTED, OP_COMMIT_RETRIEVE,
+    INVALID_ARGUMENT, MALFORMED_REQUEST, NOT_FOUND, NOT_REGISTERED, NOT_SUPPORTED, OP_COMMIT_RETRIEVE,
     OP_COMMIT_STORE, OP_END_SESSION, OP_FREE_LOOKUP_LOCKS, OP_LOOKUP,
     OP_PING, OP_PREPARE_RETRIEVE, OP_PREPARE_STORE, OP_QUERY_PREFETCH_STATUS,
     OP_UNREGISTER_ENGINE_CONTEXT, UNKNOWN_OPERATION, DTYPE,
@@ -247,6 +247,22 @@ def test_errors_are_answered_and_server_keeps_serving(server, client):
     reply = client.request(OP_COMMIT_STORE, key, instance_id, b"\x80\x04pickled tensors")
     assert reply.value is False, reply
     assert reply.error is not None and reply.error["code"] == NOT_SUPPORTED, reply
+
+    # abort_store, sent by name by the newest reference client after a failed
+    # copy into its slots (LMCache adapter_connector/shm.py: [key, instance_id],
+    # a bool back): the slots go back, nothing is admitted, the commit finds
+    # nothing pending.
+    abort_key = make_key(tokens, 0, 2 * chunk, "req-abort")
+    before = stats(client)["l1"]
+    prepared = client.call(OP_PREPARE_STORE, abort_key, instance_id)
+    assert len(prepared["context"]["slots"]) == 2, prepared
+    assert stats(client)["l1"]["staging_objects"] == before["staging_objects"] + 2
+    assert client.call("abort_store", abort_key, instance_id) is True
+    after = stats(client)["l1"]
+    assert after["staging_objects"] == before["staging_objects"]
+    assert after["resident_objects"] == before["resident_objects"]
+    reply = client.request(OP_COMMIT_STORE, abort_key, instance_id, b"")
+    assert reply.value is False and reply.error["code"] == NOT_FOUND, reply
 
     # An instance that never registered.
     unknown = new_instance_id()

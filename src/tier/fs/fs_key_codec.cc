@@ -43,6 +43,10 @@ std::string ObjectFileName(const store::ObjectKey& key) {
     name += key.cache_salt;
   }
   if (key.layout_namespace != 0) name += "@L" + std::to_string(key.layout_namespace);
+  // "@@": no other field is empty or holds an '@', so no salt can end up
+  // looking like tags. '%' separates the tags' names and values; '/' is
+  // refused in both.
+  if (!key.tags.empty()) name += "@@T" + key.tags;
   name += kObjectFileSuffix;
   if (name.size() <= kMaxFileName) return name;
   const XXH128_hash_t digest = XXH3_128bits(name.data(), name.size());

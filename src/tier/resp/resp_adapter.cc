@@ -93,6 +93,7 @@ std::string RespObjectKey(const std::string& prefix, const store::ObjectKey& key
       prefix + "{" + ToHex(key.chunk_hash) + "}@" + key.model_name + "@" + rank + "@" + group;
   if (!key.cache_salt.empty()) out += "@" + key.cache_salt;
   if (key.layout_namespace != 0) out += "@L" + std::to_string(key.layout_namespace);
+  if (!key.tags.empty()) out += "@@T" + key.tags;  // as the fs adapter's file names
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -106,6 +107,47 @@ TEST(DecodeIpcKey, UnknownKeysAreIgnored) {
   ASSERT_TRUE(key.ok()) << key.status().ToString();
   EXPECT_EQ(key->request_id, "req-1");
   EXPECT_EQ(key->end, 256);
+}
+
+// request_configs as the reference's vLLM adapter forwards kv_transfer_params'
+// lmcache.* settings (docs/source/mp/request_tags.rst: "lmcache.tag.<name>":
+// "<value>" entries are identity, every other entry metadata).
+TEST(DecodeIpcKey, RequestTagsAreTheLmcacheTagEntriesOfRequestConfigs) {
+  const std::string configs = Encoder()
+                                  .Map(4)
+                                  .Str("lmcache.tag.tenant").Str("tenant-a")
+                                  .Str("lmcache.skip_save").Bool(true)
+                                  .Str("lmcache.tag.application_version").Str("v2")
+                                  .Str("lmcache.retrieve_priority").Int(3)
+                                  .Take();
+  auto key = DecodeIpcKey(MapFrame(With(FullKeyFields(), "request_configs", configs)));
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_EQ(key->tags, (std::map<std::string, std::string>{{"application_version", "v2"},
+                                                           {"tenant", "tenant-a"}}));
+  // Encoded back as request_configs, it decodes to the same tags.
+  auto again = DecodeIpcKey(EncodeIpcKey(*key));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->tags, key->tags);
+  // Nil and empty request_configs: no tags.
+  for (const std::string& none : {Encoder().Nil().Take(), Encoder().Map(0).Take()}) {
+    auto plain = DecodeIpcKey(MapFrame(With(FullKeyFields(), "request_configs", none)));
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    EXPECT_TRUE(plain->tags.empty());
+  }
+  // A tag whose value is no string, and a map key that is no string: named.
+  ExpectMalformedNaming(
+      DecodeIpcKey(MapFrame(With(FullKeyFields(), "request_configs",
+                                 Encoder().Map(1).Str("lmcache.tag.tenant").Int(7).Take())))
+          .status(),
+      "lmcache.tag.tenant");
+  ExpectMalformedNaming(DecodeIpcKey(MapFrame(With(FullKeyFields(), "request_configs",
+                                                   Encoder().Map(1).Int(1).Str("x").Take())))
+                            .status(),
+                        "request_configs");
+  auto long_value = DecodeIpcKey(MapFrame(
+      With(FullKeyFields(), "request_configs",
+           Encoder().Map(1).Str("lmcache.tag.t").Str(std::string(129, 'x')).Take())));
+  EXPECT_EQ(long_value.status().code(), ErrorCode::kTooLarge);
 }
 
 TEST(DecodeIpcKey, NilWorkerIdMeansAllRanks) {

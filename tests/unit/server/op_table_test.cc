@@ -225,8 +225,9 @@ TEST(OpTable, EveryFrozenIdHasItsReferenceName) {
     EXPECT_EQ(ServiceOps().FindByName(kNames[id - 1]), row);
   }
   // + server_info, stats, clear_cache (ours), store_with_chunk_events,
-  // release_chunk_store_events, subscribe_kv_events (the reference's, by name only).
-  EXPECT_EQ(ServiceOps().rows().size(), 40u);
+  // release_chunk_store_events, subscribe_kv_events, abort_store (the reference's,
+  // by name only).
+  EXPECT_EQ(ServiceOps().rows().size(), 41u);
   ASSERT_NE(ServiceOps().FindByName("clear_cache"), nullptr);
   EXPECT_EQ(ServiceOps().FindByName("clear_cache")->spec.frozen_id, false);
 }
@@ -300,6 +301,7 @@ TEST(OpTable, EveryFailureValueDecodesAsTheDeclaredReplyType) {
       // tuple[bytes, list[tuple[bytes, int, int]], bool], modules/chunk_store.py).
       {"store_with_chunk_events", D::kBytesListBool},
       {"release_chunk_store_events", D::kNone}, {"subscribe_kv_events", D::kNone},
+      {"abort_store", D::kBool},  // adapter_connector/shm.py: bool(future.result())
   };
   for (const auto& [name, declared] : kDeclared) {
     const OpRow* row = ServiceOps().FindByName(name);

@@ -257,6 +257,60 @@ TEST_F(ServiceTest, CommitStoreErrors) {
   EXPECT_EQ(h_.l1().allocator().UsedBytes(), 0u);
 }
 
+// Issue 22, request tags (the reference's lmcache.tag.* entries of a key's
+// request_configs): a tagged and an untagged store of the same tokens are
+// two objects; a lookup finds only the ones of its own tag set.
+TEST_F(ServiceTest, TaggedAndUntaggedStoresOfTheSameTokensNeverShareAnObject) {
+  Register(1);
+  const KeyArgs untagged = Key(512, 2, 1, "plain");
+  KeyArgs tagged = Key(512, 2, 1, "tagged");
+  tagged.tags = {{"tenant", "a"}, {"application_version", "v2"}};
+  Store(1, untagged);
+  EXPECT_EQ(Lookup(tagged), 0u) << "a tagged lookup hit untagged objects";
+  EXPECT_EQ(Store(1, tagged).size(), 2u) << "the tagged store was taken as already cached";
+  EXPECT_EQ(Table().resident_objects, 4u);
+  EXPECT_EQ(Lookup(untagged), 2u);
+  EXPECT_EQ(Lookup(tagged), 2u);
+  Retrieve(1, tagged);
+  KeyArgs other_value = tagged;
+  other_value.request_id = "other";
+  other_value.tags["tenant"] = "b";
+  EXPECT_EQ(Lookup(other_value), 0u);
+  KeyArgs bad = tagged;
+  bad.tags = {{"tenant", "a/b"}};
+  EXPECT_EQ(h_.Call("prepare_store", {KeyFrame(bad), IntFrame(1)}).status.code(),
+            ErrorCode::kInvalidKey);
+}
+
+// abort_store, as the newest reference client sends it (by name, [key,
+// instance_id], a bool back; LMCache adapter_connector/shm.py's abort_store
+// after a failed worker-side copy): the prepared slots are given back
+// without admitting a byte, and the key can be stored again at once.
+TEST_F(ServiceTest, AbortStoreGivesBackThePreparedSlotsAndAdmitsNothing) {
+  Register(1);
+  const KeyArgs key = Key(512, 2);
+  Store(1, key, /*commit=*/false);
+  EXPECT_EQ(Table().staging_objects, 2u);
+  auto aborted = h_.Ok("abort_store", {KeyFrame(key), IntFrame(1)});
+  EXPECT_TRUE(aborted.get().via.boolean);
+  EXPECT_EQ(Table().staging_objects, 0u);
+  EXPECT_EQ(Table().resident_objects, 0u);
+  EXPECT_EQ(h_.l1().allocator().UsedBytes(), 0u);
+  EXPECT_EQ(h_.service().instances().Counts().pending_writes, 0u);
+  EXPECT_EQ(Lookup(key), 0u);
+  // Its commit finds nothing pending; a second abort is still True.
+  EXPECT_EQ(h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()})
+                .status.code(),
+            ErrorCode::kNotFound);
+  EXPECT_TRUE(h_.Ok("abort_store", {KeyFrame(key), IntFrame(1)}).get().via.boolean);
+  // An instance that never registered: refused, with the declared bool.
+  const server::Reply stranger = h_.Call("abort_store", {KeyFrame(key), IntFrame(99)});
+  EXPECT_FALSE(stranger.status.ok());
+  EXPECT_EQ(stranger.value, mp::Encoder().Bool(false).Take());
+  EXPECT_EQ(Store(1, key).size(), 2u);  // stored afresh
+  EXPECT_EQ(Table().resident_objects, 2u);
+}
+
 // Issue 20, "worker stalls between prepare and commit": its write lease
 // expires and is reclaimed while it is slow, not gone; it then writes its
 // slots late. Another worker's object stored meanwhile must not share a byte

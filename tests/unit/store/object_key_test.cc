@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <vector>
+
 #include <unordered_set>
 
 #include "fakes/keys.h"
@@ -46,13 +49,54 @@ TEST(ObjectKey, EveryFieldTakesPartInIdentity) {
   other_salt.cache_salt = "tenant";
   ObjectKey other_model = base;
   other_model.model_name = "n";
-  std::unordered_set<ObjectKey, ObjectKeyHash> set{base,       other_rank,  other_group,
-                                                   other_salt, other_model, base};
-  EXPECT_EQ(set.size(), 5u);
+  ObjectKey tagged = base;
+  tagged.tags = "tenant%a";
+  std::unordered_set<ObjectKey, ObjectKeyHash> set{base,        other_rank, other_group, other_salt,
+                                                   other_model, tagged,     base};
+  EXPECT_EQ(set.size(), 6u);
   EXPECT_TRUE(ValidateObjectKey(base).ok());
   ObjectKey negative = base;
   negative.kv_rank = -1;
   EXPECT_FALSE(ValidateObjectKey(negative).ok());
+}
+
+// Request tags under the reference's rules (docs/source/mp/request_tags.rst:
+// names and values at most 128 characters, none of '@', '%', '/', '\\', NUL;
+// sorted, so the order a request map lists them in does not matter).
+TEST(ObjectKey, TagsAreCanonicalSortedAndCheckedByTheReferencesRules) {
+  const std::map<std::string, std::string> tags = {{"tenant", "tenant-a"},
+                                                   {"application_version", "v2"}};
+  EXPECT_TRUE(ValidateTags(tags).ok());
+  const std::string canonical = CanonicalTags(tags);
+  EXPECT_EQ(canonical, "application_version%v2%tenant%tenant-a");
+  auto parsed = ParseCanonicalTags(canonical);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(*parsed, tags);
+  EXPECT_TRUE(ParseCanonicalTags("").ok());
+  EXPECT_EQ(CanonicalTags({}), "");
+  EXPECT_TRUE(ValidateTags({{"empty-value", ""}}).ok());
+
+  for (const std::string& bad : std::vector<std::string>{"a@b", "a%b", "a/b", "a\\b",
+                                                          std::string("a\0b", 3)}) {
+    EXPECT_EQ(ValidateTags({{"t", bad}}).code(), ErrorCode::kInvalidKey) << bad;
+    EXPECT_EQ(ValidateTags({{bad, "v"}}).code(), ErrorCode::kInvalidKey) << bad;
+  }
+  EXPECT_EQ(ValidateTags({{"", "v"}}).code(), ErrorCode::kInvalidKey);
+  EXPECT_TRUE(ValidateTags({{"t", std::string(128, 'x')}}).ok());
+  EXPECT_EQ(ValidateTags({{"t", std::string(129, 'x')}}).code(), ErrorCode::kInvalidKey);
+  std::map<std::string, std::string> many;
+  for (std::size_t i = 0; i <= kMaxTags; ++i) many["t" + std::to_string(100 + i)] = "v";
+  EXPECT_EQ(ValidateTags(many).code(), ErrorCode::kInvalidKey);
+  // What a corrupt L2 header could name: odd parts, unsorted, a bad name.
+  EXPECT_FALSE(ParseCanonicalTags("a").ok());
+  EXPECT_FALSE(ParseCanonicalTags("b%1%a%2").ok());
+  EXPECT_FALSE(ParseCanonicalTags("a%1%a%2").ok());
+  EXPECT_FALSE(ParseCanonicalTags("%1").ok());
+  ObjectKey key = testing::KeyN(1);
+  key.tags = "b%1%a%2";
+  EXPECT_EQ(ValidateObjectKey(key).code(), ErrorCode::kInvalidKey);
+  key.tags = "a%2%b%1";
+  EXPECT_TRUE(ValidateObjectKey(key).ok());
 }
 
 }  // namespace

@@ -90,6 +90,35 @@ TEST_P(FsAdapterTest, StoresFilesUnderTheirNamesAndLoadsIdenticalBytes) {
   }
 }
 
+// Issue 22: a tagged and an untagged object of one chunk are two files, each
+// loads its own bytes, and a restarted adapter rebuilds both under their own
+// keys (the tags come back from the header, not from the name).
+TEST_P(FsAdapterTest, TaggedAndUntaggedObjectsOfOneChunkStayApartAcrossARestart) {
+  const store::ObjectKey untagged = KeyN(7);
+  store::ObjectKey tagged = untagged;
+  tagged.tags = "tenant%a";
+  Buffer plain_bytes(kObject, 1);
+  Buffer tagged_bytes(kObject, 2);
+  {
+    auto adapter = Open();
+    ASSERT_TRUE(StoreOne(*adapter, untagged, plain_bytes).ok());
+    const std::vector<store::ObjectKey> probe = {untagged, tagged};
+    EXPECT_EQ(adapter->LookupAndPin(probe), (std::vector<bool>{true, false}));
+    adapter->Unpin(probe);
+    ASSERT_TRUE(StoreOne(*adapter, tagged, tagged_bytes).ok());
+    EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(tagged)));
+    EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(untagged)));
+  }
+  auto adapter = Open();  // rebuilt from the files
+  const std::pair<const store::ObjectKey*, Buffer*> cases[] = {{&untagged, &plain_bytes},
+                                                              {&tagged, &tagged_bytes}};
+  for (const auto& [key, expected] : cases) {
+    Buffer out(kObject, 99);
+    ASSERT_EQ(LoadOne(*adapter, *key, out), L2LoadOutcome::kLoaded) << key->DebugString();
+    EXPECT_EQ(std::memcmp(out.data, expected->data, kObject), 0) << key->DebugString();
+  }
+}
+
 TEST_P(FsAdapterTest, ARestartedAdapterRebuildsItsIndexAndServesWhatWasStored) {
   std::vector<store::ObjectKey> keys = testing::KeysN(0, 20);
   {

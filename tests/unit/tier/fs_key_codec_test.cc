@@ -32,6 +32,20 @@ TEST(FsKeyCodecTest, DistinctKeysGetDistinctNames) {
   EXPECT_NE(ObjectFileName(a), ObjectFileName(d));
 }
 
+// Request tags are in the name (as the reference's fs adapter encodes them);
+// no salt, which holds no '@', can spell the same name as a tag set.
+TEST(FsKeyCodecTest, TagsAreInTheNameAndNoSaltCanSpellThem) {
+  store::ObjectKey plain = testing::KeyN(1);
+  store::ObjectKey tagged = plain;
+  tagged.tags = "tenant%a";
+  store::ObjectKey salted = plain;
+  salted.cache_salt = "Ttenant%a";
+  EXPECT_TRUE(ObjectFileName(tagged).ends_with("@@Ttenant%a.data")) << ObjectFileName(tagged);
+  EXPECT_NE(ObjectFileName(tagged), ObjectFileName(plain));
+  EXPECT_NE(ObjectFileName(tagged), ObjectFileName(salted));
+  EXPECT_EQ(ObjectFileName(tagged).find('/'), std::string::npos);
+}
+
 TEST(FsKeyCodecTest, ALongNameIsHashedToAValidFileName) {
   store::ObjectKey a = testing::KeyN(1, std::string(300, 'm'));
   store::ObjectKey b = testing::KeyN(1, std::string(299, 'm') + "n");

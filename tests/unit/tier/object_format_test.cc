@@ -42,6 +42,30 @@ TEST(ObjectFormatTest, RoundTripsEveryKeyFieldAndVerifiesThePayload) {
   EXPECT_TRUE(VerifyObject(*parsed, key, payload).ok());
 }
 
+// A tagged object's header names its tags (version 3, which a server from
+// before tags refuses instead of serving it untagged); an untagged one stays
+// version 2, which such a server still reads.
+TEST(ObjectFormatTest, TagsRoundTripInAVersionThreeHeaderAndUntaggedStaysVersionTwo) {
+  store::ObjectKey tagged = FullKey();
+  tagged.tags = "application_version%v2%tenant%a";
+  const auto payload = Payload(100);
+  const std::string header = EncodeObjectHeader(tagged, payload, 512);
+  std::uint32_t version = 0;
+  std::memcpy(&version, header.data() + 8, sizeof(version));
+  EXPECT_EQ(version, 3u);
+  auto parsed = ParseObjectHeader(Bytes(header));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_EQ(parsed->key, tagged);
+  store::ObjectKey untagged = FullKey();
+  EXPECT_FALSE(VerifyObject(*parsed, untagged, payload).ok()) << "served to an untagged request";
+  const std::string plain = EncodeObjectHeader(untagged, payload, 512);
+  std::memcpy(&version, plain.data() + 8, sizeof(version));
+  EXPECT_EQ(version, 2u);
+  auto plain_parsed = ParseObjectHeader(Bytes(plain));
+  ASSERT_TRUE(plain_parsed.ok());
+  EXPECT_TRUE(plain_parsed->key.tags.empty());
+}
+
 TEST(ObjectFormatTest, HeaderIsPaddedToTheAlignment) {
   const std::string header = EncodeObjectHeader(FullKey(), Payload(10), 4096);
   EXPECT_EQ(header.size(), 4096u);

@@ -61,6 +61,8 @@ TEST_F(RespAdapterTest, KeysNameEveryPartOfTheIdentity) {
   EXPECT_NE(plain.find("}@org/model@0x02010201@3"), std::string::npos) << plain;
   key.cache_salt = "tenant-a";
   EXPECT_EQ(RespObjectKey("p:", key), plain + "@tenant-a");
+  key.tags = "app%v2";
+  EXPECT_EQ(RespObjectKey("p:", key), plain + "@tenant-a@@Tapp%v2");
   // Every rank of one chunk lands in one slot: the tag is the chunk hash.
   store::ObjectKey other_rank = key;
   other_rank.kv_rank = *store::PackKvRank(2, 0);
@@ -135,6 +137,35 @@ TEST_F(RespAdapterTest, TenantsAndRanksNeverShareAnObject) {
   ASSERT_TRUE(adapter->Store(writes)[0].ok());
   const std::vector<store::ObjectKey> probe = {a, b};
   EXPECT_EQ(adapter->LookupAndPin(probe), (std::vector<bool>{true, false}));
+}
+
+// Issue 22: a tagged and an untagged store of the same tokens stay apart
+// in Redis (a real redis-server), and each loads its own bytes.
+TEST_F(RespAdapterTest, TaggedAndUntaggedObjectsOfOneChunkStayApart) {
+  RedisProcess redis;
+  auto adapter = Adapter(redis.unix_url());
+  const store::ObjectKey untagged = KeyN(3);
+  store::ObjectKey tagged = untagged;
+  tagged.tags = "tenant%a";
+  const auto first = Bytes(4096, 1);
+  const std::vector<L2Write> write_untagged = {{&untagged, first}};
+  ASSERT_TRUE(adapter->Store(write_untagged)[0].ok());
+  const std::vector<store::ObjectKey> probe = {untagged, tagged};
+  EXPECT_EQ(adapter->LookupAndPin(probe), (std::vector<bool>{true, false}));
+  adapter->Unpin(probe);
+  const auto second = Bytes(4096, 2);
+  const std::vector<L2Write> write_tagged = {{&tagged, second}};
+  ASSERT_TRUE(adapter->Store(write_tagged)[0].ok());
+  EXPECT_EQ(adapter->LookupAndPin(probe), (std::vector<bool>{true, true}));
+  adapter->Unpin(probe);
+  const std::pair<const store::ObjectKey*, const std::vector<std::byte>*> cases[] = {
+      {&untagged, &first}, {&tagged, &second}};
+  for (const auto& [key, expected] : cases) {
+    std::vector<std::byte> out(expected->size());
+    const std::vector<L2Read> reads = {{key, out}};
+    ASSERT_EQ(adapter->Load(reads)[0], L2LoadOutcome::kLoaded) << key->DebugString();
+    EXPECT_EQ(out, *expected) << key->DebugString();
+  }
 }
 
 TEST_F(RespAdapterTest, TtlIsSetOnEveryKey) {
