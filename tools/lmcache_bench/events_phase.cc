@@ -22,7 +22,8 @@ Result<std::unique_ptr<tools::LocalServer>> StartSide(const BenchOptions& o,
       std::max(1.0, 2.0 * static_cast<double>(o.bytes_per_round()) / (1 << 30));
   std::vector<std::string> args = {"--l1-size-gb", std::to_string(pool_gb), "--log-level", "warn",
                                    "--max-gpu-workers", std::to_string(o.workers),
-                                   "--prefault-threads", "1"};
+                                   "--prefault-threads", "1", "--chunk-size",
+                                   std::to_string(o.chunk_size)};
   if (events) {
     // The channel as a router deployment runs it: the log, and the
     // publisher encoding every record (no subscriber needed for that cost).

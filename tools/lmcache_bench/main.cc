@@ -176,7 +176,8 @@ int Run(BenchOptions o) {
     auto started = tools::LocalServer::Start(
         server_binary, "lmcache_bench_server",
         {"--l1-size-gb", std::to_string(o.pool_gb), "--max-gpu-workers",
-         std::to_string(most_workers), "--max-cpu-workers", "2", "--log-level", "warn"});
+         std::to_string(most_workers), "--max-cpu-workers", "2", "--log-level", "warn",
+         "--chunk-size", std::to_string(o.chunk_size)});
     if (!started.ok()) {
       std::fprintf(stderr, "lmcache-bench: %s\n", started.status().ToString().c_str());
       return 1;
@@ -218,7 +219,8 @@ int Run(BenchOptions o) {
     Progress("lookup on a server without a hash cache");
     auto cold = tools::LocalServer::Start(server_binary, "lmcache_bench_cold",
                                           {"--l1-size-gb", "1", "--hash-cache-mb", "0",
-                                           "--log-level", "warn", "--prefault-threads", "1"});
+                                           "--log-level", "warn", "--prefault-threads", "1",
+                                           "--chunk-size", std::to_string(o.chunk_size)});
     if (!cold.ok()) return fail(cold.status());
     auto cold_p50 = MeasureLookupP50(o, (*cold)->url());
     if (!cold_p50.ok()) return fail(cold_p50.status());
@@ -279,7 +281,7 @@ int main(int argc, char** argv) {
   app.add_option("--bytes-per-token", o.bytes_per_token,
                  "KV bytes per token (an 8B model in bf16: 131072); multiple of 4")
       ->capture_default_str();
-  app.add_option("--chunk-size", o.chunk_size, "Tokens per chunk (must match the server)")
+  app.add_option("--chunk-size", o.chunk_size, "Tokens per chunk (the servers it starts use it; a --url server must match)")
       ->capture_default_str();
   app.add_option("--workers", o.workers, "Concurrent worker processes (and memcpy threads)")
       ->capture_default_str();
