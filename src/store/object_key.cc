@@ -1,8 +1,8 @@
 #include "store/object_key.h"
 
 #include <cstring>
+#include <algorithm>
 #include <functional>
-#include <vector>
 
 namespace lmcache::store {
 
@@ -46,30 +46,34 @@ Status ValidateCacheSalt(const std::string& cache_salt) {
 
 namespace {
 
-Status ValidateTagText(std::string_view what, std::string_view text) {
-  if (text.size() > kMaxTagLength) {
-    return Status(ErrorCode::kInvalidKey, std::string(what) + " is longer than " +
-                                              std::to_string(kMaxTagLength) + " characters");
-  }
-  if (text.find_first_of(std::string_view("@%/\\\0", 5)) != std::string_view::npos) {
+// One tag by the reference's rules; the message is built only on failure.
+Status ValidateTag(std::string_view name, std::string_view value) {
+  if (name.empty()) return Status(ErrorCode::kInvalidKey, "a tag name must not be empty");
+  constexpr std::string_view kRefused("@%/\\\0", 5);
+  for (const bool is_value : {false, true}) {
+    const std::string_view text = is_value ? value : name;
+    const bool too_long = text.size() > kMaxTagLength;
+    if (!too_long && text.find_first_of(kRefused) == std::string_view::npos) continue;
+    const std::string what = is_value ? "the value of tag '" + std::string(name.substr(0, 32)) + "'"
+                                      : "tag name '" + std::string(name.substr(0, 32)) + "'";
     return Status(ErrorCode::kInvalidKey,
-                  std::string(what) + " must not contain '@', '%', '/', '\\' or NUL");
+                  too_long ? what + " is longer than " + std::to_string(kMaxTagLength) +
+                                 " characters"
+                           : what + " must not contain '@', '%', '/', '\\' or NUL");
   }
   return Status::Ok();
+}
+
+Status TooManyTags(std::size_t count) {
+  return Status(ErrorCode::kInvalidKey, "a key names " + std::to_string(count) +
+                                            " tags; at most " + std::to_string(kMaxTags));
 }
 
 }  // namespace
 
 Status ValidateTags(const std::map<std::string, std::string>& tags) {
-  if (tags.size() > kMaxTags) {
-    return Status(ErrorCode::kInvalidKey, "a key names " + std::to_string(tags.size()) +
-                                              " tags; at most " + std::to_string(kMaxTags));
-  }
-  for (const auto& [name, value] : tags) {
-    if (name.empty()) return Status(ErrorCode::kInvalidKey, "a tag name must not be empty");
-    LMC_RETURN_IF_ERROR(ValidateTagText("tag name '" + name.substr(0, 32) + "'", name));
-    LMC_RETURN_IF_ERROR(ValidateTagText("the value of tag '" + name + "'", value));
-  }
+  if (tags.size() > kMaxTags) return TooManyTags(tags.size());
+  for (const auto& [name, value] : tags) LMC_RETURN_IF_ERROR(ValidateTag(name, value));
   return Status::Ok();
 }
 
@@ -84,33 +88,34 @@ std::string CanonicalTags(const std::map<std::string, std::string>& tags) {
   return out;
 }
 
-Result<std::map<std::string, std::string>> ParseCanonicalTags(std::string_view tags) {
-  std::map<std::string, std::string> out;
-  if (tags.empty()) return out;
-  std::vector<std::string_view> parts;
-  for (std::size_t begin = 0;;) {
-    const std::size_t end = tags.find('%', begin);
-    parts.push_back(tags.substr(begin, end == std::string_view::npos ? end : end - begin));
-    if (end == std::string_view::npos) break;
-    begin = end + 1;
-  }
-  if (parts.size() % 2 != 0) {
-    return Status(ErrorCode::kInvalidKey, "tags '" + std::string(tags) + "' are not name%value pairs");
-  }
-  for (std::size_t i = 0; i < parts.size(); i += 2) {
-    if (!out.empty() && std::string(parts[i]) <= out.rbegin()->first) {
+Status ValidateCanonicalTags(std::string_view tags) {
+  // Walked in place, without copies: the object table checks every key it is given.
+  if (tags.empty()) return Status::Ok();  // no tags
+  std::string_view previous_name;
+  std::size_t count = 0;
+  for (std::size_t begin = 0; begin <= tags.size();) {
+    const std::size_t name_end = tags.find('%', begin);
+    if (name_end == std::string_view::npos) {
+      return Status(ErrorCode::kInvalidKey,
+                    "tags '" + std::string(tags) + "' are not name%value pairs");
+    }
+    const std::size_t value_end = std::min(tags.find('%', name_end + 1), tags.size());
+    const std::string_view name = tags.substr(begin, name_end - begin);
+    LMC_RETURN_IF_ERROR(ValidateTag(name, tags.substr(name_end + 1, value_end - name_end - 1)));
+    if (count > 0 && name <= previous_name) {
       return Status(ErrorCode::kInvalidKey, "tags '" + std::string(tags) + "' are not sorted");
     }
-    out.emplace(std::string(parts[i]), std::string(parts[i + 1]));
+    if (++count > kMaxTags) return TooManyTags(count);
+    previous_name = name;
+    begin = value_end + 1;
   }
-  LMC_RETURN_IF_ERROR(ValidateTags(out));
-  return out;
+  return Status::Ok();
 }
 
 Status ValidateObjectKey(const ObjectKey& key) {
   LMC_RETURN_IF_ERROR(ValidateModelName(key.model_name));
   LMC_RETURN_IF_ERROR(ValidateCacheSalt(key.cache_salt));
-  LMC_RETURN_IF_ERROR(ParseCanonicalTags(key.tags).status());
+  if (!key.tags.empty()) LMC_RETURN_IF_ERROR(ValidateCanonicalTags(key.tags));
   if (key.kv_rank < 0) return Status(ErrorCode::kInvalidKey, "kv_rank must not be negative");
   if (key.object_group_id < 0) {
     return Status(ErrorCode::kInvalidKey, "object_group_id must not be negative");

@@ -60,8 +60,9 @@ Status ValidateObjectKey(const ObjectKey& key);
 Status ValidateTags(const std::map<std::string, std::string>& tags);
 // ObjectKey::tags of a valid tag set.
 std::string CanonicalTags(const std::map<std::string, std::string>& tags);
-// The tag set of ObjectKey::tags, or kInvalidKey when it is not canonical.
-Result<std::map<std::string, std::string>> ParseCanonicalTags(std::string_view tags);
+// OK when `tags` is ObjectKey::tags of a valid tag set (what CanonicalTags
+// makes), else kInvalidKey: an L2 header is untrusted.
+Status ValidateCanonicalTags(std::string_view tags);
 
 // The reference's packing: (world_size << 24) | (rank << 16) | (world_size << 8) | rank,
 // with local and global rank equal in MP mode. Fails unless 0 <= rank < world_size <= 255.

@@ -49,6 +49,19 @@ std::unique_ptr<client::Client> Registered(const std::string& url, std::int64_t 
   return std::move(c).value();
 }
 
+// Stores one 256-token chunk (tokens first_token...) filled with `fill`.
+Status StoreOneChunk(client::Client& worker, std::uint32_t first_token, std::byte fill,
+                     const std::string& request_id) {
+  std::vector<std::byte> chunk(worker.ObjectBytes(), fill);
+  client::KeySpec key;
+  key.model_name = "http-test-model";
+  for (std::uint32_t t = 0; t < 256; ++t) key.token_ids.push_back(first_token + t);
+  key.end = 256;
+  key.request_id = request_id;
+  std::vector<std::span<const std::byte>> chunks = {chunk};
+  return worker.Store(key, chunks).status();
+}
+
 class HttpTest : public ::testing::Test {
  protected:
   void StartServer(std::vector<std::string> extra = {}, bool logs_to_stdout = true) {
@@ -81,14 +94,7 @@ TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
   EXPECT_EQ(Json(health)["status"], "healthy");
 
   auto worker = Registered(url_, 7);
-  std::vector<std::byte> chunk(worker->ObjectBytes(), std::byte{3});
-  client::KeySpec key;
-  key.model_name = "http-test-model";
-  for (std::uint32_t t = 0; t < 256; ++t) key.token_ids.push_back(t);
-  key.end = 256;
-  key.request_id = "r";
-  std::vector<std::span<const std::byte>> chunks = {chunk};
-  ASSERT_TRUE(worker->Store(key, chunks).ok());
+  ASSERT_TRUE(StoreOneChunk(*worker, 0, std::byte{3}, "r").ok());
 
   const json status = Json(http_->Get("/status"));
   EXPECT_EQ(status["phase"], "serving");
@@ -158,14 +164,7 @@ TEST_F(HttpTest, MemoryPressureReportsEachTierAgainstItsOwnBound) {
   EXPECT_EQ(before["tiers"][1]["health"], "ok");
 
   auto worker = Registered(url_, 9);
-  std::vector<std::byte> chunk(worker->ObjectBytes(), std::byte{5});
-  client::KeySpec key;
-  key.model_name = "http-test-model";
-  for (std::uint32_t t = 0; t < 256; ++t) key.token_ids.push_back(t);
-  key.end = 256;
-  key.request_id = "p";
-  std::vector<std::span<const std::byte>> chunks = {chunk};
-  ASSERT_TRUE(worker->Store(key, chunks).ok());
+  ASSERT_TRUE(StoreOneChunk(*worker, 0, std::byte{5}, "p").ok());
 
   const json status = Json(http_->Get("/status"));
   const json after = Json(http_->Get("/status/memory-pressure"));
@@ -236,14 +235,7 @@ TEST_F(HttpTest, ATokenFileOthersCanReadIsRefusedAtStartup) {
 TEST_F(HttpTest, AdminOpsOffRefusesTheHttpClearToo) {
   StartServer({"--http-admin-open", "--admin-ops", "off"});
   auto worker = Registered(url_, 8);
-  std::vector<std::byte> chunk(worker->ObjectBytes(), std::byte{5});
-  client::KeySpec key;
-  key.model_name = "http-test-model";
-  for (std::uint32_t t = 0; t < 256; ++t) key.token_ids.push_back(t + 1000);
-  key.end = 256;
-  key.request_id = "r";
-  std::vector<std::span<const std::byte>> chunks = {chunk};
-  ASSERT_TRUE(worker->Store(key, chunks).ok());
+  ASSERT_TRUE(StoreOneChunk(*worker, 1000, std::byte{5}, "r").ok());
   auto cleared = http_->Post("/clear-cache", "", "text/plain");
   EXPECT_EQ(cleared->status, 403);
   EXPECT_NE(cleared->body.find("--admin-ops"), std::string::npos) << cleared->body;

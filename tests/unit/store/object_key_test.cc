@@ -69,10 +69,9 @@ TEST(ObjectKey, TagsAreCanonicalSortedAndCheckedByTheReferencesRules) {
   EXPECT_TRUE(ValidateTags(tags).ok());
   const std::string canonical = CanonicalTags(tags);
   EXPECT_EQ(canonical, "application_version%v2%tenant%tenant-a");
-  auto parsed = ParseCanonicalTags(canonical);
-  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
-  EXPECT_EQ(*parsed, tags);
-  EXPECT_TRUE(ParseCanonicalTags("").ok());
+  EXPECT_TRUE(ValidateCanonicalTags(canonical).ok());
+  EXPECT_TRUE(ValidateCanonicalTags("").ok());
+  EXPECT_TRUE(ValidateCanonicalTags("a%").ok());  // one tag, an empty value
   EXPECT_EQ(CanonicalTags({}), "");
   EXPECT_TRUE(ValidateTags({{"empty-value", ""}}).ok());
 
@@ -85,13 +84,13 @@ TEST(ObjectKey, TagsAreCanonicalSortedAndCheckedByTheReferencesRules) {
   EXPECT_TRUE(ValidateTags({{"t", std::string(128, 'x')}}).ok());
   EXPECT_EQ(ValidateTags({{"t", std::string(129, 'x')}}).code(), ErrorCode::kInvalidKey);
   std::map<std::string, std::string> many;
-  for (std::size_t i = 0; i <= kMaxTags; ++i) many["t" + std::to_string(100 + i)] = "v";
+  for (std::size_t i = 0; i <= kMaxTags; ++i) many[std::to_string(100 + i)] = "v";
   EXPECT_EQ(ValidateTags(many).code(), ErrorCode::kInvalidKey);
   // What a corrupt L2 header could name: odd parts, unsorted, a bad name.
-  EXPECT_FALSE(ParseCanonicalTags("a").ok());
-  EXPECT_FALSE(ParseCanonicalTags("b%1%a%2").ok());
-  EXPECT_FALSE(ParseCanonicalTags("a%1%a%2").ok());
-  EXPECT_FALSE(ParseCanonicalTags("%1").ok());
+  EXPECT_FALSE(ValidateCanonicalTags("a").ok());
+  EXPECT_FALSE(ValidateCanonicalTags("b%1%a%2").ok());
+  EXPECT_FALSE(ValidateCanonicalTags("a%1%a%2").ok());
+  EXPECT_FALSE(ValidateCanonicalTags("%1").ok());
   ObjectKey key = testing::KeyN(1);
   key.tags = "b%1%a%2";
   EXPECT_EQ(ValidateObjectKey(key).code(), ErrorCode::kInvalidKey);
