@@ -39,6 +39,15 @@ struct KvEventQuery {
 // asking for more gets at most this many (a page may always be shorter).
 constexpr std::int64_t kMaxEventsPerPage = 1024;
 
+Result<KvEventSubscription> ReadKvEventSubscription(Payloads p) {
+  KvEventSubscription s;
+  LMC_ASSIGN_OR_RETURN(s.instance_id, protocol::DecodeInt(p[0], "instance_id"));
+  LMC_ASSIGN_OR_RETURN(s.model_name, protocol::DecodeString(p[1], "model_name"));
+  LMC_ASSIGN_OR_RETURN(s.cursor, protocol::DecodeInt(p[2], "cursor"));
+  LMC_ASSIGN_OR_RETURN(s.max_events, protocol::DecodeInt(p[3], "max_events"));
+  return s;
+}
+
 Result<KvEventQuery> ReadKvEventQuery(Payloads p) {
   KvEventQuery query;
   LMC_ASSIGN_OR_RETURN(query.model_name, protocol::DecodeString(p[0], "model_name"));
@@ -97,12 +106,31 @@ void AdminOps::AddTo(OpTable* table) {
              Bind(ReadKvEventQuery, [this](const RequestContext&, const KvEventQuery& query) {
                return PollKvEvents(query.model_name, query.cursor, query.max_events);
              }));
+  // A stream (the reference's RpcSpec.streaming): batches pushed as the log
+  // grows, one per credit. Its failure value nil ends it at the client at
+  // once (the client then polls).
+  table->AddStream({Op::kSubscribeKvEvents, "subscribe_kv_events", false, P::kInline, 4, 4,
+                    64u << 10, F::kNil},
+                   [this](const RequestContext& context, Payloads payloads, ReplyFn emit,
+                          const Respond& respond) {
+                     auto subscription = ReadKvEventSubscription(payloads);
+                     if (!subscription.ok()) {
+                       respond(subscription.status());
+                       return;
+                     }
+                     deps_.kv_streams.Open(context, *subscription, std::move(emit), respond);
+                   });
   table->Add({Op::kGetChunkSize, "get_chunk_size", true, P::kInline, 0, 0, 0, F::kZero},
              Answer(mp::Encoder().Int(deps_.config.chunk_size).Take()));
   table->Add({Op::kNoop, "noop", true, P::kInline, 0, 0, 0, F::kEmptyString},
              Answer(mp::Encoder().Str("OK").Take()));
+  // The reference's experiment names: a client subscribes to KV events
+  // (instead of polling) only where "kv_event_stream" is listed, which needs
+  // the channel on.
+  const bool streams_events = deps_.events != nullptr && deps_.events->enabled();
   table->Add({Op::kGetExperimental, "get_experimental", true, P::kInline, 0, 0, 0, F::kEmptyList},
-             Answer(mp::Encoder().Array(0).Take()));
+             Answer(streams_events ? mp::Encoder().Array(1).Str("kv_event_stream").Take()
+                                   : mp::Encoder().Array(0).Take()));
   table->Add({Op::kReportBlockAllocation, "report_block_allocation", true, P::kCpu, 1, 3,
               4u << 20, F::kNil},
              [this](const RequestContext&, Payloads, const Respond& respond) {
@@ -127,8 +155,8 @@ void AdminOps::AddUnsupported(OpTable* table) {
     };
   };
   const std::string scope =
-      " is not supported by lmcache-server (CacheBlend, p2p, QStore, per-chunk store events and "
-      "KV events are out of scope)";
+      " is not supported by lmcache-server (CacheBlend, p2p, QStore and per-chunk store events "
+      "are out of scope)";
   const std::size_t kMax = 24u << 20;
   const OpSpec rows[] = {
       {Op::kRegisterQCache, "register_q_cache", true, P::kInline, 0, 16, 4u << 20, F::kNil},
@@ -153,9 +181,6 @@ void AdminOps::AddUnsupported(OpTable* table) {
         48u << 20, F::kChunkEventsFailure},
       {Op::kReleaseChunkStoreEvents, "release_chunk_store_events", false, P::kInline, 0, 16,
         64u << 10, F::kNil},
-      // A stream: nil (no batch) ends it at the client at once.
-      {Op::kSubscribeKvEvents, "subscribe_kv_events", false, P::kInline, 0, 16, 1u << 20,
-        F::kNil},
   };
   for (const OpSpec& row : rows) {
     table->Add(row, refuse(std::string(row.name) + scope));

@@ -1,7 +1,8 @@
 // AdminOps: management operations (ping, clear, get_chunk_size, noop,
 // get_experimental, report_block_allocation; ours: server_info, stats) and
-// the rows of the operations this server answers "not supported" (QStore,
-// CacheBlend, p2p, KV events).
+// KV events: poll_kv_events, and the subscribe_kv_events stream; and the
+// rows of the operations this server answers "not supported" (QStore,
+// CacheBlend, p2p, per-chunk store events).
 //
 // Thread-safety: the handlers may run on any threads at once.
 #pragma once
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "events/kv_events.h"
+#include "server/kv_event_streams.h"
 #include "server/op_table.h"
 #include "server/instances.h"
 #include "server/service_config.h"
@@ -30,6 +32,7 @@ class AdminOps {
     InstanceRegistry& instances;  // ping's heartbeat
     ServiceCounters& counters;
     events::KvEvents* events;  // null: the KV event channel is off
+    KvEventStreams& kv_streams;  // subscribe_kv_events
   };
   // `render_stats` encodes the stats reply (the service's snapshot);
   // `features` are what server_info announces (the serving transfer modes').

@@ -10,7 +10,14 @@ void OpTable::Add(OpSpec spec, Handler handler) {
   LMC_CHECK(Find(spec.op) == nullptr);
   LMC_CHECK(FindByName(spec.name) == nullptr);
   LMC_CHECK(spec.min_payloads <= spec.max_payloads);
-  rows_.push_back({spec, std::move(handler), rows_.size()});
+  rows_.push_back({spec, std::move(handler), nullptr, rows_.size()});
+}
+
+void OpTable::AddStream(OpSpec spec, StreamHandler handler) {
+  LMC_CHECK(Find(spec.op) == nullptr);
+  LMC_CHECK(FindByName(spec.name) == nullptr);
+  LMC_CHECK(spec.min_payloads <= spec.max_payloads);
+  rows_.push_back({spec, nullptr, std::move(handler), rows_.size()});
 }
 
 const OpRow* OpTable::FindById(std::int64_t id) const {

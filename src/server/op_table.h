@@ -92,10 +92,18 @@ class OpResult {
 using Respond = std::function<void(OpResult)>;
 // Runs one request. The payload views stay valid until `respond` is called.
 using Handler = std::function<void(const RequestContext&, Payloads, Respond)>;
+// Runs one request of a streaming operation: it sends items
+// (ReplyKind::kStreamItem) and finally the end marker (kStreamEnd) through
+// `emit`, one call at a time, or answers a failure through `respond`
+// instead of the end marker; nothing is sent after either. The payload
+// views are valid only during the call.
+using StreamHandler = std::function<void(const RequestContext&, Payloads, ReplyFn emit,
+                                         Respond respond)>;
 
 struct OpRow {
   OpSpec spec;
-  Handler handle;
+  Handler handle;        // null for a streaming operation
+  StreamHandler stream;  // set only for a streaming operation
   std::size_t index = 0;  // position in the table (statistics)
 };
 
@@ -117,6 +125,8 @@ class OpTable {
  public:
   // Adds a row; an operation id or name may be added once.
   void Add(OpSpec spec, Handler handler);
+  // Adds a streaming operation's row (the reference's RpcSpec.streaming).
+  void AddStream(OpSpec spec, StreamHandler handler);
   // By integer id (frozen ids only) or name. "finish_read" names commit_retrieve.
   const OpRow* FindById(std::int64_t id) const;
   const OpRow* FindByName(std::string_view name) const;

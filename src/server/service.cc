@@ -45,7 +45,7 @@ LookupOps::Deps LookupDeps(ServiceState* s) {
 
 AdminOps::Deps AdminDeps(ServiceState* s) {
   return {s->config(),    s->boot_id(),  s->l1().segment(), s->table(),
-          s->instances(), s->counters(), s->events()};
+          s->instances(), s->counters(), s->events(),         s->kv_streams()};
 }
 
 std::vector<std::string> Features(const std::vector<std::unique_ptr<TransferMode>>& modes) {
@@ -119,18 +119,23 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
   stats.requests.fetch_add(1, std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();
   auto responded = std::make_shared<std::atomic<bool>>(false);
-  Respond respond = [this, &row, &stats, start, responded,
-                     done = std::move(done)](OpResult result) {
+  auto record_latency = [&stats, start] {
+    stats.latency.Record(static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                              start)
+            .count()));
+  };
+  // Shared by a stream's items and its final reply.
+  auto shared_done = std::make_shared<ReplyFn>(std::move(done));
+  Respond respond = [this, &row, &stats, record_latency, responded,
+                     shared_done](OpResult result) {
     if (responded->exchange(true)) return;  // a handler answers once
     if (!result.ok()) {
       stats.errors.fetch_add(1, std::memory_order_relaxed);
       spdlog::debug("{} failed: {}", row.spec.name, result.status().ToString());
     }
-    stats.latency.Record(static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                              start)
-            .count()));
-    done(Frames(row, result));
+    record_latency();
+    (*shared_done)(Frames(row, result));
   };
   if (payloads.size() < row.spec.min_payloads || payloads.size() > row.spec.max_payloads) {
     const OpSpec& spec = row.spec;
@@ -144,6 +149,20 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
   }
   try {
     const NoWaitScope no_wait;  // a handler that must wait parks (docs/threading.md)
+    if (row.stream) {
+      // A stream's latency is its life, from the request to its end.
+      ReplyFn emit = [record_latency, responded, shared_done](ReplyFrames frames) {
+        if (frames.kind == ReplyKind::kStreamItem) {
+          if (!responded->load()) (*shared_done)(std::move(frames));
+          return;
+        }
+        if (responded->exchange(true)) return;
+        record_latency();
+        (*shared_done)(std::move(frames));
+      };
+      row.stream(context, payloads, std::move(emit), respond);
+      return;
+    }
     row.handle(context, payloads, respond);
   } catch (const std::exception& e) {
     // Handlers report failures as Status; an exception here is a bug, but it
@@ -155,6 +174,12 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
 
 void Service::OnClosing(std::string_view connection) {
   state_.parked().CloseConnection(connection);
+  state_.kv_streams().CloseConnection(connection);
+}
+
+void Service::OnStreamControl(std::string_view connection, std::string_view uid,
+                              StreamSignal signal) {
+  state_.kv_streams().Control(connection, uid, signal);
 }
 
 void Service::OnDisconnect(std::string_view connection) {
@@ -169,6 +194,11 @@ Reply Service::Call(std::string_view op, Payloads payloads, const RequestContext
   const OpRow* row = table_.FindByName(op);
   if (row == nullptr) {
     return {Status(ErrorCode::kUnknownOperation, "unknown operation '" + std::string(op) + "'"),
+            {}};
+  }
+  if (row->stream) {  // its items need a transport to go to
+    return {Status(ErrorCode::kNotSupported,
+                   std::string(op) + " is a stream: it is served over the transport only"),
             {}};
   }
   std::promise<ReplyFrames> promise;
@@ -233,6 +263,7 @@ StatsSnapshot Service::Snapshot() {
     s.kv_events.recorder = events->recorder().Stats();
   }
   if (kv_publisher_stats_) s.kv_events.publisher = kv_publisher_stats_();
+  s.kv_events.streams = state.kv_streams().Stats();
   for (const OpRow& row : table_.rows()) {
     const RowStats& stats = row_stats_[row.index];
     s.operations.push_back({std::string(row.spec.name), stats.requests.load(),

@@ -63,11 +63,17 @@ class Service final : public RequestHandler {
   void Handle(const RequestRoute& route, const RequestContext& context, Payloads payloads,
               ReplyFn done) override;
   ReplyFrames Refuse(const RequestRoute* route, const Status& status) override;
+  void OnStreamControl(std::string_view connection, std::string_view uid,
+                       StreamSignal signal) override;
   void OnClosing(std::string_view connection) override;
   void OnDisconnect(std::string_view connection) override;
-  // Answers every parked request and parks none from now on (the server
-  // stops: called before the transport stops, so the answers go out).
-  void AnswerParked() { state_.parked().Drain(); }
+  // Answers every parked request and parks none from now on, and ends every
+  // stream and opens none (the server stops: called before the transport
+  // stops, so the answers go out).
+  void AnswerParked() {
+    state_.parked().Drain();
+    state_.kv_streams().Drain();
+  }
 
   // Runs the operation named `op` in process and waits for its reply.
   Reply Call(std::string_view op, Payloads payloads, const RequestContext& context);

@@ -25,6 +25,7 @@
 #include "server/chunk_hasher.h"
 #include "server/instances.h"
 #include "server/keys.h"
+#include "server/kv_event_streams.h"
 #include "server/lookup_leases.h"
 #include "server/registrations.h"
 #include "server/request.h"
@@ -42,7 +43,7 @@ class ServiceState {
   // null) must outlive the state.
   ServiceState(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
                tier::Prefetcher* prefetcher, events::KvEvents* events);
-  ~ServiceState();  // answers every parked request first (kDrained)
+  ~ServiceState();  // answers every parked request and ends every stream first
 
   store::L1Cache& l1() { return *l1_; }
   store::ObjectTable& table() { return l1_->table(); }
@@ -60,6 +61,8 @@ class ServiceState {
   SessionManager& sessions() { return sessions_; }
   // Requests waiting without a thread (deferred replies).
   ParkedRequests& parked() { return *parked_; }
+  // The subscribe_kv_events streams.
+  KvEventStreams& kv_streams() { return kv_streams_; }
   ChunkHasher& hasher() { return hasher_; }
   ServiceCounters& counters() { return counters_; }
   Registrations& registrations() { return registrations_; }
@@ -81,6 +84,7 @@ class ServiceState {
   std::shared_ptr<ParkedRequests> parked_;  // shared: wakers hold it weakly
   ChunkHasher hasher_;
   Registrations registrations_;
+  KvEventStreams kv_streams_;
 };
 
 // A fresh random id (32 hex digits) naming one server start.

@@ -21,6 +21,7 @@
 #include "server/chunk_hasher.h"
 #include "server/gpu_contexts.h"
 #include "server/instances.h"
+#include "server/kv_event_streams.h"
 #include "server/parked_requests.h"
 #include "server/request.h"
 #include "store/evictor.h"
@@ -44,6 +45,7 @@ struct KvEventsStats {
   events::KvEventLogStats log;
   events::KvEventRecorderStats recorder;
   events::VllmPublisherStats publisher;
+  KvEventStreamStats streams;  // subscribe_kv_events
 };
 
 struct StatsSnapshot {

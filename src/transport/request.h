@@ -8,6 +8,7 @@
 // alive for the duration of the call.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -47,14 +48,30 @@ struct RequestContext {
   std::string_view connection;  // opaque, stable while the client stays connected
   Transport transport = Transport::kIpc;
   bool local_peer = true;  // ipc, inproc, or tcp from a loopback address
+  // The request's uid frame as sent (never decoded): with the connection it
+  // names a stream that the client's control frames address.
+  std::string_view uid;
 };
 
 using Payloads = std::span<const std::string_view>;
+
+// What a reply is. A request gets exactly one final reply (kFinal or
+// kStreamEnd); a streaming operation's request may get any number of
+// kStreamItem replies before it, each [uid, operation, value] with the
+// request still open (the reference's MessagingStream items). kStreamEnd is
+// the reference's end-of-stream marker: [uid, operation] and no value frame.
+enum class ReplyKind : std::uint8_t { kFinal, kStreamItem, kStreamEnd };
 
 // Frames 3 and 4 of a reply: the value, and for a failed request the error map.
 struct ReplyFrames {
   std::string value;
   std::optional<std::string> error;
+  ReplyKind kind = ReplyKind::kFinal;
 };
+
+// A client's control frame for one of its streams, [uid, b"", signal] (an
+// empty operation frame): kAck grants the stream its next item (one credit),
+// kCancel ends it. Control frames get no reply of their own.
+enum class StreamSignal : std::uint8_t { kAck, kCancel };
 
 }  // namespace lmcache::transport

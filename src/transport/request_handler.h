@@ -8,7 +8,9 @@
 // with a fake handler and the service without a socket.
 //
 // Thread-safety: implementations must accept Handle from any number of
-// threads at once, and call `done` exactly once per request, from any thread.
+// threads at once, and call `done` with a final reply exactly once per
+// request, from any thread; a streaming operation may call it before that
+// with any number of ReplyKind::kStreamItem replies, never two calls at once.
 #pragma once
 
 #include <cstddef>
@@ -33,6 +35,9 @@ struct TransportStats {
   std::uint64_t replied = 0;
   std::uint64_t undeliverable = 0;  // the peer left, or its queue was full
   std::uint64_t refused = 0;        // answered with an error before running
+  std::uint64_t stream_items = 0;   // items of streaming operations sent
+  std::uint64_t stream_controls = 0;  // control frames (ack, cancel) received
+  std::uint64_t bad_controls = 0;     // control frames that were neither: dropped
   std::uint64_t overloaded = 0;     // refused because a queue was full (402)
   std::uint64_t connections = 0;    // client connections open now
   std::uint64_t disconnects = 0;    // client connections that closed
@@ -54,6 +59,13 @@ class RequestHandler {
   // The reply to a request refused before it ran (`route` is null when the
   // operation itself could not be resolved).
   virtual ReplyFrames Refuse(const RequestRoute* route, const Status& status) = 0;
+  // A control frame of the client connection `connection` for its stream
+  // `uid` (the request's uid frame). Called on the transport's thread; it
+  // gets no reply. A handler without streaming operations ignores it.
+  virtual void OnStreamControl(std::string_view connection, std::string_view uid,
+                               StreamSignal signal) {
+    (void)connection, (void)uid, (void)signal;
+  }
   // The client connection closed (its process exited, crashed or hung up),
   // and requests it sent may still be running: those waiting for something
   // should be answered now (their answers go nowhere). Called on the

@@ -266,6 +266,7 @@ void RouterLoop::Receive(std::size_t socket_index) {
       }
     }
     message->context.connection = message->connection;
+    if (message->frames.size() > 1) message->context.uid = message->frames[1].to_string_view();
     message->context.transport = endpoint.transport;
     message->context.local_peer = endpoint.transport != Transport::kTcp;
     if (endpoint.transport == Transport::kTcp && message->frames.size() > 1) {
@@ -319,6 +320,7 @@ void RouterLoop::ConnectionGone(const std::string& connection) {
 
 void RouterLoop::Deliver(Outgoing& reply) {
   Send(reply);
+  if (reply.connection.empty()) return;  // a stream's item: its request is still open
   // This may run inside one of the handler's own callbacks (an inline
   // reply, or a parked request answered by OnClosing), perhaps under one of
   // its locks: the release waits for the end of the loop's turn.
@@ -347,8 +349,28 @@ void RouterLoop::Refuse(Message& message, const RequestRoute* route, const Statu
   Send(reply);
 }
 
+void RouterLoop::Control(const Message& message) {
+  // [identity, uid, b"", signal]: the reference's MessagingStream control frame.
+  const std::string_view signal =
+      message.frames.size() == 4 ? message.frames[3].to_string_view() : std::string_view();
+  if (signal != "ack" && signal != "cancel") {
+    bad_controls_.fetch_add(1, std::memory_order_relaxed);
+    static RateLimitedLog log(std::chrono::seconds(10));
+    log.Warn("dropped a control frame (empty operation frame) that is neither ack nor cancel");
+    return;
+  }
+  stream_controls_.fetch_add(1, std::memory_order_relaxed);
+  if (message.late) return;  // its streams ended with the connection
+  handler_->OnStreamControl(message.connection, message.frames[1].to_string_view(),
+                            signal == "ack" ? StreamSignal::kAck : StreamSignal::kCancel);
+}
+
 void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
   std::vector<zmq::message_t>& frames = message->frames;
+  if (frames.size() >= 3 && frames[2].size() == 0) {
+    Control(*message);  // no reply, ever
+    return;
+  }
   if (frames.size() < 3) {
     Refuse(*message, nullptr,
            Status(ErrorCode::kMalformedRequest,
@@ -378,9 +400,20 @@ void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
   auto run = [this, routed](std::shared_ptr<Message> request) {
     Message& m = *request;
     handler_->Handle(routed, m.context, m.payloads, [this, request](ReplyFrames reply) {
-      Outgoing out{request->socket_index, std::move(request->frames[0]),
-                   std::move(request->frames[1]), std::move(request->frames[2]),
-                   std::move(reply), request->connection};
+      Outgoing out;
+      out.socket_index = request->socket_index;
+      if (reply.kind == ReplyKind::kStreamItem) {
+        // The request stays open: its frames are copied, and it is not answered.
+        out.identity.copy(request->frames[0]);
+        out.uid.copy(request->frames[1]);
+        out.operation.copy(request->frames[2]);
+      } else {
+        out.identity = std::move(request->frames[0]);
+        out.uid = std::move(request->frames[1]);
+        out.operation = std::move(request->frames[2]);
+        out.connection = request->connection;
+      }
+      out.reply = std::move(reply);
       if (std::this_thread::get_id() == loop_thread_) {
         Deliver(out);  // an inline operation: no hop through the outbox
       } else {
@@ -439,7 +472,9 @@ void RouterLoop::Send(Outgoing& reply) {
   parts.push_back(std::move(reply.identity));
   parts.push_back(std::move(reply.uid));
   parts.push_back(std::move(reply.operation));
-  parts.emplace_back(reply.reply.value.data(), reply.reply.value.size());
+  if (reply.reply.kind != ReplyKind::kStreamEnd) {  // the end marker has no value frame
+    parts.emplace_back(reply.reply.value.data(), reply.reply.value.size());
+  }
   if (reply.reply.error) parts.emplace_back(reply.reply.error->data(), reply.reply.error->size());
   try {
     for (std::size_t i = 0; i < parts.size(); ++i) {
@@ -452,7 +487,11 @@ void RouterLoop::Send(Outgoing& reply) {
         return;
       }
     }
-    replied_.fetch_add(1, std::memory_order_relaxed);
+    if (reply.reply.kind == ReplyKind::kStreamItem) {
+      stream_items_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      replied_.fetch_add(1, std::memory_order_relaxed);
+    }
   } catch (const zmq::error_t& e) {
     // EHOSTUNREACH (ROUTER_MANDATORY): the client disconnected before its reply.
     undeliverable_.fetch_add(1, std::memory_order_relaxed);
@@ -466,6 +505,9 @@ TransportStats RouterLoop::Stats() const {
   stats.replied = replied_.load();
   stats.undeliverable = undeliverable_.load();
   stats.refused = refused_.load();
+  stats.stream_items = stream_items_.load();
+  stats.stream_controls = stream_controls_.load();
+  stats.bad_controls = bad_controls_.load();
   stats.overloaded = overloaded_.load();
   stats.connections = connections_.load();
   stats.disconnects = disconnects_.load();

@@ -25,6 +25,10 @@
 // the uid and operation frames byte for byte and always carry frame 3; a
 // failed request carries the operation's failure value in frame 3 and
 // {code, message} in an extra frame 4, so every request gets an answer.
+// A streaming operation's request may first get items (same frames, the
+// request still open) and ends with the end marker [identity, uid,
+// operation]; the client's control frames for it, [identity, uid, b"",
+// b"ack" | b"cancel"], go to the handler's OnStreamControl and get no reply.
 //
 // Thread-safety: Run() on one thread; Stop() from any thread (also from a
 // signal-handling thread); Stats() from any thread. Everything else is
@@ -103,6 +107,8 @@ class RouterLoop {
   // Drains the socket's monitor: connections that closed are reported.
   void ReceiveMonitorEvents(std::size_t socket_index);
   void Dispatch(std::unique_ptr<Message> message);
+  // A stream's control frame (empty operation frame): to the handler, no reply.
+  void Control(const Message& message);
   void Refuse(Message& message, const RequestRoute* route, const Status& status);
   void Complete(Outgoing reply) LMC_EXCLUDES(outbox_mu_);
   void DrainOutbox() LMC_EXCLUDES(outbox_mu_);
@@ -136,6 +142,9 @@ class RouterLoop {
   std::atomic<std::uint64_t> replied_{0};
   std::atomic<std::uint64_t> undeliverable_{0};
   std::atomic<std::uint64_t> refused_{0};
+  std::atomic<std::uint64_t> stream_items_{0};
+  std::atomic<std::uint64_t> stream_controls_{0};
+  std::atomic<std::uint64_t> bad_controls_{0};
   std::atomic<std::uint64_t> overloaded_{0};
   std::atomic<std::uint64_t> connections_{0};
   std::atomic<std::uint64_t> disconnects_{0};

@@ -233,3 +233,139 @@ def test_bad_poll_arguments_are_answered(server, zmq_ctx):
     assert reply.error is not None
     assert client.call(OP_PING) is True
     client.close()
+
+
+# --------------------------------------------------------------------------- streams
+#
+# subscribe_kv_events as the reference's client drives it: its transport
+# (lmcache/v1/multiprocess/transport/zmq_impl/mq.py with RpcSpec.streaming,
+# and futures.MessagingStream) sends the request like any other, [uid,
+# operation name, payloads...] (instance_id, model_name, cursor, max_events:
+# KVEventModule.subscribe_kv_events), then reads items [uid, operation,
+# KVEventBatch] under that uid until the end marker [uid, operation] (no
+# value frame); after each item it grants one credit with [uid, b"", b"ack"],
+# and ends the stream early with [uid, b"", b"cancel"]. The server sends its
+# status batch at once, and later batches only when it holds a credit and
+# has records (or a loss) for the model.
+
+OP_SUBSCRIBE = "subscribe_kv_events"
+
+
+class EventStream:
+    """One subscription on its own DEALER socket, as the reference client's
+    MessagingStream consumer."""
+
+    def __init__(self, ctx, url, instance_id, cursor, max_events=64, model=MODEL):
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(url)
+        self.uid = msgpack.packb(0)
+        self.op = msgpack.packb(OP_SUBSCRIBE)
+        self.sock.send_multipart([self.uid, self.op] + [msgpack.packb(p) for p in
+                                                        (instance_id, model, cursor, max_events)])
+
+    def next(self, timeout_s=10.0):
+        """The next item's KVEventBatch, or None for the end marker; raises on
+        a timeout."""
+        assert self.sock.poll(int(timeout_s * 1000), zmq.POLLIN), "no stream item"
+        frames = self.sock.recv_multipart()
+        assert frames[0] == self.uid and frames[1] == self.op, frames[:2]
+        if len(frames) == 2:
+            return None  # the end marker
+        assert len(frames) == 3, f"a stream item has {len(frames)} frames: {frames}"
+        batch = msgpack.unpackb(frames[2], raw=False)
+        assert list(batch)[:5] == ["enabled", "incarnation", "next_cursor", "lost", "events"]
+        return batch
+
+    def nothing_within(self, seconds):
+        return not self.sock.poll(int(seconds * 1000), zmq.POLLIN)
+
+    def control(self, signal):
+        self.sock.send_multipart([self.uid, b"", signal])
+
+    def close(self):
+        self.sock.close(0)
+
+
+def test_get_experimental_lists_the_kv_event_stream(server, zmq_ctx):
+    client = Client(zmq_ctx, server.url)
+    assert "kv_event_stream" in client.call("get_experimental")
+    client.close()
+
+
+def test_a_stream_sends_one_batch_per_credit_in_order(server, zmq_ctx):
+    client = Client(zmq_ctx, server.url)
+    chunk = chunk_size(client)
+    instance_id = new_instance_id()
+    reg = register(client, instance_id)
+    pool = map_pool(reg["shm_name"], reg["pool_size"])
+    rng = np.random.default_rng(23)
+    start = poll(client, 1 << 62)["next_cursor"]  # ahead of the log: its last record
+
+    stream = EventStream(zmq_ctx, server.url, instance_id, start, max_events=5)
+    status = stream.next()
+    assert status["enabled"] is True and status["lost"] is False and status["events"] == []
+    assert status["incarnation"] == poll(client, 0)["incarnation"]
+
+    tokens = random_tokens(rng, CHUNKS * chunk)
+    store_prompt(client, pool, instance_id, tokens, CHUNKS, "req-stream", rng)
+    assert stream.nothing_within(0.3), "a batch went out without a credit"
+
+    streamed = []
+    cursor = start
+    def stored_cpu():  # the pool is small: the store also evicts older chunks
+        return [e for e in streamed if e["kind"] == "stored" and e["medium"] == "CPU"]
+
+    while len(stored_cpu()) < CHUNKS:
+        stream.control(b"ack")
+        batch = stream.next()
+        assert batch is not None and batch["lost"] is False
+        assert 0 < len(batch["events"]) <= 5, "never an empty batch, never over max_events"
+        assert batch["next_cursor"] > cursor
+        cursor = batch["next_cursor"]
+        streamed += batch["events"]
+    seqs = [e["seq"] for e in streamed]
+    assert seqs == sorted(set(seqs)), "records repeated or out of order"
+    # The same records a poll of the same range returns, field for field.
+    polled, _ = read_all(client, start)
+    assert streamed == polled[:len(streamed)]
+    assert [e["token_ids"] for e in stored_cpu()] == [tokens[i * chunk:(i + 1) * chunk] for i in range(CHUNKS)]
+
+    # A cancel ends it with the end marker; a late control gets no reply.
+    stream.control(b"cancel")
+    assert stream.next() is None
+    stream.control(b"ack")
+    assert stream.nothing_within(0.3)
+    assert client.call(OP_PING) is True
+    stream.close()
+    client.close()
+
+
+def test_a_newer_subscription_a_close_and_bad_arguments(server, zmq_ctx):
+    client = Client(zmq_ctx, server.url)
+    instance_id = new_instance_id()
+    opened = stats(client)["kv_events"]["streams_opened"]
+
+    first = EventStream(zmq_ctx, server.url, instance_id, 0)
+    assert first.next()["enabled"] is True
+    # The worker reconnects and subscribes again: the older stream ends.
+    second = EventStream(zmq_ctx, server.url, instance_id, 0)
+    assert second.next()["enabled"] is True
+    assert first.next() is None
+    first.close()
+
+    # A client that goes away with its stream open: the server lets go of it.
+    second.close()
+    deadline = time.monotonic() + 10
+    while stats(client)["kv_events"]["streams"] != 0:
+        assert time.monotonic() < deadline, stats(client)["kv_events"]
+        time.sleep(0.05)
+    assert stats(client)["kv_events"]["streams_opened"] == opened + 2
+
+    # Bad arguments (the reference's ValueError): nil plus the error frame,
+    # which ends the stream at its client; the server serves on.
+    for cursor, max_events in ((-1, 16), (0, 0), (0, 1025)):
+        reply = client.request(OP_SUBSCRIBE, instance_id, MODEL, cursor, max_events)
+        assert reply.value is None and reply.error["code"] == 100, reply
+    assert client.call(OP_PING) is True
+    client.close()

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <zmq.hpp>
@@ -24,7 +25,9 @@ namespace {
 using mp::Encoder;
 
 // Operations by name: "echo" (inline), "work" (CPU pool), "fail" (inline,
-// answers an error), "server_info" (inline, like the real one's pid field).
+// answers an error), "server_info" (inline, like the real one's pid field),
+// "stream" (inline: two items at once, then open until a cancel or its
+// connection's close ends it).
 class FakeHandler final : public RequestHandler {
  public:
   Result<RequestRoute> Route(std::string_view frame) const override {
@@ -35,6 +38,7 @@ class FakeHandler final : public RequestHandler {
     if (*name == "fail") return RequestRoute{Pool::kInline, 1024, 2};
     if (*name == "server_info") return RequestRoute{Pool::kInline, 0, 3};
     if (*name == "park") return RequestRoute{Pool::kCpu, 1024, 4};
+    if (*name == "stream") return RequestRoute{Pool::kInline, 1024, 5};
     return Status(ErrorCode::kUnknownOperation, "unknown operation '" + *name + "'");
   }
   void Handle(const RequestRoute& route, const RequestContext& context, Payloads payloads,
@@ -51,6 +55,14 @@ class FakeHandler final : public RequestHandler {
     if (route.row == 4) {  // answered later: when its connection closes
       std::lock_guard<std::mutex> lock(mu_);
       parked_.push_back(std::move(done));
+      return;
+    }
+    if (route.row == 5) {
+      for (int i = 1; i <= 2; ++i) {
+        done({Encoder().Int(i).Take(), std::nullopt, ReplyKind::kStreamItem});
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      streams_[std::string(context.uid)] = std::move(done);
       return;
     }
     if (route.row == 3) {
@@ -77,7 +89,23 @@ class FakeHandler final : public RequestHandler {
     in_closing_ = true;
     for (ReplyFn& done : parked_) done({Encoder().Nil().Take(), std::nullopt});
     parked_.clear();
+    for (auto& [uid, done] : streams_) done({{}, std::nullopt, ReplyKind::kStreamEnd});
+    streams_.clear();
     in_closing_ = false;
+  }
+  void OnStreamControl(std::string_view, std::string_view uid, StreamSignal signal) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    controls_.push_back(std::string(signal == StreamSignal::kAck ? "ack " : "cancel ") +
+                        std::to_string(*protocol::DecodeInt(uid, "uid")));
+    if (signal != StreamSignal::kCancel) return;
+    auto it = streams_.find(std::string(uid));
+    if (it == streams_.end()) return;
+    it->second({{}, std::nullopt, ReplyKind::kStreamEnd});
+    streams_.erase(it);
+  }
+  std::vector<std::string> controls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return controls_;
   }
   void OnDisconnect(std::string_view connection) override {
     if (in_closing_) {  // called back from inside OnClosing: it would deadlock on mu_
@@ -132,6 +160,8 @@ class FakeHandler final : public RequestHandler {
   std::vector<std::string> events_;
   std::vector<std::string> closing_;
   std::vector<ReplyFn> parked_;
+  std::map<std::string, ReplyFn> streams_;  // by uid frame
+  std::vector<std::string> controls_;
   std::atomic<bool> in_closing_{false};
   std::atomic<bool> reentered_{false};
 };
@@ -171,6 +201,13 @@ class RouterLoopTest : public ::testing::Test {
     for (const std::string& p : payloads) frames.push_back(zmq::buffer(p));
     ASSERT_TRUE(zmq::send_multipart(dealer, frames));
   }
+  // A stream's control frame, as the reference's client sends it: [uid, b"", signal].
+  static void SendControl(zmq::socket_t& dealer, std::uint64_t uid, const std::string& signal) {
+    const std::string uid_frame = Encoder().Uint(uid).Take();
+    std::vector<zmq::const_buffer> frames{zmq::buffer(uid_frame), zmq::const_buffer(nullptr, 0),
+                                          zmq::buffer(signal)};
+    ASSERT_TRUE(zmq::send_multipart(dealer, frames));
+  }
   static std::vector<std::string> Receive(zmq::socket_t& dealer, int timeout_ms = 5000) {
     zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) return {};
@@ -205,6 +242,63 @@ TEST_F(RouterLoopTest, RepliesEchoUidAndOperationAndCarryTheValue) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   EXPECT_EQ(loop_->Stats().replied, 2u);
+}
+
+// The reference's streaming transport (RpcSpec.streaming, MessagingStream):
+// items [uid, operation, value] under the request's uid while it stays
+// open, the end marker [uid, operation] without a value frame, and the
+// client's control frames [uid, b"", b"ack" | b"cancel"], which get no reply.
+TEST_F(RouterLoopTest, AStreamSendsItemsThenAnEndMarkerAndControlFramesGetNoReply) {
+  Start({"inproc://router-stream"});
+  auto dealer = Dealer("inproc://router-stream");
+  Send(dealer, 9, "stream");
+  for (int i = 1; i <= 2; ++i) {
+    const auto item = Receive(dealer);
+    ASSERT_EQ(item.size(), 3u) << "item " << i;
+    EXPECT_EQ(item[0], Encoder().Uint(9).Take());
+    EXPECT_EQ(item[1], Encoder().Str("stream").Take());
+    EXPECT_EQ(*protocol::DecodeInt(item[2], "value"), i);
+  }
+  SendControl(dealer, 9, "ack");
+  SendControl(dealer, 9, "bogus");  // neither: dropped and counted
+  EXPECT_TRUE(Receive(dealer, 300).empty()) << "a control frame got a reply";
+  SendControl(dealer, 9, "cancel");
+  const auto end = Receive(dealer);
+  ASSERT_EQ(end.size(), 2u) << "the end marker is [uid, operation]";
+  EXPECT_EQ(end[0], Encoder().Uint(9).Take());
+  EXPECT_EQ(end[1], Encoder().Str("stream").Take());
+  EXPECT_EQ(handler_.controls(), (std::vector<std::string>{"ack 9", "cancel 9"}));
+  // Other requests on the same connection are unaffected.
+  Send(dealer, 10, "echo");
+  EXPECT_EQ(Receive(dealer).size(), 3u);
+  for (int i = 0; i < 200 && loop_->Stats().replied < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const TransportStats stats = loop_->Stats();
+  EXPECT_EQ(stats.stream_items, 2u);
+  EXPECT_EQ(stats.replied, 2u);  // the end marker and the echo
+  EXPECT_EQ(stats.stream_controls, 2u);
+  EXPECT_EQ(stats.bad_controls, 1u);
+}
+
+// An open stream is a request in flight: its connection is released once
+// the handler ends it (on the close), not before.
+TEST_F(RouterLoopTest, AConnectionWithAnOpenStreamIsReleasedOnceTheStreamEnds) {
+  const std::string path = std::filesystem::temp_directory_path() /
+                           ("lmc_router_stream_" + std::to_string(getpid()) + ".sock");
+  Start({"ipc://" + path});
+  {
+    auto client = Dealer("ipc://" + path);
+    Send(client, 3, "stream");
+    ASSERT_EQ(Receive(client).size(), 3u);
+    ASSERT_EQ(Receive(client).size(), 3u);
+  }  // closed with the stream open
+  for (int i = 0; i < 200 && handler_.disconnects() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(handler_.closings(), 1u);
+  EXPECT_EQ(handler_.disconnects(), 1u);
+  EXPECT_FALSE(handler_.reentered());
 }
 
 TEST_F(RouterLoopTest, RequestsRefusedBeforeTheyRunStillGetAReply) {
