@@ -37,8 +37,9 @@ struct KvEvent {
   std::string medium;    // kMediumCpu or kMediumStorage
   std::string location;  // "L1", or the L2 adapter's description ("fs:/data/l2")
   std::string model_name;
-  // The cache salt's tenant as an opaque name (a keyed hash of the salt,
-  // with a key drawn at startup): events of one tenant are told apart from
+  // The cache salt's and request tags' tenant as an opaque name (a keyed
+  // hash of the salt and the tags, with a key drawn at startup; tagged and
+  // untagged objects of a chunk share its hash): events of one tenant are told apart from
   // another's without publishing the salt. Empty for unsalted objects.
   std::string tenant;
   std::vector<store::ChunkHash> block_hashes;

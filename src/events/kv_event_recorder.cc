@@ -12,7 +12,7 @@ namespace {
 
 const std::string kL1Location = "L1";
 
-// The keys of one (model, salt), distinct chunk hashes in order of first sight.
+// The keys of one (model, salt, tags), distinct chunk hashes in order of first sight.
 struct Group {
   const store::ObjectKey* first = nullptr;
   std::vector<store::ChunkHash> hashes;
@@ -31,7 +31,8 @@ std::vector<Group> GroupByTenant(std::span<const store::ObjectKey> keys) {
   for (const store::ObjectKey& key : keys) {
     if (!SpeaksForItsChunk(key)) continue;
     auto group = std::find_if(groups.begin(), groups.end(), [&](const Group& g) {
-      return g.first->model_name == key.model_name && g.first->cache_salt == key.cache_salt;
+      return g.first->model_name == key.model_name && g.first->cache_salt == key.cache_salt &&
+             g.first->tags == key.tags;
     });
     if (group == groups.end()) group = groups.insert(groups.end(), Group{&key, {}});
     // The same chunk in another layout namespace comes in the same batch
@@ -57,10 +58,14 @@ KvEventRecorder::KvEventRecorder(KvEventLog* log, TokenBindings* bindings,
   }
 }
 
-std::string KvEventRecorder::TenantOf(const std::string& cache_salt) const {
-  if (cache_salt.empty()) return {};
+std::string KvEventRecorder::TenantOf(std::string_view cache_salt, std::string_view tags) const {
+  if (cache_salt.empty() && tags.empty()) return {};
   Blake3Hasher hasher(tenant_key_);
+  // The salt's length first: no salt and tag set spell another pair's input.
+  const std::uint64_t salt_size = cache_salt.size();
+  hasher.Update(&salt_size, sizeof(salt_size));
   hasher.Update(cache_salt.data(), cache_salt.size());
+  hasher.Update(tags.data(), tags.size());
   return ToHex(hasher.Finalize()).substr(0, 16);  // 64 bits: tenants stay apart
 }
 
@@ -71,7 +76,7 @@ KvEvent KvEventRecorder::Event(KvEventKind kind, std::string_view medium,
   event.medium = medium;
   event.location = location;
   event.model_name = key.model_name;
-  event.tenant = TenantOf(key.cache_salt);
+  event.tenant = TenantOf(key.cache_salt, key.tags);
   event.block_size = chunk_size_;
   event.timestamp = WallClockSeconds();
   return event;

@@ -7,8 +7,8 @@
 // covers one chunk (the KV ranks and object groups of a chunk collapse
 // into it) and needs the chunk's token binding; a removed event lists one
 // model's chunks of one callback. A clear adds a "cleared" event after its
-// removals. Each event names its tenant by a keyed hash of the cache salt
-// (events/kv_event.h), never the salt.
+// removals. Each event names its tenant by a keyed hash of the cache salt and
+// the request tags (events/kv_event.h), never the salt or the tags.
 //
 // Thread-safety: the callbacks from any threads at once (see StoreListener
 // and L2EventObserver); they do their grouping outside every lock and take
@@ -53,8 +53,10 @@ class KvEventRecorder final : public store::StoreListener, public tier::L2EventO
   // After a clear's deletions: every medium dropped everything.
   void OnCleared();
 
-  // The opaque tenant name of a cache salt ("" for none).
-  std::string TenantOf(const std::string& cache_salt) const;
+  // The opaque tenant name of a cache salt and a key's request tags
+  // (ObjectKey::tags): "" for neither. Tagged and untagged objects of one
+  // chunk share its hash, so the tags must tell their events apart.
+  std::string TenantOf(std::string_view cache_salt, std::string_view tags = {}) const;
   KvEventRecorderStats Stats() const;
 
  private:

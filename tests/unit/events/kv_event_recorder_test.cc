@@ -120,6 +120,28 @@ TEST(KvEventRecorder, ATenantIsAStableOpaqueNameNeverTheSalt) {
   EXPECT_EQ(f.All().at(0).tenant, name);
 }
 
+// Request tags make tagged and untagged stores of the same tokens different
+// objects (same chunk hashes): a router must be able to tell their events
+// apart too, so tags are part of the tenant (issue 22's review).
+TEST(KvEventRecorder, TaggedAndUntaggedObjectsOfOneChunkNameDifferentTenants) {
+  Fixture f;
+  f.BindPrompt();
+  store::ObjectKey untagged = Key(1, 0), tagged = Key(1, 0), other_tag = Key(1, 0);
+  tagged.tags = "team%a";
+  other_tag.tags = "team%b";
+  f.recorder.OnDeleted(std::vector<store::ObjectKey>{untagged, tagged, other_tag},
+                       std::vector<std::uint64_t>(3, 1));
+  const auto events = f.All();
+  ASSERT_EQ(events.size(), 3u) << "one removal per tenant";
+  EXPECT_TRUE(events[0].tenant.empty());
+  EXPECT_EQ(events[1].tenant.size(), 16u);
+  EXPECT_NE(events[1].tenant, events[2].tenant);
+  EXPECT_EQ(events[1].tenant.find("team"), std::string::npos) << "tags are not published";
+  // A salt and a tag set never spell the same tenant.
+  EXPECT_NE(f.recorder.TenantOf("team%a", ""), f.recorder.TenantOf("", "team%a"));
+  EXPECT_EQ(f.recorder.TenantOf("s", ""), f.recorder.TenantOf("s"));
+}
+
 TEST(KvEventRecorder, L2WritesAndDropsNameTheirAdapterAsStorage) {
   Fixture f;
   f.BindPrompt();
