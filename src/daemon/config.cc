@@ -165,6 +165,11 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "MiB of new objects that may wait for L2; beyond it new objects are not written "
                  "to L2 (counted), and stores never wait")
       ->capture_default_str();
+  app.add_option("--l2-store-queue-objects", c->l2_store_queue_objects,
+                 "New objects that may wait for L2 (each costs about 250 bytes while it "
+                 "waits); beyond it, as beyond --l2-store-queue-mb. Raise it with small chunks: "
+                 "at --chunk-size 1 one prompt is one object per token")
+      ->capture_default_str();
   app.add_option("--periodic-notifier-interval-ms", c->periodic_notifier_interval_ms,
                  "Accepted for compatibility; this server's controllers are woken, never polled")
       ->capture_default_str();
@@ -361,11 +366,16 @@ Status FinalizeL2(ServerConfig* c) {
     return InvalidConfig("--l2-store-workers must be in [1, 64]");
   }
   if (c->l2_store_queue_mb < 1) return InvalidConfig("--l2-store-queue-mb must be >= 1");
+  if (c->l2_store_queue_objects < 1 || c->l2_store_queue_objects > (1u << 26)) {
+    return InvalidConfig("--l2-store-queue-objects must be in [1, 67108864], got " +
+                         std::to_string(c->l2_store_queue_objects));
+  }
   l2.prefetch.max_in_flight = c->l2_prefetch_max_in_flight;
   l2.prefetch.load_timeout = std::chrono::milliseconds(
       static_cast<std::int64_t>(c->l2_prefetch_load_timeout * 1000));
   l2.store.workers = c->l2_store_workers;
   l2.store.max_queue_bytes = c->l2_store_queue_mb << 20;
+  l2.store.max_queue_objects = c->l2_store_queue_objects;
   return Status::Ok();
 }
 

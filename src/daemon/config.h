@@ -86,6 +86,7 @@ struct ServerConfig {
   double l2_prefetch_load_timeout = 30;  // seconds; 0 = none
   unsigned l2_store_workers = 2;
   std::uint64_t l2_store_queue_mb = 4096;
+  std::uint64_t l2_store_queue_objects = 65536;
   std::uint32_t periodic_notifier_interval_ms = 5;  // accepted; no polling here
   // KV events (the reference's --kv-event-log-size; the rest are ours).
   std::int64_t kv_event_log_size = 32768;  // records; 0 turns the channel off

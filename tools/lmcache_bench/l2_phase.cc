@@ -233,11 +233,20 @@ Status WaitWrittenBehind(client::Client& c, double objects) {
 }
 
 // A phase's server: a pool twice one round (at least 1 GiB), quiet logs, `extra`.
-std::vector<std::string> PhaseServerArgs(const BenchOptions& o, std::uint64_t round_bytes,
+std::vector<std::string> PhaseServerArgs(const BenchOptions& o, std::uint64_t round_objects,
+                                         std::uint64_t round_bytes,
                                          const std::vector<std::string>& extra) {
   const double pool_gb = std::max(1.0, 2.0 * static_cast<double>(round_bytes) / (1 << 30));
-  std::vector<std::string> args = {"--l1-size-gb", std::to_string(pool_gb), "--log-level", "warn",
-                                   "--chunk-size", std::to_string(o.chunk_size)};
+  // A round's objects all wait for L2 at once (at --chunk-size 1, one per token).
+  const std::uint64_t queue_objects = std::max<std::uint64_t>(65536, 2 * round_objects);
+  std::vector<std::string> args = {"--l1-size-gb",
+                                   std::to_string(pool_gb),
+                                   "--log-level",
+                                   "warn",
+                                   "--chunk-size",
+                                   std::to_string(o.chunk_size),
+                                   "--l2-store-queue-objects",
+                                   std::to_string(queue_objects)};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }
@@ -258,7 +267,8 @@ Result<L2Figures> MeasureL2Phase(const BenchOptions& o, const std::string& binar
   const std::uint64_t prompts = static_cast<std::uint64_t>(o.workers * o.prompts_per_worker);
   const std::uint64_t chunks = o.chunks_per_prompt();
   const std::uint64_t round_bytes = prompts * chunks * o.object_bytes();
-  const std::vector<std::string> args = PhaseServerArgs(o, round_bytes, server_args);
+  const std::vector<std::string> args =
+      PhaseServerArgs(o, prompts * chunks, round_bytes, server_args);
   LMC_ASSIGN_OR_RETURN(auto server, tools::LocalServer::Start(binary, "lmcache_bench_l2", args));
   LMC_ASSIGN_OR_RETURN(
       auto c, Connect(server->url(), 9'000'000, static_cast<std::int64_t>(o.bytes_per_token / 4)));
@@ -320,7 +330,8 @@ Status MeasureCrossNode(const BenchOptions& o, const std::string& binary,
   const std::uint64_t prompts = static_cast<std::uint64_t>(o.workers * o.prompts_per_worker);
   const std::uint64_t chunks = o.chunks_per_prompt();
   const std::uint64_t round_bytes = prompts * chunks * o.object_bytes();
-  const std::vector<std::string> args = PhaseServerArgs(o, round_bytes, server_args);
+  const std::vector<std::string> args =
+      PhaseServerArgs(o, prompts * chunks, round_bytes, server_args);
   LMC_ASSIGN_OR_RETURN(auto node_a,
                        tools::LocalServer::Start(binary, "lmcache_bench_node_a", args));
   LMC_ASSIGN_OR_RETURN(auto node_b,

@@ -36,6 +36,13 @@ TEST(ServerConfig, FlagsAreApplied) {
   EXPECT_EQ(config->l1.eviction_policy, "noop");
   EXPECT_FALSE(config->l1.table.on_demand_eviction);
   EXPECT_EQ(config->l1.allocator.align_bytes, 65536u);
+  // Chunk size 1 (SGLang's one chunk per page) queues a prompt's 131072
+  // objects for L2 at once: the count bound must be settable.
+  auto l2 = Parse({"--l2-store-queue-objects", "1048576", "--l2-store-queue-mb", "2048"});
+  ASSERT_TRUE(l2.ok()) << l2.status().ToString();
+  EXPECT_EQ(l2->l2.store.max_queue_objects, 1u << 20);
+  EXPECT_EQ(l2->l2.store.max_queue_bytes, 2048ull << 20);
+  EXPECT_EQ(Parse({})->l2.store.max_queue_objects, 65536u);
   auto gpu = Parse({"--gpu-backend", "emulated", "--gpu-event-timeout-ms", "250"});
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   EXPECT_EQ(gpu->service.gpu_backend, "emulated");
@@ -71,6 +78,8 @@ TEST(ServerConfig, InvalidValuesNameTheFlag) {
   ExpectRejected({"--max-workers", "0"}, "--max-workers");
   ExpectRejected({"--gpu-backend", "rocm"}, "--gpu-backend");
   ExpectRejected({"--gpu-event-timeout-ms", "0"}, "--gpu-event-timeout-ms");
+  ExpectRejected({"--l2-store-queue-objects", "0"}, "--l2-store-queue-objects");
+  ExpectRejected({"--l2-store-queue-objects", "100000000"}, "--l2-store-queue-objects");
 }
 
 TEST(ServerConfig, EndpointsFollowTheReferenceSpelling) {
