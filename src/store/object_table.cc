@@ -294,6 +294,7 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
         completion.outcomes[i] = WriteOutcome::kDuplicateDiscarded;
       } else {
         shard.resident.emplace(key, ResidentEntry{entry.offset, entry.size, ReadLocks{}});
+        shard.resident_bytes += allocator_->AlignedSize(entry.size);
         admitted.push_back(key);
         admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
         completion.outcomes[i] = WriteOutcome::kAdmitted;
@@ -361,12 +362,14 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
         } else {
           resident =
               shard.resident.emplace(keys[i], ResidentEntry{entry.offset, entry.size, {}}).first;
+          shard.resident_bytes += allocator_->AlignedSize(entry.size);
           admitted.push_back(keys[i]);
           admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
         }
       }
       if (resident == shard.resident.end()) continue;
       resident->second.locks.Lock(lease, reader, count, now, ReadTtl(reader));
+      shard.lock_holders.insert(&resident->second);
       out.grants[i] = {true, resident->second.offset, resident->second.size};
       locked.push_back(keys[i]);
     }
@@ -424,6 +427,9 @@ void ObjectTable::LockGranted(const ReadRequest& request, LeaseId lease,
       }
     }
     if (fresh > 0) locks.Lock(lease, request.owner, fresh, now, ReadTtl(request.owner));
+    Shard& shard = ShardOf(request.keys[i]);
+    shard.mu.AssertHeld();
+    shard.lock_holders.insert(entries[i]);
     out->grants[i] = {true, entries[i]->offset, entries[i]->size};
   }
 }

@@ -305,6 +305,10 @@ class ObjectTable {
   class ShardSetLock;
 
   Shard& ShardOf(const ObjectKey& key) const;
+  // Erases the resident entry `it` of `shard` (locked by the caller),
+  // keeping the shard's figures that Stats reads (object_table_internal.h).
+  template <typename ResidentIterator>
+  void EraseResident(Shard& shard, ResidentIterator it);
   std::uint32_t ShardIndex(const ObjectKey& key) const;
   std::uint32_t num_shards() const;
   // Lease lifetimes by owner: a device owner's leases are pinned (see the

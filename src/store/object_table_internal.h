@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "store/object_table.h"
@@ -61,7 +62,22 @@ struct ObjectTable::Shard {
   std::unordered_map<ObjectKey, ResidentEntry, ObjectKeyHash> resident LMC_GUARDED_BY(mu);
   StagingMap staging LMC_GUARDED_BY(mu);
   std::vector<RetiredEntry> retired LMC_GUARDED_BY(mu);
+  // What Stats reads instead of walking every resident object (a walk took
+  // 49 ms at 157k objects, under the shard locks, on every scrape): their
+  // aligned bytes, kept as entries come and go, and the entries given a read
+  // lock since Stats last found them unlocked, a superset of the locked ones
+  // that Stats prunes (an unordered_map's entries never move).
+  std::uint64_t resident_bytes LMC_GUARDED_BY(mu) = 0;
+  std::unordered_set<const ResidentEntry*> lock_holders LMC_GUARDED_BY(mu);
 };
+
+template <typename ResidentIterator>
+void ObjectTable::EraseResident(Shard& shard, ResidentIterator it) {
+  shard.mu.AssertHeld();
+  shard.resident_bytes -= allocator_->AlignedSize(it->second.size);
+  shard.lock_holders.erase(&it->second);
+  shard.resident.erase(it);
+}
 
 // Locks the shards of a set of keys in ascending index order (deadlock-free
 // against any other ShardSetLock) and unlocks them on destruction.

@@ -74,7 +74,7 @@ std::vector<DeleteOutcome> ObjectTable::Delete(std::span<const ObjectKey> keys, 
         }
         removed.push_back(keys[i]);
         removed_bytes.push_back(allocator_->AlignedSize(res->second.size));
-        shard.resident.erase(res);
+        EraseResident(shard, res);
       }
       if (staged_live) {
         for (const StagedEntry& e : stg->second) shard.retired.push_back(RetireStaged(keys[i], e));
@@ -172,7 +172,7 @@ EvictionReport ObjectTable::EvictLru(std::uint64_t bytes) {
         report.bytes += aligned;
         report.objects += 1;
         freed.Add(it->second.offset);
-        shard.resident.erase(it);
+        EraseResident(shard, it);
         removed.push_back(key);
         evicted.push_back(key);
         evicted_bytes.push_back(aligned);
@@ -273,18 +273,22 @@ TableStats ObjectTable::Stats() const {
   TableStats stats;
   for (std::uint32_t s = 0; s < num_shards(); ++s) {
     ShardSetLock lock(*this, s);
-    const Shard& shard = shards_[s];
+    Shard& shard = shards_[s];  // Stats prunes its lock holders
     shard.mu.AssertHeld();
     const TimeMs now = clock_->NowMs();
-    for (const auto& [key, entry] : shard.resident) {
-      const std::uint64_t bytes = allocator_->AlignedSize(entry.size);
-      stats.resident_objects += 1;
-      stats.resident_bytes += bytes;
-      if (const std::uint32_t locks = entry.locks.count(now); locks > 0) {
-        stats.locked_objects += 1;
-        stats.locked_bytes += bytes;
-        stats.read_locks += locks;
+    stats.resident_objects += shard.resident.size();
+    stats.resident_bytes += shard.resident_bytes;
+    for (auto it = shard.lock_holders.begin(); it != shard.lock_holders.end();) {
+      const std::uint32_t locks = (*it)->locks.count(now);
+      if (locks == 0) {  // released or expired since: only a new lock brings it back
+        it = shard.lock_holders.erase(it);
+        continue;
       }
+      const std::uint64_t bytes = allocator_->AlignedSize((*it)->size);
+      stats.locked_objects += 1;
+      stats.locked_bytes += bytes;
+      stats.read_locks += locks;
+      ++it;
     }
     for (const auto& [key, entries] : shard.staging) {
       for (const StagedEntry& e : entries) {
