@@ -248,7 +248,7 @@ void HttpServer::AddRoutes() {
     const std::string_view payloads[] = {force};
     const std::string connection = "http:" + req.remote_addr;
     const server::RequestContext context{connection, server::Transport::kHttp,
-                                         server::IsLoopbackAddress(req.remote_addr), {}};
+                                         server::IsLoopbackAddress(req.remote_addr), {}, false};
     const server::Reply reply = service.Call("clear_cache", payloads, context);
     if (!reply.status.ok()) {
       return Error(res, reply.status.code() == ErrorCode::kPermissionDenied ? 403 : 500,

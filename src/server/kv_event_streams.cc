@@ -46,6 +46,11 @@ void KvEventStreams::Open(const RequestContext& context, const KvEventSubscripti
                             std::to_string(subscription.max_events)));
     return;
   }
+  if (context.connection_closed) {  // OnClosing has passed: nothing would ever end it
+    respond(
+        Status(ErrorCode::kUnavailable, "the connection closed before the subscription was read"));
+    return;
+  }
   auto stream = std::make_shared<Stream>();
   stream->connection = std::string(context.connection);
   stream->uid = std::string(context.uid);

@@ -51,6 +51,10 @@ struct RequestContext {
   // The request's uid frame as sent (never decoded): with the connection it
   // names a stream that the client's control frames address.
   std::string_view uid;
+  // The connection had closed before this request was read (it was still
+  // queued in the socket): its answer goes nowhere, and nothing it opens
+  // would ever see the close (a stream must not be opened for it).
+  bool connection_closed = false;
 };
 
 using Payloads = std::span<const std::string_view>;

@@ -267,6 +267,7 @@ void RouterLoop::Receive(std::size_t socket_index) {
     }
     message->context.connection = message->connection;
     if (message->frames.size() > 1) message->context.uid = message->frames[1].to_string_view();
+    message->context.connection_closed = message->late;
     message->context.transport = endpoint.transport;
     message->context.local_peer = endpoint.transport != Transport::kTcp;
     if (endpoint.transport == Transport::kTcp && message->frames.size() > 1) {

@@ -233,10 +233,18 @@ Status WaitWrittenBehind(client::Client& c, double objects) {
 }
 
 // A phase's server: a pool twice one round (at least 1 GiB), quiet logs, `extra`.
+// An object takes at least one 4 KiB slot (--l1-align-bytes): at chunk size 1
+// a 1 KiB object takes four times its bytes, and a pool sized by bytes alone
+// evicted a round's objects before they were written behind.
 std::vector<std::string> PhaseServerArgs(const BenchOptions& o, std::uint64_t round_objects,
                                          std::uint64_t round_bytes,
                                          const std::vector<std::string>& extra) {
-  const double pool_gb = std::max(1.0, 2.0 * static_cast<double>(round_bytes) / (1 << 30));
+  constexpr std::uint64_t kSlotBytes = 4096;
+  const std::uint64_t slot_bytes =
+      round_objects * ((round_bytes / std::max<std::uint64_t>(round_objects, 1) + kSlotBytes - 1) /
+                       kSlotBytes * kSlotBytes);
+  const double pool_gb =
+      std::max(1.0, 2.0 * static_cast<double>(std::max(round_bytes, slot_bytes)) / (1 << 30));
   // A round's objects all wait for L2 at once (at --chunk-size 1, one per token).
   const std::uint64_t queue_objects = std::max<std::uint64_t>(65536, 2 * round_objects);
   std::vector<std::string> args = {"--l1-size-gb",

@@ -283,6 +283,19 @@ TEST_F(KvEventStreamsTest, BadArgumentsAndLimitsAreRefusedWithoutOpening) {
   EXPECT_EQ(streams.Stats().open, 3u);
 }
 
+// A subscription read after its connection's close (still queued in the
+// socket) would never see the close: it is refused, not left open forever.
+TEST_F(KvEventStreamsTest, ASubscriptionReadAfterItsConnectionClosedIsNotOpened) {
+  Recorder r;
+  KvEventStreams streams(&events_);
+  RequestContext late = Context("gone", "1");
+  late.connection_closed = true;
+  streams.Open(late, {1, "m", 0, 16}, r.Emit(), r.Fail());
+  EXPECT_EQ(r.failure().code(), ErrorCode::kUnavailable);
+  EXPECT_TRUE(r.items().empty());
+  EXPECT_EQ(streams.Stats().open, 0u);
+}
+
 TEST_F(KvEventStreamsTest, DrainEndsEveryStreamAndRefusesNewOnes) {
   Recorder a, b, late;
   KvEventStreams streams(&events_);
