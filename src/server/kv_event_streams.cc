@@ -58,55 +58,67 @@ void KvEventStreams::Open(const RequestContext& context, const KvEventSubscripti
   stream->model_name = subscription.model_name;
   stream->max_events = static_cast<std::size_t>(subscription.max_events);
   stream->emit = std::move(emit);
-  MutexLock hold(&stream->mu);  // nothing else sends on it before its first batch
-  stream->cursor = static_cast<std::uint64_t>(subscription.cursor);
+  Status refused;
   std::shared_ptr<Stream> replaced;
   {
-    MutexLock lock(&mu_);
-    const StreamKey key{stream->connection, stream->uid};
-    std::size_t of_connection = 0;
-    for (auto it = streams_.lower_bound({stream->connection, {}});
-         it != streams_.end() && it->first.first == stream->connection; ++it) {
-      ++of_connection;
+    MutexLock hold(&stream->mu);  // nothing else sends on it before its first batch
+    stream->cursor = static_cast<std::uint64_t>(subscription.cursor);
+    {
+      MutexLock lock(&mu_);
+      refused = Admit(stream, &replaced);
     }
-    Status refused;
-    if (draining_) {
-      refused = Status(ErrorCode::kUnavailable, "the server is stopping");
-    } else if (streams_.contains(key)) {
-      refused = InvalidArgument("this connection already streams under this request uid");
-    } else if (of_connection >= limits_.per_connection || streams_.size() >= limits_.total) {
-      refused =
-          Status(ErrorCode::kResourceExhausted,
-                 "too many KV event streams open (" + std::to_string(of_connection) +
-                     " of this connection, at most " + std::to_string(limits_.per_connection) +
-                     "; " + std::to_string(streams_.size()) + " in all, at most " +
-                     std::to_string(limits_.total) + ")");
+    if (refused.ok()) {
+      if (events_ != nullptr) events_->StartRecording();  // the first reader: from now on
+      // The status batch, at once (the reference's first read): it tells the
+      // client whether the channel is on and which incarnation it reads.
+      const events::KvEventPage page = Read(*stream);
+      stream->cursor = page.next_cursor;
+      batches_.fetch_add(1, std::memory_order_relaxed);
+      stream->emit(
+          ReplyFrames{events::EncodeKvEventPage(page), std::nullopt, ReplyKind::kStreamItem});
     }
-    if (!refused.ok()) {
-      respond(refused);
-      return;
-    }
-    // One stream per worker instance: a newer subscription replaces the older.
-    if (auto it = by_instance_.find(stream->instance_id); it != by_instance_.end()) {
-      replaced = it->second;
-    }
-    streams_.emplace(key, stream);
-    by_instance_[stream->instance_id] = stream;
-    ++opened_;
-    open_.store(streams_.size(), std::memory_order_relaxed);
   }
-  if (events_ != nullptr) events_->StartRecording();  // the first reader: from now on
-  // The status batch, at once (the reference's first read): it tells the
-  // client whether the channel is on and which incarnation it reads.
-  const events::KvEventPage page = Read(*stream);
-  stream->cursor = page.next_cursor;
-  batches_.fetch_add(1, std::memory_order_relaxed);
-  stream->emit(ReplyFrames{events::EncodeKvEventPage(page), std::nullopt, ReplyKind::kStreamItem});
+  if (!refused.ok()) {  // answered with no lock held, as a Respond must be
+    respond(refused);
+    return;
+  }
   if (replaced) {
-    MutexLock other(&replaced->mu);
-    replaced->end_requested = true;
+    {
+      MutexLock other(&replaced->mu);
+      replaced->end_requested = true;
+    }
+    Wake();
   }
-  if (replaced) Wake();
+}
+
+Status KvEventStreams::Admit(const std::shared_ptr<Stream>& stream,
+                             std::shared_ptr<Stream>* replaced) {
+  const StreamKey key{stream->connection, stream->uid};
+  std::size_t of_connection = 0;
+  for (auto it = streams_.lower_bound({stream->connection, {}});
+       it != streams_.end() && it->first.first == stream->connection; ++it) {
+    ++of_connection;
+  }
+  if (draining_) return Status(ErrorCode::kUnavailable, "the server is stopping");
+  if (streams_.contains(key)) {
+    return InvalidArgument("this connection already streams under this request uid");
+  }
+  if (of_connection >= limits_.per_connection || streams_.size() >= limits_.total) {
+    return Status(ErrorCode::kResourceExhausted,
+                  "too many KV event streams open (" + std::to_string(of_connection) +
+                      " of this connection, at most " + std::to_string(limits_.per_connection) +
+                      "; " + std::to_string(streams_.size()) + " in all, at most " +
+                      std::to_string(limits_.total) + ")");
+  }
+  // One stream per worker instance: a newer subscription replaces the older.
+  if (auto it = by_instance_.find(stream->instance_id); it != by_instance_.end()) {
+    *replaced = it->second;
+  }
+  streams_.emplace(key, stream);
+  by_instance_[stream->instance_id] = stream;
+  ++opened_;
+  open_.store(streams_.size(), std::memory_order_relaxed);
+  return Status::Ok();
 }
 
 void KvEventStreams::Control(std::string_view connection, std::string_view uid,

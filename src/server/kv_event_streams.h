@@ -102,6 +102,10 @@ class KvEventStreams {
   struct Stream;
   using StreamKey = std::pair<std::string, std::string>;  // connection, uid
 
+  // Indexes a new stream, or says why not; the stream it replaces (same
+  // worker instance) in *replaced.
+  Status Admit(const std::shared_ptr<Stream>& stream, std::shared_ptr<Stream>* replaced)
+      LMC_REQUIRES(mu_);
   // Sends what each stream is owed: the next batch, or its end.
   void ServeAll() LMC_EXCLUDES(mu_);
   // True when the stream ended now (the caller drops it from the index).
