@@ -293,7 +293,7 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
         freed.Add(entry.offset);
         completion.outcomes[i] = WriteOutcome::kDuplicateDiscarded;
       } else {
-        shard.resident.emplace(key, ResidentEntry{entry.offset, entry.size, ReadLocks{}});
+        shard.resident.emplace(key, ResidentEntry{entry.offset, entry.size, ReadLocks{}, nullptr, nullptr, false});
         shard.resident_bytes += allocator_->AlignedSize(entry.size);
         admitted.push_back(key);
         admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
@@ -361,7 +361,7 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
           freed.Add(entry.offset);  // expired, or another writer admitted it first
         } else {
           resident =
-              shard.resident.emplace(keys[i], ResidentEntry{entry.offset, entry.size, {}}).first;
+              shard.resident.emplace(keys[i], ResidentEntry{entry.offset, entry.size, {}, nullptr, nullptr, false}).first;
           shard.resident_bytes += allocator_->AlignedSize(entry.size);
           admitted.push_back(keys[i]);
           admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
@@ -369,7 +369,7 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
       }
       if (resident == shard.resident.end()) continue;
       resident->second.locks.Lock(lease, reader, count, now, ReadTtl(reader));
-      shard.lock_holders.insert(&resident->second);
+      shard.AddHolder(&resident->second);
       out.grants[i] = {true, resident->second.offset, resident->second.size};
       locked.push_back(keys[i]);
     }
@@ -429,7 +429,7 @@ void ObjectTable::LockGranted(const ReadRequest& request, LeaseId lease,
     if (fresh > 0) locks.Lock(lease, request.owner, fresh, now, ReadTtl(request.owner));
     Shard& shard = ShardOf(request.keys[i]);
     shard.mu.AssertHeld();
-    shard.lock_holders.insert(entries[i]);
+    shard.AddHolder(entries[i]);
     out->grants[i] = {true, entries[i]->offset, entries[i]->size};
   }
 }
@@ -523,6 +523,8 @@ std::uint64_t ObjectTable::ReleaseLocked(LeaseId lease, std::span<const ObjectKe
     shard.mu.AssertHeld();
     if (auto it = shard.resident.find(key); it != shard.resident.end()) {
       released += it->second.locks.Unlock(lease, count, now);
+      // Still linked among the lock holders: Stats unlinks it (unlinking
+      // here would touch its neighbours, two cache misses per key released).
       continue;
     }
     // A reader of a force-deleted object releases the retired copy.

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "store/object_table.h"
@@ -21,6 +20,12 @@ struct ResidentEntry {
   Offset offset = 0;
   std::uint64_t size = 0;  // bytes the writer asked for (slot length); memory is size aligned up
   ReadLocks locks;
+  // Its links in its shard's list of lock holders (Shard::holders): entries
+  // of an unordered_map never move, and linking costs no hashing and no
+  // allocation on the read path.
+  ResidentEntry* holder_prev = nullptr;
+  ResidentEntry* holder_next = nullptr;
+  bool holder = false;
 };
 
 struct StagedEntry {
@@ -65,17 +70,40 @@ struct ObjectTable::Shard {
   // What Stats reads instead of walking every resident object (a walk took
   // 49 ms at 157k objects, under the shard locks, on every scrape): their
   // aligned bytes, kept as entries come and go, and the entries given a read
-  // lock since Stats last found them unlocked, a superset of the locked ones
-  // that Stats prunes (an unordered_map's entries never move).
+  // lock and not seen unlocked by Stats since, a superset of the locked ones,
+  // as an intrusive list (membership costs no memory beyond the entry's links,
+  // and linking touches only the entry and the list's head).
   std::uint64_t resident_bytes LMC_GUARDED_BY(mu) = 0;
-  std::unordered_set<const ResidentEntry*> lock_holders LMC_GUARDED_BY(mu);
+  ResidentEntry* holders LMC_GUARDED_BY(mu) = nullptr;
+
+  // Links `entry` into `holders` (it was just read-locked); idempotent.
+  void AddHolder(ResidentEntry* entry) LMC_REQUIRES(mu) {
+    if (entry->holder) return;
+    entry->holder = true;
+    entry->holder_prev = nullptr;
+    entry->holder_next = holders;
+    if (holders != nullptr) holders->holder_prev = entry;
+    holders = entry;
+  }
+  // Unlinks `entry` if linked (unlocked now, or leaving the map).
+  void RemoveHolder(ResidentEntry* entry) LMC_REQUIRES(mu) {
+    if (!entry->holder) return;
+    entry->holder = false;
+    if (entry->holder_prev != nullptr) {
+      entry->holder_prev->holder_next = entry->holder_next;
+    } else {
+      holders = entry->holder_next;
+    }
+    if (entry->holder_next != nullptr) entry->holder_next->holder_prev = entry->holder_prev;
+    entry->holder_prev = entry->holder_next = nullptr;
+  }
 };
 
 template <typename ResidentIterator>
 void ObjectTable::EraseResident(Shard& shard, ResidentIterator it) {
   shard.mu.AssertHeld();
   shard.resident_bytes -= allocator_->AlignedSize(it->second.size);
-  shard.lock_holders.erase(&it->second);
+  shard.RemoveHolder(&it->second);
   shard.resident.erase(it);
 }
 

@@ -278,17 +278,17 @@ TableStats ObjectTable::Stats() const {
     const TimeMs now = clock_->NowMs();
     stats.resident_objects += shard.resident.size();
     stats.resident_bytes += shard.resident_bytes;
-    for (auto it = shard.lock_holders.begin(); it != shard.lock_holders.end();) {
-      const std::uint32_t locks = (*it)->locks.count(now);
-      if (locks == 0) {  // released or expired since: only a new lock brings it back
-        it = shard.lock_holders.erase(it);
-        continue;
+    for (ResidentEntry* entry = shard.holders; entry != nullptr;) {
+      ResidentEntry* const next = entry->holder_next;
+      const std::uint32_t locks = entry->locks.count(now);
+      if (locks == 0) {  // expired since: only a new lock brings it back
+        shard.RemoveHolder(entry);
+      } else {
+        stats.locked_objects += 1;
+        stats.locked_bytes += allocator_->AlignedSize(entry->size);
+        stats.read_locks += locks;
       }
-      const std::uint64_t bytes = allocator_->AlignedSize((*it)->size);
-      stats.locked_objects += 1;
-      stats.locked_bytes += bytes;
-      stats.read_locks += locks;
-      ++it;
+      entry = next;
     }
     for (const auto& [key, entries] : shard.staging) {
       for (const StagedEntry& e : entries) {
