@@ -39,15 +39,6 @@ struct KvEventQuery {
 // asking for more gets at most this many (a page may always be shorter).
 constexpr std::int64_t kMaxEventsPerPage = 1024;
 
-Result<KvEventSubscription> ReadKvEventSubscription(Payloads p) {
-  KvEventSubscription s;
-  LMC_ASSIGN_OR_RETURN(s.instance_id, protocol::DecodeInt(p[0], "instance_id"));
-  LMC_ASSIGN_OR_RETURN(s.model_name, protocol::DecodeString(p[1], "model_name"));
-  LMC_ASSIGN_OR_RETURN(s.cursor, protocol::DecodeInt(p[2], "cursor"));
-  LMC_ASSIGN_OR_RETURN(s.max_events, protocol::DecodeInt(p[3], "max_events"));
-  return s;
-}
-
 Result<KvEventQuery> ReadKvEventQuery(Payloads p) {
   KvEventQuery query;
   LMC_ASSIGN_OR_RETURN(query.model_name, protocol::DecodeString(p[0], "model_name"));
@@ -59,6 +50,14 @@ Result<KvEventQuery> ReadKvEventQuery(Payloads p) {
                            std::to_string(query.max_events));
   }
   return query;
+}
+
+// subscribe_kv_events' arguments: the worker instance, then a poll's.
+Result<KvEventSubscription> ReadKvEventSubscription(Payloads p) {
+  LMC_ASSIGN_OR_RETURN(const std::int64_t instance_id, protocol::DecodeInt(p[0], "instance_id"));
+  LMC_ASSIGN_OR_RETURN(KvEventQuery query, ReadKvEventQuery(p.subspan(1)));
+  return KvEventSubscription{instance_id, std::move(query.model_name), query.cursor,
+                             query.max_events};
 }
 
 Handler Answer(std::string value) {
@@ -109,17 +108,17 @@ void AdminOps::AddTo(OpTable* table) {
   // A stream (the reference's RpcSpec.streaming): batches pushed as the log
   // grows, one per credit. Its failure value nil ends it at the client at
   // once (the client then polls).
-  table->AddStream({Op::kSubscribeKvEvents, "subscribe_kv_events", false, P::kInline, 4, 4,
-                    64u << 10, F::kNil},
-                   [this](const RequestContext& context, Payloads payloads, ReplyFn emit,
-                          const Respond& respond) {
-                     auto subscription = ReadKvEventSubscription(payloads);
-                     if (!subscription.ok()) {
-                       respond(subscription.status());
-                       return;
-                     }
-                     deps_.kv_streams.Open(context, *subscription, std::move(emit), respond);
-                   });
+  table->AddStream(
+      {Op::kSubscribeKvEvents, "subscribe_kv_events", false, P::kInline, 4, 4, 64u << 10, F::kNil},
+      [this](const RequestContext& context, Payloads payloads, ReplyFn emit,
+             const Respond& respond) {
+        auto subscription = ReadKvEventSubscription(payloads);
+        if (!subscription.ok()) {
+          respond(subscription.status());
+          return;
+        }
+        deps_.kv_streams.Open(context, *subscription, std::move(emit), respond);
+      });
   table->Add({Op::kGetChunkSize, "get_chunk_size", true, P::kInline, 0, 0, 0, F::kZero},
              Answer(mp::Encoder().Int(deps_.config.chunk_size).Take()));
   table->Add({Op::kNoop, "noop", true, P::kInline, 0, 0, 0, F::kEmptyString},
@@ -131,8 +130,8 @@ void AdminOps::AddTo(OpTable* table) {
   table->Add({Op::kGetExperimental, "get_experimental", true, P::kInline, 0, 0, 0, F::kEmptyList},
              Answer(streams_events ? mp::Encoder().Array(1).Str("kv_event_stream").Take()
                                    : mp::Encoder().Array(0).Take()));
-  table->Add({Op::kReportBlockAllocation, "report_block_allocation", true, P::kCpu, 1, 3,
-              4u << 20, F::kNil},
+  table->Add({Op::kReportBlockAllocation, "report_block_allocation", true, P::kCpu, 1, 3, 4u << 20,
+              F::kNil},
              [this](const RequestContext&, Payloads, const Respond& respond) {
                // Observability only (spec 3.1): counted, not decoded.
                deps_.counters.block_allocation_reports.fetch_add(1, std::memory_order_relaxed);
@@ -165,22 +164,22 @@ void AdminOps::AddUnsupported(OpTable* table) {
       {Op::kCbRegisterRope, "cb_register_rope", true, P::kInline, 0, 16, 1u << 20, F::kNil},
       {Op::kCbUnregisterRope, "cb_unregister_rope", true, P::kInline, 0, 16, 1u << 20, F::kNil},
       {Op::kCbRetrievePreComputed, "cb_retrieve_pre_computed", true, P::kInline, 0, 16, kMax,
-        F::kEventFailure},
+       F::kEventFailure},
       {Op::kCbUnifiedLookup, "cb_unified_lookup", true, P::kInline, 0, 16, kMax, F::kNil},
       {Op::kP2pLookupAndLock, "p2p_lookup_and_lock", true, P::kInline, 0, 16, kMax, F::kZero},
       {Op::kP2pQueryLookupResults, "p2p_query_lookup_results", true, P::kInline, 0, 16, 1u << 20,
-        F::kNil},
+       F::kNil},
       {Op::kP2pUnlockObjects, "p2p_unlock_objects", true, P::kInline, 0, 16, kMax, F::kNil},
       {Op::kCbProtocolHandshake, "cb_protocol_handshake", true, P::kInline, 0, 16, 1u << 20,
-        F::kZeroFalse},
+       F::kZeroFalse},
       // Sent by name by newer reference clients (the frozen table ends at 34).
       // Without a row, such a request got the unknown-operation nil, which
       // the client cannot decode as the declared tuple: its future never
       // resolved and it waited out its timeout (300 s in one connector).
-      {Op::kStoreWithChunkEvents, "store_with_chunk_events", false, P::kAffinity, 0, 16,
-        48u << 20, F::kChunkEventsFailure},
+      {Op::kStoreWithChunkEvents, "store_with_chunk_events", false, P::kAffinity, 0, 16, 48u << 20,
+       F::kChunkEventsFailure},
       {Op::kReleaseChunkStoreEvents, "release_chunk_store_events", false, P::kInline, 0, 16,
-        64u << 10, F::kNil},
+       64u << 10, F::kNil},
   };
   for (const OpSpec& row : rows) {
     table->Add(row, refuse(std::string(row.name) + scope));
@@ -207,9 +206,10 @@ Result<std::uint64_t> AdminOps::Clear(const RequestContext& context, bool force)
   }
   const std::uint64_t cleared = deps_.table.Clear(force);
   if (deps_.events != nullptr && deps_.events->enabled()) deps_.events->recorder().OnCleared();
-  spdlog::warn("clear(force={}) over {}: {} objects removed (locked ones retire when their "
-               "leases end)",
-               force, TransportName(context.transport), cleared);
+  spdlog::warn(
+      "clear(force={}) over {}: {} objects removed (locked ones retire when their "
+      "leases end)",
+      force, TransportName(context.transport), cleared);
   return cleared;
 }
 

@@ -6,18 +6,18 @@
 
 namespace lmcache::server {
 
-void OpTable::Add(OpSpec spec, Handler handler) {
-  LMC_CHECK(Find(spec.op) == nullptr);
-  LMC_CHECK(FindByName(spec.name) == nullptr);
-  LMC_CHECK(spec.min_payloads <= spec.max_payloads);
-  rows_.push_back({spec, std::move(handler), nullptr, rows_.size()});
-}
+void OpTable::Add(OpSpec spec, Handler handler) { AddRow({spec, std::move(handler), nullptr, 0}); }
 
 void OpTable::AddStream(OpSpec spec, StreamHandler handler) {
-  LMC_CHECK(Find(spec.op) == nullptr);
-  LMC_CHECK(FindByName(spec.name) == nullptr);
-  LMC_CHECK(spec.min_payloads <= spec.max_payloads);
-  rows_.push_back({spec, nullptr, std::move(handler), rows_.size()});
+  AddRow({spec, nullptr, std::move(handler), 0});
+}
+
+void OpTable::AddRow(OpRow row) {
+  LMC_CHECK(Find(row.spec.op) == nullptr);
+  LMC_CHECK(FindByName(row.spec.name) == nullptr);
+  LMC_CHECK(row.spec.min_payloads <= row.spec.max_payloads);
+  row.index = rows_.size();
+  rows_.push_back(std::move(row));
 }
 
 const OpRow* OpTable::FindById(std::int64_t id) const {

@@ -136,6 +136,8 @@ class OpTable {
   const std::vector<OpRow>& rows() const { return rows_; }
 
  private:
+  void AddRow(OpRow row);
+
   std::vector<OpRow> rows_;
 };
 

@@ -193,8 +193,8 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
   // Read before allocating: pages made ready after it wake the caller at once.
   const std::uint64_t ready_bytes_seen = allocator_->ready_bytes();
   if (!needs_memory.empty()) {
-    LMC_ASSIGN_OR_RETURN(offsets, AllocateWithEviction(size, needs_memory.size(), mode, warming,
-                                                       &pages_pending));
+    LMC_ASSIGN_OR_RETURN(
+        offsets, AllocateWithEviction(size, needs_memory.size(), mode, warming, &pages_pending));
   }
 
   // Phase 3: stage what got memory, re-checking what changed meanwhile.
@@ -273,11 +273,10 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
           staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, of_lease);
       if (mine == nullptr) {
         // A forced delete may have retired this lease's copy: free it now.
-        auto retired = std::find_if(shard.retired.begin(), shard.retired.end(),
-                                    [&](const RetiredEntry& r) {
-                                      return r.staged && r.write_lease == write_lease &&
-                                             r.key == key;
-                                    });
+        auto retired =
+            std::find_if(shard.retired.begin(), shard.retired.end(), [&](const RetiredEntry& r) {
+              return r.staged && r.write_lease == write_lease && r.key == key;
+            });
         if (retired != shard.retired.end()) {
           freed.Add(retired->offset);
           shard.retired.erase(retired);
@@ -293,8 +292,7 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
         freed.Add(entry.offset);
         completion.outcomes[i] = WriteOutcome::kDuplicateDiscarded;
       } else {
-        shard.resident.emplace(key, ResidentEntry{entry.offset, entry.size, ReadLocks{}, nullptr, nullptr, false});
-        shard.resident_bytes += allocator_->AlignedSize(entry.size);
+        AdmitResident(shard, key, entry.offset, entry.size);
         admitted.push_back(key);
         admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
         completion.outcomes[i] = WriteOutcome::kAdmitted;
@@ -360,9 +358,7 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
         if (now >= entry.expires_ms || resident != shard.resident.end()) {
           freed.Add(entry.offset);  // expired, or another writer admitted it first
         } else {
-          resident =
-              shard.resident.emplace(keys[i], ResidentEntry{entry.offset, entry.size, {}, nullptr, nullptr, false}).first;
-          shard.resident_bytes += allocator_->AlignedSize(entry.size);
+          resident = AdmitResident(shard, keys[i], entry.offset, entry.size);
           admitted.push_back(keys[i]);
           admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
         }
@@ -379,8 +375,8 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
   out.granted = locked.size();
   if (!locked.empty()) {
     out.lease = lease;
-    leases_.Add(lease, {reader, LeaseKind::kRead, std::move(locked),
-                        clock_->NowMs() + ReadTtl(reader)});
+    leases_.Add(lease,
+                {reader, LeaseKind::kRead, std::move(locked), clock_->NowMs() + ReadTtl(reader)});
   }
   return out;
 }
@@ -483,7 +479,8 @@ Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
   }
   if (out.granted > 0) {
     out.lease = lease;
-    LeaseRecord record{request.owner, LeaseKind::kRead,
+    LeaseRecord record{request.owner,
+                       LeaseKind::kRead,
                        {keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(out.granted)},
                        clock_->NowMs() + ReadTtl(request.owner)};
     if (request.extend != kNoLease) {

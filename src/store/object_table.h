@@ -41,8 +41,8 @@
 #pragma once
 
 #include <atomic>
-#include <cstddef>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -157,10 +157,10 @@ struct ReadGrant {
 };
 
 struct ReadAcquisition {
-  LeaseId lease = kNoLease;  // kNoLease when nothing was granted
-  std::size_t granted = 0;   // leading keys granted (whole groups; kAllOrNothing: 0 or all)
-  std::size_t missing = 0;   // kAllOrNothing: keys not resident
-  std::size_t consumed = 0;  // locks taken over from `consume`
+  LeaseId lease = kNoLease;       // kNoLease when nothing was granted
+  std::size_t granted = 0;        // leading keys granted (whole groups; kAllOrNothing: 0 or all)
+  std::size_t missing = 0;        // kAllOrNothing: keys not resident
+  std::size_t consumed = 0;       // locks taken over from `consume`
   std::vector<ReadGrant> grants;  // one per key
 };
 
@@ -194,15 +194,15 @@ struct TableStats {
   // Resident with a live read lease, or staging with a live write lease.
   std::uint64_t locked_objects = 0;
   std::uint64_t locked_bytes = 0;
-  std::uint64_t read_locks = 0;  // live read locks summed over resident objects
+  std::uint64_t read_locks = 0;       // live read locks summed over resident objects
   std::uint64_t retired_objects = 0;  // force-deleted while locked, freed when the lease ends
   std::uint64_t retired_bytes = 0;
   // Staged by a worker whose write lease expired: kept from reuse until the
   // worker's registration ends (it might still write them).
   std::uint64_t quarantined_objects = 0;
   std::uint64_t quarantined_bytes = 0;
-  std::uint64_t read_leases = 0;   // registered read leases
-  std::uint64_t write_leases = 0;  // registered write leases
+  std::uint64_t read_leases = 0;          // registered read leases
+  std::uint64_t write_leases = 0;         // registered write leases
   std::uint64_t on_demand_evictions = 0;  // reservations that evicted to make room
   std::uint64_t expired_writes_reclaimed = 0;
 };
@@ -247,8 +247,7 @@ class ObjectTable {
   // lease, another writer, or a load that landed before the reservation put it
   // there (an L2 hit another prefetch brought in meanwhile stays a hit).
   // `write_lease` may be kNoLease: nothing was staged, only locks are taken.
-  Result<ReadAcquisition> FinishWriteAndRead(LeaseId write_lease, Owner reader,
-                                             std::uint32_t count,
+  Result<ReadAcquisition> FinishWriteAndRead(LeaseId write_lease, Owner reader, std::uint32_t count,
                                              std::span<const ObjectKey> keys);
   // Drops the lease's staged copies; returns how many.
   std::size_t AbortWrite(LeaseId write_lease);
@@ -305,8 +304,10 @@ class ObjectTable {
   class ShardSetLock;
 
   Shard& ShardOf(const ObjectKey& key) const;
-  // Erases the resident entry `it` of `shard` (locked by the caller),
-  // keeping the shard's figures that Stats reads (object_table_internal.h).
+  // Admits (`key` not resident) and erases a resident entry of `shard`
+  // (locked by the caller), keeping the shard's figures that Stats reads
+  // (object_table_internal.h). AdmitResident returns the entry's iterator.
+  auto AdmitResident(Shard& shard, const ObjectKey& key, Offset offset, std::uint64_t size);
   template <typename ResidentIterator>
   void EraseResident(Shard& shard, ResidentIterator it);
   std::uint32_t ShardIndex(const ObjectKey& key) const;
@@ -328,8 +329,8 @@ class ObjectTable {
                    const std::vector<ResidentEntry*>& entries, std::size_t granted, TimeMs now,
                    ReadAcquisition* out) const;
   // Releases up to `count` locks of `lease` on the keys (shards locked by the caller).
-  std::uint64_t ReleaseLocked(LeaseId lease, std::span<const ObjectKey> keys,
-                              std::uint32_t count, TimeMs now, std::vector<Offset>* to_free);
+  std::uint64_t ReleaseLocked(LeaseId lease, std::span<const ObjectKey> keys, std::uint32_t count,
+                              TimeMs now, std::vector<Offset>* to_free);
   // Drops the staged copies of `write_lease` among `keys` (its record already taken).
   std::size_t AbortStaged(LeaseId write_lease, std::span<const ObjectKey> keys);
   // Tell the listeners (with no shard lock held).

@@ -48,12 +48,12 @@ struct RetiredEntry {
   ObjectKey key;
   Offset offset = 0;
   std::uint64_t size = 0;
-  bool staged = false;         // a writer's copy (write lease) rather than a resident one
-  bool quarantined = false;    // staged only: until its writer is released
+  bool staged = false;             // a writer's copy (write lease) rather than a resident one
+  bool quarantined = false;        // staged only: until its writer is released
   LeaseId write_lease = kNoLease;  // staged only
-  Owner writer;                // staged only
-  TimeMs expires_ms = 0;       // staged only
-  ReadLocks locks;             // resident only
+  Owner writer;                    // staged only
+  TimeMs expires_ms = 0;           // staged only
+  ReadLocks locks;                 // resident only
   bool Ended(TimeMs now) const {
     if (quarantined) return false;
     return staged ? now >= expires_ms : !locks.IsLocked(now);
@@ -98,6 +98,14 @@ struct ObjectTable::Shard {
     entry->holder_prev = entry->holder_next = nullptr;
   }
 };
+
+inline auto ObjectTable::AdmitResident(Shard& shard, const ObjectKey& key, Offset offset,
+                                       std::uint64_t size) {
+  shard.mu.AssertHeld();
+  shard.resident_bytes += allocator_->AlignedSize(size);
+  return shard.resident.emplace(key, ResidentEntry{offset, size, {}, nullptr, nullptr, false})
+      .first;
+}
 
 template <typename ResidentIterator>
 void ObjectTable::EraseResident(Shard& shard, ResidentIterator it) {

@@ -281,7 +281,7 @@ TableStats ObjectTable::Stats() const {
     for (ResidentEntry* entry = shard.holders; entry != nullptr;) {
       ResidentEntry* const next = entry->holder_next;
       const std::uint32_t locks = entry->locks.count(now);
-      if (locks == 0) {  // expired since: only a new lock brings it back
+      if (locks == 0) {  // released or expired since: only a new lock links it again
         shard.RemoveHolder(entry);
       } else {
         stats.locked_objects += 1;

@@ -237,14 +237,11 @@ Status WaitWrittenBehind(client::Client& c, double objects) {
 // a 1 KiB object takes four times its bytes, and a pool sized by bytes alone
 // evicted a round's objects before they were written behind.
 std::vector<std::string> PhaseServerArgs(const BenchOptions& o, std::uint64_t round_objects,
-                                         std::uint64_t round_bytes,
                                          const std::vector<std::string>& extra) {
   constexpr std::uint64_t kSlotBytes = 4096;
-  const std::uint64_t slot_bytes =
-      round_objects * ((round_bytes / std::max<std::uint64_t>(round_objects, 1) + kSlotBytes - 1) /
-                       kSlotBytes * kSlotBytes);
+  const std::uint64_t slot_bytes = (o.object_bytes() + kSlotBytes - 1) / kSlotBytes * kSlotBytes;
   const double pool_gb =
-      std::max(1.0, 2.0 * static_cast<double>(std::max(round_bytes, slot_bytes)) / (1 << 30));
+      std::max(1.0, 2.0 * static_cast<double>(round_objects * slot_bytes) / (1 << 30));
   // A round's objects all wait for L2 at once (at --chunk-size 1, one per token).
   const std::uint64_t queue_objects = std::max<std::uint64_t>(65536, 2 * round_objects);
   std::vector<std::string> args = {"--l1-size-gb",
@@ -275,8 +272,7 @@ Result<L2Figures> MeasureL2Phase(const BenchOptions& o, const std::string& binar
   const std::uint64_t prompts = static_cast<std::uint64_t>(o.workers * o.prompts_per_worker);
   const std::uint64_t chunks = o.chunks_per_prompt();
   const std::uint64_t round_bytes = prompts * chunks * o.object_bytes();
-  const std::vector<std::string> args =
-      PhaseServerArgs(o, prompts * chunks, round_bytes, server_args);
+  const std::vector<std::string> args = PhaseServerArgs(o, prompts * chunks, server_args);
   LMC_ASSIGN_OR_RETURN(auto server, tools::LocalServer::Start(binary, "lmcache_bench_l2", args));
   LMC_ASSIGN_OR_RETURN(
       auto c, Connect(server->url(), 9'000'000, static_cast<std::int64_t>(o.bytes_per_token / 4)));
@@ -338,8 +334,7 @@ Status MeasureCrossNode(const BenchOptions& o, const std::string& binary,
   const std::uint64_t prompts = static_cast<std::uint64_t>(o.workers * o.prompts_per_worker);
   const std::uint64_t chunks = o.chunks_per_prompt();
   const std::uint64_t round_bytes = prompts * chunks * o.object_bytes();
-  const std::vector<std::string> args =
-      PhaseServerArgs(o, prompts * chunks, round_bytes, server_args);
+  const std::vector<std::string> args = PhaseServerArgs(o, prompts * chunks, server_args);
   LMC_ASSIGN_OR_RETURN(auto node_a,
                        tools::LocalServer::Start(binary, "lmcache_bench_node_a", args));
   LMC_ASSIGN_OR_RETURN(auto node_b,
