@@ -6,7 +6,14 @@
 // Signals: SIGTERM drains (health 503, new registrations refused, registered
 // workers served until they leave or --drain-timeout-seconds passes, queued
 // writes to L2 flushed), then exits 0; a second SIGTERM or a SIGINT exits at
-// once; SIGHUP reopens the log file.
+// once; SIGHUP reopens the log file. SIGUSR1 is raised by the takeover
+// service: a successor asked for the pool (warm restart, below).
+//
+// Warm restart (docs/architecture.md, "Restarts and upgrades"): a server
+// started with --takeover asks the one running on its takeover socket for
+// the pool before it binds anything; that one stops serving, hands the
+// segment and its index over and exits without removing the pool, and this
+// one adopts it, binds the same endpoints and serves.
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,6 +34,7 @@
 #include "daemon/config.h"
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
+#include "restart/takeover.h"
 #include "transport/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
@@ -44,6 +52,7 @@ sigset_t BlockHandledSignals() {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   return set;
 }
@@ -68,7 +77,7 @@ int NextSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
   return 0;
 }
 
-// Waits for the first SIGTERM or SIGINT; returns it.
+// Waits for the first SIGTERM, SIGINT or SIGUSR1 (a takeover); returns it.
 int WaitForShutdown(const sigset_t& signals) {
   while (true) {
     if (const int s = NextSignal(signals, std::chrono::milliseconds(1000)); s != 0) return s;
@@ -95,6 +104,51 @@ void Drain(const sigset_t& signals, lmcache::server::Service& service,
   }
   spdlog::warn("drain timeout ({} s) passed with {} workers still registered; exiting",
                timeout_seconds, service.instances().size());
+}
+
+lmcache::restart::PoolGeometry GeometryOf(const lmcache::daemon::ServerConfig& config) {
+  return {config.l1.shm_name,
+          config.l1.size_bytes,
+          config.l1.allocator.align_bytes,
+          config.l1.allocator.page_bytes,
+          config.l1.allocator.slab_target_bytes,
+          config.chunk_size};
+}
+
+// The successor's first step: the running server's pool, or nullopt for a
+// cold start (nobody to take over from, or it stepped down for one).
+lmcache::Result<std::optional<lmcache::restart::Inheritance>> AskForThePool(
+    lmcache::daemon::ServerConfig& config) {
+  lmcache::restart::TakeoverHello hello;
+  hello.geometry = GeometryOf(config);
+  if (!config.shm_name_given) hello.geometry.shm_name.clear();  // it takes the running one's
+  hello.cold_if_incompatible = config.takeover == "if-compatible";
+  spdlog::info("takeover: asking the server on {} for its pool (waiting up to {} s for its drain)",
+               config.takeover_socket_path, config.takeover_timeout_seconds);
+  LMC_ASSIGN_OR_RETURN(
+      std::optional<lmcache::restart::Inheritance> inheritance,
+      lmcache::restart::RequestTakeover(
+          config.takeover_socket_path, hello,
+          std::chrono::milliseconds(static_cast<std::int64_t>(config.takeover_timeout_seconds * 1000))));
+  if (!inheritance) {
+    spdlog::info("takeover: no server hands a pool over on {}; starting cold",
+                 config.takeover_socket_path);
+  } else if (!config.shm_name_given) {
+    config.l1.shm_name = inheritance->image.shm_name;
+  }
+  return inheritance;
+}
+
+// The endpoints, retried for a few seconds after a takeover (the
+// predecessor has closed them, but the kernel may still hold a TCP port).
+lmcache::Result<std::unique_ptr<lmcache::transport::RouterLoop>> BindEndpoints(
+    const lmcache::transport::RouterConfig& router, bool after_takeover) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (true) {
+    auto loop = lmcache::transport::RouterLoop::Create(router);
+    if (loop.ok() || !after_takeover || std::chrono::steady_clock::now() >= deadline) return loop;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 void WatchLoops(lmcache::ops::Health& health, lmcache::transport::RouterLoop* router,
@@ -137,15 +191,51 @@ int main(int argc, char** argv) {
   const sigset_t signals = BlockHandledSignals();
   const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
 
+  // A successor asks for the pool before it binds anything: the running
+  // server holds the endpoints until it hands over.
+  const auto takeover_started = std::chrono::steady_clock::now();
+  std::optional<lmcache::restart::Inheritance> inheritance;
+  if (config.takeover != "off") {
+    auto asked = AskForThePool(config);
+    if (!asked.ok()) {
+      spdlog::critical("cannot take over: {}", asked.status().message());
+      return 1;
+    }
+    inheritance = std::move(asked).value();
+  }
+  std::unique_ptr<lmcache::store::L1Cache> adopted_cache;
+  lmcache::server::RestartStats restart;
+  if (inheritance) {
+    lmcache::store::AdoptionReport report;
+    auto adopted = lmcache::store::L1Cache::Adopt(config.l1, &clock,
+                                                  std::move(inheritance->segment),
+                                                  inheritance->image.pool, &report);
+    if (!adopted.ok()) {
+      // The predecessor sees the connection close without an acknowledgement.
+      spdlog::critical("cannot take over the pool: {}", adopted.status().message());
+      return 1;
+    }
+    adopted_cache = std::move(adopted).value();
+    restart = {true, report.objects, report.bytes, report.read_locked, report.held_slots,
+               report.held_bytes, 0, 0};
+    if (auto acked = lmcache::restart::Acknowledge(*inheritance); !acked.ok()) {
+      spdlog::critical("cannot take over: {}", acked.message());
+      return 1;
+    }
+  }
+
   // Endpoints first: a second server refused here has touched nothing.
-  auto loop = lmcache::transport::RouterLoop::Create(config.router);
+  auto loop = BindEndpoints(config.router, inheritance.has_value());
   if (!loop.ok()) {
     spdlog::critical("cannot start: {}", loop.status().message());
     return 1;
   }
-  spdlog::info("creating L1 pool /dev/shm/{} of {:.2f} GiB", config.l1.shm_name,
-               static_cast<double>(config.l1.size_bytes) / static_cast<double>(lmcache::kGiB));
-  auto cache = lmcache::store::L1Cache::Create(config.l1, &clock);
+  lmcache::Result<std::unique_ptr<lmcache::store::L1Cache>> cache = std::move(adopted_cache);
+  if (!inheritance) {
+    spdlog::info("creating L1 pool /dev/shm/{} of {:.2f} GiB", config.l1.shm_name,
+                 static_cast<double>(config.l1.size_bytes) / static_cast<double>(lmcache::kGiB));
+    cache = lmcache::store::L1Cache::Create(config.l1, &clock);
+  }
   if (!cache.ok()) {
     spdlog::critical("cannot start: {}", cache.status().message());
     return 1;
@@ -222,9 +312,39 @@ int main(int argc, char** argv) {
     http = std::move(started).value();
   }
 
+  if (inheritance) {
+    restart.carried_registrations = service.AdoptRegistrations(inheritance->image.registrations);
+  }
+  // Listens for a successor once the pool is this server's.
+  std::unique_ptr<lmcache::restart::TakeoverService> takeover;
+  if (!config.takeover_socket_path.empty()) {
+    auto started = lmcache::restart::TakeoverService::Start(
+        config.takeover_socket_path, GeometryOf(config), [] { kill(getpid(), SIGUSR1); });
+    if (!started.ok()) {
+      spdlog::critical("cannot start: {}", started.status().message());
+      return 1;
+    }
+    takeover = std::move(started).value();
+  }
+
   service.StartMaintenance();
   std::thread loop_thread([router, &service] { router->Run(&service); });
   health.SetPhase(lmcache::ops::Phase::kServing);
+  if (inheritance) {
+    restart.takeover_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                             takeover_started)
+                                   .count();
+    service.SetRestartStats(restart);
+    spdlog::info(
+        "warm restart: took pool {} over from server {}: adopted {} objects ({:.2f} GiB), {} of "
+        "them read-locked (kept for a read lease); dropped {} staged copies (held from reuse "
+        "for a write lease); carried {} registrations; serving {:.3f} s after asking",
+        config.l1.shm_name, inheritance->image.boot_id, restart.adopted_objects,
+        static_cast<double>(restart.adopted_bytes) / static_cast<double>(lmcache::kGiB),
+        restart.adopted_read_locked, restart.dropped_staged, restart.carried_registrations,
+        restart.takeover_seconds);
+    inheritance.reset();
+  }
   spdlog::info(
       "lmcache-server ready: serving {}{} | L1 pool {} ({} bytes) | chunk {} tokens | "
       "boot id {} | pid {}",
@@ -233,7 +353,12 @@ int main(int argc, char** argv) {
       config.l1.shm_name, config.l1.size_bytes, config.chunk_size, service.boot_id(), getpid());
 
   const int first = WaitForShutdown(signals);
-  if (first == SIGTERM && config.drain_timeout_seconds > 0) {
+  std::optional<lmcache::restart::PendingTakeover> successor;
+  if (first == SIGUSR1 && takeover) successor = takeover->Take();
+  if (successor) {
+    spdlog::info("takeover: a successor asked for the pool{}; stopping",
+                 successor->cold ? " (it starts cold: " + successor->mismatch + ")" : "");
+  } else if (first == SIGTERM && config.drain_timeout_seconds > 0) {
     spdlog::info("SIGTERM: draining (new registrations refused, up to {} s)",
                  config.drain_timeout_seconds);
     health.SetPhase(lmcache::ops::Phase::kDraining);
@@ -242,11 +367,19 @@ int main(int argc, char** argv) {
   } else {
     spdlog::info("received {}; shutting down", first == SIGINT ? "SIGINT" : "SIGTERM");
   }
+  takeover.reset();  // no second successor
   health.SetPhase(lmcache::ops::Phase::kDraining);
   // Waits parked without a thread are answered while the transport still
   // sends (nil: "still loading"); none parks after this.
   service.AnswerParked();
-  (*loop)->Stop();
+  if (successor && !successor->cold) {
+    (*loop)->StopRefusing(lmcache::Status(
+        lmcache::ErrorCode::kUnavailable,
+        "this server is handing its pool over to its successor: retry, the successor answers "
+        "on the same endpoint in a moment"));
+  } else {
+    (*loop)->Stop();
+  }
   loop_thread.join();
   const lmcache::server::TransportStats traffic = (*loop)->Stats();
   spdlog::info("served {} requests: {} replies sent, {} refused before dispatch ({} overloaded), "
@@ -258,7 +391,34 @@ int main(int argc, char** argv) {
   service.StopMaintenance();
   if (l2) l2->Stop();  // no lock of the L2 tier outlives it
   kv_publisher.reset();
+  int exit_code = 0;
+  if (successor) {
+    // Nothing of this process writes the pool from here on: requests, the
+    // L2 tier and the maintenance stopped above; StopAndExport stops the
+    // pre-faulter and the evictor.
+    const auto started = std::chrono::steady_clock::now();
+    lmcache::restart::HandoverImage image;
+    if (!successor->cold) {
+      image = {service.boot_id(), config.l1.shm_name, (*cache)->StopAndExport(),
+               service.CarriedRegistrations()};
+    }
+    const lmcache::Status handed = lmcache::restart::HandOver(
+        *successor, (*cache)->segment().fd(), image,
+        std::chrono::milliseconds(static_cast<std::int64_t>(config.takeover_timeout_seconds * 1000)));
+    if (!handed.ok()) {
+      spdlog::error("takeover failed: {}; the pool is removed", handed.message());
+      exit_code = 1;
+    } else if (!successor->cold) {
+      (*cache)->Disown();
+      spdlog::info("handed pool {} over: {} objects, {} staged copies, {} registrations, in {:.3f} s; "
+                   "the successor serves it",
+                   config.l1.shm_name, image.pool.table.resident.size(),
+                   image.pool.table.held.size(), image.registrations.size(),
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    }
+  }
+  const bool kept = successor && !successor->cold && exit_code == 0;
   cache->reset();
-  spdlog::info("L1 pool {} removed; bye", config.l1.shm_name);
-  return 0;
+  spdlog::info("L1 pool {} {}; bye", config.l1.shm_name, kept ? "left to the successor" : "removed");
+  return exit_code;
 }

@@ -31,6 +31,21 @@ std::optional<std::uint64_t> PagePool::Take(std::uint64_t count) {
   return first;
 }
 
+bool PagePool::TakeAt(std::uint64_t first, std::uint64_t count) {
+  if (count == 0) return false;
+  auto run = by_start_.upper_bound(first);
+  if (run == by_start_.begin()) return false;
+  run = std::prev(run);
+  const auto [run_first, run_count] = *run;
+  if (first + count < first || run_first + run_count < first + count) return false;
+  Erase(run);
+  if (first > run_first) Insert(run_first, first - run_first);
+  if (run_first + run_count > first + count) {
+    Insert(first + count, run_first + run_count - (first + count));
+  }
+  return true;
+}
+
 void PagePool::Give(std::uint64_t first, std::uint64_t count) {
   if (count == 0) return;
   std::uint64_t start = first;

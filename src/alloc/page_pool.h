@@ -26,6 +26,9 @@ class PagePool {
 
   // First page of a run of `count` pages, or nullopt when no run is that long.
   std::optional<std::uint64_t> Take(std::uint64_t count);
+  // Takes exactly [first, first + count): false, with nothing taken, unless
+  // one free run holds all of it (a server adopting its predecessor's slabs).
+  bool TakeAt(std::uint64_t first, std::uint64_t count);
   // Returns [first, first + count) to the pool, merging with its neighbours.
   void Give(std::uint64_t first, std::uint64_t count);
 

@@ -155,6 +155,12 @@ std::optional<std::uint32_t> SlabAllocator::AddSlabLocked(std::uint32_t class_id
     first = pool_.Take(pages);
   }
   if (!first) return std::nullopt;
+  return InstallSlabLocked(class_id, *first, pages);
+}
+
+std::uint32_t SlabAllocator::InstallSlabLocked(std::uint32_t class_id, std::uint64_t first,
+                                               std::uint64_t pages) {
+  SizeClass& cls = classes_[class_id];
   const auto capacity = static_cast<std::uint32_t>(
       std::min<std::uint64_t>(pages * config_.page_bytes / cls.object_bytes, UINT32_MAX));
   std::uint32_t id;
@@ -167,7 +173,7 @@ std::optional<std::uint32_t> SlabAllocator::AddSlabLocked(std::uint32_t class_id
   }
   Slab& slab = slabs_[id];
   slab.class_id = class_id;
-  slab.first_page = *first;
+  slab.first_page = first;
   slab.num_pages = pages;
   slab.capacity = capacity;
   slab.in_use.assign(slab.capacity, false);
@@ -343,6 +349,85 @@ AllocatorStats SlabAllocator::Stats() const {
     }
   }
   return stats;
+}
+
+std::vector<SlabRecord> SlabAllocator::Slabs() const {
+  MutexLock lock(&mu_);
+  std::vector<SlabRecord> out;
+  for (const Slab& slab : slabs_) {
+    if (!slab.live) continue;
+    out.push_back({slab.first_page, slab.num_pages, classes_[slab.class_id].object_bytes});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SlabRecord& a, const SlabRecord& b) { return a.first_page < b.first_page; });
+  return out;
+}
+
+Status SlabAllocator::AdoptSlabLocked(const SlabRecord& record) {
+  const std::string which = "slab at page " + std::to_string(record.first_page);
+  if (record.object_bytes == 0 || record.object_bytes % config_.align_bytes != 0 ||
+      record.object_bytes > capacity_bytes()) {
+    return InvalidArgument(which + ": object size " + std::to_string(record.object_bytes) +
+                           " is not a multiple of the alignment within the pool");
+  }
+  if (record.num_pages == 0 || record.num_pages > ready_pages_ ||
+      record.first_page > ready_pages_ - record.num_pages ||
+      record.num_pages * config_.page_bytes < record.object_bytes) {
+    return InvalidArgument(which + " (" + std::to_string(record.num_pages) +
+                           " pages) does not lie in the ready pages or holds no object");
+  }
+  LMC_ASSIGN_OR_RETURN(const std::uint32_t class_id, ClassForLocked(record.object_bytes));
+  if (!pool_.TakeAt(record.first_page, record.num_pages)) {
+    MaybeRetireClassLocked(class_id);
+    return InvalidArgument(which + " overlaps another slab");
+  }
+  (void)InstallSlabLocked(class_id, record.first_page, record.num_pages);
+  return Status::Ok();
+}
+
+Status SlabAllocator::AdoptObjectLocked(Offset offset) {
+  const std::uint64_t page = offset / config_.page_bytes;
+  if (page >= num_pages_ || page_to_slab_[page] == 0) {
+    return InvalidArgument("object at " + std::to_string(offset) + " lies in no adopted slab");
+  }
+  const std::uint32_t slab_id = page_to_slab_[page] - 1;
+  Slab& slab = slabs_[slab_id];
+  SizeClass& cls = classes_[slab.class_id];
+  const std::uint64_t within = offset - slab.first_page * config_.page_bytes;
+  const std::uint64_t slot = within / cls.object_bytes;
+  if (within % cls.object_bytes != 0 || slot >= slab.capacity || slab.in_use[slot]) {
+    return InvalidArgument("object at " + std::to_string(offset) +
+                           " does not start a free slot of its slab");
+  }
+  // The free-slot stacks are rebuilt once all objects are in (Adopt): an
+  // erase here would cost a slab's length per object.
+  slab.in_use[slot] = true;
+  cls.used += 1;
+  used_bytes_ += cls.object_bytes;
+  allocations_ += 1;
+  return Status::Ok();
+}
+
+Status SlabAllocator::Adopt(std::span<const SlabRecord> slabs, std::span<const Offset> offsets) {
+  MutexLock lock(&mu_);
+  if (used_bytes_ != 0 || !classes_.empty()) {
+    return Status(ErrorCode::kWrongState, "only a fresh allocator adopts a predecessor's slabs");
+  }
+  for (const SlabRecord& record : slabs) LMC_RETURN_IF_ERROR(AdoptSlabLocked(record));
+  for (const Offset offset : offsets) LMC_RETURN_IF_ERROR(AdoptObjectLocked(offset));
+  for (std::uint32_t id = 0; id < slabs_.size(); ++id) {
+    Slab& slab = slabs_[id];
+    if (!slab.live) continue;
+    SizeClass& cls = classes_[slab.class_id];
+    slab.free_slots.clear();
+    for (std::uint32_t i = slab.capacity; i-- > 0;) {
+      if (!slab.in_use[i]) slab.free_slots.push_back(i);  // lowest index on top
+    }
+    cls.free_slots -= slab.capacity - slab.free_slots.size();
+    if (slab.free_slots.empty()) cls.partial.erase(slab.first_page);
+    if (slab.free_slots.size() == slab.capacity) ReleaseSlabLocked(id);
+  }
+  return Status::Ok();
 }
 
 Result<std::byte*> SlabAllocator::Resolve(Offset offset, std::uint64_t length) const {

@@ -59,6 +59,15 @@ struct ClassStats {
   std::uint64_t free_objects = 0;  // free slots inside this class's slabs
 };
 
+// One live slab, as a successor server needs it to adopt the slab's objects
+// (docs/architecture.md, "Restarts and upgrades").
+struct SlabRecord {
+  std::uint64_t first_page = 0;
+  std::uint64_t num_pages = 0;
+  std::uint64_t object_bytes = 0;  // aligned size of its objects
+  bool operator==(const SlabRecord&) const = default;
+};
+
 struct AllocatorStats {
   std::uint64_t capacity_bytes = 0;    // whole pages under management
   std::uint64_t used_bytes = 0;        // sum of the aligned sizes of live objects
@@ -127,6 +136,19 @@ class SlabAllocator {
   std::uint64_t capacity_bytes() const { return num_pages_ * config_.page_bytes; }
   const SlabAllocatorConfig& config() const { return config_; }
 
+  // --- handover (a successor server adopts this pool's objects in place) ---
+  // Every live slab, by first page.
+  std::vector<SlabRecord> Slabs() const LMC_EXCLUDES(mu_);
+  // Rebuilds `slabs` at their pages and marks the objects at `offsets` in
+  // use, so no committed byte is copied. Only on a fresh allocator (nothing
+  // allocated yet) with the predecessor's configuration; every slab must lie
+  // in ready pages, and every offset must start a slot of one of them, once.
+  // Slabs left without an object go back to the pool. On an error (the
+  // records contradict each other or this configuration) the allocator is
+  // in an unspecified state and must be discarded.
+  Status Adopt(std::span<const SlabRecord> slabs, std::span<const Offset> offsets)
+      LMC_EXCLUDES(mu_);
+
   // The bytes of [offset, offset + length) if they lie inside the span.
   Result<std::byte*> Resolve(Offset offset, std::uint64_t length) const;
 
@@ -160,6 +182,13 @@ class SlabAllocator {
   std::optional<std::uint32_t> AddSlabLocked(std::uint32_t class_id) LMC_REQUIRES(mu_);
   void ReleaseSlabLocked(std::uint32_t slab_id) LMC_REQUIRES(mu_);
   Offset TakeSlotLocked(std::uint32_t class_id) LMC_REQUIRES(mu_);
+  // Adopt's steps: a slab at the record's pages, and one object in it.
+  Status AdoptSlabLocked(const SlabRecord& record) LMC_REQUIRES(mu_);
+  Status AdoptObjectLocked(Offset offset) LMC_REQUIRES(mu_);
+  // Slab bookkeeping shared by AddSlabLocked and AdoptSlabLocked: a slab of
+  // `class_id` over [first, first + pages), every slot free.
+  std::uint32_t InstallSlabLocked(std::uint32_t class_id, std::uint64_t first, std::uint64_t pages)
+      LMC_REQUIRES(mu_);
   Result<std::uint32_t> SlabOfLocked(Offset offset, std::uint32_t* slot) const LMC_REQUIRES(mu_);
   Status FreeLocked(Offset offset) LMC_REQUIRES(mu_);
   Result<std::vector<Offset>> AllocateLocked(std::uint64_t size, std::size_t count)

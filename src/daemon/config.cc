@@ -201,6 +201,22 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "On SIGTERM, refuse new registrations and wait this long for registered workers "
                  "to leave and queued work to finish, then exit; a second signal exits at once")
       ->capture_default_str();
+  app.add_flag("--takeover{on}", c->takeover,
+               "Warm restart: take the L1 pool, its objects and the workers' registrations over "
+               "from the server running on the same pool (found on --takeover-socket) instead of "
+               "starting cold; it drains, hands over and exits, and this server binds its "
+               "endpoints. Nobody to take over from: a cold start. A pool of another geometry "
+               "(size, alignment, chunk size) is refused unless --takeover=if-compatible, which "
+               "starts cold then (the old pool is removed)")
+      ->capture_default_str();
+  app.add_option("--takeover-socket", c->takeover_socket,
+                 "Unix socket on which this server hands its pool over to a successor "
+                 "(--takeover); 'auto' = <--shm-dir>/.lmcache-takeover-<pool name>, 'off' = none. "
+                 "A successor started without --shm-name needs it given explicitly")
+      ->capture_default_str();
+  app.add_option("--takeover-timeout-seconds", c->takeover_timeout_seconds,
+                 "How long --takeover waits for the running server to drain and hand over")
+      ->capture_default_str();
   app.add_option("--kv-event-log-size", c->kv_event_log_size,
                  "KV events (what L1 and L2 came to hold or lost, for KV-aware routers: "
                  "poll_kv_events, --kv-events-url; recorded from the first poll, or from startup with "
@@ -459,6 +475,40 @@ Status FinalizeKvEvents(ServerConfig* c) {
 
 }  // namespace
 
+namespace {
+
+Status FinalizeTakeover(ServerConfig* c) {
+  if (c->takeover != "off" && c->takeover != "on" && c->takeover != "if-compatible") {
+    return InvalidConfig("--takeover: '" + c->takeover + "' is not on, off or if-compatible");
+  }
+  if (!(c->takeover_timeout_seconds > 0) || c->takeover_timeout_seconds > 86400) {
+    return InvalidConfig("--takeover-timeout-seconds must be in (0, 86400]");
+  }
+  c->shm_name_given = !c->shm_name.empty();
+  if (c->takeover_socket == "off") {
+    if (c->takeover != "off") {
+      return InvalidConfig("--takeover needs a takeover socket: drop --takeover-socket off");
+    }
+    c->takeover_socket_path.clear();
+  } else if (c->takeover_socket == "auto") {
+    if (c->takeover != "off" && !c->shm_name_given) {
+      return InvalidConfig("--takeover without --shm-name: give the running server's --shm-name, "
+                           "or its --takeover-socket");
+    }
+    c->takeover_socket_path = c->shm_dir + "/.lmcache-takeover-" + c->l1.shm_name;
+  } else {
+    c->takeover_socket_path = c->takeover_socket;
+  }
+  if (c->takeover_socket_path.size() >= 108) {
+    return InvalidConfig("--takeover-socket: '" + c->takeover_socket_path +
+                         "' is longer than a unix socket path may be (107 characters); give a "
+                         "shorter one");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Finalize(ServerConfig* c, pid_t pid) {
   if (c->l1_size_gb == 0) c->l1_size_gb = DefaultL1SizeGb();
   if (!(c->l1_size_gb > 0) || !std::isfinite(c->l1_size_gb)) {
@@ -487,6 +537,7 @@ Status Finalize(ServerConfig* c, pid_t pid) {
     return InvalidConfig("--log-level: unknown level '" + c->log_level + "'");
   }
   LMC_ASSIGN_OR_RETURN(c->l1.shm_name, shm::NormalizePoolName(c->shm_name, pid));
+  LMC_RETURN_IF_ERROR(FinalizeTakeover(c));
   LMC_RETURN_IF_ERROR(FinalizeTransport(c));
   LMC_RETURN_IF_ERROR(FinalizeL2(c));
   LMC_RETURN_IF_ERROR(FinalizeKvEvents(c));

@@ -75,6 +75,10 @@ struct ServerConfig {
   std::string http_admin_token;  // read from the file by Finalize
   bool http_admin_open = false;
   double drain_timeout_seconds = 30;
+  // Warm restart (docs/architecture.md, "Restarts and upgrades").
+  std::string takeover = "off";          // off | on | if-compatible
+  std::string takeover_socket = "auto";  // auto: <shm dir>/.lmcache-takeover-<pool name>; off
+  double takeover_timeout_seconds = 120;
   double ready_prefault_fraction = 0;
   std::string shm_dir = "/dev/shm";
   std::string l1_hugepages = "auto";  // auto | on | off (shm/huge_pages.h)
@@ -98,6 +102,8 @@ struct ServerConfig {
   std::string kv_events_hash_format = "int";  // int | bytes
 
   // Filled by Finalize().
+  bool shm_name_given = false;          // --shm-name was set (else a successor takes its predecessor's)
+  std::string takeover_socket_path;     // "" = no takeover socket
   store::L1Config l1;
   tier::L2Config l2;
   server::ServiceConfig service;

@@ -262,4 +262,9 @@ OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& arg
   return protocol::EncodeEventReply(*event, true);
 }
 
+bool GpuOps::BoundToProcess(std::uint64_t registration) const {
+  const GpuContexts* contexts = ContextsIfMade();
+  return contexts != nullptr && contexts->Find(registration) != nullptr;
+}
+
 }  // namespace lmcache::server

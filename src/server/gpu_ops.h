@@ -50,6 +50,8 @@ class GpuOps final : public TransferMode {
   void OnRegistrationGone(std::uint64_t registration) override;
   void AddStats(StatsSnapshot* stats) const override;
   std::optional<std::string> Problem() const override;
+  // A GPU registration maps the worker's device memory into this process.
+  bool BoundToProcess(std::uint64_t registration) const override;
 
  private:
   struct TransferArgs {

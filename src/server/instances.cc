@@ -173,12 +173,52 @@ Result<RegisterOutcome> InstanceRegistry::Register(const EngineContext& context,
 Result<InstanceInfo> InstanceRegistry::Authorize(std::int64_t instance_id,
                                                  std::string_view connection) {
   MutexLock lock(&mu_);
-  auto it = instances_.find(instance_id);
-  if (it == instances_.end()) return NotRegistered(instance_id);
-  if (it->second.connection != connection) return OtherConnection(instance_id);
+  LMC_ASSIGN_OR_RETURN(auto it, HeldByLocked(instance_id, connection));
   it->second.last_seen_ms = clock_->NowMs();
   it->second.heard_since_registration = true;
   return it->second.info;
+}
+
+Result<std::map<std::int64_t, InstanceRegistry::Instance>::iterator> InstanceRegistry::HeldByLocked(
+    std::int64_t instance_id, std::string_view connection) {
+  auto it = instances_.find(instance_id);
+  if (it == instances_.end()) return NotRegistered(instance_id);
+  // Carried across a takeover: the worker's first request comes on a new
+  // connection (its socket reconnected to this process).
+  if (it->second.connection.empty() && !connection.empty()) it->second.connection = connection;
+  if (it->second.connection != connection) return OtherConnection(instance_id);
+  return it;
+}
+
+std::vector<CarriedRegistration> InstanceRegistry::Carry() const {
+  MutexLock lock(&mu_);
+  std::vector<CarriedRegistration> out;
+  for (const auto& [id, instance] : instances_) {
+    out.push_back({id, instance.info.model_name, instance.info.world_size, instance.info.layout});
+  }
+  return out;
+}
+
+Status InstanceRegistry::Adopt(const CarriedRegistration& carried) {
+  MutexLock lock(&mu_);
+  if (instances_.contains(carried.instance_id)) {
+    return InvalidArgument("instance " + std::to_string(carried.instance_id) + " carried twice");
+  }
+  const LayoutKey layout_key{carried.model_name, carried.world_size};
+  LayoutRef& ref = layouts_[layout_key];
+  if (ref.refs > 0 && !ref.layout.SameGeometry(carried.layout)) {
+    return Status(ErrorCode::kLayoutMismatch, "carried instance " +
+                                                  std::to_string(carried.instance_id) +
+                                                  " contradicts the layout of " + carried.model_name);
+  }
+  if (ref.refs == 0) ref.layout = carried.layout;
+  ref.refs += 1;
+  Instance instance;
+  instance.info = {carried.instance_id, next_registration_.fetch_add(1), carried.model_name,
+                   carried.world_size, carried.layout};
+  instance.last_seen_ms = clock_->NowMs();
+  instances_.emplace(carried.instance_id, std::move(instance));
+  return Status::Ok();
 }
 
 bool InstanceRegistry::Heartbeat(std::int64_t instance_id, std::string_view connection) {
@@ -188,9 +228,7 @@ bool InstanceRegistry::Heartbeat(std::int64_t instance_id, std::string_view conn
 Result<RemovedInstance> InstanceRegistry::Unregister(std::int64_t instance_id,
                                                      std::string_view connection) {
   MutexLock lock(&mu_);
-  auto it = instances_.find(instance_id);
-  if (it == instances_.end()) return NotRegistered(instance_id);
-  if (it->second.connection != connection) return OtherConnection(instance_id);
+  LMC_ASSIGN_OR_RETURN(auto it, HeldByLocked(instance_id, connection));
   return RemoveLocked(it);
 }
 

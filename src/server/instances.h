@@ -115,6 +115,17 @@ struct RegisterOutcome {
   std::optional<RemovedInstance> replaced;  // the same id's registration from another connection
 };
 
+// A registration carried across a takeover (docs/architecture.md, "Restarts
+// and upgrades"): the successor holds it for no connection until the worker's
+// first request claims it, so an engine-driven worker keeps its mapping of
+// the same segment and does not re-register.
+struct CarriedRegistration {
+  std::int64_t instance_id = 0;
+  std::string model_name;
+  std::int64_t world_size = 0;
+  ChunkLayout layout;
+};
+
 struct RegistryCounts {
   std::size_t instances = 0;
   std::size_t pending_writes = 0;
@@ -161,6 +172,16 @@ class InstanceRegistry {
   std::optional<store::LeaseId> TakePendingRead(const InstanceInfo& instance,
                                                 const std::string& transfer) LMC_EXCLUDES(mu_);
 
+  // The registrations a successor carries over (pending transfers are not:
+  // they end with the handover).
+  std::vector<CarriedRegistration> Carry() const LMC_EXCLUDES(mu_);
+  // Holds `carried` for no connection: the first connection that names the
+  // instance (Authorize, Heartbeat, Unregister) claims it, and a registration
+  // from any connection replaces it. One that no request claims goes with the
+  // reaper's grace. Fails on a second registration of an id or a layout that
+  // contradicts one adopted before.
+  Status Adopt(const CarriedRegistration& carried) LMC_EXCLUDES(mu_);
+
   // Instances silent for longer than `timeout_ms` (if they ever sent a request
   // after registering) or `grace_ms` (if they never did).
   std::vector<std::int64_t> Silent(TimeMs timeout_ms, TimeMs grace_ms) const LMC_EXCLUDES(mu_);
@@ -184,6 +205,10 @@ class InstanceRegistry {
   };
   using LayoutKey = std::pair<std::string, std::int64_t>;
 
+  // The instance `connection` holds, claiming a carried one nobody holds.
+  Result<std::map<std::int64_t, Instance>::iterator> HeldByLocked(std::int64_t instance_id,
+                                                                  std::string_view connection)
+      LMC_REQUIRES(mu_);
   RemovedInstance RemoveLocked(std::map<std::int64_t, Instance>::iterator it) LMC_REQUIRES(mu_);
   // The instance if `registration` is still its current one.
   Instance* CurrentLocked(const InstanceInfo& instance) LMC_REQUIRES(mu_);

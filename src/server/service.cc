@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <future>
 
 #include "common/version.h"
@@ -244,6 +245,30 @@ void Service::SetL2StatsSource(std::function<tier::L2Stats()> source) {
   l2_stats_ = std::move(source);
 }
 
+std::vector<CarriedRegistration> Service::CarriedRegistrations() {
+  std::vector<CarriedRegistration> carried;
+  for (const InstanceInfo& info : state_.instances().List()) {
+    const bool bound = std::any_of(modes_.begin(), modes_.end(), [&](const auto& mode) {
+      return mode->BoundToProcess(info.registration);
+    });
+    if (!bound) carried.push_back({info.instance_id, info.model_name, info.world_size, info.layout});
+  }
+  return carried;
+}
+
+std::size_t Service::AdoptRegistrations(const std::vector<CarriedRegistration>& carried) {
+  std::size_t adopted = 0;
+  for (const CarriedRegistration& registration : carried) {
+    if (Status status = state_.instances().Adopt(registration); !status.ok()) {
+      spdlog::warn("takeover: registration of instance {} not carried: {}",
+                   registration.instance_id, status.message());
+      continue;
+    }
+    adopted += 1;
+  }
+  return adopted;
+}
+
 StatsSnapshot Service::Snapshot() {
   ServiceState& state = state_;
   StatsSnapshot s;
@@ -255,6 +280,7 @@ StatsSnapshot Service::Snapshot() {
   s.table = state.table().Stats();
   s.flow = state.l1().flow();
   s.prefault = state.l1().prefault();
+  s.restart = restart_;
   s.evictor = state.l1().evictor().Stats();
   if (transport_stats_) s.transport = transport_stats_();
   if (l2_stats_) s.l2 = l2_stats_();

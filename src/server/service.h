@@ -92,6 +92,16 @@ class Service final : public RequestHandler {
   // Where the vLLM-format publisher's counters come from (set once, before serving; none without
   // --kv-events-url).
   void SetKvPublisherStatsSource(std::function<events::VllmPublisherStats()> source);
+  // Warm restart (docs/architecture.md, "Restarts and upgrades"). The
+  // engine-driven registrations a successor carries over (a CUDA-IPC
+  // worker's device mappings cannot be: it registers again).
+  std::vector<CarriedRegistration> CarriedRegistrations();
+  // Holds the predecessor's registrations for the workers' next requests;
+  // returns how many were carried (a contradictory one is logged and left).
+  std::size_t AdoptRegistrations(const std::vector<CarriedRegistration>& carried);
+  // How this server started, for stats and /status (set once, before serving).
+  void SetRestartStats(const RestartStats& restart) { restart_ = restart; }
+
   StatsSnapshot Snapshot();
   ServerStatus CollectStatus();
   // A transfer mode's fault that health reports (not ready), or nullopt.
@@ -126,6 +136,7 @@ class Service final : public RequestHandler {
   std::function<TransportStats()> transport_stats_;
   std::function<tier::L2Stats()> l2_stats_;
   std::function<events::VllmPublisherStats()> kv_publisher_stats_;
+  RestartStats restart_;
 
   PeriodicThread maintenance_;
 };

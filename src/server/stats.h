@@ -48,6 +48,19 @@ struct KvEventsStats {
   KvEventStreamStats streams;  // subscribe_kv_events
 };
 
+// How this server started: cold, or by taking over its predecessor's pool
+// (docs/architecture.md, "Restarts and upgrades"). Set once, before serving.
+struct RestartStats {
+  bool took_over = false;
+  std::uint64_t adopted_objects = 0;
+  std::uint64_t adopted_bytes = 0;
+  std::uint64_t adopted_read_locked = 0;  // kept from eviction for a read TTL
+  std::uint64_t dropped_staged = 0;       // staged copies not served, held for a write TTL
+  std::uint64_t dropped_staged_bytes = 0;
+  std::uint64_t carried_registrations = 0;
+  double takeover_seconds = 0;  // from the request to serving
+};
+
 struct StatsSnapshot {
   std::string version;
   std::string boot_id;
@@ -76,6 +89,7 @@ struct StatsSnapshot {
   GpuStats gpu;                     // the CUDA-IPC path
   KvEventsStats kv_events;
   store::L1Cache::PrefaultProgress prefault;
+  RestartStats restart;
 };
 
 // What GET /status shows: the stats snapshot and the server's identity and

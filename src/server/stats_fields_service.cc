@@ -253,8 +253,38 @@ const Entry<S> kKvEventsRows[] = {
      [](const S& s) { return U(s.kv_events.publisher.replays); }},
 };
 
+const Entry<S> kRestartRows[] = {
+    {{"took_over", K::kGauge, "bool", "restart_took_over",
+      "1 when this server took its pool over from its predecessor (--takeover) instead of "
+      "starting cold."},
+     [](const S& s) { return B(s.restart.took_over); }},
+    {{"adopted_objects", K::kGauge, "objects", "restart_adopted_objects",
+      "Objects the predecessor had committed that this server serves again, in place."},
+     [](const S& s) { return U(s.restart.adopted_objects); }},
+    {{"adopted_bytes", K::kGauge, "bytes", "restart_adopted_bytes",
+      "Aligned bytes of the adopted objects (none was copied)."},
+     [](const S& s) { return U(s.restart.adopted_bytes); }},
+    {{"adopted_read_locked", K::kGauge, "objects", "restart_adopted_read_locked",
+      "Adopted objects a reader held at the handover: kept from eviction for a read lease."},
+     [](const S& s) { return U(s.restart.adopted_read_locked); }},
+    {{"dropped_staged", K::kGauge, "objects", "restart_dropped_staged",
+      "Copies staged but not committed at the handover: never served, their memory kept from "
+      "reuse for a write lease (a worker may still be writing it)."},
+     [](const S& s) { return U(s.restart.dropped_staged); }},
+    {{"dropped_staged_bytes", K::kGauge, "bytes", "restart_dropped_staged_bytes",
+      "Bytes of the dropped staged copies."},
+     [](const S& s) { return U(s.restart.dropped_staged_bytes); }},
+    {{"carried_registrations", K::kGauge, "instances", "restart_carried_registrations",
+      "Engine-driven worker registrations carried over from the predecessor."},
+     [](const S& s) { return U(s.restart.carried_registrations); }},
+    {{"takeover_seconds", K::kGauge, "seconds", "restart_takeover_seconds",
+      "From asking the predecessor to hand over to serving (its drain included)."},
+     [](const S& s) { return F(s.restart.takeover_seconds); }},
+};
+
 }  // namespace
 
+const std::span<const Entry<S>> kRestart(kRestartRows);
 const std::span<const Entry<OperationRow>> kOperation(kOperationRows);
 const std::span<const Entry<S>> kTransportErrors(kTransportErrorsRows);
 const std::span<const Entry<S>> kRouter(kRouterRows);

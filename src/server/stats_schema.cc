@@ -30,6 +30,7 @@ constexpr StatGroup kPrefetchGroup{"prefetch", GroupForm::kMap, "", "L2 prefetch
 constexpr StatGroup kLookupGroup{"lookup", GroupForm::kMap, "", "Lookups"};
 constexpr StatGroup kGpuGroup{"gpu", GroupForm::kMap, "", "GPU (CUDA-IPC path)"};
 constexpr StatGroup kKvEventsGroup{"kv_events", GroupForm::kMap, "", "KV events"};
+constexpr StatGroup kRestartGroup{"restart", GroupForm::kMap, "", "Warm restart (--takeover)"};
 
 template <class E>
 void Fields(std::span<const Entry<E>> table, const E* element, StatsVisitor& v) {
@@ -138,6 +139,7 @@ void VisitStats(const StatsSnapshot* s, StatsVisitor& v) {
   Fields(kBlockReports, s, v);
   Map(kGpuGroup, kGpu, s, v);
   Map(kKvEventsGroup, kKvEvents, s, v);
+  Map(kRestartGroup, kRestart, s, v);
 }
 
 }  // namespace lmcache::server

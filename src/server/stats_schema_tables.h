@@ -41,7 +41,7 @@ extern const std::span<const Entry<ClassRow>> kSizeClass;
 // stats_fields_service.cc
 extern const std::span<const Entry<OperationRow>> kOperation;
 extern const std::span<const Entry<S>> kTransportErrors, kRouter, kInstances, kReleased, kSessions,
-    kParked, kLookup, kBlockReports, kGpu, kKvEvents;
+    kParked, kLookup, kBlockReports, kGpu, kKvEvents, kRestart;
 extern const std::span<const Entry<ParkedRow>> kParkedOperation;
 // stats_fields_l2.cc
 extern const std::span<const Entry<AdapterRow>> kAdapter;

@@ -63,6 +63,12 @@ class TransferMode {
   virtual void OnRegistrationGone(std::uint64_t registration) { (void)registration; }
   // The mode's figures in a stats snapshot.
   virtual void AddStats(StatsSnapshot* stats) const { (void)stats; }
+  // True when the registration holds state of this process that a successor
+  // cannot inherit (device mappings): it is not carried across a takeover.
+  virtual bool BoundToProcess(std::uint64_t registration) const {
+    (void)registration;
+    return false;
+  }
   // A fault health reports (not ready), or nullopt.
   virtual std::optional<std::string> Problem() const { return std::nullopt; }
 

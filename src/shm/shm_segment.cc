@@ -183,6 +183,22 @@ Result<std::unique_ptr<ShmSegment>> ShmSegment::Attach(const std::string& name,
   return std::unique_ptr<ShmSegment>(new ShmSegment(name, std::move(fd), base, actual, false));
 }
 
+Result<std::unique_ptr<ShmSegment>> ShmSegment::Adopt(const std::string& name, UniqueFd fd,
+                                                      std::uint64_t expected_size) {
+  struct stat info {};
+  if (!fd.valid() || fstat(fd.get(), &info) != 0) {
+    return Status(ErrorCode::kIoError, SysError("fstat", name, errno));
+  }
+  const auto actual = static_cast<std::uint64_t>(info.st_size);
+  if (!S_ISREG(info.st_mode) || actual != expected_size) {
+    return Status(ErrorCode::kLayoutMismatch,
+                  "the segment handed over for " + name + " has " + std::to_string(actual) +
+                      " bytes, this server's pool " + std::to_string(expected_size));
+  }
+  LMC_ASSIGN_OR_RETURN(std::byte * base, MapShared(fd.get(), name, actual));
+  return std::unique_ptr<ShmSegment>(new ShmSegment(name, std::move(fd), base, actual, false));
+}
+
 Status ShmSegment::Reserve(std::uint64_t offset, std::uint64_t length,
                            const std::string& shm_dir) const {
   if (offset >= size_) return Status::Ok();

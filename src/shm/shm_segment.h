@@ -54,6 +54,14 @@ class ShmSegment {
   static Result<std::unique_ptr<ShmSegment>> Attach(const std::string& name,
                                                     std::uint64_t expected_size);
 
+  // Server side, on a takeover: maps the segment whose descriptor the
+  // predecessor passed (SCM_RIGHTS). It owns the name (its destructor
+  // unlinks it) only once ClaimName() says the adoption succeeded. The descriptor shares the predecessor's open file
+  // description, so its flock (the proof of a live owner) stays held without
+  // a gap. Fails unless the descriptor is a segment of `expected_size` bytes.
+  static Result<std::unique_ptr<ShmSegment>> Adopt(const std::string& name, UniqueFd fd,
+                                                   std::uint64_t expected_size);
+
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
@@ -96,6 +104,13 @@ class ShmSegment {
 
   // Removes the name (owner only; idempotent). The mapping stays valid.
   Status Unlink();
+  // Gives the name up without removing it: a successor has adopted the
+  // segment (Adopt), and this destructor only unmaps and closes.
+  void Disown() { owner_ = false; }
+  // An adopted segment's name is this object's to remove from now on.
+  void ClaimName() { owner_ = true; }
+  // The descriptor, to pass to a successor; owned by this object.
+  int fd() const { return fd_.get(); }
 
  private:
   ShmSegment(std::string name, UniqueFd fd, std::byte* base, std::uint64_t size, bool owner);

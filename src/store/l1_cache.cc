@@ -50,35 +50,82 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
   shm::CreateOptions options{config.shm_name, config.size_bytes, config.shm_dir,
                              /*reserve_all=*/!config.background_prefault, huge.advise};
   LMC_ASSIGN_OR_RETURN(cache->segment_, shm::ShmSegment::Create(options));
-  const bool background = config.background_prefault;
-  LMC_ASSIGN_OR_RETURN(cache->allocator_,
-                       alloc::SlabAllocator::Create(cache->segment_->bytes(), config.allocator,
-                                                    background ? 0 : config.size_bytes));
+  LMC_RETURN_IF_ERROR(Assemble(cache.get(), config, clock, 0));
+  return cache;
+}
+
+Result<std::unique_ptr<L1Cache>> L1Cache::Adopt(const L1Config& config, const Clock* clock,
+                                                UniqueFd fd, const PoolImage& image,
+                                                AdoptionReport* report) {
+  LMC_RETURN_IF_ERROR(ValidateEvictorConfig(config.evictor));
+  std::unique_ptr<L1Cache> cache(new L1Cache());
+  LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy));
+  LMC_ASSIGN_OR_RETURN(cache->segment_,
+                       shm::ShmSegment::Adopt(config.shm_name, std::move(fd), config.size_bytes));
+  // Until the adoption succeeds the name stays the predecessor's (ClaimName).
+  if (image.ready_bytes > config.size_bytes) {
+    return InvalidArgument("the handed-over pool claims more ready bytes than it has");
+  }
+  L1Config adopted = config;
+  adopted.background_eviction = false;  // started once the objects are in
+  LMC_RETURN_IF_ERROR(Assemble(cache.get(), adopted, clock, image.ready_bytes));
+  std::vector<alloc::Offset> offsets;
+  offsets.reserve(image.table.resident.size() + image.table.held.size());
+  for (const AdoptedObject& object : image.table.resident) offsets.push_back(object.offset);
+  for (const HeldSlot& slot : image.table.held) offsets.push_back(slot.offset);
+  LMC_RETURN_IF_ERROR(cache->allocator_->Adopt(image.slabs, offsets));
+  LMC_ASSIGN_OR_RETURN(*report, cache->table_->Adopt(image.table));
+  cache->segment_->ClaimName();
+  if (config.background_eviction) cache->evictor_->Start();
+  return cache;
+}
+
+Status L1Cache::Assemble(L1Cache* cache, const L1Config& config, const Clock* clock,
+                         std::uint64_t ready_bytes) {
+  const bool background = config.background_prefault || ready_bytes > 0;
+  LMC_ASSIGN_OR_RETURN(
+      cache->allocator_,
+      alloc::SlabAllocator::Create(cache->segment_->bytes(), config.allocator,
+                                   background ? ready_bytes : config.size_bytes));
+  cache->prefaulted_bytes_ = ready_bytes;
   cache->prefault_started_ = std::chrono::steady_clock::now();
   if (background) {
     const std::uint64_t step = std::max(config.prefault_step_bytes, config.allocator.page_bytes);
-    cache->prefaulter_ = std::thread(
-        [raw = cache.get(), threads = config.prefault_threads, step, dir = config.shm_dir,
-         gate = config.before_prefault_step] { raw->PrefaultInBackground(threads, step, dir, gate); });
+    cache->prefaulter_ =
+        std::thread([raw = cache, from = ready_bytes, threads = config.prefault_threads, step,
+                     dir = config.shm_dir, gate = config.before_prefault_step] {
+          raw->PrefaultInBackground(from, threads, step, dir, gate);
+        });
   } else {
     const shm::PrefaultReport report = cache->segment_->Prefault(config.prefault_threads);
     cache->prefaulted_bytes_ = config.size_bytes;
     cache->ReportPrefaultDone(report.seconds, "");
   }
-
   cache->table_ = std::make_unique<ObjectTable>(cache->allocator_.get(), cache->policy_.get(),
                                                 clock, config.table);
   cache->table_->AddListener(&cache->flow_);
   cache->evictor_ = std::make_unique<Evictor>(cache->table_.get(), config.evictor);
   cache->table_->AddListener(cache->evictor_.get());
   if (config.background_eviction) cache->evictor_->Start();
-  return cache;
+  return Status::Ok();
 }
 
-void L1Cache::PrefaultInBackground(unsigned threads, std::uint64_t step, const std::string& shm_dir,
+PoolImage L1Cache::StopAndExport() {
+  stop_prefault_.store(true);
+  if (prefaulter_.joinable()) prefaulter_.join();
+  evictor_->Stop();
+  PoolImage image;
+  image.ready_bytes = allocator_->ready_bytes();
+  image.slabs = allocator_->Slabs();
+  image.table = table_->Export();
+  return image;
+}
+
+void L1Cache::PrefaultInBackground(std::uint64_t from, unsigned threads, std::uint64_t step,
+                                   const std::string& shm_dir,
                                    const std::function<void(std::uint64_t)>& before_step) {
   const std::uint64_t total = segment_->size();
-  for (std::uint64_t offset = 0; offset < total && !stop_prefault_.load(); offset += step) {
+  for (std::uint64_t offset = from; offset < total && !stop_prefault_.load(); offset += step) {
     if (before_step) before_step(offset);
     if (stop_prefault_.load()) break;
     // Reserved first (no write can SIGBUS), then faulted in, then handed out.

@@ -25,6 +25,7 @@
 
 #include "alloc/slab_allocator.h"
 #include "common/clock.h"
+#include "common/unique_fd.h"
 #include "lmcache/status.h"
 #include "shm/huge_pages.h"
 #include "shm/shm_segment.h"
@@ -57,11 +58,26 @@ struct L1Config {
   shm::HugePageMode huge_pages = shm::HugePageMode::kAuto;
 };
 
+// What a successor needs to adopt the pool in place (warm restart): how far
+// pre-faulting got, the allocator's slabs and the table's cut.
+struct PoolImage {
+  std::uint64_t ready_bytes = 0;
+  std::vector<alloc::SlabRecord> slabs;
+  TableImage table;
+};
+
 class L1Cache {
  public:
   // `policy`, when given, replaces the one config.eviction_policy names (tests).
   static Result<std::unique_ptr<L1Cache>> Create(const L1Config& config, const Clock* clock,
                                                  std::unique_ptr<EvictionPolicy> policy = nullptr);
+  // The successor's side of a takeover: adopts the segment behind `fd` (the
+  // predecessor's, same name and size) and its objects in place, then
+  // pre-faults on from where the predecessor stopped. Fails (and leaves the
+  // segment to its owner) when the image does not fit this configuration.
+  static Result<std::unique_ptr<L1Cache>> Adopt(const L1Config& config, const Clock* clock,
+                                                UniqueFd fd, const PoolImage& image,
+                                                AdoptionReport* report);
   ~L1Cache();
   L1Cache(const L1Cache&) = delete;
   L1Cache& operator=(const L1Cache&) = delete;
@@ -84,11 +100,22 @@ class L1Cache {
     std::uint64_t huge_page_bytes = 0;
   };
   PrefaultProgress prefault() const;
+  // The predecessor's side: stops pre-faulting and the evictor (nothing of
+  // this process changes the pool after it), then exports the pool's image.
+  // Every other writer (requests, the L2 tier) must have stopped before.
+  PoolImage StopAndExport();
+  // A successor adopted the segment: destruction unmaps it, never unlinks.
+  void Disown() { segment_->Disown(); }
   // Waits until the pool is pre-faulted, up to `timeout`; true when it is.
   bool WaitPrefaulted(std::chrono::milliseconds timeout) const;
 
  private:
   L1Cache() = default;
+  // Create's and Adopt's common part once the segment exists: the allocator
+  // (pages below `ready_bytes` usable), the background pre-faulter from
+  // there on, the table and the evictor.
+  static Status Assemble(L1Cache* cache, const L1Config& config, const Clock* clock,
+                         std::uint64_t ready_bytes);
 
   std::unique_ptr<shm::ShmSegment> segment_;
   std::unique_ptr<alloc::SlabAllocator> allocator_;
@@ -97,7 +124,8 @@ class L1Cache {
   std::unique_ptr<ObjectTable> table_;
   std::unique_ptr<Evictor> evictor_;
   // The background prefaulter (Prefault steps, then MakeReady).
-  void PrefaultInBackground(unsigned threads, std::uint64_t step, const std::string& shm_dir,
+  void PrefaultInBackground(std::uint64_t from, unsigned threads, std::uint64_t step,
+                            const std::string& shm_dir,
                             const std::function<void(std::uint64_t)>& before_step);
   std::thread prefaulter_;
   std::atomic<bool> stop_prefault_{false};

@@ -207,6 +207,35 @@ struct TableStats {
   std::uint64_t expired_writes_reclaimed = 0;
 };
 
+// The table as a successor server adopts it in place (warm restart,
+// docs/architecture.md "Restarts and upgrades"). Resident objects come in
+// eviction order, oldest first. `held` is memory the predecessor had lent to
+// writers (staged copies, quarantined and retired ones): a worker may still
+// be copying into it, so the successor keeps it from reuse for a write TTL.
+struct AdoptedObject {
+  ObjectKey key;
+  Offset offset = 0;
+  std::uint64_t size = 0;
+  // A reader held it at the handover (a lookup's locks, a worker copying out
+  // of it): the successor keeps it from eviction for a read TTL.
+  bool read_locked = false;
+};
+struct HeldSlot {
+  Offset offset = 0;
+  std::uint64_t size = 0;
+};
+struct TableImage {
+  std::vector<AdoptedObject> resident;
+  std::vector<HeldSlot> held;
+};
+struct AdoptionReport {
+  std::uint64_t objects = 0;  // resident again, in the predecessor's eviction order
+  std::uint64_t bytes = 0;
+  std::uint64_t read_locked = 0;  // of them, kept from eviction for a read TTL
+  std::uint64_t held_slots = 0;   // kept from reuse for a write TTL
+  std::uint64_t held_bytes = 0;
+};
+
 struct ResidentEntry;  // object_table_internal.h
 
 class ObjectTable {
@@ -280,6 +309,16 @@ class ObjectTable {
   // quarantined instead, until ReleaseOwner of the worker) and retired objects
   // whose leases ended, and forgets expired lease records. Returns objects freed.
   std::uint64_t ReclaimExpired();
+
+  // --- handover (object_table_handover.cc) ---
+  // Everything a successor adopts: taken with every shard locked, so it is
+  // one consistent cut (the caller has stopped the traffic before).
+  TableImage Export() const;
+  // Admits `image` into this fresh table whose allocator has adopted the
+  // same offsets (SlabAllocator::Adopt): no byte is copied, no listener is
+  // told (the objects are not new). Refuses invalid or duplicate keys and a
+  // size that does not match its slot; the table must then be discarded.
+  Result<AdoptionReport> Adopt(const TableImage& image);
 
   std::optional<ObjectInfo> Find(const ObjectKey& key) const;
   TableStats Stats() const;

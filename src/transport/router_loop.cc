@@ -191,6 +191,11 @@ void RouterLoop::Stop() {
   }
 }
 
+void RouterLoop::StopRefusing(Status why) {
+  final_refusal_ = std::move(why);  // published to the loop thread by stop_'s store
+  Stop();
+}
+
 void RouterLoop::Run(RequestHandler* handler) {
   handler_ = handler;
   loop_thread_ = std::this_thread::get_id();
@@ -227,6 +232,15 @@ void RouterLoop::Run(RequestHandler* handler) {
   cpu_pool_->Stop();
   DrainOutbox();
   ReleaseAnswered();
+  if (final_refusal_) {
+    refusing_ = true;
+    std::uint64_t before = 0;
+    do {  // until a pass reads nothing
+      before = received_.load(std::memory_order_relaxed);
+      for (std::size_t i = 0; i < n; ++i) Receive(i);
+    } while (received_.load(std::memory_order_relaxed) != before);
+    DrainOutbox();
+  }
 }
 
 void RouterLoop::Receive(std::size_t socket_index) {
@@ -382,6 +396,10 @@ void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
   Result<RequestRoute> route = handler_->Route(frames[2].to_string_view());
   if (!route.ok()) {
     Refuse(*message, nullptr, route.status());
+    return;
+  }
+  if (refusing_) {
+    Refuse(*message, &*route, *final_refusal_);
     return;
   }
   for (std::size_t i = 3; i < frames.size(); ++i) {

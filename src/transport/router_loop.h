@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,11 @@ class RouterLoop {
   // Serves `handler` until Stop(); then drains the pools and sends their last replies.
   void Run(RequestHandler* handler);
   void Stop();
+  // Stop(), and before the sockets close answer every request still queued
+  // in them with `why` (an error the client decodes and may retry) instead
+  // of dropping it: a server handing over to its successor. Only requests
+  // that arrive after that last read are lost with the connection.
+  void StopRefusing(Status why);
   // The bound endpoints (a tcp port 0 resolved to the real port).
   const std::vector<std::string>& endpoints() const { return endpoints_; }
   TransportStats Stats() const;
@@ -134,6 +140,9 @@ class RouterLoop {
   std::unique_ptr<AffinityPool> affinity_pool_;
   std::unique_ptr<ThreadPool> cpu_pool_;
   std::atomic<bool> stop_{false};
+  // Set by StopRefusing before stop_; read by the loop thread once stopped.
+  std::optional<Status> final_refusal_;
+  bool refusing_ = false;  // the loop thread's: Dispatch refuses everything
 
   Mutex outbox_mu_;
   std::deque<Outgoing> outbox_ LMC_GUARDED_BY(outbox_mu_);

@@ -53,5 +53,24 @@ TEST(PagePool, OnlyReadyPagesAreHandedOutUntilTheRestIsGiven) {
   EXPECT_EQ(*b, 4u);
 }
 
+TEST(PagePool, TakeAtTakesExactlyThatRangeOrNothing) {
+  PagePool pool(10, 10);
+  EXPECT_TRUE(pool.TakeAt(3, 2));  // splits [0,10) into [0,3) and [5,10)
+  EXPECT_EQ(pool.free_pages(), 8u);
+  EXPECT_EQ(pool.run_count(), 2u);
+  EXPECT_FALSE(pool.TakeAt(4, 1));   // taken already
+  EXPECT_FALSE(pool.TakeAt(2, 2));   // straddles a taken page
+  EXPECT_FALSE(pool.TakeAt(9, 2));   // past the end
+  EXPECT_FALSE(pool.TakeAt(0, 0));
+  EXPECT_EQ(pool.free_pages(), 8u);  // refusals took nothing
+  EXPECT_TRUE(pool.TakeAt(0, 3));    // a whole run
+  EXPECT_TRUE(pool.TakeAt(9, 1));    // a run's tail
+  EXPECT_EQ(pool.free_pages(), 4u);
+  pool.Give(3, 2);
+  auto run = pool.Take(6);  // [3,9) coalesced again
+  ASSERT_TRUE(run);
+  EXPECT_EQ(*run, 3u);
+}
+
 }  // namespace
 }  // namespace lmcache::alloc

@@ -293,5 +293,76 @@ TEST_F(SlabAllocatorTest, RandomWorkloadKeepsAccountingExact) {
   EXPECT_EQ(a->Stats().pool_free_bytes, 128 * kMiB);
 }
 
+// A successor adopting a predecessor's pool (warm restart): the same slabs
+// at the same pages, the live objects in use, nothing else.
+TEST_F(SlabAllocatorTest, AdoptRebuildsThePredecessorsObjectsInPlace) {
+  SlabAllocatorConfig config;
+  config.slab_target_bytes = 1 * kMiB;
+  auto old_a = Make(64 * kMiB, config);
+  std::vector<Offset> small;
+  std::vector<Offset> large;
+  for (int i = 0; i < 300; ++i) small.push_back(*old_a->Allocate(10'000));
+  for (int i = 0; i < 5; ++i) large.push_back(*old_a->Allocate(3 * kMiB));
+  // Some die before the handover: their slots must be free in the successor,
+  // and a slab left empty must go back to the pool.
+  std::vector<Offset> kept;
+  for (std::size_t i = 0; i < small.size(); ++i) {
+    if (i % 3 == 0 || i >= 200) {
+      ASSERT_TRUE(old_a->Free(small[i]).ok());
+    } else {
+      kept.push_back(small[i]);
+    }
+  }
+  kept.insert(kept.end(), large.begin(), large.end());
+  const std::vector<SlabRecord> slabs = old_a->Slabs();
+  const AllocatorStats before = old_a->Stats();
+
+  // The successor maps the same bytes (here: the same buffer).
+  auto created = SlabAllocator::Create(buffer_->span(), config);
+  ASSERT_TRUE(created.ok());
+  auto next = std::move(created).value();
+  ASSERT_TRUE(next->Adopt(slabs, kept).ok());
+  const AllocatorStats after = next->Stats();
+  EXPECT_EQ(after.used_bytes, before.used_bytes);
+  EXPECT_EQ(after.pool_free_bytes, before.pool_free_bytes);
+  for (const Offset offset : kept) {
+    auto size = next->ObjectSize(offset);
+    ASSERT_TRUE(size.ok()) << offset;
+    EXPECT_EQ(*size, *old_a->ObjectSize(offset));
+  }
+  // New objects never land on an adopted one, and freeing works as usual.
+  std::set<Offset> live(kept.begin(), kept.end());
+  for (int i = 0; i < 500; ++i) {
+    auto offset = next->Allocate(10'000);
+    if (!offset.ok()) break;
+    EXPECT_TRUE(live.insert(*offset).second) << "handed out an adopted slot " << *offset;
+  }
+  for (const Offset offset : live) EXPECT_TRUE(next->Free(offset).ok());
+  EXPECT_EQ(next->Stats().used_bytes, 0u);
+  EXPECT_EQ(next->Stats().pool_free_bytes, 64 * kMiB);
+}
+
+TEST_F(SlabAllocatorTest, AdoptRefusesRecordsThatContradictEachOtherOrTheConfig) {
+  auto fresh = [this] {
+    return std::move(SlabAllocator::Create(buffer_->span(), SlabAllocatorConfig{})).value();
+  };
+  Make(16 * kMiB);  // 8 pages of 2 MiB
+  const SlabRecord good{0, 2, 12288};
+  EXPECT_TRUE(fresh()->Adopt(std::vector<SlabRecord>{good}, std::vector<Offset>{12288}).ok());
+  // Overlapping slabs, slabs past the pool, sizes off the alignment.
+  EXPECT_FALSE(fresh()->Adopt(std::vector<SlabRecord>{good, {1, 2, 12288}}, {}).ok());
+  EXPECT_FALSE(fresh()->Adopt(std::vector<SlabRecord>{{7, 2, 12288}}, {}).ok());
+  EXPECT_FALSE(fresh()->Adopt(std::vector<SlabRecord>{{0, 2, 1000}}, {}).ok());
+  EXPECT_FALSE(fresh()->Adopt(std::vector<SlabRecord>{{0, 0, 4096}}, {}).ok());
+  // Objects off a slot, outside every slab, or named twice.
+  EXPECT_FALSE(fresh()->Adopt(std::vector<SlabRecord>{good}, std::vector<Offset>{4096}).ok());
+  EXPECT_FALSE(fresh()->Adopt(std::vector<SlabRecord>{good}, std::vector<Offset>{6 * 2 * kMiB}).ok());
+  EXPECT_FALSE(fresh()->Adopt(std::vector<SlabRecord>{good}, std::vector<Offset>{0, 0}).ok());
+  // Only a fresh allocator adopts.
+  auto used = fresh();
+  ASSERT_TRUE(used->Allocate(4096).ok());
+  EXPECT_EQ(used->Adopt(std::vector<SlabRecord>{{4, 1, 4096}}, {}).code(), ErrorCode::kWrongState);
+}
+
 }  // namespace
 }  // namespace lmcache::alloc

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
+#include <set>
 #include <filesystem>
 #include <thread>
 
@@ -146,6 +148,98 @@ TEST_F(L1CacheTest, InvalidPolicyOrEvictorSettingsAreRefusedBeforeAnythingIsBuil
   auto refused = L1Cache::Create(config_, &clock_);
   EXPECT_NE(refused.status().message().find("--eviction-ratio"), std::string::npos);
   EXPECT_FALSE(SegmentExists());
+}
+
+// Warm restart in one process: a successor adopts the predecessor's
+// segment through a duplicate of its descriptor (what SCM_RIGHTS hands over)
+// and serves every committed object at the same offset with the same bytes.
+TEST_F(L1CacheTest, ASuccessorAdoptsThePoolInPlaceAndOwnsItsName) {
+  auto first = L1Cache::Create(config_, &clock_);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  L1Cache& a = **first;
+  ASSERT_TRUE(a.WaitPrefaulted(std::chrono::seconds(30)));
+  Store(a, 0, 6);
+  for (std::uint64_t i = 0; i < 6; ++i) {
+    const auto info = a.table().Find(testing::KeysN(i, 1)[0]);
+    ASSERT_TRUE(info);
+    std::memset(a.segment().base() + info->offset, static_cast<int>(0x40 + i), kMiB);
+  }
+  // One object read-locked, one copy staged (a worker may still write it).
+  const std::vector<ObjectKey> read_key = testing::KeysN(1, 1);
+  ReadRequest request;
+  request.keys = read_key;
+  request.owner = Owner::Session(1);
+  auto read = a.table().AcquireRead(request);
+  ASSERT_TRUE(read.ok());
+  auto staged = a.table().ReserveWrite(testing::KeysN(100, 1), kMiB, Owner::Instance(2),
+                                       AllocationMode::kAllOrNothing);
+  ASSERT_TRUE(staged.ok());
+  const Offset staged_offset = staged->offsets[0];
+
+  const PoolImage image = a.StopAndExport();
+  EXPECT_EQ(image.table.resident.size(), 6u);
+  ASSERT_EQ(image.table.held.size(), 1u);
+  AdoptionReport report;
+  auto second = L1Cache::Adopt(config_, &clock_, UniqueFd(dup(a.segment().fd())), image, &report);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  L1Cache& b = **second;
+  EXPECT_EQ(report.objects, 6u);
+  EXPECT_EQ(report.bytes, 6 * kMiB);
+  EXPECT_EQ(report.read_locked, 1u);
+  EXPECT_EQ(report.held_slots, 1u);
+  a.Disown();
+  first->reset();
+  EXPECT_TRUE(SegmentExists()) << "the predecessor removed the name it handed over";
+
+  for (std::uint64_t i = 0; i < 6; ++i) {
+    const auto info = b.table().Find(testing::KeysN(i, 1)[0]);
+    ASSERT_TRUE(info) << i;
+    const std::byte* bytes = b.segment().base() + info->offset;
+    EXPECT_EQ(bytes[0], static_cast<std::byte>(0x40 + i));
+    EXPECT_EQ(bytes[kMiB - 1], static_cast<std::byte>(0x40 + i));
+  }
+  EXPECT_FALSE(b.table().Find(testing::KeysN(100, 1)[0])) << "a staged copy is never served";
+  EXPECT_EQ(b.table().Stats().resident_objects, 6u);
+  EXPECT_EQ(b.table().Stats().read_locks, 1u);
+  // The pool fills: no new object lands on the held slot while the write
+  // TTL runs, and the read-locked object is not evicted for room.
+  std::set<Offset> handed_out;
+  auto fill = b.table().ReserveWrite(testing::KeysN(200, 16), kMiB, Owner::Instance(3),
+                                     AllocationMode::kLongestPrefix);
+  ASSERT_TRUE(fill.ok());
+  for (std::size_t i = 0; i < fill->outcomes.size(); ++i) {
+    if (fill->outcomes[i] == WriteReservation::kReserved) handed_out.insert(fill->offsets[i]);
+  }
+  EXPECT_FALSE(handed_out.contains(staged_offset));
+  EXPECT_TRUE(b.table().Find(testing::KeysN(1, 1)[0]));
+  b.table().AbortWrite(fill->lease);
+  // Once the write TTL passed, the held slot is memory like any other.
+  clock_.Advance(config_.table.write_ttl_ms + 1);
+  EXPECT_EQ(b.table().ReclaimExpired(), 1u);
+  EXPECT_EQ(b.table().Stats().retired_objects, 0u);
+  second->reset();
+  EXPECT_FALSE(SegmentExists()) << "the successor owns the name now";
+}
+
+TEST_F(L1CacheTest, AnImageThatDoesNotFitThisPoolIsRefusedAndTheNameLeftAlone) {
+  auto first = L1Cache::Create(config_, &clock_);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE((*first)->WaitPrefaulted(std::chrono::seconds(30)));
+  Store(**first, 0, 2);
+  PoolImage image = (*first)->StopAndExport();
+  image.table.resident.push_back(image.table.resident[0]);  // named twice
+  AdoptionReport report;
+  auto refused = L1Cache::Adopt(config_, &clock_, UniqueFd(dup((*first)->segment().fd())), image,
+                                &report);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_TRUE(SegmentExists());
+  L1Config other = config_;
+  other.size_bytes = 32 * kMiB;
+  image.table.resident.pop_back();
+  auto wrong_size = L1Cache::Adopt(other, &clock_, UniqueFd(dup((*first)->segment().fd())), image,
+                                   &report);
+  EXPECT_EQ(wrong_size.status().code(), ErrorCode::kLayoutMismatch);
+  EXPECT_TRUE(SegmentExists());
 }
 
 }  // namespace

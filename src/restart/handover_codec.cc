@@ -1,0 +1,322 @@
+#include "restart/handover_codec.h"
+
+#include <cstring>
+#include <type_traits>
+
+namespace lmcache::restart {
+namespace {
+
+class ByteWriter {
+ public:
+  template <typename T>
+  void Put(T value) {
+    static_assert(std::is_integral_v<T>);
+    const auto wide = static_cast<std::make_unsigned_t<T>>(value);
+    for (std::size_t i = 0; i < sizeof(T); ++i) {
+      out_.push_back(static_cast<char>((static_cast<std::uint64_t>(wide) >> (8 * i)) & 0xff));
+    }
+  }
+  void PutString(std::string_view s) {
+    Put(static_cast<std::uint32_t>(s.size()));
+    out_.append(s);
+  }
+  void PutInts(const std::vector<std::int64_t>& values) {
+    Put(static_cast<std::uint64_t>(values.size()));
+    for (const std::int64_t v : values) Put(v);
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class ByteReader {
+ public:
+  ByteReader(std::string_view bytes, std::string_view what) : bytes_(bytes), what_(what) {}
+
+  template <typename T>
+  Status Get(T* value, std::string_view field) {
+    static_assert(std::is_integral_v<T>);
+    if (bytes_.size() - pos_ < sizeof(T)) return Truncated(field);
+    std::uint64_t wide = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) {
+      wide |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes_[pos_ + i])) << (8 * i);
+    }
+    pos_ += sizeof(T);
+    *value = static_cast<T>(static_cast<std::make_unsigned_t<T>>(wide));
+    return Status::Ok();
+  }
+  Status GetBool(bool* value, std::string_view field) {
+    std::uint8_t byte = 0;
+    LMC_RETURN_IF_ERROR(Get(&byte, field));
+    if (byte > 1) return Bad(field, "is neither 0 nor 1");
+    *value = byte == 1;
+    return Status::Ok();
+  }
+  Status GetString(std::string* value, std::string_view field) {
+    std::uint32_t size = 0;
+    LMC_RETURN_IF_ERROR(Get(&size, field));
+    if (bytes_.size() - pos_ < size) return Truncated(field);
+    value->assign(bytes_.substr(pos_, size));
+    pos_ += size;
+    return Status::Ok();
+  }
+  // A list's count, refused when even `min_item_bytes` per item would not fit
+  // in what is left (so a count never reserves memory the input cannot fill).
+  Status GetCount(std::uint64_t* count, std::size_t min_item_bytes, std::string_view field) {
+    LMC_RETURN_IF_ERROR(Get(count, field));
+    if (*count > (bytes_.size() - pos_) / std::max<std::size_t>(min_item_bytes, 1)) {
+      return Bad(field, "counts " + std::to_string(*count) + " items, more than the bytes left");
+    }
+    return Status::Ok();
+  }
+  Status GetInts(std::vector<std::int64_t>* values, std::string_view field) {
+    std::uint64_t count = 0;
+    LMC_RETURN_IF_ERROR(GetCount(&count, sizeof(std::int64_t), field));
+    values->resize(count);
+    for (std::int64_t& v : *values) LMC_RETURN_IF_ERROR(Get(&v, field));
+    return Status::Ok();
+  }
+  Status GetBytes(std::uint8_t* out, std::size_t n, std::string_view field) {
+    if (bytes_.size() - pos_ < n) return Truncated(field);
+    std::memcpy(out, bytes_.data() + pos_, n);
+    pos_ += n;
+    return Status::Ok();
+  }
+  Status Finish() const {
+    if (pos_ != bytes_.size()) {
+      return Bad("end", std::to_string(bytes_.size() - pos_) + " bytes follow the message");
+    }
+    return Status::Ok();
+  }
+  Status Bad(std::string_view field, const std::string& why) const {
+    return Status(ErrorCode::kMalformedRequest,
+                  std::string(what_) + ": " + std::string(field) + " " + why);
+  }
+
+ private:
+  Status Truncated(std::string_view field) const {
+    return Bad(field, "is cut short at byte " + std::to_string(pos_));
+  }
+  std::string_view bytes_;
+  std::size_t pos_ = 0;
+  std::string_view what_;
+};
+
+void PutGeometry(ByteWriter& w, const PoolGeometry& g) {
+  w.PutString(g.shm_name);
+  w.Put(g.size_bytes);
+  w.Put(g.align_bytes);
+  w.Put(g.page_bytes);
+  w.Put(g.slab_target_bytes);
+  w.Put(g.chunk_size);
+}
+
+Status GetGeometry(ByteReader& r, PoolGeometry* g) {
+  LMC_RETURN_IF_ERROR(r.GetString(&g->shm_name, "geometry.shm_name"));
+  LMC_RETURN_IF_ERROR(r.Get(&g->size_bytes, "geometry.size_bytes"));
+  LMC_RETURN_IF_ERROR(r.Get(&g->align_bytes, "geometry.align_bytes"));
+  LMC_RETURN_IF_ERROR(r.Get(&g->page_bytes, "geometry.page_bytes"));
+  LMC_RETURN_IF_ERROR(r.Get(&g->slab_target_bytes, "geometry.slab_target_bytes"));
+  return r.Get(&g->chunk_size, "geometry.chunk_size");
+}
+
+void PutKey(ByteWriter& w, const store::ObjectKey& key) {
+  w.PutString(std::string_view(reinterpret_cast<const char*>(key.chunk_hash.data()),
+                               key.chunk_hash.size()));
+  w.PutString(key.model_name);
+  w.Put(key.kv_rank);
+  w.Put(key.object_group_id);
+  w.PutString(key.cache_salt);
+  w.Put(key.layout_namespace);
+  w.PutString(key.tags);
+}
+
+Status GetKey(ByteReader& r, store::ObjectKey* key) {
+  std::string hash;
+  LMC_RETURN_IF_ERROR(r.GetString(&hash, "object.chunk_hash"));
+  if (hash.size() != key->chunk_hash.size()) return r.Bad("object.chunk_hash", "is not 32 bytes");
+  std::memcpy(key->chunk_hash.data(), hash.data(), hash.size());
+  LMC_RETURN_IF_ERROR(r.GetString(&key->model_name, "object.model_name"));
+  LMC_RETURN_IF_ERROR(r.Get(&key->kv_rank, "object.kv_rank"));
+  LMC_RETURN_IF_ERROR(r.Get(&key->object_group_id, "object.object_group_id"));
+  LMC_RETURN_IF_ERROR(r.GetString(&key->cache_salt, "object.cache_salt"));
+  LMC_RETURN_IF_ERROR(r.Get(&key->layout_namespace, "object.layout_namespace"));
+  return r.GetString(&key->tags, "object.tags");
+}
+
+void PutLayout(ByteWriter& w, const server::ChunkLayout& l) {
+  w.Put(l.num_layers);
+  w.Put(l.hidden_dim);
+  w.Put(l.chunk_size);
+  w.PutString(l.dtype);
+  w.Put(static_cast<std::uint8_t>(l.use_mla));
+  w.PutInts(l.shape);
+  w.Put(static_cast<std::uint64_t>(l.parts.size()));
+  for (const server::ObjectPart& part : l.parts) {
+    w.PutInts(part.shape);
+    w.PutString(part.dtype);
+  }
+  w.Put(l.object_bytes);
+  w.Put(l.object_namespace);
+}
+
+Status GetLayout(ByteReader& r, server::ChunkLayout* l) {
+  LMC_RETURN_IF_ERROR(r.Get(&l->num_layers, "layout.num_layers"));
+  LMC_RETURN_IF_ERROR(r.Get(&l->hidden_dim, "layout.hidden_dim"));
+  LMC_RETURN_IF_ERROR(r.Get(&l->chunk_size, "layout.chunk_size"));
+  LMC_RETURN_IF_ERROR(r.GetString(&l->dtype, "layout.dtype"));
+  LMC_RETURN_IF_ERROR(r.GetBool(&l->use_mla, "layout.use_mla"));
+  LMC_RETURN_IF_ERROR(r.GetInts(&l->shape, "layout.shape"));
+  std::uint64_t parts = 0;
+  LMC_RETURN_IF_ERROR(r.GetCount(&parts, 8 + 4, "layout.parts"));
+  l->parts.resize(parts);
+  for (server::ObjectPart& part : l->parts) {
+    LMC_RETURN_IF_ERROR(r.GetInts(&part.shape, "layout.parts.shape"));
+    LMC_RETURN_IF_ERROR(r.GetString(&part.dtype, "layout.parts.dtype"));
+  }
+  LMC_RETURN_IF_ERROR(r.Get(&l->object_bytes, "layout.object_bytes"));
+  return r.Get(&l->object_namespace, "layout.object_namespace");
+}
+
+std::string Compare(const char* what, std::uint64_t ours, std::uint64_t theirs) {
+  if (ours == theirs) return "";
+  return std::string(what) + ": " + std::to_string(ours) + " here, " + std::to_string(theirs) +
+         " in the successor";
+}
+
+}  // namespace
+
+std::string GeometryMismatch(const PoolGeometry& ours, const PoolGeometry& successor) {
+  if (ours.shm_name != successor.shm_name) {
+    return "the pool's name: " + ours.shm_name + " here, " + successor.shm_name +
+           " in the successor";
+  }
+  for (const std::string& differs :
+       {Compare("the pool size in bytes (--l1-size-gb)", ours.size_bytes, successor.size_bytes),
+        Compare("the alignment (--l1-align-bytes)", ours.align_bytes, successor.align_bytes),
+        Compare("the slab page size", ours.page_bytes, successor.page_bytes),
+        Compare("the slab size", ours.slab_target_bytes, successor.slab_target_bytes),
+        Compare("the chunk size (--chunk-size)", static_cast<std::uint64_t>(ours.chunk_size),
+                static_cast<std::uint64_t>(successor.chunk_size))}) {
+    if (!differs.empty()) return differs;
+  }
+  return "";
+}
+
+std::string EncodeHello(const TakeoverHello& hello) {
+  ByteWriter w;
+  w.Put(hello.version);
+  PutGeometry(w, hello.geometry);
+  w.Put(static_cast<std::uint8_t>(hello.cold_if_incompatible));
+  return w.Take();
+}
+
+Result<TakeoverHello> DecodeHello(std::string_view bytes) {
+  ByteReader r(bytes, "takeover hello");
+  TakeoverHello hello;
+  LMC_RETURN_IF_ERROR(r.Get(&hello.version, "version"));
+  if (hello.version != kHandoverVersion) {
+    return r.Bad("version", std::to_string(hello.version) + " is not this server's " +
+                                std::to_string(kHandoverVersion));
+  }
+  LMC_RETURN_IF_ERROR(GetGeometry(r, &hello.geometry));
+  LMC_RETURN_IF_ERROR(r.GetBool(&hello.cold_if_incompatible, "cold_if_incompatible"));
+  LMC_RETURN_IF_ERROR(r.Finish());
+  return hello;
+}
+
+std::string EncodeVerdict(const TakeoverVerdict& verdict) {
+  ByteWriter w;
+  w.Put(static_cast<std::uint8_t>(verdict.verdict));
+  w.PutString(verdict.message);
+  return w.Take();
+}
+
+Result<TakeoverVerdict> DecodeVerdict(std::string_view bytes) {
+  ByteReader r(bytes, "takeover verdict");
+  TakeoverVerdict verdict;
+  std::uint8_t kind = 0;
+  LMC_RETURN_IF_ERROR(r.Get(&kind, "verdict"));
+  if (kind < 1 || kind > 3) return r.Bad("verdict", std::to_string(kind) + " is unknown");
+  verdict.verdict = static_cast<Verdict>(kind);
+  LMC_RETURN_IF_ERROR(r.GetString(&verdict.message, "message"));
+  LMC_RETURN_IF_ERROR(r.Finish());
+  return verdict;
+}
+
+std::string EncodeImage(const HandoverImage& image) {
+  ByteWriter w;
+  w.PutString(image.boot_id);
+  w.PutString(image.shm_name);
+  w.Put(image.pool.ready_bytes);
+  w.Put(static_cast<std::uint64_t>(image.pool.slabs.size()));
+  for (const alloc::SlabRecord& slab : image.pool.slabs) {
+    w.Put(slab.first_page);
+    w.Put(slab.num_pages);
+    w.Put(slab.object_bytes);
+  }
+  w.Put(static_cast<std::uint64_t>(image.pool.table.resident.size()));
+  for (const store::AdoptedObject& object : image.pool.table.resident) {
+    PutKey(w, object.key);
+    w.Put(object.offset);
+    w.Put(object.size);
+    w.Put(static_cast<std::uint8_t>(object.read_locked));
+  }
+  w.Put(static_cast<std::uint64_t>(image.pool.table.held.size()));
+  for (const store::HeldSlot& slot : image.pool.table.held) {
+    w.Put(slot.offset);
+    w.Put(slot.size);
+  }
+  w.Put(static_cast<std::uint64_t>(image.registrations.size()));
+  for (const server::CarriedRegistration& reg : image.registrations) {
+    w.Put(reg.instance_id);
+    w.PutString(reg.model_name);
+    w.Put(reg.world_size);
+    PutLayout(w, reg.layout);
+  }
+  return w.Take();
+}
+
+Result<HandoverImage> DecodeImage(std::string_view bytes) {
+  ByteReader r(bytes, "handover image");
+  HandoverImage image;
+  LMC_RETURN_IF_ERROR(r.GetString(&image.boot_id, "boot_id"));
+  LMC_RETURN_IF_ERROR(r.GetString(&image.shm_name, "shm_name"));
+  LMC_RETURN_IF_ERROR(r.Get(&image.pool.ready_bytes, "ready_bytes"));
+  std::uint64_t count = 0;
+  LMC_RETURN_IF_ERROR(r.GetCount(&count, 24, "slabs"));
+  image.pool.slabs.resize(count);
+  for (alloc::SlabRecord& slab : image.pool.slabs) {
+    LMC_RETURN_IF_ERROR(r.Get(&slab.first_page, "slab.first_page"));
+    LMC_RETURN_IF_ERROR(r.Get(&slab.num_pages, "slab.num_pages"));
+    LMC_RETURN_IF_ERROR(r.Get(&slab.object_bytes, "slab.object_bytes"));
+  }
+  // A key is at least its five length or width fields and its hash.
+  LMC_RETURN_IF_ERROR(r.GetCount(&count, 32 + 4 * 4 + 8 + 4 + 4 + 17, "resident"));
+  image.pool.table.resident.resize(count);
+  for (store::AdoptedObject& object : image.pool.table.resident) {
+    LMC_RETURN_IF_ERROR(GetKey(r, &object.key));
+    LMC_RETURN_IF_ERROR(r.Get(&object.offset, "object.offset"));
+    LMC_RETURN_IF_ERROR(r.Get(&object.size, "object.size"));
+    LMC_RETURN_IF_ERROR(r.GetBool(&object.read_locked, "object.read_locked"));
+  }
+  LMC_RETURN_IF_ERROR(r.GetCount(&count, 16, "held"));
+  image.pool.table.held.resize(count);
+  for (store::HeldSlot& slot : image.pool.table.held) {
+    LMC_RETURN_IF_ERROR(r.Get(&slot.offset, "held.offset"));
+    LMC_RETURN_IF_ERROR(r.Get(&slot.size, "held.size"));
+  }
+  LMC_RETURN_IF_ERROR(r.GetCount(&count, 8 + 4 + 8, "registrations"));
+  image.registrations.resize(count);
+  for (server::CarriedRegistration& reg : image.registrations) {
+    LMC_RETURN_IF_ERROR(r.Get(&reg.instance_id, "registration.instance_id"));
+    LMC_RETURN_IF_ERROR(r.GetString(&reg.model_name, "registration.model_name"));
+    LMC_RETURN_IF_ERROR(r.Get(&reg.world_size, "registration.world_size"));
+    LMC_RETURN_IF_ERROR(GetLayout(r, &reg.layout));
+  }
+  LMC_RETURN_IF_ERROR(r.Finish());
+  return image;
+}
+
+}  // namespace lmcache::restart

@@ -1,0 +1,78 @@
+// The takeover protocol's messages and their byte form: what a successor
+// server and its predecessor say over the private takeover socket
+// (takeover_socket.h; docs/architecture.md, "Restarts and upgrades").
+//
+//   successor -> predecessor  kHello    version, pool geometry, cold fallback allowed
+//   predecessor -> successor  kVerdict  handover | cold | refused, with the reason
+//   predecessor -> successor  kImage    (+ the segment's fd) pool image, registrations
+//   successor -> predecessor  kAdopted  (empty) the successor owns the pool now
+//
+// Little-endian fixed-width integers, strings as u32 length + bytes, lists as
+// u64 count + items. Decoders treat their input as untrusted (a stray
+// process of the same user may connect): every length is checked against the
+// bytes left, every failure is kMalformedRequest naming the field, and no
+// input makes them allocate more than a small multiple of its own size.
+//
+// Thread-safety: stateless functions over plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "lmcache/status.h"
+#include "server/instances.h"
+#include "store/l1_cache.h"
+
+namespace lmcache::restart {
+
+inline constexpr std::uint32_t kHandoverVersion = 1;
+
+enum class FrameType : std::uint8_t { kHello = 1, kVerdict = 2, kImage = 3, kAdopted = 4 };
+
+// What must match for objects to be adopted in place: the same segment, the
+// same slab geometry (slabs are adopted at their pages), the same chunk size
+// (keys name chunks of it).
+struct PoolGeometry {
+  std::string shm_name;
+  std::uint64_t size_bytes = 0;
+  std::uint64_t align_bytes = 0;
+  std::uint64_t page_bytes = 0;
+  std::uint64_t slab_target_bytes = 0;
+  std::int64_t chunk_size = 0;
+  bool operator==(const PoolGeometry&) const = default;
+};
+// "" when `successor` can adopt a pool of `ours`, else what differs, with
+// both values ("the pool size: 4294967296 here, 8589934592 in the successor").
+std::string GeometryMismatch(const PoolGeometry& ours, const PoolGeometry& successor);
+
+struct TakeoverHello {
+  std::uint32_t version = kHandoverVersion;
+  PoolGeometry geometry;
+  // --takeover=if-compatible: on a mismatch the predecessor steps down and
+  // removes its pool, and the successor starts cold.
+  bool cold_if_incompatible = false;
+};
+
+enum class Verdict : std::uint8_t { kHandover = 1, kCold = 2, kRefused = 3 };
+struct TakeoverVerdict {
+  Verdict verdict = Verdict::kRefused;
+  std::string message;
+};
+
+struct HandoverImage {
+  std::string boot_id;   // the predecessor's, for the successor's log
+  std::string shm_name;  // the pool's (a successor without --shm-name takes it)
+  store::PoolImage pool;
+  std::vector<server::CarriedRegistration> registrations;
+};
+
+std::string EncodeHello(const TakeoverHello& hello);
+Result<TakeoverHello> DecodeHello(std::string_view bytes);
+std::string EncodeVerdict(const TakeoverVerdict& verdict);
+Result<TakeoverVerdict> DecodeVerdict(std::string_view bytes);
+std::string EncodeImage(const HandoverImage& image);
+Result<HandoverImage> DecodeImage(std::string_view bytes);
+
+}  // namespace lmcache::restart

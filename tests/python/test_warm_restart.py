@@ -1,0 +1,256 @@
+"""Warm restart (issue 23): a server started with --takeover takes the L1 pool,
+its objects and the workers' registrations over from the running server while
+worker processes keep storing and retrieving.
+
+Where the inputs come from: the workers speak the reference LMCache MP
+client's engine-driven shared-memory protocol through mp_client.py (its
+msgpack layouts of IPCCacheServerKey and RegisterEngineDrivenContextPayload,
+spec 4.1/4.2, and the slot shapes the reference's adapter writes), map the
+pool by the name the server's ready line gives, exactly as the reference
+worker does, and never learn that the server changed except through what
+the protocol shows them (a reply that does not come is retried: ZeroMQ's
+DEALER reconnects to the same endpoint on its own).
+
+Every chunk's bytes are a pure function of its tokens and index, so a worker
+checks each retrieved byte against its key: nothing half-written, nothing of
+another key, is ever accepted.
+"""
+
+import json
+import multiprocessing
+import os
+import time
+import uuid
+
+import numpy as np
+import pytest
+import zmq
+
+from mp_client import (
+    OP_COMMIT_STORE, UNAVAILABLE, OP_PREPARE_STORE, Client, ServerStartError, chunk_size, free_tcp_port,
+    lookup, make_key, map_pool, new_instance_id, random_tokens, register, retrieve,
+    server_binary, slot_view, start_server, stats)
+
+CHUNKS_PER_PROMPT = 2
+MAX_PROMPTS_PER_WORKER = 150  # 300 MiB in all: below the eviction watermark
+WORKERS = 4
+REPLY_TIMEOUT_S = 5.0
+
+
+def chunk_pattern(tokens, index, shape):
+    """The bytes of chunk `index` of the prompt `tokens`: derived from them alone."""
+    seed = (hash(tuple(tokens[:8])) ^ (index * 0x9E3779B97F4A7C15)) & ((1 << 63) - 1)
+    return np.random.default_rng(seed).integers(0, 2**16, size=shape, dtype=np.uint16)
+
+
+class Worker:
+    """One worker process's session: a client that is recreated (and its
+    registration made again, as the reference client's heartbeat does) only
+    when a reply does not come."""
+
+    def __init__(self, url, shm_name, pool_size, index):
+        self.url = url
+        self.ctx = zmq.Context()
+        self.instance_id = new_instance_id()
+        self.pool = map_pool(shm_name, pool_size)
+        self.index = index
+        self.client = None
+        self.reconnects = 0
+        self.refusals = 0
+        self.connect(register_again=True)
+        self.chunk = chunk_size(self.client)
+
+    def connect(self, register_again):
+        if self.client is not None:
+            self.client.close()
+            self.reconnects += 1
+        self.client = Client(self.ctx, self.url, reply_timeout_s=REPLY_TIMEOUT_S)
+        if register_again:
+            register(self.client, self.instance_id)
+
+    def retrying(self, action):
+        """Runs `action` until it gets its replies. A request the predecessor
+        refused while handing over (402, retryable) is sent again; a reply
+        lost with its connection is retried on a fresh one."""
+        for _ in range(50):
+            try:
+                return action()
+            except AssertionError as e:
+                if f"'code': {UNAVAILABLE}" in str(e):
+                    self.refusals += 1
+                    time.sleep(0.02)
+                    continue
+                if "no reply" not in str(e):
+                    raise
+                self.connect(register_again=True)
+        raise AssertionError(f"worker {self.index}: no answer in 50 attempts")
+
+    def store(self, tokens):
+        """prepare_store, write each slot's pattern, commit_store. True when committed."""
+        key = make_key(tokens, 0, CHUNKS_PER_PROMPT * self.chunk, uuid.uuid4().hex)
+
+        def attempt():
+            reply = self.client.request(OP_PREPARE_STORE, key, self.instance_id)
+            if reply.error is not None:
+                assert reply.error["code"] != UNAVAILABLE, f"refused: {reply.error!r}"
+                return False
+            context = reply.value["context"]
+            for index, slot in zip(context["chunk_indices"], context["slots"]):
+                view = slot_view(self.pool, slot)
+                view[...] = chunk_pattern(tokens, index, view.shape)
+            commit = self.client.request(OP_COMMIT_STORE, key, self.instance_id, b"")
+            # A refused commit is not retried: the copy it named is gone
+            # (staged copies never cross a handover); the prompt counts as failed.
+            return commit.error is None and commit.value is True
+
+        return self.retrying(attempt)
+
+    def check(self, tokens, must_hit):
+        """Looks the prompt up and retrieves what hits; every byte is checked.
+        Returns (chunks hit, mismatched chunks)."""
+
+        def attempt():
+            hit = lookup(self.client, tokens, uuid.uuid4().hex)
+            chunks = hit or 0  # query_prefetch_status counts chunks
+            if chunks == 0:
+                return 0, 0
+            data = retrieve(self.client, self.pool, self.instance_id, tokens, chunks,
+                            uuid.uuid4().hex)
+            bad = sum(1 for i, got in enumerate(data)
+                      if not np.array_equal(got, chunk_pattern(tokens, i, got.shape)))
+            return chunks, bad
+
+        chunks, bad = self.retrying(attempt)
+        if must_hit:
+            assert chunks == CHUNKS_PER_PROMPT, \
+                f"worker {self.index}: a committed prompt hit {chunks} of {CHUNKS_PER_PROMPT} chunks"
+        return chunks, bad
+
+
+def worker_main(url, shm_name, pool_size, index, stop_path, result_path):
+    rng = np.random.default_rng(1000 + index)
+    worker = Worker(url, shm_name, pool_size, index)
+    committed = []  # (commit time, tokens)
+    failed = []
+    mismatched = 0
+    while not os.path.exists(stop_path):
+        if len(committed) + len(failed) < MAX_PROMPTS_PER_WORKER:
+            tokens = random_tokens(rng, CHUNKS_PER_PROMPT * worker.chunk)
+            if worker.store(tokens):
+                committed.append((time.time(), tokens))
+            else:
+                failed.append(tokens)
+        if committed:
+            # Read back an earlier prompt while the stores go on.
+            _, tokens = committed[int(rng.integers(0, len(committed)))]
+            mismatched += worker.check(tokens, must_hit=True)[1]
+        time.sleep(0.04)  # about 20 prompts a second: the cap is not reached in the test
+    # Every committed prompt is whole; a store that failed may hit a prefix,
+    # whose bytes must still be right.
+    for _, tokens in committed:
+        mismatched += worker.check(tokens, must_hit=True)[1]
+    partial_hits = 0
+    for tokens in failed:
+        chunks, bad = worker.check(tokens, must_hit=False)
+        partial_hits += chunks
+        mismatched += bad
+    with open(result_path, "w") as f:
+        json.dump({"pid": os.getpid(), "commit_times": [t for t, _ in committed],
+                   "failed": len(failed), "partial_hits": partial_hits,
+                   "mismatched": mismatched, "reconnects": worker.reconnects,
+                   "refusals": worker.refusals}, f)
+    worker.client.close()
+    worker.ctx.destroy(linger=0)
+
+
+def server_args(shm_name, port, extra=()):
+    return ["--shm-name", shm_name, "--l1-size-gb", "0.5", "--port", str(port),
+            "--http-port", "0", "--drain-timeout-seconds", "0", "--log-level", "info", *extra]
+
+
+@pytest.fixture
+def binary():
+    path = server_binary()
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"lmcache-server binary not found: {path} (set LMCACHE_SERVER_BINARY)")
+    return path
+
+
+def test_a_successor_takes_the_pool_over_while_four_workers_run(binary, tmp_path):
+    url = f"ipc://{tmp_path}/lmc.sock"
+    shm_name = f"lmcache_l1_pool_warm_{os.getpid()}"
+    port = free_tcp_port()
+    try:
+        a = start_server(binary, url, tmp_path / "a.log", server_args(shm_name, port))
+    except ServerStartError as e:
+        pytest.fail(str(e))
+    b = None
+    fork = multiprocessing.get_context("fork")
+    stop_path = tmp_path / "stop"
+    workers = []
+    try:
+        pool_size = os.path.getsize(f"/dev/shm/{a.shm_name}")
+        for i in range(WORKERS):
+            p = fork.Process(target=worker_main, args=(url, a.shm_name, pool_size, i,
+                                                       str(stop_path), str(tmp_path / f"w{i}.json")))
+            p.start()
+            workers.append(p)
+        pids = [p.pid for p in workers]
+        time.sleep(2.0)
+        asked_at = time.time()
+        b = start_server(binary, url, tmp_path / "b.log",
+                         server_args(shm_name, port, ["--takeover"]))
+        assert a.proc.wait(timeout=60) == 0, f"the predecessor failed:\n{a.log()}"
+        assert "handed pool" in a.log(), a.log()
+        assert "left to the successor" in a.log(), a.log()
+        assert "warm restart: took pool" in b.log(), b.log()
+        assert os.path.exists(f"/dev/shm/{shm_name}"), "the pool went with the predecessor"
+        time.sleep(2.0)
+        assert all(p.is_alive() for p in workers), "a worker process died"
+        stop_path.write_text("stop")
+        for p in workers:
+            p.join(timeout=120)
+            assert p.exitcode == 0, f"worker {p.pid} exited with {p.exitcode}"
+        assert [p.pid for p in workers] == pids
+        results = [json.loads((tmp_path / f"w{i}.json").read_text()) for i in range(WORKERS)]
+        for i, r in enumerate(results):
+            assert r["mismatched"] == 0, f"worker {i} read wrong bytes: {r}"
+            assert any(t > asked_at for t in r["commit_times"]), \
+                f"worker {i} stored nothing after the takeover: {r}"
+        committed_before = sum(sum(1 for t in r["commit_times"] if t < asked_at) for r in results)
+        assert committed_before > 0
+
+        ctx = zmq.Context()
+        try:
+            client = Client(ctx, url)
+            s = stats(client)
+            client.close()
+        finally:
+            ctx.destroy(linger=0)
+        restart = s["restart"]
+        assert restart["took_over"] is True
+        # Every object committed before the successor was asked came across.
+        assert restart["adopted_objects"] >= committed_before * CHUNKS_PER_PROMPT, (restart, results)
+        assert restart["carried_registrations"] == WORKERS, restart
+        l1 = s["l1"]
+        # Lock balance: every retrieve committed, so only the pins of objects a
+        # reader held at the handover remain (they expire with a read lease).
+        assert l1["read_locks"] <= restart["adopted_read_locked"], (l1, restart)
+        # Byte balance: the allocator's bytes are exactly the table's.
+        assert l1["used_bytes"] == (l1["resident_bytes"] + l1["staging_bytes"] +
+                                    l1["retired_bytes"] + l1["quarantined_bytes"]), l1
+        reconnects = sum(r["reconnects"] for r in results)
+        refusals = sum(r["refusals"] for r in results)
+        print(f"takeover: {restart}; workers: {refusals} requests refused for the handover "
+              f"and retried, {reconnects} replies lost (reconnected)")
+    finally:
+        if not stop_path.exists():
+            stop_path.write_text("stop")
+        for p in workers:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+        for server in (a, b):
+            if server is not None:
+                server.stop(timeout=60)
+    assert not os.path.exists(f"/dev/shm/{shm_name}"), "the successor left its pool behind"
