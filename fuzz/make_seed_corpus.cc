@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "fuzz_input.h"
 #include "protocol/wire_codec.h"
+#include "restart/handover_codec.h"
 #include "tier/object_format.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
   const std::filesystem::path frames = root / "wire_codec_fuzzer-seed";
   const std::filesystem::path objects = root / "l2_object_fuzzer-seed";
   const std::filesystem::path replies = root / "resp_reply_fuzzer-seed";
-  for (const auto& dir : {requests, frames, objects, replies}) {
+  const std::filesystem::path handover = root / "handover_fuzzer-seed";
+  for (const auto& dir : {requests, frames, objects, replies, handover}) {
     std::filesystem::create_directories(dir);
   }
 
@@ -150,6 +152,28 @@ int main(int argc, char** argv) {
                                            "\r\n");
     }
   }
-  std::cout << "wrote " << n + 12 << " seeds\n";
+  // The takeover protocol (first byte: 0 hello, 1 verdict, 2 image), the
+  // image exported from this seed writer's own pool with a few objects in it
+  // (one read-locked, one staged) and the registration of `engine`.
+  restart::TakeoverHello hello;
+  hello.geometry = {l1.shm_name, l1.size_bytes, 4096, 2u << 20, 64u << 20, 16};
+  Write(handover / "hello", '\0' + restart::EncodeHello(hello));
+  Write(handover / "verdict", '\1' + restart::EncodeVerdict({restart::Verdict::kRefused, "no"}));
+  std::vector<store::ObjectKey> keys(3, object_key);
+  for (std::size_t i = 0; i < keys.size(); ++i) keys[i].chunk_hash[0] = static_cast<std::uint8_t>(i);
+  auto stored = cache->table().ReserveWrite(std::span(keys).first(2), 4096, store::Owner::Internal(7),
+                                            store::AllocationMode::kAllOrNothing);
+  if (stored.ok()) (void)cache->table().FinishWrite(stored->lease);
+  store::ReadRequest read;
+  read.keys = std::span(keys).first(1);
+  read.owner = store::Owner::Session(1);
+  (void)cache->table().AcquireRead(read);
+  (void)cache->table().ReserveWrite(std::span(keys).last(1), 4096, store::Owner::Internal(7),
+                                    store::AllocationMode::kAllOrNothing);
+  auto layout = server::MakeChunkLayout(engine, 16);
+  restart::HandoverImage image{"boot", l1.shm_name, cache->StopAndExport(), {}};
+  if (layout.ok()) image.registrations.push_back({1, "fuzz-model", 1, *layout});
+  Write(handover / "image", '\2' + restart::EncodeImage(image));
+  std::cout << "wrote " << n + 15 << " seeds\n";
   return 0;
 }

@@ -48,6 +48,12 @@ Status WaitReadable(int fd, std::chrono::steady_clock::time_point deadline) {
 
 }  // namespace
 
+TakeoverSocket::TakeoverSocket(UniqueFd fd) : fd_(std::move(fd)) {
+  if (!fd_.valid()) return;
+  const timeval limit{static_cast<time_t>(kSendTimeout.count()), 0};
+  (void)setsockopt(fd_.get(), SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+}
+
 Result<TakeoverSocket> TakeoverSocket::Connect(const std::string& path) {
   LMC_ASSIGN_OR_RETURN(const sockaddr_un address, AddressOf(path));
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));

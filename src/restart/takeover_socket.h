@@ -25,9 +25,11 @@ namespace lmcache::restart {
 
 class TakeoverSocket {
  public:
+  static constexpr std::chrono::seconds kSendTimeout{60};
   // kNotFound when nothing listens at `path` (no predecessor runs).
   static Result<TakeoverSocket> Connect(const std::string& path);
-  explicit TakeoverSocket(UniqueFd fd) : fd_(std::move(fd)) {}
+  // Sends time out after kSendTimeout (a peer that stops reading).
+  explicit TakeoverSocket(UniqueFd fd);
 
   // Sends one frame, with `pass_fd` attached when it is >= 0.
   Status Send(FrameType type, std::string_view payload, int pass_fd = -1);

@@ -34,9 +34,14 @@ struct RouterLoop::Endpoint {
   // blocking send: one sent after `monitor` closed blocks that thread (every
   // socket of the context stalls) until the context ends, and is then leaked.
   // So the events stop before anything closes.
-  ~Endpoint() {
-    if (socket && monitor) (void)zmq_socket_monitor(socket->handle(), nullptr, 0);
-    if (socket) socket->close();
+  ~Endpoint() { Close(); }
+  // Idempotent. `linger_ms`: how long queued replies may still take to go out.
+  void Close(int linger_ms = 0) {
+    if (socket && socket->handle() != nullptr) {
+      if (monitor) (void)zmq_socket_monitor(socket->handle(), nullptr, 0);
+      if (linger_ms > 0) socket->set(zmq::sockopt::linger, linger_ms);
+      socket->close();
+    }
     if (monitor) monitor->close();
   }
 };
@@ -65,6 +70,8 @@ struct RouterLoop::Outgoing {
 namespace {
 
 constexpr int kReceiveBatch = 256;  // messages per socket per poll round
+// How long a handing-over server's sockets may take to deliver their last replies.
+constexpr int kHandoverLingerMs = 2000;
 constexpr auto kProbeTimeout = std::chrono::milliseconds(2000);
 
 // The pid of an lmcache-server answering server_info at `url`, if one answers.
@@ -240,6 +247,11 @@ void RouterLoop::Run(RequestHandler* handler) {
       for (std::size_t i = 0; i < n; ++i) Receive(i);
     } while (received_.load(std::memory_order_relaxed) != before);
     DrainOutbox();
+    // Closed now, not when the loop is destroyed: a request that arrives
+    // after the last read is lost with the connection, so the window is kept
+    // to this instant (a client's unsent requests wait in its own queue for
+    // the successor). The replies queued above still go out: a linger.
+    for (auto& endpoint : sockets_) endpoint->Close(kHandoverLingerMs);
   }
 }
 

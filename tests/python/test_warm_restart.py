@@ -163,8 +163,8 @@ def worker_main(url, shm_name, pool_size, index, stop_path, result_path):
     worker.ctx.destroy(linger=0)
 
 
-def server_args(shm_name, port, extra=()):
-    return ["--shm-name", shm_name, "--l1-size-gb", "0.5", "--port", str(port),
+def server_args(shm_name, port, extra=(), size_gb="0.5"):
+    return ["--shm-name", shm_name, "--l1-size-gb", size_gb, "--port", str(port),
             "--http-port", "0", "--drain-timeout-seconds", "0", "--log-level", "info", *extra]
 
 
@@ -254,3 +254,41 @@ def test_a_successor_takes_the_pool_over_while_four_workers_run(binary, tmp_path
             if server is not None:
                 server.stop(timeout=60)
     assert not os.path.exists(f"/dev/shm/{shm_name}"), "the successor left its pool behind"
+
+
+def test_a_successor_of_another_geometry_is_refused_or_starts_cold(binary, tmp_path):
+    url = f"ipc://{tmp_path}/lmc.sock"
+    shm_name = f"lmcache_l1_pool_geometry_{os.getpid()}"
+    port = free_tcp_port()
+    a = start_server(binary, url, tmp_path / "a.log", server_args(shm_name, port))
+    b = None
+    try:
+        # --takeover alone: refused with what differs; the running server serves on.
+        refused = tmp_path / "refused.log"
+        with pytest.raises(ServerStartError) as failed:
+            start_server(binary, url, refused,
+                         server_args(shm_name, port, ["--takeover"], size_gb="1"))
+        assert "--l1-size-gb" in str(failed.value) and "if-compatible" in str(failed.value), \
+            str(failed.value)
+        assert a.proc.poll() is None, f"the running server stopped:\n{a.log()}"
+        assert "serving on" in a.log()
+        ctx = zmq.Context()
+        try:
+            client = Client(ctx, url)
+            assert chunk_size(client) > 0  # still answering
+            client.close()
+        finally:
+            ctx.destroy(linger=0)
+        # --takeover=if-compatible: the running server steps down, removes its
+        # pool, and the successor starts cold with its own geometry.
+        b = start_server(binary, url, tmp_path / "b.log",
+                         server_args(shm_name, port, ["--takeover=if-compatible"], size_gb="1"))
+        assert a.proc.wait(timeout=60) == 0, a.log()
+        assert "removed; bye" in a.log(), a.log()
+        assert "starting cold" in b.log(), b.log()
+        assert os.path.getsize(f"/dev/shm/{shm_name}") == 1 << 30
+    finally:
+        for server in (a, b):
+            if server is not None:
+                server.stop(timeout=60)
+    assert not os.path.exists(f"/dev/shm/{shm_name}")

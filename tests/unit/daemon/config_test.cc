@@ -82,6 +82,34 @@ TEST(ServerConfig, InvalidValuesNameTheFlag) {
   ExpectRejected({"--l2-store-queue-objects", "100000000"}, "--l2-store-queue-objects");
 }
 
+// Warm restart: every server listens for a successor on a socket named after
+// its pool; --takeover needs to know which server it follows.
+TEST(ServerConfig, TakeoverFlagsAndTheSocketTheyName) {
+  auto plain = Parse({"--shm-name", "node"});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->takeover, "off");
+  EXPECT_EQ(plain->takeover_socket_path, "/dev/shm/.lmcache-takeover-lmcache_l1_pool_node");
+  EXPECT_TRUE(plain->shm_name_given);
+  auto on = Parse({"--shm-name", "node", "--takeover"});
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_EQ(on->takeover, "on");
+  auto cold = Parse({"--shm-name", "node", "--takeover=if-compatible"});
+  ASSERT_TRUE(cold.ok()) << cold.status().ToString();
+  EXPECT_EQ(cold->takeover, "if-compatible");
+  auto named = Parse({"--takeover", "--takeover-socket", "/run/lmcache/takeover.sock"});
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_EQ(named->takeover_socket_path, "/run/lmcache/takeover.sock");
+  EXPECT_FALSE(named->shm_name_given);
+  auto off = Parse({"--takeover-socket", "off"});
+  ASSERT_TRUE(off.ok());
+  EXPECT_EQ(off->takeover_socket_path, "");
+  ExpectRejected({"--takeover=maybe"}, "--takeover");
+  ExpectRejected({"--takeover"}, "--shm-name");  // whose pool? the default name is per pid
+  ExpectRejected({"--takeover", "--takeover-socket", "off"}, "--takeover");
+  ExpectRejected({"--takeover-socket", "/" + std::string(120, 'x')}, "--takeover-socket");
+  ExpectRejected({"--takeover-timeout-seconds", "0"}, "--takeover-timeout-seconds");
+}
+
 TEST(ServerConfig, EndpointsFollowTheReferenceSpelling) {
   auto plain = Parse({});
   ASSERT_TRUE(plain.ok());

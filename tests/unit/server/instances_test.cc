@@ -371,5 +371,42 @@ TEST_F(InstanceRegistryTest, HeartbeatKeepsAnInstanceAlive) {
   EXPECT_EQ(registry_.Silent(kTimeoutMs, kGraceMs), std::vector<std::int64_t>{1});
 }
 
+// A registration carried across a takeover: held for no connection until
+// the worker's first request (on its new connection) claims it.
+TEST_F(InstanceRegistryTest, ACarriedRegistrationIsClaimedByTheFirstConnectionThatNamesIt) {
+  ASSERT_TRUE(registry_.Register(Payload(1), LayoutFor(Payload(1)), "old-conn").ok());
+  ASSERT_TRUE(registry_.Register(Payload(2), LayoutFor(Payload(2)), "old-conn").ok());
+  const std::vector<CarriedRegistration> carried = registry_.Carry();
+  ASSERT_EQ(carried.size(), 2u);
+
+  InstanceRegistry successor(&clock_, 4);
+  for (const CarriedRegistration& c : carried) ASSERT_TRUE(successor.Adopt(c).ok());
+  EXPECT_EQ(successor.Adopt(carried[0]).code(), ErrorCode::kInvalidArgument) << "carried twice";
+  EXPECT_TRUE(successor.LayoutOf("llama", 2).has_value());
+  // Nobody's until a request claims it; then only that connection's.
+  EXPECT_TRUE(successor.RemoveConnection("new-conn").empty());
+  auto claimed = successor.Authorize(1, "new-conn");
+  ASSERT_TRUE(claimed.ok());
+  EXPECT_EQ(claimed->model_name, "llama");
+  EXPECT_TRUE(claimed->layout.SameGeometry(LayoutFor(Payload(1))));
+  EXPECT_EQ(successor.Authorize(1, "other-conn").status().code(), ErrorCode::kPermissionDenied);
+  EXPECT_TRUE(successor.Heartbeat(2, "second-conn")) << "a ping claims it too";
+  EXPECT_EQ(successor.RemoveConnection("new-conn").size(), 1u);
+}
+
+TEST_F(InstanceRegistryTest, ACarriedRegistrationNobodyClaimsGoesWithTheGraceAndARegisterReplacesIt) {
+  InstanceRegistry successor(&clock_, 4);
+  ASSERT_TRUE(successor.Adopt({1, "llama", 2, LayoutFor(Payload(1))}).ok());
+  ASSERT_TRUE(successor.Adopt({2, "llama", 2, LayoutFor(Payload(2))}).ok());
+  // A contradicting layout for the same model is refused, as a register would be.
+  EXPECT_EQ(successor.Adopt({3, "llama", 2, LayoutFor(Payload(3, "llama", 2, 16))}).code(),
+            ErrorCode::kLayoutMismatch);
+  auto again = successor.Register(Payload(2), LayoutFor(Payload(2)), "fresh-conn");
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->replaced.has_value()) << "the carried one is replaced, nothing leaks";
+  clock_.Advance(kGraceMs + 1);
+  EXPECT_EQ(successor.Silent(kTimeoutMs, kGraceMs), (std::vector<std::int64_t>{1, 2}));
+}
+
 }  // namespace
 }  // namespace lmcache::server

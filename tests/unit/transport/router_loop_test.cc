@@ -327,6 +327,37 @@ TEST_F(RouterLoopTest, RequestsRefusedBeforeTheyRunStillGetAReply) {
   EXPECT_EQ(loop_->Stats().refused, 3u);
 }
 
+// A server handing over to its successor (warm restart): requests that
+// reached its sockets but were never read are answered with the retryable
+// error it gives, not dropped with the connection; none of them runs.
+TEST_F(RouterLoopTest, StopRefusingAnswersEveryRequestStillQueuedInTheSockets) {
+  RouterConfig config;
+  config.urls = {"inproc://router-handover"};
+  config.cpu_workers = 1;
+  config.context = &context_;
+  auto loop = RouterLoop::Create(config);
+  ASSERT_TRUE(loop.ok());
+  loop_ = std::move(*loop);
+  auto dealer = Dealer("inproc://router-handover");
+  for (std::uint64_t uid = 1; uid <= 300; ++uid) {  // more than one receive batch
+    Send(dealer, uid, "echo", {Encoder().Str("late").Take()});
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // queued in the ROUTER
+  loop_->StopRefusing(Status(ErrorCode::kUnavailable, "handing over: retry"));
+  loop_->Run(&handler_);  // stopped already: only the final pass runs
+  for (std::uint64_t uid = 1; uid <= 300; ++uid) {
+    const auto reply = Receive(dealer);
+    ASSERT_EQ(reply.size(), 4u) << "request " << uid << " got no reply";
+    EXPECT_EQ(reply[0], Encoder().Uint(uid).Take());
+    EXPECT_EQ(reply[1], Encoder().Str("echo").Take());
+    const Status refused = protocol::DecodeErrorMap(reply[3]);
+    EXPECT_EQ(refused.code(), ErrorCode::kUnavailable);
+    EXPECT_EQ(refused.message(), "handing over: retry");
+  }
+  EXPECT_TRUE(handler_.handled().empty());
+  EXPECT_EQ(loop_->Stats().refused, 300u);
+}
+
 // Issue 19: 24 of 160,000 fuzzed requests, each with a payload just over
 // 64 MiB, never got a reply: the transport's frame limit (then 64 MiB) made
 // ZMQ drop the request and the peer's connection, and the client waited out

@@ -1,0 +1,130 @@
+// The takeover protocol's byte form: what a predecessor encodes its successor
+// decodes to the same values, and bytes from anyone else are refused with a
+// message that names the field, never trusted.
+#include "restart/handover_codec.h"
+
+#include <gtest/gtest.h>
+
+#include "fakes/keys.h"
+
+namespace lmcache::restart {
+namespace {
+
+HandoverImage SampleImage() {
+  HandoverImage image;
+  image.boot_id = "0123456789abcdef0123456789abcdef";
+  image.shm_name = "lmcache_l1_pool_node";
+  image.pool.ready_bytes = 1ull << 30;
+  image.pool.slabs = {{0, 32, 262144}, {32, 1, 4096}};
+  store::ObjectKey tagged = testing::KeyN(2, "org/model", *store::PackKvRank(2, 1));
+  tagged.cache_salt = "tenant-a";
+  tagged.tags = "application_version%v2";
+  tagged.layout_namespace = 0x9e3779b9;
+  tagged.object_group_id = 1;
+  image.pool.table.resident = {{testing::KeyN(1), 0, 262144, false},
+                               {tagged, 262144, 200000, true}};
+  image.pool.table.held = {{524288, 262144}};
+  server::ChunkLayout layout;
+  layout.num_layers = 32;
+  layout.hidden_dim = 1024;
+  layout.chunk_size = 256;
+  layout.dtype = "bfloat16";
+  layout.shape = {2, 32, 256, 1024};
+  layout.parts = {{{2, 32, 256, 1024}, "bfloat16"}};
+  layout.object_bytes = 2ull * 32 * 256 * 1024 * 2;
+  image.registrations = {{7, "org/model", 2, layout}};
+  return image;
+}
+
+TEST(HandoverCodec, AnImageRoundTripsFieldForField) {
+  const HandoverImage image = SampleImage();
+  const std::string bytes = EncodeImage(image);
+  auto decoded = DecodeImage(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->boot_id, image.boot_id);
+  EXPECT_EQ(decoded->shm_name, image.shm_name);
+  EXPECT_EQ(decoded->pool.ready_bytes, image.pool.ready_bytes);
+  EXPECT_EQ(decoded->pool.slabs, image.pool.slabs);
+  ASSERT_EQ(decoded->pool.table.resident.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const store::AdoptedObject& a = image.pool.table.resident[i];
+    const store::AdoptedObject& b = decoded->pool.table.resident[i];
+    EXPECT_EQ(a.key, b.key);
+    EXPECT_EQ(a.offset, b.offset);
+    EXPECT_EQ(a.size, b.size);
+    EXPECT_EQ(a.read_locked, b.read_locked);
+  }
+  ASSERT_EQ(decoded->pool.table.held.size(), 1u);
+  EXPECT_EQ(decoded->pool.table.held[0].offset, 524288u);
+  ASSERT_EQ(decoded->registrations.size(), 1u);
+  EXPECT_EQ(decoded->registrations[0].instance_id, 7);
+  EXPECT_EQ(decoded->registrations[0].world_size, 2);
+  EXPECT_TRUE(decoded->registrations[0].layout.SameGeometry(image.registrations[0].layout));
+  EXPECT_EQ(decoded->registrations[0].layout.object_bytes, image.registrations[0].layout.object_bytes);
+  EXPECT_EQ(EncodeImage(*decoded), bytes) << "the format is canonical";
+}
+
+TEST(HandoverCodec, EveryTruncationAndTrailingByteIsRefused) {
+  const std::string bytes = EncodeImage(SampleImage());
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut) {
+    auto decoded = DecodeImage(std::string_view(bytes).substr(0, cut));
+    ASSERT_FALSE(decoded.ok()) << "a prefix of " << cut << " bytes decoded";
+    EXPECT_EQ(decoded.status().code(), ErrorCode::kMalformedRequest);
+  }
+  auto longer = DecodeImage(bytes + "x");
+  EXPECT_EQ(longer.status().code(), ErrorCode::kMalformedRequest);
+  EXPECT_NE(longer.status().message().find("follow"), std::string::npos);
+}
+
+TEST(HandoverCodec, ACountLargerThanTheBytesLeftIsRefusedBeforeAnyAllocation) {
+  // boot id "", shm name "", ready bytes, then a slab count of 2^60.
+  std::string bytes(4 + 4 + 8, '\0');
+  bytes += std::string("\0\0\0\0\0\0\0\x10", 8);
+  auto decoded = DecodeImage(bytes);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.status().message().find("slabs counts"), std::string::npos)
+      << decoded.status().message();
+}
+
+TEST(HandoverCodec, HelloAndVerdictRoundTripAndRefuseWhatTheyDoNotKnow) {
+  TakeoverHello hello;
+  hello.geometry = {"lmcache_l1_pool_node", 64ull << 30, 4096, 2u << 20, 64u << 20, 256};
+  hello.cold_if_incompatible = true;
+  auto decoded = DecodeHello(EncodeHello(hello));
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->geometry, hello.geometry);
+  EXPECT_TRUE(decoded->cold_if_incompatible);
+  hello.version = kHandoverVersion + 1;
+  auto newer = DecodeHello(EncodeHello(hello));
+  ASSERT_FALSE(newer.ok());
+  EXPECT_NE(newer.status().message().find("version"), std::string::npos);
+  std::string bad_bool = EncodeHello(TakeoverHello{});
+  bad_bool.back() = '\x02';
+  EXPECT_FALSE(DecodeHello(bad_bool).ok());
+
+  auto verdict = DecodeVerdict(EncodeVerdict({Verdict::kCold, "size differs"}));
+  ASSERT_TRUE(verdict.ok());
+  EXPECT_EQ(verdict->verdict, Verdict::kCold);
+  EXPECT_EQ(verdict->message, "size differs");
+  std::string unknown = EncodeVerdict({Verdict::kHandover, ""});
+  unknown[0] = '\x09';
+  EXPECT_EQ(DecodeVerdict(unknown).status().code(), ErrorCode::kMalformedRequest);
+}
+
+TEST(HandoverCodec, AGeometryMismatchNamesTheSettingAndBothValues) {
+  const PoolGeometry ours{"lmcache_l1_pool_node", 4ull << 30, 4096, 2u << 20, 64u << 20, 256};
+  EXPECT_EQ(GeometryMismatch(ours, ours), "");
+  PoolGeometry bigger = ours;
+  bigger.size_bytes = 8ull << 30;
+  EXPECT_EQ(GeometryMismatch(ours, bigger),
+            "the pool size in bytes (--l1-size-gb): 4294967296 here, 8589934592 in the successor");
+  PoolGeometry chunk = ours;
+  chunk.chunk_size = 16;
+  EXPECT_NE(GeometryMismatch(ours, chunk).find("--chunk-size"), std::string::npos);
+  PoolGeometry other = ours;
+  other.shm_name = "lmcache_l1_pool_other";
+  EXPECT_NE(GeometryMismatch(ours, other).find("name"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lmcache::restart
