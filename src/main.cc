@@ -418,6 +418,15 @@ int main(int argc, char** argv) {
     }
   }
   const bool kept = successor && !successor->cold && exit_code == 0;
+  if (kept && config.after_handover == "wait") {
+    // A pod whose container exits is restarted, and would take the pool
+    // back: it stays until its controller deletes it (SIGTERM).
+    spdlog::info("handed over; waiting for SIGTERM without serving (--after-handover wait)");
+    while (true) {
+      const int signal_number = WaitForShutdown(signals);
+      if (signal_number == SIGTERM || signal_number == SIGINT) break;
+    }
+  }
   cache->reset();
   spdlog::info("L1 pool {} {}; bye", config.l1.shm_name, kept ? "left to the successor" : "removed");
   return exit_code;

@@ -214,6 +214,11 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "(--takeover); 'auto' = <--shm-dir>/.lmcache-takeover-<pool name>, 'off' = none. "
                  "A successor started without --shm-name needs it given explicitly")
       ->capture_default_str();
+  app.add_option("--after-handover", c->after_handover,
+                 "What a server does once it handed its pool over: 'exit' (0), or 'wait' for "
+                 "SIGTERM without serving (a Kubernetes pod, which would otherwise be restarted "
+                 "and take the pool back; docs/deploy)")
+      ->capture_default_str();
   app.add_option("--takeover-timeout-seconds", c->takeover_timeout_seconds,
                  "How long --takeover waits for the running server to drain and hand over")
       ->capture_default_str();
@@ -480,6 +485,9 @@ namespace {
 Status FinalizeTakeover(ServerConfig* c) {
   if (c->takeover != "off" && c->takeover != "on" && c->takeover != "if-compatible") {
     return InvalidConfig("--takeover: '" + c->takeover + "' is not on, off or if-compatible");
+  }
+  if (c->after_handover != "exit" && c->after_handover != "wait") {
+    return InvalidConfig("--after-handover: '" + c->after_handover + "' is neither exit nor wait");
   }
   if (!(c->takeover_timeout_seconds > 0) || c->takeover_timeout_seconds > 86400) {
     return InvalidConfig("--takeover-timeout-seconds must be in (0, 86400]");

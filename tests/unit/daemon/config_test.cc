@@ -108,6 +108,8 @@ TEST(ServerConfig, TakeoverFlagsAndTheSocketTheyName) {
   ExpectRejected({"--takeover", "--takeover-socket", "off"}, "--takeover");
   ExpectRejected({"--takeover-socket", "/" + std::string(120, 'x')}, "--takeover-socket");
   ExpectRejected({"--takeover-timeout-seconds", "0"}, "--takeover-timeout-seconds");
+  ExpectRejected({"--after-handover", "linger"}, "--after-handover");
+  EXPECT_EQ(Parse({"--after-handover", "wait"})->after_handover, "wait");
 }
 
 TEST(ServerConfig, EndpointsFollowTheReferenceSpelling) {
