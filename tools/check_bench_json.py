@@ -26,6 +26,7 @@ FIELDS = [
     "cross_node_gbps", "store_faults_per_mib", "retrieve_faults_per_mib",
     "stream_copy_gbps", "store_vs_stream_copy", "retrieve_vs_stream_copy",
     "events_off_store_gbps", "events_on_store_gbps", "events_on_vs_off", "events_small_on_vs_off",
+    "restart_serve_seconds", "restart_takeover_seconds", "restart_served_fraction",
 ]
 # Counts that may be zero (every other field is a positive rate or time).
 COUNTS = {"store_faults_per_mib", "retrieve_faults_per_mib"}
@@ -45,7 +46,7 @@ def check(path):
     problems = []
     if report.get("schema") != "lmcache-bench/2":
         problems.append("schema is %r, expected 'lmcache-bench/2'" % report.get("schema"))
-    for section in ("machine", "parameters", "results", "spread", "samples", "sweep"):
+    for section in ("machine", "parameters", "results", "spread", "samples", "restart", "sweep"):
         if section not in report:
             problems.append("missing section %r" % section)
     results = report.get("results", {})

@@ -16,6 +16,7 @@
 #include "support/local_server.h"
 #include "lmcache/client.h"
 #include "events_phase.h"
+#include "restart_phase.h"
 #include "l2_phase.h"
 #include "local_redis.h"
 #include "paths.h"
@@ -141,6 +142,11 @@ Status Validate(const BenchOptions& o) {
   for (const int w : o.sweep_workers) {
     if (w < 1 || w > 64) return InvalidArgument("--sweep-workers values must be in [1, 64]");
   }
+  for (const double gb : o.restart_pool_gb) {
+    if (!(gb > 0) || static_cast<double>(o.prompt_bytes()) > 0.75 * gb * (1ull << 30)) {
+      return InvalidArgument("--restart-pool-gb values must hold a prompt in 75 % of the pool");
+    }
+  }
   const double needed = static_cast<double>(o.bytes_per_round()) / (1ull << 30);
   if (o.url.empty() && needed > o.pool_gb * 0.75) {
     return InvalidArgument("one round moves " + std::to_string(needed) +
@@ -159,6 +165,7 @@ int Run(BenchOptions o) {
     o.pool_gb = 1;
     o.latency_samples = 200;
     o.rebuild_objects = 1000;
+    o.restart_pool_gb = {1};
   }
   if (Status s = Validate(o); !s.ok()) {
     std::fprintf(stderr, "lmcache-bench: %s\n", s.message().c_str());
@@ -171,6 +178,17 @@ int Run(BenchOptions o) {
   std::unique_ptr<tools::LocalServer> local;
   std::string url = o.url;
   const std::string server_binary = tools::FindServerBinary(o.server_binary);
+  std::optional<std::vector<RestartSample>> restart;
+  if (!o.skip_restart && !o.latencies_only && o.url.empty()) {
+    // First, before the other servers hold memory: its pools are the largest.
+    Progress("warm restart: a successor takes over a 75 % full pool of each of --restart-pool-gb");
+    auto measured = MeasureRestartPhase(o, server_binary);
+    if (!measured.ok()) {
+      std::fprintf(stderr, "lmcache-bench: %s\n", measured.status().ToString().c_str());
+      return 1;
+    }
+    restart = std::move(measured).value();
+  }
   if (url.empty()) {
     Progress("starting lmcache-server with a " + std::to_string(o.pool_gb) + " GiB pool");
     auto started = tools::LocalServer::Start(
@@ -187,6 +205,7 @@ int Run(BenchOptions o) {
   }
   BenchReport report;
   report.options = o;
+  report.restart = std::move(restart);
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "lmcache-bench: %s\n", s.ToString().c_str());
     return 1;
@@ -314,6 +333,12 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-events", o.skip_events,
                "Do not measure the store path with KV events on against off (its fields become "
                "null)");
+  app.add_flag("--skip-restart", o.skip_restart,
+               "Do not measure the warm restart (its fields become null)");
+  app.add_option("--restart-pool-gb", o.restart_pool_gb,
+                 "Pool sizes of the warm-restart phase, GiB (--quick: 1)")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--l2-odirect", o.l2_odirect,
                  "The fs L2 phase reads and writes with O_DIRECT (false: through the page cache)")
       ->capture_default_str();

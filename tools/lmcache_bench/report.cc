@@ -107,6 +107,24 @@ std::optional<double> RatioOr(const Spread& s, bool measured) {
   return s.median;
 }
 
+// A figure of the restart phase's largest pool; nullopt when not measured.
+std::optional<double> LargestRestart(const BenchReport& r, double RestartSample::*field) {
+  if (!r.restart || r.restart->empty()) return std::nullopt;
+  const RestartSample* largest = &r.restart->front();
+  for (const RestartSample& s : *r.restart) {
+    if (s.pool_gb > largest->pool_gb) largest = &s;
+  }
+  return largest->*field;
+}
+
+// The smallest fraction of its objects a successor served, over the pools.
+std::optional<double> LeastServed(const BenchReport& r) {
+  if (!r.restart || r.restart->empty()) return std::nullopt;
+  double least = 1;
+  for (const RestartSample& s : *r.restart) least = std::min(least, s.served_fraction);
+  return least;
+}
+
 }  // namespace
 
 // Round r of `path` over round r of `reference`.
@@ -189,6 +207,9 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
        r.events ? std::optional(PerRound(r.events->small_on_store_gbps,
                                          r.events->small_off_store_gbps).median)
                 : std::nullopt},
+      {"restart_serve_seconds", LargestRestart(r, &RestartSample::serve_seconds)},
+      {"restart_takeover_seconds", LargestRestart(r, &RestartSample::takeover_seconds)},
+      {"restart_served_fraction", LeastServed(r)},
   };
 }
 
@@ -243,6 +264,14 @@ void PrintTable(const BenchReport& r) {
   if (r.resp) {
     spread("resp_store_vs_raw", PerRound(r.resp->store_gbps, r.resp->reference_write_gbps));
     spread("resp_load_vs_raw", PerRound(r.resp->load_gbps, r.resp->reference_read_gbps));
+  }
+  if (r.restart) {
+    for (const RestartSample& s : *r.restart) {
+      std::printf("  warm restart, %.0f GiB pool (%llu objects): successor serving %.3f s after "
+                  "its start (its takeover %.3f s), %.4f of the objects served\n",
+                  s.pool_gb, static_cast<unsigned long long>(s.objects), s.serve_seconds,
+                  s.takeover_seconds, s.served_fraction);
+    }
   }
   if (r.events) {
     std::printf("  KV events off / on: store %.2f / %.2f GB/s\n", Median(r.events->off_store_gbps),
@@ -323,6 +352,18 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
         << ", \"events_small_on_store_gbps\": " << Samples(r.events->small_on_store_gbps);
   }
   out << "},\n";
+  out << "  \"restart\": [";
+  if (r.restart) {
+    for (std::size_t i = 0; i < r.restart->size(); ++i) {
+      const RestartSample& s = (*r.restart)[i];
+      out << (i ? ", " : "") << "{\"pool_gb\": " << s.pool_gb << ", \"objects\": " << s.objects
+          << ", \"fill_seconds\": " << s.fill_seconds << ", \"serve_seconds\": "
+          << s.serve_seconds << ", \"takeover_seconds\": " << s.takeover_seconds
+          << ", \"adopted_objects\": " << s.adopted_objects
+          << ", \"served_fraction\": " << s.served_fraction << "}";
+    }
+  }
+  out << "],\n";
   out << "  \"sweep\": [";
   for (std::size_t i = 0; i < r.sweep.size(); ++i) {
     out << (i ? ",\n    " : "\n    ") << PathJson(r.sweep[i]);

@@ -11,6 +11,7 @@
 #include "events_phase.h"
 #include "l2_phase.h"
 #include "paths.h"
+#include "restart_phase.h"
 
 namespace lmcache::bench {
 
@@ -59,6 +60,7 @@ struct BenchReport {
   std::optional<L2Figures> l2;                // the fs phase (absent with --skip-l2)
   std::optional<L2Figures> resp;              // the resp phase (absent with --skip-l2 or --skip-redis)
   std::optional<EventsFigures> events;        // the KV events phase (absent with --skip-events)
+  std::optional<std::vector<RestartSample>> restart;  // absent with --skip-restart
   std::vector<PathResults> sweep;
   std::string server_version;
 };
