@@ -3,7 +3,9 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <algorithm>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "alloc/slab_allocator.h"
@@ -100,6 +102,49 @@ void BM_ReadLockUnlockContended(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 16);
 }
 BENCHMARK(BM_ReadLockUnlockContended)->Threads(1)->Threads(2)->Threads(4);
+
+// The warm restart's two halves for `range(0)` resident 64 KiB objects: the
+// predecessor's Export (every shard locked, the LRU order) and the successor's
+// allocator and table adoption of that image (docs/performance.md, "Warm restart").
+struct HandoverFixture {
+  explicit HandoverFixture(std::size_t objects) : keys(Keys(1 << 24, objects)) {
+    for (std::size_t i = 0; i < keys.size(); i += 512) {
+      const auto batch = std::span(keys).subspan(i, std::min<std::size_t>(512, keys.size() - i));
+      auto r = from.table->ReserveWrite(batch, kSmallChunk, kWriter, AllocationMode::kAllOrNothing);
+      from.table->FinishWrite(r->lease);
+    }
+  }
+  static constexpr std::uint64_t kSmallChunk = 64 << 10;
+  std::vector<ObjectKey> keys;
+  Fixture from;
+};
+
+void BM_HandoverExport(benchmark::State& state) {
+  HandoverFixture f(static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(f.from.table->Export());
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_HandoverExport)->Arg(196608)->Unit(benchmark::kMillisecond);
+
+void BM_HandoverAdopt(benchmark::State& state) {
+  HandoverFixture f(static_cast<std::size_t>(state.range(0)));
+  const TableImage image = f.from.table->Export();
+  const std::vector<alloc::SlabRecord> slabs = f.from.allocator->Slabs();
+  std::vector<alloc::Offset> offsets;
+  for (const AdoptedObject& object : image.resident) offsets.push_back(object.offset);
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto to = std::make_unique<Fixture>();
+    state.ResumeTiming();
+    (void)to->allocator->Adopt(slabs, offsets);
+    benchmark::DoNotOptimize(to->table->Adopt(image));
+    state.PauseTiming();
+    to.reset();
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_HandoverAdopt)->Arg(196608)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace lmcache::store

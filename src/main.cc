@@ -84,10 +84,23 @@ int WaitForShutdown(const sigset_t& signals) {
   }
 }
 
+// The successor the takeover thread accepted, if a SIGUSR1 announced one
+// (any other SIGUSR1 is ignored: it must not stop the server).
+std::optional<lmcache::restart::PendingTakeover> SuccessorWaiting(
+    lmcache::restart::TakeoverService* takeover) {
+  std::optional<lmcache::restart::PendingTakeover> successor;
+  if (takeover != nullptr) successor = takeover->Take();
+  if (!successor) spdlog::warn("SIGUSR1 with no successor waiting for the pool: ignored");
+  return successor;
+}
+
 // The drain after a SIGTERM: returns when the workers left and the queues are
-// empty, the timeout passed, or another signal asks to exit at once.
+// empty, the timeout passed, another signal asks to exit at once, or a
+// successor asked for the pool (then in *successor).
 void Drain(const sigset_t& signals, lmcache::server::Service& service,
-           lmcache::tier::L2Tier* l2, double timeout_seconds) {
+           lmcache::tier::L2Tier* l2, double timeout_seconds,
+           lmcache::restart::TakeoverService* takeover,
+           std::optional<lmcache::restart::PendingTakeover>* successor) {
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000));
   while (std::chrono::steady_clock::now() < deadline) {
@@ -97,7 +110,13 @@ void Drain(const sigset_t& signals, lmcache::server::Service& service,
       spdlog::info("drained: no registered worker, nothing queued");
       return;
     }
-    if (const int again = NextSignal(signals, std::chrono::milliseconds(200)); again != 0) {
+    const int again = NextSignal(signals, std::chrono::milliseconds(200));
+    if (again == SIGUSR1) {
+      if ((*successor = SuccessorWaiting(takeover))) {
+        spdlog::info("a successor asked for the pool during the drain: handing over instead");
+        return;
+      }
+    } else if (again != 0) {
       spdlog::warn("{} during the drain: exiting now", again == SIGINT ? "SIGINT" : "SIGTERM");
       return;
     }
@@ -125,6 +144,7 @@ lmcache::Result<std::optional<lmcache::restart::Inheritance>> AskForThePool(
   hello.cold_if_incompatible = config.takeover == "if-compatible";
   spdlog::info("takeover: asking the server on {} for its pool (waiting up to {} s for its drain)",
                config.takeover_socket_path, config.takeover_timeout_seconds);
+  const auto asked = std::chrono::steady_clock::now();
   LMC_ASSIGN_OR_RETURN(
       std::optional<lmcache::restart::Inheritance> inheritance,
       lmcache::restart::RequestTakeover(
@@ -133,7 +153,14 @@ lmcache::Result<std::optional<lmcache::restart::Inheritance>> AskForThePool(
   if (!inheritance) {
     spdlog::info("takeover: no server hands a pool over on {}; starting cold",
                  config.takeover_socket_path);
-  } else if (!config.shm_name_given) {
+    return inheritance;
+  }
+  spdlog::info("takeover: received the pool's descriptor and index ({} objects, {} slots held, "
+               "{} registrations) {:.3f} s after asking",
+               inheritance->image.pool.table.resident.size(),
+               inheritance->image.pool.table.held.size(), inheritance->image.registrations.size(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
+  if (!config.shm_name_given) {
     config.l1.shm_name = inheritance->image.shm_name;
   }
   return inheritance;
@@ -207,6 +234,7 @@ int main(int argc, char** argv) {
   lmcache::server::RestartStats restart;
   if (inheritance) {
     lmcache::store::AdoptionReport report;
+    const auto adopting = std::chrono::steady_clock::now();
     auto adopted = lmcache::store::L1Cache::Adopt(config.l1, &clock,
                                                   std::move(inheritance->segment),
                                                   inheritance->image.pool, &report);
@@ -216,6 +244,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     adopted_cache = std::move(adopted).value();
+    spdlog::info("takeover: adopted the pool in place in {:.3f} s",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - adopting).count());
     restart = {true, report.objects, report.bytes, report.read_locked, report.held_slots,
                report.held_bytes, 0, 0};
     if (auto acked = lmcache::restart::Acknowledge(*inheritance); !acked.ok()) {
@@ -352,20 +382,25 @@ int main(int argc, char** argv) {
       http ? " | http://" + config.http_host + ":" + std::to_string(http->port()) : "",
       config.l1.shm_name, config.l1.size_bytes, config.chunk_size, service.boot_id(), getpid());
 
-  const int first = WaitForShutdown(signals);
+  int first = 0;
   std::optional<lmcache::restart::PendingTakeover> successor;
-  if (first == SIGUSR1 && takeover) successor = takeover->Take();
-  if (successor) {
-    spdlog::info("takeover: a successor asked for the pool{}; stopping",
-                 successor->cold ? " (it starts cold: " + successor->mismatch + ")" : "");
-  } else if (first == SIGTERM && config.drain_timeout_seconds > 0) {
+  while (true) {
+    first = WaitForShutdown(signals);
+    if (first != SIGUSR1 || (successor = SuccessorWaiting(takeover.get()))) break;
+  }
+  if (!successor && first == SIGTERM && config.drain_timeout_seconds > 0) {
     spdlog::info("SIGTERM: draining (new registrations refused, up to {} s)",
                  config.drain_timeout_seconds);
     health.SetPhase(lmcache::ops::Phase::kDraining);
     service.SetDraining(true);
-    Drain(signals, service, l2.get(), config.drain_timeout_seconds);
-  } else {
+    // A successor that asks meanwhile gets the pool: the drain ends there.
+    Drain(signals, service, l2.get(), config.drain_timeout_seconds, takeover.get(), &successor);
+  } else if (!successor) {
     spdlog::info("received {}; shutting down", first == SIGINT ? "SIGINT" : "SIGTERM");
+  }
+  if (successor) {
+    spdlog::info("takeover: a successor asked for the pool{}; stopping",
+                 successor->cold ? " (it starts cold: " + successor->mismatch + ")" : "");
   }
   takeover.reset();  // no second successor
   health.SetPhase(lmcache::ops::Phase::kDraining);
@@ -401,6 +436,8 @@ int main(int argc, char** argv) {
     if (!successor->cold) {
       image = {service.boot_id(), config.l1.shm_name, (*cache)->StopAndExport(),
                service.CarriedRegistrations()};
+      spdlog::info("takeover: exported the pool's index in {:.3f} s",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     }
     const lmcache::Status handed = lmcache::restart::HandOver(
         *successor, (*cache)->segment().fd(), image,

@@ -12,10 +12,11 @@ class ByteWriter {
   void Put(T value) {
     static_assert(std::is_integral_v<T>);
     const auto wide = static_cast<std::make_unsigned_t<T>>(value);
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      out_.push_back(static_cast<char>((static_cast<std::uint64_t>(wide) >> (8 * i)) & 0xff));
-    }
+    char bytes[sizeof(T)];
+    std::memcpy(bytes, &wide, sizeof(T));
+    out_.append(bytes, sizeof(T));
   }
+  void Reserve(std::size_t bytes) { out_.reserve(bytes); }
   void PutString(std::string_view s) {
     Put(static_cast<std::uint32_t>(s.size()));
     out_.append(s);
@@ -38,12 +39,10 @@ class ByteReader {
   Status Get(T* value, std::string_view field) {
     static_assert(std::is_integral_v<T>);
     if (bytes_.size() - pos_ < sizeof(T)) return Truncated(field);
-    std::uint64_t wide = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i) {
-      wide |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes_[pos_ + i])) << (8 * i);
-    }
+    std::make_unsigned_t<T> wide = 0;
+    std::memcpy(&wide, bytes_.data() + pos_, sizeof(T));
     pos_ += sizeof(T);
-    *value = static_cast<T>(static_cast<std::make_unsigned_t<T>>(wide));
+    *value = static_cast<T>(wide);
     return Status::Ok();
   }
   Status GetBool(bool* value, std::string_view field) {
@@ -247,6 +246,13 @@ Result<TakeoverVerdict> DecodeVerdict(std::string_view bytes) {
 
 std::string EncodeImage(const HandoverImage& image) {
   ByteWriter w;
+  // About a hundred bytes per object: one allocation for the whole image.
+  w.Reserve(4096 + image.pool.slabs.size() * 24 +
+            image.pool.table.resident.size() * (96 + (image.pool.table.resident.empty()
+                                                          ? 0
+                                                          : image.pool.table.resident[0]
+                                                                .key.model_name.size())) +
+            image.pool.table.held.size() * 16);
   w.PutString(image.boot_id);
   w.PutString(image.shm_name);
   w.Put(image.pool.ready_bytes);

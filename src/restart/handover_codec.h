@@ -7,8 +7,9 @@
 //   predecessor -> successor  kImage    (+ the segment's fd) pool image, registrations
 //   successor -> predecessor  kAdopted  (empty) the successor owns the pool now
 //
-// Little-endian fixed-width integers, strings as u32 length + bytes, lists as
-// u64 count + items. Decoders treat their input as untrusted (a stray
+// Fixed-width integers in the host's byte order (both ends run on one host:
+// they share a shared-memory segment), strings as u32 length + bytes, lists
+// as u64 count + items. Decoders treat their input as untrusted (a stray
 // process of the same user may connect): every length is checked against the
 // bytes left, every failure is kMalformedRequest naming the field, and no
 // input makes them allocate more than a small multiple of its own size.

@@ -10,12 +10,19 @@ void LruPolicy::MakeMostRecentLocked(std::span<const ObjectKey> keys, bool inser
   // Walk the batch backwards so its first key (the head of the prompt) ends up
   // most recent and the tail is evicted first.
   for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
-    auto found = where_.find(*it);
-    if (found != where_.end()) {
+    if (insert_unknown) {
+      // One hash per key: an admission is usually of a key not yet known.
+      auto [found, inserted] = where_.try_emplace(*it, order_.end());
+      if (inserted) {
+        order_.push_back(*it);
+        found->second = std::prev(order_.end());
+      } else {
+        order_.splice(order_.end(), order_, found->second);
+      }
+      continue;
+    }
+    if (auto found = where_.find(*it); found != where_.end()) {
       order_.splice(order_.end(), order_, found->second);
-    } else if (insert_unknown) {
-      order_.push_back(*it);
-      where_.emplace(*it, std::prev(order_.end()));
     }
   }
 }

@@ -19,6 +19,7 @@ another key, is ever accepted.
 import json
 import multiprocessing
 import os
+import signal
 import time
 import uuid
 
@@ -299,6 +300,48 @@ def test_a_successor_of_another_geometry_is_refused_or_starts_cold(binary, tmp_p
         assert "starting cold" in b.log(), b.log()
         assert os.path.getsize(f"/dev/shm/{shm_name}") == 1 << 30
     finally:
+        for server in (a, b):
+            if server is not None:
+                server.stop(timeout=60)
+    assert not os.path.exists(f"/dev/shm/{shm_name}")
+
+
+def test_a_stray_sigusr1_is_ignored_and_a_draining_server_hands_over(binary, tmp_path):
+    url = f"ipc://{tmp_path}/lmc.sock"
+    shm_name = f"lmcache_l1_pool_drain_{os.getpid()}"
+    port = free_tcp_port()
+    args = server_args(shm_name, port)
+    args[args.index("--drain-timeout-seconds") + 1] = "60"
+    a = start_server(binary, url, tmp_path / "a.log", args)
+    b = None
+    ctx = zmq.Context()
+    try:
+        # SIGUSR1 only means something when the takeover thread raised it.
+        a.proc.send_signal(signal.SIGUSR1)
+        client = Client(ctx, url)
+        assert chunk_size(client) > 0
+        assert "no successor waiting" in a.log(), a.log()
+        # A registered worker keeps the SIGTERM drain going for up to 60 s;
+        # a successor asking meanwhile gets the pool at once.
+        instance = new_instance_id()
+        register(client, instance)
+        a.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while "draining" not in a.log():
+            assert time.monotonic() < deadline, a.log()
+            time.sleep(0.05)
+        started = time.monotonic()
+        b = start_server(binary, url, tmp_path / "b.log",
+                         server_args(shm_name, port, ["--takeover"]))
+        assert a.proc.wait(timeout=60) == 0, a.log()
+        assert time.monotonic() - started < 30, "the successor waited for the whole drain"
+        assert "handing over instead" in a.log(), a.log()
+        assert "carried 1 registrations" in b.log(), b.log()
+        client.close()
+        client = Client(ctx, url)
+        assert client.call("ping", instance) is True  # the carried registration, claimed
+    finally:
+        ctx.destroy(linger=0)
         for server in (a, b):
             if server is not None:
                 server.stop(timeout=60)

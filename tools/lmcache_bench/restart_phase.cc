@@ -106,8 +106,10 @@ Result<RestartSample> MeasureOne(const BenchOptions& o, const std::string& binar
   RestartSample sample;
   sample.pool_gb = pool_gb;
   const std::string shm_name = "lmcache_l1_pool_bench_restart_" + std::to_string(getpid());
+  // At info: the takeover's own timings (export, transfer, adoption) reach
+  // the bench's stderr when the servers stop.
   const std::vector<std::string> common = {"--l1-size-gb", std::to_string(pool_gb),
-                                           "--shm-name", shm_name, "--log-level", "warn",
+                                           "--shm-name", shm_name, "--log-level", "info",
                                            "--chunk-size", std::to_string(o.chunk_size)};
   LMC_ASSIGN_OR_RETURN(auto a, tools::LocalServer::Start(binary, "lmcache_bench_restart_a", common));
   std::uint64_t prompts = 0;
