@@ -194,11 +194,16 @@ Result<TakeoverListener> TakeoverListener::Listen(const std::string& path) {
   unlink(path.c_str());  // a dead server's file, if any
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return Status(ErrorCode::kIoError, Errno("socket for", path, errno));
-  const mode_t old_mask = umask(0177);  // the file is born 0600
-  const int bound = bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address));
-  const int bind_error = errno;
-  umask(old_mask);
-  if (bound != 0) return Status(ErrorCode::kIoError, Errno("bind", path, bind_error));
+  if (bind(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    return Status(ErrorCode::kIoError, Errno("bind", path, errno));
+  }
+  // Not through umask, which is the whole process's (other threads create
+  // files): a peer that connects before this chmod is still refused by uid.
+  if (chmod(path.c_str(), 0600) != 0) {
+    const int error = errno;
+    unlink(path.c_str());
+    return Status(ErrorCode::kIoError, Errno("chmod 0600", path, error));
+  }
   if (listen(fd.get(), 4) != 0) return Status(ErrorCode::kIoError, Errno("listen on", path, errno));
   struct stat info {};
   if (stat(path.c_str(), &info) != 0) return Status(ErrorCode::kIoError, Errno("stat", path, errno));

@@ -4,7 +4,7 @@
 //
 // A frame is [type u8][length u64 LE][payload]; one frame may carry a file
 // descriptor (SCM_RIGHTS, the pool segment's). The listener's socket file is
-// mode 0600 and refuses a peer of another user (SO_PEERCRED); a socket file
+// made mode 0600 and every peer of another user is refused (SO_PEERCRED); a socket file
 // a dead server left is replaced, one a live server answers on is not.
 // Every wait has a deadline: a peer that stops talking is an error, never a
 // hang.

@@ -16,6 +16,7 @@
 
 #include "fakes/fake_clock.h"
 #include "fakes/keys.h"
+#include "fakes/prefault_gate.h"
 
 namespace lmcache::store {
 namespace {
@@ -240,6 +241,42 @@ TEST_F(L1CacheTest, AnImageThatDoesNotFitThisPoolIsRefusedAndTheNameLeftAlone) {
                                    &report);
   EXPECT_EQ(wrong_size.status().code(), ErrorCode::kLayoutMismatch);
   EXPECT_TRUE(SegmentExists());
+}
+
+// A takeover while the predecessor is still pre-faulting: the successor
+// takes over how far it got and pre-faults the rest itself (it never faults
+// a page the predecessor already handed out).
+TEST_F(L1CacheTest, ASuccessorPrefaultsOnFromWhereThePredecessorStopped) {
+  config_.size_bytes = 32 * kMiB;
+  testing::PrefaultGate gate(8 * kMiB);
+  L1Config held = config_;
+  gate.Hold(held, 4 * kMiB);
+  auto first = L1Cache::Create(held, &clock_);
+  ASSERT_TRUE(first.ok());
+  L1Cache& a = **first;
+  for (int i = 0; i < 1000 && a.prefault().ready_bytes < 8 * kMiB; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(a.prefault().ready_bytes, 8 * kMiB);
+  Store(a, 0, 2);
+  PoolImage image;
+  std::thread exporter([&] { image = a.StopAndExport(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  gate.Open();  // the pre-faulter sees the stop at its next step
+  exporter.join();
+  ASSERT_LT(image.ready_bytes, config_.size_bytes);
+  AdoptionReport report;
+  auto second = L1Cache::Adopt(config_, &clock_, UniqueFd(dup(a.segment().fd())), image, &report);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  a.Disown();
+  first->reset();
+  L1Cache& b = **second;
+  EXPECT_EQ(report.objects, 2u);
+  ASSERT_TRUE(b.WaitPrefaulted(std::chrono::seconds(30)));
+  EXPECT_EQ(b.allocator().ready_bytes(), config_.size_bytes);
+  // The whole pool is usable now, around the adopted objects.
+  Store(b, 10, 20);
+  EXPECT_EQ(b.table().Stats().resident_objects, 22u);
 }
 
 }  // namespace
