@@ -178,6 +178,63 @@ lmcache::Result<std::unique_ptr<lmcache::transport::RouterLoop>> BindEndpoints(
   }
 }
 
+// The successor's adoption of the pool it was handed, acknowledged to the
+// predecessor once it holds (from then on the pool's name is this server's).
+lmcache::Result<std::unique_ptr<lmcache::store::L1Cache>> AdoptThePool(
+    const lmcache::daemon::ServerConfig& config, const lmcache::Clock& clock,
+    lmcache::restart::Inheritance& inheritance, lmcache::server::RestartStats* restart) {
+  lmcache::store::AdoptionReport report;
+  const auto adopting = std::chrono::steady_clock::now();
+  LMC_ASSIGN_OR_RETURN(auto cache,
+                       lmcache::store::L1Cache::Adopt(config.l1, &clock,
+                                                      std::move(inheritance.segment),
+                                                      inheritance.image.pool, &report));
+  spdlog::info("takeover: adopted the pool in place in {:.3f} s",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - adopting).count());
+  restart->took_over = true;
+  restart->adopted_objects = report.objects;
+  restart->adopted_bytes = report.bytes;
+  restart->adopted_read_locked = report.read_locked;
+  restart->dropped_staged = report.held_slots;
+  restart->dropped_staged_bytes = report.held_bytes;
+  LMC_RETURN_IF_ERROR(lmcache::restart::Acknowledge(inheritance));
+  return cache;
+}
+
+// The predecessor's last act, once nothing of it writes the pool any more
+// (requests, the L2 tier and the maintenance stopped; StopAndExport stops the
+// pre-faulter and the evictor): the image and the segment to the successor,
+// or, for a cold successor, only the verdict. Returns the exit code.
+int HandOverThePool(const lmcache::daemon::ServerConfig& config,
+                    lmcache::server::Service& service, lmcache::store::L1Cache& cache,
+                    lmcache::restart::PendingTakeover& successor) {
+  const auto started = std::chrono::steady_clock::now();
+  const auto seconds = [&started] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
+  lmcache::restart::HandoverImage image;
+  if (!successor.cold) {
+    image = {service.boot_id(), config.l1.shm_name, cache.StopAndExport(),
+             service.CarriedRegistrations()};
+    spdlog::info("takeover: exported the pool's index in {:.3f} s", seconds());
+  }
+  const lmcache::Status handed = lmcache::restart::HandOver(
+      successor, cache.segment().fd(), image,
+      std::chrono::milliseconds(static_cast<std::int64_t>(config.takeover_timeout_seconds * 1000)));
+  if (!handed.ok()) {
+    spdlog::error("takeover failed: {}; the pool is removed", handed.message());
+    return 1;
+  }
+  if (!successor.cold) {
+    cache.Disown();
+    spdlog::info("handed pool {} over: {} objects, {} staged copies, {} registrations, in {:.3f} s; "
+                 "the successor serves it",
+                 config.l1.shm_name, image.pool.table.resident.size(),
+                 image.pool.table.held.size(), image.registrations.size(), seconds());
+  }
+  return 0;
+}
+
 void WatchLoops(lmcache::ops::Health& health, lmcache::transport::RouterLoop* router,
                 lmcache::store::L1Cache& l1, lmcache::server::Service& service) {
   health.Watch("the request loop", [router] { return router->last_heartbeat_ms(); }, 10'000);
@@ -233,25 +290,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<lmcache::store::L1Cache> adopted_cache;
   lmcache::server::RestartStats restart;
   if (inheritance) {
-    lmcache::store::AdoptionReport report;
-    const auto adopting = std::chrono::steady_clock::now();
-    auto adopted = lmcache::store::L1Cache::Adopt(config.l1, &clock,
-                                                  std::move(inheritance->segment),
-                                                  inheritance->image.pool, &report);
+    auto adopted = AdoptThePool(config, clock, *inheritance, &restart);
     if (!adopted.ok()) {
       // The predecessor sees the connection close without an acknowledgement.
       spdlog::critical("cannot take over the pool: {}", adopted.status().message());
       return 1;
     }
     adopted_cache = std::move(adopted).value();
-    spdlog::info("takeover: adopted the pool in place in {:.3f} s",
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - adopting).count());
-    restart = {true, report.objects, report.bytes, report.read_locked, report.held_slots,
-               report.held_bytes, 0, 0};
-    if (auto acked = lmcache::restart::Acknowledge(*inheritance); !acked.ok()) {
-      spdlog::critical("cannot take over: {}", acked.message());
-      return 1;
-    }
   }
 
   // Endpoints first: a second server refused here has touched nothing.
@@ -426,34 +471,7 @@ int main(int argc, char** argv) {
   service.StopMaintenance();
   if (l2) l2->Stop();  // no lock of the L2 tier outlives it
   kv_publisher.reset();
-  int exit_code = 0;
-  if (successor) {
-    // Nothing of this process writes the pool from here on: requests, the
-    // L2 tier and the maintenance stopped above; StopAndExport stops the
-    // pre-faulter and the evictor.
-    const auto started = std::chrono::steady_clock::now();
-    lmcache::restart::HandoverImage image;
-    if (!successor->cold) {
-      image = {service.boot_id(), config.l1.shm_name, (*cache)->StopAndExport(),
-               service.CarriedRegistrations()};
-      spdlog::info("takeover: exported the pool's index in {:.3f} s",
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    }
-    const lmcache::Status handed = lmcache::restart::HandOver(
-        *successor, (*cache)->segment().fd(), image,
-        std::chrono::milliseconds(static_cast<std::int64_t>(config.takeover_timeout_seconds * 1000)));
-    if (!handed.ok()) {
-      spdlog::error("takeover failed: {}; the pool is removed", handed.message());
-      exit_code = 1;
-    } else if (!successor->cold) {
-      (*cache)->Disown();
-      spdlog::info("handed pool {} over: {} objects, {} staged copies, {} registrations, in {:.3f} s; "
-                   "the successor serves it",
-                   config.l1.shm_name, image.pool.table.resident.size(),
-                   image.pool.table.held.size(), image.registrations.size(),
-                   std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    }
-  }
+  const int exit_code = successor ? HandOverThePool(config, service, **cache, *successor) : 0;
   const bool kept = successor && !successor->cold && exit_code == 0;
   if (kept && config.after_handover == "wait") {
     // A pod whose container exits is restarted, and would take the pool

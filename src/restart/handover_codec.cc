@@ -246,12 +246,9 @@ Result<TakeoverVerdict> DecodeVerdict(std::string_view bytes) {
 
 std::string EncodeImage(const HandoverImage& image) {
   ByteWriter w;
-  // About a hundred bytes per object: one allocation for the whole image.
-  w.Reserve(4096 + image.pool.slabs.size() * 24 +
-            image.pool.table.resident.size() * (96 + (image.pool.table.resident.empty()
-                                                          ? 0
-                                                          : image.pool.table.resident[0]
-                                                                .key.model_name.size())) +
+  // About a hundred bytes per object (the key's strings are short): one
+  // allocation for the whole image in the common case.
+  w.Reserve(4096 + image.pool.slabs.size() * 24 + image.pool.table.resident.size() * 128 +
             image.pool.table.held.size() * 16);
   w.PutString(image.boot_id);
   w.PutString(image.shm_name);

@@ -10,7 +10,8 @@ constexpr std::uint64_t kMaxSmallFrame = 64 << 10;
 // An image holds about a hundred bytes per object; objects are at least the
 // alignment (64 bytes): the pool's size bounds it well.
 std::uint64_t MaxImageBytes(const PoolGeometry& geometry) {
-  return (64 << 20) + geometry.size_bytes / std::max<std::uint64_t>(geometry.align_bytes, 64) * 4096;
+  return (64 << 20) +
+         geometry.size_bytes / std::max<std::uint64_t>(geometry.align_bytes, 64) * 4096;
 }
 
 }  // namespace
@@ -112,8 +113,8 @@ Result<std::optional<Inheritance>> RequestTakeover(const std::string& path,
   LMC_ASSIGN_OR_RETURN(const TakeoverVerdict verdict, DecodeVerdict(verdict_bytes));
   switch (verdict.verdict) {
     case Verdict::kRefused:
-      return Status(ErrorCode::kWrongState, "the running server refused the takeover: " +
-                                                verdict.message);
+      return Status(ErrorCode::kWrongState,
+                    "the running server refused the takeover: " + verdict.message);
     case Verdict::kCold:
       spdlog::warn("takeover: {}", verdict.message);
       // Its pool and endpoints are gone once it has exited (its end closes).
@@ -121,14 +122,13 @@ Result<std::optional<Inheritance>> RequestTakeover(const std::string& path,
         return Status(ErrorCode::kTimeout, "the running server did not exit after stepping down");
       }
       return std::optional<Inheritance>();
-    case Verdict::kHandover:
-      break;
+    case Verdict::kHandover: break;
   }
   Inheritance inheritance{std::move(socket), UniqueFd(), HandoverImage{}};
-  LMC_ASSIGN_OR_RETURN(const std::string image_bytes,
-                       inheritance.socket.Receive(FrameType::kImage, timeout,
-                                                  MaxImageBytes(hello.geometry),
-                                                  &inheritance.segment));
+  LMC_ASSIGN_OR_RETURN(
+      const std::string image_bytes,
+      inheritance.socket.Receive(FrameType::kImage, timeout, MaxImageBytes(hello.geometry),
+                                 &inheritance.segment));
   if (!inheritance.segment.valid()) {
     return Status(ErrorCode::kMalformedRequest, "the handover image came without the segment");
   }

@@ -40,8 +40,7 @@ class TakeoverService {
  public:
   // Listens at `path`. `wake` is called (on the service's thread) once a
   // successor's hello was accepted; the service then accepts no one else.
-  static Result<std::unique_ptr<TakeoverService>> Start(const std::string& path,
-                                                        PoolGeometry ours,
+  static Result<std::unique_ptr<TakeoverService>> Start(const std::string& path, PoolGeometry ours,
                                                         std::function<void()> wake);
   ~TakeoverService();
   TakeoverService(const TakeoverService&) = delete;

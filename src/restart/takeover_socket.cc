@@ -115,7 +115,8 @@ Status TakeoverSocket::ReadExactly(char* out, std::size_t n,
     message.msg_controllen = sizeof(control);
     const ssize_t r = recvmsg(fd_.get(), &message, MSG_CMSG_CLOEXEC);
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return Status(ErrorCode::kIoError, Errno("receive from", "the takeover peer", errno));
+    if (r < 0)
+      return Status(ErrorCode::kIoError, Errno("receive from", "the takeover peer", errno));
     for (cmsghdr* c = CMSG_FIRSTHDR(&message); c != nullptr; c = CMSG_NXTHDR(&message, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
       int fd = -1;
@@ -140,8 +141,9 @@ Result<std::string> TakeoverSocket::Receive(FrameType expected, std::chrono::mil
   }
   if (static_cast<FrameType>(header[0]) != expected) {
     return Status(ErrorCode::kMalformedRequest,
-                  "takeover: expected a frame of type " + std::to_string(static_cast<int>(expected)) +
-                      ", got " + std::to_string(static_cast<unsigned char>(header[0])));
+                  "takeover: expected a frame of type " +
+                      std::to_string(static_cast<int>(expected)) + ", got " +
+                      std::to_string(static_cast<unsigned char>(header[0])));
   }
   if (length > max_bytes) {
     return Status(ErrorCode::kMalformedRequest, "takeover: a frame of " + std::to_string(length) +
@@ -154,7 +156,8 @@ Result<std::string> TakeoverSocket::Receive(FrameType expected, std::chrono::mil
   while (payload.size() < length) {
     const std::size_t start = payload.size();
     payload.resize(start + std::min<std::uint64_t>(kStep, length - start));
-    LMC_RETURN_IF_ERROR(ReadExactly(payload.data() + start, payload.size() - start, deadline, nullptr));
+    LMC_RETURN_IF_ERROR(
+        ReadExactly(payload.data() + start, payload.size() - start, deadline, nullptr));
   }
   return payload;
 }
@@ -206,7 +209,8 @@ Result<TakeoverListener> TakeoverListener::Listen(const std::string& path) {
   }
   if (listen(fd.get(), 4) != 0) return Status(ErrorCode::kIoError, Errno("listen on", path, errno));
   struct stat info {};
-  if (stat(path.c_str(), &info) != 0) return Status(ErrorCode::kIoError, Errno("stat", path, errno));
+  if (stat(path.c_str(), &info) != 0)
+    return Status(ErrorCode::kIoError, Errno("stat", path, errno));
   return TakeoverListener(path, std::move(fd), info.st_ino);
 }
 
@@ -219,9 +223,9 @@ Result<TakeoverSocket> TakeoverListener::Accept(std::chrono::milliseconds timeou
   socklen_t size = sizeof(credentials);
   if (getsockopt(peer.get(), SOL_SOCKET, SO_PEERCRED, &credentials, &size) != 0 ||
       credentials.uid != geteuid()) {
-    return Status(ErrorCode::kPermissionDenied,
-                  "a takeover request from uid " + std::to_string(credentials.uid) +
-                      " (not this server's user) was refused");
+    return Status(ErrorCode::kPermissionDenied, "a takeover request from uid " +
+                                                    std::to_string(credentials.uid) +
+                                                    " (not this server's user) was refused");
   }
   return TakeoverSocket(std::move(peer));
 }

@@ -92,8 +92,8 @@ Result<std::uint64_t> ServeThroughSuccessor(const BenchOptions& o, client::Clien
     for (std::uint64_t k = 0; k < hits; ++k) {
       FillChunk(expected.data(), o.object_bytes(), p, k);
       if (std::memcmp(chunks[k].data(), expected.data(), o.object_bytes()) != 0) {
-        return Internal("restart: chunk " + std::to_string(k) + " of prompt " +
-                        std::to_string(p) + " differs after the takeover");
+        return Internal("restart: chunk " + std::to_string(k) + " of prompt " + std::to_string(p) +
+                        " differs after the takeover");
       }
     }
     (void)c.EndSession(key.request_id);
@@ -101,17 +101,17 @@ Result<std::uint64_t> ServeThroughSuccessor(const BenchOptions& o, client::Clien
   return found;
 }
 
-Result<RestartSample> MeasureOne(const BenchOptions& o, const std::string& binary,
-                                 double pool_gb) {
+Result<RestartSample> MeasureOne(const BenchOptions& o, const std::string& binary, double pool_gb) {
   RestartSample sample;
   sample.pool_gb = pool_gb;
   const std::string shm_name = "lmcache_l1_pool_bench_restart_" + std::to_string(getpid());
   // At info: the takeover's own timings (export, transfer, adoption) reach
   // the bench's stderr when the servers stop.
-  const std::vector<std::string> common = {"--l1-size-gb", std::to_string(pool_gb),
-                                           "--shm-name", shm_name, "--log-level", "info",
-                                           "--chunk-size", std::to_string(o.chunk_size)};
-  LMC_ASSIGN_OR_RETURN(auto a, tools::LocalServer::Start(binary, "lmcache_bench_restart_a", common));
+  const std::vector<std::string> common = {
+      "--l1-size-gb", std::to_string(pool_gb),     "--shm-name", shm_name, "--log-level", "info",
+      "--chunk-size", std::to_string(o.chunk_size)};
+  LMC_ASSIGN_OR_RETURN(auto a,
+                       tools::LocalServer::Start(binary, "lmcache_bench_restart_a", common));
   std::uint64_t prompts = 0;
   {
     LMC_ASSIGN_OR_RETURN(auto c, Worker(o, a->url()));
@@ -124,7 +124,8 @@ Result<RestartSample> MeasureOne(const BenchOptions& o, const std::string& binar
   std::vector<std::string> successor = common;
   successor.insert(successor.end(), {"--takeover", "--url", a->url()});
   const auto started = std::chrono::steady_clock::now();
-  LMC_ASSIGN_OR_RETURN(auto b, tools::LocalServer::Start(binary, "lmcache_bench_restart_b", successor));
+  LMC_ASSIGN_OR_RETURN(auto b,
+                       tools::LocalServer::Start(binary, "lmcache_bench_restart_b", successor));
   sample.serve_seconds = SecondsSince(started);
   LMC_ASSIGN_OR_RETURN(auto c, Worker(o, a->url()));
   LMC_ASSIGN_OR_RETURN(const std::uint64_t found, ServeThroughSuccessor(o, *c, prompts));

@@ -15,12 +15,12 @@ namespace lmcache::bench {
 
 struct RestartSample {
   double pool_gb = 0;
-  std::uint64_t objects = 0;       // what A held when B was started
-  double fill_seconds = 0;         // storing them (untimed otherwise)
-  double serve_seconds = 0;        // from starting B to its first answer
-  double takeover_seconds = 0;     // B's own figure: from asking A to serving
+  std::uint64_t objects = 0;    // what A held when B was started
+  double fill_seconds = 0;      // storing them (untimed otherwise)
+  double serve_seconds = 0;     // from starting B to its first answer
+  double takeover_seconds = 0;  // B's own figure: from asking A to serving
   std::uint64_t adopted_objects = 0;
-  double served_fraction = 0;      // chunks B's lookups found / chunks stored
+  double served_fraction = 0;  // chunks B's lookups found / chunks stored
 };
 
 Result<std::vector<RestartSample>> MeasureRestartPhase(const BenchOptions& options,

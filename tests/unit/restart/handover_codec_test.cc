@@ -60,7 +60,8 @@ TEST(HandoverCodec, AnImageRoundTripsFieldForField) {
   EXPECT_EQ(decoded->registrations[0].instance_id, 7);
   EXPECT_EQ(decoded->registrations[0].world_size, 2);
   EXPECT_TRUE(decoded->registrations[0].layout.SameGeometry(image.registrations[0].layout));
-  EXPECT_EQ(decoded->registrations[0].layout.object_bytes, image.registrations[0].layout.object_bytes);
+  EXPECT_EQ(decoded->registrations[0].layout.object_bytes,
+            image.registrations[0].layout.object_bytes);
   EXPECT_EQ(EncodeImage(*decoded), bytes) << "the format is canonical";
 }
 

@@ -164,9 +164,8 @@ TEST_F(TakeoverTest, AHandoverPassesTheSegmentAndTheImageAndWaitsForTheAcknowled
   TakeoverHello hello;
   hello.geometry = Geometry();
   hello.geometry.shm_name.clear();  // a successor without --shm-name takes ours
-  auto successor = std::async(std::launch::async, [&] {
-    return RequestTakeover(path_, hello, milliseconds(10000));
-  });
+  auto successor = std::async(std::launch::async,
+                              [&] { return RequestTakeover(path_, hello, milliseconds(10000)); });
   ASSERT_EQ(woken.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   std::optional<PendingTakeover> pending = (*service)->Take();
   ASSERT_TRUE(pending.has_value());
@@ -204,9 +203,8 @@ TEST_F(TakeoverTest, ASuccessorThatAcceptsAColdStartWaitsForThePredecessorToGo) 
   hello.geometry = Geometry();
   hello.geometry.chunk_size = 16;
   hello.cold_if_incompatible = true;
-  auto successor = std::async(std::launch::async, [&] {
-    return RequestTakeover(path_, hello, milliseconds(10000));
-  });
+  auto successor = std::async(std::launch::async,
+                              [&] { return RequestTakeover(path_, hello, milliseconds(10000)); });
   ASSERT_EQ(woken.get_future().wait_for(std::chrono::seconds(10)), std::future_status::ready);
   std::optional<PendingTakeover> pending = (*service)->Take();
   ASSERT_TRUE(pending.has_value());
