@@ -311,8 +311,8 @@ class ObjectTable {
   std::uint64_t ReclaimExpired();
 
   // --- handover (object_table_handover.cc) ---
-  // Everything a successor adopts: taken with every shard locked, so it is
-  // one consistent cut (the caller has stopped the traffic before).
+  // Everything a successor adopts, shard by shard (each object in one state;
+  // the caller has stopped the traffic and every writer of the pool before).
   TableImage Export() const;
   // Admits `image` into this fresh table whose allocator has adopted the
   // same offsets (SlabAllocator::Adopt): no byte is copied, no listener is

@@ -1,8 +1,9 @@
 // ObjectTable's handover: the cut a predecessor exports and a successor
 // adopts in place (object_table.h, TableImage).
-#include <algorithm>
 #include <memory>
 #include <string>
+#include <unordered_set>
+#include <utility>
 
 #include "store/object_table.h"
 #include "store/object_table_internal.h"
@@ -17,44 +18,57 @@ constexpr std::uint64_t kHandoverOwnerId = ~std::uint64_t{0};
 }  // namespace
 
 TableImage ObjectTable::Export() const {
-  std::vector<std::unique_ptr<ShardSetLock>> locks;
-  for (std::uint32_t s = 0; s < num_shards(); ++s) {
-    locks.push_back(std::make_unique<ShardSetLock>(*this, s));
+  // One shard at a time (an object lives in one shard, so each is exported
+  // in one state; and TSan's deadlock detector takes at most 64 locks held
+  // at once), in the policy's order: its candidates, oldest first, are
+  // bucketed by shard and looked up under that shard's lock. An object the
+  // policy does not list (a policy that keeps no order, or one admitted
+  // meanwhile) follows, as the most recent.
+  std::vector<ObjectKey> order = policy_->Candidates(0, policy_->size());
+  std::vector<std::vector<std::size_t>> by_shard(num_shards());
+  for (std::size_t position = 0; position < order.size(); ++position) {
+    by_shard[ShardIndex(order[position])].push_back(position);
   }
   const TimeMs now = clock_->NowMs();
+  // Placed at their position in the order (no sort), then compacted.
+  std::vector<AdoptedObject> placed(order.size());
+  std::vector<bool> found(order.size(), false);
+  std::vector<AdoptedObject> unlisted;
   TableImage image;
-  auto adopted = [now](const ObjectKey& key, const ResidentEntry& entry) {
-    return AdoptedObject{key, entry.offset, entry.size, entry.locks.IsLocked(now)};
-  };
-  // The policy's order when it knows every object (LRU does; a policy that
-  // keeps no order gives shard order).
-  std::size_t resident = 0;
   for (std::uint32_t s = 0; s < num_shards(); ++s) {
-    shards_[s].mu.AssertHeld();
-    resident += shards_[s].resident.size();
-  }
-  const std::vector<ObjectKey> order =
-      policy_->size() == resident ? policy_->Candidates(0, resident) : std::vector<ObjectKey>{};
-  for (const ObjectKey& key : order) {
-    Shard& shard = ShardOf(key);
-    shard.mu.AssertHeld();
-    if (auto it = shard.resident.find(key); it != shard.resident.end()) {
-      image.resident.push_back(adopted(key, it->second));
-    }
-  }
-  const bool ordered = image.resident.size() == resident;
-  if (!ordered) image.resident.clear();
-  for (std::uint32_t s = 0; s < num_shards(); ++s) {
+    ShardSetLock lock(*this, s);
     Shard& shard = shards_[s];
     shard.mu.AssertHeld();
-    if (!ordered) {
-      for (const auto& [key, entry] : shard.resident) image.resident.push_back(adopted(key, entry));
+    auto adopted = [now](const ObjectKey& key, const ResidentEntry& entry) {
+      return AdoptedObject{key, entry.offset, entry.size, entry.locks.IsLocked(now)};
+    };
+    std::vector<const ResidentEntry*> listed;
+    listed.reserve(by_shard[s].size());
+    for (const std::size_t position : by_shard[s]) {
+      if (auto it = shard.resident.find(order[position]); it != shard.resident.end()) {
+        // The key is taken from `order` (found: it is not read again).
+        placed[position] = {std::move(order[position]), it->second.offset, it->second.size,
+                            it->second.locks.IsLocked(now)};
+        found[position] = true;
+        listed.push_back(&it->second);
+      }
+    }
+    if (listed.size() != shard.resident.size()) {  // rare: the walk then pays for a set
+      const std::unordered_set<const ResidentEntry*> known(listed.begin(), listed.end());
+      for (const auto& [key, entry] : shard.resident) {
+        if (!known.contains(&entry)) unlisted.push_back(adopted(key, entry));
+      }
     }
     for (const auto& [key, copies] : shard.staging) {
       for (const StagedEntry& e : copies) image.held.push_back({e.offset, e.size});
     }
     for (const RetiredEntry& r : shard.retired) image.held.push_back({r.offset, r.size});
   }
+  image.resident.reserve(order.size() + unlisted.size());
+  for (std::size_t position = 0; position < order.size(); ++position) {
+    if (found[position]) image.resident.push_back(std::move(placed[position]));
+  }
+  for (AdoptedObject& object : unlisted) image.resident.push_back(std::move(object));
   return image;
 }
 

@@ -255,6 +255,7 @@ def test_a_successor_takes_the_pool_over_while_four_workers_run(binary, tmp_path
         refusals = sum(r["refusals"] for r in results)
         print(f"takeover: {restart}; workers: {refusals} requests refused for the handover "
               f"and retried, {reconnects} replies lost (reconnected)")
+        assert b.stop(timeout=60) == 0, f"the successor failed at its exit:\n{b.log()}"
     finally:
         if not stop_path.exists():
             stop_path.write_text("stop")
@@ -299,6 +300,7 @@ def test_a_successor_of_another_geometry_is_refused_or_starts_cold(binary, tmp_p
         assert "removed; bye" in a.log(), a.log()
         assert "starting cold" in b.log(), b.log()
         assert os.path.getsize(f"/dev/shm/{shm_name}") == 1 << 30
+        assert b.stop(timeout=60) == 0, b.log()
     finally:
         for server in (a, b):
             if server is not None:
@@ -340,6 +342,8 @@ def test_a_stray_sigusr1_is_ignored_and_a_draining_server_hands_over(binary, tmp
         client.close()
         client = Client(ctx, url)
         assert client.call("ping", instance) is True  # the carried registration, claimed
+        client.close()
+        assert b.stop(timeout=60) == 0, b.log()
     finally:
         ctx.destroy(linger=0)
         for server in (a, b):
