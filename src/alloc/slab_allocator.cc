@@ -262,7 +262,8 @@ Result<std::vector<Offset>> SlabAllocator::AllocateBatch(std::uint64_t size, std
   return AllocateLocked(size, count);
 }
 
-Result<std::uint32_t> SlabAllocator::SlabOfLocked(Offset offset, std::uint32_t* slot) const {
+Result<std::uint32_t> SlabAllocator::SlabOfLocked(Offset offset, std::uint32_t* slot,
+                                                  bool in_use) const {
   const std::uint64_t page = offset / config_.page_bytes;
   if (page >= num_pages_ || page_to_slab_[page] == 0) {
     return InvalidArgument("offset " + std::to_string(offset) + " is not inside a live slab");
@@ -272,8 +273,9 @@ Result<std::uint32_t> SlabAllocator::SlabOfLocked(Offset offset, std::uint32_t* 
   const std::uint64_t object_bytes = classes_[slab.class_id].object_bytes;
   const std::uint64_t within = offset - slab.first_page * config_.page_bytes;
   if (within % object_bytes != 0 || within / object_bytes >= slab.capacity ||
-      !slab.in_use[within / object_bytes]) {
-    return InvalidArgument("offset " + std::to_string(offset) + " is not a live object");
+      slab.in_use[within / object_bytes] != in_use) {
+    return InvalidArgument("offset " + std::to_string(offset) + " is not " +
+                           (in_use ? "a live object" : "a free slot"));
   }
   *slot = static_cast<std::uint32_t>(within / object_bytes);
   return slab_id;
@@ -386,19 +388,10 @@ Status SlabAllocator::AdoptSlabLocked(const SlabRecord& record) {
 }
 
 Status SlabAllocator::AdoptObjectLocked(Offset offset) {
-  const std::uint64_t page = offset / config_.page_bytes;
-  if (page >= num_pages_ || page_to_slab_[page] == 0) {
-    return InvalidArgument("object at " + std::to_string(offset) + " lies in no adopted slab");
-  }
-  const std::uint32_t slab_id = page_to_slab_[page] - 1;
+  std::uint32_t slot = 0;
+  LMC_ASSIGN_OR_RETURN(const std::uint32_t slab_id, SlabOfLocked(offset, &slot, /*in_use=*/false));
   Slab& slab = slabs_[slab_id];
   SizeClass& cls = classes_[slab.class_id];
-  const std::uint64_t within = offset - slab.first_page * config_.page_bytes;
-  const std::uint64_t slot = within / cls.object_bytes;
-  if (within % cls.object_bytes != 0 || slot >= slab.capacity || slab.in_use[slot]) {
-    return InvalidArgument("object at " + std::to_string(offset) +
-                           " does not start a free slot of its slab");
-  }
   // The free-slot stacks are rebuilt once all objects are in (Adopt): an
   // erase here would cost a slab's length per object.
   slab.in_use[slot] = true;

@@ -189,7 +189,10 @@ class SlabAllocator {
   // `class_id` over [first, first + pages), every slot free.
   std::uint32_t InstallSlabLocked(std::uint32_t class_id, std::uint64_t first, std::uint64_t pages)
       LMC_REQUIRES(mu_);
-  Result<std::uint32_t> SlabOfLocked(Offset offset, std::uint32_t* slot) const LMC_REQUIRES(mu_);
+  // The slab whose slot `offset` starts, that slot in *slot, when the slot is
+  // in use (`in_use`) or free (an object being adopted).
+  Result<std::uint32_t> SlabOfLocked(Offset offset, std::uint32_t* slot, bool in_use = true) const
+      LMC_REQUIRES(mu_);
   Status FreeLocked(Offset offset) LMC_REQUIRES(mu_);
   Result<std::vector<Offset>> AllocateLocked(std::uint64_t size, std::size_t count)
       LMC_REQUIRES(mu_);

@@ -190,11 +190,12 @@ Result<std::map<std::int64_t, InstanceRegistry::Instance>::iterator> InstanceReg
   return it;
 }
 
-std::vector<CarriedRegistration> InstanceRegistry::Carry() const {
-  MutexLock lock(&mu_);
+std::vector<CarriedRegistration> InstanceRegistry::Carry(
+    const std::function<bool(std::uint64_t registration)>& bound) const {
   std::vector<CarriedRegistration> out;
-  for (const auto& [id, instance] : instances_) {
-    out.push_back({id, instance.info.model_name, instance.info.world_size, instance.info.layout});
+  for (const InstanceInfo& info : List()) {
+    if (bound && bound(info.registration)) continue;
+    out.push_back({info.instance_id, info.model_name, info.world_size, info.layout});
   }
   return out;
 }

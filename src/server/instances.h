@@ -25,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -172,9 +173,12 @@ class InstanceRegistry {
   std::optional<store::LeaseId> TakePendingRead(const InstanceInfo& instance,
                                                 const std::string& transfer) LMC_EXCLUDES(mu_);
 
-  // The registrations a successor carries over (pending transfers are not:
-  // they end with the handover).
-  std::vector<CarriedRegistration> Carry() const LMC_EXCLUDES(mu_);
+  // The registrations a successor carries over, but those `bound` says hold
+  // state of this process (pending transfers are not carried: they end with
+  // the handover). `bound` runs with no lock of the registry held.
+  std::vector<CarriedRegistration> Carry(
+      const std::function<bool(std::uint64_t registration)>& bound = nullptr) const
+      LMC_EXCLUDES(mu_);
   // Holds `carried` for no connection: the first connection that names the
   // instance (Authorize, Heartbeat, Unregister) claims it, and a registration
   // from any connection replaces it. One that no request claims goes with the

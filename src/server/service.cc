@@ -246,14 +246,11 @@ void Service::SetL2StatsSource(std::function<tier::L2Stats()> source) {
 }
 
 std::vector<CarriedRegistration> Service::CarriedRegistrations() {
-  std::vector<CarriedRegistration> carried;
-  for (const InstanceInfo& info : state_.instances().List()) {
-    const bool bound = std::any_of(modes_.begin(), modes_.end(), [&](const auto& mode) {
-      return mode->BoundToProcess(info.registration);
+  return state_.instances().Carry([this](std::uint64_t registration) {
+    return std::any_of(modes_.begin(), modes_.end(), [registration](const auto& mode) {
+      return mode->BoundToProcess(registration);
     });
-    if (!bound) carried.push_back({info.instance_id, info.model_name, info.world_size, info.layout});
-  }
-  return carried;
+  });
 }
 
 std::size_t Service::AdoptRegistrations(const std::vector<CarriedRegistration>& carried) {

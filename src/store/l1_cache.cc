@@ -110,10 +110,14 @@ Status L1Cache::Assemble(L1Cache* cache, const L1Config& config, const Clock* cl
   return Status::Ok();
 }
 
-PoolImage L1Cache::StopAndExport() {
+void L1Cache::StopBackgroundWork() {
   stop_prefault_.store(true);
   if (prefaulter_.joinable()) prefaulter_.join();
-  evictor_->Stop();
+  if (evictor_) evictor_->Stop();
+}
+
+PoolImage L1Cache::StopAndExport() {
+  StopBackgroundWork();
   PoolImage image;
   image.ready_bytes = allocator_->ready_bytes();
   image.slabs = allocator_->Slabs();
@@ -189,9 +193,7 @@ bool L1Cache::WaitPrefaulted(std::chrono::milliseconds timeout) const {
 }
 
 L1Cache::~L1Cache() {
-  stop_prefault_.store(true);
-  if (prefaulter_.joinable()) prefaulter_.join();
-  if (evictor_) evictor_->Stop();
+  StopBackgroundWork();
   // Members go in reverse order: table, policy, allocator, then the segment,
   // whose destructor unmaps and unlinks it.
 }

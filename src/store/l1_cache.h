@@ -135,6 +135,8 @@ class L1Cache {
   std::atomic<double> prefault_seconds_{0};
   std::atomic<std::uint64_t> huge_page_bytes_{0};
   void ReportPrefaultDone(double seconds, const char* how);
+  // Stops and joins the pre-faulter and the evictor (idempotent).
+  void StopBackgroundWork();
   std::chrono::steady_clock::time_point prefault_started_;
 };
 

@@ -126,20 +126,21 @@ Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
   }
   // Held slots are timed copies with no key (RetiredEntry::Ended frees them
   // once the write TTL passes; ReclaimExpired does).
+  std::vector<RetiredEntry> held;
   for (const HeldSlot& slot : image.held) {
     LMC_ASSIGN_OR_RETURN(const std::uint64_t bytes, allocator_->ObjectSize(slot.offset));
-    RetiredEntry held;
-    held.offset = slot.offset;
-    held.size = slot.size;
-    held.staged = true;
-    held.expires_ms = now + config_.write_ttl_ms;
-    Shard& shard = shards_[0];
-    ShardSetLock lock(*this, 0);
-    shard.mu.AssertHeld();
-    shard.retired.push_back(std::move(held));
+    RetiredEntry& entry = held.emplace_back();
+    entry.offset = slot.offset;
+    entry.size = slot.size;
+    entry.staged = true;
+    entry.expires_ms = now + config_.write_ttl_ms;
     report.held_slots += 1;
     report.held_bytes += bytes;
   }
+  Shard& shard = shards_[0];
+  ShardSetLock lock(*this, 0);
+  shard.mu.AssertHeld();
+  for (RetiredEntry& entry : held) shard.retired.push_back(std::move(entry));
   return report;
 }
 
