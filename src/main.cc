@@ -35,6 +35,7 @@
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
 #include "restart/takeover.h"
+#include "store/pool_recovery.h"
 #include "transport/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
@@ -201,6 +202,46 @@ lmcache::Result<std::unique_ptr<lmcache::store::L1Cache>> AdoptThePool(
   return cache;
 }
 
+// --recover-pool: the pool a crashed predecessor left, adopted in place with
+// every object its journal proves intact; nullptr (start cold) when there is
+// nothing to recover or it cannot be.
+std::unique_ptr<lmcache::store::L1Cache> RecoverThePool(const lmcache::daemon::ServerConfig& config,
+                                                        const lmcache::Clock& clock,
+                                                        lmcache::server::RestartStats* restart) {
+  const auto started = std::chrono::steady_clock::now();
+  lmcache::store::RecoveryReport report;
+  auto recovered = lmcache::store::L1Cache::Recover(config.l1, &clock, &report);
+  if (!recovered.ok()) {
+    if (recovered.status().code() == lmcache::ErrorCode::kNotFound) {
+      spdlog::info("recovery: no pool {} with a journal to recover; starting cold",
+                   config.l1.shm_name);
+    } else {
+      spdlog::warn("recovery: cannot recover the pool {}: {}; starting cold", config.l1.shm_name,
+                   recovered.status().message());
+    }
+    return nullptr;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  restart->recovered = true;
+  restart->recovered_objects = report.objects;
+  restart->recovered_bytes = report.bytes;
+  restart->recovery_held_slots = report.held_slots;
+  restart->recovery_held_bytes = report.held_bytes;
+  restart->recovery_unsealed = report.unsealed;
+  restart->recovery_checksum_mismatches = report.checksum_mismatches;
+  restart->recovery_seconds = seconds;
+  spdlog::info("crash recovery: recovered pool {} in {:.3f} s: {} objects ({:.2f} GiB) verified "
+               "and served again; {} slots held from reuse for the write TTL ({} staged, {} not "
+               "yet checksummed, {} changed since their checksum, {} superseded, {} undecodable); "
+               "{} records outside any slab dropped",
+               config.l1.shm_name, seconds, report.objects,
+               static_cast<double>(report.bytes) / static_cast<double>(lmcache::kGiB),
+               report.held_slots, report.staged, report.unsealed, report.checksum_mismatches,
+               report.superseded, report.undecodable, report.outside_slabs);
+  return std::move(recovered).value();
+}
+
 // The predecessor's last act, once nothing of it writes the pool any more
 // (requests, the L2 tier and the maintenance stopped; StopAndExport stops the
 // pre-faulter and the evictor): the image and the segment to the successor,
@@ -306,7 +347,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   lmcache::Result<std::unique_ptr<lmcache::store::L1Cache>> cache = std::move(adopted_cache);
-  if (!inheritance) {
+  if (!inheritance && config.recover_pool) {
+    if (auto recovered = RecoverThePool(config, clock, &restart)) cache = std::move(recovered);
+  }
+  if (!inheritance && !restart.recovered) {
     spdlog::info("creating L1 pool /dev/shm/{} of {:.2f} GiB", config.l1.shm_name,
                  static_cast<double>(config.l1.size_bytes) / static_cast<double>(lmcache::kGiB));
     cache = lmcache::store::L1Cache::Create(config.l1, &clock);
@@ -405,6 +449,7 @@ int main(int argc, char** argv) {
   service.StartMaintenance();
   std::thread loop_thread([router, &service] { router->Run(&service); });
   health.SetPhase(lmcache::ops::Phase::kServing);
+  if (restart.recovered) service.SetRestartStats(restart);
   if (inheritance) {
     restart.takeover_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
                                                              takeover_started)

@@ -185,12 +185,16 @@ std::uint32_t SlabAllocator::InstallSlabLocked(std::uint32_t class_id, std::uint
   cls.slabs += 1;
   cls.free_slots += slab.capacity;
   cls.partial.emplace(slab.first_page, id);
+  if (observer_ != nullptr) observer_->SlabAdded({slab.first_page, slab.num_pages, cls.object_bytes});
   return id;
 }
 
 void SlabAllocator::ReleaseSlabLocked(std::uint32_t slab_id) {
   Slab& slab = slabs_[slab_id];
   SizeClass& cls = classes_[slab.class_id];
+  if (observer_ != nullptr) {
+    observer_->SlabReleased({slab.first_page, slab.num_pages, cls.object_bytes});
+  }
   cls.partial.erase(slab.first_page);
   cls.slabs -= 1;
   cls.free_slots -= slab.capacity;
@@ -363,6 +367,17 @@ std::vector<SlabRecord> SlabAllocator::Slabs() const {
   std::sort(out.begin(), out.end(),
             [](const SlabRecord& a, const SlabRecord& b) { return a.first_page < b.first_page; });
   return out;
+}
+
+void SlabAllocator::SetSlabObserver(SlabObserver* observer) {
+  MutexLock lock(&mu_);
+  observer_ = observer;
+  if (observer_ == nullptr) return;
+  for (const Slab& slab : slabs_) {
+    if (slab.live) {
+      observer_->SlabAdded({slab.first_page, slab.num_pages, classes_[slab.class_id].object_bytes});
+    }
+  }
 }
 
 Status SlabAllocator::AdoptSlabLocked(const SlabRecord& record) {

@@ -68,6 +68,16 @@ struct SlabRecord {
   bool operator==(const SlabRecord&) const = default;
 };
 
+// Told of every slab as it comes and goes (a crash-recovery journal keeps
+// them where a successor can read them after a kill -9). Called with the
+// allocator's mutex held: it must not call back in, and must not block.
+class SlabObserver {
+ public:
+  virtual ~SlabObserver() = default;
+  virtual void SlabAdded(const SlabRecord& slab) = 0;
+  virtual void SlabReleased(const SlabRecord& slab) = 0;
+};
+
 struct AllocatorStats {
   std::uint64_t capacity_bytes = 0;    // whole pages under management
   std::uint64_t used_bytes = 0;        // sum of the aligned sizes of live objects
@@ -135,6 +145,10 @@ class SlabAllocator {
   std::uint64_t UsedBytes() const LMC_EXCLUDES(mu_);
   std::uint64_t capacity_bytes() const { return num_pages_ * config_.page_bytes; }
   const SlabAllocatorConfig& config() const { return config_; }
+
+  // Subscribes `observer` (nullptr: none) and tells it of every live slab at
+  // once. It must outlive the allocator or be unsubscribed first.
+  void SetSlabObserver(SlabObserver* observer) LMC_EXCLUDES(mu_);
 
   // --- handover (a successor server adopts this pool's objects in place) ---
   // Every live slab, by first page.
@@ -216,6 +230,7 @@ class SlabAllocator {
   std::uint64_t allocations_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t frees_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t failed_allocations_ LMC_GUARDED_BY(mu_) = 0;
+  SlabObserver* observer_ LMC_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace lmcache::alloc

@@ -219,6 +219,10 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "SIGTERM without serving (a Kubernetes pod, which would otherwise be restarted "
                  "and take the pool back; docs/deploy)")
       ->capture_default_str();
+  app.add_flag("--recover-pool", c->recover_pool,
+               "Keep a crash-recovery journal of the L1 pool, and at start adopt the pool a "
+               "crashed server of the same --shm-name left: every object whose checksum verifies "
+               "is served again, the rest is dropped (needs --shm-name)");
   app.add_option("--takeover-timeout-seconds", c->takeover_timeout_seconds,
                  "How long --takeover waits for the running server to drain and hand over")
       ->capture_default_str();
@@ -493,6 +497,10 @@ Status FinalizeTakeover(ServerConfig* c) {
     return InvalidConfig("--takeover-timeout-seconds must be in (0, 86400]");
   }
   c->shm_name_given = !c->shm_name.empty();
+  if (c->recover_pool && !c->shm_name_given) {
+    return InvalidConfig("--recover-pool without --shm-name: the default pool name holds the "
+                         "server's pid, which a restarted server cannot know; give --shm-name");
+  }
   if (c->takeover_socket == "off") {
     if (c->takeover != "off") {
       return InvalidConfig("--takeover needs a takeover socket: drop --takeover-socket off");
@@ -563,6 +571,7 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   l1.table.write_ttl_ms = c->l1_write_ttl_seconds * 1000;
   l1.table.read_ttl_ms = c->l1_read_ttl_seconds * 1000;
   l1.table.on_demand_eviction = c->on_demand_eviction;
+  l1.journal = c->recover_pool;
   l1.evictor.trigger_watermark = c->eviction_trigger_watermark;
   l1.evictor.eviction_ratio = c->eviction_ratio;
   l1.evictor.interval_ms = c->eviction_interval_ms;

@@ -79,6 +79,7 @@ struct ServerConfig {
   std::string takeover = "off";          // off | on | if-compatible
   std::string takeover_socket = "auto";  // auto: <shm dir>/.lmcache-takeover-<pool name>; off
   double takeover_timeout_seconds = 120;
+  bool recover_pool = false;  // journal the pool; adopt a crashed predecessor's at start
   std::string after_handover = "exit";  // exit | wait (for SIGTERM: a pod its controller deletes)
   double ready_prefault_fraction = 0;
   std::string shm_dir = "/dev/shm";

@@ -278,6 +278,9 @@ StatsSnapshot Service::Snapshot() {
   s.flow = state.l1().flow();
   s.prefault = state.l1().prefault();
   s.restart = restart_;
+  if (store::PoolJournal* journal = state.table().journal(); journal != nullptr) {
+    s.journal = journal->Stats();
+  }
   s.evictor = state.l1().evictor().Stats();
   if (transport_stats_) s.transport = transport_stats_();
   if (l2_stats_) s.l2 = l2_stats_();

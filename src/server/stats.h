@@ -59,6 +59,15 @@ struct RestartStats {
   std::uint64_t dropped_staged_bytes = 0;
   std::uint64_t carried_registrations = 0;
   double takeover_seconds = 0;  // from the request to serving
+  // --recover-pool: adopted a crashed predecessor's pool (store/pool_recovery.h).
+  bool recovered = false;
+  std::uint64_t recovered_objects = 0;
+  std::uint64_t recovered_bytes = 0;
+  std::uint64_t recovery_held_slots = 0;  // not served; kept from reuse for a write TTL
+  std::uint64_t recovery_held_bytes = 0;
+  std::uint64_t recovery_unsealed = 0;             // committed, not checksummed at the crash
+  std::uint64_t recovery_checksum_mismatches = 0;  // bytes changed after the seal
+  double recovery_seconds = 0;
 };
 
 struct StatsSnapshot {
@@ -67,6 +76,7 @@ struct StatsSnapshot {
   double uptime_seconds = 0;
   alloc::AllocatorStats allocator;
   store::TableStats table;
+  store::JournalStats journal;  // zero without --recover-pool
   store::FlowStats flow;  // admitted, evicted, deleted
   store::EvictorStats evictor;
   TransportStats transport;

@@ -30,7 +30,7 @@ constexpr StatGroup kPrefetchGroup{"prefetch", GroupForm::kMap, "", "L2 prefetch
 constexpr StatGroup kLookupGroup{"lookup", GroupForm::kMap, "", "Lookups"};
 constexpr StatGroup kGpuGroup{"gpu", GroupForm::kMap, "", "GPU (CUDA-IPC path)"};
 constexpr StatGroup kKvEventsGroup{"kv_events", GroupForm::kMap, "", "KV events"};
-constexpr StatGroup kRestartGroup{"restart", GroupForm::kMap, "", "Warm restart (--takeover)"};
+constexpr StatGroup kRestartGroup{"restart", GroupForm::kMap, "", "Warm restart (--takeover) and crash recovery (--recover-pool)"};
 
 template <class E>
 void Fields(std::span<const Entry<E>> table, const E* element, StatsVisitor& v) {

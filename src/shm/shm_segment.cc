@@ -265,4 +265,26 @@ Status ShmSegment::Unlink() {
   return UnlinkIfPresent(name_);
 }
 
+Result<std::unique_ptr<ShmSegment>> ShmSegment::Reopen(const std::string& name,
+                                                       std::uint64_t expected_size) {
+  UniqueFd fd(shm_open(("/" + name).c_str(), O_RDWR | O_CLOEXEC, 0));
+  if (!fd.valid()) {
+    const ErrorCode code = errno == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError;
+    return Status(code, SysError("shm_open", name, errno));
+  }
+  LMC_ASSIGN_OR_RETURN(const bool ours, TryLockExclusive(fd.get()));
+  if (!ours) return InUse(name, fd.get());
+  struct stat info {};
+  if (fstat(fd.get(), &info) != 0)
+    return Status(ErrorCode::kIoError, SysError("fstat", name, errno));
+  const auto actual = static_cast<std::uint64_t>(info.st_size);
+  if (!S_ISREG(info.st_mode) || actual != expected_size) {
+    return Status(ErrorCode::kLayoutMismatch,
+                  "the segment " + name + " a dead server left has " + std::to_string(actual) +
+                      " bytes, this server's pool " + std::to_string(expected_size));
+  }
+  LMC_ASSIGN_OR_RETURN(std::byte * base, MapShared(fd.get(), name, actual));
+  return std::unique_ptr<ShmSegment>(new ShmSegment(name, std::move(fd), base, actual, false));
+}
+
 }  // namespace lmcache::shm

@@ -62,6 +62,13 @@ class ShmSegment {
   static Result<std::unique_ptr<ShmSegment>> Adopt(const std::string& name, UniqueFd fd,
                                                    std::uint64_t expected_size);
 
+  // Server side, after a crash (--recover-pool): maps the segment a dead
+  // server left under `name` and takes its flock, without owning the name
+  // until ClaimName(). kNotFound when there is none; kAlreadyExists when a
+  // live server holds it; kLayoutMismatch when its size is not `expected_size`.
+  static Result<std::unique_ptr<ShmSegment>> Reopen(const std::string& name,
+                                                    std::uint64_t expected_size);
+
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;

@@ -1,9 +1,12 @@
 #include "store/l1_cache.h"
 
+#include <sys/mman.h>
+
 #include <spdlog/spdlog.h>
 
 #include "common/system_info.h"
 #include "shm/shm_name.h"
+#include "store/pool_recovery.h"
 
 namespace lmcache::store {
 namespace {
@@ -28,6 +31,26 @@ Result<shm::HugePagePlan> PlanPoolPages(const L1Config& config) {
   }
   spdlog::info("L1 pool pages: {}", plan.how);
   return plan;
+}
+
+// --recover-pool: a new journal, told of the slabs the allocator has (an
+// adopted pool's) and of the pages already usable. Without it, a journal an
+// earlier run left is removed: it would describe bytes nobody records any more.
+Status AttachJournalTo(std::unique_ptr<PoolJournal>* journal, alloc::SlabAllocator& allocator,
+                       const shm::ShmSegment& segment, const L1Config& config,
+                       std::uint64_t ready_bytes) {
+  if (!config.journal) {
+    std::string path = "/";  // piecewise: GCC 12 misreads literal + string (-Wrestrict)
+    path += JournalName(config.shm_name);
+    (void)shm_unlink(path.c_str());
+    return Status::Ok();
+  }
+  LMC_ASSIGN_OR_RETURN(const JournalGeometry geometry,
+                       GeometryOf(segment.fd(), config.size_bytes, config.allocator));
+  LMC_ASSIGN_OR_RETURN(*journal, PoolJournal::Create(config.shm_name, geometry, segment.bytes()));
+  (*journal)->ReadyBytes(ready_bytes);
+  allocator.SetSlabObserver(journal->get());
+  return Status::Ok();
 }
 
 }  // namespace
@@ -57,11 +80,32 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
 Result<std::unique_ptr<L1Cache>> L1Cache::Adopt(const L1Config& config, const Clock* clock,
                                                 UniqueFd fd, const PoolImage& image,
                                                 AdoptionReport* report) {
+  LMC_ASSIGN_OR_RETURN(auto segment,
+                       shm::ShmSegment::Adopt(config.shm_name, std::move(fd), config.size_bytes));
+  return AdoptSegment(config, clock, std::move(segment), image, report);
+}
+
+Result<std::unique_ptr<L1Cache>> L1Cache::Recover(const L1Config& config, const Clock* clock,
+                                                  RecoveryReport* report) {
+  LMC_ASSIGN_OR_RETURN(auto segment, shm::ShmSegment::Reopen(config.shm_name, config.size_bytes));
+  LMC_ASSIGN_OR_RETURN(const JournalFile journal, JournalFile::Open(config.shm_name));
+  LMC_ASSIGN_OR_RETURN(const JournalGeometry geometry,
+                       GeometryOf(segment->fd(), config.size_bytes, config.allocator));
+  LMC_ASSIGN_OR_RETURN(RecoveryPlan plan, PlanRecovery(journal.bytes(), segment->bytes(), geometry,
+                                                       config.prefault_threads));
+  *report = plan.report;
+  AdoptionReport adopted;
+  return AdoptSegment(config, clock, std::move(segment), plan.image, &adopted);
+}
+
+Result<std::unique_ptr<L1Cache>> L1Cache::AdoptSegment(const L1Config& config, const Clock* clock,
+                                                       std::unique_ptr<shm::ShmSegment> segment,
+                                                       const PoolImage& image,
+                                                       AdoptionReport* report) {
   LMC_RETURN_IF_ERROR(ValidateEvictorConfig(config.evictor));
   std::unique_ptr<L1Cache> cache(new L1Cache());
   LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy));
-  LMC_ASSIGN_OR_RETURN(cache->segment_,
-                       shm::ShmSegment::Adopt(config.shm_name, std::move(fd), config.size_bytes));
+  cache->segment_ = std::move(segment);
   // Until the adoption succeeds the name stays the predecessor's (ClaimName).
   if (image.ready_bytes > config.size_bytes) {
     return InvalidArgument("the handed-over pool claims more ready bytes than it has");
@@ -88,6 +132,8 @@ Status L1Cache::Assemble(L1Cache* cache, const L1Config& config, const Clock* cl
       alloc::SlabAllocator::Create(cache->segment_->bytes(), config.allocator,
                                    background ? ready_bytes : config.size_bytes));
   cache->prefaulted_bytes_ = ready_bytes;
+  LMC_RETURN_IF_ERROR(AttachJournalTo(&cache->journal_, *cache->allocator_, *cache->segment_,
+                                      config, background ? ready_bytes : config.size_bytes));
   cache->prefault_started_ = std::chrono::steady_clock::now();
   if (background) {
     const std::uint64_t step = std::max(config.prefault_step_bytes, config.allocator.page_bytes);
@@ -104,6 +150,7 @@ Status L1Cache::Assemble(L1Cache* cache, const L1Config& config, const Clock* cl
   cache->table_ = std::make_unique<ObjectTable>(cache->allocator_.get(), cache->policy_.get(),
                                                 clock, config.table);
   cache->table_->AddListener(&cache->flow_);
+  if (cache->journal_) cache->table_->SetJournal(cache->journal_.get());
   cache->evictor_ = std::make_unique<Evictor>(cache->table_.get(), config.evictor);
   cache->table_->AddListener(cache->evictor_.get());
   if (config.background_eviction) cache->evictor_->Start();
@@ -143,6 +190,8 @@ void L1Cache::PrefaultInBackground(std::uint64_t from, unsigned threads, std::ui
     }
     segment_->PrefaultRange(offset, step, threads);
     const std::uint64_t ready = std::min(total, offset + step);
+    // The journal first: a slab recovery finds beyond its ready mark is dropped.
+    if (journal_) journal_->ReadyBytes(ready);
     allocator_->MakeReady(ready);
     prefaulted_bytes_.store(ready, std::memory_order_release);
   }

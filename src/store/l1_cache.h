@@ -33,6 +33,7 @@
 #include "store/evictor.h"
 #include "store/flow_counters.h"
 #include "store/object_table.h"
+#include "store/pool_journal.h"
 
 namespace lmcache::store {
 
@@ -56,6 +57,10 @@ struct L1Config {
   std::function<void(std::uint64_t ready_bytes)> before_prefault_step;
   std::string shm_dir = "/dev/shm";
   shm::HugePageMode huge_pages = shm::HugePageMode::kAuto;
+  // --recover-pool: keep a crash-recovery journal of the pool (pool_journal.h).
+  // Off, any journal an earlier run left under the pool's name is removed, so
+  // none can outlive the bytes it describes.
+  bool journal = false;
 };
 
 // What a successor needs to adopt the pool in place (warm restart): how far
@@ -65,6 +70,8 @@ struct PoolImage {
   std::vector<alloc::SlabRecord> slabs;
   TableImage table;
 };
+
+struct RecoveryReport;  // pool_recovery.h
 
 class L1Cache {
  public:
@@ -78,6 +85,15 @@ class L1Cache {
   static Result<std::unique_ptr<L1Cache>> Adopt(const L1Config& config, const Clock* clock,
                                                 UniqueFd fd, const PoolImage& image,
                                                 AdoptionReport* report);
+  // A server started after its predecessor died (--recover-pool): reopens the
+  // segment of config.shm_name that nobody holds any more and adopts, in
+  // place, every object the journal it left proves intact (pool_recovery.h);
+  // slots a writer may still hold are kept from reuse for a write TTL.
+  // kNotFound when there is no segment or no journal (start cold);
+  // kAlreadyExists when a live server holds the segment. On any error the
+  // segment is left as it was.
+  static Result<std::unique_ptr<L1Cache>> Recover(const L1Config& config, const Clock* clock,
+                                                  RecoveryReport* report);
   ~L1Cache();
   L1Cache(const L1Cache&) = delete;
   L1Cache& operator=(const L1Cache&) = delete;
@@ -105,7 +121,12 @@ class L1Cache {
   // Every other writer (requests, the L2 tier) must have stopped before.
   PoolImage StopAndExport();
   // A successor adopted the segment: destruction unmaps it, never unlinks.
-  void Disown() { segment_->Disown(); }
+  void Disown() {
+    segment_->Disown();
+    if (journal_) journal_->Disown();
+  }
+  // The crash-recovery journal, or nullptr without --recover-pool.
+  PoolJournal* journal() { return journal_.get(); }
   // Waits until the pool is pre-faulted, up to `timeout`; true when it is.
   bool WaitPrefaulted(std::chrono::milliseconds timeout) const;
 
@@ -116,8 +137,16 @@ class L1Cache {
   // there on, the table and the evictor.
   static Status Assemble(L1Cache* cache, const L1Config& config, const Clock* clock,
                          std::uint64_t ready_bytes);
+  // Adopt's and Recover's common part: `segment` (not yet owning its name)
+  // with the objects of `image` in place; the name is claimed on success.
+  static Result<std::unique_ptr<L1Cache>> AdoptSegment(const L1Config& config, const Clock* clock,
+                                                       std::unique_ptr<shm::ShmSegment> segment,
+                                                       const PoolImage& image,
+                                                       AdoptionReport* report);
 
   std::unique_ptr<shm::ShmSegment> segment_;
+  // After the segment (its sealer reads the pool), before everything that records into it.
+  std::unique_ptr<PoolJournal> journal_;
   std::unique_ptr<alloc::SlabAllocator> allocator_;
   std::unique_ptr<EvictionPolicy> policy_;
   FlowCounters flow_;  // declared before the table, so it outlives it

@@ -35,6 +35,8 @@ Status CheckLockCount(std::uint32_t count) {
 
 DeferredFree::~DeferredFree() {
   for (const Offset offset : offsets_) {
+    // Out of the journal before the allocator can lend the slot again.
+    if (table_.journal() != nullptr) table_.journal()->Freed(offset);
     const Status status = table_.allocator().Free(offset);
     if (!status.ok()) spdlog::error("object table freed a non-live offset: {}", status.ToString());
   }
@@ -195,6 +197,8 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
   if (!needs_memory.empty()) {
     LMC_ASSIGN_OR_RETURN(
         offsets, AllocateWithEviction(size, needs_memory.size(), mode, warming, &pages_pending));
+    // Recorded as lent before the writer learns of them.
+    if (journal_ != nullptr && !offsets.empty()) journal_->Staged(offsets, size);
   }
 
   // Phase 3: stage what got memory, re-checking what changed meanwhile.

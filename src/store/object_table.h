@@ -61,6 +61,7 @@
 #include "store/listener.h"
 #include "store/object_key.h"
 #include "store/owner.h"
+#include "store/pool_journal.h"
 #include "store/read_locks.h"
 
 namespace lmcache::store {
@@ -332,6 +333,12 @@ class ObjectTable {
   // memory once (an L2 adapter's AttachMemory), never to read or write.
   std::span<std::byte> PoolBytes() const;
 
+  // Records every slot lent, object admitted and slot freed in `journal`
+  // (--recover-pool), before anyone can act on it. Before the table is used;
+  // it must outlive the table.
+  void SetJournal(PoolJournal* journal) { journal_ = journal; }
+  PoolJournal* journal() const { return journal_; }
+
   // Subscribes `listener` (listener.h). Before the table is used; it must outlive the table.
   void AddListener(StoreListener* listener) { listeners_.push_back(listener); }
 
@@ -346,7 +353,10 @@ class ObjectTable {
   // Admits (`key` not resident) and erases a resident entry of `shard`
   // (locked by the caller), keeping the shard's figures that Stats reads
   // (object_table_internal.h). AdmitResident returns the entry's iterator.
-  auto AdmitResident(Shard& shard, const ObjectKey& key, Offset offset, std::uint64_t size);
+  // `journaled` false: the caller records the admission itself (Adopt, in
+  // the predecessor's eviction order rather than shard by shard).
+  auto AdmitResident(Shard& shard, const ObjectKey& key, Offset offset, std::uint64_t size,
+                     bool journaled = true);
   template <typename ResidentIterator>
   void EraseResident(Shard& shard, ResidentIterator it);
   std::uint32_t ShardIndex(const ObjectKey& key) const;
@@ -387,6 +397,7 @@ class ObjectTable {
   std::unique_ptr<Shard[]> shards_;
   mutable LeaseRegistry leases_;
   std::vector<StoreListener*> listeners_;
+  PoolJournal* journal_ = nullptr;
 
   std::atomic<std::uint64_t> on_demand_evictions_{0};
   std::atomic<std::uint64_t> expired_writes_reclaimed_{0};

@@ -101,7 +101,8 @@ Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
     shard.resident.reserve(shard.resident.size() + by_shard[s].size());
     for (const AdoptedObject* object : by_shard[s]) {
       const std::size_t before = shard.resident.size();
-      auto it = AdmitResident(shard, object->key, object->offset, object->size);
+      auto it = AdmitResident(shard, object->key, object->offset, object->size,
+                              /*journaled=*/false);
       if (shard.resident.size() == before) {
         return InvalidArgument("adopted object " + object->key.DebugString() + " named twice");
       }
@@ -110,6 +111,13 @@ Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
         shard.AddHolder(&it->second);
         pinned.push_back(object->key);
       }
+    }
+  }
+  // Journaled oldest first, so a recovery from this server's journal keeps
+  // the predecessor's eviction order too (it orders by journal sequence).
+  if (journal_ != nullptr) {
+    for (const AdoptedObject& object : image.resident) {
+      journal_->Committed(object.key, object.offset, object.size);
     }
   }
   std::vector<ObjectKey> order;
@@ -134,6 +142,7 @@ Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
     entry.size = slot.size;
     entry.staged = true;
     entry.expires_ms = now + config_.write_ttl_ms;
+    if (journal_ != nullptr) journal_->Staged({&slot.offset, 1}, slot.size);
     report.held_slots += 1;
     report.held_bytes += bytes;
   }

@@ -100,9 +100,11 @@ struct ObjectTable::Shard {
 };
 
 inline auto ObjectTable::AdmitResident(Shard& shard, const ObjectKey& key, Offset offset,
-                                       std::uint64_t size) {
+                                       std::uint64_t size, bool journaled) {
   shard.mu.AssertHeld();
   shard.resident_bytes += allocator_->AlignedSize(size);
+  // Recorded before any reader can learn of it (the shard is locked).
+  if (journaled && journal_ != nullptr) journal_->Committed(key, offset, size);
   return shard.resident.emplace(key, ResidentEntry{offset, size, {}, nullptr, nullptr, false})
       .first;
 }

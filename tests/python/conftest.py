@@ -1,7 +1,11 @@
 """Fixtures the Python tests share."""
 
+import os
+
 import pytest
 import zmq
+
+from mp_client import server_binary
 
 
 @pytest.fixture(scope="module")
@@ -11,3 +15,12 @@ def zmq_ctx():
     ctx = zmq.Context()
     yield ctx
     ctx.destroy(linger=0)
+
+
+@pytest.fixture
+def binary():
+    """The lmcache-server under test (LMCACHE_SERVER_BINARY)."""
+    path = server_binary()
+    if not os.access(path, os.X_OK):
+        pytest.fail(f"lmcache-server binary not found: {path} (set LMCACHE_SERVER_BINARY)")
+    return path

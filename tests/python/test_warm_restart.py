@@ -30,7 +30,7 @@ import zmq
 from mp_client import (
     OP_COMMIT_STORE, UNAVAILABLE, OP_PREPARE_STORE, Client, ServerStartError, chunk_size, free_tcp_port,
     lookup, make_key, map_pool, new_instance_id, random_tokens, register, retrieve,
-    server_binary, slot_view, start_server, stats)
+    slot_view, start_server, stats)
 
 CHUNKS_PER_PROMPT = 2
 MAX_PROMPTS_PER_WORKER = 150  # 300 MiB in all: below the eviction watermark
@@ -169,14 +169,6 @@ def worker_main(url, shm_name, pool_size, index, stop_path, result_path):
 def server_args(shm_name, port, extra=(), size_gb="0.5"):
     return ["--shm-name", shm_name, "--l1-size-gb", size_gb, "--port", str(port),
             "--http-port", "0", "--drain-timeout-seconds", "0", "--log-level", "info", *extra]
-
-
-@pytest.fixture
-def binary():
-    path = server_binary()
-    if not os.access(path, os.X_OK):
-        pytest.fail(f"lmcache-server binary not found: {path} (set LMCACHE_SERVER_BINARY)")
-    return path
 
 
 def test_a_successor_takes_the_pool_over_while_four_workers_run(binary, tmp_path):

@@ -366,3 +366,48 @@ TEST_F(SlabAllocatorTest, AdoptRefusesRecordsThatContradictEachOtherOrTheConfig)
 
 }  // namespace
 }  // namespace lmcache::alloc
+
+namespace lmcache::alloc {
+namespace {
+
+// Records what a crash-recovery journal is told (store/pool_journal.h).
+class RecordingObserver : public SlabObserver {
+ public:
+  void SlabAdded(const SlabRecord& slab) override { live.push_back(slab); }
+  void SlabReleased(const SlabRecord& slab) override {
+    released.push_back(slab);
+    std::erase(live, slab);
+  }
+  std::vector<SlabRecord> live;
+  std::vector<SlabRecord> released;
+};
+
+TEST_F(SlabAllocatorTest, AnObserverLearnsOfEverySlabAsItComesAndGoes) {
+  SlabAllocatorConfig config;
+  config.page_bytes = 1 * kMiB;
+  config.slab_target_bytes = 2 * kMiB;
+  auto a = Make(16 * kMiB, config);
+  auto first = a->Allocate(1 * kMiB);  // a slab of two 1 MiB objects, before any observer
+  ASSERT_TRUE(first.ok());
+  RecordingObserver observer;
+  a->SetSlabObserver(&observer);
+  ASSERT_EQ(observer.live.size(), 1u) << "the live slabs are told at once";
+  EXPECT_EQ(observer.live[0], a->Slabs()[0]);
+  auto batch = a->AllocateBatch(512 * 1024, 5);  // another class: 4 per slab, so two slabs
+  ASSERT_TRUE(batch.ok());
+  ASSERT_EQ(observer.live.size(), 3u);
+  std::vector<SlabRecord> slabs = a->Slabs();
+  std::vector<SlabRecord> seen = observer.live;
+  auto by_page = [](const SlabRecord& x, const SlabRecord& y) { return x.first_page < y.first_page; };
+  std::sort(seen.begin(), seen.end(), by_page);
+  EXPECT_EQ(seen, slabs);
+  ASSERT_TRUE(a->FreeBatch(*batch).ok());
+  EXPECT_EQ(observer.released.size(), 2u) << "emptied slabs go back to the pool, and say so";
+  ASSERT_EQ(observer.live.size(), 1u);
+  a->SetSlabObserver(nullptr);
+  ASSERT_TRUE(a->Free(*first).ok());
+  EXPECT_EQ(observer.released.size(), 2u) << "an unsubscribed observer hears nothing";
+}
+
+}  // namespace
+}  // namespace lmcache::alloc

@@ -112,6 +112,20 @@ TEST(ServerConfig, TakeoverFlagsAndTheSocketTheyName) {
   EXPECT_EQ(Parse({"--after-handover", "wait"})->after_handover, "wait");
 }
 
+// Crash recovery: the journal is kept only with --recover-pool, and a
+// restarted server can find its predecessor's pool only by a fixed name.
+TEST(ServerConfig, RecoverPoolKeepsAJournalAndNeedsAFixedPoolName) {
+  auto plain = Parse({"--shm-name", "node"});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->recover_pool);
+  EXPECT_FALSE(plain->l1.journal);
+  auto on = Parse({"--shm-name", "node", "--recover-pool"});
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->recover_pool);
+  EXPECT_TRUE(on->l1.journal);
+  ExpectRejected({"--recover-pool"}, "--shm-name");
+}
+
 TEST(ServerConfig, EndpointsFollowTheReferenceSpelling) {
   auto plain = Parse({});
   ASSERT_TRUE(plain.ok());

@@ -3,7 +3,9 @@
 // the table's listeners, and removes its segment when it goes.
 #include "store/l1_cache.h"
 
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +15,8 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "store/pool_recovery.h"
 
 #include "fakes/fake_clock.h"
 #include "fakes/keys.h"
@@ -277,6 +281,139 @@ TEST_F(L1CacheTest, ASuccessorPrefaultsOnFromWhereThePredecessorStopped) {
   // The whole pool is usable now, around the adopted objects.
   Store(b, 10, 20);
   EXPECT_EQ(b.table().Stats().resident_objects, 22u);
+}
+
+// --recover-pool: a child process builds a pool with a journal, stores six
+// objects and stages a seventh, and is killed with SIGKILL (no destructor
+// runs, exactly as after a crash); the parent recovers the pool it left.
+class L1CacheRecoveryTest : public L1CacheTest {
+ protected:
+  L1CacheRecoveryTest() { config_.journal = true; }
+  ~L1CacheRecoveryTest() override {
+    std::filesystem::remove("/dev/shm/" + config_.shm_name);
+    std::filesystem::remove("/dev/shm/" + JournalName(config_.shm_name));
+  }
+  // The offset the child staged (never committed), or nullopt when it failed.
+  std::optional<Offset> CrashAChildAfterStoring() {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) return std::nullopt;
+    const pid_t child = fork();
+    if (child == 0) {
+      close(pipe_fds[0]);
+      Offset staged_offset = 0;
+      auto cache = L1Cache::Create(config_, &clock_);
+      if (cache.ok() && (*cache)->WaitPrefaulted(std::chrono::seconds(30))) {
+        L1Cache& a = **cache;
+        auto lease = a.table().ReserveWrite(testing::KeysN(0, 6), kMiB, Owner::Instance(1),
+                                            AllocationMode::kAllOrNothing);
+        for (std::size_t i = 0; lease.ok() && i < 6; ++i) {
+          std::memset(a.segment().base() + lease->offsets[i], static_cast<int>(0x60 + i), kMiB);
+        }
+        if (lease.ok() && a.table().FinishWrite(lease->lease).admitted == 6 &&
+            a.journal()->WaitSealed(std::chrono::seconds(30))) {
+          auto staged = a.table().ReserveWrite(testing::KeysN(100, 1), kMiB, Owner::Instance(2),
+                                               AllocationMode::kAllOrNothing);
+          if (staged.ok() && staged->reserved == 1) staged_offset = staged->offsets[0];
+        }
+      }
+      (void)!write(pipe_fds[1], &staged_offset, sizeof(staged_offset));
+      pause();  // killed here, with everything still mapped and running
+      _exit(0);
+    }
+    close(pipe_fds[1]);
+    Offset staged_offset = 0;
+    const bool got = read(pipe_fds[0], &staged_offset, sizeof(staged_offset)) ==
+                     static_cast<ssize_t>(sizeof(staged_offset));
+    close(pipe_fds[0]);
+    kill(child, SIGKILL);
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!got || staged_offset == 0 || !WIFSIGNALED(status)) return std::nullopt;
+    return staged_offset;
+  }
+};
+
+TEST_F(L1CacheRecoveryTest, APoolLeftByAKilledServerIsRecoveredInPlace) {
+  const std::optional<Offset> staged_offset = CrashAChildAfterStoring();
+  ASSERT_TRUE(staged_offset);
+  ASSERT_TRUE(SegmentExists()) << "a crash leaves the segment";
+  RecoveryReport report;
+  auto recovered = L1Cache::Recover(config_, &clock_, &report);
+  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
+  L1Cache& b = **recovered;
+  EXPECT_EQ(report.objects, 6u);
+  EXPECT_EQ(report.bytes, 6 * kMiB);
+  EXPECT_EQ(report.staged, 1u);
+  EXPECT_EQ(report.held_slots, 1u);
+  for (std::uint64_t i = 0; i < 6; ++i) {
+    const auto info = b.table().Find(testing::KeysN(i, 1)[0]);
+    ASSERT_TRUE(info) << i;
+    const std::byte* bytes = b.segment().base() + info->offset;
+    EXPECT_EQ(bytes[0], static_cast<std::byte>(0x60 + i));
+    EXPECT_EQ(bytes[kMiB - 1], static_cast<std::byte>(0x60 + i));
+  }
+  EXPECT_FALSE(b.table().Find(testing::KeysN(100, 1)[0]));
+  // The slot the dead server had lent is not lent again while the write TTL
+  // runs: the 9 MiB left free fill up around it, evicting nothing.
+  auto fill = b.table().ReserveWrite(testing::KeysN(200, 9), kMiB, Owner::Instance(3),
+                                     AllocationMode::kAllOrNothing);
+  ASSERT_TRUE(fill.ok());
+  ASSERT_EQ(fill->reserved, 9u);
+  for (const Offset offset : fill->offsets) EXPECT_NE(offset, *staged_offset);
+  EXPECT_EQ(b.table().Stats().resident_objects, 6u);
+  b.table().AbortWrite(fill->lease);
+  // The recovered server journals too: it can itself be recovered.
+  ASSERT_TRUE(b.journal()->WaitSealed(std::chrono::seconds(30)));
+  EXPECT_EQ(b.journal()->Stats().sealed, 6u);
+  b.Disown();  // as if it crashed as well
+  recovered->reset();
+  RecoveryReport again;
+  auto third = L1Cache::Recover(config_, &clock_, &again);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  EXPECT_EQ(again.objects, 6u);
+  EXPECT_EQ(again.held_slots, 1u);
+  // Eviction order survives both recoveries: the batch's last key is the
+  // oldest, its first the most recent, as the policy had them in the child.
+  EXPECT_EQ((*third)->table().EvictLru(kMiB).objects, 1u);
+  EXPECT_FALSE((*third)->table().Find(testing::KeysN(5, 1)[0]));
+  EXPECT_TRUE((*third)->table().Find(testing::KeysN(0, 1)[0]));
+  EXPECT_EQ((*third)->table().EvictLru(4 * kMiB).objects, 4u);
+  EXPECT_TRUE((*third)->table().Find(testing::KeysN(0, 1)[0]));
+  third->reset();
+  EXPECT_FALSE(SegmentExists()) << "the recovered server owns the name";
+}
+
+TEST_F(L1CacheRecoveryTest, NothingToRecoverOrALiveOwnerOrAnotherSegmentIsRefused) {
+  RecoveryReport report;
+  EXPECT_EQ(L1Cache::Recover(config_, &clock_, &report).status().code(), ErrorCode::kNotFound);
+  auto live = L1Cache::Create(config_, &clock_);
+  ASSERT_TRUE(live.ok());
+  auto refused = L1Cache::Recover(config_, &clock_, &report);
+  EXPECT_EQ(refused.status().code(), ErrorCode::kAlreadyExists) << refused.status().ToString();
+  live->reset();
+  ASSERT_TRUE(CrashAChildAfterStoring());
+  // A cold start without --recover-pool replaces the segment and removes the
+  // journal; a later recovery finds nothing to trust.
+  L1Config cold = config_;
+  cold.journal = false;
+  auto replaced = L1Cache::Create(cold, &clock_);
+  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + JournalName(config_.shm_name)));
+  (*replaced)->Disown();
+  replaced->reset();
+  EXPECT_EQ(L1Cache::Recover(config_, &clock_, &report).status().code(), ErrorCode::kNotFound);
+  // A journal beside a segment it does not describe is refused, the segment left alone.
+  ASSERT_TRUE(CrashAChildAfterStoring());
+  std::filesystem::remove("/dev/shm/" + config_.shm_name);
+  auto other = shm::ShmSegment::Create({config_.shm_name, config_.size_bytes});
+  ASSERT_TRUE(other.ok());
+  (*other)->Disown();
+  other->reset();
+  auto mismatched = L1Cache::Recover(config_, &clock_, &report);
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_NE(mismatched.status().message().find("another segment"), std::string::npos)
+      << mismatched.status().ToString();
+  EXPECT_TRUE(SegmentExists());
 }
 
 }  // namespace

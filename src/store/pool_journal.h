@@ -1,0 +1,160 @@
+// PoolJournal: the crash-recovery journal of the L1 pool (--recover-pool).
+//
+// A server-only shared-memory file beside the pool segment, named
+// "<pool name>.journal" (mode 0600; workers never map it), that tells a server
+// started after a kill -9 which bytes of the surviving segment hold which
+// object. Like the segment, it outlives the process that wrote it; unlike the
+// segment, no worker can write it. Recovery (pool_recovery.h) verifies every
+// object against the checksum recorded here before it serves it.
+//
+// Each slot lent to a writer or resident has a record: Staged (lent: a worker
+// may be copying into it) -> Committed (admitted, its key written) -> Sealed
+// (the sealer thread has checksummed its bytes) -> Free (the slot went back to
+// the allocator, before the allocator can lend it again). Every transition
+// writes the record's fields first and its state word last, with release
+// ordering. THE COMMIT POINT of an object, for recovery, is the store of its
+// Sealed state: an object is recovered only if that store happened, and the
+// key and checksum it covers were stored before it. A kill -9 loses no store
+// that executed (the journal is shared memory: nothing to flush), so a torn
+// record is one whose state word still says what it said before the tear.
+// Checksums are computed after the commit, off the store path, by one thread:
+// objects committed but not yet sealed at a crash are not recovered.
+//
+// Slabs are recorded at their first page (the allocator tells the journal as
+// SlabObserver), and pre-faulting's progress before any new page is lent.
+//
+// Thread-safety: internally synchronised by one mutex, a leaf in the lock
+// order (held for a few stores; it calls nothing); every method may be called
+// from any thread. SlabAdded/SlabReleased run under the allocator's mutex and
+// take no lock: each slab entry is written only there.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "alloc/slab_allocator.h"
+#include "common/mutex.h"
+#include "common/unique_fd.h"
+#include "lmcache/status.h"
+#include "store/object_key.h"
+#include "store/pool_journal_format.h"
+
+namespace lmcache::store {
+
+using alloc::Offset;
+
+// What a journal must agree with to describe a pool: its configuration and
+// the segment file itself (device and inode: a journal left beside another
+// segment of the same name describes other bytes).
+struct JournalGeometry {
+  std::uint64_t pool_bytes = 0;
+  std::uint64_t align_bytes = 0;
+  std::uint64_t page_bytes = 0;
+  std::uint64_t slab_target_bytes = 0;
+  std::uint64_t segment_device = 0;
+  std::uint64_t segment_inode = 0;
+  bool operator==(const JournalGeometry&) const = default;
+};
+// The geometry of the segment open on `segment_fd` under `allocator`'s configuration.
+Result<JournalGeometry> GeometryOf(int segment_fd, std::uint64_t pool_bytes,
+                                   const alloc::SlabAllocatorConfig& allocator);
+
+struct JournalStats {
+  std::uint64_t records = 0;        // live records (slots lent or resident)
+  std::uint64_t sealed = 0;         // objects recovery would serve now
+  std::uint64_t awaiting_seal = 0;  // committed, checksum not yet computed
+  std::uint64_t sealed_total = 0;   // checksums computed since start
+  std::uint64_t sealed_bytes_total = 0;
+  std::uint64_t unrecorded = 0;  // objects whose key did not fit the namespace area
+  std::uint64_t namespaces = 0;
+};
+
+// The key of a record: everything but the chunk hash lives in a namespace
+// entry (a node serves few models, salts and tag sets).
+std::string EncodeKeyNamespace(const ObjectKey& key);
+// Fails on bytes EncodeKeyNamespace cannot have made, or a key that
+// ValidateObjectKey refuses; sets every field but chunk_hash.
+Result<ObjectKey> DecodeKeyNamespace(std::span<const std::byte> body);
+
+// "<pool name>.journal", under /dev/shm.
+std::string JournalName(const std::string& pool_name);
+
+class PoolJournal : public alloc::SlabObserver {
+ public:
+  // A new, empty journal for the pool `pool` (its bytes, for the sealer),
+  // written under a private name and then renamed over JournalName(): a
+  // reader never sees a half-made file, and a predecessor's journal stays
+  // whole until this one replaces it.
+  static Result<std::unique_ptr<PoolJournal>> Create(const std::string& pool_name,
+                                                     const JournalGeometry& geometry,
+                                                     std::span<const std::byte> pool);
+  // Stops the sealer; removes the file unless Disown() was called.
+  ~PoolJournal() override;
+  PoolJournal(const PoolJournal&) = delete;
+  PoolJournal& operator=(const PoolJournal&) = delete;
+
+  // Slots lent to a writer, before the writer learns of them.
+  void Staged(std::span<const Offset> offsets, std::uint64_t size) LMC_EXCLUDES(mu_);
+  // An object admitted at `offset` (staged before, or adopted from a
+  // predecessor): its key is recorded and its checksum queued.
+  void Committed(const ObjectKey& key, Offset offset, std::uint64_t size) LMC_EXCLUDES(mu_);
+  // The slot at `offset` is about to go back to the allocator.
+  void Freed(Offset offset) LMC_EXCLUDES(mu_);
+  // Pages below `bytes` may be lent from now on (called before they are).
+  void ReadyBytes(std::uint64_t bytes);
+  void SlabAdded(const alloc::SlabRecord& slab) override;
+  void SlabReleased(const alloc::SlabRecord& slab) override;
+
+  // A successor took the pool over and replaced the file: leave it.
+  void Disown() { owner_ = false; }
+  // Waits until every committed object is sealed (or `timeout`); true when so.
+  bool WaitSealed(std::chrono::milliseconds timeout) LMC_EXCLUDES(mu_);
+  JournalStats Stats() const LMC_EXCLUDES(mu_);
+
+ private:
+  PoolJournal(std::string name, UniqueFd fd, std::byte* base, std::uint64_t file_bytes,
+              std::uint64_t num_pages, std::uint64_t capacity, std::span<const std::byte> pool);
+  journal_format::Header& header() const;
+  journal_format::Record& record(std::uint32_t index) const;
+  // The record for a new life at `offset` (its state set to `state`).
+  std::uint32_t NewRecordLocked(Offset offset, std::uint64_t size,
+                                journal_format::RecordState state) LMC_REQUIRES(mu_);
+  // The namespace entry of `key`, appended if new; nullopt when the area is full.
+  std::optional<std::uint32_t> NamespaceLocked(const ObjectKey& key) LMC_REQUIRES(mu_);
+  void SealLoop();
+
+  const std::string name_;
+  UniqueFd fd_;
+  std::byte* const base_;
+  const std::uint64_t file_bytes_;
+  const std::uint64_t num_pages_;
+  const std::uint64_t capacity_;
+  const journal_format::Parts parts_;
+  const std::span<const std::byte> pool_;
+  bool owner_ = true;
+
+  mutable Mutex mu_;
+  CondVar work_;
+  CondVar sealed_;
+  std::unordered_map<Offset, std::uint32_t> record_of_ LMC_GUARDED_BY(mu_);
+  std::vector<std::uint32_t> free_records_ LMC_GUARDED_BY(mu_);
+  std::uint64_t records_used_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t next_sequence_ LMC_GUARDED_BY(mu_) = 1;
+  std::unordered_map<std::string, std::uint32_t> namespace_of_ LMC_GUARDED_BY(mu_);
+  std::uint64_t namespace_bytes_ LMC_GUARDED_BY(mu_) = 0;
+  // (record, state word it was committed with), oldest first.
+  std::deque<std::pair<std::uint32_t, std::uint64_t>> to_seal_ LMC_GUARDED_BY(mu_);
+  bool sealing_ LMC_GUARDED_BY(mu_) = false;  // the sealer holds a batch
+  bool stop_ LMC_GUARDED_BY(mu_) = false;
+  JournalStats stats_ LMC_GUARDED_BY(mu_);
+  std::thread sealer_;
+};
+
+}  // namespace lmcache::store
