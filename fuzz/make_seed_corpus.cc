@@ -16,7 +16,9 @@
 #include "common/clock.h"
 #include "fuzz_input.h"
 #include "protocol/wire_codec.h"
+#include "journal_input.h"
 #include "restart/handover_codec.h"
+#include "store/pool_recovery.h"
 #include "tier/object_format.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
@@ -57,7 +59,8 @@ int main(int argc, char** argv) {
   const std::filesystem::path objects = root / "l2_object_fuzzer-seed";
   const std::filesystem::path replies = root / "resp_reply_fuzzer-seed";
   const std::filesystem::path handover = root / "handover_fuzzer-seed";
-  for (const auto& dir : {requests, frames, objects, replies, handover}) {
+  const std::filesystem::path journal = root / "journal_fuzzer-seed";
+  for (const auto& dir : {requests, frames, objects, replies, handover, journal}) {
     std::filesystem::create_directories(dir);
   }
 
@@ -174,6 +177,32 @@ int main(int argc, char** argv) {
   restart::HandoverImage image{"boot", l1.shm_name, cache->StopAndExport(), {}};
   if (layout.ok()) image.registrations.push_back({1, "fuzz-model", 1, *layout});
   Write(handover / "image", '\2' + restart::EncodeImage(image));
-  std::cout << "wrote " << n + 15 << " seeds\n";
+
+  // A journal as a server writes it: a slab, three sealed objects (one with
+  // salt and tags), one slot lent and not committed, one object freed.
+  {
+    const std::vector<std::byte> pool = fuzz::JournalPool();
+    auto written = store::PoolJournal::Create(l1.shm_name, fuzz::kJournalGeometry, pool);
+    if (written.ok()) {
+      store::PoolJournal& j = **written;
+      j.ReadyBytes(fuzz::kJournalPoolBytes);
+      j.SlabAdded({2, 4, 16 << 10});
+      store::ObjectKey salted = object_key;
+      salted.cache_salt = "tenant";
+      salted.tags = "team%infra";
+      for (std::uint64_t i = 0; i < 4; ++i) {
+        const alloc::Offset at[] = {(2ull << 14) + i * (16 << 10)};
+        j.Staged(at, 16 << 10);
+        j.Committed(i == 1 ? salted : keys[i % keys.size()], at[0], 16 << 10);
+      }
+      (void)j.WaitSealed(std::chrono::seconds(10));
+      j.Freed((2ull << 14) + 3 * (16 << 10));
+      const alloc::Offset lent[] = {(2ull << 14) + 5 * (16 << 10)};
+      j.Staged(lent, 16 << 10);
+      auto file = store::JournalFile::Open(l1.shm_name);
+      if (file.ok()) Write(journal / "journal", fuzz::InputFromJournal(file->bytes()));
+    }
+  }
+  std::cout << "wrote " << n + 16 << " seeds\n";
   return 0;
 }

@@ -57,7 +57,8 @@ Status CheckHeader(const jf::Header& h, const JournalGeometry& expected,
 std::unordered_map<std::uint32_t, ObjectKey> ReadNamespaces(std::span<const std::byte> area) {
   std::unordered_map<std::uint32_t, ObjectKey> out;
   std::uint64_t at = 0;
-  while (area.size() - at >= sizeof(std::uint32_t)) {
+  // `at` may pass the end: an entry's padding is not checked against it.
+  while (at <= area.size() && area.size() - at >= sizeof(std::uint32_t)) {
     const auto length = CopyAt<std::uint32_t>(area, at);
     if (length > jf::kMaxNamespaceBody || length > area.size() - at - sizeof(std::uint32_t)) break;
     auto key = DecodeKeyNamespace(area.subspan(at + sizeof(std::uint32_t), length));

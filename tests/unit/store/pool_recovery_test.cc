@@ -231,6 +231,22 @@ TEST_F(PoolRecoveryTest, AJournalOfAnotherSegmentOrGeometryOrAMalformedOneIsRefu
   EXPECT_EQ(garbled->report.held_slots, 1u);
 }
 
+// Found by journal_fuzzer: an area mark that cuts the last entry's padding
+// short sent the reader past the end of the area (and of the file).
+TEST_F(PoolRecoveryTest, ANamespaceAreaCutInsideAnEntrysPaddingEndsTheArea) {
+  Open();
+  ObjectKey odd = testing::KeyN(1, "abc");  // a body whose entry needs padding
+  Store(1, Slot(1), odd);
+  std::vector<std::byte> journal = JournalBytes();
+  auto header = reinterpret_cast<jf::Header*>(journal.data());
+  const std::uint64_t body = EncodeKeyNamespace(odd).size();
+  ASSERT_NE((4 + body) % 8, 0u);
+  header->namespace_bytes = 4 + body;
+  auto plan = Plan(journal);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->report.objects, 1u);
+}
+
 TEST_F(PoolRecoveryTest, TheJournalFileIsPrivateAndGoesWithItsOwnerUnlessDisowned) {
   Open();
   const std::filesystem::path path = "/dev/shm/" + JournalName(name_);
