@@ -1,9 +1,11 @@
 // Object-table micro-benchmarks: the store path (reserve + finish write), the
 // lookup path (read lock + release), and lock/unlock under thread contention.
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "common/clock.h"
 #include "store/eviction_policy.h"
 #include "store/object_table.h"
+#include "store/pool_journal.h"
 
 namespace lmcache::store {
 namespace {
@@ -52,19 +55,55 @@ Fixture& Shared() {
   return *fixture;
 }
 
-// Store a batch of `range(0)` chunks, then delete it (so the table stays small).
+// With --recover-pool: the table records every slot lent, object admitted and
+// slot freed in a PoolJournal, whose sealer hashes each committed object. The
+// pool is mapped (never written: its pages read as zeros) so the sealer has
+// bytes to hash; docs/performance.md, "Crash recovery".
+struct JournaledFixture {
+  JournaledFixture() {
+    void* base = mmap(nullptr, kPoolBytes, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    pool = {static_cast<std::byte*>(base), kPoolBytes};
+    allocator = std::move(alloc::SlabAllocator::Create(pool, {})).value();
+    const JournalGeometry geometry{kPoolBytes, 4096, 2 << 20, 64 << 20, 0, 1};
+    journal = std::move(PoolJournal::Create("lmcache_l1_pool_bench_" + std::to_string(getpid()),
+                                            geometry, pool))
+                  .value();
+    allocator->SetSlabObserver(journal.get());
+    table = std::make_unique<ObjectTable>(allocator.get(), &lru, &SteadyClock::Instance(),
+                                          ObjectTableConfig{});
+    table->SetJournal(journal.get());
+  }
+  ~JournaledFixture() {
+    table.reset();
+    allocator.reset();
+    journal.reset();
+    munmap(pool.data(), pool.size());
+  }
+  std::span<std::byte> pool;
+  std::unique_ptr<alloc::SlabAllocator> allocator;
+  std::unique_ptr<PoolJournal> journal;
+  LruPolicy lru;
+  std::unique_ptr<ObjectTable> table;
+};
+
+// Store a batch of `range(0)` chunks, then delete it (so the table stays small);
+// range(1) = 1: with the crash-recovery journal.
 void BM_StoreBatch(benchmark::State& state) {
-  Fixture f;
+  Fixture plain;
+  std::unique_ptr<JournaledFixture> journaled;
+  if (state.range(1) != 0) journaled = std::make_unique<JournaledFixture>();
+  ObjectTable* table = journaled ? journaled->table.get() : plain.table.get();
   const auto keys = Keys(0, static_cast<std::size_t>(state.range(0)));
   for (auto _ : state) {
-    auto r = f.table->ReserveWrite(keys, kChunk, kWriter, AllocationMode::kAllOrNothing);
+    auto r = table->ReserveWrite(keys, kChunk, kWriter, AllocationMode::kAllOrNothing);
     benchmark::DoNotOptimize(r);
-    f.table->FinishWrite(r->lease);
-    f.table->Delete(keys, /*force=*/false);
+    table->FinishWrite(r->lease);
+    table->Delete(keys, /*force=*/false);
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
-BENCHMARK(BM_StoreBatch)->Arg(1)->Arg(16)->Arg(512);
+BENCHMARK(BM_StoreBatch)->ArgsProduct({{1, 16, 512}, {0, 1}})->ArgNames({"chunks", "journal"});
 
 // Admits `keys` for kWriter.
 void Admit(ObjectTable& table, const std::vector<ObjectKey>& keys) {

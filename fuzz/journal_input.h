@@ -27,7 +27,7 @@ namespace lmcache::fuzz {
 
 inline constexpr std::uint64_t kJournalPoolBytes = 256 << 10;
 inline const store::JournalGeometry kJournalGeometry{kJournalPoolBytes, 4 << 10, 16 << 10,
-                                                      32 << 10, 1, 2};
+                                                     32 << 10,          1,       2};
 inline constexpr std::size_t kNamespacePrefix = 512;
 
 inline std::byte PoolByte(std::size_t i) { return std::byte((i * 131 + (i >> 12)) & 0xff); }

@@ -26,7 +26,9 @@ FIELDS = [
     "cross_node_gbps", "store_faults_per_mib", "retrieve_faults_per_mib",
     "stream_copy_gbps", "store_vs_stream_copy", "retrieve_vs_stream_copy",
     "events_off_store_gbps", "events_on_store_gbps", "events_on_vs_off", "events_small_on_vs_off",
+    "journal_on_vs_off", "journal_small_on_vs_off",
     "restart_serve_seconds", "restart_takeover_seconds", "restart_served_fraction",
+    "recovery_serve_seconds", "recovery_seconds", "recovered_fraction",
 ]
 # Counts that may be zero (every other field is a positive rate or time).
 COUNTS = {"store_faults_per_mib", "retrieve_faults_per_mib"}
@@ -37,7 +39,8 @@ MAX_FAULTS_PER_MIB = 4.0
 SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "store_vs_stream_copy",
            "retrieve_vs_stream_copy", "shm_vs_socket", "shm_vs_redis",
            "ping_vs_echo", "l2_store_vs_disk", "l2_load_vs_disk", "resp_store_vs_raw",
-           "resp_load_vs_raw", "events_on_vs_off", "events_small_on_vs_off"]
+           "resp_load_vs_raw", "events_on_vs_off", "events_small_on_vs_off",
+           "journal_on_vs_off", "journal_small_on_vs_off"]
 
 
 def check(path):

@@ -1,6 +1,8 @@
 #include "store/pool_journal.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -296,6 +298,15 @@ void PoolJournal::SlabReleased(const alloc::SlabRecord& slab) {
 }
 
 void PoolJournal::SealLoop() {
+  // Below every other thread (SCHED_IDLE): the sealer reads every byte stored,
+  // and on a busy node that read must not come out of the store path's time.
+  // Sealing then lags while the cores are saturated (journal_awaiting_seal),
+  // and a crash in such a burst loses more of its newest objects.
+  sched_param idle{};
+  if (const int err = pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle); err != 0) {
+    spdlog::debug("journal sealer: SCHED_IDLE refused ({}); it runs at normal priority",
+                  std::strerror(err));
+  }
   for (;;) {
     std::uint32_t index = 0;
     std::uint64_t word = 0;

@@ -1,9 +1,10 @@
-// The KV events phase of lmcache-bench: what recording KV events costs the
-// store path. Two servers, one with the channel off (--kv-event-log-size 0)
-// and one with it on and publishing in vLLM's format (--kv-events-url),
-// take the shared-memory path's rounds alternately, at the run's chunk
-// geometry and at small (64 KiB) chunks, where the per-chunk cost of a
-// record is largest against the bytes moved.
+// The on/off phases of lmcache-bench: what a server feature costs the store
+// path. Two servers, one with the feature off and one with it on, take the
+// shared-memory path's rounds alternately, at the run's chunk geometry and at
+// small (64 KiB) chunks, where a per-chunk cost is largest against the bytes
+// moved. The features: KV events (off: --kv-event-log-size 0; on: publishing
+// in vLLM's format, --kv-events-url), and the crash-recovery journal (on:
+// --recover-pool, whose sealer also reads every byte stored).
 // Thread-safety: single-threaded use by the driver.
 #pragma once
 
@@ -14,7 +15,7 @@
 
 namespace lmcache::bench {
 
-struct EventsFigures {
+struct OnOffFigures {
   // Per round, store GB/s of each server at the run's geometry.
   std::vector<double> off_store_gbps;
   std::vector<double> on_store_gbps;
@@ -23,7 +24,9 @@ struct EventsFigures {
   std::vector<double> small_on_store_gbps;
 };
 
-Result<EventsFigures> MeasureEventsPhase(const BenchOptions& options,
+Result<OnOffFigures> MeasureEventsPhase(const BenchOptions& options,
+                                        const std::string& server_binary);
+Result<OnOffFigures> MeasureJournalPhase(const BenchOptions& options,
                                          const std::string& server_binary);
 
 }  // namespace lmcache::bench

@@ -261,6 +261,12 @@ int Run(BenchOptions o) {
     if (!events.ok()) return fail(events.status());
     report.events = std::move(events).value();
   }
+  if (!o.skip_journal && !o.latencies_only) {
+    Progress("journal: the shm path's stores on a server without --recover-pool and one with it");
+    auto journal = MeasureJournalPhase(o, server_binary);
+    if (!journal.ok()) return fail(journal.status());
+    report.journal = std::move(journal).value();
+  }
   if (o.sweep) {
     for (const double chunk_mib : o.sweep_chunk_mib) {
       for (const int workers : o.sweep_workers) {
@@ -333,6 +339,9 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-events", o.skip_events,
                "Do not measure the store path with KV events on against off (its fields become "
                "null)");
+  app.add_flag("--skip-journal", o.skip_journal,
+               "Do not measure the store path with the crash-recovery journal on against off (its "
+               "fields become null)");
   app.add_flag("--skip-restart", o.skip_restart,
                "Do not measure the warm restart (its fields become null)");
   app.add_option("--restart-pool-gb", o.restart_pool_gb,

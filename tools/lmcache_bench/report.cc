@@ -117,11 +117,12 @@ std::optional<double> LargestRestart(const BenchReport& r, double RestartSample:
   return largest->*field;
 }
 
-// The smallest fraction of its objects a successor served, over the pools.
-std::optional<double> LeastServed(const BenchReport& r) {
+// The smallest fraction of its objects a successor served (`field`: after the
+// takeover or after the crash), over the pools.
+std::optional<double> LeastServed(const BenchReport& r, double RestartSample::*field) {
   if (!r.restart || r.restart->empty()) return std::nullopt;
   double least = 1;
-  for (const RestartSample& s : *r.restart) least = std::min(least, s.served_fraction);
+  for (const RestartSample& s : *r.restart) least = std::min(least, s.*field);
   return least;
 }
 
@@ -207,9 +208,19 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
        r.events ? std::optional(PerRound(r.events->small_on_store_gbps,
                                          r.events->small_off_store_gbps).median)
                 : std::nullopt},
+      {"journal_on_vs_off", r.journal ? std::optional(PerRound(r.journal->on_store_gbps,
+                                                               r.journal->off_store_gbps).median)
+                                      : std::nullopt},
+      {"journal_small_on_vs_off",
+       r.journal ? std::optional(PerRound(r.journal->small_on_store_gbps,
+                                          r.journal->small_off_store_gbps).median)
+                 : std::nullopt},
       {"restart_serve_seconds", LargestRestart(r, &RestartSample::serve_seconds)},
       {"restart_takeover_seconds", LargestRestart(r, &RestartSample::takeover_seconds)},
-      {"restart_served_fraction", LeastServed(r)},
+      {"restart_served_fraction", LeastServed(r, &RestartSample::served_fraction)},
+      {"recovery_serve_seconds", LargestRestart(r, &RestartSample::recovery_serve_seconds)},
+      {"recovery_seconds", LargestRestart(r, &RestartSample::recovery_seconds)},
+      {"recovered_fraction", LeastServed(r, &RestartSample::recovered_fraction)},
   };
 }
 
@@ -271,6 +282,11 @@ void PrintTable(const BenchReport& r) {
                   "its start (its takeover %.3f s), %.4f of the objects served\n",
                   s.pool_gb, static_cast<unsigned long long>(s.objects), s.serve_seconds,
                   s.takeover_seconds, s.served_fraction);
+      std::printf("  crash recovery, %.0f GiB pool: after kill -9, the next server serving %.3f s "
+                  "after its start (its recovery %.3f s), %.4f of the objects served (B's "
+                  "journal still checksumming what it adopted for %.3f s after its lookups)\n",
+                  s.pool_gb, s.recovery_serve_seconds, s.recovery_seconds, s.recovered_fraction,
+                  s.reseal_seconds);
     }
   }
   if (r.events) {
@@ -279,6 +295,13 @@ void PrintTable(const BenchReport& r) {
     spread("events_on_vs_off", PerRound(r.events->on_store_gbps, r.events->off_store_gbps));
     spread("events_small_on_vs_off",
            PerRound(r.events->small_on_store_gbps, r.events->small_off_store_gbps));
+  }
+  if (r.journal) {
+    std::printf("  crash-recovery journal off / on: store %.2f / %.2f GB/s\n",
+                Median(r.journal->off_store_gbps), Median(r.journal->on_store_gbps));
+    spread("journal_on_vs_off", PerRound(r.journal->on_store_gbps, r.journal->off_store_gbps));
+    spread("journal_small_on_vs_off",
+           PerRound(r.journal->small_on_store_gbps, r.journal->small_off_store_gbps));
   }
   for (const PathResults& p : r.sweep) {
     const PathRatios pr = RatiosOf(p);
@@ -336,6 +359,13 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << (r.events ? SpreadJson(PerRound(r.events->small_on_store_gbps,
                                          r.events->small_off_store_gbps))
                    : "null")
+      << ", \"journal_on_vs_off\": "
+      << (r.journal ? SpreadJson(PerRound(r.journal->on_store_gbps, r.journal->off_store_gbps))
+                    : "null")
+      << ", \"journal_small_on_vs_off\": "
+      << (r.journal ? SpreadJson(PerRound(r.journal->small_on_store_gbps,
+                                          r.journal->small_off_store_gbps))
+                    : "null")
       << "},\n";
   out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
       << ", \"stream_copy_gbps\": " << Samples(r.main.stream_copy_gbps)
@@ -351,6 +381,12 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
         << ", \"events_small_off_store_gbps\": " << Samples(r.events->small_off_store_gbps)
         << ", \"events_small_on_store_gbps\": " << Samples(r.events->small_on_store_gbps);
   }
+  if (r.journal) {
+    out << ", \"journal_off_store_gbps\": " << Samples(r.journal->off_store_gbps)
+        << ", \"journal_on_store_gbps\": " << Samples(r.journal->on_store_gbps)
+        << ", \"journal_small_off_store_gbps\": " << Samples(r.journal->small_off_store_gbps)
+        << ", \"journal_small_on_store_gbps\": " << Samples(r.journal->small_on_store_gbps);
+  }
   out << "},\n";
   out << "  \"restart\": [";
   if (r.restart) {
@@ -360,7 +396,11 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
           << ", \"fill_seconds\": " << s.fill_seconds << ", \"serve_seconds\": "
           << s.serve_seconds << ", \"takeover_seconds\": " << s.takeover_seconds
           << ", \"adopted_objects\": " << s.adopted_objects
-          << ", \"served_fraction\": " << s.served_fraction << "}";
+          << ", \"served_fraction\": " << s.served_fraction
+          << ", \"reseal_seconds\": " << s.reseal_seconds
+          << ", \"recovery_serve_seconds\": " << s.recovery_serve_seconds
+          << ", \"recovery_seconds\": " << s.recovery_seconds
+          << ", \"recovered_fraction\": " << s.recovered_fraction << "}";
     }
   }
   out << "],\n";

@@ -59,7 +59,8 @@ struct BenchReport {
   std::optional<double> lookup_cold_p50_us;  // a server without a hash cache (not with --url)
   std::optional<L2Figures> l2;                // the fs phase (absent with --skip-l2)
   std::optional<L2Figures> resp;              // the resp phase (absent with --skip-l2 or --skip-redis)
-  std::optional<EventsFigures> events;        // the KV events phase (absent with --skip-events)
+  std::optional<OnOffFigures> events;         // the KV events phase (absent with --skip-events)
+  std::optional<OnOffFigures> journal;        // the journal phase (absent with --skip-journal)
   std::optional<std::vector<RestartSample>> restart;  // absent with --skip-restart
   std::vector<PathResults> sweep;
   std::string server_version;

@@ -101,15 +101,49 @@ Result<std::uint64_t> ServeThroughSuccessor(const BenchOptions& o, client::Clien
   return found;
 }
 
+// Polls the server's stats until its journal has checksummed every committed
+// object; returns how long that took.
+Result<double> WaitSealed(client::Client& c) {
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    LMC_ASSIGN_OR_RETURN(const tools::ServerStats stats, tools::ServerStats::Fetch(c));
+    if (stats.Number("restart.journal_awaiting_seal").value_or(1) == 0) return SecondsSince(start);
+    if (SecondsSince(start) > 300) return Internal("restart: the journal never caught up");
+    usleep(20'000);
+  }
+}
+
+// Kills B with SIGKILL (a crash: nothing flushed or handed over) and measures
+// server C recovering the pool B left.
+Status MeasureRecovery(const BenchOptions& o, const std::string& binary,
+                       std::vector<std::string> args, const std::string& url,
+                       tools::LocalServer& victim, std::uint64_t prompts, RestartSample* sample) {
+  victim.Kill();
+  args.insert(args.end(), {"--url", url});
+  const auto started = std::chrono::steady_clock::now();
+  LMC_ASSIGN_OR_RETURN(auto recovered,
+                       tools::LocalServer::Start(binary, "lmcache_bench_restart_c", args));
+  sample->recovery_serve_seconds = SecondsSince(started);
+  LMC_ASSIGN_OR_RETURN(auto c, Worker(o, url));
+  LMC_ASSIGN_OR_RETURN(const std::uint64_t found, ServeThroughSuccessor(o, *c, prompts));
+  sample->recovered_fraction =
+      sample->objects ? static_cast<double>(found) / static_cast<double>(sample->objects) : 0;
+  LMC_ASSIGN_OR_RETURN(const tools::ServerStats stats, tools::ServerStats::Fetch(*c));
+  sample->recovery_seconds = stats.Number("restart.recovery_seconds").value_or(0);
+  return Status::Ok();
+}
+
 Result<RestartSample> MeasureOne(const BenchOptions& o, const std::string& binary, double pool_gb) {
   RestartSample sample;
   sample.pool_gb = pool_gb;
   const std::string shm_name = "lmcache_l1_pool_bench_restart_" + std::to_string(getpid());
   // At info: the takeover's own timings (export, transfer, adoption) reach
   // the bench's stderr when the servers stop.
-  const std::vector<std::string> common = {
-      "--l1-size-gb", std::to_string(pool_gb),     "--shm-name", shm_name, "--log-level", "info",
-      "--chunk-size", std::to_string(o.chunk_size)};
+  const std::vector<std::string> common = {"--l1-size-gb",  std::to_string(pool_gb),
+                                           "--shm-name",    shm_name,
+                                           "--log-level",   "info",
+                                           "--chunk-size",  std::to_string(o.chunk_size),
+                                           "--recover-pool"};
   LMC_ASSIGN_OR_RETURN(auto a,
                        tools::LocalServer::Start(binary, "lmcache_bench_restart_a", common));
   std::uint64_t prompts = 0;
@@ -135,6 +169,9 @@ Result<RestartSample> MeasureOne(const BenchOptions& o, const std::string& binar
   sample.takeover_seconds = stats.Number("restart.takeover_seconds").value_or(0);
   sample.adopted_objects =
       static_cast<std::uint64_t>(stats.Number("restart.adopted_objects").value_or(0));
+  LMC_ASSIGN_OR_RETURN(sample.reseal_seconds, WaitSealed(*c));
+  c.reset();
+  LMC_RETURN_IF_ERROR(MeasureRecovery(o, binary, common, a->url(), *b, prompts, &sample));
   return sample;
 }
 

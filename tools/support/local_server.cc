@@ -138,6 +138,13 @@ Result<std::unique_ptr<LocalServer>> LocalServer::Start(const std::string& binar
                                            std::to_string(kStartupBound.count()) + " s"));
 }
 
+void LocalServer::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
 LocalServer::~LocalServer() {
   if (pid_ > 0) {
     kill(pid_, SIGTERM);

@@ -32,6 +32,9 @@ class LocalServer {
   LocalServer(const LocalServer&) = delete;
   LocalServer& operator=(const LocalServer&) = delete;
 
+  // SIGKILL, as a crash: nothing is flushed, removed or handed over.
+  void Kill();
+
   const std::string& url() const { return url_; }
   pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_path_; }
