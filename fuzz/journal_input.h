@@ -43,11 +43,16 @@ inline store::journal_format::Parts JournalParts() {
                                          kJournalPoolBytes / kJournalGeometry.align_bytes);
 }
 
-// The journal file an input describes (header geometry always valid).
-inline std::vector<std::byte> JournalFromInput(std::span<const std::uint8_t> in) {
+// The journal file an input describes (header geometry always valid), in
+// `journal` (the whole file's size: only the parts an input reaches are
+// cleared, so a mark within the namespace area is cut to the part an input
+// can fill; one beyond the area stays, to be refused).
+inline void JournalFromInput(std::span<const std::uint8_t> in, std::vector<std::byte>& journal) {
   namespace jf = store::journal_format;
   const jf::Parts parts = JournalParts();
-  std::vector<std::byte> journal(parts.file_bytes);
+  journal.resize(parts.file_bytes);
+  std::memset(journal.data(), 0, parts.namespaces + kNamespacePrefix);
+  std::memset(journal.data() + parts.records, 0, parts.file_bytes - parts.records);
   jf::Header h{};
   h.magic = jf::kMagic;
   h.version = jf::kVersion;
@@ -67,12 +72,14 @@ inline std::vector<std::byte> JournalFromInput(std::span<const std::uint8_t> in)
   take(&h.ready_bytes, 8);
   take(&h.records_used, 8);
   take(&h.namespace_bytes, 8);
+  if (h.namespace_bytes <= jf::kNamespaceBytes) {
+    h.namespace_bytes = std::min<std::uint64_t>(h.namespace_bytes, kNamespacePrefix);
+  }
   std::memcpy(journal.data(), &h, sizeof(h));
   const std::size_t pages = kJournalPoolBytes / kJournalGeometry.page_bytes;
   take(journal.data() + parts.slabs, pages * sizeof(jf::SlabEntry));
   take(journal.data() + parts.namespaces, kNamespacePrefix);
   take(journal.data() + parts.records, h.record_capacity * sizeof(jf::Record));
-  return journal;
 }
 
 // The input that reproduces `journal` (the seed generator's side).

@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
     auto written = store::PoolJournal::Create(l1.shm_name, fuzz::kJournalGeometry, pool);
     if (written.ok()) {
       store::PoolJournal& j = **written;
+      (void)j.Publish();
       j.ReadyBytes(fuzz::kJournalPoolBytes);
       j.SlabAdded({2, 4, 16 << 10});
       store::ObjectKey salted = object_key;

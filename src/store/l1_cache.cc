@@ -74,6 +74,7 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
                              /*reserve_all=*/!config.background_prefault, huge.advise};
   LMC_ASSIGN_OR_RETURN(cache->segment_, shm::ShmSegment::Create(options));
   LMC_RETURN_IF_ERROR(Assemble(cache.get(), config, clock, 0));
+  if (cache->journal_) LMC_RETURN_IF_ERROR(cache->journal_->Publish());
   return cache;
 }
 
@@ -119,6 +120,9 @@ Result<std::unique_ptr<L1Cache>> L1Cache::AdoptSegment(const L1Config& config, c
   for (const HeldSlot& slot : image.table.held) offsets.push_back(slot.offset);
   LMC_RETURN_IF_ERROR(cache->allocator_->Adopt(image.slabs, offsets));
   LMC_ASSIGN_OR_RETURN(*report, cache->table_->Adopt(image.table));
+  // Only now, with every adopted object and held slot recorded, does the new
+  // journal replace the predecessor's (a crash before leaves that one whole).
+  if (cache->journal_) LMC_RETURN_IF_ERROR(cache->journal_->Publish());
   cache->segment_->ClaimName();
   if (config.background_eviction) cache->evictor_->Start();
   return cache;

@@ -220,6 +220,9 @@ struct AdoptedObject {
   // A reader held it at the handover (a lookup's locks, a worker copying out
   // of it): the successor keeps it from eviction for a read TTL.
   bool read_locked = false;
+  // Its bytes' checksum, where a crash recovery verified it: the successor's
+  // journal records it sealed at once (not carried by a takeover's image).
+  std::optional<std::uint64_t> checksum;
 };
 struct HeldSlot {
   Offset offset = 0;

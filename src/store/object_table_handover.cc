@@ -40,7 +40,7 @@ TableImage ObjectTable::Export() const {
     Shard& shard = shards_[s];
     shard.mu.AssertHeld();
     auto adopted = [now](const ObjectKey& key, const ResidentEntry& entry) {
-      return AdoptedObject{key, entry.offset, entry.size, entry.locks.IsLocked(now)};
+      return AdoptedObject{key, entry.offset, entry.size, entry.locks.IsLocked(now), std::nullopt};
     };
     std::vector<const ResidentEntry*> listed;
     listed.reserve(by_shard[s].size());
@@ -48,7 +48,7 @@ TableImage ObjectTable::Export() const {
       if (auto it = shard.resident.find(order[position]); it != shard.resident.end()) {
         // The key is taken from `order` (found: it is not read again).
         placed[position] = {std::move(order[position]), it->second.offset, it->second.size,
-                            it->second.locks.IsLocked(now)};
+                            it->second.locks.IsLocked(now), std::nullopt};
         found[position] = true;
         listed.push_back(&it->second);
       }
@@ -117,7 +117,7 @@ Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
   // the predecessor's eviction order too (it orders by journal sequence).
   if (journal_ != nullptr) {
     for (const AdoptedObject& object : image.resident) {
-      journal_->Committed(object.key, object.offset, object.size);
+      journal_->Committed(object.key, object.offset, object.size, object.checksum);
     }
   }
   std::vector<ObjectKey> order;

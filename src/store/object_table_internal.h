@@ -112,6 +112,8 @@ inline auto ObjectTable::AdmitResident(Shard& shard, const ObjectKey& key, Offse
 template <typename ResidentIterator>
 void ObjectTable::EraseResident(Shard& shard, ResidentIterator it) {
   shard.mu.AssertHeld();
+  // Out of the index, never to be recovered (a lease may still read it).
+  if (journal_ != nullptr) journal_->Withdrawn(it->second.offset);
   shard.resident_bytes -= allocator_->AlignedSize(it->second.size);
   shard.RemoveHolder(&it->second);
   shard.resident.erase(it);

@@ -9,8 +9,9 @@
 //
 // Each slot lent to a writer or resident has a record: Staged (lent: a worker
 // may be copying into it) -> Committed (admitted, its key written) -> Sealed
-// (the sealer thread has checksummed its bytes) -> Free (the slot went back to
-// the allocator, before the allocator can lend it again). Every transition
+// (the sealer thread has checksummed its bytes) -> Staged again once it leaves
+// the index (withdrawn: a lease may still read it) -> Free (the slot went back
+// to the allocator, before the allocator can lend it again). Every transition
 // writes the record's fields first and its state word last, with release
 // ordering. THE COMMIT POINT of an object, for recovery, is the store of its
 // Sealed state: an object is recovered only if that store happened, and the
@@ -25,14 +26,20 @@
 //
 // Thread-safety: internally synchronised by one mutex, a leaf in the lock
 // order (held for a few stores; it calls nothing); every method may be called
-// from any thread. SlabAdded/SlabReleased run under the allocator's mutex and
-// take no lock: each slab entry is written only there.
+// from any thread. The sealer takes it only to take a batch of jobs, and
+// seals by compare-and-swap on the state word. SlabAdded/SlabReleased run
+// under the allocator's mutex and take no lock: each slab entry is written
+// only there.
 #pragma once
 
+#include <sys/types.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -89,22 +96,31 @@ std::string JournalName(const std::string& pool_name);
 class PoolJournal : public alloc::SlabObserver {
  public:
   // A new, empty journal for the pool `pool` (its bytes, for the sealer),
-  // written under a private name and then renamed over JournalName(): a
-  // reader never sees a half-made file, and a predecessor's journal stays
-  // whole until this one replaces it.
+  // written under a private name until Publish() renames it over
+  // JournalName(): a predecessor's journal stays whole until this one is
+  // complete (a recovery publishes only once everything adopted is recorded).
   static Result<std::unique_ptr<PoolJournal>> Create(const std::string& pool_name,
                                                      const JournalGeometry& geometry,
                                                      std::span<const std::byte> pool);
-  // Stops the sealer; removes the file unless Disown() was called.
+  // Stops the sealer; removes the file (the private one if never published)
+  // unless Disown() was called.
   ~PoolJournal() override;
   PoolJournal(const PoolJournal&) = delete;
   PoolJournal& operator=(const PoolJournal&) = delete;
 
+  // Renames the journal over JournalName(); idempotent.
+  Status Publish();
+
   // Slots lent to a writer, before the writer learns of them.
   void Staged(std::span<const Offset> offsets, std::uint64_t size) LMC_EXCLUDES(mu_);
   // An object admitted at `offset` (staged before, or adopted from a
-  // predecessor): its key is recorded and its checksum queued.
-  void Committed(const ObjectKey& key, Offset offset, std::uint64_t size) LMC_EXCLUDES(mu_);
+  // predecessor): its key is recorded and its checksum queued, or, given
+  // (a recovery verified it), recorded with it as sealed.
+  void Committed(const ObjectKey& key, Offset offset, std::uint64_t size,
+                 std::optional<std::uint64_t> checksum = std::nullopt) LMC_EXCLUDES(mu_);
+  // The object at `offset` left the index (evicted, deleted, retired while a
+  // lease still reads it): never recovered again, its slot held until Freed.
+  void Withdrawn(Offset offset) LMC_EXCLUDES(mu_);
   // The slot at `offset` is about to go back to the allocator.
   void Freed(Offset offset) LMC_EXCLUDES(mu_);
   // Pages below `bytes` may be lent from now on (called before they are).
@@ -119,6 +135,16 @@ class PoolJournal : public alloc::SlabObserver {
   JournalStats Stats() const LMC_EXCLUDES(mu_);
 
  private:
+  struct SealJob {
+    std::uint32_t index = 0;
+    std::uint64_t word = 0;  // the record's state word at its commit
+    Offset offset = 0;
+    std::uint64_t size = 0;
+    std::chrono::steady_clock::time_point queued;
+  };
+  static constexpr std::size_t kSealBatch = 256;
+  static constexpr std::chrono::milliseconds kBoostAfter{250};
+
   PoolJournal(std::string name, UniqueFd fd, std::byte* base, std::uint64_t file_bytes,
               std::uint64_t num_pages, std::uint64_t capacity, std::span<const std::byte> pool);
   journal_format::Header& header() const;
@@ -126,11 +152,23 @@ class PoolJournal : public alloc::SlabObserver {
   // The record for a new life at `offset` (its state set to `state`).
   std::uint32_t NewRecordLocked(Offset offset, std::uint64_t size,
                                 journal_format::RecordState state) LMC_REQUIRES(mu_);
-  // The namespace entry of `key`, appended if new; nullopt when the area is full.
-  std::optional<std::uint32_t> NamespaceLocked(const ObjectKey& key) LMC_REQUIRES(mu_);
+  // Stores `word` as the record's state, keeping the count of sealed ones.
+  void SetStateLocked(journal_format::Record& r, std::uint64_t word) LMC_REQUIRES(mu_);
+  // The namespace entry of an encoded key, appended if new; nullopt when the area is full.
+  std::optional<std::uint32_t> NamespaceLocked(std::string body) LMC_REQUIRES(mu_);
+  // Forgets queued jobs of records whose life changed since.
+  void DropStaleLocked() LMC_REQUIRES(mu_);
   void SealLoop();
+  // The sealer thread's scheduling policy: SCHED_IDLE, or SCHED_OTHER at its
+  // nice 19 while boosted (a syscall on the sealer's tid, from any thread).
+  void SetSealerPolicy(int policy);
+  // Hashes a job's bytes and seals its record if its state word is unchanged
+  // (a compare-and-swap: no lock).
+  void SealOne(const SealJob& job);
 
   const std::string name_;
+  std::string staging_name_;
+  bool published_ = false;
   UniqueFd fd_;
   std::byte* const base_;
   const std::uint64_t file_bytes_;
@@ -142,18 +180,23 @@ class PoolJournal : public alloc::SlabObserver {
 
   mutable Mutex mu_;
   CondVar work_;
-  CondVar sealed_;
+  CondVar sealed_cv_;
   std::unordered_map<Offset, std::uint32_t> record_of_ LMC_GUARDED_BY(mu_);
   std::vector<std::uint32_t> free_records_ LMC_GUARDED_BY(mu_);
   std::uint64_t records_used_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t next_sequence_ LMC_GUARDED_BY(mu_) = 1;
   std::unordered_map<std::string, std::uint32_t> namespace_of_ LMC_GUARDED_BY(mu_);
   std::uint64_t namespace_bytes_ LMC_GUARDED_BY(mu_) = 0;
-  // (record, state word it was committed with), oldest first.
-  std::deque<std::pair<std::uint32_t, std::uint64_t>> to_seal_ LMC_GUARDED_BY(mu_);
-  bool sealing_ LMC_GUARDED_BY(mu_) = false;  // the sealer holds a batch
+  std::deque<SealJob> to_seal_ LMC_GUARDED_BY(mu_);  // oldest first
+  bool sealing_ LMC_GUARDED_BY(mu_) = false;         // the sealer holds a batch
   bool stop_ LMC_GUARDED_BY(mu_) = false;
-  JournalStats stats_ LMC_GUARDED_BY(mu_);
+  bool boosted_ LMC_GUARDED_BY(mu_) = false;  // the sealer runs at nice 19, not idle
+  std::atomic<pid_t> sealer_tid_{0};
+  JournalStats stats_ LMC_GUARDED_BY(mu_);  // unrecorded, namespaces, direct seals
+  std::atomic<std::uint64_t> sealed_{0};
+  std::atomic<std::uint64_t> awaiting_seal_{0};
+  std::atomic<std::uint64_t> sealed_total_{0};
+  std::atomic<std::uint64_t> sealed_bytes_total_{0};
   std::thread sealer_;
 };
 

@@ -25,7 +25,11 @@ namespace lmcache::store::journal_format {
 inline constexpr std::uint64_t kMagic = 0x314c4e524a434d4cull;  // "LMCJRNL1"
 inline constexpr std::uint64_t kVersion = 1;
 inline constexpr std::uint64_t kPartAlign = 4096;
-inline constexpr std::uint64_t kNamespaceBytes = 1ull << 20;
+// Sparse like the rest: a node's few models and tag sets take a few KiB, and
+// the room is for per-tenant cache salts (about 60 bytes each: a million).
+// Entries are never reclaimed; a key that finds the area full is not
+// recorded (journal_unrecorded) and its object is not recoverable.
+inline constexpr std::uint64_t kNamespaceBytes = 64ull << 20;
 inline constexpr std::uint64_t kMaxNamespaceBody = 16ull << 10;
 
 struct Header {

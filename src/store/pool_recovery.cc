@@ -187,7 +187,8 @@ Result<RecoveryPlan> PlanRecovery(std::span<const std::byte> journal,
       ObjectKey key = ns->second;
       std::memcpy(key.chunk_hash.data(), c->record.chunk_hash, key.chunk_hash.size());
       if (served.emplace(key, true).second) {
-        plan.image.table.resident.push_back({std::move(key), c->record.offset, c->record.size});
+        plan.image.table.resident.push_back(
+            {std::move(key), c->record.offset, c->record.size, false, c->record.checksum});
         report.objects += 1;
         report.bytes += c->slot_bytes;
         continue;

@@ -21,8 +21,8 @@ HandoverImage SampleImage() {
   tagged.tags = "application_version%v2";
   tagged.layout_namespace = 0x9e3779b9;
   tagged.object_group_id = 1;
-  image.pool.table.resident = {{testing::KeyN(1), 0, 262144, false},
-                               {tagged, 262144, 200000, true}};
+  image.pool.table.resident = {{testing::KeyN(1), 0, 262144, false, std::nullopt},
+                               {tagged, 262144, 200000, true, std::nullopt}};
   image.pool.table.held = {{524288, 262144}};
   server::ChunkLayout layout;
   layout.num_layers = 32;

@@ -175,7 +175,7 @@ TEST_F(TakeoverTest, AHandoverPassesTheSegmentAndTheImageAndWaitsForTheAcknowled
   HandoverImage image;
   image.boot_id = "predecessor";
   image.shm_name = Geometry().shm_name;
-  image.pool.table.resident = {{testing::KeyN(5), 4096, 100, false}};
+  image.pool.table.resident = {{testing::KeyN(5), 4096, 100, false, std::nullopt}};
   const UniqueFd pool = MemFd("segment");
   auto handed = std::async(std::launch::async, [&] {
     return HandOver(*pending, pool.get(), image, milliseconds(10000));

@@ -44,6 +44,7 @@ class PoolRecoveryTest : public ::testing::Test {
     auto journal = PoolJournal::Create(name_, geometry_, pool_);
     ASSERT_TRUE(journal.ok()) << journal.status().ToString();
     journal_ = std::move(journal).value();
+    ASSERT_TRUE(journal_->Publish().ok());
     journal_->ReadyBytes(kPool);
     // One slab of 16 KiB objects at page 2 (16 slots), as the allocator reports it.
     journal_->SlabAdded({2, 4, 16 * kKiB});
@@ -260,13 +261,59 @@ TEST_F(PoolRecoveryTest, TheJournalFileIsPrivateAndGoesWithItsOwnerUnlessDisowne
   journal_->Disown();
   journal_.reset();
   EXPECT_TRUE(std::filesystem::exists(path));
-  // A new journal replaces a leftover whole (it is renamed over it).
+  // A new journal replaces a leftover whole, and only once published (a
+  // recovery publishes once everything it adopted is recorded): until then,
+  // and if it is dropped unpublished, the leftover stays as it was.
+  Open();
+  Store(1, Slot(1), testing::KeyN(1));
+  ASSERT_TRUE(journal_->WaitSealed(std::chrono::seconds(10)));
+  journal_->Disown();
+  journal_.reset();
+  auto unpublished = PoolJournal::Create(name_, geometry_, pool_);
+  ASSERT_TRUE(unpublished.ok());
+  auto still_old = JournalFile::Open(name_);
+  ASSERT_TRUE(still_old.ok());
+  auto old_plan = PlanRecovery(still_old->bytes(), pool_, geometry_, 1);
+  ASSERT_TRUE(old_plan.ok());
+  EXPECT_EQ(old_plan->report.objects, 1u);
+  unpublished->reset();
+  ASSERT_TRUE(std::filesystem::exists(path)) << "an unpublished journal removed the leftover";
   Open();
   auto fresh = JournalFile::Open(name_);
   ASSERT_TRUE(fresh.ok());
   auto plan = PlanRecovery(fresh->bytes(), pool_, geometry_, 1);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->report.records, 0u);
+  std::size_t staging_files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    staging_files += entry.path().filename().string().starts_with(JournalName(name_) + ".new-");
+  }
+  EXPECT_EQ(staging_files, 0u);
+}
+
+TEST_F(PoolRecoveryTest, AnObjectThatLeftTheIndexIsHeldNotServedAndAVerifiedOneIsSealedAtOnce) {
+  Open();
+  Store(1, Slot(1), testing::KeyN(1));
+  Store(2, Slot(2), testing::KeyN(2));
+  ASSERT_TRUE(journal_->WaitSealed(std::chrono::seconds(10)));
+  journal_->Withdrawn(Slot(1));  // deleted while a lease still reads it
+  EXPECT_EQ(journal_->Stats().sealed, 1u);
+  // A recovery's verified object: sealed with its checksum, nothing queued.
+  const Offset at[] = {Slot(3)};
+  journal_->Staged(at, 16 * kKiB);
+  journal_->Committed(testing::KeyN(3), Slot(3), 16 * kKiB, 0x1234);
+  EXPECT_EQ(journal_->Stats().sealed, 2u);
+  EXPECT_EQ(journal_->Stats().awaiting_seal, 0u);
+  auto plan = Plan(JournalBytes());
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->image.table.resident.size(), 1u);
+  EXPECT_EQ(plan->image.table.resident[0].key, testing::KeyN(2));
+  ASSERT_TRUE(plan->image.table.resident[0].checksum.has_value());
+  EXPECT_EQ(plan->report.checksum_mismatches, 1u);  // 0x1234 is not KeyN(3)'s bytes' checksum
+  std::vector<Offset> held;
+  for (const HeldSlot& slot : plan->image.table.held) held.push_back(slot.offset);
+  std::sort(held.begin(), held.end());
+  EXPECT_EQ(held, (std::vector<Offset>{Slot(1), Slot(3)}));
 }
 
 TEST_F(PoolRecoveryTest, KeyNamespacesRoundTripAndRefuseWhatTheEncoderCannotMake) {
