@@ -232,13 +232,14 @@ std::unique_ptr<lmcache::store::L1Cache> RecoverThePool(const lmcache::daemon::S
   restart->recovery_checksum_mismatches = report.checksum_mismatches;
   restart->recovery_seconds = seconds;
   spdlog::info("crash recovery: recovered pool {} in {:.3f} s: {} objects ({:.2f} GiB) verified "
-               "and served again; {} slots held from reuse for the write TTL ({} staged, {} not "
-               "yet checksummed, {} changed since their checksum, {} superseded, {} undecodable); "
-               "{} records outside any slab dropped",
+               "and served again; {} slots held from reuse, a write TTL at most ({} staged, {} "
+               "not yet checksummed, {} changed since their checksum, {} superseded, {} "
+               "undecodable; {} whose hold from an earlier recovery had ended freed); {} records "
+               "outside any slab dropped",
                config.l1.shm_name, seconds, report.objects,
                static_cast<double>(report.bytes) / static_cast<double>(lmcache::kGiB),
                report.held_slots, report.staged, report.unsealed, report.checksum_mismatches,
-               report.superseded, report.undecodable, report.outside_slabs);
+               report.superseded, report.undecodable, report.holds_ended, report.outside_slabs);
   return std::move(recovered).value();
 }
 
@@ -479,10 +480,12 @@ int main(int argc, char** argv) {
     if (first != SIGUSR1 || (successor = SuccessorWaiting(takeover.get()))) break;
   }
   if (!successor && first == SIGTERM && config.drain_timeout_seconds > 0) {
+    // Refusing first, then the line: whoever reads "draining" in the log
+    // (an operator, a test) sees registrations refused and a 503 health.
+    service.SetDraining(true);
+    health.SetPhase(lmcache::ops::Phase::kDraining);
     spdlog::info("SIGTERM: draining (new registrations refused, up to {} s)",
                  config.drain_timeout_seconds);
-    health.SetPhase(lmcache::ops::Phase::kDraining);
-    service.SetDraining(true);
     // A successor that asks meanwhile gets the pool: the drain ends there.
     Drain(signals, service, l2.get(), config.drain_timeout_seconds, takeover.get(), &successor);
   } else if (!successor) {

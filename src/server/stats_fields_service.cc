@@ -40,8 +40,9 @@ const Entry<S> kRouterRows[] = {
     {{"stream_controls", K::kCounter, "frames", "stream_controls_total",
       "Stream control frames (ack, cancel) received."},
      [](const S& s) { return U(s.transport.stream_controls); }},
-    {{"bad_stream_controls", K::kCounter, "frames", "stream_controls_dropped_total",
-      "Frames with an empty operation frame that were neither ack nor cancel: dropped."},
+    {{"bad_stream_controls", K::kCounter, "requests", "bad_stream_controls_total",
+      "Requests with an empty operation frame that were no stream control (ack, cancel): "
+      "answered as malformed (101), and counted in refused too."},
      [](const S& s) { return U(s.transport.bad_controls); }},
     {{"overloaded", K::kCounter, "requests", "requests_overloaded_total",
       "Requests refused because a queue was full (402)."},
@@ -292,7 +293,7 @@ const Entry<S> kRestartRows[] = {
      [](const S& s) { return U(s.restart.recovered_bytes); }},
     {{"recovery_held_slots", K::kGauge, "objects", "restart_recovery_held_slots",
       "Slots of the crashed predecessor not served (staged, not checksummed, or changed since): "
-      "kept from reuse for a write lease."},
+      "kept from reuse for a write TTL at most (a hold an earlier recovery began keeps its end)."},
      [](const S& s) { return U(s.restart.recovery_held_slots); }},
     {{"recovery_held_bytes", K::kGauge, "bytes", "restart_recovery_held_bytes",
       "Bytes of the held slots."},

@@ -96,7 +96,13 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Recover(const L1Config& config, const 
                                                        config.prefault_threads));
   *report = plan.report;
   AdoptionReport adopted;
-  return AdoptSegment(config, clock, std::move(segment), plan.image, &adopted);
+  auto cache = AdoptSegment(config, clock, std::move(segment), plan.image, &adopted);
+  // What the table holds now: a hold an earlier recovery began and that has
+  // ended by now was freed instead.
+  report->held_slots = adopted.held_slots;
+  report->held_bytes = adopted.held_bytes;
+  report->holds_ended = adopted.holds_ended;
+  return cache;
 }
 
 Result<std::unique_ptr<L1Cache>> L1Cache::AdoptSegment(const L1Config& config, const Clock* clock,

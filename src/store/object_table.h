@@ -212,7 +212,8 @@ struct TableStats {
 // docs/architecture.md "Restarts and upgrades"). Resident objects come in
 // eviction order, oldest first. `held` is memory the predecessor had lent to
 // writers (staged copies, quarantined and retired ones): a worker may still
-// be copying into it, so the successor keeps it from reuse for a write TTL.
+// be copying into it, so the successor keeps it from reuse for a write TTL
+// (or, for a slot an earlier recovery held, until that hold ends).
 struct AdoptedObject {
   ObjectKey key;
   Offset offset = 0;
@@ -227,6 +228,9 @@ struct AdoptedObject {
 struct HeldSlot {
   Offset offset = 0;
   std::uint64_t size = 0;
+  // Held until then (the table's clock) by a recovery before: a successor
+  // keeps it no longer (at most a write TTL). 0: a write TTL from adoption.
+  TimeMs held_until_ms = 0;
 };
 struct TableImage {
   std::vector<AdoptedObject> resident;
@@ -238,6 +242,7 @@ struct AdoptionReport {
   std::uint64_t read_locked = 0;  // of them, kept from eviction for a read TTL
   std::uint64_t held_slots = 0;   // kept from reuse for a write TTL
   std::uint64_t held_bytes = 0;
+  std::uint64_t holds_ended = 0;  // held by an earlier recovery until a time now past: freed
 };
 
 struct ResidentEntry;  // object_table_internal.h

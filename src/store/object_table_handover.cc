@@ -1,5 +1,6 @@
 // ObjectTable's handover: the cut a predecessor exports and a successor
 // adopts in place (object_table.h, TableImage).
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -133,16 +134,26 @@ Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
                                        now + config_.read_ttl_ms});
   }
   // Held slots are timed copies with no key (RetiredEntry::Ended frees them
-  // once the write TTL passes; ReclaimExpired does).
+  // once their hold ends; ReclaimExpired does). A hold an earlier recovery
+  // set is never extended: repeated crashes would otherwise keep such slots
+  // held for as long as the crashes came within a write TTL of each other.
   std::vector<RetiredEntry> held;
+  DeferredFree ended(*this);  // holds an earlier recovery began that have ended: free now
   for (const HeldSlot& slot : image.held) {
     LMC_ASSIGN_OR_RETURN(const std::uint64_t bytes, allocator_->ObjectSize(slot.offset));
+    if (slot.held_until_ms > 0 && slot.held_until_ms <= now) {
+      ended.Add(slot.offset);
+      report.holds_ended += 1;
+      continue;
+    }
     RetiredEntry& entry = held.emplace_back();
     entry.offset = slot.offset;
     entry.size = slot.size;
     entry.staged = true;
-    entry.expires_ms = now + config_.write_ttl_ms;
-    if (journal_ != nullptr) journal_->Staged({&slot.offset, 1}, slot.size);
+    const TimeMs fresh = now + config_.write_ttl_ms;
+    entry.expires_ms =
+        slot.held_until_ms > 0 ? std::clamp(slot.held_until_ms, now, fresh) : fresh;
+    if (journal_ != nullptr) journal_->Held(slot.offset, slot.size, entry.expires_ms);
     report.held_slots += 1;
     report.held_bytes += bytes;
   }

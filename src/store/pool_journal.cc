@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include <spdlog/spdlog.h>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -217,7 +218,7 @@ jf::Record& PoolJournal::record(std::uint32_t index) const {
 }
 
 std::uint32_t PoolJournal::NewRecordLocked(Offset offset, std::uint64_t size,
-                                           jf::RecordState state) {
+                                           jf::RecordState state, TimeMs held_until_ms) {
   std::uint32_t index;
   if (auto it = record_of_.find(offset); it != record_of_.end()) {
     index = it->second;  // a slot staged again without a free (defensive): a new life
@@ -232,6 +233,7 @@ std::uint32_t PoolJournal::NewRecordLocked(Offset offset, std::uint64_t size,
   jf::Record& r = record(index);
   r.offset = offset;
   r.size = size;
+  r.held_until_ms = held_until_ms;
   SetStateLocked(r, StateWord(next_sequence_++, state));
   return index;
 }
@@ -252,6 +254,12 @@ void PoolJournal::Staged(std::span<const Offset> offsets, std::uint64_t size) {
     if (record_of_.size() >= capacity_ && !record_of_.contains(*it)) break;  // cannot happen
     (void)NewRecordLocked(*it, size, jf::kStaged);
   }
+}
+
+void PoolJournal::Held(Offset offset, std::uint64_t size, TimeMs until_ms) {
+  MutexLock lock(&mu_);
+  if (record_of_.size() >= capacity_ && !record_of_.contains(offset)) return;  // cannot happen
+  (void)NewRecordLocked(offset, size, jf::kStaged, std::max<TimeMs>(until_ms, 1));
 }
 
 std::optional<std::uint32_t> PoolJournal::NamespaceLocked(std::string body) {

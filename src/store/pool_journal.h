@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "alloc/slab_allocator.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "lmcache/status.h"
@@ -113,6 +114,11 @@ class PoolJournal : public alloc::SlabObserver {
 
   // Slots lent to a writer, before the writer learns of them.
   void Staged(std::span<const Offset> offsets, std::uint64_t size) LMC_EXCLUDES(mu_);
+  // A slot a successor keeps from reuse until `until_ms` (the table's clock),
+  // never served: a recovery's or a takeover's held slot. Recorded staged
+  // with its deadline, so that a recovery after another crash keeps it no
+  // longer than this one would have.
+  void Held(Offset offset, std::uint64_t size, TimeMs until_ms) LMC_EXCLUDES(mu_);
   // An object admitted at `offset` (staged before, or adopted from a
   // predecessor): its key is recorded and its checksum queued, or, given
   // (a recovery verified it), recorded with it as sealed.
@@ -149,9 +155,10 @@ class PoolJournal : public alloc::SlabObserver {
               std::uint64_t num_pages, std::uint64_t capacity, std::span<const std::byte> pool);
   journal_format::Header& header() const;
   journal_format::Record& record(std::uint32_t index) const;
-  // The record for a new life at `offset` (its state set to `state`).
+  // The record for a new life at `offset` (its state set to `state`, last).
   std::uint32_t NewRecordLocked(Offset offset, std::uint64_t size,
-                                journal_format::RecordState state) LMC_REQUIRES(mu_);
+                                journal_format::RecordState state, TimeMs held_until_ms = 0)
+      LMC_REQUIRES(mu_);
   // Stores `word` as the record's state, keeping the count of sealed ones.
   void SetStateLocked(journal_format::Record& r, std::uint64_t word) LMC_REQUIRES(mu_);
   // The namespace entry of an encoded key, appended if new; nullopt when the area is full.

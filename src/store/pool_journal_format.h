@@ -23,7 +23,9 @@
 namespace lmcache::store::journal_format {
 
 inline constexpr std::uint64_t kMagic = 0x314c4e524a434d4cull;  // "LMCJRNL1"
-inline constexpr std::uint64_t kVersion = 1;
+// Version 2 added Record::held_until_ms; a version-1 journal is refused (a
+// cold start: only the first crash after the upgrade loses the cache).
+inline constexpr std::uint64_t kVersion = 2;
 inline constexpr std::uint64_t kPartAlign = 4096;
 // Sparse like the rest: a node's few models and tag sets take a few KiB, and
 // the room is for per-tenant cache salts (about 60 bytes each: a million).
@@ -66,6 +68,13 @@ struct Record {
   std::uint32_t key_namespace;
   std::uint32_t reserved;
   std::uint8_t chunk_hash[32];
+  // Staged only: a slot a recovery kept from reuse, until this time on the
+  // host's CLOCK_MONOTONIC in ms (the table's SteadyClock, which every
+  // process of the host shares). A later recovery holds it no longer than
+  // that: without it, a server killed again within a write TTL held every
+  // such slot for a whole new TTL, and repeated crashes shrank the pool.
+  // 0: lent to a writer, or withdrawn; held a write TTL from the recovery.
+  std::int64_t held_until_ms;
 };
 
 // The writer updates the words marked "written last" (and the header's
@@ -74,7 +83,7 @@ struct Record {
 static_assert(std::atomic_ref<std::uint64_t>::is_always_lock_free);
 static_assert(std::is_trivially_copyable_v<Header> && std::is_trivially_copyable_v<Record>);
 static_assert(sizeof(Header) <= kPartAlign);
-static_assert(sizeof(SlabEntry) == 16 && sizeof(Record) == 72);
+static_assert(sizeof(SlabEntry) == 16 && sizeof(Record) == 80);
 
 inline constexpr std::uint64_t RoundUp(std::uint64_t n, std::uint64_t to) {
   return (n + to - 1) / to * to;

@@ -170,7 +170,10 @@ Result<RecoveryPlan> PlanRecovery(std::span<const std::byte> journal,
             [](const Candidate* a, const Candidate* b) { return a->sequence > b->sequence; });
   std::unordered_map<ObjectKey, bool, ObjectKeyHash> served;
   auto hold = [&](const Candidate& c) {
-    plan.image.table.held.push_back({c.record.offset, c.record.size});
+    // A slot the dead server itself held since an earlier recovery keeps
+    // that hold's end (the table bounds it by a write TTL from now).
+    const TimeMs until = c.state == jf::kStaged ? c.record.held_until_ms : 0;
+    plan.image.table.held.push_back({c.record.offset, c.record.size, std::max<TimeMs>(until, 0)});
     report.held_slots += 1;
     report.held_bytes += c.slot_bytes;
   };

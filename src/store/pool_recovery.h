@@ -31,8 +31,9 @@ struct RecoveryReport {
   std::uint64_t records = 0;  // live records in the journal
   std::uint64_t objects = 0;  // verified: served again
   std::uint64_t bytes = 0;
-  std::uint64_t held_slots = 0;  // kept from reuse for a write TTL
+  std::uint64_t held_slots = 0;  // kept from reuse (until a write TTL from now at most)
   std::uint64_t held_bytes = 0;
+  std::uint64_t holds_ended = 0;  // held by an earlier recovery until a time now past: freed
   // Of the records not served, why:
   std::uint64_t staged = 0;               // lent to a writer
   std::uint64_t unsealed = 0;             // committed, checksum not computed before the crash

@@ -4,11 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include "fakes/wait_until.h"
+
 #include <atomic>
+#include <chrono>
 #include <stdexcept>
+#include <thread>
 
 namespace lmcache {
 namespace {
+
+using testing::WaitUntil;
 
 TEST(PeriodicThread, RunsWhenNudgedAndRecordsItsHeartbeat) {
   std::atomic<int> runs{0};
@@ -16,9 +22,9 @@ TEST(PeriodicThread, RunsWhenNudgedAndRecordsItsHeartbeat) {
   EXPECT_EQ(thread.last_run_ms(), 0);
   thread.Start();
   thread.Nudge();
-  for (int i = 0; i < 500 && runs.load() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  // The heartbeat is recorded after the task returns: wait for it, not for
+  // the task's own count.
+  WaitUntil([&] { return thread.runs() >= 1 && thread.last_run_ms() > 0; });
   EXPECT_EQ(runs.load(), 1);
   EXPECT_GT(thread.last_run_ms(), 0);
   thread.Stop();  // promptly, although the period is an hour
@@ -31,9 +37,7 @@ TEST(PeriodicThread, AThrowingTaskIsCountedAndTheLoopGoesOn) {
     if (calls.fetch_add(1) % 2 == 0) throw std::runtime_error("boom");
   });
   thread.Start();
-  for (int i = 0; i < 1000 && calls.load() < 6; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  WaitUntil([&] { return calls.load() >= 6; });
   thread.Stop();
   EXPECT_GE(calls.load(), 6);
   EXPECT_GE(thread.errors(), 3u);

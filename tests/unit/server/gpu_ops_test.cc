@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <future>
 #include <thread>
 
+#include "fakes/wait_until.h"
 #include "fakes/prefault_gate.h"
 #include "fakes/service_harness.h"
 #include "fakes/vllm_kv_cache.h"
@@ -43,6 +45,8 @@ std::unique_ptr<shm::ShmSegment> Segment(const std::string& name, std::uint64_t 
   o.size_bytes = bytes;
   return std::move(shm::ShmSegment::Create(o)).value();
 }
+
+using testing::WaitUntil;
 
 std::int64_t& Slot(const shm::ShmSegment& s, std::uint64_t i) {
   return *reinterpret_cast<std::int64_t*>(s.base() + 64 + 8 * i);
@@ -151,14 +155,15 @@ bool WaitEvent(const gpu::EventHandle& h) {
   std::memcpy(&value, h.data() + 16, 8);
   auto segment = std::move(shm::ShmSegment::Attach(reinterpret_cast<const char*>(h.data() + 24), 0)).value();
   std::atomic_ref<std::uint64_t> word(*reinterpret_cast<std::uint64_t*>(segment->base() + offset));
-  for (int i = 0; i < 5000; ++i) {
-    const std::uint64_t w = word.load(std::memory_order_acquire);
-    if (w & gpu::kEventFailedBit) return false;
-    if (w >= value) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::uint64_t w = 0;
+  if (!WaitUntil([&] {
+        w = word.load(std::memory_order_acquire);
+        return (w & gpu::kEventFailedBit) != 0 || w >= value;
+      })) {
+    ADD_FAILURE() << "the server's event did not complete";
+    return false;
   }
-  ADD_FAILURE() << "the server's event did not complete";
-  return false;
+  return (w & gpu::kEventFailedBit) == 0;
 }
 
 std::int64_t Lookup(ServiceHarness& h, KeyArgs key, const std::string& request) {
@@ -314,7 +319,7 @@ TEST(GpuOpsTest, PytorchsIpcReferencesGoBackWhenTheContextClosesOrNoneOpens) {
   ASSERT_TRUE(h.CallAs("a", "register_kv_cache", a.RegisterFrames(41)).status.ok());
   EXPECT_EQ(Slot(*a.refcounters, 0), 1) << "held while registered";
   ASSERT_TRUE(h.CallAs("a", "unregister_kv_cache", {fake::IntFrame(41)}).status.ok());
-  for (int i = 0; i < 2000 && Slot(*a.refcounters, 1) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  WaitUntil([&] { return Slot(*a.refcounters, 1) == 0; });
   EXPECT_EQ(Slot(*a.refcounters, 0), 0);
   EXPECT_EQ(Slot(*a.refcounters, 1), 0);
   EXPECT_EQ(*reinterpret_cast<int*>(a.refcounters->base()), 1) << "the sender's own map count";
@@ -364,9 +369,7 @@ TEST(GpuOpsTest, AStoreThatMustWaitForPagesParksAndCopiesOnceTheyCome) {
   const KeyArgs key = Prompt();
   a.Record(0);
   auto stored = std::async(std::launch::async, [&] { return h.CallAs("a", "store", a.Transfer(key, {3, 1, 7, 9}, 0)); });
-  for (int i = 0; i < 2000 && h.service().state().parked().size() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUntil([&] { return h.service().state().parked().size() != 0; });
   ASSERT_EQ(h.service().state().parked().size(), 1u) << "the store held its thread instead of parking";
   EXPECT_EQ(h.service().table().Stats().staging_objects, 0u);
   gate.Open();

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "fakes/wait_until.h"
 #include "fakes/aligned_buffer.h"
 #include "fakes/fake_clock.h"
 #include "fakes/keys.h"
@@ -13,6 +14,8 @@ namespace lmcache::store {
 namespace {
 
 constexpr std::uint64_t kMiB = 1 << 20;
+
+using testing::WaitUntil;
 
 TEST(EvictorMath, FreesDownToTriggerMinusRatio) {
   EvictorConfig config;  // 0.8 trigger, 0.2 ratio -> low watermark 0.6
@@ -126,9 +129,7 @@ TEST_F(EvictorTest, BackgroundThreadRunsAndStops) {
   Evictor evictor(table_.get(), config);
   evictor.Start();
   evictor.Nudge();
-  for (int i = 0; i < 2000 && allocator_->UsedBytes() > 12 * kMiB; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUntil([&] { return allocator_->UsedBytes() <= 12 * kMiB; });
   evictor.Stop();
   EXPECT_EQ(allocator_->UsedBytes(), 12 * kMiB);
   EXPECT_GE(evictor.Stats().passes, 1u);
@@ -143,9 +144,9 @@ TEST_F(EvictorTest, AnAdmissionOverTheTriggerStartsAPassWithoutWaitingForTheInte
   Fill(15);  // 75 %: below the trigger, no nudge
   EXPECT_EQ(evictor.Stats().nudges, 0u);
   Fill(2);  // 85 %
-  for (int i = 0; i < 5000 && allocator_->UsedBytes() > 12 * kMiB; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  // The bound (a minute) is far below the hour's interval: a pass within it
+  // was started by the nudge.
+  WaitUntil([&] { return allocator_->UsedBytes() <= 12 * kMiB; });
   evictor.Stop();
   EXPECT_EQ(allocator_->UsedBytes(), 12 * kMiB);
   EXPECT_EQ(evictor.Stats().nudges, 1u);
