@@ -376,26 +376,36 @@ void RouterLoop::Refuse(Message& message, const RequestRoute* route, const Statu
   Send(reply);
 }
 
-void RouterLoop::Control(const Message& message) {
+bool RouterLoop::IsStreamControl(const Message& message) {
   // [identity, uid, b"", signal]: the reference's MessagingStream control frame.
-  const std::string_view signal =
-      message.frames.size() == 4 ? message.frames[3].to_string_view() : std::string_view();
-  if (signal != "ack" && signal != "cancel") {
-    bad_controls_.fetch_add(1, std::memory_order_relaxed);
-    static RateLimitedLog log(std::chrono::seconds(10));
-    log.Warn("dropped a control frame (empty operation frame) that is neither ack nor cancel");
-    return;
-  }
+  if (message.frames.size() != 4 || message.frames[2].size() != 0) return false;
+  const std::string_view signal = message.frames[3].to_string_view();
+  return signal == "ack" || signal == "cancel";
+}
+
+void RouterLoop::Control(const Message& message) {
   stream_controls_.fetch_add(1, std::memory_order_relaxed);
   if (message.late) return;  // its streams ended with the connection
+  const std::string_view signal = message.frames[3].to_string_view();
   handler_->OnStreamControl(message.connection, message.frames[1].to_string_view(),
                             signal == "ack" ? StreamSignal::kAck : StreamSignal::kCancel);
 }
 
 void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
   std::vector<zmq::message_t>& frames = message->frames;
-  if (frames.size() >= 3 && frames[2].size() == 0) {
+  if (IsStreamControl(*message)) {
     Control(*message);  // no reply, ever
+    return;
+  }
+  if (frames.size() >= 3 && frames[2].size() == 0) {
+    // Anything else with an empty operation frame is a malformed request,
+    // answered like one: its client would otherwise wait out its timeout.
+    bad_controls_.fetch_add(1, std::memory_order_relaxed);
+    Refuse(*message, nullptr,
+           Status(ErrorCode::kMalformedRequest,
+                  "an empty operation frame is only a stream's control frame [uid, b\"\", "
+                  "b\"ack\" | b\"cancel\"]; got " +
+                      std::to_string(frames.size() - 1) + " frame(s)"));
     return;
   }
   if (frames.size() < 3) {

@@ -28,7 +28,8 @@
 // A streaming operation's request may first get items (same frames, the
 // request still open) and ends with the end marker [identity, uid,
 // operation]; the client's control frames for it, [identity, uid, b"",
-// b"ack" | b"cancel"], go to the handler's OnStreamControl and get no reply.
+// b"ack" | b"cancel"], go to the handler's OnStreamControl and get no reply;
+// any other request with an empty operation frame is answered as malformed.
 //
 // Thread-safety: Run() on one thread; Stop() from any thread (also from a
 // signal-handling thread); Stats() from any thread. Everything else is
@@ -114,6 +115,8 @@ class RouterLoop {
   void ReceiveMonitorEvents(std::size_t socket_index);
   void Dispatch(std::unique_ptr<Message> message);
   // A stream's control frame (empty operation frame): to the handler, no reply.
+  // Whether `message` is exactly a stream's control frame (ack or cancel).
+  static bool IsStreamControl(const Message& message);
   void Control(const Message& message);
   void Refuse(Message& message, const RequestRoute* route, const Status& status);
   void Complete(Outgoing reply) LMC_EXCLUDES(outbox_mu_);

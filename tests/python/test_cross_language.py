@@ -15,6 +15,7 @@ import os
 import msgpack
 import numpy as np
 import pytest
+import zmq
 
 # The client and the server launcher live in mp_client.py beside this file
 # (pytest puts this directory on sys.path), shared with the multi-node tests.
@@ -292,6 +293,48 @@ def test_errors_are_answered_and_server_keeps_serving(server, client):
     assert client.call(OP_PING, None) is True
     assert client.call(OP_PING, instance_id) is True
     assert client.call(OP_UNREGISTER_ENGINE_CONTEXT, instance_id) is None
+
+
+def test_an_empty_operation_frame_is_answered_unless_it_is_a_stream_control(server, zmq_ctx):
+    """The reference client's stream control frame [uid, b"", b"ack" | b"cancel"]
+    (LMCache transport/zmq_impl MessagingStream) gets no reply; every other
+    request with an empty operation frame is malformed and answered at once
+    (before, each of these shapes, first seen by an independent fuzzer, cost
+    its client the whole reply timeout)."""
+    sock = zmq_ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.url)
+    try:
+        uid = msgpack.packb(41)
+        shapes = {
+            "[uid, empty]": [uid, b""],
+            "[uid, empty, empty]": [uid, b"", b""],
+            "three empty frames": [b"", b"", b""],
+            "40 empty frames": [b""] * 40,
+            "[uid, empty, bogus]": [uid, b"", b"bogus"],
+            "[uid, empty, ack, extra]": [uid, b"", b"ack", b"extra"],
+        }
+        for name, frames in shapes.items():
+            sock.send_multipart(frames)
+            assert sock.poll(10_000, zmq.POLLIN), f"{name}: no reply"
+            reply = sock.recv_multipart()
+            assert len(reply) == 4, (name, reply)
+            assert reply[0] == frames[0] and reply[1] == b"", (name, reply)  # echoed
+            assert msgpack.unpackb(reply[2]) is None, (name, reply)
+            error = msgpack.unpackb(reply[3])
+            assert error["code"] == MALFORMED_REQUEST, (name, error)
+            assert "control frame" in error["message"], (name, error)
+        # The controls themselves (no stream open under this uid) get no reply;
+        # a ping sent after them is the next thing that comes back.
+        sock.send_multipart([uid, b"", b"ack"])
+        sock.send_multipart([uid, b"", b"cancel"])
+        ping_uid = msgpack.packb(42)
+        sock.send_multipart([ping_uid, msgpack.packb(OP_PING), msgpack.packb(None)])
+        assert sock.poll(10_000, zmq.POLLIN), "no reply to the ping"
+        reply = sock.recv_multipart()
+        assert reply[0] == ping_uid and msgpack.unpackb(reply[2]) is True, reply
+    finally:
+        sock.close(0)
 
 
 def test_finish_read_is_commit_retrieve(server, client):

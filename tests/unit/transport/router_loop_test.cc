@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <csignal>
 #include <filesystem>
@@ -218,6 +220,18 @@ class RouterLoopTest : public ::testing::Test {
     return out;
   }
 
+  // Polls `done` until it holds; false after a generous deadline (it only
+  // bounds a hang: every wait here is for something the loop does at once).
+  template <typename Predicate>
+  static bool WaitFor(Predicate done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
   zmq::context_t context_{1};
   FakeHandler handler_;
   std::unique_ptr<RouterLoop> loop_;
@@ -238,9 +252,7 @@ TEST_F(RouterLoopTest, RepliesEchoUidAndOperationAndCarryTheValue) {
   ASSERT_EQ(failed.size(), 4u);
   EXPECT_EQ(protocol::DecodeErrorMap(failed[3]).code(), ErrorCode::kInvalidArgument);
   // Counted once the send returned (the client may see the reply first).
-  for (int i = 0; i < 200 && loop_->Stats().replied < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  (void)WaitFor([&] { return loop_->Stats().replied >= 2; });
   EXPECT_EQ(loop_->Stats().replied, 2u);
 }
 
@@ -259,8 +271,13 @@ TEST_F(RouterLoopTest, AStreamSendsItemsThenAnEndMarkerAndControlFramesGetNoRepl
     EXPECT_EQ(item[1], Encoder().Str("stream").Take());
     EXPECT_EQ(*protocol::DecodeInt(item[2], "value"), i);
   }
+  SendControl(dealer, 9, "bogus");  // neither: a malformed request, answered and counted
+  const auto bogus = Receive(dealer);
+  ASSERT_EQ(bogus.size(), 4u) << "a malformed request is answered [uid, operation, nil, error]";
+  EXPECT_EQ(bogus[0], Encoder().Uint(9).Take());
+  EXPECT_EQ(bogus[1], "");  // the empty operation frame, echoed
+  EXPECT_EQ(protocol::DecodeErrorMap(bogus[3]).code(), ErrorCode::kMalformedRequest);
   SendControl(dealer, 9, "ack");
-  SendControl(dealer, 9, "bogus");  // neither: dropped and counted
   EXPECT_TRUE(Receive(dealer, 300).empty()) << "a control frame got a reply";
   SendControl(dealer, 9, "cancel");
   const auto end = Receive(dealer);
@@ -271,14 +288,37 @@ TEST_F(RouterLoopTest, AStreamSendsItemsThenAnEndMarkerAndControlFramesGetNoRepl
   // Other requests on the same connection are unaffected.
   Send(dealer, 10, "echo");
   EXPECT_EQ(Receive(dealer).size(), 3u);
-  for (int i = 0; i < 200 && loop_->Stats().replied < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  (void)WaitFor([&] { return loop_->Stats().replied >= 3; });
   const TransportStats stats = loop_->Stats();
   EXPECT_EQ(stats.stream_items, 2u);
-  EXPECT_EQ(stats.replied, 2u);  // the end marker and the echo
+  EXPECT_EQ(stats.replied, 3u);  // the refusal, the end marker and the echo
   EXPECT_EQ(stats.stream_controls, 2u);
   EXPECT_EQ(stats.bad_controls, 1u);
+}
+
+// Only [uid, b"", b"ack" | b"cancel"] is a control frame. Every other request
+// with an empty operation frame is answered as malformed: before, each shape
+// below (an independent fuzzer's) went unanswered and cost its client the
+// whole reply timeout.
+TEST_F(RouterLoopTest, AnEmptyOperationFrameThatIsNoStreamControlIsAnswered) {
+  Start({"inproc://router-empty-op"});
+  auto dealer = Dealer("inproc://router-empty-op");
+  const std::string uid = Encoder().Uint(5).Take();
+  const std::vector<std::vector<std::string>> shapes = {
+      {uid, ""}, {uid, "", ""}, {"", "", ""}, std::vector<std::string>(40, ""),
+      {uid, "", "ack", "extra"}};
+  for (const auto& frames : shapes) {
+    std::vector<zmq::const_buffer> parts;
+    for (const std::string& f : frames) parts.push_back(zmq::buffer(f));
+    ASSERT_TRUE(zmq::send_multipart(dealer, parts));
+    const auto reply = Receive(dealer);
+    ASSERT_EQ(reply.size(), 4u) << frames.size() << " frames: no reply";
+    EXPECT_EQ(reply[0], frames[0]);
+    EXPECT_EQ(reply[1], "");
+    EXPECT_EQ(protocol::DecodeErrorMap(reply[3]).code(), ErrorCode::kMalformedRequest);
+  }
+  EXPECT_TRUE(WaitFor([&] { return loop_->Stats().bad_controls == shapes.size(); }));
+  EXPECT_TRUE(handler_.controls().empty());
 }
 
 // An open stream is a request in flight: its connection is released once
@@ -293,9 +333,7 @@ TEST_F(RouterLoopTest, AConnectionWithAnOpenStreamIsReleasedOnceTheStreamEnds) {
     ASSERT_EQ(Receive(client).size(), 3u);
     ASSERT_EQ(Receive(client).size(), 3u);
   }  // closed with the stream open
-  for (int i = 0; i < 200 && handler_.disconnects() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  (void)WaitFor([&] { return handler_.disconnects() != 0; });
   EXPECT_EQ(handler_.closings(), 1u);
   EXPECT_EQ(handler_.disconnects(), 1u);
   EXPECT_FALSE(handler_.reentered());
@@ -321,9 +359,7 @@ TEST_F(RouterLoopTest, RequestsRefusedBeforeTheyRunStillGetAReply) {
   ASSERT_EQ(reply.size(), 4u);
   EXPECT_EQ(protocol::DecodeErrorMap(reply[3]).code(), ErrorCode::kTooLarge);
   EXPECT_TRUE(handler_.handled().empty());
-  for (int i = 0; i < 200 && loop_->Stats().refused < 3; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  (void)WaitFor([&] { return loop_->Stats().refused >= 3; });
   EXPECT_EQ(loop_->Stats().refused, 3u);
 }
 
@@ -388,13 +424,16 @@ TEST_F(RouterLoopTest, AWellBehavedClientIsServedBeforeAFloodersBacklog) {
   auto polite = Dealer("inproc://router-fair");
   handler_.CloseGate();  // the single CPU worker parks on the first request
   Send(flooder, 0, "work", {"flood-0"});
-  for (int i = 0; i < 40 && handler_.handled().empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  // The order of arrival is set by what the loop has observably done, never
+  // by sleeps: flood-0 runs (held at the gate), then the whole backlog is in
+  // the CPU pool's queue, and only then does the polite client send.
+  ASSERT_TRUE(WaitFor([&] { return handler_.handled().size() == 1; })) << "flood-0 never ran";
   for (std::uint64_t i = 1; i < 100; ++i) Send(flooder, i, "work", {"flood-" + std::to_string(i)});
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the flood is queued first
+  ASSERT_TRUE(WaitFor([&] { return loop_->Stats().queued_requests == 99; }))
+      << "the flood was not queued: " << loop_->Stats().queued_requests << " of 99";
   Send(polite, 0, "work", {"polite"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(WaitFor([&] { return loop_->Stats().queued_requests == 100; }))
+      << "the polite request was not queued behind the flood";
   handler_.OpenGate();
   ASSERT_EQ(Receive(polite).size(), 3u);
   for (int i = 0; i < 100; ++i) ASSERT_EQ(Receive(flooder).size(), 3u) << i;
@@ -414,7 +453,12 @@ TEST_F(RouterLoopTest, AClientOverItsQueueShareIsRefusedWhileOthersAreServed) {
   handler_.CloseGate();
   for (std::uint64_t i = 0; i < 20; ++i) Send(flooder, i, "work", {std::string(1000, 'f')});
   Send(polite, 0, "work", {std::string(1000, 'p')});
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // Every request dispatched before the gate opens (not a sleep): one runs,
+  // held at the gate, and each of the other 20 is queued or refused.
+  ASSERT_TRUE(WaitFor([&] {
+    const TransportStats stats = loop_->Stats();
+    return handler_.handled().size() == 1 && stats.queued_requests + stats.overloaded == 20;
+  })) << "not every request reached the pool before the gate opened";
   handler_.OpenGate();
   std::size_t unavailable = 0;
   for (int i = 0; i < 20; ++i) {
@@ -439,9 +483,7 @@ TEST_F(RouterLoopTest, AClosedConnectionIsReportedToTheHandler) {
     Send(client, 0, "echo");
     ASSERT_EQ(Receive(client).size(), 3u);
   }  // closed
-  for (int i = 0; i < 200 && handler_.disconnects() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  (void)WaitFor([&] { return handler_.disconnects() != 0; });
   EXPECT_EQ(handler_.disconnects(), 1u);
   EXPECT_EQ(loop_->Stats().disconnects, 1u);
 }
@@ -460,22 +502,21 @@ TEST_F(RouterLoopTest, AClosedConnectionIsReportedOnlyAfterItsRequestsInFlightAr
     auto client = Dealer("ipc://" + path);
     Send(client, 0, "work", {"w1"});
     Send(client, 1, "work", {"w2"});  // queued behind w1 in the one-thread pool
-    for (int i = 0; i < 500 && handler_.handled().empty(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    (void)WaitFor([&] { return !handler_.handled().empty(); });
     ASSERT_EQ(handler_.handled().size(), 1u);
   }  // the client dies with both requests in flight
-  for (int i = 0; i < 500 && loop_->Stats().disconnects == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  (void)WaitFor([&] { return loop_->Stats().disconnects != 0; });
   ASSERT_EQ(loop_->Stats().disconnects, 1u);  // the transport has seen the close
+  // The loop counts the close before it tells the handler: wait for the
+  // handler to hear of it, one way or the other (not for a fixed time).
+  (void)WaitFor([&] { return handler_.closings() != 0 || handler_.disconnects() != 0; });
+  // A wrong loop might still report it gone a moment later: give it the chance
+  // (this pause can only let the check below catch more, never fail it).
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(handler_.disconnects(), 0u) << "reported gone with its requests still running";
   EXPECT_EQ(handler_.closings(), 1u) << "its waiting requests are to be answered now";
   handler_.OpenGate();
-  for (int i = 0; i < 500 && handler_.disconnects() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  (void)WaitFor([&] { return handler_.disconnects() != 0; });
   EXPECT_EQ(handler_.events(),
             (std::vector<std::string>{"answered w1", "answered w2", "disconnected"}));
 }
@@ -492,14 +533,10 @@ TEST_F(RouterLoopTest, AConnectionIsNeverReleasedFromInsideTheHandlersOwnCallbac
   {
     auto client = Dealer("ipc://" + path);
     Send(client, 0, "park");
-    for (int i = 0; i < 500 && handler_.parked() == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
+    (void)WaitFor([&] { return handler_.parked() != 0; });
     ASSERT_EQ(handler_.parked(), 1u);
   }  // closed with its request parked
-  for (int i = 0; i < 1000 && handler_.disconnects() == 0 && !handler_.reentered(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  (void)WaitFor([&] { return handler_.disconnects() != 0 || handler_.reentered(); });
   EXPECT_FALSE(handler_.reentered()) << "OnDisconnect called from inside OnClosing";
   EXPECT_EQ(handler_.closings(), 1u);
   EXPECT_EQ(handler_.disconnects(), 1u) << "released once its parked request was answered";
