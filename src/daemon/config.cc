@@ -11,6 +11,7 @@
 
 #include "common/logging.h"
 #include "common/system_info.h"
+#include "daemon/endpoints.h"
 #include "shm/shm_name.h"
 
 namespace lmcache::daemon {
@@ -525,6 +526,31 @@ Status FinalizeTakeover(ServerConfig* c) {
 
 }  // namespace
 
+namespace {
+
+// Every address this configuration binds, with the flag that names it.
+std::vector<NamedEndpoint> EndpointsOf(const ServerConfig& c) {
+  std::vector<NamedEndpoint> out;
+  for (const std::string& url : c.router.urls) {
+    const bool given = std::find(c.urls.begin(), c.urls.end(), url) != c.urls.end();
+    out.push_back({given ? "--url" : "--host/--port", url});
+  }
+  if (!c.kv_events_url.empty()) out.push_back({"--kv-events-url", c.kv_events_url});
+  if (!c.kv_events_replay_url.empty()) {
+    out.push_back({"--kv-events-replay-url", c.kv_events_replay_url});
+  }
+  if (c.http_port != 0) {
+    out.push_back(
+        {"--http-host/--http-port", "tcp://" + c.http_host + ":" + std::to_string(c.http_port)});
+  }
+  if (!c.takeover_socket_path.empty()) {
+    out.push_back({"--takeover-socket", "unix:" + c.takeover_socket_path});
+  }
+  return out;
+}
+
+}  // namespace
+
 Status Finalize(ServerConfig* c, pid_t pid) {
   if (c->l1_size_gb == 0) c->l1_size_gb = DefaultL1SizeGb();
   if (!(c->l1_size_gb > 0) || !std::isfinite(c->l1_size_gb)) {
@@ -557,6 +583,7 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   LMC_RETURN_IF_ERROR(FinalizeTransport(c));
   LMC_RETURN_IF_ERROR(FinalizeL2(c));
   LMC_RETURN_IF_ERROR(FinalizeKvEvents(c));
+  LMC_RETURN_IF_ERROR(RefuseSharedEndpoints(EndpointsOf(*c)));
 
   store::L1Config& l1 = c->l1;
   l1.size_bytes = static_cast<std::uint64_t>(c->l1_size_gb * static_cast<double>(kGiB));

@@ -142,6 +142,32 @@ TEST(ServerConfig, EndpointsFollowTheReferenceSpelling) {
             (std::vector<std::string>{"ipc:///tmp/a.sock", "tcp://127.0.0.1:7000"}));
 }
 
+// Two endpoints of one server on one address: before, the kv-events PUB
+// socket and the request ROUTER both bound one ipc path and every client hung.
+TEST(ServerConfig, TwoEndpointsOnOneAddressAreRefusedNamingBothFlags) {
+  auto refused = Parse({"--url", "ipc:///tmp/lmc_dup/events.sock", "--kv-events-url",
+                        "ipc:///tmp/lmc_dup/events.sock"});
+  ASSERT_FALSE(refused.ok());
+  const std::string why = refused.status().message();
+  EXPECT_NE(why.find("--url and --kv-events-url"), std::string::npos) << why;
+  EXPECT_NE(why.find("/tmp/lmc_dup/events.sock"), std::string::npos) << why;
+  ExpectRejected({"--url", "ipc:///tmp/a.sock", "--url", "ipc:///tmp/./a.sock"}, "--url");
+  ExpectRejected({"--port", "8080"}, "--http-host/--http-port");  // the HTTP default
+  ExpectRejected({"--kv-events-url", "tcp://*:5555"}, "--host/--port and --kv-events-url");
+  ExpectRejected({"--kv-events-url", "tcp://127.0.0.1:6000", "--kv-events-replay-url",
+                  "tcp://0.0.0.0:6000"},
+                 "--kv-events-url and --kv-events-replay-url");
+  ExpectRejected({"--shm-name", "node", "--url", "ipc:///dev/shm/.lmcache-takeover-lmcache_l1_pool_node"},
+                 "--takeover-socket");
+  // Distinct addresses, and ports the kernel picks, are fine.
+  auto fine = Parse({"--url", "ipc:///tmp/a.sock", "--kv-events-url", "ipc:///tmp/b.sock",
+                     "--kv-events-replay-url", "tcp://127.0.0.1:0", "--port", "0",
+                     "--http-port", "0"});
+  EXPECT_TRUE(fine.ok()) << fine.status().ToString();
+  auto other_hosts = Parse({"--port", "7000", "--kv-events-url", "tcp://127.0.0.2:7000"});
+  EXPECT_TRUE(other_hosts.ok()) << other_hosts.status().ToString();
+}
+
 TEST(ServerConfig, ReferenceCommandLinesStillParse) {
   auto config = Parse({"--l1-size-gb", "2", "--no-l1-use-lazy", "--eviction-policy", "LRU",
                        "--supported-transfer-mode", "engine_driven", "--engine-type", "default",
