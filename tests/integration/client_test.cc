@@ -371,18 +371,32 @@ TEST(ClientRestart, BootIdChangesAcrossRestarts) {
 // commit_store were released 25-45 s after their deaths, by nothing the
 // counters showed. Fifty workers (half over ipc, half over tcp, as the
 // reference client connects: one DEALER per worker process) stage two
-// chunks each and are killed with SIGKILL; within a second of the last
-// death every registration, lease and staged byte is released, each counted
-// as a disconnect.
-TEST(KilledWorkers, FiftyKilledMidTransferAreReleasedWithinASecond) {
+// chunks each and are killed with SIGKILL; every registration, lease and
+// staged byte is released at once, by the connections' closes (each counted
+// as a disconnect), not by any timer. "At once" is measured against this
+// run, never against a wall-clock figure (the suite runs on shared 2-core
+// machines, beside other jobs and under sanitizers): the yardstick is what
+// setting the same fifty up took in this run (fork, connect, register,
+// prepare_store: 150 round trips to the server), which the same load and
+// the same sanitizer slow alike. A release by the closes is a small fraction
+// of it (0.01-0.02 s measured, docs/security.md); the bound, five times the
+// setup, leaves room for load that comes and goes between the two, and a
+// release that waited for a timer (issue 19: 25-45 s) still exceeds it
+// wherever the setup takes under 5 s.
+TEST(KilledWorkers, FiftyKilledMidTransferAreReleasedAtOnce) {
   constexpr int kWorkers = 50;
   const std::string ipc = TempSocket("killed");
   const std::string tcp = "tcp://127.0.0.1:" + std::to_string(testing::FreeTcpPort());
+  // The reaper is set far beyond anything this test waits for (the write
+  // lease, 600 s by default, is too), so no timer can release a worker here:
+  // only its connection's close can. (With the reaper at its minimum of
+  // 30 s, a slow setup under a sanitizer could reap the first workers.)
   ServerProcess server({"--l1-size-gb", "0.5", "--url", ipc, "--url", tcp, "--max-cpu-workers", "2",
-                        "--worker-reap-timeout-seconds", "30"});
+                        "--worker-reap-timeout-seconds", "3600"});
   ASSERT_TRUE(server.WaitForLog("ready", std::chrono::seconds(60))) << server.Log();
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
+  const auto setup_from = std::chrono::steady_clock::now();
   // Forked before this process starts any ZMQ thread (TSan cannot follow a
   // child that starts threads after a multi-threaded fork).
   std::vector<pid_t> workers;
@@ -425,6 +439,8 @@ TEST(KilledWorkers, FiftyKilledMidTransferAreReleasedWithinASecond) {
     ASSERT_EQ(read(ready[0], &byte, 1), 1) << "a worker failed before it prepared its store";
   }
   close(ready[0]);
+  const double setup_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_from).count();
   ClientOptions options;
   options.url = ipc;
   options.prefault_pool = false;
@@ -450,14 +466,20 @@ TEST(KilledWorkers, FiftyKilledMidTransferAreReleasedWithinASecond) {
            StatsField(stats, {"l1", "locked_objects"}) == 0 &&
            StatsField(stats, {"instances", "pending_writes"}) == 0;
   };
-  while (!released() && std::chrono::steady_clock::now() - dead < std::chrono::seconds(5)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // Waits long enough to tell a late release from none (the deadline only
+  // bounds a hang; the verdict on the time is the ratio below).
+  while (!released() && std::chrono::steady_clock::now() - dead < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - dead).count();
+  std::printf("[killed] 50 workers released %.3f s after the last death (setting them up took "
+              "%.3f s)\n",
+              seconds, setup_seconds);
   EXPECT_TRUE(released()) << "still held " << seconds << " s after the last death";
-  EXPECT_LT(seconds, 1.0);
-  std::printf("[killed] 50 workers released %.3f s after the last death\n", seconds);
+  EXPECT_LT(seconds, 5 * setup_seconds)
+      << "released " << seconds << " s after the last death, setting the workers up took "
+      << setup_seconds << " s: the release waited for something";
   EXPECT_EQ(StatsField(stats, {"instances", "released", "disconnected"}) - disconnected_before,
             50u);
   EXPECT_EQ(StatsField(stats, {"instances", "released", "reaped"}), 0u);

@@ -174,6 +174,12 @@ TEST_F(HttpTest, MemoryPressureReportsEachTierAgainstItsOwnBound) {
   EXPECT_EQ(after["tiers"][0]["capacity_bytes"], status["pool"]["size_bytes"]);
   EXPECT_GE(after["timestamp_ms"].get<std::int64_t>(), before["timestamp_ms"].get<std::int64_t>());
   EXPECT_EQ(http_->Post("/status/memory-pressure", "", "text/plain")->status, 405);
+  // The store returned once the chunk was in L1; the server's write-behind
+  // (StoreController's l2-store workers, FsAdapter::WriteTemporary/Publish)
+  // writes it into dir/.tmp and renames it into dir afterwards, and recreates
+  // dir/.tmp if it is gone. Stop the server (killed and reaped: none of its
+  // threads runs any more) before removing the directory it writes into.
+  server_.reset();
   fs::remove_all(dir);
 }
 
@@ -274,14 +280,14 @@ TEST_F(HttpTest, UnhealthyWhilePrefaultingBelowTheReadyFractionYetServingRequest
   }
   EXPECT_TRUE(saw_not_ready);
   EXPECT_TRUE(healthy) << server_->Log();
-  EXPECT_TRUE(server_->WaitForLog("pre-faulted", std::chrono::seconds(5)));
+  EXPECT_TRUE(server_->WaitForLog("pre-faulted", std::chrono::seconds(60)));
 }
 
 TEST_F(HttpTest, SigtermDrainsUntilTheWorkersLeaveThenExitsCleanly) {
   StartServer({"--drain-timeout-seconds", "60"});
   auto worker = Registered(url_, 1);
   ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
-  ASSERT_TRUE(server_->WaitForLog("draining", std::chrono::seconds(10)));
+  ASSERT_TRUE(server_->WaitForLog("draining", std::chrono::seconds(60)));
   auto health = http_->Get("/healthcheck");
   EXPECT_EQ(health->status, 503);
   EXPECT_EQ(Json(health)["reason"], "draining");
@@ -309,7 +315,7 @@ TEST_F(HttpTest, ASecondSignalDuringTheDrainExitsAtOnce) {
   StartServer({"--drain-timeout-seconds", "600"});
   auto worker = Registered(url_, 1);
   ASSERT_EQ(kill(server_->pid(), SIGTERM), 0);
-  ASSERT_TRUE(server_->WaitForLog("draining", std::chrono::seconds(10)));
+  ASSERT_TRUE(server_->WaitForLog("draining", std::chrono::seconds(60)));
   ASSERT_EQ(kill(server_->pid(), SIGINT), 0);
   EXPECT_EQ(server_->WaitExit(std::chrono::seconds(20)), 0) << server_->Log();
   EXPECT_FALSE(fs::exists("/dev/shm/lmcache_l1_pool_" + std::to_string(server_->pid())));
@@ -320,23 +326,33 @@ TEST_F(HttpTest, JsonLogsAreOneObjectPerLineAndSighupReopensTheFile) {
   fs::remove(log);
   fs::remove(log.string() + ".1");
   StartServer({"--log-format", "json", "--log-file", log.string()}, /*logs_to_stdout=*/false);
-  auto logged = [&log](const std::string& text) {
-    std::ifstream in(log);
+  auto logged = [](const fs::path& file, const std::string& text) {
+    std::ifstream in(file);
     std::stringstream all;
     all << in.rdbuf();
     return all.str().find(text) != std::string::npos;
   };
-  for (int i = 0; i < 6000 && !logged("ready"); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(logged("ready")) << server_->Log();
+  // Waits (a generous bound, not a pace) until `file` holds `text`.
+  auto wait_logged = [&logged](const fs::path& file, const std::string& text) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!logged(file, text) && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return logged(file, text);
+  };
+  ASSERT_TRUE(wait_logged(log, "ready")) << server_->Log();
   fs::rename(log, log.string() + ".1");  // logrotate moves it
   ASSERT_EQ(kill(server_->pid(), SIGHUP), 0);
-  auto worker = Registered(url_, 3);  // "registered instance 3" lands in the new file
-  for (int i = 0; i < 200 && !fs::exists(log); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(fs::exists(log));
+  // The main thread reopens the file when it takes the signal, some time
+  // after kill() returned; the file exists from its fopen on, before the
+  // line that says so. Wait for that line, then register: "registered
+  // instance 3" then lands in the new file, not in the rotated one.
+  ASSERT_TRUE(wait_logged(log, "log file reopened")) << server_->Log();
+  auto worker = Registered(url_, 3);
+  ASSERT_TRUE(wait_logged(log, "registered instance 3"));
+  // Stopped (killed and reaped) before the files are read: no line is half
+  // written while we parse them.
+  server_.reset();
   for (const fs::path& file : {fs::path(log.string() + ".1"), log}) {
     std::ifstream in(file);
     std::string line;

@@ -80,6 +80,15 @@ class L2FsTest : public ::testing::Test {
   static std::uint64_t StoreStat(Client& c, std::string_view field) {
     return testing::StatsField(c, {"l2", "store", field});
   }
+  // Until the L2 tier has written all kChunks behind. The bound only guards a
+  // hang (callers assert the count afterwards), so it allows for a sanitizer
+  // build beside CPU-bound neighbours.
+  static void WaitStored(Client& c) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (StoreStat(c, "stored") < kChunks && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   // Looks the prompt up in a new session and retrieves the prefix found; every byte must match.
   std::size_t LookupAndCheck(Client& c, const std::string& request) {
     client::KeySpec key = Key(request);
@@ -111,9 +120,7 @@ TEST_F(L2FsTest, APromptForcedOutOfL1ComesBackFromDiskAlsoAfterARestart) {
     for (std::size_t i = 0; i < kChunks; ++i) chunks.push_back(ChunkBytes(i, c->ObjectBytes()));
     std::vector<std::span<const std::byte>> in(chunks.begin(), chunks.end());
     ASSERT_TRUE(c->Store(Key("store"), in).ok());
-    for (int i = 0; i < 3000 && StoreStat(*c, "stored") < kChunks; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    WaitStored(*c);
     ASSERT_EQ(StoreStat(*c, "stored"), kChunks);
     for (std::size_t i = 0; i < kChunks; ++i) EXPECT_TRUE(fs::exists(ChunkFile(dir_, i))) << i;
     ASSERT_TRUE(c->Call("clear", {}).ok());  // out of L1
@@ -138,9 +145,8 @@ TEST_F(L2FsTest, FlippedTruncatedAndTemporaryFilesAreMissesAndAreCleanedNeverSer
     for (std::size_t i = 0; i < kChunks; ++i) chunks.push_back(ChunkBytes(i, c->ObjectBytes()));
     std::vector<std::span<const std::byte>> in(chunks.begin(), chunks.end());
     ASSERT_TRUE(c->Store(Key("store"), in).ok());
-    for (int i = 0; i < 3000 && StoreStat(*c, "stored") < kChunks; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    WaitStored(*c);
+    ASSERT_EQ(StoreStat(*c, "stored"), kChunks);
     Stop(*server);
   }
   {  // chunk 2 flipped in its payload, chunk 3 truncated, a write cut short

@@ -6,7 +6,6 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using lmcache::testing::ServerProcess;
 
 void StartsServesAndCleansUpOn(int signal_number) {
@@ -32,12 +31,14 @@ TEST(ServerProcess, StartsWithOneGibPoolAndRemovesItOnSigterm) {
 TEST(ServerProcess, RemovesItsPoolOnSigint) { StartsServesAndCleansUpOn(SIGINT); }
 
 TEST(ServerProcess, OversizedPoolFailsFastNamingShmSize) {
-  const auto start = Clock::now();
   ServerProcess server({"--l1-size-gb", "100000"});
-  const int code = server.WaitExit(std::chrono::seconds(10));
+  // Failing fast means exiting at startup, naming the fix, instead of going
+  // on to serve: the bound only keeps a regression from hanging the suite, so
+  // it allows for a sanitizer build beside CPU-bound neighbours (WaitExit
+  // returns as soon as the server exits).
+  const int code = server.WaitExit(std::chrono::seconds(60));
   EXPECT_NE(code, 0);
-  EXPECT_NE(code, -1) << "still running after 10 s";
-  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+  EXPECT_NE(code, -1) << "still running after 60 s";
   const std::string log = server.Log();
   EXPECT_NE(log.find("--shm-size"), std::string::npos) << log;
   EXPECT_NE(log.find("GiB free"), std::string::npos) << log;
@@ -47,7 +48,7 @@ TEST(ServerProcess, OversizedPoolFailsFastNamingShmSize) {
 
 TEST(ServerProcess, InvalidFlagIsRefusedWithItsName) {
   ServerProcess server({"--l1-size-gb", "1", "--eviction-trigger-watermark", "1.5"});
-  EXPECT_EQ(server.WaitExit(std::chrono::seconds(10)), 2);
+  EXPECT_EQ(server.WaitExit(std::chrono::seconds(60)), 2);
   EXPECT_NE(server.Log().find("--eviction-trigger-watermark"), std::string::npos) << server.Log();
 }
 
@@ -56,7 +57,7 @@ TEST(ServerProcess, RemovesSegmentOfACrashedServer) {
   ASSERT_TRUE(crashed.WaitForLog("ready", std::chrono::seconds(60))) << crashed.Log();
   const std::string stale = "/dev/shm/lmcache_l1_pool_" + std::to_string(crashed.pid());
   kill(crashed.pid(), SIGKILL);
-  crashed.WaitExit(std::chrono::seconds(10));
+  crashed.WaitExit(std::chrono::seconds(60));
   ASSERT_TRUE(std::filesystem::exists(stale));  // SIGKILL leaves it behind
 
   ServerProcess next({"--l1-size-gb", "0.25"});
@@ -69,7 +70,7 @@ TEST(ServerProcess, RemovesSegmentOfACrashedServer) {
 
 TEST(ServerProcess, HelpDocumentsFlagsWithDefaults) {
   ServerProcess server({"--help"});
-  EXPECT_EQ(server.WaitExit(std::chrono::seconds(10)), 0);
+  EXPECT_EQ(server.WaitExit(std::chrono::seconds(60)), 0);
   const std::string log = server.Log();
   for (const char* flag : {"--l1-size-gb", "--shm-name", "--l1-align-bytes",
                            "--l1-write-ttl-seconds", "--l1-read-ttl-seconds", "--eviction-policy",

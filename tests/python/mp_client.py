@@ -98,6 +98,21 @@ class Server:
     def log(self):
         return read_text(self.log_path)
 
+    def wait_for_log(self, text, timeout_s=30.0):
+        """Returns the log once it holds `text`. A line the server logs in
+        answer to a signal is written by its own thread, ordered before no
+        reply a client can see: a test waits for it (with a bound) instead of
+        reading the log once."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            log = self.log()
+            if text in log:
+                return log
+            assert self.proc.poll() is None or text in self.log(), \
+                f"the server exited ({self.proc.returncode}) without logging {text!r}:\n{log}"
+            assert time.monotonic() < deadline, f"no {text!r} in the log after {timeout_s} s:\n{log}"
+            time.sleep(0.05)
+
     def stop(self, timeout=60.0):
         """SIGTERM, then its exit status; SIGKILL (and None) if it outlives `timeout`."""
         if self.proc.poll() is None:

@@ -86,11 +86,34 @@ def read_all(client, cursor):
         cursor = page["next_cursor"]
 
 
-def receive_published(sub, until_type, timeout_s=10.0):
-    """[(seq, event map)] until an event of `until_type` arrives."""
+def subscribe_live(ctx, url, client, timeout_s=60):
+    """A SUB socket on `url` known to receive, and how many clears that took.
+    ZeroMQ drops what a PUB sends before a new subscription reaches it (the
+    slow joiner); a clear of the still empty cache publishes one
+    AllBlocksCleared and changes nothing else, so clear until one arrives."""
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(url)
+    deadline = time.monotonic() + timeout_s
+    clears = 0
+    while True:
+        assert client.call(OP_CLEAR) is None
+        clears += 1
+        if sub.poll(1000, zmq.POLLIN):
+            return sub, clears
+        assert time.monotonic() < deadline, f"the SUB socket received nothing after {clears} clears"
+
+
+def cleared_events(published):
+    return sum(e["type"] == "AllBlocksCleared" for _, e in published)
+
+
+def receive_published(sub, done, timeout_s=60.0):
+    """[(seq, event map)] as received, until done(received) holds."""
     out = []
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    while not done(out):
+        assert time.monotonic() < deadline, f"not done within {timeout_s} s; got {[e for _, e in out][-3:]}"
         if not sub.poll(200, zmq.POLLIN):
             continue
         topic, seq, payload = sub.recv_multipart()
@@ -99,9 +122,7 @@ def receive_published(sub, until_type, timeout_s=10.0):
         assert isinstance(ts, float) and rank is None
         for event in events:
             out.append((int.from_bytes(seq, "big"), event))
-        if any(e["type"] == until_type for e in events):
-            return out
-    raise AssertionError(f"no {until_type} within {timeout_s} s; got {[e for _, e in out][-3:]}")
+    return out
 
 
 def replay(ctx, url, start_seq):
@@ -111,7 +132,7 @@ def replay(ctx, url, start_seq):
     dealer.send_multipart([b"", start_seq.to_bytes(8, "big")])
     out = []
     while True:
-        assert dealer.poll(5000, zmq.POLLIN), "no replay answer"
+        assert dealer.poll(30000, zmq.POLLIN), "no replay answer"
         empty, topic, seq, payload = dealer.recv_multipart()
         if payload == b"":
             assert seq == b"\xff" * 8
@@ -122,11 +143,8 @@ def replay(ctx, url, start_seq):
 
 
 def test_events_follow_stores_l2_evictions_and_a_clear(server, zmq_ctx):
-    sub = zmq_ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(server.pub_url)
-    time.sleep(0.3)
     client = Client(zmq_ctx, server.url)
+    sub, handshake_clears = subscribe_live(zmq_ctx, server.pub_url, client)
     chunk = chunk_size(client)
     incarnation = poll(client, 0)["incarnation"]
     instance_id = new_instance_id()
@@ -186,10 +204,13 @@ def test_events_follow_stores_l2_evictions_and_a_clear(server, zmq_ctx):
     events, cursor = read_all(client, cursor)
     assert events[-1]["kind"] == "cleared", events[-3:]
 
-    # The same story on the PUB socket, in vLLM's format, gapless.
-    published = receive_published(sub, "AllBlocksCleared")
-    if published[0][0] != 0:  # subscribed late: what vLLM's consumers do, replay
-        published = [p for p in replay(zmq_ctx, server.replay_url, 0) if p[0] < published[0][0]] + published
+    # The same story on the PUB socket, in vLLM's format, gapless. What went
+    # out before the subscription took (the first handshake clears) comes
+    # from replay, as vLLM's consumers do; the rest up to this clear live.
+    published = receive_published(sub, lambda got: len(got) > 0)
+    published = [p for p in replay(zmq_ctx, server.replay_url, 0) if p[0] < published[0][0]] + published
+    published += receive_published(
+        sub, lambda got: cleared_events(published + got) >= handshake_clears + 1)
     seqs = sorted({seq for seq, _ in published})
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "a gap in seq"
     vllm = [e for _, e in published]

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <vector>
@@ -39,8 +41,15 @@ TEST(ThreadPool, RefusesAClientOverItsShare) {
   ThreadPool pool("test", 1, limits);
   std::mutex gate;
   gate.lock();  // the worker blocks on the first task, so the rest stay queued
-  pool.Submit(1, 1, [&gate] { std::lock_guard<std::mutex> hold(gate); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::promise<void> started;
+  std::future<void> first_task_running = started.get_future();
+  pool.Submit(1, 1, [&gate, &started] {
+    started.set_value();
+    std::lock_guard<std::mutex> hold(gate);
+  });
+  // The first task has left the queue once it runs; only then is client 1's
+  // queue empty, so its share is exactly two more tasks.
+  EXPECT_EQ(first_task_running.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   EXPECT_EQ(pool.Submit(1, 1, [] {}), FairQueue::Admission::kQueued);
   EXPECT_EQ(pool.Submit(1, 1, [] {}), FairQueue::Admission::kQueued);
   EXPECT_EQ(pool.Submit(1, 1, [] {}), FairQueue::Admission::kClientFull);

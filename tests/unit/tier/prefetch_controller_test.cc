@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "fakes/gated_adapter.h"
@@ -26,6 +27,18 @@ using testing::KeysN;
 constexpr std::size_t kObject = 128 * 1024;
 constexpr auto kWait = std::chrono::seconds(30);
 const store::Owner kSession = store::Owner::Session(77);
+
+// Waits until `done()` holds, up to kWait (a bound on the event, never a
+// pace); whether it holds.
+template <typename Predicate>
+bool Eventually(Predicate done) {
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
 
 class PrefetchControllerTest : public ::testing::Test {
  protected:
@@ -85,20 +98,22 @@ TEST_F(PrefetchControllerTest, LoadsTheL2PrefixLockedForTheReadersWithIdenticalB
 }
 
 TEST_F(PrefetchControllerTest, LookupHitsAreKnownBeforeTheLoadsLand) {
-  MockAdapterConfig slow;
-  slow.bandwidth_gb_per_s = 0.005;  // 128 KiB: ~26 ms per object
-  MockAdapter l2(slow);
+  MockAdapter mock({});
+  // The load waits at the gate until the hits have been checked: "still
+  // loading" holds whatever the scheduling (a slow adapter's ~80 ms did not
+  // when the test thread was descheduled that long).
+  testing::GatedAdapter l2(&mock, testing::GatedAdapter::Gated::kLoad);
   const auto keys = KeysN(0, 5);
-  PutInL2(l2, {keys.begin(), keys.begin() + 3});
+  PutInL2(mock, {keys.begin(), keys.begin() + 3});
   auto controller = Start({&l2});
   const PrefetchHandle h = controller->Submit(Request(keys));
   std::optional<std::size_t> hits;
-  for (int i = 0; i < 3000 && !(hits = controller->LookupHits(h)); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ASSERT_TRUE(hits);
+  const bool known = Eventually([&] { return (hits = controller->LookupHits(h)).has_value(); });
+  const bool still_loading = !controller->Poll(h);
+  l2.Open();
+  ASSERT_TRUE(known);
   EXPECT_EQ(*hits, 3u);
-  EXPECT_FALSE(controller->Poll(h));  // still loading
+  EXPECT_TRUE(still_loading);
   const auto landed = controller->Wait(h, kWait);
   ASSERT_TRUE(landed);
   EXPECT_EQ(landed->chunks, 3u);
@@ -149,9 +164,7 @@ TEST_F(PrefetchControllerTest, ACascadeLoadsFromItsAdaptersAtOnce) {
   testing::GatedAdapter slow_redis(&redis, testing::GatedAdapter::Gated::kLoad);
   auto controller = Start({&slow_disk, &slow_redis});
   const PrefetchHandle h = controller->Submit(Request(keys));
-  for (int i = 0; i < 5000 && (slow_disk.entered() < 1 || slow_redis.entered() < 1); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  Eventually([&] { return slow_disk.entered() >= 1 && slow_redis.entered() >= 1; });
   EXPECT_EQ(slow_disk.entered(), 1);
   EXPECT_EQ(slow_redis.entered(), 1) << "the second adapter waited for the first";
   EXPECT_FALSE(controller->Poll(h)) << "the request waits for both calls";
@@ -215,9 +228,7 @@ TEST_F(PrefetchControllerTest, AnAdapterThatCompletesOnItsOwnIsHandedDeeperBatch
   auto controller = Start({&async_disk});
   const PrefetchHandle h = controller->Submit(Request(keys));
   for (std::size_t want : {32u, 8u}) {
-    for (int i = 0; i < 5000 && async_disk.pending() < 1; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    Eventually([&] { return async_disk.pending() >= 1; });
     ASSERT_EQ(async_disk.first_pending_reads(), want);
     async_disk.CompleteAll();
   }
@@ -236,11 +247,11 @@ TEST_F(PrefetchControllerTest, AnAdapterThatCompletesOnItsOwnIsWaitedForAndItsBy
   PutInL2(async_redis, keys);
   auto controller = Start({&async_disk, &async_redis});
   const PrefetchHandle h = controller->Submit(Request(keys));
-  for (int i = 0; i < 5000 && (async_disk.pending() < 1 || async_redis.pending() < 1); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  Eventually([&] { return async_disk.pending() >= 1 && async_redis.pending() >= 1; });
   ASSERT_EQ(async_disk.pending(), 1u);
   ASSERT_EQ(async_redis.pending(), 1u) << "both adapters' loads are in flight at once";
+  // Nothing can land before the completions below run (they run on this
+  // thread): the pauses only give a wrong controller the time to answer early.
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_FALSE(controller->Poll(h)) << "the request waits for both completions";
   async_redis.CompleteAll();
@@ -321,45 +332,79 @@ TEST_F(PrefetchControllerTest, AFullL1OfUnlockedObjectsMakesRoomForTheLoadByEvic
 }
 
 TEST_F(PrefetchControllerTest, ACancelledRequestReleasesWhatItLockedWhenItLands) {
-  MockAdapterConfig slow;
-  slow.bandwidth_gb_per_s = 0.005;
-  MockAdapter l2(slow);
+  MockAdapter mock({});
+  // Held in the adapter until it is cancelled: cancelled while it runs,
+  // whatever the scheduling. (A 20 ms sleep set that order before: a worker
+  // that had not taken the request by then saw it cancelled while queued,
+  // it never ran, and `completed` stayed 0.)
+  testing::GatedAdapter l2(&mock, testing::GatedAdapter::Gated::kLoad);
   const auto keys = KeysN(0, 3);
-  PutInL2(l2, keys);
+  PutInL2(mock, keys);
   auto controller = Start({&l2});
   const PrefetchHandle running = controller->Submit(Request(keys));
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const bool in_adapter = Eventually([&] { return l2.entered() >= 1; });
   controller->Cancel(running);
-  for (int i = 0; i < 5000 && controller->Stats().completed < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  l2.Open();
+  ASSERT_TRUE(in_adapter);
+  Eventually([&] { return controller->Stats().completed >= 1; });
   ASSERT_EQ(controller->Stats().completed, 1u);
   l1_.ExpectBalanced();
   EXPECT_TRUE(l1_.table().Find(keys[0]));  // loaded, resident, unlocked
   // Cancelled after landing: released at once.
   const PrefetchHandle landed = controller->Submit(Request(KeysN(0, 1)));
-  for (int i = 0; i < 5000 && controller->Stats().completed < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  ASSERT_TRUE(Eventually([&] { return controller->Stats().completed >= 2; }));
   controller->Cancel(landed);
   l1_.ExpectBalanced();
   EXPECT_EQ(controller->Stats().cancelled, 2u);
 }
 
+// Loads the first batch at once and holds each later one until `hold` has
+// passed since the first was entered. A request's deadline is load_timeout
+// after it started to run, before its first load: with hold = load_timeout,
+// the deadline has passed when the second batch ends, and the load stops
+// there. (The controller reads steady_clock; there is no clock to drive.)
+class HoldsLoadsAfterTheFirst final : public ForwardingAdapter {
+ public:
+  explicit HoldsLoadsAfterTheFirst(std::chrono::milliseconds hold)
+      : ForwardingAdapter(std::make_unique<MockAdapter>(MockAdapterConfig{})), hold_(hold) {}
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
+    std::optional<std::chrono::steady_clock::time_point> until;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (first_) {
+        until = *first_ + hold_;
+      } else {
+        first_ = std::chrono::steady_clock::now();
+      }
+    }
+    if (until) std::this_thread::sleep_until(*until);
+    ForwardingAdapter::SubmitLoad(reads, std::move(done));
+  }
+
+ private:
+  const std::chrono::milliseconds hold_;
+  std::mutex mu_;
+  std::optional<std::chrono::steady_clock::time_point> first_;
+};
+
 TEST_F(PrefetchControllerTest, TheDeadlineReturnsTheUsablePrefix) {
-  FaultConfig delays;
-  delays.delay_ms = 30;
-  FaultAdapter slow(std::make_unique<MockAdapter>(MockAdapterConfig{}), delays);
+  // Before: every adapter call slept 30 ms against a 100 ms deadline; a
+  // lookup descheduled past the deadline loaded nothing, and a run past
+  // twice the deadline was abandoned (0 chunks). Now the deadline is wide
+  // enough for the worker's own steps and the adapter, not a sleep's
+  // accuracy, decides where it falls: after the second batch.
+  const auto timeout = std::chrono::milliseconds(2000);
+  HoldsLoadsAfterTheFirst slow(timeout);
   const auto keys = KeysN(0, 10);
   PutInL2(slow, keys);
   PrefetchControllerConfig config;
   config.chunks_per_batch = 1;
-  config.load_timeout = std::chrono::milliseconds(100);
+  config.load_timeout = timeout;
   auto controller = Start({&slow}, config);
   const auto landed = controller->Wait(controller->Submit(Request(keys)), kWait);
   ASSERT_TRUE(landed);
   EXPECT_GE(landed->chunks, 1u);
-  EXPECT_LT(landed->chunks, 10u);
+  EXPECT_LE(landed->chunks, 2u) << "the deadline had passed when the second batch ended";
   EXPECT_EQ(controller->Stats().deadline_expired, 1u);
   for (std::size_t i = 0; i < landed->chunks; ++i) EXPECT_TRUE(HasBytes(keys[i], i));
   l1_.table().ReleaseRead(landed->lease);
@@ -382,12 +427,18 @@ TEST_F(PrefetchControllerTest, AHungLoadIsAnsweredAtItsDeadlineAndLandsOnlyInIts
   const PrefetchHandle handle = controller->Submit(Request(keys));
   std::atomic<bool> woken{false};
   controller->NotifyWhenLanded(handle, [&] { woken = true; });
-  const auto answered = controller->Wait(handle, std::chrono::seconds(5));
+  const auto answered = controller->Wait(handle, kWait);
   if (!answered) hung.Open();  // so that the controller can stop
   ASSERT_TRUE(answered) << "a hung load must not hold its request for ever";
   EXPECT_EQ(answered->chunks, 0u);
-  for (int i = 0; i < 5000 && !woken.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_TRUE(woken.load()) << "a parked wait_prefetch_status is answered too";
+  // The watch runs the landing callbacks after it publishes the answer.
+  EXPECT_TRUE(Eventually([&] { return woken.load(); }))
+      << "a parked wait_prefetch_status is answered too";
+  // The answer comes at twice the deadline after the request started to
+  // run, whether or not its worker has reached the adapter by then (a
+  // worker descheduled that long has not); it gets there in any case, its
+  // buffers reserved first.
+  Eventually([&] { return hung.entered() >= 1; });
   EXPECT_EQ(hung.entered(), 1);
   PrefetchControllerStats s = controller->Stats();
   EXPECT_EQ(s.abandoned_loads, 1u);
@@ -396,9 +447,10 @@ TEST_F(PrefetchControllerTest, AHungLoadIsAnsweredAtItsDeadlineAndLandsOnlyInIts
   // The buffers stay reserved: nobody else can be given that memory.
   EXPECT_EQ(l1_.table().Stats().staging_objects, 4u);
   hung.Open();
-  for (int i = 0; i < 5000 && controller->Stats().abandoned_in_flight > 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  // `completed` counts last, once the late load's locks are released; the
+  // abandoned entry goes before (Finish), so waiting for it alone raced
+  // with `completed`.
+  Eventually([&] { return controller->Stats().completed >= 1; });
   s = controller->Stats();
   EXPECT_EQ(s.abandoned_in_flight, 0u);
   EXPECT_EQ(s.completed, 1u);
@@ -425,9 +477,7 @@ TEST_F(PrefetchControllerTest, ConcurrentPrefetchesOfOneChunkNeverShareABuffer) 
   config.max_in_flight = 2;
   auto controller = Start({&gated}, config);
   const PrefetchHandle first = controller->Submit(Request(keys));
-  for (int i = 0; i < 5000 && gated.entered() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  Eventually([&] { return gated.entered() >= 1; });
   ASSERT_EQ(gated.entered(), 1) << "the first load is in the adapter";
   const auto second = controller->Wait(controller->Submit(Request(keys)), kWait);
   ASSERT_TRUE(second);
@@ -475,17 +525,24 @@ TEST_F(PrefetchControllerTest, ChunksAnotherLoadBroughtInMeanwhileStayHits) {
 }
 
 TEST_F(PrefetchControllerTest, AtMostMaxInFlightRunAndTheRestWaitInOrder) {
-  FaultConfig delays;
-  delays.delay_ms = 40;
-  FaultAdapter slow(std::make_unique<MockAdapter>(MockAdapterConfig{}), delays);
-  PutInL2(slow, KeysN(0, 3));
+  MockAdapter mock({});
+  // The first request is held in the adapter while the counts are read (a
+  // 10 ms sleep against 80 ms of delays set that order before: a worker
+  // not started yet, or a test thread descheduled past the first load,
+  // read other counts).
+  testing::GatedAdapter slow(&mock, testing::GatedAdapter::Gated::kLoad);
+  PutInL2(mock, KeysN(0, 3));
   PrefetchControllerConfig config;
   config.max_in_flight = 1;
   auto controller = Start({&slow}, config);
   std::vector<PrefetchHandle> handles;
   for (std::uint64_t i = 0; i < 3; ++i) handles.push_back(controller->Submit(Request(KeysN(i, 1))));
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool in_adapter = Eventually([&] { return slow.entered() >= 1; });
   const PrefetchControllerStats s = controller->Stats();
+  const int entered = slow.entered();
+  slow.Open();
+  ASSERT_TRUE(in_adapter);
+  EXPECT_EQ(entered, 1);
   EXPECT_EQ(s.in_flight, 1u);
   EXPECT_EQ(s.queued, 2u);
   for (const PrefetchHandle h : handles) {
@@ -509,9 +566,7 @@ TEST_F(PrefetchControllerTest, ARequestBeyondTheQueuesBoundIsAnsweredAtOnceAndCo
   config.max_queued = 1;
   auto controller = Start({&gated}, config);
   const PrefetchHandle running = controller->Submit(Request(KeysN(0, 1)));
-  for (int i = 0; i < 5000 && gated.entered() < 1; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  Eventually([&] { return gated.entered() >= 1; });
   ASSERT_EQ(gated.entered(), 1);
   const PrefetchHandle queued = controller->Submit(Request(KeysN(1, 1)));
   const PrefetchHandle refused = controller->Submit(Request(KeysN(2, 1)));
@@ -554,22 +609,31 @@ TEST_F(PrefetchControllerTest, EvictionAndClearRacingALoadNeverTouchItsBuffers) 
 }
 
 TEST_F(PrefetchControllerTest, StopEndsQueuedRequestsWithNothingAndLeavesNoLock) {
-  FaultConfig delays;
-  delays.delay_ms = 30;
-  FaultAdapter slow(std::make_unique<MockAdapter>(MockAdapterConfig{}), delays);
-  PutInL2(slow, KeysN(0, 2));
+  MockAdapter mock({});
+  // The first request is held in the adapter until Stop has answered the
+  // queued second one (its landing callback, run by Stop before it waits
+  // for the running requests, opens the gate). A 5 ms sleep set that order
+  // before: a test thread descheduled past the first load found the second
+  // running, and Stop let it finish with its chunk loaded and locked.
+  testing::GatedAdapter slow(&mock, testing::GatedAdapter::Gated::kLoad);
+  PutInL2(mock, KeysN(0, 2));
   PrefetchControllerConfig config;
   config.max_in_flight = 1;
   auto controller = Start({&slow}, config);
   const PrefetchHandle first = controller->Submit(Request(KeysN(0, 1)));
   const PrefetchHandle second = controller->Submit(Request(KeysN(1, 1)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const bool running = Eventually([&] { return slow.entered() >= 1; });
+  if (!running) slow.Open();  // so that Stop can end the first
+  ASSERT_TRUE(running);
+  controller->NotifyWhenLanded(second, [&slow] { slow.Open(); });
   controller->Stop();
   const auto a = controller->Poll(first);
   const auto b = controller->Poll(second);
   ASSERT_TRUE(a);
   ASSERT_TRUE(b);
+  EXPECT_EQ(a->chunks, 1u) << "a running request finishes";
   EXPECT_EQ(b->chunks, 0u);
+  EXPECT_EQ(b->lease, store::kNoLease);
   if (a->lease != store::kNoLease) l1_.table().ReleaseRead(a->lease);
   l1_.ExpectBalanced();
 }
@@ -578,10 +642,13 @@ TEST_F(PrefetchControllerTest, StopEndsQueuedRequestsWithNothingAndLeavesNoLock)
 // when Poll can answer: on the worker when the load lands, at once when it
 // landed already or is unknown, on the cancelling or stopping thread.
 TEST_F(PrefetchControllerTest, ALandingNotifiesEachWatcherOnceWhenPollCanAnswer) {
-  FaultConfig delays;
-  delays.delay_ms = 50;
-  FaultAdapter slow(std::make_unique<MockAdapter>(MockAdapterConfig{}), delays);
-  PutInL2(slow, KeysN(0, 3));
+  MockAdapter mock({});
+  // `loads` (the first to run, on the one worker) is held in the adapter
+  // until the watchers are set and `waits` is cancelled: it has not landed,
+  // and `waits` is still queued, whatever the scheduling (100 ms of delays
+  // set that order before). Later loads go through.
+  testing::GatedAdapter slow(&mock, testing::GatedAdapter::Gated::kLoad, /*held_calls=*/1);
+  PutInL2(mock, KeysN(0, 3));
   PrefetchControllerConfig config;
   config.max_in_flight = 1;
   auto controller = Start({&slow}, config);
@@ -598,9 +665,8 @@ TEST_F(PrefetchControllerTest, ALandingNotifiesEachWatcherOnceWhenPollCanAnswer)
   EXPECT_EQ(landed.load(), 0);
   controller->Cancel(waits);
   EXPECT_EQ(cancelled.load(), 1) << "told on the cancelling thread";
-  for (int i = 0; i < 5000 && landed.load() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  slow.Open();
+  Eventually([&] { return landed.load() >= 2; });
   ASSERT_EQ(landed.load(), 2);
   const auto result = controller->Poll(loads);  // answers now, as promised
   ASSERT_TRUE(result);

@@ -23,6 +23,19 @@ using testing::KeysN;
 constexpr std::size_t kObject = 256 * 1024;
 constexpr auto kWait = std::chrono::seconds(30);
 
+// Polls `done` until it holds or kWait passes. The bound only guards a hang
+// (callers assert the state afterwards), so it is generous enough for a
+// sanitizer build beside CPU-bound neighbours.
+template <typename Pred>
+bool WaitUntil(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 class StoreControllerTest : public ::testing::Test {
  protected:
   StoreControllerTest() : l1_(32 << 20) {}
@@ -141,18 +154,15 @@ TEST_F(StoreControllerTest, StoppingWithStoresInFlightLeavesNoLockBehind) {
   for (std::uint64_t i = 0; i < 20; ++i) l1_.Store(KeyN(i), kObject, i);
   // Both workers hold a batch (of one or two: a worker wakes at the first
   // object queued) in the adapter; the rest wait in the queue.
-  for (int i = 0; i < 5000 && gated.entered() < 2; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  WaitUntil([&] { return gated.entered() >= 2; });
   ASSERT_EQ(gated.entered(), 2);
   const std::uint64_t in_flight = controller->Stats().in_flight;
   ASSERT_GE(in_flight, 2u);
   ASSERT_LE(in_flight, 4u);
   std::thread stopping([&] { controller->Stop(); });
   // Stop drops the queue at once, then waits for the batches in flight.
-  for (int i = 0; i < 5000 && controller->Stats().dropped_at_stop == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return controller->Stats().dropped_at_stop != 0; }))
+      << "Stop never dropped the queue";
   gated.Open();
   stopping.join();
   const StoreControllerStats s = controller->Stats();
