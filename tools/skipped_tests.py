@@ -28,9 +28,11 @@ ENVIRONMENTAL = (
     "cannot mount a tmpfs",  # FsConditionTest: needs root with mount rights
     "no CUDA device visible",  # test_gpu_cuda.py: the GPU run is the device check
     "libcudart",  # test_gpu_cuda.py: no CUDA runtime on a machine without a GPU
+    "needs PyTorch with a CUDA device",  # test_gpu_torch.py: only the GPU machine has both
 )
 
 TEST_HEADER = re.compile(r"^\d+/\d+ Testing: (\S+)")
+TEST_VERDICT = re.compile(r"^Test (Passed|Failed|Skipped|Not Run)")
 GTEST_SKIPPED_AT = re.compile(r"^\S+:\d+: Skipped$")
 GTEST_SKIPPED = re.compile(r"^\[  SKIPPED \] (\S+\.\S+) \(")
 PYTEST_SKIPPED = re.compile(r"^SKIPPED \[(\d+)\] (\S+?):\d+: (.*)$")
@@ -63,27 +65,39 @@ def skips_in_output(lines):
             yield "", m.group(1).strip()
 
 
-def collect(label, log_path):
-    """Prints label<TAB>test<TAB>reason for every skip in a ctest LastTest.log."""
-    test, output = None, []
+def ctest_sections(log_path):
+    """Yields (test, output lines, passed) for each test of a ctest LastTest.log.
+
+    ctest writes each test as a header line ("n/N Testing: name"), its
+    output up to "<end of output>", then its verdict ("Test Passed.",
+    "Test Failed.", ...)."""
+    test, output, ended = None, [], False
     with open(log_path, errors="replace") as log:
         for raw in log:
             line = raw.rstrip("\n")
             m = TEST_HEADER.match(line)
             if m:
-                test, output = m.group(1), []
+                test, output, ended = m.group(1), [], False
             elif line == "<end of output>" and test:
-                # gtest prints the list of skipped tests again after its summary;
-                # each case is reported once.
-                seen = set()
-                for case, reason in skips_in_output(output):
-                    name = f"{test} {case}".strip()
-                    if (name, reason) not in seen:
-                        seen.add((name, reason))
-                        print(f"{label}\t{name}\t{reason}")
-                test = None
-            elif test:
+                ended = True
+            elif ended and test and TEST_VERDICT.match(line):
+                yield test, output, not line.startswith("Test Failed")
+                test, ended = None, False
+            elif test and not ended:
                 output.append(line)
+
+
+def collect(label, log_path):
+    """Prints label<TAB>test<TAB>reason for every skip in a ctest LastTest.log."""
+    for test, output, _ in ctest_sections(log_path):
+        # gtest prints the list of skipped tests again after its summary;
+        # each case is reported once.
+        seen = set()
+        for case, reason in skips_in_output(output):
+            name = f"{test} {case}".strip()
+            if (name, reason) not in seen:
+                seen.add((name, reason))
+                print(f"{label}\t{name}\t{reason}")
 
 
 def summary(path, ci):
