@@ -4,7 +4,8 @@
 #
 #   tools/dev.sh run [server flags...]   set up, build Release, start lmcache-server
 #   tools/dev.sh test                    set up, build, run the whole suite:
-#                                        Release (gcc), the container image (podman), the
+#                                        Release (gcc), the GPU kit's dry run
+#                                        (tools/gpu_kit/), the container image (podman), the
 #                                        server-only build (no hiredis), then
 #                                        ASan+UBSan with the fuzz targets
 #                                        (clang, libFuzzer), then TSan (clang); both clang
@@ -26,7 +27,7 @@ PACKAGES=(
   libxxhash-dev librust-blake3-dev nlohmann-json3-dev libcpp-httplib-dev prometheus-cpp-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev
-  b3sum redis-server libhiredis-dev prometheus python3-yaml
+  b3sum redis-server libhiredis-dev prometheus python3-yaml patchelf
   python3-zmq python3-msgpack python3-numpy python3-pytest
 )
 
@@ -72,41 +73,69 @@ build() {
 # Every skip of the run, one line each (label, test, reason): see tools/skipped_tests.py.
 SKIPS=""
 
+# The failed tests' own output, trimmed to what names the cause: printed
+# last, after the skip list, so the tail of a failed run shows why.
+FAILURES=""
+
+# Runs one build's suite; on a failure, ends the run with the skip list and
+# the failing tests' output (the later stages do not run).
 run_ctest() {
-  local dir="$1"
+  local dir="$1" label="${1#"$ROOT"/}" rc=0
   shift
-  log "testing ${dir#"$ROOT"/}"
-  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@"
-  python3 "$ROOT/tools/skipped_tests.py" collect "${dir#"$ROOT"/}" \
+  log "testing $label"
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" "$@" || rc=$?
+  python3 "$ROOT/tools/skipped_tests.py" collect "$label" \
     "$dir/Testing/Temporary/LastTest.log" >>"$SKIPS"
+  if [ "$rc" -ne 0 ]; then
+    python3 "$ROOT/tools/failed_tests.py" "$label" "$dir/Testing/Temporary/LastTest.log" \
+      >>"$FAILURES" || true
+    fail_run "ctest in $label exited with $rc"
+  fi
 }
 
-# The container test exits 77 when this machine cannot run it; its reason joins the list.
-run_container_test() {
-  log "container image test"
-  local out rc
-  out="$(mktemp /tmp/lmcache_container_out.XXXXXX)"
+# Prints the skip list and the failures gathered so far, then exits 1.
+fail_run() {
+  report_skips || true
+  if [ -s "$FAILURES" ]; then
+    log "what failed (each test's failure lines, then its last lines):"
+    cat "$FAILURES"
+  fi
+  log "FAILED: $*"
+  exit 1
+}
+
+# run_script_stage LABEL DESCRIPTION COMMAND...: a stage that is a script
+# of its own. Exit 77 ("SKIPPED: <reason>", this machine cannot run it)
+# joins the skip list with its reason; any other failure ends the run with
+# the script's last lines.
+run_script_stage() {
+  local label="$1" what="$2" out rc
+  shift 2
+  log "$what"
+  out="$(mktemp /tmp/lmcache_stage_out.XXXXXX)"
   set +e
-  "$ROOT/tools/container_test.sh" 2>&1 | tee "$out"
+  "$@" 2>&1 | tee "$out"
   rc=${PIPESTATUS[0]}
   set -e
   if [ "$rc" -eq 77 ]; then
-    printf 'container\ttools/container_test.sh\t%s\n' \
+    printf '%s\t%s\t%s\n' "$label" "${1#"$ROOT"/}" \
       "$(sed -n 's/.*SKIPPED: //p' "$out" | head -n1)" >>"$SKIPS"
   elif [ "$rc" -ne 0 ]; then
+    { echo "=== FAILED: $what ==="; tail -n 40 "$out"; } >>"$FAILURES"
     rm -f "$out"
-    exit "$rc"
+    fail_run "$what: ${1#"$ROOT"/} exited with $rc"
   fi
   rm -f "$out"
 }
 
-# Prints the skip list; under CI=true a skip of something CI installs is a failure.
+# Prints the skip list; under CI=true a skip of something CI installs is a
+# failure (returns 1).
 report_skips() {
   local ci_flag=()
   [ "${CI:-}" = "true" ] && ci_flag=(--ci)
   if ! python3 "$ROOT/tools/skipped_tests.py" summary "$SKIPS" "${ci_flag[@]}"; then
     log "FAILED: CI=true and checks were skipped that CI installs what they need for"
-    exit 1
+    return 1
   fi
 }
 
@@ -123,22 +152,27 @@ case "$cmd" in
     ;;
   test)
     SKIPS="$(mktemp /tmp/lmcache_skips.XXXXXX)"
-    trap 'rm -f "$SKIPS"' EXIT
+    FAILURES="$(mktemp /tmp/lmcache_failures.XXXXXX)"
+    trap 'rm -f "$SKIPS" "$FAILURES"' EXIT
     install_deps
     build release
     run_ctest "$ROOT/build"
     if [ "${1:-}" != "--fast" ]; then
+      # The GPU kit builds from this Release tree, fits the device, starts,
+      # and says "no device" for every GPU part (no CUDA toolkit: skipped).
+      run_script_stage gpu-kit "GPU kit (dry run)" \
+        "$ROOT/tools/gpu_kit/make_kit.sh" --build-dir "$ROOT/build" --dry-run
       # The image is built and run for real (podman); where this machine
       # cannot run a container engine it is skipped, and listed below.
-      run_container_test
+      run_script_stage container "container image test" "$ROOT/tools/container_test.sh"
       log "server-only build (no resp adapter, no tools)"
-      "$ROOT/tools/server_only_check.sh"
+      "$ROOT/tools/server_only_check.sh" || fail_run "the server-only build (tools/server_only_check.sh) failed"
       build asan
       run_ctest "$ROOT/build-asan"   # sanitizer options come from the tests' environment
       build tsan
       run_ctest "$ROOT/build-tsan"
     fi
-    report_skips
+    report_skips || exit 1
     log "all tests passed"
     ;;
   metrics-doc)
@@ -148,7 +182,7 @@ case "$cmd" in
     log "docs/metrics.md regenerated from the stats schema"
     ;;
   *)
-    sed -n '2,17p' "$0" >&2
+    sed -n '2,18p' "$0" >&2
     exit 2
     ;;
 esac

@@ -80,6 +80,9 @@ class Cuda:
     def synchronize(self):
         self.check("cudaDeviceSynchronize")
 
+    def stream_synchronize(self, stream=0):
+        self.check("cudaStreamSynchronize", ctypes.c_void_p(stream))
+
     def mem_handle(self, ptr):
         handle = ctypes.create_string_buffer(64)
         self.check("cudaIpcGetMemHandle", handle, ctypes.c_void_p(ptr))
@@ -107,18 +110,27 @@ class Cuda:
 
 class CudaWorker:
     """One engine's NHD paged caches, layers x [2, blocks, block_size, heads, head_size]
-    bfloat16 (carried as uint16), in one cudaMalloc allocation."""
+    bfloat16 (carried as uint16), in one cudaMalloc allocation; with `mla`,
+    layers x [blocks, block_size, head_size] (format 3: head_size is the
+    latent width, 576 for DeepSeek's)."""
 
-    def __init__(self, cuda, layers=4, blocks=64, block_size=16, heads=8, head_size=128):
+    def __init__(self, cuda, layers=4, blocks=64, block_size=16, heads=8, head_size=128, mla=False):
         self.cuda = cuda
         self.layers, self.blocks, self.block_size = layers, blocks, block_size
-        self.shape = (2, blocks, block_size, heads, head_size)
+        self.mla = mla
+        self.shape = (blocks, block_size, head_size) if mla else (2, blocks, block_size, heads, head_size)
+        self.token_bytes = self.token_bytes_of(heads=heads, head_size=head_size, mla=mla)
         self.layer_bytes = int(np.prod(self.shape)) * 2
         self.base = cuda.malloc(layers * self.layer_bytes)
         self.handle = cuda.mem_handle(self.base)
         self.uuid = cuda.uuid(0)
         self.instance_id = None
         self.events = []  # kept alive until the server is done with them
+
+    @staticmethod
+    def token_bytes_of(heads=8, head_size=128, mla=False, **_):
+        """Bytes of one token of one layer (bfloat16): what a chunk's object holds per token and layer."""
+        return head_size * 2 if mla else 2 * heads * head_size * 2
 
     def close(self):
         self.cuda.free(self.base)
@@ -128,7 +140,9 @@ class CudaWorker:
 
     def register(self, client, instance_id, model, world_size=1):
         self.instance_id = instance_id
-        hints = {"kv_layout": "NHD", "num_kv_heads": self.shape[3], "tokens_per_block": self.block_size}
+        hints = {"kv_layout": "NHD", "tokens_per_block": self.block_size}
+        if not self.mla:
+            hints["num_kv_heads"] = self.shape[3]
         return client.request("register_kv_cache", instance_id, self.wrapper_pickles(), model,
                               world_size, "vllm", hints, [])
 

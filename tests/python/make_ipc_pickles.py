@@ -46,9 +46,6 @@ def module(name):
     return sys.modules[name]
 
 
-torch = module("torch")
-
-
 class dtype:
     """Pickles as the global torch.<name>, as torch.dtype.__reduce__ makes it."""
 
@@ -64,8 +61,14 @@ class dtype:
 
 dtype.__module__ = "torch"
 DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "uint8": 1}
-for _name, _size in DTYPES.items():
-    setattr(torch, _name, dtype(_name, _size))
+try:
+    # Where PyTorch is installed (the GPU machine: test_gpu_torch.py wraps
+    # real tensors), its own dtypes are used: they pickle to the same globals.
+    import torch
+except ImportError:
+    torch = module("torch")
+    for _name, _size in DTYPES.items():
+        setattr(torch, _name, dtype(_name, _size))
 
 
 def define(path, name, base=object):
