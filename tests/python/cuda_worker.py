@@ -10,6 +10,7 @@ a RawCudaIPCWrapper (gpu_worker.kv_cache_frames). test_gpu_cuda.py and tools/gpu
 """
 
 import ctypes
+import ctypes.util
 import glob
 
 import numpy as np
@@ -21,12 +22,30 @@ EVENT_DISABLE_TIMING, EVENT_INTERPROCESS = 2, 4
 
 
 def load_cudart():
-    for path in sorted(glob.glob("/usr/local/cuda/lib64/libcudart.so*"), reverse=True):
+    candidates = sorted(glob.glob("/usr/local/cuda/lib64/libcudart.so*"), reverse=True)
+    found = ctypes.util.find_library("cudart")
+    candidates += ([found] if found else []) + ["libcudart.so.13", "libcudart.so.12"]
+    for path in candidates:
         try:
             return ctypes.CDLL(path)
         except OSError:
             continue
     return None
+
+
+class IpcHandle(ctypes.Structure):
+    """cudaIpcEventHandle_t / cudaIpcMemHandle_t: 64 bytes, passed by value
+    where the runtime takes the handle itself (a char* would be read as the
+    struct's first bytes off the stack)."""
+
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+    @classmethod
+    def of(cls, data):
+        assert len(data) == 64, len(data)
+        h = cls()
+        ctypes.memmove(ctypes.byref(h), data, 64)
+        return h
 
 
 class Cuda:
@@ -101,7 +120,7 @@ class Cuda:
     def wait_ipc_event(self, handle):
         """Blocks until the event another process exported completes."""
         event = ctypes.c_void_p()
-        self.check("cudaIpcOpenEventHandle", ctypes.byref(event), ctypes.create_string_buffer(handle, 64))
+        self.check("cudaIpcOpenEventHandle", ctypes.byref(event), IpcHandle.of(handle))
         try:
             self.check("cudaEventSynchronize", event)
         finally:

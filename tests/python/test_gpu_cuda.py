@@ -60,7 +60,7 @@ def server(cuda, tmp_path_factory):
 def ctx():
     c = zmq.Context()
     yield c
-    c.term()
+    c.destroy(linger=0)  # a failed test leaves sockets open: term() would wait on them
 
 
 def test_a_prompt_stored_from_one_gpu_worker_is_retrieved_into_another(cuda, server, ctx):
@@ -116,6 +116,7 @@ def test_a_prompt_stored_from_one_gpu_worker_is_retrieved_into_another(cuda, ser
             assert time.monotonic() < deadline, "the departed workers' mappings stayed open"
             time.sleep(0.05)
     finally:
-        scheduler.close()
+        for c in (a_client, b_client, scheduler):
+            c.close()
         a.close()
         b.close()

@@ -304,7 +304,7 @@ def test_a_prompt_stored_by_one_torch_worker_is_retrieved_into_another(server, o
                 if proc[0].is_alive():
                     proc[0].kill()
     for proc in (a, b):
-        assert proc[0].exitcode == 0, f"worker exited with {proc[0].exitcode}"
+        assert proc is not None and proc[0].exitcode == 0, f"worker exited with {proc and proc[0].exitcode}"
     wait_for(observer, lambda s: s["gpu"]["mapped_allocations"] == before and
              s["gpu"]["transfers_in_flight"] == 0, "the departed workers' mappings stayed open")
 

@@ -35,9 +35,12 @@ namespace {
 using testing::Cache;
 using testing::Layout;
 
-bool DeviceVisible() {
+// Empty when a device is visible, else why not (the skip says it).
+std::string NoDevice() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("no CUDA device visible (") + cudaGetErrorName(e) + ")";
+  return n > 0 ? "" : "no CUDA device visible";
 }
 
 std::string CudaText(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
@@ -65,11 +68,12 @@ class DeviceBytes {
   const std::string& error() const { return error_; }
   std::uint8_t* device() const { return static_cast<std::uint8_t*>(device_); }
   std::string Upload(const std::vector<std::byte>& from) {
-    return CudaText(cudaMemcpy(device_, from.data(), std::min(bytes_, from.size()), cudaMemcpyHostToDevice));
+    // Default: the runtime tells device from mapped host memory (unified addressing).
+    return CudaText(cudaMemcpy(device_, from.data(), std::min(bytes_, from.size()), cudaMemcpyDefault));
   }
   std::vector<std::byte> Download() const {
     std::vector<std::byte> out(bytes_);
-    if (cudaMemcpy(out.data(), device_, bytes_, cudaMemcpyDeviceToHost) != cudaSuccess) out.clear();
+    if (cudaMemcpy(out.data(), device_, bytes_, cudaMemcpyDefault) != cudaSuccess) out.clear();
     return out;
   }
 
@@ -161,7 +165,7 @@ class CudaKvCopyTest : public ::testing::TestWithParam<Case> {
     ASSERT_EQ(layout_.groups.size(), caches_.size());
     // Everything above (the registration and its layout) is checked
     // everywhere; the copies need a GPU.
-    if (!DeviceVisible()) GTEST_SKIP() << "no CUDA device visible (the GPU kit runs this on one)";
+    if (const std::string why = NoDevice(); !why.empty()) GTEST_SKIP() << why << " (the GPU kit runs this on one)";
   }
 
   // Each group's allocation, as bytes on both sides.
