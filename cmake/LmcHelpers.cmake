@@ -22,11 +22,26 @@ endfunction()
 
 # Environment of every test: sanitizer options (the TSan build suppresses reports
 # inside the uninstrumented libzmq, see tools/tsan.supp).
+#
+# A sanitizer build needs llvm-symbolizer (Debian's llvm-14, which clang does
+# not pull in): without it a report names no function, so it cannot be read,
+# and TSan's suppressions by function name (tools/tsan.supp) match nothing; on
+# a fresh Debian 12 router_loop_test then failed on every run. The tests are
+# given its path, so they do not depend on it being on PATH.
 set(LMC_TEST_ENV "")
+if(LMC_SANITIZE)
+  find_program(LMC_LLVM_SYMBOLIZER NAMES llvm-symbolizer llvm-symbolizer-14
+               HINTS /usr/lib/llvm-14/bin)
+  if(NOT LMC_LLVM_SYMBOLIZER)
+    message(FATAL_ERROR "LMC_SANITIZE=${LMC_SANITIZE} needs llvm-symbolizer, to name the functions "
+            "of a report and to apply tools/tsan.supp: apt install llvm-14 (tools/dev.sh does)")
+  endif()
+  set(_lmc_symbolizer "external_symbolizer_path=${LMC_LLVM_SYMBOLIZER}")
+endif()
 if(LMC_SANITIZE MATCHES "thread")
-  set(LMC_TEST_ENV "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tools/tsan.supp:halt_on_error=1:second_deadlock_stack=1")
+  set(LMC_TEST_ENV "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tools/tsan.supp:halt_on_error=1:second_deadlock_stack=1:${_lmc_symbolizer}")
 elseif(LMC_SANITIZE MATCHES "address")
-  set(LMC_TEST_ENV "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1;UBSAN_OPTIONS=print_stacktrace=1")
+  set(LMC_TEST_ENV "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:${_lmc_symbolizer};UBSAN_OPTIONS=print_stacktrace=1:${_lmc_symbolizer}")
 endif()
 
 # lmc_add_test(name SRCS ... DEPS ... [LABELS ...]): one GoogleTest binary, registered with CTest.
