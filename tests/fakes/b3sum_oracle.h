@@ -18,6 +18,8 @@
 #include <string>
 #include <system_error>
 
+#include "fakes/temp_dir.h"
+
 namespace lmcache::testing {
 
 inline constexpr const char* kB3sumInstallHint =
@@ -50,26 +52,6 @@ inline std::string FindB3sum() {
   if (!found || found->empty()) return "";
   return found->substr(0, found->find('\n'));
 }
-
-// A private temporary directory, removed with its contents when it goes out of scope.
-// path() is empty if mkdtemp failed.
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "b3sum_oracle") {
-    std::string tmpl = (std::filesystem::temp_directory_path() / (prefix + ".XXXXXX")).string();
-    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // Writes `bytes` to a file in `dir` and returns b3sum's 64-char hex digest of it ("" on error).
 inline std::string B3sumHex(const std::string& b3sum, const TempDir& dir,

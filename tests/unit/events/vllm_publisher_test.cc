@@ -5,39 +5,23 @@
 #include "events/vllm_publisher.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
-#include <system_error>
-#include <vector>
 #include <msgpack.hpp>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "fakes/temp_dir.h"
+
 namespace lmcache::events {
 namespace {
 
-// The socket files of the endpoints the tests bound: the publisher's ZMQ
-// sockets leave them behind (ZMQ replaces a stale one at the next bind), so
-// the test binary removes its own when it ends instead of littering /tmp.
-class TempIpcFiles : public ::testing::Environment {
- public:
-  static std::vector<std::filesystem::path>& Paths() {
-    static std::vector<std::filesystem::path> paths;
-    return paths;
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    for (const auto& path : Paths()) std::filesystem::remove(path, ignored);
-  }
-};
-const auto* const kTempIpcFiles = ::testing::AddGlobalTestEnvironment(new TempIpcFiles);
-
+// The publisher's ZMQ sockets leave their socket files behind (ZMQ replaces a
+// stale one at the next bind): the tests bind in a private directory that is
+// removed when the test binary ends, instead of littering /tmp.
 std::string TempIpc(const std::string& name) {
-  const std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                     ("lmc-pub-" + std::to_string(::getpid()) + "-" + name);
-  TempIpcFiles::Paths().push_back(path);
-  return "ipc://" + path.string();
+  static const testing::TempDir dir("lmc-pub");
+  EXPECT_FALSE(dir.path().empty()) << "mkdtemp failed";
+  return "ipc://" + (dir.path() / name).string();
 }
 
 KvEvent Removed(const std::string& model, std::uint8_t tag) {
