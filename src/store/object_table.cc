@@ -11,21 +11,6 @@
 namespace lmcache::store {
 namespace {
 
-template <typename Match>
-StagedEntry* FindStaged(std::vector<StagedEntry>& entries, Match match) {
-  for (StagedEntry& entry : entries) {
-    if (match(entry)) return &entry;
-  }
-  return nullptr;
-}
-
-// Erases the entries of `it` that match; erases the key when none is left.
-template <typename Match>
-void EraseStaged(StagingMap& staging, StagingMap::iterator it, Match match) {
-  std::erase_if(it->second, match);
-  if (it->second.empty()) staging.erase(it);
-}
-
 Status CheckLockCount(std::uint32_t count) {
   if (count >= 1 && count <= kMaxReadLockCount) return Status::Ok();
   return InvalidArgument("read lock count must be in [1, 128], got " + std::to_string(count));
@@ -48,13 +33,18 @@ ObjectTable::ObjectTable(alloc::SlabAllocator* allocator, EvictionPolicy* policy
       policy_(policy),
       clock_(clock),
       config_(config),
-      shards_(new Shard[std::max<std::uint32_t>(config.num_shards, 1)]) {}
+      shard_context_{allocator, nullptr} {
+  shards_.reserve(num_shards());
+  for (std::uint32_t i = 0; i < num_shards(); ++i) {
+    shards_.push_back(std::make_unique<ObjectShard>(&shard_context_));
+  }
+}
 
 ObjectTable::~ObjectTable() = default;
 
 namespace {
 // About 31,000 years: "never" that still adds to a clock reading without overflow.
-constexpr TimeMs kPinnedTtlMs = TimeMs{1} << 50;
+constexpr TimeMs kNeverExpiresMs = TimeMs{1} << 50;
 }  // namespace
 
 TimeMs ObjectTable::WriteTtl(const Owner& owner) const {
@@ -62,11 +52,11 @@ TimeMs ObjectTable::WriteTtl(const Owner& owner) const {
   // leases when their copy returns, however late: their buffers never expire
   // under them.
   const bool server_copies = owner.kind == OwnerKind::kDevice || owner.kind == OwnerKind::kInternal;
-  return server_copies ? kPinnedTtlMs : config_.write_ttl_ms;
+  return server_copies ? kNeverExpiresMs : config_.write_ttl_ms;
 }
 
 TimeMs ObjectTable::ReadTtl(const Owner& owner) const {
-  return owner.kind == OwnerKind::kDevice ? kPinnedTtlMs : config_.read_ttl_ms;
+  return owner.kind == OwnerKind::kDevice ? kNeverExpiresMs : config_.read_ttl_ms;
 }
 
 std::uint32_t ObjectTable::num_shards() const {
@@ -77,9 +67,7 @@ std::uint32_t ObjectTable::ShardIndex(const ObjectKey& key) const {
   return static_cast<std::uint32_t>(ObjectKeyHash{}(key) % num_shards());
 }
 
-ObjectTable::Shard& ObjectTable::ShardOf(const ObjectKey& key) const {
-  return shards_[ShardIndex(key)];
-}
+ObjectShard& ObjectTable::ShardOf(const ObjectKey& key) const { return *shards_[ShardIndex(key)]; }
 
 Status ObjectTable::ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const {
   for (const ObjectKey& key : keys) LMC_RETURN_IF_ERROR(ValidateObjectKey(key));
@@ -143,6 +131,33 @@ void ObjectTable::NotifyWhenPagesReady(std::uint64_t seen, std::function<void()>
   allocator_->NotifyWhenReadyBeyond(seen, std::move(wake));
 }
 
+std::vector<std::size_t> ObjectTable::ReservePass(
+    std::span<const ObjectKey> keys, std::uint64_t size, const Owner& owner, LeaseId lease,
+    std::span<const std::size_t> pending, std::span<const Offset> offered, WriteLease* result) {
+  std::vector<std::size_t> needs_memory;
+  DeferredFree freed(*this);
+  ShardSetLock lock(*this, keys);
+  const TimeMs expires_ms = clock_->NowMs() + WriteTtl(owner);
+  for (std::size_t j = 0; j < pending.size(); ++j) {
+    const std::size_t i = pending[j];
+    ObjectShard& shard = ShardOf(keys[i]);
+    shard.AssertHeld();
+    const std::optional<Offset> slot =
+        j < offered.size() ? std::optional(offered[j]) : std::nullopt;
+    const ReserveStep step =
+        shard.ReserveLocked(keys[i], owner, size, lease, expires_ms, slot, freed.list());
+    switch (step.state) {
+      case ReserveState::kResident: result->outcomes[i] = WriteReservation::kAlreadyResident; break;
+      case ReserveState::kReserved:
+        result->outcomes[i] = WriteReservation::kReserved;
+        result->offsets[i] = step.offset;
+        break;
+      case ReserveState::kNeedsMemory: needs_memory.push_back(i); break;
+    }
+  }
+  return needs_memory;
+}
+
 Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, std::uint64_t size,
                                              Owner owner, AllocationMode mode,
                                              WhilePoolWarms warming) {
@@ -152,44 +167,12 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
   result.outcomes.assign(keys.size(), WriteReservation::kOutOfMemory);
   result.offsets.assign(keys.size(), 0);
   const LeaseId lease = leases_.NewId();
-  auto owned_by = [&owner](const StagedEntry& e) { return e.owner == owner; };
-  std::vector<std::size_t> needs_memory;
-
-  // Phase 1: classify under the shard locks. Allocation happens outside them,
-  // because on-demand eviction must lock other shards.
-  {
-    DeferredFree freed(*this);
-    ShardSetLock lock(*this, keys);
-    const TimeMs now = clock_->NowMs();
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      Shard& shard = ShardOf(keys[i]);
-      shard.mu.AssertHeld();
-      if (shard.resident.contains(keys[i])) {
-        result.outcomes[i] = WriteReservation::kAlreadyResident;
-        continue;
-      }
-      auto staged_it = shard.staging.find(keys[i]);
-      StagedEntry* mine =
-          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, owned_by);
-      if (mine != nullptr && mine->size == size) {
-        // A repeated reservation by the same writer gets its buffer back (the
-        // reference leaks the first one until its TTL, spec 17.11); the copy
-        // moves to the new lease.
-        mine->lease = lease;
-        mine->expires_ms = now + WriteTtl(owner);
-        result.outcomes[i] = WriteReservation::kReserved;
-        result.offsets[i] = mine->offset;
-        continue;
-      }
-      if (mine != nullptr) {
-        freed.Add(mine->offset);  // same writer, new size: start over
-        EraseStaged(shard.staging, staged_it, owned_by);
-      }
-      needs_memory.push_back(i);
-    }
-  }
-
-  // Phase 2: allocate.
+  std::vector<std::size_t> all(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) all[i] = i;
+  // Classify under the shard locks, allocate outside them (on-demand eviction
+  // locks other shards), then stage what got memory, re-checking each key.
+  const std::vector<std::size_t> needs_memory =
+      ReservePass(keys, size, owner, lease, all, {}, &result);
   std::vector<Offset> offsets;
   bool pages_pending = false;
   // Read before allocating: pages made ready after it wake the caller at once.
@@ -199,34 +182,9 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
         offsets, AllocateWithEviction(size, needs_memory.size(), mode, warming, &pages_pending));
     // Recorded as lent before the writer learns of them.
     if (journal_ != nullptr && !offsets.empty()) journal_->Staged(offsets, size);
-  }
-
-  // Phase 3: stage what got memory, re-checking what changed meanwhile.
-  {
-    DeferredFree freed(*this);
-    ShardSetLock lock(*this, keys);
-    const TimeMs now = clock_->NowMs();
-    for (std::size_t j = 0; j < needs_memory.size() && j < offsets.size(); ++j) {
-      const std::size_t i = needs_memory[j];
-      Shard& shard = ShardOf(keys[i]);
-      shard.mu.AssertHeld();
-      if (shard.resident.contains(keys[i])) {
-        freed.Add(offsets[j]);
-        result.outcomes[i] = WriteReservation::kAlreadyResident;
-        continue;
-      }
-      std::vector<StagedEntry>& entries = shard.staging[keys[i]];
-      if (StagedEntry* mine = FindStaged(entries, owned_by); mine != nullptr) {
-        // The same owner raced itself with two reservations: keep the first copy.
-        freed.Add(offsets[j]);
-        mine->lease = lease;
-        mine->expires_ms = now + WriteTtl(owner);
-        result.offsets[i] = mine->offset;
-      } else {
-        entries.push_back({lease, owner, offsets[j], size, now + WriteTtl(owner)});
-        result.offsets[i] = offsets[j];
-      }
-      result.outcomes[i] = WriteReservation::kReserved;
+    if (!offsets.empty()) {
+      ReservePass(keys, size, owner, lease, std::span(needs_memory).first(offsets.size()), offsets,
+                  &result);
     }
   }
 
@@ -241,9 +199,9 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
     leases_.Add(lease, std::move(record));
   }
   if (pages_pending) {
-    // All or nothing: what phase 1 handed back (this writer's own earlier
-    // copies, now under `lease`) is given up too, so that a caller that
-    // never comes back leaves nothing staged.
+    // All or nothing: what the first pass handed back (this writer's own
+    // earlier copies, now under `lease`) is given up too, so that a caller
+    // that never comes back leaves nothing staged.
     AbortWrite(result.lease);
     WriteLease pending;
     pending.outcomes.assign(keys.size(), WriteReservation::kOutOfMemory);
@@ -261,7 +219,6 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
   if (!record) return completion;
   completion.keys = std::move(record->keys);
   completion.outcomes.assign(completion.keys.size(), WriteOutcome::kNotStaged);
-  auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };
   std::vector<ObjectKey> admitted;
   std::vector<std::uint64_t> admitted_bytes;
   {
@@ -270,37 +227,13 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
     const TimeMs now = clock_->NowMs();
     for (std::size_t i = 0; i < completion.keys.size(); ++i) {
       const ObjectKey& key = completion.keys[i];
-      Shard& shard = ShardOf(key);
-      shard.mu.AssertHeld();
-      auto staged_it = shard.staging.find(key);
-      StagedEntry* mine =
-          staged_it == shard.staging.end() ? nullptr : FindStaged(staged_it->second, of_lease);
-      if (mine == nullptr) {
-        // A forced delete may have retired this lease's copy: free it now.
-        auto retired =
-            std::find_if(shard.retired.begin(), shard.retired.end(), [&](const RetiredEntry& r) {
-              return r.staged && r.write_lease == write_lease && r.key == key;
-            });
-        if (retired != shard.retired.end()) {
-          freed.Add(retired->offset);
-          shard.retired.erase(retired);
-        }
-        continue;
-      }
-      const StagedEntry entry = *mine;
-      EraseStaged(shard.staging, staged_it, of_lease);
-      if (now >= entry.expires_ms) {
-        freed.Add(entry.offset);
-        completion.outcomes[i] = WriteOutcome::kLeaseExpired;
-      } else if (shard.resident.contains(key)) {
-        freed.Add(entry.offset);
-        completion.outcomes[i] = WriteOutcome::kDuplicateDiscarded;
-      } else {
-        AdmitResident(shard, key, entry.offset, entry.size);
-        admitted.push_back(key);
-        admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
-        completion.outcomes[i] = WriteOutcome::kAdmitted;
-      }
+      ObjectShard& shard = ShardOf(key);
+      shard.AssertHeld();
+      const AdmitStep step = shard.AdmitLocked(key, write_lease, now, freed.list());
+      completion.outcomes[i] = step.outcome;
+      if (step.outcome != WriteOutcome::kAdmitted) continue;
+      admitted.push_back(key);
+      admitted_bytes.push_back(step.aligned_bytes);
     }
     // Inside the shard locks, so an eviction of these keys cannot slip between
     // admission and the policy learning of it.
@@ -339,7 +272,6 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
       if (!record->keys.empty()) AbortStaged(write_lease, record->keys);
     }
   }
-  auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };
   const LeaseId lease = leases_.NewId();
   std::vector<ObjectKey> admitted;
   std::vector<std::uint64_t> admitted_bytes;
@@ -349,28 +281,20 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
     ShardSetLock lock(*this, keys);
     const TimeMs now = clock_->NowMs();
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      Shard& shard = ShardOf(keys[i]);
-      shard.mu.AssertHeld();
-      auto resident = shard.resident.find(keys[i]);
-      auto staged_it = shard.staging.find(keys[i]);
-      StagedEntry* mine = write_lease == kNoLease || staged_it == shard.staging.end()
-                              ? nullptr
-                              : FindStaged(staged_it->second, of_lease);
-      if (mine != nullptr) {
-        const StagedEntry entry = *mine;
-        EraseStaged(shard.staging, staged_it, of_lease);
-        if (now >= entry.expires_ms || resident != shard.resident.end()) {
-          freed.Add(entry.offset);  // expired, or another writer admitted it first
-        } else {
-          resident = AdmitResident(shard, keys[i], entry.offset, entry.size);
+      ObjectShard& shard = ShardOf(keys[i]);
+      shard.AssertHeld();
+      ResidentEntry* resident = shard.FindResidentLocked(keys[i]);
+      if (write_lease != kNoLease) {
+        const AdmitStep step = shard.AdmitLocked(keys[i], write_lease, now, freed.list());
+        resident = step.resident;
+        if (step.outcome == WriteOutcome::kAdmitted) {
           admitted.push_back(keys[i]);
-          admitted_bytes.push_back(allocator_->AlignedSize(entry.size));
+          admitted_bytes.push_back(step.aligned_bytes);
         }
       }
-      if (resident == shard.resident.end()) continue;
-      resident->second.locks.Lock(lease, reader, count, now, ReadTtl(reader));
-      shard.AddHolder(&resident->second);
-      out.grants[i] = {true, resident->second.offset, resident->second.size};
+      if (resident == nullptr) continue;
+      shard.LockReadLocked(resident, lease, reader, count, {}, now, ReadTtl(reader));
+      out.grants[i] = {true, resident->offset, resident->size};
       locked.push_back(keys[i]);
     }
     if (!admitted.empty()) policy_->OnAdmitted(admitted);
@@ -391,46 +315,26 @@ std::size_t ObjectTable::AbortWrite(LeaseId write_lease) {
 }
 
 std::size_t ObjectTable::AbortStaged(LeaseId write_lease, std::span<const ObjectKey> keys) {
-  auto of_lease = [write_lease](const StagedEntry& e) { return e.lease == write_lease; };
   DeferredFree freed(*this);
   ShardSetLock lock(*this, keys);
   for (const ObjectKey& key : keys) {
-    Shard& shard = ShardOf(key);
-    shard.mu.AssertHeld();
-    if (auto staged_it = shard.staging.find(key); staged_it != shard.staging.end()) {
-      if (StagedEntry* mine = FindStaged(staged_it->second, of_lease); mine != nullptr) {
-        freed.Add(mine->offset);
-        EraseStaged(shard.staging, staged_it, of_lease);
-        continue;
-      }
-    }
-    std::erase_if(shard.retired, [&](const RetiredEntry& r) {
-      if (!r.staged || r.write_lease != write_lease || !(r.key == key)) return false;
-      freed.Add(r.offset);
-      return true;
-    });
+    ObjectShard& shard = ShardOf(key);
+    shard.AssertHeld();
+    shard.AbortLocked(key, write_lease, freed.list());
   }
   return freed.size();
 }
 
-void ObjectTable::LockGranted(const ReadRequest& request, LeaseId lease,
-                              const std::vector<ResidentEntry*>& entries, std::size_t granted,
-                              TimeMs now, ReadAcquisition* out) const {
-  for (std::size_t i = 0; i < granted; ++i) {
-    ReadLocks& locks = entries[i]->locks;
-    std::uint32_t fresh = request.count;
+void ObjectTable::GiveBackShares(const ReadRequest& request,
+                                 const std::vector<ResidentEntry*>& entries, TimeMs now) {
+  std::vector<Offset> none_freed;  // resident copies are never freed by an unlock
+  for (std::size_t i = 0; i < request.keys.size(); ++i) {
+    if (entries[i] == nullptr) continue;
+    ObjectShard& shard = ShardOf(request.keys[i]);
+    shard.AssertHeld();
     for (const LeaseId from : request.consume) {
-      if (locks.Transfer(from, lease, request.owner, now, ReadTtl(request.owner))) {
-        out->consumed += 1;
-        fresh -= 1;
-        break;
-      }
+      if (shard.UnlockReadLocked(request.keys[i], from, 1, now, &none_freed) > 0) break;
     }
-    if (fresh > 0) locks.Lock(lease, request.owner, fresh, now, ReadTtl(request.owner));
-    Shard& shard = ShardOf(request.keys[i]);
-    shard.mu.AssertHeld();
-    shard.AddHolder(entries[i]);
-    out->grants[i] = {true, entries[i]->offset, entries[i]->size};
   }
 }
 
@@ -450,22 +354,16 @@ Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
     const TimeMs now = clock_->NowMs();
     std::vector<ResidentEntry*> entries(keys.size(), nullptr);
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      Shard& shard = ShardOf(keys[i]);
-      shard.mu.AssertHeld();
-      auto it = shard.resident.find(keys[i]);
-      if (it != shard.resident.end()) entries[i] = &it->second;
+      ObjectShard& shard = ShardOf(keys[i]);
+      shard.AssertHeld();
+      entries[i] = shard.FindResidentLocked(keys[i]);
     }
     if (request.mode == ReadMode::kAllOrNothing) {
       out.missing = static_cast<std::size_t>(std::count(entries.begin(), entries.end(), nullptr));
       if (out.missing > 0) {
         // Nothing is locked. A failed retrieve still gives its share of the
         // lookup's locks back on what it found (spec 11.5).
-        for (ResidentEntry* entry : entries) {
-          if (entry == nullptr || !request.release_share_on_miss) continue;
-          for (const LeaseId from : request.consume) {
-            if (entry->locks.Unlock(from, 1, now) > 0) break;
-          }
-        }
+        if (request.release_share_on_miss) GiveBackShares(request, entries, now);
         return out;
       }
       out.granted = keys.size();
@@ -478,7 +376,15 @@ Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
         out.granted += request.group;
       }
     }
-    LockGranted(request, lease, entries, out.granted, now, &out);
+    for (std::size_t i = 0; i < out.granted; ++i) {
+      ObjectShard& shard = ShardOf(keys[i]);
+      shard.AssertHeld();
+      if (shard.LockReadLocked(entries[i], lease, request.owner, request.count, request.consume,
+                               now, ReadTtl(request.owner))) {
+        out.consumed += 1;
+      }
+      out.grants[i] = {true, entries[i]->offset, entries[i]->size};
+    }
     if (out.granted > 0) policy_->OnAccessed(keys.first(out.granted));
   }
   if (out.granted > 0) {
@@ -520,24 +426,9 @@ std::uint64_t ObjectTable::ReleaseLocked(LeaseId lease, std::span<const ObjectKe
                                          std::vector<Offset>* to_free) {
   std::uint64_t released = 0;
   for (const ObjectKey& key : keys) {
-    Shard& shard = ShardOf(key);
-    shard.mu.AssertHeld();
-    if (auto it = shard.resident.find(key); it != shard.resident.end()) {
-      released += it->second.locks.Unlock(lease, count, now);
-      // Still linked among the lock holders: Stats unlinks it (unlinking
-      // here would touch its neighbours, two cache misses per key released).
-      continue;
-    }
-    // A reader of a force-deleted object releases the retired copy.
-    for (auto r = shard.retired.begin(); r != shard.retired.end(); ++r) {
-      if (r->staged || !(r->key == key) || r->locks.LeaseCount(lease, now) == 0) continue;
-      released += r->locks.Unlock(lease, count, now);
-      if (r->Ended(now)) {
-        to_free->push_back(r->offset);
-        shard.retired.erase(r);
-      }
-      break;
-    }
+    ObjectShard& shard = ShardOf(key);
+    shard.AssertHeld();
+    released += shard.UnlockReadLocked(key, lease, count, now, to_free);
   }
   return released;
 }

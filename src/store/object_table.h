@@ -60,6 +60,7 @@
 #include "store/lease_registry.h"
 #include "store/listener.h"
 #include "store/object_key.h"
+#include "store/object_shard.h"
 #include "store/owner.h"
 #include "store/pool_journal.h"
 #include "store/read_locks.h"
@@ -245,8 +246,6 @@ struct AdoptionReport {
   std::uint64_t holds_ended = 0;  // held by an earlier recovery until a time now past: freed
 };
 
-struct ResidentEntry;  // object_table_internal.h
-
 class ObjectTable {
  public:
   // `allocator`, `policy` and `clock` must outlive the table.
@@ -344,7 +343,10 @@ class ObjectTable {
   // Records every slot lent, object admitted and slot freed in `journal`
   // (--recover-pool), before anyone can act on it. Before the table is used;
   // it must outlive the table.
-  void SetJournal(PoolJournal* journal) { journal_ = journal; }
+  void SetJournal(PoolJournal* journal) {
+    journal_ = journal;
+    shard_context_.journal = journal;
+  }
   PoolJournal* journal() const { return journal_; }
 
   // Subscribes `listener` (listener.h). Before the table is used; it must outlive the table.
@@ -354,22 +356,12 @@ class ObjectTable {
   const ObjectTableConfig& config() const { return config_; }
 
  private:
-  struct Shard;
   class ShardSetLock;
 
-  Shard& ShardOf(const ObjectKey& key) const;
-  // Admits (`key` not resident) and erases a resident entry of `shard`
-  // (locked by the caller), keeping the shard's figures that Stats reads
-  // (object_table_internal.h). AdmitResident returns the entry's iterator.
-  // `journaled` false: the caller records the admission itself (Adopt, in
-  // the predecessor's eviction order rather than shard by shard).
-  auto AdmitResident(Shard& shard, const ObjectKey& key, Offset offset, std::uint64_t size,
-                     bool journaled = true);
-  template <typename ResidentIterator>
-  void EraseResident(Shard& shard, ResidentIterator it);
+  ObjectShard& ShardOf(const ObjectKey& key) const;
   std::uint32_t ShardIndex(const ObjectKey& key) const;
   std::uint32_t num_shards() const;
-  // Lease lifetimes by owner: a device owner's leases are pinned (see the
+  // Lease lifetimes by owner: a device owner's leases never expire (see the
   // class comment), everyone else's run for the configured TTL.
   TimeMs WriteTtl(const Owner& owner) const;
   TimeMs ReadTtl(const Owner& owner) const;
@@ -381,10 +373,17 @@ class ObjectTable {
   Result<std::vector<Offset>> AllocateWithEviction(std::uint64_t size, std::size_t count,
                                                    AllocationMode mode, WhilePoolWarms warming,
                                                    bool* pages_pending);
-  // Locks `count` of `lease` on each granted entry; `consume` first.
-  void LockGranted(const ReadRequest& request, LeaseId lease,
-                   const std::vector<ResidentEntry*>& entries, std::size_t granted, TimeMs now,
-                   ReadAcquisition* out) const;
+  // One pass of a reservation over `keys` under their shard locks: each key
+  // not yet decided in `result` is offered `offered[j]` for its j-th place in
+  // `pending` (none in the first pass). Returns the keys still needing memory.
+  std::vector<std::size_t> ReservePass(std::span<const ObjectKey> keys, std::uint64_t size,
+                                       const Owner& owner, LeaseId lease,
+                                       std::span<const std::size_t> pending,
+                                       std::span<const Offset> offered, WriteLease* result);
+  // Releases one lock of the first of `request.consume` that holds one on
+  // each resident key of `entries` (shards locked by the caller).
+  void GiveBackShares(const ReadRequest& request, const std::vector<ResidentEntry*>& entries,
+                      TimeMs now);
   // Releases up to `count` locks of `lease` on the keys (shards locked by the caller).
   std::uint64_t ReleaseLocked(LeaseId lease, std::span<const ObjectKey> keys, std::uint32_t count,
                               TimeMs now, std::vector<Offset>* to_free);
@@ -402,7 +401,8 @@ class ObjectTable {
   EvictionPolicy* const policy_;
   const Clock* const clock_;
   const ObjectTableConfig config_;
-  std::unique_ptr<Shard[]> shards_;
+  ShardContext shard_context_;
+  std::vector<std::unique_ptr<ObjectShard>> shards_;
   mutable LeaseRegistry leases_;
   std::vector<StoreListener*> listeners_;
   PoolJournal* journal_ = nullptr;

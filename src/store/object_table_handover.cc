@@ -38,32 +38,30 @@ TableImage ObjectTable::Export() const {
   TableImage image;
   for (std::uint32_t s = 0; s < num_shards(); ++s) {
     ShardSetLock lock(*this, s);
-    Shard& shard = shards_[s];
-    shard.mu.AssertHeld();
-    auto adopted = [now](const ObjectKey& key, const ResidentEntry& entry) {
-      return AdoptedObject{key, entry.offset, entry.size, entry.locks.IsLocked(now), std::nullopt};
-    };
+    ObjectShard& shard = *shards_[s];
+    shard.AssertHeld();
     std::vector<const ResidentEntry*> listed;
     listed.reserve(by_shard[s].size());
     for (const std::size_t position : by_shard[s]) {
-      if (auto it = shard.resident.find(order[position]); it != shard.resident.end()) {
+      if (const ResidentEntry* entry = shard.FindResidentLocked(order[position])) {
         // The key is taken from `order` (found: it is not read again).
-        placed[position] = {std::move(order[position]), it->second.offset, it->second.size,
-                            it->second.locks.IsLocked(now), std::nullopt};
+        placed[position] = {std::move(order[position]), entry->offset, entry->size,
+                            entry->locks.IsLocked(now), std::nullopt};
         found[position] = true;
-        listed.push_back(&it->second);
+        listed.push_back(entry);
       }
     }
-    if (listed.size() != shard.resident.size()) {  // rare: the walk then pays for a set
+    if (listed.size() != shard.resident_count_locked()) {  // rare: the walk then pays for a set
       const std::unordered_set<const ResidentEntry*> known(listed.begin(), listed.end());
-      for (const auto& [key, entry] : shard.resident) {
-        if (!known.contains(&entry)) unlisted.push_back(adopted(key, entry));
-      }
+      shard.ForEachResidentLocked([&](const ObjectKey& key, const ResidentEntry& entry) {
+        if (known.contains(&entry)) return;
+        unlisted.push_back(
+            {key, entry.offset, entry.size, entry.locks.IsLocked(now), std::nullopt});
+      });
     }
-    for (const auto& [key, copies] : shard.staging) {
-      for (const StagedEntry& e : copies) image.held.push_back({e.offset, e.size});
-    }
-    for (const RetiredEntry& r : shard.retired) image.held.push_back({r.offset, r.size});
+    shard.ForEachHeldSlotLocked([&image](Offset offset, std::uint64_t size) {
+      image.held.push_back({offset, size});
+    });
   }
   image.resident.reserve(order.size() + unlisted.size());
   for (std::size_t position = 0; position < order.size(); ++position) {
@@ -76,9 +74,9 @@ TableImage ObjectTable::Export() const {
 Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
   const TimeMs now = clock_->NowMs();
   AdoptionReport report;
-  std::vector<ObjectKey> pinned;
+  std::vector<ObjectKey> kept_locked;
   const Owner handover = Owner::Internal(kHandoverOwnerId);
-  const LeaseId pin_lease = leases_.NewId();
+  const LeaseId handover_lease = leases_.NewId();
   // Checked first, then admitted shard by shard: each shard locked once and
   // its map sized once (a 16 GiB pool of 64 KiB chunks is 196608 objects).
   std::vector<std::vector<const AdoptedObject*>> by_shard(num_shards());
@@ -96,21 +94,18 @@ Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
   }
   for (std::uint32_t s = 0; s < num_shards(); ++s) {
     if (by_shard[s].empty()) continue;
-    Shard& shard = shards_[s];
+    ObjectShard& shard = *shards_[s];
     ShardSetLock lock(*this, s);
-    shard.mu.AssertHeld();
-    shard.resident.reserve(shard.resident.size() + by_shard[s].size());
+    shard.AssertHeld();
+    shard.ReserveResidentLocked(by_shard[s].size());
     for (const AdoptedObject* object : by_shard[s]) {
-      const std::size_t before = shard.resident.size();
-      auto it = AdmitResident(shard, object->key, object->offset, object->size,
-                              /*journaled=*/false);
-      if (shard.resident.size() == before) {
+      ResidentEntry* entry = shard.AdoptLocked(object->key, object->offset, object->size);
+      if (entry == nullptr) {
         return InvalidArgument("adopted object " + object->key.DebugString() + " named twice");
       }
       if (object->read_locked) {
-        it->second.locks.Lock(pin_lease, handover, 1, now, config_.read_ttl_ms);
-        shard.AddHolder(&it->second);
-        pinned.push_back(object->key);
+        shard.LockReadLocked(entry, handover_lease, handover, 1, {}, now, config_.read_ttl_ms);
+        kept_locked.push_back(object->key);
       }
     }
   }
@@ -128,17 +123,19 @@ Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
   // most recent, so it is handed the image reversed.
   std::reverse(order.begin(), order.end());
   if (!order.empty()) policy_->OnAdmitted(order);
-  report.read_locked = pinned.size();
-  if (!pinned.empty()) {
-    leases_.Add(pin_lease, LeaseRecord{handover, LeaseKind::kRead, std::move(pinned),
+  report.read_locked = kept_locked.size();
+  if (!kept_locked.empty()) {
+    leases_.Add(handover_lease, LeaseRecord{handover, LeaseKind::kRead, std::move(kept_locked),
                                        now + config_.read_ttl_ms});
   }
-  // Held slots are timed copies with no key (RetiredEntry::Ended frees them
-  // once their hold ends; ReclaimExpired does). A hold an earlier recovery
-  // set is never extended: repeated crashes would otherwise keep such slots
-  // held for as long as the crashes came within a write TTL of each other.
-  std::vector<RetiredEntry> held;
+  // Held slots are timed copies with no key (ObjectShard::HoldLocked; a
+  // reclaim frees them once their hold ends). A hold an earlier recovery set
+  // is never extended: repeated crashes would otherwise keep such slots held
+  // for as long as the crashes came within a write TTL of each other.
   DeferredFree ended(*this);  // holds an earlier recovery began that have ended: free now
+  ObjectShard& holder = *shards_[0];
+  ShardSetLock lock(*this, 0);
+  holder.AssertHeld();
   for (const HeldSlot& slot : image.held) {
     LMC_ASSIGN_OR_RETURN(const std::uint64_t bytes, allocator_->ObjectSize(slot.offset));
     if (slot.held_until_ms > 0 && slot.held_until_ms <= now) {
@@ -146,21 +143,12 @@ Result<AdoptionReport> ObjectTable::Adopt(const TableImage& image) {
       report.holds_ended += 1;
       continue;
     }
-    RetiredEntry& entry = held.emplace_back();
-    entry.offset = slot.offset;
-    entry.size = slot.size;
-    entry.staged = true;
     const TimeMs fresh = now + config_.write_ttl_ms;
-    entry.expires_ms =
-        slot.held_until_ms > 0 ? std::clamp(slot.held_until_ms, now, fresh) : fresh;
-    if (journal_ != nullptr) journal_->Held(slot.offset, slot.size, entry.expires_ms);
+    holder.HoldLocked(slot.offset, slot.size,
+                      slot.held_until_ms > 0 ? std::clamp(slot.held_until_ms, now, fresh) : fresh);
     report.held_slots += 1;
     report.held_bytes += bytes;
   }
-  Shard& shard = shards_[0];
-  ShardSetLock lock(*this, 0);
-  shard.mu.AssertHeld();
-  for (RetiredEntry& entry : held) shard.retired.push_back(std::move(entry));
   return report;
 }
 

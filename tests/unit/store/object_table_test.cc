@@ -319,6 +319,27 @@ TEST_F(ObjectTableTest, FinishWriteAndReadOfKeysAlsoLocksWhatWasResidentBeforeTh
   EXPECT_EQ(table_->Stats().write_leases, 0u);
 }
 
+// An L2 load whose chunk an operator force-deleted while it landed: the
+// load's copy was retired, and landing it (FinishWriteAndRead naming the
+// key) must free it. A server writer's lease never expires, so nothing else
+// ever would: the slot leaked for the life of the server.
+TEST_F(ObjectTableTest, FinishWriteAndReadFreesTheCopyAForcedDeleteRetired) {
+  const auto keys = KeysN(0, 2);
+  const WriteLease staged = Reserve(keys, Owner::Internal(9));
+  ASSERT_EQ(staged.reserved, 2u);
+  ASSERT_EQ(table_->Delete(KeysN(0, 1), /*force=*/true)[0], DeleteOutcome::kDeleted);
+  EXPECT_EQ(table_->Stats().retired_objects, 1u);
+  auto landed = table_->FinishWriteAndRead(staged.lease, kLookup, 1, keys);
+  ASSERT_TRUE(landed.ok());
+  EXPECT_EQ(landed->granted, 1u);  // chunk 1 only: chunk 0 is gone
+  EXPECT_FALSE(landed->grants[0].granted);
+  EXPECT_EQ(table_->Stats().retired_objects, 0u);
+  EXPECT_EQ(allocator_->UsedBytes(), kObject);
+  table_->ReleaseRead(landed->lease);
+  EXPECT_EQ(table_->Delete(KeysN(1, 1), false)[0], DeleteOutcome::kDeleted);
+  EXPECT_EQ(allocator_->UsedBytes(), 0u);
+}
+
 // --- exact read leases --------------------------------------------------------------------
 
 TEST_F(ObjectTableTest, FinishWriteAndReadKeepsALeadingPartAndFreesTheRest) {
