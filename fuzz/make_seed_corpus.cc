@@ -26,7 +26,7 @@
 namespace {
 
 using namespace lmcache;
-using mp::Encoder;
+using msgpk::Encoder;
 
 std::string Int(std::int64_t v) { return Encoder().Int(v).Take(); }
 std::string Str(std::string_view v) { return Encoder().Str(v).Take(); }

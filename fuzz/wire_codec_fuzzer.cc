@@ -36,7 +36,7 @@ void KeyRoundTrip(std::string_view frame) {
 
 void Walk(std::string_view frame) {
   // The cursor steps over any value within its limits, or stops with an error.
-  mp::MsgpackCursor in(frame);
+  msgpk::MsgpackCursor in(frame);
   for (int i = 0; i < 64 && !in.AtEnd(); ++i) {
     const std::size_t before = in.position();
     if (!in.Skip().ok()) return;

@@ -277,7 +277,7 @@ int HandOverThePool(const lmcache::daemon::ServerConfig& config,
   return 0;
 }
 
-void WatchLoops(lmcache::ops::Health& health, lmcache::transport::RouterLoop* router,
+void WatchLoops(lmcache::admin_http::Health& health, lmcache::transport::RouterLoop* router,
                 lmcache::store::L1Cache& l1, lmcache::server::Service& service) {
   health.Watch("the request loop", [router] { return router->last_heartbeat_ms(); }, 10'000);
   const lmcache::store::EvictorStats evictor = l1.evictor().Stats();
@@ -402,7 +402,7 @@ int main(int argc, char** argv) {
     service.SetKvPublisherStatsSource([publisher = kv_publisher.get()] { return publisher->Stats(); });
   }
 
-  lmcache::ops::Health health(&clock);
+  lmcache::admin_http::Health health(&clock);
   WatchLoops(health, router, **cache, service);
   if (config.ready_prefault_fraction > 0) {
     health.Require([&cache, fraction = config.ready_prefault_fraction]()
@@ -416,15 +416,15 @@ int main(int argc, char** argv) {
              std::to_string(static_cast<int>(fraction * 100)) + "% needed";
     });
   }
-  std::unique_ptr<lmcache::ops::HttpServer> http;
+  std::unique_ptr<lmcache::admin_http::HttpServer> http;
   if (config.http_port != 0) {
-    lmcache::ops::HttpConfig http_config;
+    lmcache::admin_http::HttpConfig http_config;
     http_config.host = config.http_host;
     http_config.port = config.http_port;
     http_config.read_only = config.http_read_only;
     http_config.admin_token = config.http_admin_token;
     http_config.admin_open = config.http_admin_open;
-    auto started = lmcache::ops::HttpServer::Start(http_config, &service, &health);
+    auto started = lmcache::admin_http::HttpServer::Start(http_config, &service, &health);
     if (!started.ok()) {
       spdlog::critical("cannot start: {}", started.status().message());
       return 1;
@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
 
   service.StartMaintenance();
   std::thread loop_thread([router, &service] { router->Run(&service); });
-  health.SetPhase(lmcache::ops::Phase::kServing);
+  health.SetPhase(lmcache::admin_http::Phase::kServing);
   if (restart.recovered) service.SetRestartStats(restart);
   if (inheritance) {
     restart.takeover_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
@@ -483,7 +483,7 @@ int main(int argc, char** argv) {
     // Refusing first, then the line: whoever reads "draining" in the log
     // (an operator, a test) sees registrations refused and a 503 health.
     service.SetDraining(true);
-    health.SetPhase(lmcache::ops::Phase::kDraining);
+    health.SetPhase(lmcache::admin_http::Phase::kDraining);
     spdlog::info("SIGTERM: draining (new registrations refused, up to {} s)",
                  config.drain_timeout_seconds);
     // A successor that asks meanwhile gets the pool: the drain ends there.
@@ -496,7 +496,7 @@ int main(int argc, char** argv) {
                  successor->cold ? " (it starts cold: " + successor->mismatch + ")" : "");
   }
   takeover.reset();  // no second successor
-  health.SetPhase(lmcache::ops::Phase::kDraining);
+  health.SetPhase(lmcache::admin_http::Phase::kDraining);
   // Waits parked without a thread are answered while the transport still
   // sends (nil: "still loading"); none parks after this.
   service.AnswerParked();

@@ -1,6 +1,6 @@
 #include "admin_http/health.h"
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 
 std::string_view PhaseName(Phase phase) {
   switch (phase) {
@@ -42,4 +42,4 @@ HealthVerdict Health::Check() const {
   return {true, ""};
 }
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

@@ -20,7 +20,7 @@
 
 #include "common/clock.h"
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 
 enum class Phase : std::uint8_t { kStarting, kServing, kDraining };
 std::string_view PhaseName(Phase phase);
@@ -58,4 +58,4 @@ class Health {
   std::vector<std::function<std::optional<std::string>()>> conditions_;
 };
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

@@ -17,14 +17,14 @@
 #include "admin_http/memory_pressure.h"
 #include "admin_http/prometheus.h"
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 namespace {
 
 using nlohmann::json;
 
 // The clear_cache reply: {cleared_objects: n}.
 Result<std::uint64_t> ClearedObjects(std::string_view reply) {
-  mp::MsgpackCursor cursor(reply);
+  msgpk::MsgpackCursor cursor(reply);
   LMC_ASSIGN_OR_RETURN(const std::uint32_t fields, cursor.ReadMapHeader("clear_cache reply"));
   for (std::uint32_t i = 0; i < fields; ++i) {
     LMC_ASSIGN_OR_RETURN(const std::string_view name, cursor.ReadStr("clear_cache field"));
@@ -244,7 +244,7 @@ void HttpServer::AddRoutes() {
     if (RefuseAdmin(config, req, res)) return;
     // Through the op table, as the ZMQ clear: counted in its stats row
     // (clear_cache) and governed by --admin-ops as well.
-    const std::string force = mp::Encoder().Int(1).Take();
+    const std::string force = msgpk::Encoder().Int(1).Take();
     const std::string_view payloads[] = {force};
     const std::string connection = "http:" + req.remote_addr;
     const server::RequestContext context{connection, server::Transport::kHttp,
@@ -297,4 +297,4 @@ void HttpServer::AddRoutes() {
   });
 }
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

@@ -26,7 +26,7 @@ namespace httplib {
 class Server;
 }
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 
 struct HttpConfig {
   std::string host = "127.0.0.1";  // --http-host
@@ -62,4 +62,4 @@ class HttpServer {
   int port_ = 0;
 };
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 namespace {
 
 using nlohmann::json;
@@ -103,4 +103,4 @@ json MemoryPressureJson(const server::ServerStatus& status, std::int64_t timesta
           {"tiers", tiers}};
 }
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

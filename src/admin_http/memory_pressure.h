@@ -20,7 +20,7 @@
 
 #include "server/stats.h"
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 
 enum class PressureLevel : std::uint8_t { kUnknown, kNormal, kHigh, kCritical };
 
@@ -35,4 +35,4 @@ PressureLevel ClassifyPressure(std::optional<std::uint64_t> used_bytes,
 // then each L2 adapter in --l2-adapter order]}.
 nlohmann::json MemoryPressureJson(const server::ServerStatus& status, std::int64_t timestamp_ms);
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

@@ -7,7 +7,7 @@
 #include "admin_http/prometheus.h"
 #include "server/stats_schema.h"
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 namespace {
 
 using server::StatField;
@@ -220,4 +220,4 @@ std::string RenderMetricsDoc() {
   return doc.Render();
 }
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

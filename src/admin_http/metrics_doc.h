@@ -8,8 +8,8 @@
 
 #include <string>
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 
 std::string RenderMetricsDoc();
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

@@ -10,7 +10,7 @@
 
 #include "server/stats_schema.h"
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 namespace {
 
 using prometheus::ClientMetric;
@@ -159,4 +159,4 @@ std::string RenderPrometheus(const server::StatsSnapshot& s, const HealthVerdict
   return out.str();
 }
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

@@ -20,7 +20,7 @@
 #include "admin_http/health.h"
 #include "server/stats.h"
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 
 // Every family's name starts with it.
 inline constexpr std::string_view kMetricPrefix = "lmcache_mp_";
@@ -36,4 +36,4 @@ std::span<const HttpMetric> HttpMetrics();
 std::string RenderPrometheus(const server::StatsSnapshot& stats, const HealthVerdict& health,
                              Phase phase);
 
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

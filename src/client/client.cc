@@ -18,7 +18,7 @@
 namespace lmcache::client {
 namespace {
 
-using mp::Encoder;
+using msgpk::Encoder;
 
 constexpr std::size_t kParallelCopyBytes = 8u << 20;
 
@@ -224,7 +224,7 @@ Result<ServerInfo> Client::GetServerInfo() {
   LMC_ASSIGN_OR_RETURN(const std::string value, Call("server_info", {}));
   ServerInfo info;
   unsigned seen = 0;
-  mp::MsgpackCursor in(value);
+  msgpk::MsgpackCursor in(value);
   LMC_RETURN_IF_ERROR(in.ReadFields("server_info", [&](std::string_view name) -> Result<bool> {
     auto text = [&](std::string* out) -> Result<bool> {
       LMC_ASSIGN_OR_RETURN(const std::string_view v, in.ReadStr(name));
@@ -245,7 +245,7 @@ Result<ServerInfo> Client::GetServerInfo() {
     seen += 1;
     return true;
   }));
-  if (seen < 5) return mp::Malformed("server_info", "missing fields");
+  if (seen < 5) return msgpk::Malformed("server_info", "missing fields");
   return info;
 }
 
@@ -261,7 +261,7 @@ Result<Registration> Client::Register(const EngineContext& c) {
   if (r.shm_name.empty()) {
     return Status(ErrorCode::kNotSupported, "the server offers no shared-memory pool");
   }
-  if (r.object_bytes == 0) return mp::Malformed("registration", "no object_bytes");
+  if (r.object_bytes == 0) return msgpk::Malformed("registration", "no object_bytes");
   LMC_ASSIGN_OR_RETURN(auto pool, shm::ShmSegment::Attach(r.shm_name, r.pool_size));
   impl_->warmer.reset();  // it reads the old mapping: stopped before that goes
   impl_->pool = std::move(pool);
@@ -313,7 +313,7 @@ Result<StoreResult> Client::Store(const KeySpec& key,
   for (std::size_t i = 0; i < reply.slots.size(); ++i) {
     const std::uint64_t index = reply.chunk_indices[i];
     if (index >= chunks.size()) {
-      return mp::Malformed("prepare_store reply", "chunk index out of range");
+      return msgpk::Malformed("prepare_store reply", "chunk index out of range");
     }
     LMC_ASSIGN_OR_RETURN(std::byte * dst, impl_->PoolBytes(reply.slots[i]));
     pieces.push_back({dst, chunks[index].data(), chunks[index].size()});
@@ -341,7 +341,7 @@ Result<std::size_t> Client::Lookup(const KeySpec& key) {
   LMC_ASSIGN_OR_RETURN(const std::optional<std::int64_t> hits,
                        protocol::DecodeOptionalInt(value, "prefetch status"));
   if (!hits) return Status(ErrorCode::kTimeout, "the lookup did not finish");
-  if (*hits < 0) return mp::Malformed("prefetch status", "negative chunk count");
+  if (*hits < 0) return msgpk::Malformed("prefetch status", "negative chunk count");
   return static_cast<std::size_t>(*hits);
 }
 
@@ -356,7 +356,7 @@ Status Client::Retrieve(const KeySpec& key, std::span<const std::span<std::byte>
   if (!reply.success) return Status(ErrorCode::kNotFound, "prepare_retrieve failed");
   Status copy_status;
   if (reply.slots.size() != out.size()) {
-    copy_status = mp::Malformed("prepare_retrieve reply", "slot count differs from the range");
+    copy_status = msgpk::Malformed("prepare_retrieve reply", "slot count differs from the range");
   } else {
     std::vector<CopyPiece> pieces;
     for (std::size_t i = 0; i < reply.slots.size(); ++i) {

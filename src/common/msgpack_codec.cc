@@ -9,7 +9,7 @@
 #include <exception>
 #include <limits>
 
-namespace lmcache::mp {
+namespace lmcache::msgpk {
 namespace {
 
 // Adapter so msgpack::packer appends to a std::string.
@@ -175,4 +175,4 @@ Encoder& Encoder::Map(std::uint32_t size) {
 
 #undef LMC_PACK
 
-}  // namespace lmcache::mp
+}  // namespace lmcache::msgpk

@@ -21,7 +21,7 @@
 
 #include "lmcache/status.h"
 
-namespace lmcache::mp {
+namespace lmcache::msgpk {
 
 struct DecodeLimits {
   std::size_t max_frame_bytes = 64u << 20;  // one payload frame
@@ -89,4 +89,4 @@ class MapWriter {
   std::uint32_t entries_ = 0;
 };
 
-}  // namespace lmcache::mp
+}  // namespace lmcache::msgpk

@@ -6,7 +6,7 @@
 
 #include "common/utf8.h"
 
-namespace lmcache::mp {
+namespace lmcache::msgpk {
 
 std::uint64_t MsgpackCursor::BigEndian(std::size_t at, std::size_t bytes) const {
   std::uint64_t value = 0;
@@ -281,9 +281,10 @@ Result<std::vector<std::uint32_t>> MsgpackCursor::ReadUint32Array(std::string_vi
       scalar_until = i + kScalarStretch;
     }
     // One item. Token ids are fixints (< 128), uint8, uint16 or uint32: each
-    // form is read directly. (Branch-free decodes, by table or arithmetic,
-    // measured slower on ids of one dominant width, the common case: the
-    // chain from one item's type byte to the next item's position grows.)
+    // form is read directly: with branches, because on ids of one dominant
+    // width (the common case) they predict well, while a branch-free decode
+    // lengthens the chain from one item's type byte to the next item's
+    // position.
     if (pos >= size) return Truncated(what);
     const std::uint8_t b = bytes[pos];
     if (b <= 0x7f) {
@@ -382,4 +383,4 @@ Status MsgpackCursor::SkipDepth(std::size_t depth) {
   }
 }
 
-}  // namespace lmcache::mp
+}  // namespace lmcache::msgpk

@@ -24,7 +24,7 @@
 #include "common/msgpack_codec.h"
 #include "lmcache/status.h"
 
-namespace lmcache::mp {
+namespace lmcache::msgpk {
 
 class MsgpackCursor {
  public:
@@ -87,4 +87,4 @@ class MsgpackCursor {
   const DecodeLimits* limits_;
 };
 
-}  // namespace lmcache::mp
+}  // namespace lmcache::msgpk

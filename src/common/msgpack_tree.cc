@@ -4,7 +4,7 @@
 #include <limits>
 #include <string>
 
-namespace lmcache::mp {
+namespace lmcache::msgpk {
 namespace {
 
 using msgpack::type::object_type;
@@ -124,4 +124,4 @@ const msgpack::object* MapReader::Field(std::string_view name) const {
   return nullptr;
 }
 
-}  // namespace lmcache::mp
+}  // namespace lmcache::msgpk

@@ -16,7 +16,7 @@
 
 #include "common/msgpack_codec.h"
 
-namespace lmcache::mp {
+namespace lmcache::msgpk {
 
 Result<msgpack::object_handle> Parse(std::string_view frame, std::string_view what,
                                      const DecodeLimits& limits = DefaultDecodeLimits());
@@ -62,4 +62,4 @@ class MapReader {
   std::string what_;
 };
 
-}  // namespace lmcache::mp
+}  // namespace lmcache::msgpk

@@ -9,13 +9,13 @@ std::string_view AsBytes(const store::ChunkHash& hash) {
   return {reinterpret_cast<const char*>(hash.data()), hash.size()};
 }
 
-void EncodeRecord(mp::Encoder& out, const KvEvent& event) {
-  mp::MapWriter m;
+void EncodeRecord(msgpk::Encoder& out, const KvEvent& event) {
+  msgpk::MapWriter m;
   m.Field("seq").Uint(event.seq);
   m.Field("kind").Str(KindName(event.kind));
   m.Field("medium").Str(event.medium);
   m.Field("model_name").Str(event.model_name);
-  mp::Encoder& hashes = m.Field("block_hashes").Array(static_cast<std::uint32_t>(event.block_hashes.size()));
+  msgpk::Encoder& hashes = m.Field("block_hashes").Array(static_cast<std::uint32_t>(event.block_hashes.size()));
   for (const store::ChunkHash& hash : event.block_hashes) hashes.Bin(AsBytes(hash));
   if (event.parent_block_hash) {
     m.Field("parent_block_hash").Bin(AsBytes(*event.parent_block_hash));
@@ -29,7 +29,7 @@ void EncodeRecord(mp::Encoder& out, const KvEvent& event) {
   out.Raw(m.Take());
 }
 
-void EncodeHash(mp::Encoder& out, const store::ChunkHash& hash, VllmHashFormat format) {
+void EncodeHash(msgpk::Encoder& out, const store::ChunkHash& hash, VllmHashFormat format) {
   if (format == VllmHashFormat::kBytes) {
     out.Bin(AsBytes(hash));
   } else {
@@ -37,18 +37,18 @@ void EncodeHash(mp::Encoder& out, const store::ChunkHash& hash, VllmHashFormat f
   }
 }
 
-void EncodeVllmHashes(mp::MapWriter& m, const KvEvent& event, VllmHashFormat format) {
-  mp::Encoder& hashes = m.Field("block_hashes").Array(static_cast<std::uint32_t>(event.block_hashes.size()));
+void EncodeVllmHashes(msgpk::MapWriter& m, const KvEvent& event, VllmHashFormat format) {
+  msgpk::Encoder& hashes = m.Field("block_hashes").Array(static_cast<std::uint32_t>(event.block_hashes.size()));
   for (const store::ChunkHash& hash : event.block_hashes) EncodeHash(hashes, hash, format);
 }
 
-void EncodeVllmEvent(mp::Encoder& out, const KvEvent& event, const VllmBatchOptions& options) {
-  mp::MapWriter m;
+void EncodeVllmEvent(msgpk::Encoder& out, const KvEvent& event, const VllmBatchOptions& options) {
+  msgpk::MapWriter m;
   switch (event.kind) {
     case KvEventKind::kStored: {
       m.Field("type").Str("BlockStored");
       EncodeVllmHashes(m, event, options.hashes);
-      mp::Encoder& parent = m.Field("parent_block_hash");
+      msgpk::Encoder& parent = m.Field("parent_block_hash");
       if (event.parent_block_hash) {
         EncodeHash(parent, *event.parent_block_hash, options.hashes);
       } else {
@@ -61,7 +61,7 @@ void EncodeVllmEvent(mp::Encoder& out, const KvEvent& event, const VllmBatchOpti
       m.Field("lora_name").Nil();
       if (!event.tenant.empty()) {
         // One entry per block (vLLM puts the cache salt there; we put its tenant name).
-        mp::Encoder& extra = m.Field("extra_keys").Array(static_cast<std::uint32_t>(event.block_hashes.size()));
+        msgpk::Encoder& extra = m.Field("extra_keys").Array(static_cast<std::uint32_t>(event.block_hashes.size()));
         for (std::size_t i = 0; i < event.block_hashes.size(); ++i) extra.Array(1).Str(event.tenant);
       }
       break;
@@ -86,19 +86,19 @@ std::uint64_t VllmIntHash(const store::ChunkHash& hash) {
 }
 
 std::string EncodeKvEventPage(const KvEventPage& page) {
-  mp::MapWriter m;
+  msgpk::MapWriter m;
   m.Field("enabled").Bool(page.enabled);
   m.Field("incarnation").Uint(page.incarnation);
   m.Field("next_cursor").Uint(page.next_cursor);
   m.Field("lost").Bool(page.lost);
-  mp::Encoder& events = m.Field("events").Array(static_cast<std::uint32_t>(page.events.size()));
+  msgpk::Encoder& events = m.Field("events").Array(static_cast<std::uint32_t>(page.events.size()));
   for (const KvEvent& event : page.events) EncodeRecord(events, event);
   return m.Take();
 }
 
 std::string EncodeVllmBatch(std::span<const KvEvent* const> events, double timestamp,
                             const VllmBatchOptions& options) {
-  mp::Encoder out;
+  msgpk::Encoder out;
   out.Array(3).Float(timestamp).Array(static_cast<std::uint32_t>(events.size()));
   for (const KvEvent* event : events) EncodeVllmEvent(out, *event, options);
   if (options.data_parallel_rank) {

@@ -345,7 +345,7 @@ Result<DeviceIpcWrapper> DecodePickled(std::string_view pickle) {
 
 // ---- the msgpack map form --------------------------------------------------
 
-Result<std::vector<std::int64_t>> ReadIntArray(mp::MsgpackCursor& in, std::string_view what) {
+Result<std::vector<std::int64_t>> ReadIntArray(msgpk::MsgpackCursor& in, std::string_view what) {
   LMC_ASSIGN_OR_RETURN(const std::uint32_t n, in.ReadArrayHeader(what));
   if (n == 0 || n > kMaxTensorRank) {
     return Bad("field " + Quoted(what) + " has " + std::to_string(n) + " dimensions (want 1 to " +
@@ -359,7 +359,7 @@ Result<std::vector<std::int64_t>> ReadIntArray(mp::MsgpackCursor& in, std::strin
   return out;
 }
 
-Result<TorchHandleFields> ReadMapHandle(mp::MsgpackCursor& in) {
+Result<TorchHandleFields> ReadMapHandle(msgpk::MsgpackCursor& in) {
   LMC_ASSIGN_OR_RETURN(const std::uint32_t n, in.ReadArrayHeader("handle"));
   if (n != 8) return Bad("field 'handle' has " + std::to_string(n) + " items (PyTorch's _share_cuda_() tuple has 8)");
   TorchHandleFields h;
@@ -378,7 +378,7 @@ Result<TorchHandleFields> ReadMapHandle(mp::MsgpackCursor& in) {
 }
 
 Result<DeviceIpcWrapper> DecodeMapForm(std::string_view body) {
-  mp::MsgpackCursor in(body);
+  msgpk::MsgpackCursor in(body);
   WrapperFields f;
   bool magic = false;
   bool version = false;

@@ -9,8 +9,8 @@
 namespace lmcache::protocol {
 namespace {
 
-using mp::Malformed;
-using mp::MsgpackCursor;
+using msgpk::Malformed;
+using msgpk::MsgpackCursor;
 
 constexpr std::size_t kMinRegisterFrames = 5;
 

@@ -5,8 +5,8 @@
 namespace lmcache::protocol {
 namespace {
 
-using mp::Malformed;
-using mp::MsgpackCursor;
+using msgpk::Malformed;
+using msgpk::MsgpackCursor;
 
 Result<std::string> Text(MsgpackCursor& in, std::string_view what, std::size_t max_bytes) {
   LMC_ASSIGN_OR_RETURN(const std::string_view text, in.ReadStr(what));

@@ -26,7 +26,7 @@
 
 namespace lmcache::protocol {
 
-using mp::Encoder;
+using msgpk::Encoder;
 
 // Bounds on a key, checked while it is decoded (before anything is kept).
 struct KeyLimits {
@@ -43,16 +43,16 @@ inline constexpr std::string_view kTagPrefix = "lmcache.tag.";
 // Runs `read` over the whole frame: it must consume exactly one value.
 template <typename T, typename Read>
 Result<T> DecodeWhole(std::string_view frame, std::string_view what, Read read) {
-  const mp::DecodeLimits& limits = mp::DefaultDecodeLimits();
+  const msgpk::DecodeLimits& limits = msgpk::DefaultDecodeLimits();
   if (frame.size() > limits.max_frame_bytes) {
     return Status(ErrorCode::kTooLarge, std::string(what) + ": frame of " +
                                             std::to_string(frame.size()) + " bytes exceeds " +
                                             std::to_string(limits.max_frame_bytes));
   }
-  if (frame.empty()) return mp::Malformed(what, "empty frame");
-  mp::MsgpackCursor in(frame, limits);
+  if (frame.empty()) return msgpk::Malformed(what, "empty frame");
+  msgpk::MsgpackCursor in(frame, limits);
   LMC_ASSIGN_OR_RETURN(T value, read(in));
-  if (!in.AtEnd()) return mp::Malformed(what, "trailing bytes after the value");
+  if (!in.AtEnd()) return msgpk::Malformed(what, "trailing bytes after the value");
   return value;
 }
 

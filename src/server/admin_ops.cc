@@ -91,12 +91,12 @@ void AdminOps::AddTo(OpTable* table) {
   table->Add({Op::kClear, "clear", true, P::kCpu, 0, 1, 64, F::kNil},
              Bind(DecodeClear, [this](const RequestContext& c, bool force) -> Result<std::string> {
                LMC_RETURN_IF_ERROR(Clear(c, force).status());  // the reference's clear answers None
-               return mp::Encoder().Nil().Take();
+               return msgpk::Encoder().Nil().Take();
              }));
   table->Add({Op::kClearCache, "clear_cache", false, P::kCpu, 0, 1, 64, F::kNil},
              Bind(DecodeClear, [this](const RequestContext& c, bool force) -> Result<std::string> {
                LMC_ASSIGN_OR_RETURN(const std::uint64_t cleared, Clear(c, force));
-               mp::MapWriter m;
+               msgpk::MapWriter m;
                m.Field("cleared_objects").Uint(cleared);
                return m.Take();
              }));
@@ -120,22 +120,22 @@ void AdminOps::AddTo(OpTable* table) {
         deps_.kv_streams.Open(context, *subscription, std::move(emit), respond);
       });
   table->Add({Op::kGetChunkSize, "get_chunk_size", true, P::kInline, 0, 0, 0, F::kZero},
-             Answer(mp::Encoder().Int(deps_.config.chunk_size).Take()));
+             Answer(msgpk::Encoder().Int(deps_.config.chunk_size).Take()));
   table->Add({Op::kNoop, "noop", true, P::kInline, 0, 0, 0, F::kEmptyString},
-             Answer(mp::Encoder().Str("OK").Take()));
+             Answer(msgpk::Encoder().Str("OK").Take()));
   // The reference's experiment names: a client subscribes to KV events
   // (instead of polling) only where "kv_event_stream" is listed, which needs
   // the channel on.
   const bool streams_events = deps_.events != nullptr && deps_.events->enabled();
   table->Add({Op::kGetExperimental, "get_experimental", true, P::kInline, 0, 0, 0, F::kEmptyList},
-             Answer(streams_events ? mp::Encoder().Array(1).Str("kv_event_stream").Take()
-                                   : mp::Encoder().Array(0).Take()));
+             Answer(streams_events ? msgpk::Encoder().Array(1).Str("kv_event_stream").Take()
+                                   : msgpk::Encoder().Array(0).Take()));
   table->Add({Op::kReportBlockAllocation, "report_block_allocation", true, P::kCpu, 1, 3, 4u << 20,
               F::kNil},
              [this](const RequestContext&, Payloads, const Respond& respond) {
                // Observability only (spec 3.1): counted, not decoded.
                deps_.counters.block_allocation_reports.fetch_add(1, std::memory_order_relaxed);
-               respond(mp::Encoder().Nil().Take());
+               respond(msgpk::Encoder().Nil().Take());
              });
   table->Add({Op::kServerInfo, "server_info", false, P::kInline, 0, 0, 0, F::kNil},
              Bind(DecodeNothing, [this](const RequestContext&, NoArgs) { return ServerInfo(); }));
@@ -192,8 +192,8 @@ Result<std::string> AdminOps::Ping(const RequestContext& context,
   // True while this connection holds its registration; False tells a newer
   // reference client to register again (after a restart, a reap, or a
   // reconnect that changed its connection).
-  if (!instance) return mp::Encoder().Bool(true).Take();
-  return mp::Encoder().Bool(deps_.instances.Heartbeat(*instance, context.connection)).Take();
+  if (!instance) return msgpk::Encoder().Bool(true).Take();
+  return msgpk::Encoder().Bool(deps_.instances.Heartbeat(*instance, context.connection)).Take();
 }
 
 Result<std::uint64_t> AdminOps::Clear(const RequestContext& context, bool force) {
@@ -228,7 +228,7 @@ Result<std::string> AdminOps::PollKvEvents(const std::string& model_name, std::i
 }
 
 Result<std::string> AdminOps::ServerInfo() const {
-  mp::MapWriter e;
+  msgpk::MapWriter e;
   e.Field("version").Str(kVersion);
   e.Field("instance_id").Str(deps_.config.instance_id);
   e.Field("boot_id").Str(deps_.boot_id);
@@ -237,7 +237,7 @@ Result<std::string> AdminOps::ServerInfo() const {
   e.Field("pool_size").Uint(deps_.pool.size());
   e.Field("chunk_size").Int(deps_.config.chunk_size);
   e.Field("hash_algorithm").Str("blake3");
-  mp::Encoder& features = e.Field("features").Array(static_cast<std::uint32_t>(features_.size()));
+  msgpk::Encoder& features = e.Field("features").Array(static_cast<std::uint32_t>(features_.size()));
   for (const std::string& feature : features_) features.Str(feature);
   return e.Take();
 }

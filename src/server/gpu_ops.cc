@@ -93,31 +93,31 @@ void GpuOps::AddTo(OpTable* table) {
              [this](const RequestContext& c, const TransferArgs& a) { return Retrieve(c, a); }));
 }
 
-Result<GpuContexts*> GpuOps::Contexts() {
+Result<gpu::GpuContexts*> GpuOps::Contexts() {
   MutexLock lock(&mu_);
   if (!contexts_) {
-    contexts_ = std::make_unique<GpuContexts>(
+    contexts_ = std::make_unique<gpu::GpuContexts>(
         deps_.config.gpu_backend, std::chrono::milliseconds(deps_.config.gpu_event_timeout_ms));
   }
   LMC_RETURN_IF_ERROR(contexts_->backend().status());
   return contexts_.get();
 }
 
-GpuContexts* GpuOps::ContextsIfMade() const {
+gpu::GpuContexts* GpuOps::ContextsIfMade() const {
   MutexLock lock(&mu_);
   return contexts_.get();  // never reset once made: the pointer stays valid
 }
 
 void GpuOps::OnRegistrationGone(std::uint64_t registration) {
-  if (GpuContexts* contexts = ContextsIfMade()) contexts->Retire(registration);
+  if (gpu::GpuContexts* contexts = ContextsIfMade()) contexts->Retire(registration);
 }
 
 void GpuOps::AddStats(StatsSnapshot* stats) const {
-  if (const GpuContexts* contexts = ContextsIfMade()) stats->gpu = contexts->Stats();
+  if (const gpu::GpuContexts* contexts = ContextsIfMade()) stats->gpu = contexts->Stats();
 }
 
 std::optional<std::string> GpuOps::Problem() const {
-  const GpuContexts* contexts = ContextsIfMade();
+  const gpu::GpuContexts* contexts = ContextsIfMade();
   return contexts ? contexts->Problem() : std::nullopt;
 }
 
@@ -134,7 +134,7 @@ Result<std::string> GpuOps::Register(const RequestContext& context,
 Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
                                             const protocol::KvCacheRegistration& r,
                                             bool* context_owns_tensors) {
-  LMC_ASSIGN_OR_RETURN(GpuContexts * contexts, Contexts());
+  LMC_ASSIGN_OR_RETURN(gpu::GpuContexts * contexts, Contexts());
   LMC_ASSIGN_OR_RETURN(gpu::KvBackend * backend, contexts->backend());
   LMC_RETURN_IF_ERROR(CheckEngineType(r.engine_type));
   LMC_RETURN_IF_ERROR(backend->CheckAvailable());
@@ -150,7 +150,7 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
   // The same connection registering again (after a hiccup): as the reference, only its liveness.
   if (auto same = deps_.instances.Authorize(r.instance_id, context.connection);
       same.ok() && contexts->Find(same->registration)) {
-    return mp::Encoder().Nil().Take();
+    return msgpk::Encoder().Nil().Take();
   }
   LMC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KvContext> device,
                        backend->Open(layout, gpu::PoolView{deps_.pool.bytes()}));
@@ -161,18 +161,18 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
     deps_.registrations.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
   }
   contexts->Add(outcome.info.registration,
-                std::make_shared<GpuContexts::Entry>(layout, std::move(device)));
+                std::make_shared<gpu::GpuContexts::Entry>(layout, std::move(device)));
   spdlog::info(
       "registered the GPU KV cache of instance {}: {} world size {} on {} ({} backend): {}; "
       "{} bytes per chunk",
       r.instance_id, r.model_name, r.world_size, layout.device_uuid, backend->name(),
       layout.Describe(), chunk_layout.object_bytes);
-  return mp::Encoder().Nil().Take();
+  return msgpk::Encoder().Nil().Take();
 }
 
 Result<std::string> GpuOps::Unregister(const RequestContext& context, std::int64_t instance_id) {
   LMC_RETURN_IF_ERROR(deps_.registrations.Unregister(instance_id, context));
-  return mp::Encoder().Nil().Take();
+  return msgpk::Encoder().Nil().Take();
 }
 
 Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, KeyUse use,
@@ -180,7 +180,7 @@ Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Ke
   const std::int64_t instance_id = args.target.instance_id;
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
                        deps_.registrations.Authorize(instance_id, context));
-  if (GpuContexts* contexts = ContextsIfMade()) t->entry = contexts->Find(instance.registration);
+  if (gpu::GpuContexts* contexts = ContextsIfMade()) t->entry = contexts->Find(instance.registration);
   if (!t->entry) {
     return Status(ErrorCode::kNotRegistered,
                   "instance " + std::to_string(instance_id) +
@@ -193,7 +193,7 @@ Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Ke
   return gpu::CheckBlockIds(t->entry->layout(), t->chunks(), args.block_ids);
 }
 
-OpResult GpuOps::Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const Status& status) {
+OpResult GpuOps::Failed(const std::shared_ptr<gpu::GpuContexts::Entry>& entry, const Status& status) {
   if (!entry) return status;
   Result<gpu::EventHandle> event = entry->FailedEvent();
   if (!event.ok()) return status;
@@ -263,7 +263,7 @@ OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& arg
 }
 
 bool GpuOps::BoundToProcess(std::uint64_t registration) const {
-  const GpuContexts* contexts = ContextsIfMade();
+  const gpu::GpuContexts* contexts = ContextsIfMade();
   return contexts != nullptr && contexts->Find(registration) != nullptr;
 }
 

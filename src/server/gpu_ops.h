@@ -9,7 +9,7 @@
 // namespace its format implies, so bytes in one order are never served to a
 // client of another. Layouts the engine-driven path shares ([2, L, T, hidden],
 // MLA [L, T, C]) keep namespace 0 and both paths read each other's objects.
-// The device backend and its contexts (GpuContexts) are made at the first
+// The device backend and its contexts (gpu::GpuContexts) are made at the first
 // register_kv_cache.
 //
 // store reserves the new chunks it can store (transfer_plan.h) under a
@@ -33,7 +33,7 @@
 
 #include "common/mutex.h"
 #include "protocol/gpu_messages.h"
-#include "server/gpu_contexts.h"
+#include "gpu/gpu_contexts.h"
 #include "server/op_table.h"
 #include "server/reserve_or_park.h"
 #include "server/keys.h"
@@ -63,8 +63,8 @@ class GpuOps final : public TransferMode {
   Result<TransferArgs> DecodeTransfer(Payloads p) const;
 
   // The backend's contexts, made at first use.
-  Result<GpuContexts*> Contexts() LMC_EXCLUDES(mu_);
-  GpuContexts* ContextsIfMade() const LMC_EXCLUDES(mu_);
+  Result<gpu::GpuContexts*> Contexts() LMC_EXCLUDES(mu_);
+  gpu::GpuContexts* ContextsIfMade() const LMC_EXCLUDES(mu_);
 
   Result<std::string> Register(const RequestContext& context,
                                const protocol::KvCacheRegistration& registration);
@@ -82,17 +82,17 @@ class GpuOps final : public TransferMode {
   // answers with a real event).
   struct Transfer {
     WorkerKeys worker;  // one key per chunk of the range, on the worker's rank
-    std::shared_ptr<GpuContexts::Entry> entry;
+    std::shared_ptr<gpu::GpuContexts::Entry> entry;
     std::int64_t chunks() const { return static_cast<std::int64_t>(worker.keys.size()); }
   };
   Status Begin(const RequestContext& context, const TransferArgs& args, KeyUse use,
                Transfer* transfer);
   // The reply of a failed transfer: a completed server event where there is a context.
-  static OpResult Failed(const std::shared_ptr<GpuContexts::Entry>& entry, const Status& status);
+  static OpResult Failed(const std::shared_ptr<gpu::GpuContexts::Entry>& entry, const Status& status);
 
   const TransferDeps deps_;
   mutable Mutex mu_;
-  std::unique_ptr<GpuContexts> contexts_ LMC_GUARDED_BY(mu_);
+  std::unique_ptr<gpu::GpuContexts> contexts_ LMC_GUARDED_BY(mu_);
 };
 
 }  // namespace lmcache::server

@@ -191,21 +191,21 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
   counters.lookups.fetch_add(1, std::memory_order_relaxed);
   counters.lookup_requested_tokens.fetch_add(chunks * chunk, std::memory_order_relaxed);
   counters.lookup_hit_tokens.fetch_add(hit_chunks * chunk, std::memory_order_relaxed);
-  return mp::Encoder().Nil().Take();
+  return msgpk::Encoder().Nil().Take();
 }
 
 Result<std::string> LookupOps::QueryStatus(const StatusArgs& args, StatusQuery query) {
   std::shared_ptr<Session> session = deps_.sessions.Find(args.request_id);
-  if (!session) return mp::Encoder().Int(0).Take();  // unknown request: 0, as the reference
+  if (!session) return msgpk::Encoder().Int(0).Take();  // unknown request: 0, as the reference
   tier::Prefetcher* prefetcher = deps_.prefetcher;
   MutexLock lock(&session->mu);
   LookupState* lookup = session->StatusLookup();
-  if (lookup == nullptr) return mp::Encoder().Int(0).Take();
+  if (lookup == nullptr) return msgpk::Encoder().Int(0).Take();
   if (lookup->prefetch_pending && query == StatusQuery::kHits) {
     // L1 + L2 prefix once the L2 lookups are done, before the loads land (spec 9.4).
     const std::optional<std::size_t> l2 = prefetcher->LookupHits(lookup->prefetch_handle);
-    if (!l2) return mp::Encoder().Nil().Take();
-    return mp::Encoder().Uint(lookup->hit_chunks + *l2).Take();
+    if (!l2) return msgpk::Encoder().Nil().Take();
+    return msgpk::Encoder().Uint(lookup->hit_chunks + *l2).Take();
   }
   if (lookup->prefetch_pending) FoldPrefetch(*lookup, prefetcher->Poll(lookup->prefetch_handle));
   return ReportStatusLocked(*session, query);
@@ -213,20 +213,20 @@ Result<std::string> LookupOps::QueryStatus(const StatusArgs& args, StatusQuery q
 
 std::string LookupOps::ReportStatusLocked(Session& session, StatusQuery query) {
   LookupState* lookup = session.StatusLookup();
-  if (lookup == nullptr || lookup->status_consumed) return mp::Encoder().Int(0).Take();
+  if (lookup == nullptr || lookup->status_consumed) return msgpk::Encoder().Int(0).Take();
   if (lookup->prefetch_pending && query != StatusQuery::kHits) {
-    return mp::Encoder().Nil().Take();  // still loading
+    return msgpk::Encoder().Nil().Take();  // still loading
   }
   // The status is reported once (a second query answers 0, as the reference);
   // the lookup hits may be asked for any number of times.
   if (query != StatusQuery::kHits) lookup->status_consumed = true;
-  return mp::Encoder().Uint(lookup->hit_chunks).Take();
+  return msgpk::Encoder().Uint(lookup->hit_chunks).Take();
 }
 
 void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args,
                            Respond respond) {
   std::shared_ptr<Session> session = deps_.sessions.Find(args.request_id);
-  if (!session) return respond(mp::Encoder().Int(0).Take());  // unknown request
+  if (!session) return respond(msgpk::Encoder().Int(0).Take());  // unknown request
   tier::Prefetcher* prefetcher = deps_.prefetcher;
   // The prefetch this wait is for: its lookup is named by salt and sequence,
   // so that a newer lookup of the request is never mistaken for it.
@@ -253,7 +253,7 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
   if (known) return respond(std::move(*known));
   const auto timeout_ms =
       static_cast<TimeMs>(std::clamp(args.timeout_seconds, 0.0, 3600.0) * 1000);
-  if (timeout_ms == 0) return respond(mp::Encoder().Nil().Take());  // still loading
+  if (timeout_ms == 0) return respond(msgpk::Encoder().Nil().Take());  // still loading
   auto finish = [this, session, handle, salt, sequence, respond](ParkEnd) {
     std::string answer;
     {
@@ -275,13 +275,13 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
 }
 
 Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {
-  if (key.start < 0 || key.end <= key.start) return mp::Encoder().Nil().Take();
+  if (key.start < 0 || key.end <= key.start) return msgpk::Encoder().Nil().Take();
   std::shared_ptr<Session> session = deps_.sessions.Find(key.request_id);
-  if (!session) return mp::Encoder().Nil().Take();
+  if (!session) return msgpk::Encoder().Nil().Take();
   const auto chunk = static_cast<std::size_t>(deps_.config.chunk_size);
   MutexLock lock(&session->mu);
   const LookupState* lookup = session->FindLookup(TenantOf(key));
-  if (lookup == nullptr) return mp::Encoder().Nil().Take();
+  if (lookup == nullptr) return msgpk::Encoder().Nil().Take();
   // A chunk partly reused by the engine stays locked until retrieve or TTL
   // (spec 9.6). Whatever the lookup's leases still hold in the range goes:
   // releasing twice finds nothing the second time.
@@ -290,12 +290,12 @@ Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {
   ForEachKeyWindow(*lookup, first, last, [&](std::span<const store::ObjectKey> keys) {
     for (const store::LeaseId lease : lookup->leases) deps_.table.ReleaseRead(lease, keys);
   });
-  return mp::Encoder().Nil().Take();
+  return msgpk::Encoder().Nil().Take();
 }
 
 Result<std::string> LookupOps::EndSession(const std::string& request_id) {
   std::shared_ptr<Session> session = deps_.sessions.Find(request_id);
-  if (!session) return mp::Encoder().Nil().Take();
+  if (!session) return msgpk::Encoder().Nil().Take();
   {
     MutexLock lock(&session->mu);
     // The main recency signal for LRU (spec 9.7): every chunk of the prompt.
@@ -306,7 +306,7 @@ Result<std::string> LookupOps::EndSession(const std::string& request_id) {
   }
   // Every lock the session still holds goes with it (leases no retrieve consumed).
   deps_.sessions.Remove(request_id);
-  return mp::Encoder().Nil().Take();
+  return msgpk::Encoder().Nil().Take();
 }
 
 }  // namespace lmcache::server

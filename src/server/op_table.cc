@@ -43,8 +43,8 @@ const OpRow* OpTable::Find(Op op) const {
 }
 
 Result<const OpRow*> OpTable::Resolve(std::string_view frame) const {
-  if (frame.empty()) return mp::Malformed("operation", "empty frame");
-  mp::MsgpackCursor in(frame);
+  if (frame.empty()) return msgpk::Malformed("operation", "empty frame");
+  msgpk::MsgpackCursor in(frame);
   const OpRow* row = nullptr;
   std::string what;
   if (in.NextIsStr()) {
@@ -54,7 +54,7 @@ Result<const OpRow*> OpTable::Resolve(std::string_view frame) const {
   } else if (in.NextIsInt()) {
     // Any integer is well-formed; only the frozen ids name an operation (an
     // id above 2^63 must not alias a small one by losing its top bit).
-    mp::MsgpackCursor as_signed = in;
+    msgpk::MsgpackCursor as_signed = in;
     if (Result<std::int64_t> id = as_signed.ReadInt("operation"); id.ok()) {
       in = as_signed;
       row = FindById(*id);
@@ -64,15 +64,15 @@ Result<const OpRow*> OpTable::Resolve(std::string_view frame) const {
       what = "id " + std::to_string(big);
     }
   } else {
-    return mp::Malformed("operation", "expected an int id or a str name");
+    return msgpk::Malformed("operation", "expected an int id or a str name");
   }
-  if (!in.AtEnd()) return mp::Malformed("operation", "trailing bytes after the value");
+  if (!in.AtEnd()) return msgpk::Malformed("operation", "trailing bytes after the value");
   if (row == nullptr) return Status(ErrorCode::kUnknownOperation, "unknown operation " + what);
   return row;
 }
 
 std::string EncodeFailureValue(const OpSpec& spec, const Status& status) {
-  mp::Encoder e;
+  msgpk::Encoder e;
   switch (spec.failure) {
     case FailureValue::kNil: e.Nil(); break;
     case FailureValue::kFalse: e.Bool(false); break;

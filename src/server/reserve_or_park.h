@@ -3,10 +3,10 @@
 //
 // A large pool is pre-faulted in the background for minutes after start,
 // and the allocator hands out only pages made ready so far. A store that
-// does not fit in them used to wait on its pool thread for fresh pages (up
-// to the table's prefault_wait, 30 s), and with one affinity thread per lane
-// the other workers of that lane waited behind it. Now the store's attempt
-// runs with WhilePoolWarms::kReportBusy; when it reports pages pending it has
+// does not fit in them must not wait on its pool thread for fresh pages:
+// with one affinity thread per lane, the other workers of that lane would
+// wait behind it. So the store's attempt runs with
+// WhilePoolWarms::kReportBusy; when it reports pages pending it has
 // reserved nothing, and the request parks until:
 //   - more pages are ready: the attempt runs again, on the pre-faulter's
 //     thread (a reservation is short), and answers or parks again;

@@ -106,7 +106,7 @@ ReplyFrames Service::Frames(const OpRow& row, const OpResult& result) {
 
 ReplyFrames Service::Refuse(const RequestRoute* route, const Status& status) {
   refused_.fetch_add(1, std::memory_order_relaxed);
-  if (route == nullptr) return {mp::Encoder().Nil().Take(), protocol::EncodeErrorMap(status)};
+  if (route == nullptr) return {msgpk::Encoder().Nil().Take(), protocol::EncodeErrorMap(status)};
   const OpRow& row = table_.rows()[route->row];
   row_stats_[row.index].requests.fetch_add(1, std::memory_order_relaxed);
   row_stats_[row.index].errors.fetch_add(1, std::memory_order_relaxed);

@@ -222,8 +222,8 @@ std::size_t SessionManager::DropFrontInSteps(DropFront drop_front) {
 
 void SessionManager::LetWaitersIn() const {
   // std::mutex is not fair: a woken lookup would find mu_ taken again by the
-  // next step and sleep on (measured: lookups waited up to 130 ms while a
-  // million sessions expired). Waiters leave the count once they hold it.
+  // next step and sleep on, for as long as a mass expiry lasts (figures in
+  // docs/threading.md). Waiters leave the count once they hold it.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1);
   while (mu_.waiters() > 0 && std::chrono::steady_clock::now() < until) {
     std::this_thread::yield();

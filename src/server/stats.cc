@@ -9,8 +9,8 @@
 namespace lmcache::server {
 namespace {
 
-void WriteBuckets(mp::Encoder& out, const LatencyHistogram::Snapshot& h) {
-  mp::Encoder buckets;
+void WriteBuckets(msgpk::Encoder& out, const LatencyHistogram::Snapshot& h) {
+  msgpk::Encoder buckets;
   for (const std::uint64_t n : h.buckets) buckets.Uint(n);
   out.Array(static_cast<std::uint32_t>(h.buckets.size())).Raw(buckets.bytes());
 }
@@ -22,7 +22,7 @@ class MsgpackWriter final : public StatsVisitor {
 
   void Field(const StatField& field, const StatValue* value) override {
     if (field.reach == StatReach::kPrometheusOnly || value == nullptr) return;
-    mp::MapWriter& m = frames_.back().map;
+    msgpk::MapWriter& m = frames_.back().map;
     if (const auto* h = std::get_if<const LatencyHistogram::Snapshot*>(value)) {
       const std::string key(field.key);
       if (field.form == HistogramForm::kFlat) {
@@ -30,14 +30,14 @@ class MsgpackWriter final : public StatsVisitor {
         WriteBuckets(m.Field(key + "_buckets_us"), **h);
         return;
       }
-      mp::MapWriter hm;
+      msgpk::MapWriter hm;
       hm.Field("count").Uint((*h)->count);
       hm.Field("sum_us").Uint((*h)->sum_us);
       WriteBuckets(hm.Field("buckets_us"), **h);
       m.Field(key).Raw(hm.Take());
       return;
     }
-    mp::Encoder& out = m.Field(field.key);
+    msgpk::Encoder& out = m.Field(field.key);
     std::visit(
         [&out](const auto& v) {
           using V = std::decay_t<decltype(v)>;
@@ -66,7 +66,7 @@ class MsgpackWriter final : public StatsVisitor {
   }
   void EndGroup() override {
     Frame group = Pop();
-    mp::Encoder& out = frames_.back().map.Field(group.group->key);
+    msgpk::Encoder& out = frames_.back().map.Field(group.group->key);
     if (group.group->form == GroupForm::kArray) {
       out.Array(group.count).Raw(group.items.bytes());
     } else {
@@ -80,8 +80,8 @@ class MsgpackWriter final : public StatsVisitor {
  private:
   struct Frame {
     const StatGroup* group;  // null for an element
-    mp::MapWriter map;       // a map group's or an element's fields, or a keyed map's elements
-    mp::Encoder items;       // an array group's elements
+    msgpk::MapWriter map;       // a map group's or an element's fields, or a keyed map's elements
+    msgpk::Encoder items;       // an array group's elements
     std::uint32_t count;
     std::string label;       // an element's label value
   };

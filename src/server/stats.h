@@ -19,7 +19,7 @@
 #include "events/kv_event_recorder.h"
 #include "events/vllm_publisher.h"
 #include "server/chunk_hasher.h"
-#include "server/gpu_contexts.h"
+#include "gpu/gpu_contexts.h"
 #include "server/instances.h"
 #include "server/kv_event_streams.h"
 #include "server/parked_requests.h"
@@ -96,7 +96,7 @@ struct StatsSnapshot {
   std::uint64_t lookup_hit_tokens = 0;
   std::uint64_t block_allocation_reports = 0;
   std::optional<tier::L2Stats> l2;  // absent without an L2 tier
-  GpuStats gpu;                     // the CUDA-IPC path
+  gpu::GpuStats gpu;                     // the CUDA-IPC path
   KvEventsStats kv_events;
   store::L1Cache::PrefaultProgress prefault;
   RestartStats restart;

@@ -8,7 +8,7 @@ constexpr const char* kInFlightHelp =
     "Objects (keys for lookups) in the adapter's calls now, by operation: its queue depth as the "
     "server sees it; load counts the prefetches loading from it.";
 constexpr const char* kCallHelp =
-    "Duration of one batched call to the adapter (Store, LookupAndPin, Load), by operation.";
+    "Duration of one batched call to the adapter (Store, LookupAndLock, Load), by operation.";
 const Entry<AdapterRow> kAdapterRows[] = {
     {{"type", K::kText, "", "l2_adapter_type_info", "The adapter's type (always 1)."},
      [](const AdapterRow& a) { return T(a.type); }},

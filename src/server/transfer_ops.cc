@@ -103,7 +103,7 @@ Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
 Result<std::string> TransferOps::UnregisterContext(const RequestContext& context,
                                                    std::int64_t instance_id) {
   LMC_RETURN_IF_ERROR(deps_.registrations.Unregister(instance_id, context));
-  return mp::Encoder().Nil().Take();
+  return msgpk::Encoder().Nil().Take();
 }
 
 Attempted TransferOps::PrepareStore(const RequestContext& context, const TransferArgs& args,
@@ -170,7 +170,7 @@ Result<std::string> TransferOps::CommitStore(const RequestContext& context,
                       " chunks were not stored: their write lease expired or they were deleted "
                       "before commit");
   }
-  return mp::Encoder().Bool(true).Take();
+  return msgpk::Encoder().Bool(true).Take();
 }
 
 Result<std::string> TransferOps::AbortStore(const RequestContext& context,
@@ -179,7 +179,7 @@ Result<std::string> TransferOps::AbortStore(const RequestContext& context,
   // prepare_store aborts whatever the same key left pending this way).
   LMC_ASSIGN_OR_RETURN(const std::optional<PendingWrite> pending, TakePendingWrite(context, args));
   if (pending) deps_.table.AbortWrite(pending->lease);  // its slots are freed, never served
-  return mp::Encoder().Bool(true).Take();
+  return msgpk::Encoder().Bool(true).Take();
 }
 
 Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
@@ -218,7 +218,7 @@ Result<std::string> TransferOps::CommitRetrieve(const RequestContext& context,
   if (auto lease = deps_.instances.TakePendingRead(instance, worker.transfer)) {
     deps_.table.ReleaseRead(*lease);
   }
-  return mp::Encoder().Bool(true).Take();
+  return msgpk::Encoder().Bool(true).Take();
 }
 
 }  // namespace lmcache::server

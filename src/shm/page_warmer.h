@@ -3,10 +3,10 @@
 // fault.
 //
 // A process that maps a shared segment pays one fault per 4 KiB page at its
-// first touch of that page through its own mapping, whatever the server did
-// (on the VMs we measured, 0.2-0.3 GB/s for a first copy against 14 GB/s for
-// later ones); MADV_POPULATE is no substitute on hypervisors with shadow page
-// tables, only a real access is (docs/performance.md). The warmer reads one
+// first touch of that page through its own mapping, whatever the server did,
+// and a first copy runs many times slower than later ones (figures in
+// docs/performance.md); MADV_POPULATE is no substitute on hypervisors with
+// shadow page tables, only a real access is. The warmer reads one
 // byte of each page, in address order, of the prefix the server has written
 // (ShmSegment::WrittenEnd) and follows that prefix as the server's background
 // pre-faulting extends it. Reads change nothing, so it runs while the process

@@ -21,10 +21,10 @@ class ForwardingAdapter : public L2Adapter {
   void SubmitStore(std::span<const L2Write> objects, StoreDone done) override {
     inner_->SubmitStore(objects, std::move(done));
   }
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
-    return inner_->LookupAndPin(keys);
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override {
+    return inner_->LookupAndLock(keys);
   }
-  void Unpin(std::span<const store::ObjectKey> keys) override { inner_->Unpin(keys); }
+  void Unlock(std::span<const store::ObjectKey> keys) override { inner_->Unlock(keys); }
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
     inner_->SubmitLoad(reads, std::move(done));
   }

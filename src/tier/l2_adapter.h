@@ -13,8 +13,8 @@
 // registers memory up front. An adapter stores whole objects (the commit
 // point is the object becoming visible complete: a rename, a SET), verifies
 // what it loads (a corrupt object is a miss and is deleted, never bytes
-// handed to a worker), and never throws. Lookups pin what they found
-// against the adapter's own eviction until Unpin, so a planned load does not
+// handed to a worker), and never throws. Lookups lock what they found
+// against the adapter's own eviction until Unlock, so a planned load does not
 // lose its object between the two phases (an adapter whose tier evicts by
 // itself, like Redis, may still miss; the prefetch then serves the shorter
 // prefix).
@@ -79,9 +79,9 @@ struct L2AdapterStats {
   // Filled by the MeteredAdapter every configured adapter is wrapped in:
   std::uint64_t storing_objects = 0;  // in Store calls now
   std::uint64_t loading_objects = 0;  // in Load calls now (prefetches in flight)
-  std::uint64_t looking_up_keys = 0;  // in LookupAndPin calls now
+  std::uint64_t looking_up_keys = 0;  // in LookupAndLock calls now
   LatencyHistogram::Snapshot store_latency;   // per Store call
-  LatencyHistogram::Snapshot lookup_latency;  // per LookupAndPin call
+  LatencyHistogram::Snapshot lookup_latency;  // per LookupAndLock call
   LatencyHistogram::Snapshot load_latency;    // per Load call
 };
 
@@ -120,9 +120,9 @@ class L2Adapter {
   // Stores `objects`; `done` runs exactly once. The keys and bytes stay
   // valid until it has run.
   virtual void SubmitStore(std::span<const L2Write> objects, StoreDone done) = 0;
-  // One flag per key: held now (and pinned until Unpin).
-  virtual std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) = 0;
-  virtual void Unpin(std::span<const store::ObjectKey> keys) = 0;
+  // One flag per key: held now (and locked until Unlock).
+  virtual std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) = 0;
+  virtual void Unlock(std::span<const store::ObjectKey> keys) = 0;
   // Loads `reads`; `done` runs exactly once. The keys and buffers stay valid
   // until it has run.
   virtual void SubmitLoad(std::span<const L2Read> reads, LoadDone done) = 0;

@@ -7,19 +7,19 @@ bool L2Index::MakeRoomLocked(std::uint64_t wanted, const EvictFn& evict) {
   if (wanted > capacity_) return false;
   const std::uint64_t used = held_bytes_ + reserved_bytes_;
   if (used + wanted <= capacity_) return true;
-  // Can the unpinned objects free enough? Look before evicting anything.
+  // Can the unlocked objects free enough? Look before evicting anything.
   std::uint64_t evictable = 0;
   const std::uint64_t needed = used + wanted - capacity_;
   for (auto it = lru_.rbegin(); it != lru_.rend() && evictable < needed; ++it) {
     const Entry& e = entries_.at(*it);
-    if (e.pins == 0) evictable += e.bytes;
+    if (e.locks == 0) evictable += e.bytes;
   }
   if (evictable < needed) return false;
   std::uint64_t freed = 0;
   for (auto it = lru_.end(); it != lru_.begin() && freed < needed;) {
     --it;
     auto entry = entries_.find(*it);
-    if (entry->second.pins > 0) continue;
+    if (entry->second.locks > 0) continue;
     const std::uint64_t bytes = entry->second.bytes;
     evict(*it, bytes);
     freed += bytes;
@@ -66,7 +66,7 @@ void L2Index::TrimToCapacity(const EvictFn& evict) {
   for (auto it = lru_.end(); it != lru_.begin() && held_bytes_ > capacity_;) {
     --it;
     auto entry = entries_.find(*it);
-    if (entry->second.pins > 0) continue;
+    if (entry->second.locks > 0) continue;
     evict(*it, entry->second.bytes);
     held_bytes_ -= entry->second.bytes;
     entries_.erase(entry);
@@ -79,24 +79,24 @@ bool L2Index::Contains(const store::ObjectKey& key) const {
   return entries_.contains(key);
 }
 
-std::vector<bool> L2Index::LookupAndPin(std::span<const store::ObjectKey> keys) {
+std::vector<bool> L2Index::LookupAndLock(std::span<const store::ObjectKey> keys) {
   MutexLock lock(&mu_);
   std::vector<bool> found(keys.size(), false);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     auto it = entries_.find(keys[i]);
     if (it == entries_.end()) continue;
-    it->second.pins += 1;
+    it->second.locks += 1;
     lru_.splice(lru_.begin(), lru_, it->second.lru);
     found[i] = true;
   }
   return found;
 }
 
-void L2Index::Unpin(std::span<const store::ObjectKey> keys) {
+void L2Index::Unlock(std::span<const store::ObjectKey> keys) {
   MutexLock lock(&mu_);
   for (const store::ObjectKey& key : keys) {
     auto it = entries_.find(key);
-    if (it != entries_.end() && it->second.pins > 0) it->second.pins -= 1;
+    if (it != entries_.end() && it->second.locks > 0) it->second.locks -= 1;
   }
 }
 

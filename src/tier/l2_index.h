@@ -1,10 +1,10 @@
-// L2Index: what an adapter holds, in memory: each object's size, its pins
+// L2Index: what an adapter holds, in memory: each object's size, its locks
 // and its LRU position, with a capacity in bytes.
 //
 // Adapters that manage their own capacity (fs, mock) keep one. Space is
 // reserved before an object is written and committed after, so concurrent
 // writers never overshoot the capacity; making room evicts least recently
-// used unpinned objects through a callback that deletes them from the tier
+// used unlocked objects through a callback that deletes them from the tier
 // while the index is locked (so a concurrent store of the same key cannot be
 // deleted by mistake).
 //
@@ -32,7 +32,7 @@ class L2Index {
   // `capacity_bytes` 0 = unbounded.
   explicit L2Index(std::uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
 
-  // Reserves `bytes` for a new object, evicting unpinned objects (LRU first)
+  // Reserves `bytes` for a new object, evicting unlocked objects (LRU first)
   // through `evict` as needed. False when it cannot fit (then nothing is evicted).
   bool Reserve(std::uint64_t bytes, const EvictFn& evict) LMC_EXCLUDES(mu_);
   // Gives a reservation back (the write failed).
@@ -43,13 +43,13 @@ class L2Index {
   // Adds an object found at startup, least recent first (no reservation;
   // over capacity is allowed and fixed by TrimToCapacity).
   void AddExisting(const store::ObjectKey& key, std::uint64_t bytes) LMC_EXCLUDES(mu_);
-  // Evicts unpinned objects until usage fits the capacity.
+  // Evicts unlocked objects until usage fits the capacity.
   void TrimToCapacity(const EvictFn& evict) LMC_EXCLUDES(mu_);
 
   bool Contains(const store::ObjectKey& key) const LMC_EXCLUDES(mu_);
-  // One flag per key: held; held keys are pinned and become most recent.
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) LMC_EXCLUDES(mu_);
-  void Unpin(std::span<const store::ObjectKey> keys) LMC_EXCLUDES(mu_);
+  // One flag per key: held; held keys are locked and become most recent.
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) LMC_EXCLUDES(mu_);
+  void Unlock(std::span<const store::ObjectKey> keys) LMC_EXCLUDES(mu_);
   // Forgets `key` (deleted, found missing or corrupt); its size, if it was held.
   std::optional<std::uint64_t> Erase(const store::ObjectKey& key) LMC_EXCLUDES(mu_);
   // The object's size, if held.
@@ -62,7 +62,7 @@ class L2Index {
  private:
   struct Entry {
     std::uint64_t bytes = 0;
-    std::uint32_t pins = 0;
+    std::uint32_t locks = 0;
     std::list<store::ObjectKey>::iterator lru;  // front = most recent
   };
   // Evicts until `wanted` more bytes fit; false (nothing evicted) if they cannot.

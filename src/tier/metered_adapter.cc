@@ -41,9 +41,9 @@ void MeteredAdapter::SubmitStore(std::span<const L2Write> objects, StoreDone don
   });
 }
 
-std::vector<bool> MeteredAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
+std::vector<bool> MeteredAdapter::LookupAndLock(std::span<const store::ObjectKey> keys) {
   Meter meter(&looking_up_, &lookup_latency_, keys.size());
-  return ForwardingAdapter::LookupAndPin(keys);
+  return ForwardingAdapter::LookupAndLock(keys);
 }
 
 void MeteredAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {

@@ -9,28 +9,28 @@
 namespace lmcache::tier {
 
 // What the lookups found: per key of the planned prefix, the adapter it
-// comes from, and per adapter the keys pinned there (indices into the
-// request's keys) that are still to be unpinned.
+// comes from, and per adapter the keys locked there (indices into the
+// request's keys) that are still to be unlocked.
 struct PrefetchController::Plan {
   static constexpr int kInL1 = -2;  // a source: resident in L1 already, nothing to load
   std::size_t chunks = 0;
   std::vector<int> source;
-  std::vector<std::vector<std::size_t>> pinned;
+  std::vector<std::vector<std::size_t>> locked;
 };
 
 namespace {
 
-// Unpins, at every adapter, the pinned keys with index >= `from`.
-void UnpinFrom(const std::vector<L2Adapter*>& adapters, const std::vector<store::ObjectKey>& keys,
-               std::vector<std::vector<std::size_t>>& pinned, std::size_t from) {
+// Unlocks, at every adapter, the locked keys with index >= `from`.
+void UnlockFrom(const std::vector<L2Adapter*>& adapters, const std::vector<store::ObjectKey>& keys,
+               std::vector<std::vector<std::size_t>>& locked, std::size_t from) {
   for (std::size_t a = 0; a < adapters.size(); ++a) {
     std::vector<store::ObjectKey> release;
-    std::erase_if(pinned[a], [&](std::size_t i) {
+    std::erase_if(locked[a], [&](std::size_t i) {
       if (i < from) return false;
       release.push_back(keys[i]);
       return true;
     });
-    if (!release.empty()) adapters[a]->Unpin(release);
+    if (!release.empty()) adapters[a]->Unlock(release);
   }
 }
 
@@ -276,7 +276,7 @@ PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& reque
   const std::size_t n = request.keys.size();
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
   std::vector<std::vector<bool>> found;
-  for (L2Adapter* adapter : adapters_) found.push_back(adapter->LookupAndPin(request.keys));
+  for (L2Adapter* adapter : adapters_) found.push_back(adapter->LookupAndLock(request.keys));
   Plan plan;
   plan.source.assign(n, -1);
   for (std::size_t i = 0; i < n; ++i) {
@@ -294,20 +294,20 @@ PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& reque
     }
     plan.chunks += 1;
   }
-  // Keep a pin only where the plan loads the key from.
+  // Keep a lock only where the plan loads the key from.
   const std::size_t planned = plan.chunks * ranks;
-  plan.pinned.resize(adapters_.size());
+  plan.locked.resize(adapters_.size());
   for (std::size_t a = 0; a < adapters_.size(); ++a) {
     std::vector<store::ObjectKey> release;
     for (std::size_t i = 0; i < n; ++i) {
       if (!found[a][i]) continue;
       if (i < planned && plan.source[i] == static_cast<int>(a)) {
-        plan.pinned[a].push_back(i);
+        plan.locked[a].push_back(i);
       } else {
         release.push_back(request.keys[i]);
       }
     }
-    if (!release.empty()) adapters_[a]->Unpin(release);
+    if (!release.empty()) adapters_[a]->Unlock(release);
   }
   return plan;
 }
@@ -408,7 +408,7 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
   hit_chunks_.fetch_add(plan.chunks, std::memory_order_relaxed);
   Publish(handle, plan.chunks);
   if (plan.chunks == 0 || request.object_bytes == 0) {
-    UnpinFrom(adapters_, request.keys, plan.pinned, 0);
+    UnlockFrom(adapters_, request.keys, plan.locked, 0);
     return {};
   }
   // L1 buffers for the leading chunks that fit.
@@ -432,13 +432,13 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
     }
   }
   no_memory_chunks_.fetch_add(plan.chunks - usable, std::memory_order_relaxed);
-  UnpinFrom(adapters_, request.keys, plan.pinned, usable * ranks);
+  UnlockFrom(adapters_, request.keys, plan.locked, usable * ranks);
   if (usable == 0) {
     if (buffers.ok() && buffers->lease != store::kNoLease) table_->AbortWrite(buffers->lease);
     return {};
   }
   const std::size_t loaded = Load(request, plan, *buffers, usable, deadline);
-  UnpinFrom(adapters_, request.keys, plan.pinned, 0);
+  UnlockFrom(adapters_, request.keys, plan.locked, 0);
   failed_chunks_.fetch_add(usable - loaded, std::memory_order_relaxed);
   if (loaded == 0) {
     table_->AbortWrite(buffers->lease);

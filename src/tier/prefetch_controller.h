@@ -3,7 +3,7 @@
 // (reference spec 13.3; the Prefetcher of tier/prefetcher.h).
 //
 // A request goes through:
-//   1. lookup: every adapter is asked which keys it holds (and pins them);
+//   1. lookup: every adapter is asked which keys it holds (and locks them);
 //      the plan takes each key from the first adapter that has it, and the
 //      longest prefix of whole chunks (every rank present). LookupHits()
 //      answers from here on.
@@ -13,7 +13,7 @@
 //      not loaded again).
 //   3. load: chunk batches, in order, each read from its adapter into its
 //      buffer; the first chunk that does not load completely, or the
-//      deadline (checked between batches), ends the prefix. Every pin is
+//      deadline (checked between batches), ends the prefix. Every lock is
 //      released.
 //   4. admit: FinishWriteAndRead keeps the loaded prefix (the rest of the
 //      staged buffers are freed) and read-locks it, with the chunks that

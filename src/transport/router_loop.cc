@@ -80,8 +80,8 @@ std::optional<std::int64_t> ProbeServerPid(zmq::context_t& context, const std::s
     zmq::socket_t probe(context, zmq::socket_type::dealer);
     probe.set(zmq::sockopt::linger, 0);
     probe.connect(url);
-    const std::string uid = mp::Encoder().Uint(0).Take();
-    const std::string op = mp::Encoder().Str("server_info").Take();
+    const std::string uid = msgpk::Encoder().Uint(0).Take();
+    const std::string op = msgpk::Encoder().Str("server_info").Take();
     probe.send(zmq::buffer(uid), zmq::send_flags::sndmore);
     probe.send(zmq::buffer(op), zmq::send_flags::none);
     zmq::pollitem_t item{probe.handle(), 0, ZMQ_POLLIN, 0};
@@ -89,7 +89,7 @@ std::optional<std::int64_t> ProbeServerPid(zmq::context_t& context, const std::s
     std::vector<zmq::message_t> frames;
     (void)zmq::recv_multipart(probe, std::back_inserter(frames));
     if (frames.size() < 3) return std::nullopt;
-    mp::MsgpackCursor in(frames[2].to_string_view());
+    msgpk::MsgpackCursor in(frames[2].to_string_view());
     std::optional<std::int64_t> pid;
     const Status read = in.ReadFields("server_info", [&](std::string_view name) -> Result<bool> {
       if (name != "pid") return false;
@@ -369,7 +369,7 @@ void RouterLoop::Refuse(Message& message, const RequestRoute* route, const Statu
   if (message.frames.size() > 2) {
     reply.operation = std::move(message.frames[2]);
   } else {
-    const std::string nil = mp::Encoder().Nil().Take();
+    const std::string nil = msgpk::Encoder().Nil().Take();
     reply.operation = zmq::message_t(nil.data(), nil.size());
   }
   spdlog::debug("refused a request: {}", status.ToString());

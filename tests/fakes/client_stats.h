@@ -26,10 +26,10 @@ inline std::uint64_t StatsField(client::Client& client,
   auto stats = client.Call("stats", {});
   EXPECT_TRUE(stats.ok()) << stats.status().ToString();
   if (!stats.ok()) return ~0ull;
-  auto handle = std::move(mp::Parse(*stats, "stats")).value();
+  auto handle = std::move(msgpk::Parse(*stats, "stats")).value();
   const msgpack::object* field = &handle.get();
   for (const std::string_view name : path) {
-    auto map = mp::MapReader::Make(*field, "stats");
+    auto map = msgpk::MapReader::Make(*field, "stats");
     EXPECT_TRUE(map.ok() && map->Field(name) != nullptr) << "no stats field " << name;
     if (!map.ok() || map->Field(name) == nullptr) return ~0ull;
     field = map->Field(name);

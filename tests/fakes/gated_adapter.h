@@ -26,10 +26,10 @@ class GatedAdapter final : public tier::L2Adapter {
     if (gated_ == Gated::kStore) Hold();
     inner_->SubmitStore(objects, std::move(done));
   }
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
-    return inner_->LookupAndPin(keys);
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override {
+    return inner_->LookupAndLock(keys);
   }
-  void Unpin(std::span<const store::ObjectKey> keys) override { inner_->Unpin(keys); }
+  void Unlock(std::span<const store::ObjectKey> keys) override { inner_->Unlock(keys); }
   void SubmitLoad(std::span<const tier::L2Read> reads, LoadDone done) override {
     if (gated_ == Gated::kLoad) Hold();
     inner_->SubmitLoad(reads, std::move(done));

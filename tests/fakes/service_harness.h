@@ -62,8 +62,8 @@ inline IpcKey ToIpcKey(const KeyArgs& k) {
 
 inline std::string KeyFrame(const KeyArgs& k) { return protocol::EncodeIpcKey(ToIpcKey(k)); }
 
-inline std::string IntFrame(std::int64_t v) { return mp::Encoder().Int(v).Take(); }
-inline std::string StrFrame(std::string_view v) { return mp::Encoder().Str(v).Take(); }
+inline std::string IntFrame(std::int64_t v) { return msgpk::Encoder().Int(v).Take(); }
+inline std::string StrFrame(std::string_view v) { return msgpk::Encoder().Str(v).Take(); }
 
 inline std::string RegisterFrame(std::int64_t instance, const std::string& model = "model",
                                  std::int64_t world_size = 1, std::int64_t layers = 2,
@@ -127,7 +127,7 @@ class ServiceHarness {
       ADD_FAILURE() << op << " failed: " << reply.status.ToString();
       return msgpack::object_handle();
     }
-    return std::move(mp::Parse(reply.value, op)).value();
+    return std::move(msgpk::Parse(reply.value, op)).value();
   }
 
   server::Service& service() { return *service_; }
@@ -145,7 +145,7 @@ class ServiceHarness {
 // The field `name` of a reply map (a test failure, and nil, when it is missing).
 inline const msgpack::object& Field(const msgpack::object& map, std::string_view name) {
   static const msgpack::object kNil;
-  auto reader = mp::MapReader::Make(map, "reply");
+  auto reader = msgpk::MapReader::Make(map, "reply");
   if (!reader.ok() || reader->Field(name) == nullptr) {
     ADD_FAILURE() << "no field " << name;
     return kNil;

@@ -259,7 +259,7 @@ TEST_F(ClientTest, WorkerKilledBetweenPrepareAndCommitIsCleanedUpWhenItsConnecti
   ASSERT_GE(pid, 0);
   if (pid == 0) {
     auto client = Connected(302);
-    mp::Encoder key;
+    msgpk::Encoder key;
     key.Map(9);
     key.Str("model_name").Str("test-model").Str("world_size").Int(1).Str("worker_id").Int(0);
     const auto tokens = Prompt(2 * 256, 77, 0);
@@ -267,7 +267,7 @@ TEST_F(ClientTest, WorkerKilledBetweenPrepareAndCommitIsCleanedUpWhenItsConnecti
     for (auto t : tokens) key.Uint(t);
     key.Str("start").Int(0).Str("end").Int(512).Str("request_id").Str("killed");
     key.Str("cache_salt").Str("").Str("num_kv_readers").Int(1);
-    auto prepared = client->Call("prepare_store", {key.Take(), mp::Encoder().Int(302).Take()});
+    auto prepared = client->Call("prepare_store", {key.Take(), msgpk::Encoder().Int(302).Take()});
     if (!prepared.ok()) _exit(1);
     kill(getpid(), SIGKILL);  // dies holding two staged chunks
   }
@@ -283,7 +283,7 @@ TEST_F(ClientTest, WorkerKilledBetweenPrepareAndCommitIsCleanedUpWhenItsConnecti
   }
   EXPECT_EQ(LockedObjects(*observer), 0u);
   const Status other =
-      observer->Call("unregister_kv_cache_engine_driven_context", {mp::Encoder().Int(302).Take()})
+      observer->Call("unregister_kv_cache_engine_driven_context", {msgpk::Encoder().Int(302).Take()})
           .status();
   EXPECT_TRUE(other.ok()) << other.ToString();  // unknown by now: a warning, as the reference
   auto loaded = LoadAndVerify(*observer, Prompt(2 * 256, 77, 0), "after-kill");
@@ -309,30 +309,30 @@ TEST_F(ClientTest, MalformedFramesAlwaysGetAnErrorReply) {
     return out;
   };
   auto error_code = [](const std::string& frame) {
-    auto handle = std::move(mp::Parse(frame, "error")).value();
-    auto map = std::move(mp::MapReader::Make(handle.get(), "error")).value();
+    auto handle = std::move(msgpk::Parse(frame, "error")).value();
+    auto map = std::move(msgpk::MapReader::Make(handle.get(), "error")).value();
     return map.Field("code")->via.u64;
   };
-  const std::string uid = mp::Encoder().Int(1).Take();
+  const std::string uid = msgpk::Encoder().Int(1).Take();
   auto one_frame = roundtrip({uid});
   ASSERT_EQ(one_frame.size(), 4u);
   EXPECT_EQ(error_code(one_frame[3]), 101u);
-  auto bad_op = roundtrip({uid, mp::Encoder().Int(77).Take()});
+  auto bad_op = roundtrip({uid, msgpk::Encoder().Int(77).Take()});
   ASSERT_EQ(bad_op.size(), 4u);
-  EXPECT_EQ(bad_op[1], mp::Encoder().Int(77).Take());  // echoed byte for byte
+  EXPECT_EQ(bad_op[1], msgpk::Encoder().Int(77).Take());  // echoed byte for byte
   EXPECT_EQ(error_code(bad_op[3]), 102u);
   auto garbage_op = roundtrip({uid, "\xc1\xc1"});
   EXPECT_EQ(error_code(garbage_op[3]), 101u);
-  auto wrong_count = roundtrip({uid, mp::Encoder().Int(16).Take()});  // prepare_store, no payload
+  auto wrong_count = roundtrip({uid, msgpk::Encoder().Int(16).Take()});  // prepare_store, no payload
   ASSERT_EQ(wrong_count.size(), 4u);
   EXPECT_EQ(error_code(wrong_count[3]), 101u);
-  auto garbage_payload = roundtrip({uid, mp::Encoder().Int(8).Take(), "\xff\x00garbage", "\x01"});
+  auto garbage_payload = roundtrip({uid, msgpk::Encoder().Int(8).Take(), "\xff\x00garbage", "\x01"});
   EXPECT_EQ(garbage_payload.size(), 4u);
   // Many requests in flight at once: every one is answered, matched by uid.
   for (int i = 0; i < 200; ++i) {
     zmq::multipart_t m;
-    m.addstr(mp::Encoder().Int(1000 + i).Take());
-    m.addstr(mp::Encoder().Int(i % 2 ? 22 : 21).Take());  // ping / get_chunk_size
+    m.addstr(msgpk::Encoder().Int(1000 + i).Take());
+    m.addstr(msgpk::Encoder().Int(i % 2 ? 22 : 21).Take());  // ping / get_chunk_size
     m.send(dealer);
   }
   std::set<std::string> uids;
@@ -424,7 +424,7 @@ TEST(KilledWorkers, FiftyKilledMidTransferAreReleasedAtOnce) {
       key.worker_id = 0;
       key.request_id = "killed-" + std::to_string(w);
       auto prepared = (*client)->Call(
-          "prepare_store", {protocol::EncodeIpcKey(key), mp::Encoder().Int(500 + w).Take()});
+          "prepare_store", {protocol::EncodeIpcKey(key), msgpk::Encoder().Int(500 + w).Take()});
       if (!prepared.ok()) _exit(3);
       const char one = 1;
       if (write(ready[1], &one, 1) != 1) _exit(4);

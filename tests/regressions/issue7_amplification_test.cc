@@ -82,7 +82,7 @@ constexpr std::int64_t kMiB = 1 << 20;
 // item-count limit, so only the decoder's way of reading them matters).
 std::string IntArray(std::size_t bytes) {
   const std::size_t items = bytes / 5;
-  std::string out = mp::Encoder().Array(static_cast<std::uint32_t>(items)).Take();
+  std::string out = msgpk::Encoder().Array(static_cast<std::uint32_t>(items)).Take();
   const char item[5] = {static_cast<char>(0xce), 0x12, 0x34, 0x56, 0x78};
   out.reserve(out.size() + items * 5);
   for (std::size_t i = 0; i < items; ++i) out.append(item, 5);
@@ -105,7 +105,7 @@ TEST(Issue7Amplification, ARegistrationCarryingABigArrayKeepsNothing) {
   // A registration with an unknown 37 MiB field (an array of ints).
   std::string frame = RegisterFrame(1);
   frame[0] = static_cast<char>(0x89);  // fixmap of 8 entries -> 9
-  frame += mp::Encoder().Str("extra").Take() + IntArray(37u << 20);
+  frame += msgpk::Encoder().Str("extra").Take() + IntArray(37u << 20);
   std::vector<std::string> frames;
   frames.push_back(std::move(frame));
   const auto [peak, kept] = Measure(

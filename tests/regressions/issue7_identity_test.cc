@@ -69,7 +69,7 @@ struct WireReply {
   // The error frame's "code" as sent on the wire; -1 when the call succeeded.
   std::int64_t code() const {
     if (!error) return -1;
-    auto parsed = mp::Parse(*error, "error");
+    auto parsed = msgpk::Parse(*error, "error");
     if (!parsed.ok()) {
       ADD_FAILURE() << "error frame does not parse";
       return -2;
@@ -78,9 +78,9 @@ struct WireReply {
   }
   std::string message() const {
     if (!error) return "";
-    return Field(std::move(mp::Parse(*error, "error")).value().get(), "message").as<std::string>();
+    return Field(std::move(msgpk::Parse(*error, "error")).value().get(), "message").as<std::string>();
   }
-  msgpack::object_handle Value() const { return std::move(mp::Parse(value, "value")).value(); }
+  msgpack::object_handle Value() const { return std::move(msgpk::Parse(value, "value")).value(); }
 };
 
 class IdentityHarness {
@@ -122,7 +122,7 @@ class IdentityHarness {
   }
   WireReply CommitStore(const RequestContext& from, std::int64_t instance, const KeyArgs& key) {
     return Send(from, "commit_store",
-                {KeyFrame(key), IntFrame(instance), mp::Encoder().Bin("").Take()});
+                {KeyFrame(key), IntFrame(instance), msgpk::Encoder().Bin("").Take()});
   }
   // prepare_store, fill, commit_store, all from `connection`.
   void Store(std::int64_t instance, const KeyArgs& key, std::uint8_t fill,

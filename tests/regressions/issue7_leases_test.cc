@@ -89,12 +89,12 @@ class Issue7Test : public ::testing::Test {
              std::string_view connection = "conn-a") {
     auto prepared = h_.CallAs(connection, "prepare_store", {KeyFrame(key), IntFrame(instance)});
     ASSERT_TRUE(prepared.status.ok()) << prepared.status.ToString();
-    auto value = std::move(mp::Parse(prepared.value, "prepare_store")).value();
+    auto value = std::move(msgpk::Parse(prepared.value, "prepare_store")).value();
     for (const std::uint64_t offset : SlotOffsets(Field(value.get(), "context"))) {
       std::memset(h_.pool() + offset, fill, kObject);
     }
     auto done = h_.CallAs(connection, "commit_store",
-                          {KeyFrame(key), IntFrame(instance), mp::Encoder().Bin("").Take()});
+                          {KeyFrame(key), IntFrame(instance), msgpk::Encoder().Bin("").Take()});
     ASSERT_TRUE(done.status.ok()) << done.status.ToString();
   }
   // prepare_retrieve; the slot offsets on success.
@@ -102,7 +102,7 @@ class Issue7Test : public ::testing::Test {
                                                      std::string_view connection = "conn-a") {
     auto reply = h_.CallAs(connection, "prepare_retrieve", {KeyFrame(key), IntFrame(instance)});
     if (!reply.status.ok()) return reply.status;
-    auto value = std::move(mp::Parse(reply.value, "prepare_retrieve")).value();
+    auto value = std::move(msgpk::Parse(reply.value, "prepare_retrieve")).value();
     return SlotOffsets(Field(value.get(), "context"));
   }
   void CommitRetrieve(std::int64_t instance, const KeyArgs& key,

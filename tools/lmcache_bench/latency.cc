@@ -62,7 +62,7 @@ class EchoPeer {
   Result<double> RoundTrip() {
     const auto start = SteadyTime::now();
     zmq::multipart_t request;
-    request.addstr(mp::Encoder().Int(uid_++).Take());
+    request.addstr(msgpk::Encoder().Int(uid_++).Take());
     request.addstr(op_);
     request.addstr(nil_);
     request.send(dealer_);
@@ -81,8 +81,8 @@ class EchoPeer {
   zmq::context_t context_{1};
   zmq::socket_t dealer_{context_, zmq::socket_type::dealer};
   std::int64_t uid_ = 0;
-  const std::string op_ = mp::Encoder().Int(static_cast<std::int64_t>(Op::kPing)).Take();
-  const std::string nil_ = mp::Encoder().Nil().Take();
+  const std::string op_ = msgpk::Encoder().Int(static_cast<std::int64_t>(Op::kPing)).Take();
+  const std::string nil_ = msgpk::Encoder().Nil().Take();
 };
 
 // Ping and echo samples alternate, so both see the same machine; the ratio is

@@ -133,7 +133,7 @@ class Worker {
   // re-registers, unregisters or dies.
   Status AbandonStore(int prompt) {
     const std::string key = protocol::EncodeIpcKey(Key(prompt, o_.chunks_per_prompt()));
-    const std::string instance = mp::Encoder().Int(instance_id_).Take();
+    const std::string instance = msgpk::Encoder().Int(instance_id_).Take();
     counters_->abandoned_stores.fetch_add(1);
     return client_->Call("prepare_store", {key, instance}).status();
   }

@@ -10,7 +10,7 @@ namespace lmcache::tools {
 Result<ServerStats> ServerStats::Fetch(client::Client& client) {
   LMC_ASSIGN_OR_RETURN(const std::string reply, client.Call("stats", {}));
   LMC_ASSIGN_OR_RETURN(msgpack::object_handle handle,
-                       mp::Parse(reply, "stats", mp::DecodeLimits{.max_map_items = 4096}));
+                       msgpk::Parse(reply, "stats", msgpk::DecodeLimits{.max_map_items = 4096}));
   ServerStats stats;
   stats.root_ = std::make_shared<msgpack::object_handle>(std::move(handle));
   return stats;
@@ -43,7 +43,7 @@ std::optional<double> ServerStats::Number(std::string_view path) const {
     if (next == nullptr) return std::nullopt;
     node = *next;
   }
-  auto value = mp::AsFloat(node, "stats value");
+  auto value = msgpk::AsFloat(node, "stats value");
   if (!value.ok()) return std::nullopt;
   return *value;
 }

@@ -53,10 +53,10 @@ void FaultAdapter::SubmitStore(std::span<const L2Write> objects, StoreDone done)
       });
 }
 
-std::vector<bool> FaultAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
+std::vector<bool> FaultAdapter::LookupAndLock(std::span<const store::ObjectKey> keys) {
   Delay();
   if (Roll(config_.lookup_failure_rate)) return std::vector<bool>(keys.size(), false);
-  return ForwardingAdapter::LookupAndPin(keys);
+  return ForwardingAdapter::LookupAndLock(keys);
 }
 
 void FaultAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {

@@ -40,7 +40,7 @@ class FaultAdapter final : public ForwardingAdapter {
   FaultAdapter(std::unique_ptr<L2Adapter> inner, const FaultConfig& config);
 
   void SubmitStore(std::span<const L2Write> objects, StoreDone done) override;
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override;
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
 

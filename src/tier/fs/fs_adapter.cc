@@ -237,7 +237,7 @@ Status FsAdapter::WriteTemporary(const L2Write& object, PendingFile* file) {
   if (!room) {
     return Status(ErrorCode::kResourceExhausted,
                   "L2 fs: max_size_gb cannot hold " + std::to_string(file_bytes) +
-                      " more bytes (what it holds is pinned by loads in flight)");
+                      " more bytes (what it holds is locked by loads in flight)");
   }
   file->file_bytes = file_bytes;
   file->tmp = tmp_dir_ / (std::to_string(::getpid()) + "-" +
@@ -291,11 +291,11 @@ int FsAdapter::WriteFile(const L2Write& object, const std::string& header, Pendi
   return ok ? 0 : errno;
 }
 
-std::vector<bool> FsAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
-  return index_.LookupAndPin(keys);
+std::vector<bool> FsAdapter::LookupAndLock(std::span<const store::ObjectKey> keys) {
+  return index_.LookupAndLock(keys);
 }
 
-void FsAdapter::Unpin(std::span<const store::ObjectKey> keys) { index_.Unpin(keys); }
+void FsAdapter::Unlock(std::span<const store::ObjectKey> keys) { index_.Unlock(keys); }
 
 std::vector<L2LoadOutcome> FsAdapter::LoadNow(std::span<const L2Read> reads) {
   std::vector<L2LoadOutcome> outcomes;

@@ -74,8 +74,8 @@ class FsAdapter final : public L2Adapter {
   static Result<std::unique_ptr<FsAdapter>> Create(const FsAdapterConfig& config);
 
   void SubmitStore(std::span<const L2Write> objects, StoreDone done) override;
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
-  void Unpin(std::span<const store::ObjectKey> keys) override;
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override;
+  void Unlock(std::span<const store::ObjectKey> keys) override;
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
   bool CompletesAsynchronously() const override { return uring_ != nullptr; }

@@ -60,11 +60,11 @@ std::vector<Status> MockAdapter::StoreNow(std::span<const L2Write> objects) {
   return results;
 }
 
-std::vector<bool> MockAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
-  return index_.LookupAndPin(keys);
+std::vector<bool> MockAdapter::LookupAndLock(std::span<const store::ObjectKey> keys) {
+  return index_.LookupAndLock(keys);
 }
 
-void MockAdapter::Unpin(std::span<const store::ObjectKey> keys) { index_.Unpin(keys); }
+void MockAdapter::Unlock(std::span<const store::ObjectKey> keys) { index_.Unlock(keys); }
 
 std::vector<L2LoadOutcome> MockAdapter::LoadNow(std::span<const L2Read> reads) {
   std::vector<L2LoadOutcome> outcomes;

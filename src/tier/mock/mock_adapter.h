@@ -29,8 +29,8 @@ class MockAdapter final : public BlockingL2Adapter {
   // Records the pool it was shown (attached_bytes()); registers nothing.
   Status AttachMemory(std::span<std::byte> pool) override;
   std::vector<Status> StoreNow(std::span<const L2Write> objects) override;
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
-  void Unpin(std::span<const store::ObjectKey> keys) override;
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override;
+  void Unlock(std::span<const store::ObjectKey> keys) override;
   std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads) override;
   L2AdapterStats Stats() const override;
 

@@ -452,7 +452,7 @@ std::vector<Status> RespAdapter::StoreNow(std::span<const L2Write> objects) {
   return results;
 }
 
-std::vector<bool> RespAdapter::LookupAndPin(std::span<const store::ObjectKey> keys) {
+std::vector<bool> RespAdapter::LookupAndLock(std::span<const store::ObjectKey> keys) {
   std::vector<std::string> names;
   names.reserve(keys.size());
   std::vector<Op> ops(keys.size());
@@ -470,7 +470,7 @@ std::vector<bool> RespAdapter::LookupAndPin(std::span<const store::ObjectKey> ke
   return held;
 }
 
-void RespAdapter::Unpin(std::span<const store::ObjectKey>) {}
+void RespAdapter::Unlock(std::span<const store::ObjectKey>) {}
 
 std::vector<L2LoadOutcome> RespAdapter::LoadNow(std::span<const L2Read> reads) {
   std::vector<L2LoadOutcome> outcomes;

@@ -18,7 +18,7 @@
 // once and is not retried before `retry_interval_ms`, so a dead master costs
 // misses, not timeouts, on every request; the condition is logged once per
 // node when it goes down and once when it is back. Redis evicts by itself
-// (maxmemory-policy allkeys-lru), so LookupAndPin cannot pin: a load may miss
+// (maxmemory-policy allkeys-lru), so LookupAndLock cannot lock: a load may miss
 // what the lookup saw, and the prefetch then serves the shorter prefix.
 //
 // Thread-safety: internally synchronised; any number of threads may call it.
@@ -69,8 +69,8 @@ class RespAdapter final : public BlockingL2Adapter {
   ~RespAdapter() override;
 
   std::vector<Status> StoreNow(std::span<const L2Write> objects) override;
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override;
-  void Unpin(std::span<const store::ObjectKey> keys) override;
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override;
+  void Unlock(std::span<const store::ObjectKey> keys) override;
   std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads) override;
   L2AdapterStats Stats() const override;
 

@@ -7,7 +7,7 @@
 
 #include "fakes/fake_clock.h"
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 namespace {
 
 TEST(HealthTest, StartingAndDrainingAreUnhealthyWithThePhaseAsReason) {
@@ -55,4 +55,4 @@ TEST(HealthTest, ReadinessConditionsGiveTheirReason) {
 }
 
 }  // namespace
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

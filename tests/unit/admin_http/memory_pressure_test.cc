@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 namespace {
 
 using nlohmann::json;
@@ -86,4 +86,4 @@ TEST(MemoryPressureTest, WithNoKnownTierTheOverallLevelIsUnknown) {
 }
 
 }  // namespace
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

@@ -11,7 +11,7 @@
 
 #include "admin_http/prometheus.h"
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 namespace {
 
 TEST(MetricsDocTest, TheCheckedInDocIsTheGeneratedOne) {
@@ -50,4 +50,4 @@ TEST(MetricsDocTest, ListsEveryServedFamilyOnce) {
 }
 
 }  // namespace
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

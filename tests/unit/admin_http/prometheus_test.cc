@@ -11,7 +11,7 @@
 #include <set>
 #include <sstream>
 
-namespace lmcache::ops {
+namespace lmcache::admin_http {
 namespace {
 
 server::StatsSnapshot Snapshot() {
@@ -104,4 +104,4 @@ TEST(PrometheusTest, LabelValuesAreEscaped) {
 }
 
 }  // namespace
-}  // namespace lmcache::ops
+}  // namespace lmcache::admin_http

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace lmcache::mp {
+namespace lmcache::msgpk {
 namespace {
 
 using msgpack::type::object_type;
@@ -431,4 +431,4 @@ TEST(MsgpackEncoder, NestedArrayAndMapRoundTrip) {
 }
 
 }  // namespace
-}  // namespace lmcache::mp
+}  // namespace lmcache::msgpk

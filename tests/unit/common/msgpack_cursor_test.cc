@@ -4,7 +4,7 @@
 
 #include <random>
 
-namespace lmcache::mp {
+namespace lmcache::msgpk {
 namespace {
 
 TEST(MsgpackCursor, ReadsEveryUnsignedFormOfATokenArray) {
@@ -160,4 +160,4 @@ TEST(MsgpackCursor, RandomBytesNeverCrash) {
 }
 
 }  // namespace
-}  // namespace lmcache::mp
+}  // namespace lmcache::msgpk

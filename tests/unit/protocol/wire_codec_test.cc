@@ -271,20 +271,20 @@ TEST(DecodeEngineContext, WrongTypesNameTheField) {
 }
 
 msgpack::object_handle ParseOk(const std::string& frame) {
-  auto handle = mp::Parse(frame, "reply");
+  auto handle = msgpk::Parse(frame, "reply");
   EXPECT_TRUE(handle.ok()) << handle.status().ToString();
   return handle.ok() ? std::move(handle).value() : msgpack::object_handle();
 }
 
 TEST(EncodeErrorMap, HoldsCodeAndMessage) {
   auto h = ParseOk(EncodeErrorMap(Status(ErrorCode::kLayoutMismatch, "other geometry")));
-  auto map = mp::MapReader::Make(h.get(), "error");
+  auto map = msgpk::MapReader::Make(h.get(), "error");
   ASSERT_TRUE(map.ok());
   EXPECT_EQ(h.get().via.map.size, 2u);
   ASSERT_NE(map->Field("code"), nullptr);
-  EXPECT_EQ(*mp::AsInt(*map->Field("code"), "code"), 206);
+  EXPECT_EQ(*msgpk::AsInt(*map->Field("code"), "code"), 206);
   ASSERT_NE(map->Field("message"), nullptr);
-  EXPECT_EQ(*mp::AsString(*map->Field("message"), "message"), "other geometry");
+  EXPECT_EQ(*msgpk::AsString(*map->Field("message"), "message"), "other geometry");
 }
 
 // --- Scalar frames ------------------------------------------------------------------------

@@ -68,13 +68,13 @@ struct Worker {
 
   // kv_cache as the map form of custom_types.py: one ext 1 per layer.
   std::string KvCacheFrame() {
-    mp::Encoder e;
+    msgpk::Encoder e;
     e.Array(static_cast<std::uint32_t>(cache.layers.size()));
     for (const protocol::DeviceIpcWrapper& w : cache.layers) {
       Slot(*refcounters, shares) = 1;
       const std::string shareable = std::string("\x02", 1) + "c" +
                                     std::string(reinterpret_cast<const char*>(w.mem_handle.data()), 64);
-      mp::Encoder body;
+      msgpk::Encoder body;
       body.Map(9).Str("magic").Str("lmcache.cuda_ipc_wrapper").Str("version").Int(1);
       body.Str("kind").Str("cuda").Str("handle").Array(8).Int(0).Bin(shareable);
       body.Int(static_cast<std::int64_t>(w.storage_bytes)).Int(static_cast<std::int64_t>(w.storage_byte_offset));
@@ -92,8 +92,8 @@ struct Worker {
   std::vector<std::string> RegisterFrames(std::int64_t id, const std::string& model = "model") {
     instance = id;
     return {fake::IntFrame(id), KvCacheFrame(), fake::StrFrame(model), fake::IntFrame(1), fake::StrFrame("vllm"),
-            mp::Encoder().Map(1).Str("kv_layout").Str(fake::Hint(cache.layout)).Take(),
-            mp::Encoder().Array(0).Take()};
+            msgpk::Encoder().Map(1).Str("kv_layout").Str(fake::Hint(cache.layout)).Take(),
+            msgpk::Encoder().Array(0).Take()};
   }
 
   gpu::EventHandle Event(std::uint64_t word) { return gpu::EmulatedEventHandle(events_name, word * 8, 1); }
@@ -103,10 +103,10 @@ struct Worker {
   }
   std::string EventFrame(std::uint64_t word) {
     const gpu::EventHandle h = Event(word);
-    return mp::Encoder().Bin(std::string_view(reinterpret_cast<const char*>(h.data()), h.size())).Take();
+    return msgpk::Encoder().Bin(std::string_view(reinterpret_cast<const char*>(h.data()), h.size())).Take();
   }
   std::vector<std::string> Transfer(const KeyArgs& key, std::vector<std::int32_t> ids, std::uint64_t word) {
-    mp::Encoder e;
+    msgpk::Encoder e;
     e.Array(1).Array(static_cast<std::uint32_t>(ids.size()));
     for (const std::int32_t id : ids) e.Int(id);
     return {fake::KeyFrame(key), fake::IntFrame(instance), e.Take(), EventFrame(word)};
@@ -138,7 +138,7 @@ ServiceConfig Config(const std::string& modes = "auto") {
 
 // The server event of a store/retrieve reply ([bin(64), bool]).
 std::pair<gpu::EventHandle, bool> EventReply(const std::string& value) {
-  const msgpack::object_handle h = std::move(mp::Parse(value, "reply")).value();
+  const msgpack::object_handle h = std::move(msgpk::Parse(value, "reply")).value();
   const msgpack::object& o = h.get();
   gpu::EventHandle event{};
   EXPECT_EQ(o.via.array.size, 2u);
@@ -310,7 +310,7 @@ TEST(GpuOpsTest, AFailedTransferOfARegisteredWorkerAnswersARealCompletedEvent) {
   stranger.instance = 99;
   const Reply unknown = h.CallAs("x", "store", stranger.Transfer(Prompt(), {1, 2, 3, 4}, 0));
   EXPECT_EQ(unknown.status.code(), ErrorCode::kNotRegistered);
-  EXPECT_EQ(unknown.value, mp::Encoder().Array(2).Bin("").Bool(false).Take()) << "no context: no event to give";
+  EXPECT_EQ(unknown.value, msgpk::Encoder().Array(2).Bin("").Bool(false).Take()) << "no context: no event to give";
 }
 
 TEST(GpuOpsTest, PytorchsIpcReferencesGoBackWhenTheContextClosesOrNoneOpens) {

@@ -16,7 +16,7 @@ namespace {
 
 using msgpack::type::object_type;
 
-using mp::Encoder;
+using msgpk::Encoder;
 
 // The rows of a real service: the whole protocol as served.
 const OpTable& ServiceOps() {
@@ -104,7 +104,7 @@ TEST(DecodeOperation, WrongTypesAreMalformed) {
 // --- Failure values --------------------------------------------------------
 
 msgpack::object_handle ParseOk(const std::string& frame) {
-  auto handle = mp::Parse(frame, "reply");
+  auto handle = msgpk::Parse(frame, "reply");
   EXPECT_TRUE(handle.ok()) << handle.status().ToString();
   return handle.ok() ? std::move(handle).value() : msgpack::object_handle();
 }
@@ -134,12 +134,12 @@ TEST(EncodeFailureValue, EventFailureIsEmptyBytesAndFalse) {
 
 TEST(EncodeFailureValue, EmptyPrepareStoreHasEmptySlotsAndChunkIndices) {
   auto h = ParseOk(EncodeFailureValue(FailureValue::kEmptyPrepareStore, "x"));
-  auto map = mp::MapReader::Make(h.get(), "reply");
+  auto map = msgpk::MapReader::Make(h.get(), "reply");
   ASSERT_TRUE(map.ok());
   EXPECT_EQ(h.get().via.map.size, 1u);
   const msgpack::object* context = map->Field("context");
   ASSERT_NE(context, nullptr);
-  auto inner = mp::MapReader::Make(*context, "context");
+  auto inner = msgpk::MapReader::Make(*context, "context");
   ASSERT_TRUE(inner.ok());
   EXPECT_EQ(context->via.map.size, 2u);
   for (const char* name : {"slots", "chunk_indices"}) {
@@ -152,7 +152,7 @@ TEST(EncodeFailureValue, EmptyPrepareStoreHasEmptySlotsAndChunkIndices) {
 
 TEST(EncodeFailureValue, FailedPrepareRetrieve) {
   auto h = ParseOk(EncodeFailureValue(FailureValue::kFailedPrepareRetrieve, "x"));
-  auto map = mp::MapReader::Make(h.get(), "reply");
+  auto map = msgpk::MapReader::Make(h.get(), "reply");
   ASSERT_TRUE(map.ok());
   EXPECT_EQ(h.get().via.map.size, 3u);
   ASSERT_NE(map->Field("success"), nullptr);
@@ -168,16 +168,16 @@ TEST(EncodeFailureValue, FailedPrepareRetrieve) {
 
 TEST(EncodeFailureValue, FailedRegistrationCarriesTheMessage) {
   auto h = ParseOk(EncodeFailureValue(FailureValue::kFailedRegistration, "layout mismatch"));
-  auto map = mp::MapReader::Make(h.get(), "reply");
+  auto map = msgpk::MapReader::Make(h.get(), "reply");
   ASSERT_TRUE(map.ok());
   EXPECT_EQ(h.get().via.map.size, 3u);
   ASSERT_NE(map->Field("shm_name"), nullptr);
-  EXPECT_EQ(*mp::AsString(*map->Field("shm_name"), "shm_name"), "");
+  EXPECT_EQ(*msgpk::AsString(*map->Field("shm_name"), "shm_name"), "");
   ASSERT_NE(map->Field("pool_size"), nullptr);
   ASSERT_EQ(map->Field("pool_size")->type, object_type::POSITIVE_INTEGER);
   EXPECT_EQ(map->Field("pool_size")->via.u64, 0u);
   ASSERT_NE(map->Field("error"), nullptr);
-  EXPECT_EQ(*mp::AsString(*map->Field("error"), "error"), "layout mismatch");
+  EXPECT_EQ(*msgpk::AsString(*map->Field("error"), "error"), "layout mismatch");
 }
 
 // --- The table as the reference defines it -----------------------------------------------
@@ -313,7 +313,7 @@ TEST(OpTable, EveryFailureValueDecodesAsTheDeclaredReplyType) {
 
 TEST(OpTable, PollKvEventsFailureIsADisabledEventStream) {
   auto h = ParseOk(EncodeFailureValue(FailureValue::kKvEventsDisabled, "x"));
-  auto map = mp::MapReader::Make(h.get(), "reply");
+  auto map = msgpk::MapReader::Make(h.get(), "reply");
   ASSERT_TRUE(map.ok());
   for (const char* field : {"enabled", "incarnation", "next_cursor", "lost", "events"}) {
     EXPECT_NE(map->Field(field), nullptr) << field;

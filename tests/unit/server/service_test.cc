@@ -40,11 +40,11 @@ struct Slot {
 };
 
 std::vector<Slot> SlotsOf(const msgpack::object& context) {
-  auto map = std::move(mp::MapReader::Make(context, "context")).value();
+  auto map = std::move(msgpk::MapReader::Make(context, "context")).value();
   const msgpack::object* slots = map.Field("slots");
   std::vector<Slot> out;
   for (std::uint32_t i = 0; slots != nullptr && i < slots->via.array.size; ++i) {
-    auto slot = std::move(mp::MapReader::Make(slots->via.array.ptr[i], "slot")).value();
+    auto slot = std::move(msgpk::MapReader::Make(slots->via.array.ptr[i], "slot")).value();
     out.push_back({slot.Field("offset")->via.u64, slot.Field("length")->via.u64});
   }
   return out;
@@ -72,7 +72,7 @@ class ServiceTest : public ::testing::Test {
     }
     if (commit) {
       auto done =
-          h_.Ok("commit_store", {KeyFrame(key), IntFrame(instance), mp::Encoder().Bin("").Take()});
+          h_.Ok("commit_store", {KeyFrame(key), IntFrame(instance), msgpk::Encoder().Bin("").Take()});
       EXPECT_TRUE(done.get().via.boolean);
     }
     return slots;
@@ -246,15 +246,15 @@ TEST_F(ServiceTest, RetrieveAfterReadLeaseExpiryStillWorksAndRelocks) {
 TEST_F(ServiceTest, CommitStoreErrors) {
   Register(1);
   const KeyArgs key = Key(512, 2);
-  auto none = h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
+  auto none = h_.Call("commit_store", {KeyFrame(key), IntFrame(1), msgpk::Encoder().Bin("").Take()});
   EXPECT_EQ(none.status.code(), ErrorCode::kNotFound);
   Store(1, key, /*commit=*/false);
   auto inline_data =
-      h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("x").Take()});
+      h_.Call("commit_store", {KeyFrame(key), IntFrame(1), msgpk::Encoder().Bin("x").Take()});
   EXPECT_EQ(inline_data.status.code(), ErrorCode::kNotSupported);
   h_.clock().Advance(h_.service().table().config().write_ttl_ms + 1);
   auto expired =
-      h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
+      h_.Call("commit_store", {KeyFrame(key), IntFrame(1), msgpk::Encoder().Bin("").Take()});
   EXPECT_EQ(expired.status.code(), ErrorCode::kLeaseExpired);
   EXPECT_EQ(Table().resident_objects, 0u);
   EXPECT_EQ(h_.l1().allocator().UsedBytes(), 0u);
@@ -302,14 +302,14 @@ TEST_F(ServiceTest, AbortStoreGivesBackThePreparedSlotsAndAdmitsNothing) {
   EXPECT_EQ(h_.service().instances().Counts().pending_writes, 0u);
   EXPECT_EQ(Lookup(key), 0u);
   // Its commit finds nothing pending; a second abort is still True.
-  EXPECT_EQ(h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()})
+  EXPECT_EQ(h_.Call("commit_store", {KeyFrame(key), IntFrame(1), msgpk::Encoder().Bin("").Take()})
                 .status.code(),
             ErrorCode::kNotFound);
   EXPECT_TRUE(h_.Ok("abort_store", {KeyFrame(key), IntFrame(1)}).get().via.boolean);
   // An instance that never registered: refused, with the declared bool.
   const server::Reply stranger = h_.Call("abort_store", {KeyFrame(key), IntFrame(99)});
   EXPECT_FALSE(stranger.status.ok());
-  EXPECT_EQ(stranger.value, mp::Encoder().Bool(false).Take());
+  EXPECT_EQ(stranger.value, msgpk::Encoder().Bool(false).Take());
   EXPECT_EQ(Store(1, key).size(), 2u);  // stored afresh
   EXPECT_EQ(Table().resident_objects, 2u);
 }
@@ -346,11 +346,11 @@ TEST_F(ServiceTest, AStalledWorkersLateWriteNeverLandsInAnotherWorkersObject) {
   for (std::size_t i = 0; i < slots.size(); ++i) {
     std::memset(h_.pool() + slots[i].offset, Pattern(key, static_cast<std::int64_t>(i)), slots[i].length);
   }
-  ASSERT_TRUE(h_.CallAs("healthy", "commit_store", {KeyFrame(key), IntFrame(2), mp::Encoder().Bin("").Take()})
+  ASSERT_TRUE(h_.CallAs("healthy", "commit_store", {KeyFrame(key), IntFrame(2), msgpk::Encoder().Bin("").Take()})
                   .status.ok());
   // The stalled worker wakes up, writes its slots and commits: refused.
   for (const Slot& slot : stalled) std::memset(h_.pool() + slot.offset, 0xEE, slot.length);
-  EXPECT_EQ(h_.CallAs("stalled", "commit_store", {KeyFrame(late_key), IntFrame(1), mp::Encoder().Bin("").Take()})
+  EXPECT_EQ(h_.CallAs("stalled", "commit_store", {KeyFrame(late_key), IntFrame(1), msgpk::Encoder().Bin("").Take()})
                 .status.code(),
             ErrorCode::kLeaseExpired);
   EXPECT_EQ(Table().quarantined_objects, 8u);
@@ -480,7 +480,7 @@ TEST_F(ServiceTest, LookupValidationAndUnknownModels) {
   h_.Ok("lookup", {KeyFrame(key), IntFrame(1)});  // nobody registered the model: 0 hits
   EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 0u);
   EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("unknown")}).get().via.u64, 0u);
-  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("unknown"), mp::Encoder().Float(1.0).Take()})
+  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("unknown"), msgpk::Encoder().Float(1.0).Take()})
                 .get()
                 .via.u64,
             0u);
@@ -491,18 +491,18 @@ TEST_F(ServiceTest, SmallOpsAndOurExtras) {
   EXPECT_EQ(h_.Ok("noop", {}).get().as<std::string>(), "OK");
   EXPECT_EQ(h_.Ok("get_experimental", {}).get().via.array.size, 0u);
   EXPECT_TRUE(h_.Ok("ping", {}).get().via.boolean);
-  EXPECT_TRUE(h_.Ok("ping", {mp::Encoder().Nil().Take()}).get().via.boolean);
+  EXPECT_TRUE(h_.Ok("ping", {msgpk::Encoder().Nil().Take()}).get().via.boolean);
   auto info = h_.Ok("server_info", {});
   EXPECT_EQ(Field(info.get(), "boot_id").as<std::string>(), h_.service().boot_id());
   EXPECT_EQ(Field(info.get(), "chunk_size").via.u64, 256u);
   auto stats = h_.Ok("stats", {});
   EXPECT_EQ(Field(Field(stats.get(), "l1"), "capacity_bytes").via.u64, 64ull << 20);
   EXPECT_GE(Field(Field(Field(stats.get(), "operations"), "ping"), "requests").via.u64, 2u);
-  h_.Ok("report_block_allocation", {IntFrame(1), StrFrame("model"), mp::Encoder().Array(0).Take()});
+  h_.Ok("report_block_allocation", {IntFrame(1), StrFrame("model"), msgpk::Encoder().Array(0).Take()});
   // The CUDA-IPC family decodes its frames (gpu_ops_test covers it): nil frames are malformed.
   for (const char* op : {"store", "retrieve", "register_kv_cache"}) {
     const OpRow* row = h_.service().ops().FindByName(op);
-    std::vector<std::string> frames(row->spec.min_payloads, mp::Encoder().Nil().Take());
+    std::vector<std::string> frames(row->spec.min_payloads, msgpk::Encoder().Nil().Take());
     auto reply = h_.Call(op, frames);
     EXPECT_EQ(reply.status.code(), ErrorCode::kMalformedRequest) << op << ": " << reply.status.ToString();
   }
@@ -516,7 +516,7 @@ TEST_F(ServiceTest, ClearKeepsLockedObjectsUnlessForced) {
   EXPECT_EQ(Lookup(key), 2u);
   h_.Ok("clear", {});
   EXPECT_EQ(Table().resident_objects, 2u);
-  h_.Ok("clear", {mp::Encoder().Bool(true).Take()});
+  h_.Ok("clear", {msgpk::Encoder().Bool(true).Take()});
   EXPECT_EQ(Table().resident_objects, 0u);
   EXPECT_EQ(Table().retired_objects, 2u);  // memory kept until the readers finish
 }
@@ -589,7 +589,7 @@ TEST_F(ServiceOomTest, PartialOomStoresOnlyAllocatedChunks) {
   const auto slots = SlotsOf(Field(prepared.get(), "context"));
   EXPECT_EQ(slots.size(), 32u);
   EXPECT_EQ(Field(prepared.get(), "oom_chunks").via.u64, 8u);
-  EXPECT_TRUE(h_.Ok("commit_store", {KeyFrame(big), IntFrame(1), mp::Encoder().Bin("").Take()})
+  EXPECT_TRUE(h_.Ok("commit_store", {KeyFrame(big), IntFrame(1), msgpk::Encoder().Bin("").Take()})
                   .get()
                   .via.boolean);
   EXPECT_EQ(Table().resident_objects, 32u);
@@ -606,7 +606,7 @@ TEST_F(ServiceTest, OnDemandEvictionMakesRoomForNewPrompts) {
     KeyArgs key = Key(16 * 256, 16, prompt, "p" + std::to_string(prompt));
     auto prepared = small.Ok("prepare_store", {KeyFrame(key), IntFrame(1)});
     EXPECT_EQ(SlotsOf(Field(prepared.get(), "context")).size(), 16u) << prompt;
-    small.Ok("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
+    small.Ok("commit_store", {KeyFrame(key), IntFrame(1), msgpk::Encoder().Bin("").Take()});
   }
   EXPECT_GT(small.service().table().Stats().on_demand_evictions, 0u);
 }
@@ -626,7 +626,7 @@ class ServicePrefetchTest : public ::testing::Test {
 TEST_F(ServicePrefetchTest, StatusIsNilUntilThePrefetchLandsThenCountsBothTiers) {
   KeyArgs stored = Key(1024, 2);  // L1 holds chunks 0-1 of a 4-chunk prompt
   auto prepared = h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
-  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), mp::Encoder().Bin("").Take()});
+  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
   KeyArgs lookup = Key(1024, 0);
   lookup.worker_id.reset();
   h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
@@ -701,7 +701,7 @@ TEST_F(ServiceKvEventsTest, ChunksLoadedFromL2AreAnnouncedWithTheTokensTheLookup
 TEST_F(ServicePrefetchTest, LookupHitsAreKnownOnceTheL2LookupsAreDoneBeforeTheLoadsLand) {
   KeyArgs stored = Key(1024, 2);
   h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
-  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), mp::Encoder().Bin("").Take()});
+  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
   KeyArgs lookup = Key(1024, 0);
   lookup.worker_id.reset();
   h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
@@ -725,7 +725,7 @@ class ServiceParkedWaitTest : public ServicePrefetchTest {
     const std::size_t before = h_.service().state().parked().size();
     auto reply = std::async(std::launch::async, [this, timeout_seconds, connection] {
       return h_.CallAs(connection, "wait_prefetch_status",
-                       {StrFrame("req"), mp::Encoder().Float(timeout_seconds).Take()});
+                       {StrFrame("req"), msgpk::Encoder().Float(timeout_seconds).Take()});
     });
     WaitUntil([&] {
       return h_.service().state().parked().size() != before ||
@@ -774,7 +774,7 @@ TEST_F(ServiceParkedWaitTest, AWaitIsAnsweredNilAtItsDeadlineAndTheResultLater) 
   EXPECT_EQ(Value(reply.get()).get().type, msgpack::type::NIL);
   EXPECT_EQ(Ended(ParkEnd::kDeadline), 1u);
   prefetcher_.Complete(prefetcher_.last_handle(), 2);
-  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), mp::Encoder().Float(0.01).Take()})
+  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), msgpk::Encoder().Float(0.01).Take()})
                 .get()
                 .via.u64,
             2u);  // landed: answered at once, never parked
@@ -784,7 +784,7 @@ TEST_F(ServiceParkedWaitTest, AWaitIsAnsweredNilAtItsDeadlineAndTheResultLater) 
 
 TEST_F(ServiceParkedWaitTest, AZeroTimeoutAnswersNilAtOnce) {
   LookUp();
-  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), mp::Encoder().Float(0).Take()})
+  EXPECT_EQ(h_.Ok("wait_prefetch_status", {StrFrame("req"), msgpk::Encoder().Float(0).Take()})
                 .get()
                 .type,
             msgpack::type::NIL);
@@ -826,7 +826,7 @@ TEST_F(ServiceParkedWaitTest, ADrainAnswersEveryWaitAndParksNoMore) {
   h_.service().AnswerParked();
   EXPECT_EQ(Value(reply.get()).get().type, msgpack::type::NIL);
   EXPECT_EQ(Ended(ParkEnd::kDrained), 1u);
-  const server::Reply refused = h_.Call("wait_prefetch_status", {StrFrame("req"), mp::Encoder().Float(5).Take()});
+  const server::Reply refused = h_.Call("wait_prefetch_status", {StrFrame("req"), msgpk::Encoder().Float(5).Take()});
   EXPECT_EQ(refused.status.code(), ErrorCode::kUnavailable);
   EXPECT_EQ(msgpack::unpack(refused.value.data(), refused.value.size()).get().via.u64, 0u)
       << "a refused wait still answers its declared type";
@@ -842,7 +842,7 @@ TEST_F(ServiceParkedWaitTest, AClientOverItsParkedLimitIsRefusedOthersAreNot) {
     ASSERT_TRUE(h_.CallAs("greedy", "lookup", {KeyFrame(lookup), IntFrame(1)}).status.ok());
     parked.push_back(std::async(std::launch::async, [this, i] {
       return h_.CallAs("greedy", "wait_prefetch_status",
-                       {StrFrame("req-" + std::to_string(i)), mp::Encoder().Float(3600).Take()});
+                       {StrFrame("req-" + std::to_string(i)), msgpk::Encoder().Float(3600).Take()});
     }));
   }
   WaitUntil([&] { return h_.service().state().parked().size() >= limit; });
@@ -852,7 +852,7 @@ TEST_F(ServiceParkedWaitTest, AClientOverItsParkedLimitIsRefusedOthersAreNot) {
   lookup.request_id = "one-more";
   ASSERT_TRUE(h_.CallAs("greedy", "lookup", {KeyFrame(lookup), IntFrame(1)}).status.ok());
   const server::Reply refused = h_.CallAs("greedy", "wait_prefetch_status",
-                                          {StrFrame("one-more"), mp::Encoder().Float(3600).Take()});
+                                          {StrFrame("one-more"), msgpk::Encoder().Float(3600).Take()});
   EXPECT_EQ(refused.status.code(), ErrorCode::kUnavailable) << refused.status.ToString();
   LookUp("polite");
   auto polite = ParkedWait(3600, "polite");
@@ -866,7 +866,7 @@ TEST_F(ServiceParkedWaitTest, AClientOverItsParkedLimitIsRefusedOthersAreNot) {
 TEST_F(ServicePrefetchTest, FullL1HitNeedsNoPrefetch) {
   KeyArgs stored = Key(512, 2);
   h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
-  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), mp::Encoder().Bin("").Take()});
+  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
   KeyArgs lookup = Key(512, 0);
   lookup.worker_id.reset();
   h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
@@ -903,7 +903,7 @@ TEST(ServiceBurst, AMillionExpiringSessionsStallNoOtherClient) {
   h.Ok("register_kv_cache_engine_driven_context", {RegisterFrame(1)});
   KeyArgs cached = Key(512, 2);
   h.Ok("prepare_store", {KeyFrame(cached), IntFrame(1)});
-  ASSERT_TRUE(h.Ok("commit_store", {KeyFrame(cached), IntFrame(1), mp::Encoder().Bin("").Take()})
+  ASSERT_TRUE(h.Ok("commit_store", {KeyFrame(cached), IntFrame(1), msgpk::Encoder().Bin("").Take()})
                   .get()
                   .via.boolean);
   KeyArgs burst = cached;
@@ -1060,7 +1060,7 @@ class ServiceWarmingPoolTest : public ::testing::Test {
   }
   void Commit(const KeyArgs& key) {
     const server::Reply done =
-        h_.Call("commit_store", {KeyFrame(key), IntFrame(1), mp::Encoder().Bin("").Take()});
+        h_.Call("commit_store", {KeyFrame(key), IntFrame(1), msgpk::Encoder().Bin("").Take()});
     EXPECT_TRUE(done.status.ok()) << done.status.ToString();
   }
 

@@ -240,15 +240,15 @@ TEST(StatsSchemaTest, EveryFieldReachesTheReplyAndPrometheusWithItsValueAndNothi
   VisitStats(&s, expected);
   EXPECT_GT(expected.fields, 150);
 
-  auto tree = mp::Parse(EncodeStatsMsgpack(s), "stats");
+  auto tree = msgpk::Parse(EncodeStatsMsgpack(s), "stats");
   ASSERT_TRUE(tree.ok()) << tree.status().ToString();
   std::map<std::string, std::string> reply;
   Leaves(tree->get(), "", &reply);
   EXPECT_EQ(reply, expected.reply);
 
-  const std::string text = ops::RenderPrometheus(s, {true, ""}, ops::Phase::kServing);
+  const std::string text = admin_http::RenderPrometheus(s, {true, ""}, admin_http::Phase::kServing);
   std::map<std::string, double> samples = testing::PrometheusSamples(text);
-  for (const ops::HttpMetric& m : ops::HttpMetrics()) {
+  for (const admin_http::HttpMetric& m : admin_http::HttpMetrics()) {
     EXPECT_EQ(samples.erase("lmcache_mp_" + std::string(m.name)), 1u) << m.name;
   }
   // Of each histogram, the schema walk names the +Inf bucket; the rest are the serializer's.
@@ -271,13 +271,13 @@ TEST(StatsSchemaTest, EveryFieldReachesTheReplyAndPrometheusWithItsValueAndNothi
 TEST(StatsSchemaTest, AServerWithoutL2RepliesNilAndServesNoL2Series) {
   StatsSnapshot s = Populated();
   s.l2.reset();
-  auto tree = mp::Parse(EncodeStatsMsgpack(s), "stats");
+  auto tree = msgpk::Parse(EncodeStatsMsgpack(s), "stats");
   ASSERT_TRUE(tree.ok());
-  auto map = mp::MapReader::Make(tree->get(), "stats");
+  auto map = msgpk::MapReader::Make(tree->get(), "stats");
   ASSERT_TRUE(map.ok());
   ASSERT_NE(map->Field("l2"), nullptr);
   EXPECT_EQ(map->Field("l2")->type, msgpack::type::NIL);
-  const std::string text = ops::RenderPrometheus(s, {true, ""}, ops::Phase::kServing);
+  const std::string text = admin_http::RenderPrometheus(s, {true, ""}, admin_http::Phase::kServing);
   EXPECT_EQ(text.find("lmcache_mp_l2_"), std::string::npos);
   EXPECT_EQ(text.find("lmcache_mp_active_prefetch_jobs"), std::string::npos);
 }
@@ -328,7 +328,7 @@ TEST(StatsSchemaTest, KeepsEveryFamilyServedBeforeIt) {
       {"router_queued_bytes", "gauge"}, {"router_queued_requests", "gauge"},
       {"session_bytes", "gauge"}, {"sessions", "gauge"}, {"sessions_dropped_total", "counter"},
       {"uptime_seconds", "gauge"}};
-  const std::string text = ops::RenderPrometheus(Populated(), {true, ""}, ops::Phase::kServing);
+  const std::string text = admin_http::RenderPrometheus(Populated(), {true, ""}, admin_http::Phase::kServing);
   for (const auto& [name, type] : kBefore) {
     EXPECT_NE(text.find("# TYPE lmcache_mp_" + name + " " + type + "\n"), std::string::npos)
         << name << " (" << type << ") is no longer served";

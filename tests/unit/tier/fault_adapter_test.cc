@@ -36,12 +36,12 @@ TEST(FaultAdapterTest, DelaysAboutTheConfiguredFractionOfCalls) {
   faults.seed = 3;
   FaultAdapter adapter(std::make_unique<MockAdapter>(MockAdapterConfig{}), faults);
   const std::vector<store::ObjectKey> keys = testing::KeysN(0, 1);
-  for (int i = 0; i < 200; ++i) (void)adapter.LookupAndPin(keys);
+  for (int i = 0; i < 200; ++i) (void)adapter.LookupAndLock(keys);
   EXPECT_GT(adapter.delayed(), 30u);
   EXPECT_LT(adapter.delayed(), 90u);
   faults.delay_rate = 0;
   FaultAdapter never(std::make_unique<MockAdapter>(MockAdapterConfig{}), faults);
-  for (int i = 0; i < 50; ++i) (void)never.LookupAndPin(keys);
+  for (int i = 0; i < 50; ++i) (void)never.LookupAndLock(keys);
   EXPECT_EQ(never.delayed(), 0u);
 }
 

@@ -33,11 +33,11 @@ class RecordingAdapter final : public L2Adapter {
     Record("store", objects.size());
     done(std::vector<Status>(objects.size()));
   }
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override {
     Record("lookup", keys.size());
     return std::vector<bool>(keys.size(), true);
   }
-  void Unpin(std::span<const store::ObjectKey> keys) override { Record("unpin", keys.size()); }
+  void Unlock(std::span<const store::ObjectKey> keys) override { Record("unlock", keys.size()); }
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
     Record("load", reads.size());
     done(std::vector<L2LoadOutcome>(reads.size(), L2LoadOutcome::kMissing));
@@ -74,8 +74,8 @@ void CallEverything(L2Adapter& adapter) {
   EXPECT_TRUE(adapter.CompletesAsynchronously());
   const std::vector<L2Write> writes = {{&keys[0], bytes}, {&keys[1], bytes}};
   EXPECT_EQ(adapter.Store(writes).size(), 2u);
-  EXPECT_EQ(adapter.LookupAndPin(keys), (std::vector<bool>{true, true, true}));
-  adapter.Unpin(std::span(keys).first(1));
+  EXPECT_EQ(adapter.LookupAndLock(keys), (std::vector<bool>{true, true, true}));
+  adapter.Unlock(std::span(keys).first(1));
   const std::vector<L2Read> reads = {{&keys[2], bytes}};
   EXPECT_EQ(adapter.Load(reads).size(), 1u);
 }
@@ -84,7 +84,7 @@ TEST(ForwardingAdapterTest, PassesEveryCallItDoesNotOverrideToTheInnerAdapter) {
   CallLog log;
   LoadsEverything decorator(std::make_unique<RecordingAdapter>(&log));
   CallEverything(decorator);
-  EXPECT_EQ(log.calls, (std::vector<std::string>{"attach:4096", "store:2", "lookup:3", "unpin:1"}))
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"attach:4096", "store:2", "lookup:3", "unlock:1"}))
       << "loads are the decorator's own; the rest reach the inner adapter once each";
   const std::vector<store::ObjectKey> keys = {KeyN(9)};
   std::vector<std::byte> out(4);
@@ -102,7 +102,7 @@ TEST(ForwardingAdapterTest, TheServersDecoratorsForwardEveryCall) {
   CallLog fault_log;
   FaultAdapter faults(std::make_unique<RecordingAdapter>(&fault_log), FaultConfig{});
   CallEverything(faults);
-  const std::vector<std::string> all = {"attach:4096", "store:2", "lookup:3", "unpin:1", "load:1"};
+  const std::vector<std::string> all = {"attach:4096", "store:2", "lookup:3", "unlock:1", "load:1"};
   EXPECT_EQ(metered_log.calls, all);
   EXPECT_EQ(fault_log.calls, all);
   EXPECT_EQ(metered.Stats().objects, 7u);

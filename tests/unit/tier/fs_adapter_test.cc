@@ -103,8 +103,8 @@ TEST_P(FsAdapterTest, TaggedAndUntaggedObjectsOfOneChunkStayApartAcrossARestart)
     auto adapter = Open();
     ASSERT_TRUE(StoreOne(*adapter, untagged, plain_bytes).ok());
     const std::vector<store::ObjectKey> probe = {untagged, tagged};
-    EXPECT_EQ(adapter->LookupAndPin(probe), (std::vector<bool>{true, false}));
-    adapter->Unpin(probe);
+    EXPECT_EQ(adapter->LookupAndLock(probe), (std::vector<bool>{true, false}));
+    adapter->Unlock(probe);
     ASSERT_TRUE(StoreOne(*adapter, tagged, tagged_bytes).ok());
     EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(tagged)));
     EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(untagged)));
@@ -131,8 +131,8 @@ TEST_P(FsAdapterTest, ARestartedAdapterRebuildsItsIndexAndServesWhatWasStored) {
   auto again = Open();
   EXPECT_EQ(again->rebuild_report().objects, 20u);
   EXPECT_EQ(again->rebuild_report().removed, 0u);
-  EXPECT_EQ(again->LookupAndPin(keys), std::vector<bool>(20, true));
-  again->Unpin(keys);
+  EXPECT_EQ(again->LookupAndLock(keys), std::vector<bool>(20, true));
+  again->Unlock(keys);
   for (std::size_t i = 0; i < keys.size(); ++i) {
     Buffer expected(kObject, static_cast<int>(i));
     Buffer out(kObject, 77);
@@ -183,7 +183,7 @@ TEST_P(FsAdapterTest, StartupRemovesPartialForeignAndTemporaryFiles) {
   EXPECT_TRUE(fs::exists(dir_ / "README"));
   EXPECT_TRUE(fs::is_empty(dir_ / ".tmp"));
   const std::vector<store::ObjectKey> keys = {good, cut, moved, KeyN(4)};
-  EXPECT_EQ(adapter->LookupAndPin(keys), (std::vector<bool>{true, false, false, false}));
+  EXPECT_EQ(adapter->LookupAndLock(keys), (std::vector<bool>{true, false, false, false}));
 }
 
 TEST_P(FsAdapterTest, CapacityEvictsTheLeastRecentlyUsedFiles) {

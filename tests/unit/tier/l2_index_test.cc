@@ -1,4 +1,4 @@
-// L2Index: capacity by reservation, LRU eviction of unpinned objects only.
+// L2Index: capacity by reservation, LRU eviction of unlocked objects only.
 #include "tier/l2_index.h"
 
 #include <gtest/gtest.h>
@@ -30,7 +30,7 @@ TEST(L2IndexTest, ReservationsCountAgainstCapacityUntilCommittedOrGivenBack) {
   EXPECT_FALSE(index.Reserve(101, evicted.Fn()));  // larger than the whole capacity
 }
 
-TEST(L2IndexTest, EvictsLeastRecentlyUsedUnpinnedObjects) {
+TEST(L2IndexTest, EvictsLeastRecentlyUsedUnlockedObjects) {
   L2Index index(100);
   Evicted evicted;
   for (int i = 1; i <= 4; ++i) {
@@ -38,7 +38,7 @@ TEST(L2IndexTest, EvictsLeastRecentlyUsedUnpinnedObjects) {
     ASSERT_TRUE(index.Commit(KeyN(static_cast<std::uint64_t>(i)), 25));
   }
   const std::vector<store::ObjectKey> one = {KeyN(1)};
-  EXPECT_EQ(index.LookupAndPin(one), std::vector<bool>{true});  // 1 is now recent and pinned
+  EXPECT_EQ(index.LookupAndLock(one), std::vector<bool>{true});  // 1 is now recent and locked
   ASSERT_TRUE(index.Reserve(40, evicted.Fn()));
   EXPECT_EQ(evicted.keys, (std::vector<store::ObjectKey>{KeyN(2), KeyN(3)}));
   EXPECT_TRUE(index.Contains(KeyN(1)));
@@ -51,10 +51,10 @@ TEST(L2IndexTest, PinnedObjectsAreNeverEvictedAndAFailedReserveEvictsNothing) {
   ASSERT_TRUE(index.Reserve(50, evicted.Fn()));
   ASSERT_TRUE(index.Commit(KeyN(1), 50));
   const std::vector<store::ObjectKey> keys = {KeyN(1), KeyN(9)};
-  EXPECT_EQ(index.LookupAndPin(keys), (std::vector<bool>{true, false}));
+  EXPECT_EQ(index.LookupAndLock(keys), (std::vector<bool>{true, false}));
   EXPECT_FALSE(index.Reserve(10, evicted.Fn()));
   EXPECT_TRUE(evicted.keys.empty());
-  index.Unpin(keys);
+  index.Unlock(keys);
   EXPECT_TRUE(index.Reserve(10, evicted.Fn()));
   EXPECT_EQ(evicted.keys.size(), 1u);
 }

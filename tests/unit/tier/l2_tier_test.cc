@@ -3,7 +3,7 @@
 // deleted, so the store controller copied never-loaded bytes to L2. Here a
 // load that fails in the middle of a batch admits only what loaded, nothing
 // of it is written back to L2, L2's own objects are untouched, and no lock,
-// pin or staged byte is left.
+// lock or staged byte is left.
 #include "tier/l2_tier.h"
 
 #include <gtest/gtest.h>
@@ -65,7 +65,7 @@ TEST(L2Tier, ALoadFailingMidBatchAdmitsOnlyWhatLoadedAndWritesNothingBack) {
   EXPECT_EQ(stats.store.stored, 6u) << "nothing loaded (or not) was written back";
   EXPECT_EQ(stats.prefetch.loaded_chunks, 2u);
   EXPECT_EQ(stats.prefetch.load_failed_chunks, 4u);
-  // L2 still serves the intact objects after the failed one (its pins released).
+  // L2 still serves the intact objects after the failed one (its locks released).
   std::vector<std::byte> out(kObject);
   const std::vector<L2Read> reads = {{&keys[4], out}};
   EXPECT_EQ(mock.Load(reads)[0], L2LoadOutcome::kLoaded);

@@ -23,10 +23,10 @@ class GatedAdapter final : public L2Adapter {
   void SubmitStore(std::span<const L2Write> objects, StoreDone done) override {
     mock_.SubmitStore(objects, std::move(done));
   }
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
-    return mock_.LookupAndPin(keys);
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override {
+    return mock_.LookupAndLock(keys);
   }
-  void Unpin(std::span<const store::ObjectKey> keys) override { mock_.Unpin(keys); }
+  void Unlock(std::span<const store::ObjectKey> keys) override { mock_.Unlock(keys); }
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
     std::unique_lock<std::mutex> lock(mu_);
     entered_ = true;
@@ -61,8 +61,8 @@ TEST(MeteredAdapterTest, CountsCallsAndKeepsTheAdaptersOwnStats) {
   std::vector<std::byte> a(1000, std::byte{1}), b(2000, std::byte{2});
   const std::vector<L2Write> writes = {{&keys[0], a}, {&keys[1], b}};
   for (const Status& s : metered.Store(writes)) ASSERT_TRUE(s.ok());
-  EXPECT_EQ(metered.LookupAndPin(keys), (std::vector<bool>{true, true}));
-  metered.Unpin(keys);
+  EXPECT_EQ(metered.LookupAndLock(keys), (std::vector<bool>{true, true}));
+  metered.Unlock(keys);
   std::vector<std::byte> out(1000);
   const std::vector<L2Read> reads = {{&keys[0], out}};
   EXPECT_EQ(metered.Load(reads)[0], L2LoadOutcome::kLoaded);
@@ -109,10 +109,10 @@ class CompletesLater final : public L2Adapter {
   void SubmitStore(std::span<const L2Write> objects, StoreDone done) override {
     done(std::vector<Status>(objects.size()));
   }
-  std::vector<bool> LookupAndPin(std::span<const store::ObjectKey> keys) override {
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override {
     return std::vector<bool>(keys.size(), true);
   }
-  void Unpin(std::span<const store::ObjectKey>) override {}
+  void Unlock(std::span<const store::ObjectKey>) override {}
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
     count_ = reads.size();
     done_ = std::move(done);

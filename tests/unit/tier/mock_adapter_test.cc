@@ -1,4 +1,4 @@
-// MockAdapter: a verified in-memory tier with capacity (LRU) and pins.
+// MockAdapter: a verified in-memory tier with capacity (LRU) and locks.
 #include "tier/mock/mock_adapter.h"
 
 #include <gtest/gtest.h>
@@ -25,12 +25,12 @@ TEST(MockAdapterTest, StoresAndLoadsVerifiedBytes) {
   const std::vector<L2Write> writes = {{&key, bytes}};
   ASSERT_TRUE(mock.Store(writes)[0].ok());
   const std::vector<store::ObjectKey> keys = {key, KeyN(2)};
-  EXPECT_EQ(mock.LookupAndPin(keys), (std::vector<bool>{true, false}));
+  EXPECT_EQ(mock.LookupAndLock(keys), (std::vector<bool>{true, false}));
   std::vector<std::byte> out(4096);
   const std::vector<L2Read> reads = {{&key, out}};
   EXPECT_EQ(mock.Load(reads)[0], L2LoadOutcome::kLoaded);
   EXPECT_EQ(out, bytes);
-  mock.Unpin(keys);
+  mock.Unlock(keys);
   std::vector<std::byte> wrong_size(100);
   const std::vector<L2Read> other_layout = {{&key, wrong_size}};
   EXPECT_EQ(mock.Load(other_layout)[0], L2LoadOutcome::kMissing);
@@ -70,7 +70,7 @@ TEST(MockAdapterTest, CapacityEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(s.objects, 3u);
   EXPECT_EQ(s.evicted_objects, 2u);
   EXPECT_LE(s.usage_bytes, config.max_size_bytes);
-  EXPECT_EQ(mock.LookupAndPin(keys), (std::vector<bool>{false, false, true, true, true}));
+  EXPECT_EQ(mock.LookupAndLock(keys), (std::vector<bool>{false, false, true, true, true}));
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // PrefetchController: the longest prefix of whole chunks the adapters hold is
 // loaded and admitted already locked for the lookup's readers; failures,
 // corruption, no memory and the deadline shorten the prefix; a cancelled or
-// stopped request leaves no lock, pin or staged buffer behind.
+// stopped request leaves no lock, lock or staged buffer behind.
 #include "tier/prefetch_controller.h"
 
 #include <gtest/gtest.h>

@@ -89,10 +89,10 @@ TEST_F(RespAdapterTest, StoresAndLoadsVerifiedBytesOverAUnixSocket) {
 
   std::vector<store::ObjectKey> probe = keys;
   probe.push_back(KeyN(99));
-  const std::vector<bool> held = adapter->LookupAndPin(probe);
+  const std::vector<bool> held = adapter->LookupAndLock(probe);
   EXPECT_EQ(std::count(held.begin(), held.end(), true), 10);
   EXPECT_FALSE(held.back());
-  adapter->Unpin(probe);
+  adapter->Unlock(probe);
 
   std::vector<std::vector<std::byte>> out(11);
   std::vector<L2Read> reads;
@@ -140,7 +140,7 @@ TEST_F(RespAdapterTest, TenantsAndRanksNeverShareAnObject) {
   const std::vector<L2Write> writes = {{&a, bytes}};
   ASSERT_TRUE(adapter->Store(writes)[0].ok());
   const std::vector<store::ObjectKey> probe = {a, b};
-  EXPECT_EQ(adapter->LookupAndPin(probe), (std::vector<bool>{true, false}));
+  EXPECT_EQ(adapter->LookupAndLock(probe), (std::vector<bool>{true, false}));
 }
 
 // Issue 22: a tagged and an untagged store of the same tokens stay apart
@@ -155,13 +155,13 @@ TEST_F(RespAdapterTest, TaggedAndUntaggedObjectsOfOneChunkStayApart) {
   const std::vector<L2Write> write_untagged = {{&untagged, first}};
   ASSERT_TRUE(adapter->Store(write_untagged)[0].ok());
   const std::vector<store::ObjectKey> probe = {untagged, tagged};
-  EXPECT_EQ(adapter->LookupAndPin(probe), (std::vector<bool>{true, false}));
-  adapter->Unpin(probe);
+  EXPECT_EQ(adapter->LookupAndLock(probe), (std::vector<bool>{true, false}));
+  adapter->Unlock(probe);
   const auto second = Bytes(4096, 2);
   const std::vector<L2Write> write_tagged = {{&tagged, second}};
   ASSERT_TRUE(adapter->Store(write_tagged)[0].ok());
-  EXPECT_EQ(adapter->LookupAndPin(probe), (std::vector<bool>{true, true}));
-  adapter->Unpin(probe);
+  EXPECT_EQ(adapter->LookupAndLock(probe), (std::vector<bool>{true, true}));
+  adapter->Unlock(probe);
   const std::pair<const store::ObjectKey*, const std::vector<std::byte>*> cases[] = {
       {&untagged, &first}, {&tagged, &second}};
   for (const auto& [key, expected] : cases) {
@@ -255,7 +255,7 @@ TEST_F(RespAdapterTest, AnotherGeometrysObjectIsAMissAndIsKept) {
   const std::vector<L2Read> reads = {{&key, smaller}};
   EXPECT_EQ(adapter->Load(reads)[0], L2LoadOutcome::kMissing);
   const std::vector<store::ObjectKey> probe = {key};
-  EXPECT_EQ(adapter->LookupAndPin(probe), std::vector<bool>{true});
+  EXPECT_EQ(adapter->LookupAndLock(probe), std::vector<bool>{true});
 }
 
 TEST_F(RespAdapterTest, ADownServerFailsFastAndIsFoundAgain) {
@@ -289,10 +289,10 @@ TEST_F(RespAdapterTest, ADownServerFailsFastAndIsFoundAgain) {
       live_ms.push_back(timed_ms([&] { EXPECT_TRUE(baseline->Store(writes)[0].ok()); }));
     }
     down_ms.push_back(timed_ms(
-        [&] { EXPECT_EQ(adapter->LookupAndPin(probe), std::vector<bool>{false}); }));
+        [&] { EXPECT_EQ(adapter->LookupAndLock(probe), std::vector<bool>{false}); }));
     live_ms.push_back(timed_ms(
-        [&] { EXPECT_EQ(baseline->LookupAndPin(probe), std::vector<bool>{true}); }));
-    baseline->Unpin(probe);
+        [&] { EXPECT_EQ(baseline->LookupAndLock(probe), std::vector<bool>{true}); }));
+    baseline->Unlock(probe);
     const auto median = [](std::vector<double> v) {
       std::sort(v.begin(), v.end());
       return v[v.size() / 2];

@@ -24,7 +24,7 @@
 namespace lmcache::transport {
 namespace {
 
-using mp::Encoder;
+using msgpk::Encoder;
 
 // Operations by name: "echo" (inline), "work" (CPU pool), "fail" (inline,
 // answers an error), "server_info" (inline, like the real one's pid field),
@@ -68,7 +68,7 @@ class FakeHandler final : public RequestHandler {
       return;
     }
     if (route.row == 3) {
-      mp::MapWriter info;
+      msgpk::MapWriter info;
       info.Field("pid").Int(getpid());
       done({info.Take(), std::nullopt});
       return;

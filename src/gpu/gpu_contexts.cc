@@ -1,12 +1,12 @@
-#include "server/gpu_contexts.h"
+#include "gpu/gpu_contexts.h"
 
 #include <spdlog/spdlog.h>
 
-namespace lmcache::server {
+namespace lmcache::gpu {
 
-Result<gpu::EventHandle> GpuContexts::Entry::Enqueue(gpu::Direction direction,
-                                                      const gpu::EventHandle& engine_event,
-                                                      std::vector<gpu::ChunkTransfer> chunks,
+Result<EventHandle> GpuContexts::Entry::Enqueue(Direction direction,
+                                                      const EventHandle& engine_event,
+                                                      std::vector<ChunkTransfer> chunks,
                                                       std::function<void(const Status&)> done) {
   MutexLock lock(&mu_);
   if (retired_ || !context_) {
@@ -17,7 +17,7 @@ Result<gpu::EventHandle> GpuContexts::Entry::Enqueue(gpu::Direction direction,
   return context_->Enqueue(direction, engine_event, std::move(chunks), std::move(done));
 }
 
-Result<gpu::EventHandle> GpuContexts::Entry::FailedEvent() {
+Result<EventHandle> GpuContexts::Entry::FailedEvent() {
   MutexLock lock(&mu_);
   if (!context_) return Status(ErrorCode::kNotRegistered, "the GPU context is closed");
   return context_->FailedEvent();
@@ -29,7 +29,7 @@ std::optional<std::string> GpuContexts::Problem() const {
 }
 
 GpuContexts::GpuContexts(const std::string& backend, std::chrono::milliseconds event_timeout)
-    : backend_(gpu::MakeKvBackend(backend, gpu::BackendOptions{event_timeout})),
+    : backend_(MakeKvBackend(backend, BackendOptions{event_timeout})),
       closer_("gpu-closer", std::chrono::milliseconds(20), [this] { CloseDrained(); }) {
   closer_.Start();
 }
@@ -61,7 +61,7 @@ GpuContexts::~GpuContexts() {
   }
 }
 
-Result<gpu::KvBackend*> GpuContexts::backend() {
+Result<KvBackend*> GpuContexts::backend() {
   if (!backend_.ok()) return backend_.status();
   return backend_->get();
 }
@@ -135,11 +135,11 @@ GpuStats GpuContexts::Stats() const {
     if (entry->context_) s.transfers_in_flight += entry->context_->in_flight();
   }
   if (backend_.ok()) {
-    const gpu::BackendStats backend = (*backend_)->Stats();
+    const BackendStats backend = (*backend_)->Stats();
     s.mapped_allocations = backend.mapped_allocations;
     s.mapped_bytes = backend.mapped_bytes;
   }
   return s;
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::gpu

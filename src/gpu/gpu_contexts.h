@@ -1,5 +1,5 @@
 // GpuContexts: the device backend of the CUDA-IPC path, the device context
-// (gpu::KvContext) of each GPU registration, and the closing of those whose
+// (KvContext) of each GPU registration, and the closing of those whose
 // registration went. GpuOps makes it at the first register_kv_cache.
 //
 // A registration's context is retired when the registration goes (unregister,
@@ -29,7 +29,7 @@
 #include "gpu/kv_backend.h"
 #include "gpu/kv_layout.h"
 
-namespace lmcache::server {
+namespace lmcache::gpu {
 
 struct GpuStats {
   std::uint64_t contexts = 0;          // registrations with a device context
@@ -44,21 +44,21 @@ class GpuContexts {
   // One registration's context and the layout it was registered with.
   class Entry {
    public:
-    Entry(gpu::KvLayout layout, std::unique_ptr<gpu::KvContext> context)
+    Entry(KvLayout layout, std::unique_ptr<KvContext> context)
         : layout_(std::move(layout)), context_(std::move(context)) {}
-    const gpu::KvLayout& layout() const { return layout_; }
+    const KvLayout& layout() const { return layout_; }
     // Queues a transfer unless the registration went meanwhile (kNotRegistered).
-    Result<gpu::EventHandle> Enqueue(gpu::Direction direction, const gpu::EventHandle& engine_event,
-                                     std::vector<gpu::ChunkTransfer> chunks,
+    Result<EventHandle> Enqueue(Direction direction, const EventHandle& engine_event,
+                                     std::vector<ChunkTransfer> chunks,
                                      std::function<void(const Status&)> done) LMC_EXCLUDES(mu_);
     // A completed (failed, where the backend can say so) server event.
-    Result<gpu::EventHandle> FailedEvent() LMC_EXCLUDES(mu_);
+    Result<EventHandle> FailedEvent() LMC_EXCLUDES(mu_);
 
    private:
     friend class GpuContexts;
-    const gpu::KvLayout layout_;
+    const KvLayout layout_;
     Mutex mu_;
-    std::unique_ptr<gpu::KvContext> context_ LMC_GUARDED_BY(mu_);
+    std::unique_ptr<KvContext> context_ LMC_GUARDED_BY(mu_);
     bool retired_ LMC_GUARDED_BY(mu_) = false;
   };
 
@@ -66,7 +66,7 @@ class GpuContexts {
   ~GpuContexts();  // drains what it can for a few seconds; leaks what does not drain
 
   // The backend, or the reason there is none.
-  Result<gpu::KvBackend*> backend();
+  Result<KvBackend*> backend();
   // The backend's fault, for health.
   std::optional<std::string> Problem() const;
   void Add(std::uint64_t registration, std::shared_ptr<Entry> entry) LMC_EXCLUDES(mu_);
@@ -77,7 +77,7 @@ class GpuContexts {
  private:
   void CloseDrained() LMC_EXCLUDES(mu_);
 
-  Result<std::unique_ptr<gpu::KvBackend>> backend_;
+  Result<std::unique_ptr<KvBackend>> backend_;
   mutable Mutex mu_;
   std::map<std::uint64_t, std::shared_ptr<Entry>> active_ LMC_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Entry>> closing_ LMC_GUARDED_BY(mu_);
@@ -85,4 +85,4 @@ class GpuContexts {
   PeriodicThread closer_;  // last: runs against the members above
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::gpu
