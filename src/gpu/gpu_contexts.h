@@ -4,7 +4,7 @@
 //
 // A registration's context is retired when the registration goes (unregister,
 // the reaper, a re-registration from another connection, its connection
-// closing: Registrations::ReleaseInstance). Retiring never waits: from then on
+// closing: InstanceRules::ReleaseInstance). Retiring never waits: from then on
 // nothing new is queued on it, and the closer thread destroys it once its
 // stream has drained, which closes its IPC mappings. A context whose stream
 // does not drain (an engine event that never completes) stays open and is

@@ -144,9 +144,9 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
   identity.instance_id = r.instance_id;
   identity.model_name = r.model_name;
   identity.world_size = r.world_size;
-  LMC_RETURN_IF_ERROR(deps_.registrations.CheckRegistrant(identity, context));
+  LMC_RETURN_IF_ERROR(deps_.instance_rules.CheckRegistrant(identity, context));
   const ChunkLayout chunk_layout = ChunkLayoutOf(layout);
-  LMC_RETURN_IF_ERROR(deps_.registrations.CheckFits(chunk_layout));
+  LMC_RETURN_IF_ERROR(deps_.instance_rules.CheckFits(chunk_layout));
   // The same connection registering again (after a hiccup): as the reference, only its liveness.
   if (auto same = deps_.instances.Authorize(r.instance_id, context.connection);
       same.ok() && contexts->Find(same->registration)) {
@@ -158,7 +158,7 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
   LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
                        deps_.instances.Register(identity, chunk_layout, context.connection));
   if (outcome.replaced) {
-    deps_.registrations.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
+    deps_.instance_rules.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
   }
   contexts->Add(outcome.info.registration,
                 std::make_shared<gpu::GpuContexts::Entry>(layout, std::move(device)));
@@ -171,7 +171,7 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
 }
 
 Result<std::string> GpuOps::Unregister(const RequestContext& context, std::int64_t instance_id) {
-  LMC_RETURN_IF_ERROR(deps_.registrations.Unregister(instance_id, context));
+  LMC_RETURN_IF_ERROR(deps_.instance_rules.Unregister(instance_id, context));
   return msgpk::Encoder().Nil().Take();
 }
 
@@ -179,7 +179,7 @@ Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Ke
                      Transfer* t) {
   const std::int64_t instance_id = args.target.instance_id;
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.registrations.Authorize(instance_id, context));
+                       deps_.instance_rules.Authorize(instance_id, context));
   if (gpu::GpuContexts* contexts = ContextsIfMade()) t->entry = contexts->Find(instance.registration);
   if (!t->entry) {
     return Status(ErrorCode::kNotRegistered,
@@ -188,7 +188,7 @@ Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, Ke
                       "from and to it");
   }
   LMC_ASSIGN_OR_RETURN(t->worker,
-                       deps_.registrations.ResolveWorkerKeys(args.target.key, instance, use));
+                       deps_.instance_rules.ResolveWorkerKeys(args.target.key, instance, use));
   // Fail closed: a short list or a foreign id would copy out of bounds.
   return gpu::CheckBlockIds(t->entry->layout(), t->chunks(), args.block_ids);
 }

@@ -31,7 +31,7 @@ constexpr ModeRow kTransferModes[] = {
 
 std::vector<std::unique_ptr<TransferMode>> MakeModes(ServiceState* s, const std::string& setting) {
   const TransferDeps deps{s->config(),        s->boot_id(),       s->l1().segment(),
-                          s->table(),         s->instances(),     s->registrations(),
+                          s->table(),         s->instances(),     s->instance_rules(),
                           s->leases(),        {&s->parked(), &s->table(), &s->clock()}};
   std::vector<std::unique_ptr<TransferMode>> modes;
   for (const ModeRow& row : kTransferModes) modes.push_back(row.make(deps, ModeServes(setting, row.name)));
@@ -77,7 +77,7 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
   for (const auto& mode : modes_) {
     mode->AddTo(&table_);
     TransferMode* m = mode.get();
-    state_.registrations().AddListener(
+    state_.instance_rules().AddListener(
         [m](std::uint64_t registration) { m->OnRegistrationGone(registration); });
   }
   lookup_ops_.AddTo(&table_);
@@ -185,7 +185,7 @@ void Service::OnStreamControl(std::string_view connection, std::string_view uid,
 
 void Service::OnDisconnect(std::string_view connection) {
   for (const RemovedInstance& removed : state_.instances().RemoveConnection(connection)) {
-    state_.registrations().ReleaseInstance(removed, ReleaseCause::kDisconnected);
+    state_.instance_rules().ReleaseInstance(removed, ReleaseCause::kDisconnected);
   }
   // A scheduler that went away will not free its lookups' locks: release them.
   state_.leases().ReleaseConnectionLookups(connection);
@@ -217,7 +217,7 @@ void Service::RunMaintenance() {
     for (const std::int64_t id : state_.instances().Silent(config.worker_reap_timeout_ms,
                                                            config.worker_registration_grace_ms)) {
       if (auto removed = state_.instances().Remove(id)) {
-        state_.registrations().ReleaseInstance(*removed, ReleaseCause::kReaped);
+        state_.instance_rules().ReleaseInstance(*removed, ReleaseCause::kReaped);
       }
     }
   }

@@ -112,7 +112,7 @@ class Service final : public RequestHandler {
   ServiceState& state() { return state_; }
   // While draining (SIGTERM), new registrations are refused; registered
   // workers are served until they leave.
-  void SetDraining(bool draining) { state_.registrations().set_draining(draining); }
+  void SetDraining(bool draining) { state_.instance_rules().set_draining(draining); }
   InstanceRegistry& instances() { return state_.instances(); }
   SessionManager& sessions() { return state_.sessions(); }
   store::ObjectTable& table() { return state_.table(); }

@@ -45,7 +45,7 @@ struct ServiceConfig {
 };
 
 struct ServiceCounters {
-  // Registrations ended, by ReleaseCause (Registrations::ReleaseInstance counts).
+  // Registrations ended, by ReleaseCause (InstanceRules::ReleaseInstance counts).
   std::array<std::atomic<std::uint64_t>, kReleaseCauses> released{};
   std::atomic<std::uint64_t> block_allocation_reports{0};
   std::atomic<std::uint64_t> lookups{0};

@@ -37,7 +37,7 @@ ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const Service
       sessions_(clock, config.sessions, [this](Session& session) { leases_.ReleaseSession(session); }),
       parked_(ParkedRequests::Create(clock, config.parked)),
       hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes),
-      registrations_(&instances_, l1, &hasher_, &counters_, &config_, token_bindings()),
+      instance_rules_(&instances_, l1, &hasher_, &counters_, &config_, token_bindings()),
       kv_streams_(events) {}
 
 ServiceState::~ServiceState() {

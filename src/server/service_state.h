@@ -1,6 +1,6 @@
 // ServiceState: the parts every operation family draws from, owned in one
 // place: the L1 cache, the registry of instances and its rules
-// (Registrations), the sessions and their read leases (LookupLeases), the
+// (InstanceRules), the sessions and their read leases (LookupLeases), the
 // parked requests, the chunk hasher, the configuration and the counters that
 // are not per operation. The service hands each family only the parts it
 // uses (its Deps, in its header); families never see this class or each
@@ -27,7 +27,7 @@
 #include "server/keys.h"
 #include "server/kv_event_streams.h"
 #include "server/lookup_leases.h"
-#include "server/registrations.h"
+#include "server/instance_rules.h"
 #include "server/request.h"
 #include "server/service_config.h"
 #include "server/session.h"
@@ -65,7 +65,7 @@ class ServiceState {
   KvEventStreams& kv_streams() { return kv_streams_; }
   ChunkHasher& hasher() { return hasher_; }
   ServiceCounters& counters() { return counters_; }
-  Registrations& registrations() { return registrations_; }
+  InstanceRules& instance_rules() { return instance_rules_; }
   LookupLeases& leases() { return leases_; }
 
  private:
@@ -83,7 +83,7 @@ class ServiceState {
   SessionManager sessions_;
   std::shared_ptr<ParkedRequests> parked_;  // shared: wakers hold it weakly
   ChunkHasher hasher_;
-  Registrations registrations_;
+  InstanceRules instance_rules_;
   KvEventStreams kv_streams_;
 };
 

@@ -26,7 +26,7 @@
 #include "server/instances.h"
 #include "server/lookup_leases.h"
 #include "server/op_table.h"
-#include "server/registrations.h"
+#include "server/instance_rules.h"
 #include "server/reserve_or_park.h"
 #include "server/service_config.h"
 #include "server/stats.h"
@@ -43,7 +43,7 @@ struct TransferDeps {
   shm::ShmSegment& pool;  // the L1 pool's segment (its name, size, bytes)
   store::ObjectTable& table;
   InstanceRegistry& instances;
-  Registrations& registrations;
+  InstanceRules& instance_rules;
   LookupLeases& leases;  // a retrieve takes over its lookup's locks
   StoreParking parking;  // a store waiting for pre-faulted pages
 };

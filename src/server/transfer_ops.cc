@@ -81,11 +81,11 @@ void TransferOps::AddTo(OpTable* table) {
 Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
                                                  const EngineContext& engine) {
   LMC_ASSIGN_OR_RETURN(const ChunkLayout layout,
-                       deps_.registrations.CheckRegistration(engine, context));
+                       deps_.instance_rules.CheckRegistration(engine, context));
   LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
                        deps_.instances.Register(engine, layout, context.connection));
   if (outcome.replaced) {
-    deps_.registrations.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
+    deps_.instance_rules.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
   }
   if (outcome.is_new) {
     spdlog::info("registered instance {}: {} world size {}, chunk {} ({} bytes)",
@@ -102,16 +102,16 @@ Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
 
 Result<std::string> TransferOps::UnregisterContext(const RequestContext& context,
                                                    std::int64_t instance_id) {
-  LMC_RETURN_IF_ERROR(deps_.registrations.Unregister(instance_id, context));
+  LMC_RETURN_IF_ERROR(deps_.instance_rules.Unregister(instance_id, context));
   return msgpk::Encoder().Nil().Take();
 }
 
 Attempted TransferOps::PrepareStore(const RequestContext& context, const TransferArgs& args,
                                     store::WhilePoolWarms warming) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.registrations.Authorize(args.instance_id, context));
+                       deps_.instance_rules.Authorize(args.instance_id, context));
   LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
-                       deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kStore));
+                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, KeyUse::kStore));
   const ChunkLayout& layout = instance.layout;
   store::ObjectTable& table = deps_.table;
   LMC_ASSIGN_OR_RETURN(const store::WriteLease staged,
@@ -147,9 +147,9 @@ Attempted TransferOps::PrepareStore(const RequestContext& context, const Transfe
 Result<std::optional<PendingWrite>> TransferOps::TakePendingWrite(const RequestContext& context,
                                                                   const TransferArgs& args) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.registrations.Authorize(args.instance_id, context));
+                       deps_.instance_rules.Authorize(args.instance_id, context));
   LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
-                       deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
+                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
   return deps_.instances.TakePendingWrite(instance, worker.transfer);
 }
 
@@ -185,9 +185,9 @@ Result<std::string> TransferOps::AbortStore(const RequestContext& context,
 Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
                                                  const TransferArgs& args) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.registrations.Authorize(args.instance_id, context));
+                       deps_.instance_rules.Authorize(args.instance_id, context));
   LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
-                       deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
+                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
   LMC_ASSIGN_OR_RETURN(const store::ReadAcquisition acquired,
                        deps_.leases.AcquireForRetrieve(args.key, worker.keys, instance.owner()));
   store::ObjectTable& table = deps_.table;
@@ -211,9 +211,9 @@ Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
 Result<std::string> TransferOps::CommitRetrieve(const RequestContext& context,
                                                 const TransferArgs& args) {
   LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.registrations.Authorize(args.instance_id, context));
+                       deps_.instance_rules.Authorize(args.instance_id, context));
   LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
-                       deps_.registrations.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
+                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
   // Nothing pending is not an error (the reference answers True as well).
   if (auto lease = deps_.instances.TakePendingRead(instance, worker.transfer)) {
     deps_.table.ReleaseRead(*lease);

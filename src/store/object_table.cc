@@ -181,7 +181,7 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
     LMC_ASSIGN_OR_RETURN(
         offsets, AllocateWithEviction(size, needs_memory.size(), mode, warming, &pages_pending));
     // Recorded as lent before the writer learns of them.
-    if (journal_ != nullptr && !offsets.empty()) journal_->Staged(offsets, size);
+    if (journal_ != nullptr && !offsets.empty()) journal_->Lent(offsets, size);
     if (!offsets.empty()) {
       ReservePass(keys, size, owner, lease, std::span(needs_memory).first(offsets.size()), offsets,
                   &result);

@@ -221,7 +221,7 @@ std::uint32_t PoolJournal::NewRecordLocked(Offset offset, std::uint64_t size,
                                            jf::RecordState state, TimeMs held_until_ms) {
   std::uint32_t index;
   if (auto it = record_of_.find(offset); it != record_of_.end()) {
-    index = it->second;  // a slot staged again without a free (defensive): a new life
+    index = it->second;  // a slot lent again without a free (defensive): a new life
   } else if (!free_records_.empty()) {
     index = free_records_.back();
     free_records_.pop_back();
@@ -245,21 +245,21 @@ void PoolJournal::SetStateLocked(jf::Record& r, std::uint64_t word) {
   if ((word & 3) == jf::kSealed) sealed_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void PoolJournal::Staged(std::span<const Offset> offsets, std::uint64_t size) {
+void PoolJournal::Lent(std::span<const Offset> offsets, std::uint64_t size) {
   MutexLock lock(&mu_);
   // Last first: recovery takes a lower sequence as older, and the eviction
   // policy takes a batch's first key (a prompt's first chunk) as its most
   // recent.
   for (auto it = offsets.rbegin(); it != offsets.rend(); ++it) {
     if (record_of_.size() >= capacity_ && !record_of_.contains(*it)) break;  // cannot happen
-    (void)NewRecordLocked(*it, size, jf::kStaged);
+    (void)NewRecordLocked(*it, size, jf::kLent);
   }
 }
 
 void PoolJournal::Held(Offset offset, std::uint64_t size, TimeMs until_ms) {
   MutexLock lock(&mu_);
   if (record_of_.size() >= capacity_ && !record_of_.contains(offset)) return;  // cannot happen
-  (void)NewRecordLocked(offset, size, jf::kStaged, std::max<TimeMs>(until_ms, 1));
+  (void)NewRecordLocked(offset, size, jf::kLent, std::max<TimeMs>(until_ms, 1));
 }
 
 std::optional<std::uint32_t> PoolJournal::NamespaceLocked(std::string body) {
@@ -293,11 +293,11 @@ void PoolJournal::Committed(const ObjectKey& key, Offset offset, std::uint64_t s
       // Not recoverable, but its slot stays recorded as lent (never reused by
       // a successor while its record says a writer may hold it).
       stats_.unrecorded += 1;
-      if (it == record_of_.end()) (void)NewRecordLocked(offset, size, jf::kStaged);
+      if (it == record_of_.end()) (void)NewRecordLocked(offset, size, jf::kLent);
       return;
     }
     const std::uint32_t index =
-        it != record_of_.end() ? it->second : NewRecordLocked(offset, size, jf::kStaged);
+        it != record_of_.end() ? it->second : NewRecordLocked(offset, size, jf::kLent);
     jf::Record& r = record(index);
     const std::uint64_t sequence = Word(r.state).load(std::memory_order_relaxed) >> jf::kStateBits;
     r.size = size;
@@ -341,9 +341,9 @@ void PoolJournal::Withdrawn(Offset offset) {
   if (it == record_of_.end()) return;
   jf::Record& r = record(it->second);
   const std::uint64_t word = Word(r.state).load(std::memory_order_relaxed);
-  if ((word & 3) == jf::kStaged) return;
+  if ((word & 3) == jf::kLent) return;
   // Never served again, but the slot stays held: a lease may still read it.
-  SetStateLocked(r, StateWord(next_sequence_++, jf::kStaged));
+  SetStateLocked(r, StateWord(next_sequence_++, jf::kLent));
 }
 
 void PoolJournal::Freed(Offset offset) {

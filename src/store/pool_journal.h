@@ -7,10 +7,10 @@
 // segment, no worker can write it. Recovery (pool_recovery.h) verifies every
 // object against the checksum recorded here before it serves it.
 //
-// Each slot lent to a writer or resident has a record: Staged (lent: a worker
-// may be copying into it) -> Committed (admitted, its key written) -> Sealed
-// (the sealer thread has checksummed its bytes) -> Staged again once it leaves
-// the index (withdrawn: a lease may still read it) -> Free (the slot went back
+// Each slot lent to a writer or resident has a record: Lent (a worker may be
+// copying into it) -> Committed (admitted, its key written) -> Sealed (the
+// sealer thread has checksummed its bytes) -> Lent again once it leaves the
+// index (withdrawn: a lease may still read it) -> Free (the slot went back
 // to the allocator, before the allocator can lend it again). Every transition
 // writes the record's fields first and its state word last, with release
 // ordering. THE COMMIT POINT of an object, for recovery, is the store of its
@@ -113,13 +113,13 @@ class PoolJournal : public alloc::SlabObserver {
   Status Publish();
 
   // Slots lent to a writer, before the writer learns of them.
-  void Staged(std::span<const Offset> offsets, std::uint64_t size) LMC_EXCLUDES(mu_);
+  void Lent(std::span<const Offset> offsets, std::uint64_t size) LMC_EXCLUDES(mu_);
   // A slot a successor keeps from reuse until `until_ms` (the table's clock),
-  // never served: a recovery's or a takeover's held slot. Recorded staged
+  // never served: a recovery's or a takeover's held slot. Recorded lent
   // with its deadline, so that a recovery after another crash keeps it no
   // longer than this one would have.
   void Held(Offset offset, std::uint64_t size, TimeMs until_ms) LMC_EXCLUDES(mu_);
-  // An object admitted at `offset` (staged before, or adopted from a
+  // An object admitted at `offset` (lent before, or adopted from a
   // predecessor): its key is recorded and its checksum queued, or, given
   // (a recovery verified it), recorded with it as sealed.
   void Committed(const ObjectKey& key, Offset offset, std::uint64_t size,

@@ -54,10 +54,10 @@ struct SlabEntry {
   std::uint64_t num_pages;
 };
 
-// A record's state word: sequence << 2 | state. The sequence is new at every
-// staging, so a checksum computed for one life of a record is never sealed
+// A record's state word: sequence << 2 | state. The sequence is new every
+// time a slot is lent, so a checksum computed for one life of a record is never sealed
 // into the next.
-enum RecordState : std::uint64_t { kFree = 0, kStaged = 1, kCommitted = 2, kSealed = 3 };
+enum RecordState : std::uint64_t { kFree = 0, kLent = 1, kCommitted = 2, kSealed = 3 };
 inline constexpr std::uint64_t kStateBits = 2;
 
 struct Record {
@@ -68,7 +68,7 @@ struct Record {
   std::uint32_t key_namespace;
   std::uint32_t reserved;
   std::uint8_t chunk_hash[32];
-  // Staged only: a slot a recovery kept from reuse, until this time on the
+  // Lent only: a slot a recovery kept from reuse, until this time on the
   // host's CLOCK_MONOTONIC in ms (the table's SteadyClock, which every
   // process of the host shares). A later recovery holds it no longer than
   // that: without it, a server killed again within a write TTL held every

@@ -172,13 +172,13 @@ Result<RecoveryPlan> PlanRecovery(std::span<const std::byte> journal,
   auto hold = [&](const Candidate& c) {
     // A slot the dead server itself held since an earlier recovery keeps
     // that hold's end (the table bounds it by a write TTL from now).
-    const TimeMs until = c.state == jf::kStaged ? c.record.held_until_ms : 0;
+    const TimeMs until = c.state == jf::kLent ? c.record.held_until_ms : 0;
     plan.image.table.held.push_back({c.record.offset, c.record.size, std::max<TimeMs>(until, 0)});
     report.held_slots += 1;
     report.held_bytes += c.slot_bytes;
   };
   for (Candidate* c : order) {
-    if (c->state == jf::kStaged) {
+    if (c->state == jf::kLent) {
       report.staged += 1;
     } else if (c->state == jf::kCommitted) {
       report.unsealed += 1;

@@ -53,7 +53,7 @@ class PoolRecoveryTest : public ::testing::Test {
   // A committed object whose bytes are a function of `n`.
   void Store(std::uint64_t n, Offset at, const ObjectKey& key) {
     const Offset offsets[] = {at};
-    journal_->Staged(offsets, 16 * kKiB);
+    journal_->Lent(offsets, 16 * kKiB);
     for (std::uint64_t i = 0; i < 16 * kKiB; ++i) pool_[at + i] = std::byte(n * 31 + i % 251);
     journal_->Committed(key, at, 16 * kKiB);
   }
@@ -107,7 +107,7 @@ TEST_F(PoolRecoveryTest, SealedObjectsComeBackInCommitOrderWithTheirWholeKeys) {
 TEST_F(PoolRecoveryTest, StagedUnsealedAndChangedObjectsAreHeldNeverServed) {
   Open();
   const Offset staged[] = {Slot(5)};
-  journal_->Staged(staged, 16 * kKiB);
+  journal_->Lent(staged, 16 * kKiB);
   Store(1, Slot(1), testing::KeyN(1));
   Store(2, Slot(2), testing::KeyN(2));
   Store(3, Slot(3), testing::KeyN(3));
@@ -157,7 +157,7 @@ TEST_F(PoolRecoveryTest, ASlotNamedByTwoRecordsGoesToTheNewerAndAKeyNamedTwiceTo
   std::vector<std::byte> journal = JournalBytes();
   // A torn free: record 0's slot recorded as lent again by a newer record 2.
   jf::Record copy = RecordAt(journal, 0);
-  copy.state = (std::uint64_t{99} << jf::kStateBits) | jf::kStaged;
+  copy.state = (std::uint64_t{99} << jf::kStateBits) | jf::kLent;
   RecordAt(journal, 2) = copy;
   auto header = reinterpret_cast<jf::Header*>(journal.data());
   header->records_used = 3;
@@ -300,7 +300,7 @@ TEST_F(PoolRecoveryTest, AnObjectThatLeftTheIndexIsHeldNotServedAndAVerifiedOneI
   EXPECT_EQ(journal_->Stats().sealed, 1u);
   // A recovery's verified object: sealed with its checksum, nothing queued.
   const Offset at[] = {Slot(3)};
-  journal_->Staged(at, 16 * kKiB);
+  journal_->Lent(at, 16 * kKiB);
   journal_->Committed(testing::KeyN(3), Slot(3), 16 * kKiB, 0x1234);
   EXPECT_EQ(journal_->Stats().sealed, 2u);
   EXPECT_EQ(journal_->Stats().awaiting_seal, 0u);

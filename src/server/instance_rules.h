@@ -1,4 +1,4 @@
-// Registrations: the rules of registered instances that the transfer
+// InstanceRules: the rules of registered instances that the transfer
 // families share (transfer_ops, gpu_ops) and the service's connection and
 // reaper events use: who may transfer for an instance, which objects a
 // worker's transfer names, whether a registration is acceptable, and the
@@ -37,11 +37,11 @@ struct WorkerKeys {
   std::string transfer;  // names the transfer among the instance's pending ones
 };
 
-class Registrations {
+class InstanceRules {
  public:
   // Every pointer must outlive this object.
   // `bindings` may be null (no KV events).
-  Registrations(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
+  InstanceRules(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
                 ServiceCounters* counters, const ServiceConfig* config,
                 events::TokenBindings* bindings);
 

@@ -1,4 +1,4 @@
-#include "server/registrations.h"
+#include "server/instance_rules.h"
 
 #include <spdlog/spdlog.h>
 
@@ -9,18 +9,18 @@
 
 namespace lmcache::server {
 
-Registrations::Registrations(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
+InstanceRules::InstanceRules(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
                              ServiceCounters* counters, const ServiceConfig* config,
                              events::TokenBindings* bindings)
     : instances_(instances), l1_(l1), hasher_(hasher), counters_(counters), config_(config),
       bindings_(bindings) {}
 
-Result<InstanceInfo> Registrations::Authorize(std::int64_t instance_id,
+Result<InstanceInfo> InstanceRules::Authorize(std::int64_t instance_id,
                                              const RequestContext& context) {
   return instances_->Authorize(instance_id, context.connection);
 }
 
-Result<WorkerKeys> Registrations::ResolveWorkerKeys(const IpcKey& key,
+Result<WorkerKeys> InstanceRules::ResolveWorkerKeys(const IpcKey& key,
                                                    const InstanceInfo& instance, KeyUse use) {
   LMC_RETURN_IF_ERROR(CheckKeyRange(key, config_->chunk_size));
   if (!key.worker_id) {
@@ -54,7 +54,7 @@ Result<WorkerKeys> Registrations::ResolveWorkerKeys(const IpcKey& key,
   return out;
 }
 
-Result<ChunkLayout> Registrations::CheckRegistration(const EngineContext& engine,
+Result<ChunkLayout> InstanceRules::CheckRegistration(const EngineContext& engine,
                                                    const RequestContext& context) {
   LMC_RETURN_IF_ERROR(CheckRegistrant(engine, context));
   LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, MakeChunkLayout(engine, config_->chunk_size));
@@ -62,7 +62,7 @@ Result<ChunkLayout> Registrations::CheckRegistration(const EngineContext& engine
   return layout;
 }
 
-Status Registrations::CheckRegistrant(const EngineContext& engine, const RequestContext& context) {
+Status InstanceRules::CheckRegistrant(const EngineContext& engine, const RequestContext& context) {
   LMC_RETURN_IF_ERROR(store::ValidateModelName(engine.model_name));
   if (engine.world_size < 1 || engine.world_size > 255) {
     return InvalidArgument("world_size must be in [1, 255], got " +
@@ -76,7 +76,7 @@ Status Registrations::CheckRegistrant(const EngineContext& engine, const Request
   return Status::Ok();
 }
 
-Status Registrations::CheckFits(const ChunkLayout& layout) {
+Status InstanceRules::CheckFits(const ChunkLayout& layout) {
   const std::uint64_t capacity = l1_->allocator().capacity_bytes();
   if (layout.object_bytes > capacity) {
     return Status(ErrorCode::kTooLarge, "one chunk of layout " + layout.Describe() + " takes " +
@@ -87,7 +87,7 @@ Status Registrations::CheckFits(const ChunkLayout& layout) {
   return Status::Ok();
 }
 
-Status Registrations::Unregister(std::int64_t instance_id, const RequestContext& context) {
+Status InstanceRules::Unregister(std::int64_t instance_id, const RequestContext& context) {
   static RateLimitedLog unknown_log(std::chrono::seconds(10));
   Result<RemovedInstance> removed = instances_->Unregister(instance_id, context.connection);
   if (removed.ok()) {
@@ -100,7 +100,7 @@ Status Registrations::Unregister(std::int64_t instance_id, const RequestContext&
   return Status::Ok();
 }
 
-void Registrations::ReleaseInstance(const RemovedInstance& removed, ReleaseCause cause) {
+void InstanceRules::ReleaseInstance(const RemovedInstance& removed, ReleaseCause cause) {
   counters_->released[static_cast<std::size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
   // Device copies keep their own leases (Owner::Device) until they end; a
   // GPU registration's context closes once they have.
