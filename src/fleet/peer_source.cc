@@ -5,7 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
+
+#include "common/host_port.h"
 
 namespace lmcache::fleet {
 namespace {
@@ -55,41 +56,23 @@ Status Refuse(std::string_view entry, const std::string& why) {
   return InvalidArgument("--p2p-peers entry " + Quoted(entry) + ": " + why);
 }
 
-// "HOST:PORT" or "[V6]:PORT" into `source`.
-Status ParseHostPort(std::string_view entry, std::string_view authority, PeerSource* source) {
-  std::string_view host;
-  std::string_view port;
-  if (authority.starts_with('[')) {
-    const std::size_t close = authority.find(']');
-    if (close == std::string_view::npos || close + 1 >= authority.size() ||
-        authority[close + 1] != ':') {
-      return Refuse(entry, "write an IPv6 peer as [ADDRESS]:PORT");
-    }
-    host = authority.substr(1, close - 1);
-    port = authority.substr(close + 2);
-    if (!IsIpAddress(std::string(host), AF_INET6)) {
-      return Refuse(entry, Quoted(host) + " is not an IPv6 address");
-    }
-  } else {
-    const std::size_t colon = authority.rfind(':');
-    if (colon == std::string_view::npos) return Refuse(entry, "add the peer's port: HOST:PORT");
-    host = authority.substr(0, colon);
-    port = authority.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) {
-      return Refuse(entry, "write an IPv6 peer in brackets: [ADDRESS]:PORT");
-    }
-    if (!IsIpAddress(std::string(host), AF_INET) && !IsDnsName(host)) {
-      return Refuse(entry, Quoted(host) + " is neither a host name nor an address");
-    }
+// "HOST:PORT" or "[V6]:PORT" into `source`: a port is required, and the
+// host must be a DNS name or an IP address.
+Status ParseHostPortOf(std::string_view entry, std::string_view authority, PeerSource* source) {
+  auto parsed = ParseHostPort(authority);
+  if (!parsed.ok()) return Refuse(entry, parsed.status().message());
+  const bool bracketed = authority.starts_with('[');
+  if (bracketed && !IsIpAddress(parsed->host, AF_INET6)) {
+    return Refuse(entry, Quoted(parsed->host) + " is not an IPv6 address");
   }
-  unsigned value = 0;
-  const auto [end, error] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (port.empty() || error != std::errc() || end != port.data() + port.size() || value == 0 ||
-      value > 65535) {
-    return Refuse(entry, "the port must be a number in 1..65535, got " + Quoted(port));
+  if (!bracketed && parsed->host.find(':') != std::string::npos) {
+    return Refuse(entry, "write an IPv6 peer in brackets: [ADDRESS]:PORT");
   }
-  source->host = std::string(host);
-  source->port = static_cast<std::uint16_t>(value);
+  if (!bracketed && !IsIpAddress(parsed->host, AF_INET) && !IsDnsName(parsed->host)) {
+    return Refuse(entry, Quoted(parsed->host) + " is neither a host name nor an address");
+  }
+  source->host = std::move(parsed->host);
+  source->port = parsed->port;
   return Status::Ok();
 }
 
@@ -111,7 +94,7 @@ Result<PeerSource> ParseOne(std::string_view entry) {
   }
   const std::size_t slash = rest.find('/');
   const std::string_view authority = rest.substr(0, slash);
-  LMC_RETURN_IF_ERROR(ParseHostPort(entry, authority, &source));
+  LMC_RETURN_IF_ERROR(ParseHostPortOf(entry, authority, &source));
   if (source.kind == PeerSourceKind::kEtcd) {
     if (slash == std::string_view::npos || slash + 1 == rest.size()) {
       return Refuse(entry, "name the key prefix the peers register under: etcd://HOST:PORT/PREFIX");
@@ -129,11 +112,10 @@ Result<PeerSource> ParseOne(std::string_view entry) {
 }  // namespace
 
 std::string PeerSource::ToString() const {
-  const char* scheme = kind == PeerSourceKind::kTcp   ? "tcp://"
-                       : kind == PeerSourceKind::kDns ? "dns://"
-                                                      : "etcd://";
-  const bool v6 = host.find(':') != std::string::npos;
-  return scheme + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + prefix;
+  std::string text = kind == PeerSourceKind::kTcp   ? "tcp://"
+                     : kind == PeerSourceKind::kDns ? "dns://"
+                                                    : "etcd://";
+  return text.append(HostPort{host, port}.ToString()).append(prefix);
 }
 
 Result<std::vector<PeerSource>> ParsePeerSources(std::string_view list) {

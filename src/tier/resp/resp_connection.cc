@@ -10,6 +10,8 @@
 #include <charconv>
 #include <cstring>
 
+#include "common/host_port.h"
+
 namespace lmcache::tier {
 namespace {
 
@@ -20,36 +22,14 @@ timeval ToTimeval(std::chrono::milliseconds ms) {
   return tv;
 }
 
-Result<int> ParsePort(std::string_view text, std::string_view url) {
-  int port = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
-  if (ec != std::errc() || end != text.data() + text.size() || port < 1 || port > 65535) {
-    return InvalidConfig("'" + std::string(url) + "': the port must be a number in [1, 65535]");
-  }
-  return port;
-}
-
-// "host[:port]" of a redis:// URL or a cluster node name.
+// "host[:port]" of a redis:// URL or a cluster node name (port 6379 by default).
 Status ParseHostPort(std::string_view hostport, std::string_view url, RespEndpoint* endpoint) {
-  std::string_view host = hostport;
-  endpoint->port = 6379;
-  if (!hostport.empty() && hostport.front() == '[') {  // [::1]:6379
-    const std::size_t close = hostport.find(']');
-    if (close == std::string_view::npos) {
-      return InvalidConfig("'" + std::string(url) + "': unterminated [IPv6 address]");
-    }
-    host = hostport.substr(1, close - 1);
-    std::string_view rest = hostport.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') return InvalidConfig("'" + std::string(url) + "': bad port");
-      LMC_ASSIGN_OR_RETURN(endpoint->port, ParsePort(rest.substr(1), url));
-    }
-  } else if (const std::size_t colon = hostport.rfind(':'); colon != std::string_view::npos) {
-    host = hostport.substr(0, colon);
-    LMC_ASSIGN_OR_RETURN(endpoint->port, ParsePort(hostport.substr(colon + 1), url));
+  auto parsed = lmcache::ParseHostPort(hostport, 6379);
+  if (!parsed.ok()) {
+    return InvalidConfig("'" + std::string(url) + "': " + parsed.status().message());
   }
-  if (host.empty()) return InvalidConfig("'" + std::string(url) + "': no host");
-  endpoint->host = std::string(host);
+  endpoint->host = std::move(parsed->host);
+  endpoint->port = parsed->port;
   return Status::Ok();
 }
 
@@ -140,10 +120,12 @@ Result<RespConnection> RespConnection::Open(const RespEndpoint& endpoint,
                                             const RespCredentials& credentials,
                                             const RespTimeouts& timeouts) {
   const timeval connect_tv = ToTimeval(timeouts.connect);
-  redisContext* raw = endpoint.unix_path.empty()
-                          ? redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, connect_tv)
-                          : redisConnectUnixWithTimeout(endpoint.unix_path.c_str(), connect_tv);
-  if (raw == nullptr) return Status(ErrorCode::kOutOfMemory, "hiredis could not allocate a context");
+  redisContext* raw =
+      endpoint.unix_path.empty()
+          ? redisConnectWithTimeout(endpoint.host.c_str(), endpoint.port, connect_tv)
+          : redisConnectUnixWithTimeout(endpoint.unix_path.c_str(), connect_tv);
+  if (raw == nullptr)
+    return Status(ErrorCode::kOutOfMemory, "hiredis could not allocate a context");
   RespConnection connection(raw);
   if (raw->err != 0) {
     return Status(ErrorCode::kUnavailable,
@@ -176,9 +158,9 @@ Result<RespConnection> RespConnection::Open(const RespEndpoint& endpoint,
     LMC_ASSIGN_OR_RETURN(auto replies, connection.Pipeline(setup));
     for (const RespReply& reply : replies) {
       if (IsErrorReply(*reply)) {
-        return Status(ErrorCode::kPermissionDenied,
-                      endpoint.Name() + " refused the connection's setup: " +
-                          std::string(ReplyText(*reply)));
+        return Status(
+            ErrorCode::kPermissionDenied,
+            endpoint.Name() + " refused the connection's setup: " + std::string(ReplyText(*reply)));
       }
     }
   }
@@ -205,8 +187,9 @@ Status RespConnection::Write(RespRequest& request) {
       broken_ = true;
       const bool timeout = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
       return Status(timeout ? ErrorCode::kTimeout : ErrorCode::kUnavailable,
-                    std::string("sending commands: ") +
-                        (timeout ? "timed out" : n == 0 ? "nothing written" : std::strerror(errno)));
+                    std::string("sending commands: ") + (timeout  ? "timed out"
+                                                         : n == 0 ? "nothing written"
+                                                                  : std::strerror(errno)));
     }
     auto written = static_cast<std::size_t>(n);
     while (first < left.size() && written >= left[first].iov_len) {
