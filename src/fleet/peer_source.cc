@@ -103,7 +103,8 @@ Result<PeerSource> ParseOne(std::string_view entry) {
   } else if (slash != std::string_view::npos) {
     return Refuse(entry, "a tcp or dns peer takes no path: remove " + Quoted(rest.substr(slash)));
   }
-  if (source.kind == PeerSourceKind::kDns && IsIpAddress(source.host, AF_INET)) {
+  if (source.kind == PeerSourceKind::kDns &&
+      (IsIpAddress(source.host, AF_INET) || IsIpAddress(source.host, AF_INET6))) {
     return Refuse(entry, "dns:// needs a name to resolve; write tcp:// for an address");
   }
   return source;

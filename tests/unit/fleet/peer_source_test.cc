@@ -69,6 +69,7 @@ TEST(PeerSourceTest, APathBelongsToEtcdOnlyAndEtcdNeedsOne) {
 
 TEST(PeerSourceTest, DnsNeedsANameAndNoEntryComesTwiceOrEmpty) {
   EXPECT_NE(Refusal("dns://10.0.0.2:1").find("tcp://"), std::string::npos);
+  Refusal("dns://[fd00::3]:1");
   EXPECT_NE(Refusal("tcp://a:1, tcp://a:1").find("twice"), std::string::npos);
   EXPECT_TRUE(ParsePeerSources("tcp://a:1,dns://a:1").ok());  // another kind: another source
   EXPECT_NE(Refusal("tcp://a:1,,tcp://b:1").find("extra comma"), std::string::npos);
