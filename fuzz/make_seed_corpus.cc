@@ -193,13 +193,13 @@ int main(int argc, char** argv) {
       salted.tags = "team%infra";
       for (std::uint64_t i = 0; i < 4; ++i) {
         const alloc::Offset at[] = {(2ull << 14) + i * (16 << 10)};
-        j.Staged(at, 16 << 10);
+        j.Lent(at, 16 << 10);
         j.Committed(i == 1 ? salted : keys[i % keys.size()], at[0], 16 << 10);
       }
       (void)j.WaitSealed(std::chrono::seconds(10));
       j.Freed((2ull << 14) + 3 * (16 << 10));
       const alloc::Offset lent[] = {(2ull << 14) + 5 * (16 << 10)};
-      j.Staged(lent, 16 << 10);
+      j.Lent(lent, 16 << 10);
       auto file = store::JournalFile::Open(l1.shm_name);
       if (file.ok()) Write(journal / "journal", fuzz::InputFromJournal(file->bytes()));
     }
