@@ -31,7 +31,8 @@ PACKAGES=(
   python3-zmq python3-msgpack python3-numpy python3-pytest
 )
 
-log() { printf '\033[1m[dev.sh] %s\033[0m\n' "$*" >&2; }
+# Each line carries the run's elapsed time (m:ss), so a slow stage shows in the log.
+log() { printf '\033[1m[dev.sh %d:%02d] %s\033[0m\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2; }
 
 install_deps() {
   local missing=()
