@@ -14,7 +14,7 @@
 #include "common/clock.h"
 #include "store/eviction_policy.h"
 #include "store/object_table.h"
-#include "store/pool_journal.h"
+#include "restart/pool_journal.h"
 
 namespace lmcache::store {
 namespace {
@@ -65,8 +65,8 @@ struct JournaledFixture {
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     pool = {static_cast<std::byte*>(base), kPoolBytes};
     allocator = std::move(alloc::SlabAllocator::Create(pool, {})).value();
-    const JournalGeometry geometry{kPoolBytes, 4096, 2 << 20, 64 << 20, 0, 1};
-    journal = std::move(PoolJournal::Create("lmcache_l1_pool_bench_" + std::to_string(getpid()),
+    const restart::JournalGeometry geometry{{kPoolBytes, 4096, 2 << 20, 64 << 20}, 0, 1};
+    journal = std::move(restart::PoolJournal::Create("lmcache_l1_pool_bench_" + std::to_string(getpid()),
                                             geometry, pool))
                   .value();
     allocator->SetSlabObserver(journal.get());
@@ -82,7 +82,7 @@ struct JournaledFixture {
   }
   std::span<std::byte> pool;
   std::unique_ptr<alloc::SlabAllocator> allocator;
-  std::unique_ptr<PoolJournal> journal;
+  std::unique_ptr<restart::PoolJournal> journal;
   LruPolicy lru;
   std::unique_ptr<ObjectTable> table;
 };

@@ -1,5 +1,5 @@
 // libFuzzer target: crash recovery's reader of the journal a dead server left
-// (store/pool_recovery.h). The journal is the server's own file, but after a
+// (restart/pool_recovery.h). The journal is the server's own file, but after a
 // crash it is whatever the dead process had written, torn anywhere: recovery
 // must refuse or drop what does not hold together, never follow it. Beyond
 // "no crash, no sanitizer report", a plan is checked for what adopting it
@@ -13,12 +13,12 @@
 #include <set>
 
 #include "journal_input.h"
-#include "store/pool_recovery.h"
+#include "restart/pool_recovery.h"
 
 namespace {
 
 using namespace lmcache;
-namespace jf = store::journal_format;
+namespace jf = restart::journal_format;
 
 void Check(bool condition) {
   if (!condition) std::abort();
@@ -28,7 +28,7 @@ void Check(bool condition) {
 void FixChecksums(std::vector<std::byte>& journal, std::span<const std::byte> pool) {
   const jf::Parts parts = fuzz::JournalParts();
   auto* records = reinterpret_cast<jf::Record*>(journal.data() + parts.records);
-  for (std::size_t i = 0; i < fuzz::kJournalPoolBytes / fuzz::kJournalGeometry.align_bytes; ++i) {
+  for (std::size_t i = 0; i < fuzz::kJournalPoolBytes / fuzz::kJournalGeometry.pool.align_bytes; ++i) {
     jf::Record& r = records[i];
     if ((r.state & 3) != jf::kSealed || r.offset > pool.size() || r.size > pool.size() - r.offset)
       continue;
@@ -36,8 +36,8 @@ void FixChecksums(std::vector<std::byte>& journal, std::span<const std::byte> po
   }
 }
 
-void CheckPlan(const store::RecoveryPlan& plan) {
-  const std::uint64_t page = fuzz::kJournalGeometry.page_bytes;
+void CheckPlan(const restart::RecoveryPlan& plan) {
+  const std::uint64_t page = fuzz::kJournalGeometry.pool.page_bytes;
   Check(plan.image.ready_bytes <= fuzz::kJournalPoolBytes && plan.image.ready_bytes % page == 0);
   std::uint64_t end = 0;
   for (const alloc::SlabRecord& slab : plan.image.slabs) {
@@ -66,7 +66,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static std::vector<std::byte> journal;  // 64 MiB: cleared in part, not made anew
   fuzz::JournalFromInput({data, size}, journal);
   if (size > 0 && (data[0] & 1) != 0) FixChecksums(journal, pool);
-  auto plan = store::PlanRecovery(journal, pool, fuzz::kJournalGeometry, 1);
+  auto plan = restart::PlanRecovery(journal, pool, fuzz::kJournalGeometry, 1);
   if (plan.ok()) CheckPlan(*plan);
   return 0;
 }

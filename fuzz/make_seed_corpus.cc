@@ -18,7 +18,7 @@
 #include "protocol/wire_codec.h"
 #include "journal_input.h"
 #include "restart/handover_codec.h"
-#include "store/pool_recovery.h"
+#include "restart/pool_recovery.h"
 #include "tier/object_format.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
   // image exported from this seed writer's own pool with a few objects in it
   // (one read-locked, one staged) and the registration of `engine`.
   restart::TakeoverHello hello;
-  hello.geometry = {l1.shm_name, l1.size_bytes, 4096, 2u << 20, 64u << 20, 16};
+  hello.geometry = {l1.shm_name, {l1.size_bytes, 4096, 2u << 20, 64u << 20}, 16};
   Write(handover / "hello", '\0' + restart::EncodeHello(hello));
   Write(handover / "verdict", '\1' + restart::EncodeVerdict({restart::Verdict::kRefused, "no"}));
   std::vector<store::ObjectKey> keys(3, object_key);
@@ -182,9 +182,9 @@ int main(int argc, char** argv) {
   // salt and tags), one slot lent and not committed, one object freed.
   {
     const std::vector<std::byte> pool = fuzz::JournalPool();
-    auto written = store::PoolJournal::Create(l1.shm_name, fuzz::kJournalGeometry, pool);
+    auto written = restart::PoolJournal::Create(l1.shm_name, fuzz::kJournalGeometry, pool);
     if (written.ok()) {
-      store::PoolJournal& j = **written;
+      restart::PoolJournal& j = **written;
       (void)j.Publish();
       j.ReadyBytes(fuzz::kJournalPoolBytes);
       j.SlabAdded({2, 4, 16 << 10});
@@ -194,13 +194,13 @@ int main(int argc, char** argv) {
       for (std::uint64_t i = 0; i < 4; ++i) {
         const alloc::Offset at[] = {(2ull << 14) + i * (16 << 10)};
         j.Lent(at, 16 << 10);
-        j.Committed(i == 1 ? salted : keys[i % keys.size()], at[0], 16 << 10);
+        j.Committed(i == 1 ? salted : keys[i % keys.size()], at[0], 16 << 10, std::nullopt);
       }
       (void)j.WaitSealed(std::chrono::seconds(10));
       j.Freed((2ull << 14) + 3 * (16 << 10));
       const alloc::Offset lent[] = {(2ull << 14) + 5 * (16 << 10)};
       j.Lent(lent, 16 << 10);
-      auto file = store::JournalFile::Open(l1.shm_name);
+      auto file = restart::JournalFile::Open(l1.shm_name);
       if (file.ok()) Write(journal / "journal", fuzz::InputFromJournal(file->bytes()));
     }
   }

@@ -1,19 +1,15 @@
-// lmcache-server: parse flags, bind the endpoints (before touching any pool
-// segment, so a duplicate start harms nothing), build the L1 cache, the L2
-// tier and the service, serve ZMQ and HTTP until a signal, then shut down in
-// order (the pool segment is unlinked on the way out).
+// lmcache-server: parse flags, open the L1 pool (taken over from a running
+// predecessor, recovered from a dead one's journal, or new: restart/open_pool.h)
+// with the endpoints bound before any pool segment is touched, so a duplicate
+// start harms nothing; build the L2 tier, the KV events and the service;
+// serve ZMQ and HTTP until a signal, then shut down in order (the pool
+// segment is unlinked on the way out, or handed to a successor).
 //
 // Signals: SIGTERM drains (health 503, new registrations refused, registered
 // workers served until they leave or --drain-timeout-seconds passes, queued
 // writes to L2 flushed), then exits 0; a second SIGTERM or a SIGINT exits at
 // once; SIGHUP reopens the log file. SIGUSR1 is raised by the takeover
-// service: a successor asked for the pool (warm restart, below).
-//
-// Warm restart (docs/architecture.md, "Restarts and upgrades"): a server
-// started with --takeover asks the one running on its takeover socket for
-// the pool before it binds anything; that one stops serving, hands the
-// segment and its index over and exits without removing the pool, and this
-// one adopts it, binds the same endpoints and serves.
+// service: a successor asked for the pool (warm restart).
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,27 +19,58 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <thread>
 
-#include "common/clock.h"
-#include "common/logging.h"
-#include "common/system_info.h"
-#include "common/version.h"
 #include "admin_http/health.h"
 #include "admin_http/http_server.h"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "common/version.h"
 #include "daemon/config.h"
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
+#include "restart/open_pool.h"
 #include "restart/takeover.h"
-#include "store/pool_recovery.h"
-#include "transport/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
 #include "tier/l2_tier.h"
+#include "transport/router_loop.h"
 
 namespace {
 
+using lmcache::Status;
 using lmcache::TimeMs;
+namespace daemon = lmcache::daemon;
+namespace restart = lmcache::restart;
+
+// Flags, logging and the configuration's checks; an exit code when the
+// server must not start (or --help/--version answered).
+std::optional<int> Configure(int argc, char** argv, daemon::ServerConfig* config) {
+  CLI::App app{"lmcache-server: a KV-cache daemon for LLM inference (LMCache MP protocol)",
+               "lmcache-server"};
+  daemon::AddFlags(app, config);
+  app.set_version_flag("--version", std::string("lmcache-server ") + lmcache::kVersion);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  lmcache::LogOptions log;
+  log.level = config->log_level;
+  log.file = config->log_file;
+  if (auto format = lmcache::ParseLogFormat(config->log_format); format.ok()) log.format = *format;
+  if (auto status = lmcache::InitLogging(log); !status.ok()) {
+    std::fprintf(stderr, "lmcache-server: %s\n", status.message().c_str());
+    return 2;
+  }
+  if (auto status = daemon::Finalize(config, getpid()); !status.ok()) {
+    spdlog::critical("invalid configuration: {}", status.message());
+    return 2;
+  }
+  for (const std::string& notice : config->notices) spdlog::warn("{}", notice);
+  return std::nullopt;
+}
 
 // Blocks the signals main handles in this thread before any other starts, so
 // every thread inherits the mask and the main thread alone receives them.
@@ -126,47 +153,6 @@ void Drain(const sigset_t& signals, lmcache::server::Service& service,
                timeout_seconds, service.instances().size());
 }
 
-lmcache::restart::PoolGeometry GeometryOf(const lmcache::daemon::ServerConfig& config) {
-  return {config.l1.shm_name,
-          config.l1.size_bytes,
-          config.l1.allocator.align_bytes,
-          config.l1.allocator.page_bytes,
-          config.l1.allocator.slab_target_bytes,
-          config.chunk_size};
-}
-
-// The successor's first step: the running server's pool, or nullopt for a
-// cold start (nobody to take over from, or it stepped down for one).
-lmcache::Result<std::optional<lmcache::restart::Inheritance>> AskForThePool(
-    lmcache::daemon::ServerConfig& config) {
-  lmcache::restart::TakeoverHello hello;
-  hello.geometry = GeometryOf(config);
-  if (!config.shm_name_given) hello.geometry.shm_name.clear();  // it takes the running one's
-  hello.cold_if_incompatible = config.takeover == "if-compatible";
-  spdlog::info("takeover: asking the server on {} for its pool (waiting up to {} s for its drain)",
-               config.takeover_socket_path, config.takeover_timeout_seconds);
-  const auto asked = std::chrono::steady_clock::now();
-  LMC_ASSIGN_OR_RETURN(
-      std::optional<lmcache::restart::Inheritance> inheritance,
-      lmcache::restart::RequestTakeover(
-          config.takeover_socket_path, hello,
-          std::chrono::milliseconds(static_cast<std::int64_t>(config.takeover_timeout_seconds * 1000))));
-  if (!inheritance) {
-    spdlog::info("takeover: no server hands a pool over on {}; starting cold",
-                 config.takeover_socket_path);
-    return inheritance;
-  }
-  spdlog::info("takeover: received the pool's descriptor and index ({} objects, {} slots held, "
-               "{} registrations) {:.3f} s after asking",
-               inheritance->image.pool.table.resident.size(),
-               inheritance->image.pool.table.held.size(), inheritance->image.registrations.size(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
-  if (!config.shm_name_given) {
-    config.l1.shm_name = inheritance->image.shm_name;
-  }
-  return inheritance;
-}
-
 // The endpoints, retried for a few seconds after a takeover (the
 // predecessor has closed them, but the kernel may still hold a TCP port).
 lmcache::Result<std::unique_ptr<lmcache::transport::RouterLoop>> BindEndpoints(
@@ -177,104 +163,6 @@ lmcache::Result<std::unique_ptr<lmcache::transport::RouterLoop>> BindEndpoints(
     if (loop.ok() || !after_takeover || std::chrono::steady_clock::now() >= deadline) return loop;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-}
-
-// The successor's adoption of the pool it was handed, acknowledged to the
-// predecessor once it holds (from then on the pool's name is this server's).
-lmcache::Result<std::unique_ptr<lmcache::store::L1Cache>> AdoptThePool(
-    const lmcache::daemon::ServerConfig& config, const lmcache::Clock& clock,
-    lmcache::restart::Inheritance& inheritance, lmcache::server::RestartStats* restart) {
-  lmcache::store::AdoptionReport report;
-  const auto adopting = std::chrono::steady_clock::now();
-  LMC_ASSIGN_OR_RETURN(auto cache,
-                       lmcache::store::L1Cache::Adopt(config.l1, &clock,
-                                                      std::move(inheritance.segment),
-                                                      inheritance.image.pool, &report));
-  spdlog::info("takeover: adopted the pool in place in {:.3f} s",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - adopting).count());
-  restart->took_over = true;
-  restart->adopted_objects = report.objects;
-  restart->adopted_bytes = report.bytes;
-  restart->adopted_read_locked = report.read_locked;
-  restart->dropped_staged = report.held_slots;
-  restart->dropped_staged_bytes = report.held_bytes;
-  LMC_RETURN_IF_ERROR(lmcache::restart::Acknowledge(inheritance));
-  return cache;
-}
-
-// --recover-pool: the pool a crashed predecessor left, adopted in place with
-// every object its journal proves intact; nullptr (start cold) when there is
-// nothing to recover or it cannot be.
-std::unique_ptr<lmcache::store::L1Cache> RecoverThePool(const lmcache::daemon::ServerConfig& config,
-                                                        const lmcache::Clock& clock,
-                                                        lmcache::server::RestartStats* restart) {
-  const auto started = std::chrono::steady_clock::now();
-  lmcache::store::RecoveryReport report;
-  auto recovered = lmcache::store::L1Cache::Recover(config.l1, &clock, &report);
-  if (!recovered.ok()) {
-    if (recovered.status().code() == lmcache::ErrorCode::kNotFound) {
-      spdlog::info("recovery: no pool {} with a journal to recover; starting cold",
-                   config.l1.shm_name);
-    } else {
-      spdlog::warn("recovery: cannot recover the pool {}: {}; starting cold", config.l1.shm_name,
-                   recovered.status().message());
-    }
-    return nullptr;
-  }
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  restart->recovered = true;
-  restart->recovered_objects = report.objects;
-  restart->recovered_bytes = report.bytes;
-  restart->recovery_held_slots = report.held_slots;
-  restart->recovery_held_bytes = report.held_bytes;
-  restart->recovery_unsealed = report.unsealed;
-  restart->recovery_checksum_mismatches = report.checksum_mismatches;
-  restart->recovery_seconds = seconds;
-  spdlog::info("crash recovery: recovered pool {} in {:.3f} s: {} objects ({:.2f} GiB) verified "
-               "and served again; {} slots held from reuse, a write TTL at most ({} staged, {} "
-               "not yet checksummed, {} changed since their checksum, {} superseded, {} "
-               "undecodable; {} whose hold from an earlier recovery had ended freed); {} records "
-               "outside any slab dropped",
-               config.l1.shm_name, seconds, report.objects,
-               static_cast<double>(report.bytes) / static_cast<double>(lmcache::kGiB),
-               report.held_slots, report.staged, report.unsealed, report.checksum_mismatches,
-               report.superseded, report.undecodable, report.holds_ended, report.outside_slabs);
-  return std::move(recovered).value();
-}
-
-// The predecessor's last act, once nothing of it writes the pool any more
-// (requests, the L2 tier and the maintenance stopped; StopAndExport stops the
-// pre-faulter and the evictor): the image and the segment to the successor,
-// or, for a cold successor, only the verdict. Returns the exit code.
-int HandOverThePool(const lmcache::daemon::ServerConfig& config,
-                    lmcache::server::Service& service, lmcache::store::L1Cache& cache,
-                    lmcache::restart::PendingTakeover& successor) {
-  const auto started = std::chrono::steady_clock::now();
-  const auto seconds = [&started] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  };
-  lmcache::restart::HandoverImage image;
-  if (!successor.cold) {
-    image = {service.boot_id(), config.l1.shm_name, cache.StopAndExport(),
-             service.CarriedRegistrations()};
-    spdlog::info("takeover: exported the pool's index in {:.3f} s", seconds());
-  }
-  const lmcache::Status handed = lmcache::restart::HandOver(
-      successor, cache.segment().fd(), image,
-      std::chrono::milliseconds(static_cast<std::int64_t>(config.takeover_timeout_seconds * 1000)));
-  if (!handed.ok()) {
-    spdlog::error("takeover failed: {}; the pool is removed", handed.message());
-    return 1;
-  }
-  if (!successor.cold) {
-    cache.Disown();
-    spdlog::info("handed pool {} over: {} objects, {} staged copies, {} registrations, in {:.3f} s; "
-                 "the successor serves it",
-                 config.l1.shm_name, image.pool.table.resident.size(),
-                 image.pool.table.held.size(), image.registrations.size(), seconds());
-  }
-  return 0;
 }
 
 void WatchLoops(lmcache::admin_http::Health& health, lmcache::transport::RouterLoop* router,
@@ -291,203 +179,129 @@ void WatchLoops(lmcache::admin_http::Health& health, lmcache::transport::RouterL
   health.Require([&service] { return service.TransferProblem(); });
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"lmcache-server: a KV-cache daemon for LLM inference (LMCache MP protocol)",
-               "lmcache-server"};
-  lmcache::daemon::ServerConfig config;
-  lmcache::daemon::AddFlags(app, &config);
-  app.set_version_flag("--version", std::string("lmcache-server ") + lmcache::kVersion);
-  CLI11_PARSE(app, argc, argv);
-
-  lmcache::LogOptions log;
-  log.level = config.log_level;
-  log.file = config.log_file;
-  if (auto format = lmcache::ParseLogFormat(config.log_format); format.ok()) log.format = *format;
-  if (auto status = lmcache::InitLogging(log); !status.ok()) {
-    std::fprintf(stderr, "lmcache-server: %s\n", status.message().c_str());
-    return 2;
-  }
-  if (auto status = lmcache::daemon::Finalize(&config, getpid()); !status.ok()) {
-    spdlog::critical("invalid configuration: {}", status.message());
-    return 2;
-  }
-  for (const std::string& notice : config.notices) spdlog::warn("{}", notice);
-  const sigset_t signals = BlockHandledSignals();
-  const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
-
-  // A successor asks for the pool before it binds anything: the running
-  // server holds the endpoints until it hands over.
-  const auto takeover_started = std::chrono::steady_clock::now();
-  std::optional<lmcache::restart::Inheritance> inheritance;
-  if (config.takeover != "off") {
-    auto asked = AskForThePool(config);
-    if (!asked.ok()) {
-      spdlog::critical("cannot take over: {}", asked.status().message());
-      return 1;
-    }
-    inheritance = std::move(asked).value();
-  }
-  std::unique_ptr<lmcache::store::L1Cache> adopted_cache;
-  lmcache::server::RestartStats restart;
-  if (inheritance) {
-    auto adopted = AdoptThePool(config, clock, *inheritance, &restart);
-    if (!adopted.ok()) {
-      // The predecessor sees the connection close without an acknowledgement.
-      spdlog::critical("cannot take over the pool: {}", adopted.status().message());
-      return 1;
-    }
-    adopted_cache = std::move(adopted).value();
-  }
-
-  // Endpoints first: a second server refused here has touched nothing.
-  auto loop = BindEndpoints(config.router, inheritance.has_value());
-  if (!loop.ok()) {
-    spdlog::critical("cannot start: {}", loop.status().message());
-    return 1;
-  }
-  lmcache::Result<std::unique_ptr<lmcache::store::L1Cache>> cache = std::move(adopted_cache);
-  if (!inheritance && config.recover_pool) {
-    if (auto recovered = RecoverThePool(config, clock, &restart)) cache = std::move(recovered);
-  }
-  if (!inheritance && !restart.recovered) {
-    spdlog::info("creating L1 pool /dev/shm/{} of {:.2f} GiB", config.l1.shm_name,
-                 static_cast<double>(config.l1.size_bytes) / static_cast<double>(lmcache::kGiB));
-    cache = lmcache::store::L1Cache::Create(config.l1, &clock);
-  }
-  if (!cache.ok()) {
-    spdlog::critical("cannot start: {}", cache.status().message());
-    return 1;
-  }
-  // The L2 tier and the KV events subscribe to the table before anything is stored.
+// What a serving server holds, declared in the order it is built (and so
+// destroyed in reverse).
+struct Server {
+  restart::OpenedPool pool;
+  std::unique_ptr<lmcache::transport::RouterLoop> loop;
   std::unique_ptr<lmcache::tier::L2Tier> l2;
-  if (!config.l2.adapters.empty()) {
-    auto built = lmcache::tier::L2Tier::Create(config.l2, &(*cache)->table());
-    if (!built.ok()) {
-      spdlog::critical("cannot start: {}", built.status().message());
-      return 1;
-    }
-    l2 = std::move(built).value();
-  }
-  lmcache::events::KvEvents kv_events(config.events, static_cast<std::uint32_t>(config.chunk_size));
+  std::unique_ptr<lmcache::events::KvEvents> kv_events;
   std::unique_ptr<lmcache::events::VllmEventPublisher> kv_publisher;
-  if (kv_events.enabled()) {
-    (*cache)->table().AddListener(&kv_events.recorder());
-    if (l2) {
-      kv_events.recorder().SetL2Locations(l2->AdapterDescriptions());
-      l2->SetEventObserver(&kv_events.recorder());
+  std::unique_ptr<lmcache::server::Service> service;
+  std::unique_ptr<lmcache::admin_http::Health> health;
+  std::unique_ptr<lmcache::admin_http::HttpServer> http;
+  std::unique_ptr<restart::TakeoverService> takeover;
+  std::thread loop_thread;
+
+  lmcache::store::L1Cache& cache() { return *pool.cache; }
+};
+
+// The L2 tier and the KV events, subscribed to the table before anything is
+// stored; the tier started.
+Status StartTiers(const daemon::ServerConfig& config, Server& s) {
+  if (!config.l2.adapters.empty()) {
+    LMC_ASSIGN_OR_RETURN(s.l2, lmcache::tier::L2Tier::Create(config.l2, &s.cache().table()));
+  }
+  s.kv_events = std::make_unique<lmcache::events::KvEvents>(
+      config.events, static_cast<std::uint32_t>(config.chunk_size));
+  if (s.kv_events->enabled()) {
+    s.cache().table().AddListener(&s.kv_events->recorder());
+    if (s.l2) {
+      s.kv_events->recorder().SetL2Locations(s.l2->AdapterDescriptions());
+      s.l2->SetEventObserver(&s.kv_events->recorder());
     }
     if (config.kv_publisher) {
-      auto started = lmcache::events::VllmEventPublisher::Start(*config.kv_publisher, &kv_events.log());
-      if (!started.ok()) {
-        spdlog::critical("cannot start: {}", started.status().message());
-        return 1;
-      }
-      kv_publisher = std::move(started).value();
-      spdlog::info("publishing KV events in vLLM's format on {}{}", kv_publisher->endpoint(),
-                   kv_publisher->replay_endpoint().empty()
+      LMC_ASSIGN_OR_RETURN(s.kv_publisher, lmcache::events::VllmEventPublisher::Start(
+                                               *config.kv_publisher, &s.kv_events->log()));
+      spdlog::info("publishing KV events in vLLM's format on {}{}", s.kv_publisher->endpoint(),
+                   s.kv_publisher->replay_endpoint().empty()
                        ? ""
-                       : " (replay on " + kv_publisher->replay_endpoint() + ")");
+                       : " (replay on " + s.kv_publisher->replay_endpoint() + ")");
     }
   }
-  if (l2) l2->Start();
-  lmcache::server::Service service(cache->get(), &clock, config.service,
-                                   l2 ? l2->prefetcher() : nullptr,
-                                   &kv_events);
-  lmcache::transport::RouterLoop* router = loop->get();
-  service.SetTransportStatsSource([router] { return router->Stats(); });
-  if (l2) service.SetL2StatsSource([tier = l2.get()] { return tier->Stats(); });
-  if (kv_publisher) {
-    service.SetKvPublisherStatsSource([publisher = kv_publisher.get()] { return publisher->Stats(); });
-  }
+  if (s.l2) s.l2->Start();
+  return Status::Ok();
+}
 
-  lmcache::admin_http::Health health(&clock);
-  WatchLoops(health, router, **cache, service);
-  if (config.ready_prefault_fraction > 0) {
-    health.Require([&cache, fraction = config.ready_prefault_fraction]()
-                       -> std::optional<std::string> {
-      const auto p = (*cache)->prefault();
-      const double done = p.total_bytes ? static_cast<double>(p.ready_bytes) /
-                                              static_cast<double>(p.total_bytes)
-                                        : 1;
-      if (p.done || done >= fraction) return std::nullopt;
-      return "pre-faulting the pool: " + std::to_string(static_cast<int>(done * 100)) + "% of " +
-             std::to_string(static_cast<int>(fraction * 100)) + "% needed";
-    });
+// Health: the loops' heartbeats, the transfer mode and, with
+// --ready-prefault-fraction, the pre-faulting's progress.
+void WatchHealth(const daemon::ServerConfig& config, Server& s) {
+  WatchLoops(*s.health, s.loop.get(), s.cache(), *s.service);
+  if (config.ready_prefault_fraction <= 0) return;
+  s.health->Require([cache = &s.cache(), fraction = config.ready_prefault_fraction]()
+                        -> std::optional<std::string> {
+    const auto p = cache->prefault();
+    const double done =
+        p.total_bytes ? static_cast<double>(p.ready_bytes) / static_cast<double>(p.total_bytes) : 1;
+    if (p.done || done >= fraction) return std::nullopt;
+    return "pre-faulting the pool: " + std::to_string(static_cast<int>(done * 100)) + "% of " +
+           std::to_string(static_cast<int>(fraction * 100)) + "% needed";
+  });
+}
+
+// The service over the pool and the tiers, its stats sources, health, HTTP
+// and the takeover socket (once the pool is this server's); then serving.
+Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& clock, Server& s) {
+  s.service = std::make_unique<lmcache::server::Service>(
+      &s.cache(), &clock, config.service, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get());
+  lmcache::transport::RouterLoop* router = s.loop.get();
+  s.service->SetTransportStatsSource([router] { return router->Stats(); });
+  if (s.l2) s.service->SetL2StatsSource([tier = s.l2.get()] { return tier->Stats(); });
+  if (s.kv_publisher) {
+    s.service->SetKvPublisherStatsSource(
+        [publisher = s.kv_publisher.get()] { return publisher->Stats(); });
   }
-  std::unique_ptr<lmcache::admin_http::HttpServer> http;
+  s.health = std::make_unique<lmcache::admin_http::Health>(&clock);
+  WatchHealth(config, s);
   if (config.http_port != 0) {
-    lmcache::admin_http::HttpConfig http_config;
-    http_config.host = config.http_host;
-    http_config.port = config.http_port;
-    http_config.read_only = config.http_read_only;
-    http_config.admin_token = config.http_admin_token;
-    http_config.admin_open = config.http_admin_open;
-    auto started = lmcache::admin_http::HttpServer::Start(http_config, &service, &health);
-    if (!started.ok()) {
-      spdlog::critical("cannot start: {}", started.status().message());
-      return 1;
-    }
-    http = std::move(started).value();
+    const lmcache::admin_http::HttpConfig http{.host = config.http_host,
+                                               .port = config.http_port,
+                                               .read_only = config.http_read_only,
+                                               .admin_token = config.http_admin_token,
+                                               .admin_open = config.http_admin_open};
+    LMC_ASSIGN_OR_RETURN(s.http,
+                         lmcache::admin_http::HttpServer::Start(http, s.service.get(), s.health.get()));
   }
-
-  if (inheritance) {
-    restart.carried_registrations = service.AdoptRegistrations(inheritance->image.registrations);
+  if (!config.restart.socket_path.empty()) {
+    LMC_ASSIGN_OR_RETURN(
+        s.takeover,
+        restart::TakeoverService::Start(config.restart.socket_path,
+                                        restart::TakeoverGeometryOf(config.l1, config.chunk_size),
+                                        [] { kill(getpid(), SIGUSR1); }));
   }
-  // Listens for a successor once the pool is this server's.
-  std::unique_ptr<lmcache::restart::TakeoverService> takeover;
-  if (!config.takeover_socket_path.empty()) {
-    auto started = lmcache::restart::TakeoverService::Start(
-        config.takeover_socket_path, GeometryOf(config), [] { kill(getpid(), SIGUSR1); });
-    if (!started.ok()) {
-      spdlog::critical("cannot start: {}", started.status().message());
-      return 1;
-    }
-    takeover = std::move(started).value();
-  }
-
-  service.StartMaintenance();
-  std::thread loop_thread([router, &service] { router->Run(&service); });
-  health.SetPhase(lmcache::admin_http::Phase::kServing);
-  if (restart.recovered) service.SetRestartStats(restart);
-  if (inheritance) {
-    restart.takeover_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                             takeover_started)
-                                   .count();
-    service.SetRestartStats(restart);
-    spdlog::info(
-        "warm restart: took pool {} over from server {}: adopted {} objects ({:.2f} GiB), {} of "
-        "them read-locked (kept for a read lease); dropped {} staged copies (held from reuse "
-        "for a write lease); carried {} registrations; serving {:.3f} s after asking",
-        config.l1.shm_name, inheritance->image.boot_id, restart.adopted_objects,
-        static_cast<double>(restart.adopted_bytes) / static_cast<double>(lmcache::kGiB),
-        restart.adopted_read_locked, restart.dropped_staged, restart.carried_registrations,
-        restart.takeover_seconds);
-    inheritance.reset();
-  }
+  restart::FinishOpening(s.pool, *s.service);
+  s.service->StartMaintenance();
+  s.loop_thread = std::thread([router, service = s.service.get()] { router->Run(service); });
+  s.health->SetPhase(lmcache::admin_http::Phase::kServing);
   spdlog::info(
-      "lmcache-server ready: serving {}{} | L1 pool {} ({} bytes) | chunk {} tokens | "
+      "lmcache-server ready: serving {}{} | L1 pool {} ({} bytes, {}) | chunk {} tokens | "
       "boot id {} | pid {}",
-      Join((*loop)->endpoints()),
-      http ? " | http://" + config.http_host + ":" + std::to_string(http->port()) : "",
-      config.l1.shm_name, config.l1.size_bytes, config.chunk_size, service.boot_id(), getpid());
+      Join(s.loop->endpoints()),
+      s.http ? " | http://" + config.http_host + ":" + std::to_string(s.http->port()) : "",
+      config.l1.shm_name, config.l1.size_bytes, restart::PoolOriginName(s.pool.origin),
+      config.chunk_size, s.service->boot_id(), getpid());
+  return Status::Ok();
+}
 
+// Serves until a signal ends it: the successor to hand the pool to, if one asked.
+std::optional<restart::PendingTakeover> ServeUntilTheEnd(const daemon::ServerConfig& config,
+                                                        const sigset_t& signals, Server& s) {
   int first = 0;
-  std::optional<lmcache::restart::PendingTakeover> successor;
+  std::optional<restart::PendingTakeover> successor;
   while (true) {
     first = WaitForShutdown(signals);
-    if (first != SIGUSR1 || (successor = SuccessorWaiting(takeover.get()))) break;
+    if (first != SIGUSR1 || (successor = SuccessorWaiting(s.takeover.get()))) break;
   }
   if (!successor && first == SIGTERM && config.drain_timeout_seconds > 0) {
     // Refusing first, then the line: whoever reads "draining" in the log
     // (an operator, a test) sees registrations refused and a 503 health.
-    service.SetDraining(true);
-    health.SetPhase(lmcache::admin_http::Phase::kDraining);
+    s.service->SetDraining(true);
+    s.health->SetPhase(lmcache::admin_http::Phase::kDraining);
     spdlog::info("SIGTERM: draining (new registrations refused, up to {} s)",
                  config.drain_timeout_seconds);
     // A successor that asks meanwhile gets the pool: the drain ends there.
-    Drain(signals, service, l2.get(), config.drain_timeout_seconds, takeover.get(), &successor);
+    Drain(signals, *s.service, s.l2.get(), config.drain_timeout_seconds, s.takeover.get(),
+          &successor);
   } else if (!successor) {
     spdlog::info("received {}; shutting down", first == SIGINT ? "SIGINT" : "SIGTERM");
   }
@@ -495,31 +309,74 @@ int main(int argc, char** argv) {
     spdlog::info("takeover: a successor asked for the pool{}; stopping",
                  successor->cold ? " (it starts cold: " + successor->mismatch + ")" : "");
   }
-  takeover.reset();  // no second successor
-  health.SetPhase(lmcache::admin_http::Phase::kDraining);
+  return successor;
+}
+
+// Stops everything that writes the pool, in order: requests (answered or
+// refused), HTTP, the maintenance, the L2 tier (no lock of it outlives it),
+// the KV publisher.
+void StopServing(Server& s, bool handing_over) {
+  s.takeover.reset();  // no second successor
+  s.health->SetPhase(lmcache::admin_http::Phase::kDraining);
   // Waits parked without a thread are answered while the transport still
   // sends (nil: "still loading"); none parks after this.
-  service.AnswerParked();
-  if (successor && !successor->cold) {
-    (*loop)->StopRefusing(lmcache::Status(
+  s.service->AnswerParked();
+  if (handing_over) {
+    s.loop->StopRefusing(Status(
         lmcache::ErrorCode::kUnavailable,
         "this server is handing its pool over to its successor: retry, the successor answers "
         "on the same endpoint in a moment"));
   } else {
-    (*loop)->Stop();
+    s.loop->Stop();
   }
-  loop_thread.join();
-  const lmcache::server::TransportStats traffic = (*loop)->Stats();
+  s.loop_thread.join();
+  const lmcache::server::TransportStats traffic = s.loop->Stats();
   spdlog::info("served {} requests: {} replies sent, {} refused before dispatch ({} overloaded), "
                "{} undeliverable",
                traffic.received, traffic.replied, traffic.refused, traffic.overloaded,
                traffic.undeliverable);
-  if (http) http->Stop();
-  loop->reset();
-  service.StopMaintenance();
-  if (l2) l2->Stop();  // no lock of the L2 tier outlives it
-  kv_publisher.reset();
-  const int exit_code = successor ? HandOverThePool(config, service, **cache, *successor) : 0;
+  if (s.http) s.http->Stop();
+  s.loop.reset();
+  s.service->StopMaintenance();
+  if (s.l2) s.l2->Stop();
+  s.kv_publisher.reset();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  daemon::ServerConfig config;
+  if (const std::optional<int> exit_code = Configure(argc, argv, &config)) return *exit_code;
+  const sigset_t signals = BlockHandledSignals();
+  const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
+
+  Server s;
+  auto bind = [&](bool after_takeover) -> Status {
+    LMC_ASSIGN_OR_RETURN(s.loop, BindEndpoints(config.router, after_takeover));
+    return Status::Ok();
+  };
+  auto opened = restart::OpenPool(&config.l1, config.restart, clock, bind);
+  if (!opened.ok()) {
+    spdlog::critical("cannot start: {}", opened.status().message());
+    return 1;
+  }
+  s.pool = std::move(opened).value();
+  if (Status started = StartTiers(config, s); !started.ok() ||
+                                              !(started = StartServing(config, clock, s)).ok()) {
+    spdlog::critical("cannot start: {}", started.message());
+    return 1;
+  }
+
+  std::optional<restart::PendingTakeover> successor = ServeUntilTheEnd(config, signals, s);
+  StopServing(s, successor && !successor->cold);
+  int exit_code = 0;
+  if (successor) {
+    if (Status handed = restart::HandOverPool(*successor, s.cache(), *s.service, config.restart.timeout);
+        !handed.ok()) {
+      spdlog::error("takeover failed: {}; the pool is removed", handed.message());
+      exit_code = 1;
+    }
+  }
   const bool kept = successor && !successor->cold && exit_code == 0;
   if (kept && config.after_handover == "wait") {
     // A pod whose container exits is restarted, and would take the pool
@@ -530,7 +387,7 @@ int main(int argc, char** argv) {
       if (signal_number == SIGTERM || signal_number == SIGINT) break;
     }
   }
-  cache->reset();
+  s.pool.cache.reset();
   spdlog::info("L1 pool {} {}; bye", config.l1.shm_name, kept ? "left to the successor" : "removed");
   return exit_code;
 }

@@ -497,8 +497,15 @@ Status FinalizeTakeover(ServerConfig* c) {
   if (!(c->takeover_timeout_seconds > 0) || c->takeover_timeout_seconds > 86400) {
     return InvalidConfig("--takeover-timeout-seconds must be in (0, 86400]");
   }
-  c->shm_name_given = !c->shm_name.empty();
-  if (c->recover_pool && !c->shm_name_given) {
+  restart::RestartConfig& r = c->restart;
+  r.takeover = c->takeover == "on"            ? restart::TakeoverMode::kOn
+               : c->takeover == "if-compatible" ? restart::TakeoverMode::kIfCompatible
+                                                : restart::TakeoverMode::kOff;
+  r.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c->takeover_timeout_seconds * 1000));
+  r.recover_pool = c->recover_pool;
+  r.chunk_size = c->chunk_size;
+  c->restart.shm_name_given = !c->shm_name.empty();
+  if (c->recover_pool && !c->restart.shm_name_given) {
     return InvalidConfig("--recover-pool without --shm-name: the default pool name holds the "
                          "server's pid, which a restarted server cannot know; give --shm-name");
   }
@@ -506,18 +513,18 @@ Status FinalizeTakeover(ServerConfig* c) {
     if (c->takeover != "off") {
       return InvalidConfig("--takeover needs a takeover socket: drop --takeover-socket off");
     }
-    c->takeover_socket_path.clear();
+    c->restart.socket_path.clear();
   } else if (c->takeover_socket == "auto") {
-    if (c->takeover != "off" && !c->shm_name_given) {
+    if (c->takeover != "off" && !c->restart.shm_name_given) {
       return InvalidConfig("--takeover without --shm-name: give the running server's --shm-name, "
                            "or its --takeover-socket");
     }
-    c->takeover_socket_path = c->shm_dir + "/.lmcache-takeover-" + c->l1.shm_name;
+    c->restart.socket_path = c->shm_dir + "/.lmcache-takeover-" + c->l1.shm_name;
   } else {
-    c->takeover_socket_path = c->takeover_socket;
+    c->restart.socket_path = c->takeover_socket;
   }
-  if (c->takeover_socket_path.size() >= 108) {
-    return InvalidConfig("--takeover-socket: '" + c->takeover_socket_path +
+  if (c->restart.socket_path.size() >= 108) {
+    return InvalidConfig("--takeover-socket: '" + c->restart.socket_path +
                          "' is longer than a unix socket path may be (107 characters); give a "
                          "shorter one");
   }
@@ -543,8 +550,8 @@ std::vector<NamedEndpoint> EndpointsOf(const ServerConfig& c) {
     out.push_back(
         {"--http-host/--http-port", "tcp://" + c.http_host + ":" + std::to_string(c.http_port)});
   }
-  if (!c.takeover_socket_path.empty()) {
-    out.push_back({"--takeover-socket", "unix:" + c.takeover_socket_path});
+  if (!c.restart.socket_path.empty()) {
+    out.push_back({"--takeover-socket", "unix:" + c.restart.socket_path});
   }
   return out;
 }
@@ -598,7 +605,6 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   l1.table.write_ttl_ms = c->l1_write_ttl_seconds * 1000;
   l1.table.read_ttl_ms = c->l1_read_ttl_seconds * 1000;
   l1.table.on_demand_eviction = c->on_demand_eviction;
-  l1.journal = c->recover_pool;
   l1.evictor.trigger_watermark = c->eviction_trigger_watermark;
   l1.evictor.eviction_ratio = c->eviction_ratio;
   l1.evictor.interval_ms = c->eviction_interval_ms;

@@ -1,7 +1,8 @@
 // ServerConfig: every command-line flag of lmcache-server, its default and its
 // validation. It lives in the composition root (daemon/, above every layer it
 // configures): the layers below take their own config structs (L1Config,
-// L2Config, ServiceConfig, RouterConfig, HttpConfig) and know no flags.
+// L2Config, ServiceConfig, RouterConfig, RestartConfig, HttpConfig) and know
+// no flags.
 //
 // AddFlags() registers the flags with CLI11 (so --help documents each one with
 // units and default); Finalize() fills machine-dependent defaults and checks
@@ -17,6 +18,7 @@
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
 #include "lmcache/status.h"
+#include "restart/open_pool.h"
 #include "transport/router_loop.h"
 #include "server/service.h"
 #include "store/l1_cache.h"
@@ -104,8 +106,7 @@ struct ServerConfig {
   std::string kv_events_hash_format = "int";  // int | bytes
 
   // Filled by Finalize().
-  bool shm_name_given = false;          // --shm-name was set (else a successor takes its predecessor's)
-  std::string takeover_socket_path;     // "" = no takeover socket
+  restart::RestartConfig restart;  // how the pool is opened and handed over
   store::L1Config l1;
   tier::L2Config l2;
   server::ServiceConfig service;

@@ -102,21 +102,21 @@ class ByteReader {
   std::string_view what_;
 };
 
-void PutGeometry(ByteWriter& w, const PoolGeometry& g) {
+void PutGeometry(ByteWriter& w, const TakeoverGeometry& g) {
   w.PutString(g.shm_name);
-  w.Put(g.size_bytes);
-  w.Put(g.align_bytes);
-  w.Put(g.page_bytes);
-  w.Put(g.slab_target_bytes);
+  w.Put(g.pool.pool_bytes);
+  w.Put(g.pool.align_bytes);
+  w.Put(g.pool.page_bytes);
+  w.Put(g.pool.slab_target_bytes);
   w.Put(g.chunk_size);
 }
 
-Status GetGeometry(ByteReader& r, PoolGeometry* g) {
+Status GetGeometry(ByteReader& r, TakeoverGeometry* g) {
   LMC_RETURN_IF_ERROR(r.GetString(&g->shm_name, "geometry.shm_name"));
-  LMC_RETURN_IF_ERROR(r.Get(&g->size_bytes, "geometry.size_bytes"));
-  LMC_RETURN_IF_ERROR(r.Get(&g->align_bytes, "geometry.align_bytes"));
-  LMC_RETURN_IF_ERROR(r.Get(&g->page_bytes, "geometry.page_bytes"));
-  LMC_RETURN_IF_ERROR(r.Get(&g->slab_target_bytes, "geometry.slab_target_bytes"));
+  LMC_RETURN_IF_ERROR(r.Get(&g->pool.pool_bytes, "geometry.size_bytes"));
+  LMC_RETURN_IF_ERROR(r.Get(&g->pool.align_bytes, "geometry.align_bytes"));
+  LMC_RETURN_IF_ERROR(r.Get(&g->pool.page_bytes, "geometry.page_bytes"));
+  LMC_RETURN_IF_ERROR(r.Get(&g->pool.slab_target_bytes, "geometry.slab_target_bytes"));
   return r.Get(&g->chunk_size, "geometry.chunk_size");
 }
 
@@ -178,27 +178,20 @@ Status GetLayout(ByteReader& r, server::ChunkLayout* l) {
   return r.Get(&l->object_namespace, "layout.object_namespace");
 }
 
-std::string Compare(const char* what, std::uint64_t ours, std::uint64_t theirs) {
-  if (ours == theirs) return "";
-  return std::string(what) + ": " + std::to_string(ours) + " here, " + std::to_string(theirs) +
-         " in the successor";
-}
-
 }  // namespace
 
-std::string GeometryMismatch(const PoolGeometry& ours, const PoolGeometry& successor) {
+std::string GeometryMismatch(const TakeoverGeometry& ours, const TakeoverGeometry& successor) {
   if (ours.shm_name != successor.shm_name) {
     return "the pool's name: " + ours.shm_name + " here, " + successor.shm_name +
            " in the successor";
   }
-  for (const std::string& differs :
-       {Compare("the pool size in bytes (--l1-size-gb)", ours.size_bytes, successor.size_bytes),
-        Compare("the alignment (--l1-align-bytes)", ours.align_bytes, successor.align_bytes),
-        Compare("the slab page size", ours.page_bytes, successor.page_bytes),
-        Compare("the slab size", ours.slab_target_bytes, successor.slab_target_bytes),
-        Compare("the chunk size (--chunk-size)", static_cast<std::uint64_t>(ours.chunk_size),
-                static_cast<std::uint64_t>(successor.chunk_size))}) {
-    if (!differs.empty()) return differs;
+  if (std::string differs = store::PoolGeometryMismatch(ours.pool, successor.pool, "in the successor");
+      !differs.empty()) {
+    return differs;
+  }
+  if (ours.chunk_size != successor.chunk_size) {
+    return "the chunk size (--chunk-size): " + std::to_string(ours.chunk_size) + " here, " +
+           std::to_string(successor.chunk_size) + " in the successor";
   }
   return "";
 }

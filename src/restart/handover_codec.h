@@ -24,7 +24,7 @@
 
 #include "lmcache/status.h"
 #include "server/instances.h"
-#include "store/l1_cache.h"
+#include "store/pool_image.h"
 
 namespace lmcache::restart {
 
@@ -33,24 +33,22 @@ inline constexpr std::uint32_t kHandoverVersion = 1;
 enum class FrameType : std::uint8_t { kHello = 1, kVerdict = 2, kImage = 3, kAdopted = 4 };
 
 // What must match for objects to be adopted in place: the same segment, the
-// same slab geometry (slabs are adopted at their pages), the same chunk size
-// (keys name chunks of it).
-struct PoolGeometry {
+// same layout of its bytes (slabs are adopted at their pages), the same chunk
+// size (keys name chunks of it).
+struct TakeoverGeometry {
   std::string shm_name;
-  std::uint64_t size_bytes = 0;
-  std::uint64_t align_bytes = 0;
-  std::uint64_t page_bytes = 0;
-  std::uint64_t slab_target_bytes = 0;
+  store::PoolGeometry pool;
   std::int64_t chunk_size = 0;
-  bool operator==(const PoolGeometry&) const = default;
+  bool operator==(const TakeoverGeometry&) const = default;
 };
 // "" when `successor` can adopt a pool of `ours`, else what differs, with
-// both values ("the pool size: 4294967296 here, 8589934592 in the successor").
-std::string GeometryMismatch(const PoolGeometry& ours, const PoolGeometry& successor);
+// both values ("the pool size in bytes (--l1-size-gb): 4294967296 here,
+// 8589934592 in the successor").
+std::string GeometryMismatch(const TakeoverGeometry& ours, const TakeoverGeometry& successor);
 
 struct TakeoverHello {
   std::uint32_t version = kHandoverVersion;
-  PoolGeometry geometry;
+  TakeoverGeometry geometry;
   // --takeover=if-compatible: on a mismatch the predecessor steps down and
   // removes its pool, and the successor starts cold.
   bool cold_if_incompatible = false;

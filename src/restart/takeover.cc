@@ -9,15 +9,15 @@ constexpr std::chrono::milliseconds kHelloTimeout{5'000};
 constexpr std::uint64_t kMaxSmallFrame = 64 << 10;
 // An image holds about a hundred bytes per object; objects are at least the
 // alignment (64 bytes): the pool's size bounds it well.
-std::uint64_t MaxImageBytes(const PoolGeometry& geometry) {
+std::uint64_t MaxImageBytes(const TakeoverGeometry& geometry) {
   return (64 << 20) +
-         geometry.size_bytes / std::max<std::uint64_t>(geometry.align_bytes, 64) * 4096;
+         geometry.pool.pool_bytes / std::max<std::uint64_t>(geometry.pool.align_bytes, 64) * 4096;
 }
 
 }  // namespace
 
 Result<std::unique_ptr<TakeoverService>> TakeoverService::Start(const std::string& path,
-                                                                PoolGeometry ours,
+                                                                TakeoverGeometry ours,
                                                                 std::function<void()> wake) {
   LMC_ASSIGN_OR_RETURN(TakeoverListener listener, TakeoverListener::Listen(path));
   std::unique_ptr<TakeoverService> service(
@@ -26,7 +26,7 @@ Result<std::unique_ptr<TakeoverService>> TakeoverService::Start(const std::strin
   return service;
 }
 
-TakeoverService::TakeoverService(TakeoverListener listener, PoolGeometry ours,
+TakeoverService::TakeoverService(TakeoverListener listener, TakeoverGeometry ours,
                                  std::function<void()> wake)
     : listener_(std::move(listener)), ours_(std::move(ours)), wake_(std::move(wake)) {}
 
@@ -61,7 +61,7 @@ bool TakeoverService::Judge(TakeoverSocket socket) {
                       EncodeVerdict({Verdict::kRefused, hello.status().message()}));
     return false;
   }
-  PoolGeometry successor = hello->geometry;
+  TakeoverGeometry successor = hello->geometry;
   if (successor.shm_name.empty()) successor.shm_name = ours_.shm_name;  // it takes ours
   const std::string mismatch = GeometryMismatch(ours_, successor);
   if (!mismatch.empty() && !hello->cold_if_incompatible) {

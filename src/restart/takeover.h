@@ -40,7 +40,7 @@ class TakeoverService {
  public:
   // Listens at `path`. `wake` is called (on the service's thread) once a
   // successor's hello was accepted; the service then accepts no one else.
-  static Result<std::unique_ptr<TakeoverService>> Start(const std::string& path, PoolGeometry ours,
+  static Result<std::unique_ptr<TakeoverService>> Start(const std::string& path, TakeoverGeometry ours,
                                                         std::function<void()> wake);
   ~TakeoverService();
   TakeoverService(const TakeoverService&) = delete;
@@ -51,13 +51,13 @@ class TakeoverService {
   const std::string& path() const { return listener_.path(); }
 
  private:
-  TakeoverService(TakeoverListener listener, PoolGeometry ours, std::function<void()> wake);
+  TakeoverService(TakeoverListener listener, TakeoverGeometry ours, std::function<void()> wake);
   void Run();
   // Reads and judges one successor's hello; true when it was accepted.
   bool Judge(TakeoverSocket socket);
 
   TakeoverListener listener_;
-  const PoolGeometry ours_;
+  const TakeoverGeometry ours_;
   const std::function<void()> wake_;
   std::atomic<bool> stop_{false};
   Mutex mu_;

@@ -278,7 +278,7 @@ StatsSnapshot Service::Snapshot() {
   s.flow = state.l1().flow();
   s.prefault = state.l1().prefault();
   s.restart = restart_;
-  if (store::PoolJournal* journal = state.table().journal(); journal != nullptr) {
+  if (store::SlotJournal* journal = state.table().journal(); journal != nullptr) {
     s.journal = journal->Stats();
   }
   s.evictor = state.l1().evictor().Stats();

@@ -59,7 +59,7 @@ struct RestartStats {
   std::uint64_t dropped_staged_bytes = 0;
   std::uint64_t carried_registrations = 0;
   double takeover_seconds = 0;  // from the request to serving
-  // --recover-pool: adopted a crashed predecessor's pool (store/pool_recovery.h).
+  // --recover-pool: adopted a crashed predecessor's pool (restart/pool_recovery.h).
   bool recovered = false;
   std::uint64_t recovered_objects = 0;
   std::uint64_t recovered_bytes = 0;

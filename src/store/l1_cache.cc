@@ -1,12 +1,9 @@
 #include "store/l1_cache.h"
 
-#include <sys/mman.h>
-
 #include <spdlog/spdlog.h>
 
 #include "common/system_info.h"
 #include "shm/shm_name.h"
-#include "store/pool_recovery.h"
 
 namespace lmcache::store {
 namespace {
@@ -33,21 +30,13 @@ Result<shm::HugePagePlan> PlanPoolPages(const L1Config& config) {
   return plan;
 }
 
-// --recover-pool: a new journal, told of the slabs the allocator has (an
-// adopted pool's) and of the pages already usable. Without it, a journal an
-// earlier run left is removed: it would describe bytes nobody records any more.
-Status AttachJournalTo(std::unique_ptr<PoolJournal>* journal, alloc::SlabAllocator& allocator,
+// The journal, told of the slabs the allocator has (an adopted pool's) and
+// of the pages already usable, before anything is lent.
+Status AttachJournalTo(std::unique_ptr<SlotJournal>* journal, alloc::SlabAllocator& allocator,
                        const shm::ShmSegment& segment, const L1Config& config,
                        std::uint64_t ready_bytes) {
-  if (!config.journal) {
-    std::string path = "/";  // piecewise: GCC 12 misreads literal + string (-Wrestrict)
-    path += JournalName(config.shm_name);
-    (void)shm_unlink(path.c_str());
-    return Status::Ok();
-  }
-  LMC_ASSIGN_OR_RETURN(const JournalGeometry geometry,
-                       GeometryOf(segment.fd(), config.size_bytes, config.allocator));
-  LMC_ASSIGN_OR_RETURN(*journal, PoolJournal::Create(config.shm_name, geometry, segment.bytes()));
+  if (!config.journal) return Status::Ok();
+  LMC_ASSIGN_OR_RETURN(*journal, config.journal(config.shm_name, GeometryOf(config), segment));
   (*journal)->ReadyBytes(ready_bytes);
   allocator.SetSlabObserver(journal->get());
   return Status::Ok();
@@ -78,37 +67,14 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
   return cache;
 }
 
+PoolGeometry GeometryOf(const L1Config& config) {
+  return {config.size_bytes, config.allocator.align_bytes, config.allocator.page_bytes,
+          config.allocator.slab_target_bytes};
+}
+
 Result<std::unique_ptr<L1Cache>> L1Cache::Adopt(const L1Config& config, const Clock* clock,
-                                                UniqueFd fd, const PoolImage& image,
-                                                AdoptionReport* report) {
-  LMC_ASSIGN_OR_RETURN(auto segment,
-                       shm::ShmSegment::Adopt(config.shm_name, std::move(fd), config.size_bytes));
-  return AdoptSegment(config, clock, std::move(segment), image, report);
-}
-
-Result<std::unique_ptr<L1Cache>> L1Cache::Recover(const L1Config& config, const Clock* clock,
-                                                  RecoveryReport* report) {
-  LMC_ASSIGN_OR_RETURN(auto segment, shm::ShmSegment::Reopen(config.shm_name, config.size_bytes));
-  LMC_ASSIGN_OR_RETURN(const JournalFile journal, JournalFile::Open(config.shm_name));
-  LMC_ASSIGN_OR_RETURN(const JournalGeometry geometry,
-                       GeometryOf(segment->fd(), config.size_bytes, config.allocator));
-  LMC_ASSIGN_OR_RETURN(RecoveryPlan plan, PlanRecovery(journal.bytes(), segment->bytes(), geometry,
-                                                       config.prefault_threads));
-  *report = plan.report;
-  AdoptionReport adopted;
-  auto cache = AdoptSegment(config, clock, std::move(segment), plan.image, &adopted);
-  // What the table holds now: a hold an earlier recovery began and that has
-  // ended by now was freed instead.
-  report->held_slots = adopted.held_slots;
-  report->held_bytes = adopted.held_bytes;
-  report->holds_ended = adopted.holds_ended;
-  return cache;
-}
-
-Result<std::unique_ptr<L1Cache>> L1Cache::AdoptSegment(const L1Config& config, const Clock* clock,
-                                                       std::unique_ptr<shm::ShmSegment> segment,
-                                                       const PoolImage& image,
-                                                       AdoptionReport* report) {
+                                                std::unique_ptr<shm::ShmSegment> segment,
+                                                const PoolImage& image, AdoptionReport* report) {
   LMC_RETURN_IF_ERROR(ValidateEvictorConfig(config.evictor));
   std::unique_ptr<L1Cache> cache(new L1Cache());
   LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy));

@@ -25,7 +25,6 @@
 
 #include "alloc/slab_allocator.h"
 #include "common/clock.h"
-#include "common/unique_fd.h"
 #include "lmcache/status.h"
 #include "shm/huge_pages.h"
 #include "shm/shm_segment.h"
@@ -33,7 +32,8 @@
 #include "store/evictor.h"
 #include "store/flow_counters.h"
 #include "store/object_table.h"
-#include "store/pool_journal.h"
+#include "store/pool_image.h"
+#include "store/slot_journal.h"
 
 namespace lmcache::store {
 
@@ -57,43 +57,27 @@ struct L1Config {
   std::function<void(std::uint64_t ready_bytes)> before_prefault_step;
   std::string shm_dir = "/dev/shm";
   shm::HugePageMode huge_pages = shm::HugePageMode::kAuto;
-  // --recover-pool: keep a crash-recovery journal of the pool (pool_journal.h).
-  // Off, any journal an earlier run left under the pool's name is removed, so
-  // none can outlive the bytes it describes.
-  bool journal = false;
+  // Makes the pool's slot journal once the segment exists (--recover-pool:
+  // restart/pool_journal.h); empty, the pool is journaled nowhere.
+  SlotJournalFactory journal;
 };
 
-// What a successor needs to adopt the pool in place (warm restart): how far
-// pre-faulting got, the allocator's slabs and the table's cut.
-struct PoolImage {
-  std::uint64_t ready_bytes = 0;
-  std::vector<alloc::SlabRecord> slabs;
-  TableImage table;
-};
-
-struct RecoveryReport;  // pool_recovery.h
+// The geometry a pool of `config` is laid out with.
+PoolGeometry GeometryOf(const L1Config& config);
 
 class L1Cache {
  public:
   // `policy`, when given, replaces the one config.eviction_policy names (tests).
   static Result<std::unique_ptr<L1Cache>> Create(const L1Config& config, const Clock* clock,
                                                  std::unique_ptr<EvictionPolicy> policy = nullptr);
-  // The successor's side of a takeover: adopts the segment behind `fd` (the
-  // predecessor's, same name and size) and its objects in place, then
-  // pre-faults on from where the predecessor stopped. Fails (and leaves the
-  // segment to its owner) when the image does not fit this configuration.
+  // A pool someone else built, adopted in place (a takeover's segment from
+  // its predecessor, a recovery's reopened after a crash): `segment`, not yet
+  // owning its name, with the objects and held slots of `image`; pre-faulting
+  // goes on from where the image stopped. The name is claimed on success;
+  // on failure the segment is left to its owner.
   static Result<std::unique_ptr<L1Cache>> Adopt(const L1Config& config, const Clock* clock,
-                                                UniqueFd fd, const PoolImage& image,
-                                                AdoptionReport* report);
-  // A server started after its predecessor died (--recover-pool): reopens the
-  // segment of config.shm_name that nobody holds any more and adopts, in
-  // place, every object the journal it left proves intact (pool_recovery.h);
-  // slots a writer may still hold are kept from reuse for a write TTL.
-  // kNotFound when there is no segment or no journal (start cold);
-  // kAlreadyExists when a live server holds the segment. On any error the
-  // segment is left as it was.
-  static Result<std::unique_ptr<L1Cache>> Recover(const L1Config& config, const Clock* clock,
-                                                  RecoveryReport* report);
+                                                std::unique_ptr<shm::ShmSegment> segment,
+                                                const PoolImage& image, AdoptionReport* report);
   ~L1Cache();
   L1Cache(const L1Cache&) = delete;
   L1Cache& operator=(const L1Cache&) = delete;
@@ -125,28 +109,22 @@ class L1Cache {
     segment_->Disown();
     if (journal_) journal_->Disown();
   }
-  // The crash-recovery journal, or nullptr without --recover-pool.
-  PoolJournal* journal() { return journal_.get(); }
+  // The slot journal, or nullptr without one (L1Config::journal).
+  SlotJournal* journal() { return journal_.get(); }
   // Waits until the pool is pre-faulted, up to `timeout`; true when it is.
   bool WaitPrefaulted(std::chrono::milliseconds timeout) const;
 
  private:
   L1Cache() = default;
   // Create's and Adopt's common part once the segment exists: the allocator
-  // (pages below `ready_bytes` usable), the background pre-faulter from
-  // there on, the table and the evictor.
+  // (pages below `ready_bytes` usable), the journal, the background
+  // pre-faulter from there on, the table and the evictor.
   static Status Assemble(L1Cache* cache, const L1Config& config, const Clock* clock,
                          std::uint64_t ready_bytes);
-  // Adopt's and Recover's common part: `segment` (not yet owning its name)
-  // with the objects of `image` in place; the name is claimed on success.
-  static Result<std::unique_ptr<L1Cache>> AdoptSegment(const L1Config& config, const Clock* clock,
-                                                       std::unique_ptr<shm::ShmSegment> segment,
-                                                       const PoolImage& image,
-                                                       AdoptionReport* report);
 
   std::unique_ptr<shm::ShmSegment> segment_;
   // After the segment (its sealer reads the pool), before everything that records into it.
-  std::unique_ptr<PoolJournal> journal_;
+  std::unique_ptr<SlotJournal> journal_;
   std::unique_ptr<alloc::SlabAllocator> allocator_;
   std::unique_ptr<EvictionPolicy> policy_;
   FlowCounters flow_;  // declared before the table, so it outlives it

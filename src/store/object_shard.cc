@@ -128,7 +128,7 @@ AdmitStep ObjectShard::AdmitLocked(const ObjectKey& key, LeaseId lease, TimeMs n
     return {WriteOutcome::kDuplicateDiscarded, resident};
   }
   // Recorded before any reader can learn of it (the shard is locked).
-  if (context_->journal != nullptr) context_->journal->Committed(key, copy->offset, copy->size);
+  if (context_->journal != nullptr) context_->journal->Committed(key, copy->offset, copy->size, std::nullopt);
   resident = AdmitResidentLocked(key, copy->offset, copy->size);
   return {WriteOutcome::kAdmitted, resident, Aligned(copy->size)};
 }

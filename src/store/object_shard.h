@@ -15,7 +15,7 @@
 //                worker might still write it: freed only when that worker is
 //                released (ReleaseQuarantinedLocked), never by time
 // Each method named ...Locked performs one key's transition (or one sweep of
-// the shard), journals it (PoolJournal: admitted -> Committed, resident
+// the shard), journals it (SlotJournal: admitted -> Committed, resident
 // leaving the index -> Withdrawn, a held slot -> Held) and hands the offsets
 // it frees to the caller (`to_free`), who returns them to the allocator once
 // the shard is unlocked. An illegal transition changes nothing and says so
@@ -39,7 +39,7 @@
 #include "common/mutex.h"
 #include "store/object_key.h"
 #include "store/owner.h"
-#include "store/pool_journal.h"
+#include "store/slot_journal.h"
 #include "store/read_locks.h"
 
 namespace lmcache::store {
@@ -55,7 +55,7 @@ enum class DeleteOutcome : std::uint8_t;
 // journal (set before the table is used).
 struct ShardContext {
   const alloc::SlabAllocator* allocator = nullptr;
-  PoolJournal* journal = nullptr;
+  SlotJournal* journal = nullptr;
 };
 
 struct ResidentEntry {

@@ -62,7 +62,7 @@
 #include "store/object_key.h"
 #include "store/object_shard.h"
 #include "store/owner.h"
-#include "store/pool_journal.h"
+#include "store/slot_journal.h"
 #include "store/read_locks.h"
 
 namespace lmcache::store {
@@ -343,11 +343,11 @@ class ObjectTable {
   // Records every slot lent, object admitted and slot freed in `journal`
   // (--recover-pool), before anyone can act on it. Before the table is used;
   // it must outlive the table.
-  void SetJournal(PoolJournal* journal) {
+  void SetJournal(SlotJournal* journal) {
     journal_ = journal;
     shard_context_.journal = journal;
   }
-  PoolJournal* journal() const { return journal_; }
+  SlotJournal* journal() const { return journal_; }
 
   // Subscribes `listener` (listener.h). Before the table is used; it must outlive the table.
   void AddListener(StoreListener* listener) { listeners_.push_back(listener); }
@@ -405,7 +405,7 @@ class ObjectTable {
   std::vector<std::unique_ptr<ObjectShard>> shards_;
   mutable LeaseRegistry leases_;
   std::vector<StoreListener*> listeners_;
-  PoolJournal* journal_ = nullptr;
+  SlotJournal* journal_ = nullptr;
 
   std::atomic<std::uint64_t> on_demand_evictions_{0};
   std::atomic<std::uint64_t> expired_writes_reclaimed_{0};

@@ -372,7 +372,7 @@ TEST_F(SlabAllocatorTest, AdoptRefusesRecordsThatContradictEachOtherOrTheConfig)
 namespace lmcache::alloc {
 namespace {
 
-// Records what a crash-recovery journal is told (store/pool_journal.h).
+// Records what a crash-recovery journal is told (restart/pool_journal.h).
 class RecordingObserver : public SlabObserver {
  public:
   void SlabAdded(const SlabRecord& slab) override { live.push_back(slab); }

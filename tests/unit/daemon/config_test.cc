@@ -88,21 +88,25 @@ TEST(ServerConfig, TakeoverFlagsAndTheSocketTheyName) {
   auto plain = Parse({"--shm-name", "node"});
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   EXPECT_EQ(plain->takeover, "off");
-  EXPECT_EQ(plain->takeover_socket_path, "/dev/shm/.lmcache-takeover-lmcache_l1_pool_node");
-  EXPECT_TRUE(plain->shm_name_given);
+  EXPECT_EQ(plain->restart.takeover, restart::TakeoverMode::kOff);
+  EXPECT_EQ(plain->restart.timeout, std::chrono::seconds(120));
+  EXPECT_EQ(plain->restart.socket_path, "/dev/shm/.lmcache-takeover-lmcache_l1_pool_node");
+  EXPECT_TRUE(plain->restart.shm_name_given);
   auto on = Parse({"--shm-name", "node", "--takeover"});
   ASSERT_TRUE(on.ok()) << on.status().ToString();
   EXPECT_EQ(on->takeover, "on");
+  EXPECT_EQ(on->restart.takeover, restart::TakeoverMode::kOn);
   auto cold = Parse({"--shm-name", "node", "--takeover=if-compatible"});
   ASSERT_TRUE(cold.ok()) << cold.status().ToString();
   EXPECT_EQ(cold->takeover, "if-compatible");
+  EXPECT_EQ(cold->restart.takeover, restart::TakeoverMode::kIfCompatible);
   auto named = Parse({"--takeover", "--takeover-socket", "/run/lmcache/takeover.sock"});
   ASSERT_TRUE(named.ok()) << named.status().ToString();
-  EXPECT_EQ(named->takeover_socket_path, "/run/lmcache/takeover.sock");
-  EXPECT_FALSE(named->shm_name_given);
+  EXPECT_EQ(named->restart.socket_path, "/run/lmcache/takeover.sock");
+  EXPECT_FALSE(named->restart.shm_name_given);
   auto off = Parse({"--takeover-socket", "off"});
   ASSERT_TRUE(off.ok());
-  EXPECT_EQ(off->takeover_socket_path, "");
+  EXPECT_EQ(off->restart.socket_path, "");
   ExpectRejected({"--takeover=maybe"}, "--takeover");
   ExpectRejected({"--takeover"}, "--shm-name");  // whose pool? the default name is per pid
   ExpectRejected({"--takeover", "--takeover-socket", "off"}, "--takeover");
@@ -117,12 +121,11 @@ TEST(ServerConfig, TakeoverFlagsAndTheSocketTheyName) {
 TEST(ServerConfig, RecoverPoolKeepsAJournalAndNeedsAFixedPoolName) {
   auto plain = Parse({"--shm-name", "node"});
   ASSERT_TRUE(plain.ok());
-  EXPECT_FALSE(plain->recover_pool);
-  EXPECT_FALSE(plain->l1.journal);
+  EXPECT_FALSE(plain->restart.recover_pool);
   auto on = Parse({"--shm-name", "node", "--recover-pool"});
   ASSERT_TRUE(on.ok()) << on.status().ToString();
-  EXPECT_TRUE(on->recover_pool);
-  EXPECT_TRUE(on->l1.journal);
+  EXPECT_TRUE(on->restart.recover_pool);
+  EXPECT_EQ(on->restart.chunk_size, 256);
   ExpectRejected({"--recover-pool"}, "--shm-name");
 }
 

@@ -89,7 +89,7 @@ TEST(HandoverCodec, ACountLargerThanTheBytesLeftIsRefusedBeforeAnyAllocation) {
 
 TEST(HandoverCodec, HelloAndVerdictRoundTripAndRefuseWhatTheyDoNotKnow) {
   TakeoverHello hello;
-  hello.geometry = {"lmcache_l1_pool_node", 64ull << 30, 4096, 2u << 20, 64u << 20, 256};
+  hello.geometry = {"lmcache_l1_pool_node", {64ull << 30, 4096, 2u << 20, 64u << 20}, 256};
   hello.cold_if_incompatible = true;
   auto decoded = DecodeHello(EncodeHello(hello));
   ASSERT_TRUE(decoded.ok());
@@ -113,16 +113,21 @@ TEST(HandoverCodec, HelloAndVerdictRoundTripAndRefuseWhatTheyDoNotKnow) {
 }
 
 TEST(HandoverCodec, AGeometryMismatchNamesTheSettingAndBothValues) {
-  const PoolGeometry ours{"lmcache_l1_pool_node", 4ull << 30, 4096, 2u << 20, 64u << 20, 256};
+  const TakeoverGeometry ours{"lmcache_l1_pool_node", {4ull << 30, 4096, 2u << 20, 64u << 20}, 256};
   EXPECT_EQ(GeometryMismatch(ours, ours), "");
-  PoolGeometry bigger = ours;
-  bigger.size_bytes = 8ull << 30;
+  TakeoverGeometry bigger = ours;
+  bigger.pool.pool_bytes = 8ull << 30;
   EXPECT_EQ(GeometryMismatch(ours, bigger),
             "the pool size in bytes (--l1-size-gb): 4294967296 here, 8589934592 in the successor");
-  PoolGeometry chunk = ours;
+  TakeoverGeometry chunk = ours;
   chunk.chunk_size = 16;
-  EXPECT_NE(GeometryMismatch(ours, chunk).find("--chunk-size"), std::string::npos);
-  PoolGeometry other = ours;
+  EXPECT_EQ(GeometryMismatch(ours, chunk),
+            "the chunk size (--chunk-size): 256 here, 16 in the successor");
+  TakeoverGeometry aligned = ours;
+  aligned.pool.align_bytes = 8192;
+  EXPECT_EQ(GeometryMismatch(ours, aligned),
+            "the alignment (--l1-align-bytes): 4096 here, 8192 in the successor");
+  TakeoverGeometry other = ours;
   other.shm_name = "lmcache_l1_pool_other";
   EXPECT_NE(GeometryMismatch(ours, other).find("name"), std::string::npos);
 }

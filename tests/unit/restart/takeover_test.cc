@@ -35,8 +35,8 @@ class TakeoverTest : public ::testing::Test {
   }
   ~TakeoverTest() override { std::filesystem::remove(path_); }
 
-  static PoolGeometry Geometry() {
-    return {"lmcache_l1_pool_takeover_test", 64 << 20, 4096, 2 << 20, 64 << 20, 256};
+  static TakeoverGeometry Geometry() {
+    return {"lmcache_l1_pool_takeover_test", {64 << 20, 4096, 2 << 20, 64 << 20}, 256};
   }
   // A file standing in for the pool segment.
   static UniqueFd MemFd(const std::string& contents) {
@@ -139,7 +139,7 @@ TEST_F(TakeoverTest, AMismatchedSuccessorIsRefusedAndThePredecessorServesOn) {
   ASSERT_TRUE(service.ok()) << service.status().ToString();
   TakeoverHello hello;
   hello.geometry = Geometry();
-  hello.geometry.size_bytes *= 2;
+  hello.geometry.pool.pool_bytes *= 2;
   auto refused = RequestTakeover(path_, hello, milliseconds(5000));
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("--l1-size-gb"), std::string::npos)

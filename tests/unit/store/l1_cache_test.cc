@@ -3,10 +3,8 @@
 // the table's listeners, and removes its segment when it goes.
 #include "store/l1_cache.h"
 
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,8 +17,6 @@
 #include <thread>
 
 #include <gtest/gtest.h>
-
-#include "store/pool_recovery.h"
 
 #include "fakes/wait_until.h"
 #include "fakes/fake_clock.h"
@@ -60,6 +56,15 @@ class L1CacheTest : public ::testing::Test {
     ASSERT_TRUE(lease.ok());
     ASSERT_EQ(lease->reserved, n);
     ASSERT_EQ(cache.table().FinishWrite(lease->lease).admitted, n);
+  }
+
+  // A takeover's adoption: the segment behind (a duplicate of) `fd`, as the
+  // successor receives it, adopted under `config`.
+  Result<std::unique_ptr<L1Cache>> AdoptFd(const L1Config& config, int fd, const PoolImage& image,
+                                           AdoptionReport* report) {
+    LMC_ASSIGN_OR_RETURN(auto segment,
+                         shm::ShmSegment::Adopt(config.shm_name, UniqueFd(dup(fd)), config.size_bytes));
+    return L1Cache::Adopt(config, &clock_, std::move(segment), image, report);
   }
 
   L1Config config_;
@@ -198,7 +203,7 @@ TEST_F(L1CacheTest, ASuccessorAdoptsThePoolInPlaceAndOwnsItsName) {
   EXPECT_EQ(image.table.resident.size(), 6u);
   ASSERT_EQ(image.table.held.size(), 1u);
   AdoptionReport report;
-  auto second = L1Cache::Adopt(config_, &clock_, UniqueFd(dup(a.segment().fd())), image, &report);
+  auto second = AdoptFd(config_, a.segment().fd(), image, &report);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   L1Cache& b = **second;
   EXPECT_EQ(report.objects, 6u);
@@ -248,14 +253,14 @@ TEST_F(L1CacheTest, AnImageThatDoesNotFitThisPoolIsRefusedAndTheNameLeftAlone) {
   image.table.resident.push_back(image.table.resident[0]);  // named twice
   AdoptionReport report;
   auto refused =
-      L1Cache::Adopt(config_, &clock_, UniqueFd(dup((*first)->segment().fd())), image, &report);
+      AdoptFd(config_, (*first)->segment().fd(), image, &report);
   EXPECT_FALSE(refused.ok());
   EXPECT_TRUE(SegmentExists());
   L1Config other = config_;
   other.size_bytes = 32 * kMiB;
   image.table.resident.pop_back();
   auto wrong_size =
-      L1Cache::Adopt(other, &clock_, UniqueFd(dup((*first)->segment().fd())), image, &report);
+      AdoptFd(other, (*first)->segment().fd(), image, &report);
   EXPECT_EQ(wrong_size.status().code(), ErrorCode::kLayoutMismatch);
   EXPECT_TRUE(SegmentExists());
 }
@@ -295,7 +300,7 @@ TEST_F(L1CacheTest, ASuccessorPrefaultsOnFromWhereThePredecessorStopped) {
   exporter.join();
   ASSERT_LT(image.ready_bytes, config_.size_bytes);
   AdoptionReport report;
-  auto second = L1Cache::Adopt(config_, &clock_, UniqueFd(dup(a.segment().fd())), image, &report);
+  auto second = AdoptFd(config_, a.segment().fd(), image, &report);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   a.Disown();
   first->reset();
@@ -306,241 +311,6 @@ TEST_F(L1CacheTest, ASuccessorPrefaultsOnFromWhereThePredecessorStopped) {
   // The whole pool is usable now, around the adopted objects.
   Store(b, 10, 20);
   EXPECT_EQ(b.table().Stats().resident_objects, 22u);
-}
-
-// --recover-pool: a child process builds a pool with a journal, stores six
-// objects and stages a seventh, and is killed with SIGKILL (no destructor
-// runs, exactly as after a crash); the parent recovers the pool it left.
-class L1CacheRecoveryTest : public L1CacheTest {
- protected:
-  L1CacheRecoveryTest() { config_.journal = true; }
-  ~L1CacheRecoveryTest() override {
-    std::filesystem::remove("/dev/shm/" + config_.shm_name);
-    std::filesystem::remove("/dev/shm/" + JournalName(config_.shm_name));
-  }
-  // The offset the child staged (never committed), or nullopt when it failed.
-  std::optional<Offset> CrashAChildAfterStoring() {
-    int pipe_fds[2];
-    if (pipe(pipe_fds) != 0) return std::nullopt;
-    const pid_t child = fork();
-    if (child == 0) {
-      close(pipe_fds[0]);
-      Offset staged_offset = 0;
-      auto cache = L1Cache::Create(config_, &clock_);
-      if (cache.ok() && (*cache)->WaitPrefaulted(std::chrono::seconds(30))) {
-        L1Cache& a = **cache;
-        auto lease = a.table().ReserveWrite(testing::KeysN(0, 6), kMiB, Owner::Instance(1),
-                                            AllocationMode::kAllOrNothing);
-        for (std::size_t i = 0; lease.ok() && i < 6; ++i) {
-          std::memset(a.segment().base() + lease->offsets[i], static_cast<int>(0x60 + i), kMiB);
-        }
-        // One more object, sealed, read-locked and then deleted (retired: its
-        // memory waits for the reader): a delete survives the crash.
-        const std::vector<ObjectKey> gone = testing::KeysN(50, 1);
-        auto deleted =
-            a.table().ReserveWrite(gone, kMiB, Owner::Instance(1), AllocationMode::kAllOrNothing);
-        if (deleted.ok()) (void)a.table().FinishWrite(deleted->lease);
-        (void)a.journal()->WaitSealed(std::chrono::seconds(30));
-        ReadRequest reader;
-        reader.keys = gone;
-        reader.owner = Owner::Session(9);
-        (void)a.table().AcquireRead(reader);
-        (void)a.table().Delete(gone, /*force=*/true);
-        if (lease.ok() && a.table().FinishWrite(lease->lease).admitted == 6 &&
-            a.journal()->WaitSealed(std::chrono::seconds(30))) {
-          auto staged = a.table().ReserveWrite(testing::KeysN(100, 1), kMiB, Owner::Instance(2),
-                                               AllocationMode::kAllOrNothing);
-          if (staged.ok() && staged->reserved == 1) staged_offset = staged->offsets[0];
-        }
-      }
-      (void)!write(pipe_fds[1], &staged_offset, sizeof(staged_offset));
-      pause();  // killed here, with everything still mapped and running
-      _exit(0);
-    }
-    close(pipe_fds[1]);
-    Offset staged_offset = 0;
-    const bool got = read(pipe_fds[0], &staged_offset, sizeof(staged_offset)) ==
-                     static_cast<ssize_t>(sizeof(staged_offset));
-    close(pipe_fds[0]);
-    kill(child, SIGKILL);
-    int status = 0;
-    waitpid(child, &status, 0);
-    if (!got || staged_offset == 0 || !WIFSIGNALED(status)) return std::nullopt;
-    return staged_offset;
-  }
-};
-
-TEST_F(L1CacheRecoveryTest, APoolLeftByAKilledServerIsRecoveredInPlace) {
-  const std::optional<Offset> staged_offset = CrashAChildAfterStoring();
-  ASSERT_TRUE(staged_offset);
-  ASSERT_TRUE(SegmentExists()) << "a crash leaves the segment";
-  RecoveryReport report;
-  auto recovered = L1Cache::Recover(config_, &clock_, &report);
-  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  L1Cache& b = **recovered;
-  EXPECT_EQ(report.objects, 6u);
-  EXPECT_EQ(report.bytes, 6 * kMiB);
-  EXPECT_EQ(report.staged, 2u);  // the copy being written and the retired object
-  EXPECT_EQ(report.held_slots, 2u);
-  for (std::uint64_t i = 0; i < 6; ++i) {
-    const auto info = b.table().Find(testing::KeysN(i, 1)[0]);
-    ASSERT_TRUE(info) << i;
-    const std::byte* bytes = b.segment().base() + info->offset;
-    EXPECT_EQ(bytes[0], static_cast<std::byte>(0x60 + i));
-    EXPECT_EQ(bytes[kMiB - 1], static_cast<std::byte>(0x60 + i));
-  }
-  EXPECT_FALSE(b.table().Find(testing::KeysN(100, 1)[0]));
-  EXPECT_FALSE(b.table().Find(testing::KeysN(50, 1)[0])) << "a deleted object came back";
-  // The slot the dead server had lent is not lent again while the write TTL
-  // runs: the 8 MiB left free fill up around it, evicting nothing.
-  auto fill = b.table().ReserveWrite(testing::KeysN(200, 8), kMiB, Owner::Instance(3),
-                                     AllocationMode::kAllOrNothing);
-  ASSERT_TRUE(fill.ok());
-  ASSERT_EQ(fill->reserved, 8u);
-  for (const Offset offset : fill->offsets) EXPECT_NE(offset, *staged_offset);
-  EXPECT_EQ(b.table().Stats().resident_objects, 6u);
-  b.table().AbortWrite(fill->lease);
-  // The recovered server journals too: it can itself be recovered.
-  ASSERT_TRUE(b.journal()->WaitSealed(std::chrono::seconds(30)));
-  EXPECT_EQ(b.journal()->Stats().sealed, 6u);
-  b.Disown();  // as if it crashed as well
-  recovered->reset();
-  RecoveryReport again;
-  auto third = L1Cache::Recover(config_, &clock_, &again);
-  ASSERT_TRUE(third.ok()) << third.status().ToString();
-  EXPECT_EQ(again.objects, 6u);
-  EXPECT_EQ(again.held_slots, 2u);
-  // Eviction order survives both recoveries: the batch's last key is the
-  // oldest, its first the most recent, as the policy had them in the child.
-  EXPECT_EQ((*third)->table().EvictLru(kMiB).objects, 1u);
-  EXPECT_FALSE((*third)->table().Find(testing::KeysN(5, 1)[0]));
-  EXPECT_TRUE((*third)->table().Find(testing::KeysN(0, 1)[0]));
-  EXPECT_EQ((*third)->table().EvictLru(4 * kMiB).objects, 4u);
-  EXPECT_TRUE((*third)->table().Find(testing::KeysN(0, 1)[0]));
-  third->reset();
-  EXPECT_FALSE(SegmentExists()) << "the recovered server owns the name";
-}
-
-// A slot one recovery held (a write the dead server had lent, an object it
-// had withdrawn) keeps that hold's end through the next crash. Before, every
-// recovery held such slots for a whole new write TTL, so a server killed
-// again and again within a TTL held them for as long as the crashes went on,
-// each crash adding the slots it had lent: python_crash_recovery_test lost
-// sealed prompts to the evictions that the shrunken pool forced (299 slots,
-// 29 % of its pool, held at its 20th kill).
-TEST_F(L1CacheRecoveryTest, ASlotHeldAfterOneCrashIsHeldNoLongerAfterTheNext) {
-  ASSERT_TRUE(CrashAChildAfterStoring());
-  const TimeMs ttl = config_.table.write_ttl_ms;
-  auto held = [](L1Cache& cache) { return cache.table().Stats().retired_objects; };
-  RecoveryReport first;
-  auto recovered = L1Cache::Recover(config_, &clock_, &first);
-  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  EXPECT_EQ(first.held_slots, 2u);
-  EXPECT_EQ(held(**recovered), 2u);
-  clock_.Advance(ttl / 2);
-  (*recovered)->Disown();  // it is killed too, half a write TTL later
-  recovered->reset();
-  RecoveryReport second;
-  auto again = L1Cache::Recover(config_, &clock_, &second);
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
-  EXPECT_EQ(second.objects, 6u);
-  EXPECT_EQ(second.held_slots, 2u);
-  L1Cache& c = **again;
-  (void)c.table().ReclaimExpired();
-  EXPECT_EQ(held(c), 2u) << "released before the first recovery's hold ended";
-  // Past the first hold's end; a hold the second recovery began anew would
-  // run for another half TTL.
-  clock_.Advance(ttl / 2 + 1);
-  (void)c.table().ReclaimExpired();
-  EXPECT_EQ(held(c), 0u) << "the second recovery held the slots for a new write TTL";
-  // Freed and journaled as free: a third recovery holds nothing of them.
-  c.Disown();
-  again->reset();
-  RecoveryReport third;
-  auto last = L1Cache::Recover(config_, &clock_, &third);
-  ASSERT_TRUE(last.ok()) << last.status().ToString();
-  EXPECT_EQ(third.objects, 6u);
-  EXPECT_EQ(third.held_slots, 0u);
-}
-
-// A hold that has ended by the time of the next recovery (its server died
-// before its evictor's pass freed it) is freed by the recovery, not held.
-TEST_F(L1CacheRecoveryTest, AHoldThatEndedBeforeTheNextRecoveryIsFreedByIt) {
-  config_.background_eviction = false;  // nothing frees the held slots but the recovery
-  ASSERT_TRUE(CrashAChildAfterStoring());
-  RecoveryReport first;
-  auto recovered = L1Cache::Recover(config_, &clock_, &first);
-  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  ASSERT_EQ(first.held_slots, 2u);
-  clock_.Advance(config_.table.write_ttl_ms + 1);
-  (*recovered)->Disown();
-  recovered->reset();
-  RecoveryReport second;
-  auto again = L1Cache::Recover(config_, &clock_, &second);
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
-  EXPECT_EQ(second.objects, 6u);
-  EXPECT_EQ(second.held_slots, 0u);
-  EXPECT_EQ(second.holds_ended, 2u);
-  EXPECT_EQ((*again)->table().Stats().retired_objects, 0u);
-  // Their memory is free: 8 MiB free plus the two slots take ten objects.
-  auto fill = (*again)->table().ReserveWrite(testing::KeysN(300, 10), kMiB, Owner::Instance(4),
-                                             AllocationMode::kAllOrNothing);
-  ASSERT_TRUE(fill.ok()) << fill.status().ToString();
-  EXPECT_EQ(fill->reserved, 10u);
-  EXPECT_EQ((*again)->table().Stats().resident_objects, 6u) << "it evicted to make room";
-}
-
-// A journal's hold end is untrusted: one beyond a write TTL from now (a clock
-// of another boot, a corrupt record) is held for a write TTL, never longer.
-TEST_F(L1CacheRecoveryTest, AHoldEndBeyondAWriteTtlIsCutToOne) {
-  ASSERT_TRUE(CrashAChildAfterStoring());
-  const TimeMs ttl = config_.table.write_ttl_ms;
-  RecoveryReport first;
-  auto recovered = L1Cache::Recover(config_, &clock_, &first);
-  ASSERT_TRUE(recovered.ok()) << recovered.status().ToString();
-  (*recovered)->Disown();
-  recovered->reset();
-  clock_.Advance(-ttl / 2);  // the next server's clock reads earlier: the hold ends 1.5 TTL ahead
-  RecoveryReport second;
-  auto again = L1Cache::Recover(config_, &clock_, &second);
-  ASSERT_TRUE(again.ok()) << again.status().ToString();
-  EXPECT_EQ(second.held_slots, 2u);
-  clock_.Advance(ttl);
-  (void)(*again)->table().ReclaimExpired();
-  EXPECT_EQ((*again)->table().Stats().retired_objects, 0u);
-}
-
-TEST_F(L1CacheRecoveryTest, NothingToRecoverOrALiveOwnerOrAnotherSegmentIsRefused) {
-  RecoveryReport report;
-  EXPECT_EQ(L1Cache::Recover(config_, &clock_, &report).status().code(), ErrorCode::kNotFound);
-  auto live = L1Cache::Create(config_, &clock_);
-  ASSERT_TRUE(live.ok());
-  auto refused = L1Cache::Recover(config_, &clock_, &report);
-  EXPECT_EQ(refused.status().code(), ErrorCode::kAlreadyExists) << refused.status().ToString();
-  live->reset();
-  ASSERT_TRUE(CrashAChildAfterStoring());
-  // A cold start without --recover-pool replaces the segment and removes the
-  // journal; a later recovery finds nothing to trust.
-  L1Config cold = config_;
-  cold.journal = false;
-  auto replaced = L1Cache::Create(cold, &clock_);
-  ASSERT_TRUE(replaced.ok()) << replaced.status().ToString();
-  EXPECT_FALSE(std::filesystem::exists("/dev/shm/" + JournalName(config_.shm_name)));
-  (*replaced)->Disown();
-  replaced->reset();
-  EXPECT_EQ(L1Cache::Recover(config_, &clock_, &report).status().code(), ErrorCode::kNotFound);
-  // A journal beside a segment it does not describe is refused, the segment left alone.
-  ASSERT_TRUE(CrashAChildAfterStoring());
-  std::filesystem::remove("/dev/shm/" + config_.shm_name);
-  auto other = shm::ShmSegment::Create({config_.shm_name, config_.size_bytes});
-  ASSERT_TRUE(other.ok());
-  (*other)->Disown();
-  other->reset();
-  auto mismatched = L1Cache::Recover(config_, &clock_, &report);
-  ASSERT_FALSE(mismatched.ok());
-  EXPECT_NE(mismatched.status().message().find("another segment"), std::string::npos)
-      << mismatched.status().ToString();
-  EXPECT_TRUE(SegmentExists());
 }
 
 }  // namespace

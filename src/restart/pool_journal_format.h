@@ -1,6 +1,6 @@
 // The byte layout of the crash-recovery journal (pool_journal.h), shared by
 // its writer and by recovery's reader (pool_recovery.h). Not for use outside
-// src/store/pool_*.cc.
+// src/restart/pool_*.cc.
 //
 // The file, in order, each part starting on a 4 KiB boundary:
 //   header       geometry, the segment's identity, how far pre-faulting got,
@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <type_traits>
 
-namespace lmcache::store::journal_format {
+namespace lmcache::restart::journal_format {
 
 inline constexpr std::uint64_t kMagic = 0x314c4e524a434d4cull;  // "LMCJRNL1"
 // Version 2 added Record::held_until_ms; a version-1 journal is refused (a
@@ -105,4 +105,4 @@ inline Parts PartsFor(std::uint64_t num_pages, std::uint64_t record_capacity) {
   return parts;
 }
 
-}  // namespace lmcache::store::journal_format
+}  // namespace lmcache::restart::journal_format

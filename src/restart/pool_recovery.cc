@@ -1,4 +1,4 @@
-#include "store/pool_recovery.h"
+#include "restart/pool_recovery.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,8 +13,10 @@
 
 #include "common/parallel.h"
 
-namespace lmcache::store {
+namespace lmcache::restart {
 namespace jf = journal_format;
+using store::ObjectKey;
+using store::ObjectKeyHash;
 namespace {
 
 template <typename T>
@@ -33,16 +35,13 @@ Status CheckHeader(const jf::Header& h, const JournalGeometry& expected,
   if (h.magic != jf::kMagic || h.version != jf::kVersion) {
     return Refuse("is not a journal of this version");
   }
-  const JournalGeometry found{h.pool_bytes,        h.align_bytes,    h.page_bytes,
-                              h.slab_target_bytes, h.segment_device, h.segment_inode};
-  if (found.segment_device != expected.segment_device ||
-      found.segment_inode != expected.segment_inode) {
+  if (h.segment_device != expected.segment_device || h.segment_inode != expected.segment_inode) {
     return Refuse("describes another segment of the same name (a cold start replaced it)");
   }
-  if (!(found == expected)) {
-    return Refuse(
-        "was written with another pool geometry (--l1-size-gb, --l1-align-bytes or the "
-        "slab sizes changed)");
+  const store::PoolGeometry found{h.pool_bytes, h.align_bytes, h.page_bytes, h.slab_target_bytes};
+  if (const std::string differs = store::PoolGeometryMismatch(expected.pool, found, "in the journal");
+      !differs.empty()) {
+    return Refuse("was written with another pool geometry: " + differs);
   }
   const jf::Parts parts = jf::PartsFor(h.pool_bytes / h.page_bytes, h.record_capacity);
   if (h.record_capacity != h.pool_bytes / h.align_bytes || parts.file_bytes != journal_bytes ||
@@ -206,6 +205,25 @@ Result<RecoveryPlan> PlanRecovery(std::span<const std::byte> journal,
   return plan;
 }
 
+Result<std::unique_ptr<store::L1Cache>> RecoverPool(const store::L1Config& config,
+                                                    const Clock* clock, RecoveryReport* report) {
+  LMC_ASSIGN_OR_RETURN(auto segment, shm::ShmSegment::Reopen(config.shm_name, config.size_bytes));
+  LMC_ASSIGN_OR_RETURN(const JournalFile journal, JournalFile::Open(config.shm_name));
+  LMC_ASSIGN_OR_RETURN(const JournalGeometry geometry,
+                       JournalGeometryOf(segment->fd(), store::GeometryOf(config)));
+  LMC_ASSIGN_OR_RETURN(RecoveryPlan plan, PlanRecovery(journal.bytes(), segment->bytes(), geometry,
+                                                       config.prefault_threads));
+  *report = plan.report;
+  store::AdoptionReport adopted;
+  auto cache = store::L1Cache::Adopt(config, clock, std::move(segment), plan.image, &adopted);
+  // What the table holds now: a hold an earlier recovery began and that has
+  // ended by now was freed instead.
+  report->held_slots = adopted.held_slots;
+  report->held_bytes = adopted.held_bytes;
+  report->holds_ended = adopted.holds_ended;
+  return cache;
+}
+
 Result<JournalFile> JournalFile::Open(const std::string& pool_name) {
   const std::string name = JournalName(pool_name);
   UniqueFd fd(shm_open(("/" + name).c_str(), O_RDONLY | O_CLOEXEC, 0));
@@ -236,4 +254,4 @@ JournalFile::~JournalFile() {
   if (base_ != nullptr) munmap(const_cast<std::byte*>(base_), size_);
 }
 
-}  // namespace lmcache::store
+}  // namespace lmcache::restart

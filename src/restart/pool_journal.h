@@ -51,38 +51,28 @@
 #include "common/mutex.h"
 #include "common/unique_fd.h"
 #include "lmcache/status.h"
+#include "restart/pool_journal_format.h"
+#include "shm/shm_segment.h"
 #include "store/object_key.h"
-#include "store/pool_journal_format.h"
+#include "store/pool_image.h"
+#include "store/slot_journal.h"
 
-namespace lmcache::store {
+namespace lmcache::restart {
 
 using alloc::Offset;
+using store::ObjectKey;
 
 // What a journal must agree with to describe a pool: its configuration and
 // the segment file itself (device and inode: a journal left beside another
 // segment of the same name describes other bytes).
 struct JournalGeometry {
-  std::uint64_t pool_bytes = 0;
-  std::uint64_t align_bytes = 0;
-  std::uint64_t page_bytes = 0;
-  std::uint64_t slab_target_bytes = 0;
+  store::PoolGeometry pool;
   std::uint64_t segment_device = 0;
   std::uint64_t segment_inode = 0;
   bool operator==(const JournalGeometry&) const = default;
 };
-// The geometry of the segment open on `segment_fd` under `allocator`'s configuration.
-Result<JournalGeometry> GeometryOf(int segment_fd, std::uint64_t pool_bytes,
-                                   const alloc::SlabAllocatorConfig& allocator);
-
-struct JournalStats {
-  std::uint64_t records = 0;        // live records (slots lent or resident)
-  std::uint64_t sealed = 0;         // objects recovery would serve now
-  std::uint64_t awaiting_seal = 0;  // committed, checksum not yet computed
-  std::uint64_t sealed_total = 0;   // checksums computed since start
-  std::uint64_t sealed_bytes_total = 0;
-  std::uint64_t unrecorded = 0;  // objects whose key did not fit the namespace area
-  std::uint64_t namespaces = 0;
-};
+// The geometry of the segment open on `segment_fd`, laid out as `pool`.
+Result<JournalGeometry> JournalGeometryOf(int segment_fd, const store::PoolGeometry& pool);
 
 // The key of a record: everything but the chunk hash lives in a namespace
 // entry (a node serves few models, salts and tag sets).
@@ -93,8 +83,12 @@ Result<ObjectKey> DecodeKeyNamespace(std::span<const std::byte> body);
 
 // "<pool name>.journal", under /dev/shm.
 std::string JournalName(const std::string& pool_name);
+// Removes the journal an earlier run left for `pool_name`, if any: a server
+// without --recover-pool records nothing, and a journal must never outlive
+// the bytes it describes.
+void RemoveJournal(const std::string& pool_name);
 
-class PoolJournal : public alloc::SlabObserver {
+class PoolJournal : public store::SlotJournal {
  public:
   // A new, empty journal for the pool `pool` (its bytes, for the sealer),
   // written under a private name until Publish() renames it over
@@ -110,35 +104,35 @@ class PoolJournal : public alloc::SlabObserver {
   PoolJournal& operator=(const PoolJournal&) = delete;
 
   // Renames the journal over JournalName(); idempotent.
-  Status Publish();
+  Status Publish() override;
 
   // Slots lent to a writer, before the writer learns of them.
-  void Lent(std::span<const Offset> offsets, std::uint64_t size) LMC_EXCLUDES(mu_);
+  void Lent(std::span<const Offset> offsets, std::uint64_t size) override LMC_EXCLUDES(mu_);
   // A slot a successor keeps from reuse until `until_ms` (the table's clock),
   // never served: a recovery's or a takeover's held slot. Recorded lent
   // with its deadline, so that a recovery after another crash keeps it no
   // longer than this one would have.
-  void Held(Offset offset, std::uint64_t size, TimeMs until_ms) LMC_EXCLUDES(mu_);
+  void Held(Offset offset, std::uint64_t size, TimeMs until_ms) override LMC_EXCLUDES(mu_);
   // An object admitted at `offset` (lent before, or adopted from a
   // predecessor): its key is recorded and its checksum queued, or, given
   // (a recovery verified it), recorded with it as sealed.
   void Committed(const ObjectKey& key, Offset offset, std::uint64_t size,
-                 std::optional<std::uint64_t> checksum = std::nullopt) LMC_EXCLUDES(mu_);
+                 std::optional<std::uint64_t> checksum) override LMC_EXCLUDES(mu_);
   // The object at `offset` left the index (evicted, deleted, retired while a
   // lease still reads it): never recovered again, its slot held until Freed.
-  void Withdrawn(Offset offset) LMC_EXCLUDES(mu_);
+  void Withdrawn(Offset offset) override LMC_EXCLUDES(mu_);
   // The slot at `offset` is about to go back to the allocator.
-  void Freed(Offset offset) LMC_EXCLUDES(mu_);
+  void Freed(Offset offset) override LMC_EXCLUDES(mu_);
   // Pages below `bytes` may be lent from now on (called before they are).
-  void ReadyBytes(std::uint64_t bytes);
+  void ReadyBytes(std::uint64_t bytes) override;
   void SlabAdded(const alloc::SlabRecord& slab) override;
   void SlabReleased(const alloc::SlabRecord& slab) override;
 
   // A successor took the pool over and replaced the file: leave it.
-  void Disown() { owner_ = false; }
+  void Disown() override { owner_ = false; }
   // Waits until every committed object is sealed (or `timeout`); true when so.
   bool WaitSealed(std::chrono::milliseconds timeout) LMC_EXCLUDES(mu_);
-  JournalStats Stats() const LMC_EXCLUDES(mu_);
+  store::JournalStats Stats() const override LMC_EXCLUDES(mu_);
 
  private:
   struct SealJob {
@@ -199,7 +193,7 @@ class PoolJournal : public alloc::SlabObserver {
   bool stop_ LMC_GUARDED_BY(mu_) = false;
   bool boosted_ LMC_GUARDED_BY(mu_) = false;  // the sealer runs at nice 19, not idle
   std::atomic<pid_t> sealer_tid_{0};
-  JournalStats stats_ LMC_GUARDED_BY(mu_);  // unrecorded, namespaces, direct seals
+  store::JournalStats stats_ LMC_GUARDED_BY(mu_);  // unrecorded, namespaces, direct seals
   std::atomic<std::uint64_t> sealed_{0};
   std::atomic<std::uint64_t> awaiting_seal_{0};
   std::atomic<std::uint64_t> sealed_total_{0};
@@ -207,4 +201,9 @@ class PoolJournal : public alloc::SlabObserver {
   std::thread sealer_;
 };
 
-}  // namespace lmcache::store
+// The factory of L1Config::journal for --recover-pool (store/slot_journal.h).
+Result<std::unique_ptr<store::SlotJournal>> MakePoolJournal(const std::string& pool_name,
+                                                            const store::PoolGeometry& geometry,
+                                                            const shm::ShmSegment& segment);
+
+}  // namespace lmcache::restart

@@ -1,4 +1,4 @@
-#include "store/pool_journal.h"
+#include "restart/pool_journal.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -17,7 +17,7 @@
 #include <filesystem>
 #include <tuple>
 
-namespace lmcache::store {
+namespace lmcache::restart {
 namespace jf = journal_format;
 namespace {
 
@@ -101,36 +101,47 @@ Result<ObjectKey> DecodeKeyNamespace(std::span<const std::byte> body) {
       !in.GetString(&key.tags) || !in.done()) {
     return Status(ErrorCode::kInvalidArgument, "a key namespace entry of the journal is malformed");
   }
-  LMC_RETURN_IF_ERROR(ValidateObjectKey(key));
+  LMC_RETURN_IF_ERROR(store::ValidateObjectKey(key));
   return key;
 }
 
 std::string JournalName(const std::string& pool_name) { return pool_name + ".journal"; }
 
-Result<JournalGeometry> GeometryOf(int segment_fd, std::uint64_t pool_bytes,
-                                   const alloc::SlabAllocatorConfig& allocator) {
+void RemoveJournal(const std::string& pool_name) {
+  std::string path = "/";  // piecewise: GCC 12 misreads literal + string (-Wrestrict)
+  path += JournalName(pool_name);
+  (void)shm_unlink(path.c_str());
+}
+
+Result<JournalGeometry> JournalGeometryOf(int segment_fd, const store::PoolGeometry& pool) {
   struct stat info {};
   if (fstat(segment_fd, &info) != 0) return SysFailure("fstat", "the pool segment", errno);
-  return JournalGeometry{pool_bytes,
-                         allocator.align_bytes,
-                         allocator.page_bytes,
-                         allocator.slab_target_bytes,
-                         static_cast<std::uint64_t>(info.st_dev),
+  return JournalGeometry{pool, static_cast<std::uint64_t>(info.st_dev),
                          static_cast<std::uint64_t>(info.st_ino)};
+}
+
+Result<std::unique_ptr<store::SlotJournal>> MakePoolJournal(const std::string& pool_name,
+                                                            const store::PoolGeometry& geometry,
+                                                            const shm::ShmSegment& segment) {
+  LMC_ASSIGN_OR_RETURN(const JournalGeometry journal_geometry, JournalGeometryOf(segment.fd(), geometry));
+  LMC_ASSIGN_OR_RETURN(std::unique_ptr<PoolJournal> journal,
+                       PoolJournal::Create(pool_name, journal_geometry, segment.bytes()));
+  return std::unique_ptr<store::SlotJournal>(std::move(journal));
 }
 
 Result<std::unique_ptr<PoolJournal>> PoolJournal::Create(const std::string& pool_name,
                                                          const JournalGeometry& geometry,
                                                          std::span<const std::byte> pool) {
-  if (geometry.align_bytes == 0 || geometry.page_bytes == 0) {
+  const store::PoolGeometry& pool_geometry = geometry.pool;
+  if (pool_geometry.align_bytes == 0 || pool_geometry.page_bytes == 0) {
     return InvalidArgument("journal: the pool's geometry is not set");
   }
-  const std::uint64_t num_pages = geometry.pool_bytes / geometry.page_bytes;
-  const std::uint64_t capacity = geometry.pool_bytes / geometry.align_bytes;  // slots at most
+  const std::uint64_t num_pages = pool_geometry.pool_bytes / pool_geometry.page_bytes;
+  const std::uint64_t capacity = pool_geometry.pool_bytes / pool_geometry.align_bytes;  // slots at most
   if (capacity > UINT32_MAX) {
     return Status(ErrorCode::kInvalidConfig,
                   "--recover-pool: the pool has " + std::to_string(capacity) + " slots of " +
-                      std::to_string(geometry.align_bytes) +
+                      std::to_string(pool_geometry.align_bytes) +
                       " bytes, more than the journal indexes (2^32); raise --l1-align-bytes");
   }
   const jf::Parts parts = jf::PartsFor(num_pages, capacity);
@@ -160,10 +171,10 @@ Result<std::unique_ptr<PoolJournal>> PoolJournal::Create(const std::string& pool
                       num_pages, capacity, pool));
   journal->staging_name_ = staging;
   jf::Header& h = journal->header();
-  h.pool_bytes = geometry.pool_bytes;
-  h.align_bytes = geometry.align_bytes;
-  h.page_bytes = geometry.page_bytes;
-  h.slab_target_bytes = geometry.slab_target_bytes;
+  h.pool_bytes = pool_geometry.pool_bytes;
+  h.align_bytes = pool_geometry.align_bytes;
+  h.page_bytes = pool_geometry.page_bytes;
+  h.slab_target_bytes = pool_geometry.slab_target_bytes;
   h.segment_device = geometry.segment_device;
   h.segment_inode = geometry.segment_inode;
   h.record_capacity = capacity;
@@ -456,9 +467,9 @@ bool PoolJournal::WaitSealed(std::chrono::milliseconds timeout) {
   return true;
 }
 
-JournalStats PoolJournal::Stats() const {
+store::JournalStats PoolJournal::Stats() const {
   MutexLock lock(&mu_);
-  JournalStats out = stats_;
+  store::JournalStats out = stats_;
   out.records = record_of_.size();
   out.sealed = sealed_.load(std::memory_order_relaxed);
   out.awaiting_seal = awaiting_seal_.load(std::memory_order_relaxed);
@@ -467,4 +478,4 @@ JournalStats PoolJournal::Stats() const {
   return out;
 }
 
-}  // namespace lmcache::store
+}  // namespace lmcache::restart

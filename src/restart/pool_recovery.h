@@ -22,10 +22,11 @@
 
 #include "common/unique_fd.h"
 #include "lmcache/status.h"
+#include "restart/pool_journal.h"
 #include "store/l1_cache.h"
-#include "store/pool_journal.h"
+#include "store/pool_image.h"
 
-namespace lmcache::store {
+namespace lmcache::restart {
 
 struct RecoveryReport {
   std::uint64_t records = 0;  // live records in the journal
@@ -44,7 +45,7 @@ struct RecoveryReport {
 };
 
 struct RecoveryPlan {
-  PoolImage image;  // resident in commit order, oldest first
+  store::PoolImage image;  // resident in commit order, oldest first
   RecoveryReport report;
 };
 
@@ -53,6 +54,15 @@ struct RecoveryPlan {
 Result<RecoveryPlan> PlanRecovery(std::span<const std::byte> journal,
                                   std::span<const std::byte> pool, const JournalGeometry& expected,
                                   unsigned threads);
+
+// A server started after its predecessor died (--recover-pool): reopens the
+// segment of config.shm_name that nobody holds any more and adopts, in
+// place, every object the journal it left proves intact; slots a writer may
+// still hold are kept from reuse for a write TTL at most. kNotFound when
+// there is no segment or no journal (start cold); kAlreadyExists when a live
+// server holds the segment. On any error the segment is left as it was.
+Result<std::unique_ptr<store::L1Cache>> RecoverPool(const store::L1Config& config,
+                                                    const Clock* clock, RecoveryReport* report);
 
 // The journal a dead server left for `pool_name`, mapped read-only.
 // kNotFound when there is none.
@@ -72,4 +82,4 @@ class JournalFile {
   std::size_t size_ = 0;
 };
 
-}  // namespace lmcache::store
+}  // namespace lmcache::restart
