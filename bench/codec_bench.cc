@@ -14,7 +14,7 @@
 #include "common/blake3.h"
 #include "common/msgpack_codec.h"
 #include "protocol/wire_codec.h"
-#include "server/token_hasher.h"
+#include "worker/token_hasher.h"
 
 namespace lmcache {
 namespace {
@@ -78,7 +78,7 @@ void BM_HashPromptChunks(benchmark::State& state) {
   std::mt19937 rng(2);
   for (auto& t : ids) t = rng() % 128256;
   for (auto _ : state) {
-    auto hashes = server::HashChunks(ids, 256, 0, tokens / 256, server::NoneHash());
+    auto hashes = worker::HashChunks(ids, 256, 0, tokens / 256, worker::NoneHash());
     benchmark::DoNotOptimize(hashes);
   }
   state.SetBytesProcessed(state.iterations() * static_cast<std::int64_t>(tokens * 4));

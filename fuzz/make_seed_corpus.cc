@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   (void)cache->table().AcquireRead(read);
   (void)cache->table().ReserveWrite(std::span(keys).last(1), 4096, store::Owner::Internal(7),
                                     store::AllocationMode::kAllOrNothing);
-  auto layout = server::MakeChunkLayout(engine, 16);
+  auto layout = worker::MakeChunkLayout(engine, 16);
   restart::HandoverImage image{"boot", l1.shm_name, cache->StopAndExport(), {}};
   if (layout.ok()) image.registrations.push_back({1, "fuzz-model", 1, *layout});
   Write(handover / "image", '\2' + restart::EncodeImage(image));

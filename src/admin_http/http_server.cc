@@ -89,7 +89,7 @@ json StatusJson(const server::ServerStatus& status, const Health& health) {
   const server::StatsSnapshot& s = status.stats;
   const HealthVerdict verdict = health.Check();
   json instances = json::array();
-  for (const server::InstanceInfo& info : status.instances) {
+  for (const worker::InstanceInfo& info : status.instances) {
     instances.push_back({{"instance_id", info.instance_id},
                          {"model_name", info.model_name},
                          {"world_size", info.world_size},

@@ -191,7 +191,7 @@ namespace {
 
 // The lmcache.tag.* entries of a key's request_configs; the other entries
 // (the reference forwards every lmcache.* setting there) are skipped. The
-// tags' own rules are checked with the key's range (server/keys.h).
+// tags' own rules are checked with the key's range (worker/key_rules.h).
 Result<std::map<std::string, std::string>> ReadRequestTags(MsgpackCursor& in,
                                                            const KeyLimits& limits) {
   std::map<std::string, std::string> tags;

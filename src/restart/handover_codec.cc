@@ -144,7 +144,7 @@ Status GetKey(ByteReader& r, store::ObjectKey* key) {
   return r.GetString(&key->tags, "object.tags");
 }
 
-void PutLayout(ByteWriter& w, const server::ChunkLayout& l) {
+void PutLayout(ByteWriter& w, const worker::ChunkLayout& l) {
   w.Put(l.num_layers);
   w.Put(l.hidden_dim);
   w.Put(l.chunk_size);
@@ -152,7 +152,7 @@ void PutLayout(ByteWriter& w, const server::ChunkLayout& l) {
   w.Put(static_cast<std::uint8_t>(l.use_mla));
   w.PutInts(l.shape);
   w.Put(static_cast<std::uint64_t>(l.parts.size()));
-  for (const server::ObjectPart& part : l.parts) {
+  for (const worker::ObjectPart& part : l.parts) {
     w.PutInts(part.shape);
     w.PutString(part.dtype);
   }
@@ -160,7 +160,7 @@ void PutLayout(ByteWriter& w, const server::ChunkLayout& l) {
   w.Put(l.object_namespace);
 }
 
-Status GetLayout(ByteReader& r, server::ChunkLayout* l) {
+Status GetLayout(ByteReader& r, worker::ChunkLayout* l) {
   LMC_RETURN_IF_ERROR(r.Get(&l->num_layers, "layout.num_layers"));
   LMC_RETURN_IF_ERROR(r.Get(&l->hidden_dim, "layout.hidden_dim"));
   LMC_RETURN_IF_ERROR(r.Get(&l->chunk_size, "layout.chunk_size"));
@@ -170,7 +170,7 @@ Status GetLayout(ByteReader& r, server::ChunkLayout* l) {
   std::uint64_t parts = 0;
   LMC_RETURN_IF_ERROR(r.GetCount(&parts, 8 + 4, "layout.parts"));
   l->parts.resize(parts);
-  for (server::ObjectPart& part : l->parts) {
+  for (worker::ObjectPart& part : l->parts) {
     LMC_RETURN_IF_ERROR(r.GetInts(&part.shape, "layout.parts.shape"));
     LMC_RETURN_IF_ERROR(r.GetString(&part.dtype, "layout.parts.dtype"));
   }
@@ -265,7 +265,7 @@ std::string EncodeImage(const HandoverImage& image) {
     w.Put(slot.size);
   }
   w.Put(static_cast<std::uint64_t>(image.registrations.size()));
-  for (const server::CarriedRegistration& reg : image.registrations) {
+  for (const worker::CarriedRegistration& reg : image.registrations) {
     w.Put(reg.instance_id);
     w.PutString(reg.model_name);
     w.Put(reg.world_size);
@@ -305,7 +305,7 @@ Result<HandoverImage> DecodeImage(std::string_view bytes) {
   }
   LMC_RETURN_IF_ERROR(r.GetCount(&count, 8 + 4 + 8, "registrations"));
   image.registrations.resize(count);
-  for (server::CarriedRegistration& reg : image.registrations) {
+  for (worker::CarriedRegistration& reg : image.registrations) {
     LMC_RETURN_IF_ERROR(r.Get(&reg.instance_id, "registration.instance_id"));
     LMC_RETURN_IF_ERROR(r.GetString(&reg.model_name, "registration.model_name"));
     LMC_RETURN_IF_ERROR(r.Get(&reg.world_size, "registration.world_size"));

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "lmcache/status.h"
-#include "server/instances.h"
+#include "worker/instances.h"
 #include "store/pool_image.h"
 
 namespace lmcache::restart {
@@ -64,7 +64,7 @@ struct HandoverImage {
   std::string boot_id;   // the predecessor's, for the successor's log
   std::string shm_name;  // the pool's (a successor without --shm-name takes it)
   store::PoolImage pool;
-  std::vector<server::CarriedRegistration> registrations;
+  std::vector<worker::CarriedRegistration> registrations;
 };
 
 std::string EncodeHello(const TakeoverHello& hello);

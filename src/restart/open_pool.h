@@ -61,7 +61,7 @@ struct OpenedPool {
   // Taken over: the predecessor's boot id and the workers' registrations it
   // carried along with the pool.
   std::string predecessor_boot_id;
-  std::vector<server::CarriedRegistration> registrations;
+  std::vector<worker::CarriedRegistration> registrations;
   std::chrono::steady_clock::time_point started;  // OpenPool's call
 };
 

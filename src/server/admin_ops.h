@@ -14,7 +14,7 @@
 #include "events/kv_events.h"
 #include "server/kv_event_streams.h"
 #include "server/op_table.h"
-#include "server/instances.h"
+#include "worker/instances.h"
 #include "server/service_config.h"
 #include "shm/shm_segment.h"
 #include "store/object_table.h"
@@ -29,7 +29,7 @@ class AdminOps {
     const std::string& boot_id;
     shm::ShmSegment& pool;  // server_info names it
     store::ObjectTable& table;  // clear
-    InstanceRegistry& instances;  // ping's heartbeat
+    worker::InstanceRegistry& instances;  // ping's heartbeat
     ServiceCounters& counters;
     events::KvEvents* events;  // null: the KV event channel is off
     KvEventStreams& kv_streams;  // subscribe_kv_events

@@ -37,8 +37,8 @@ Status CheckEngineType(const std::string& engine_type) {
 }
 
 // The object layout a registration binds, as the instance registry compares it.
-ChunkLayout ChunkLayoutOf(const gpu::KvLayout& layout) {
-  ChunkLayout c;
+worker::ChunkLayout ChunkLayoutOf(const gpu::KvLayout& layout) {
+  worker::ChunkLayout c;
   const gpu::KvGroupLayout& first = layout.groups.front();
   c.num_layers = first.num_layers();
   c.shape = first.ObjectShape();
@@ -144,8 +144,8 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
   identity.instance_id = r.instance_id;
   identity.model_name = r.model_name;
   identity.world_size = r.world_size;
-  LMC_RETURN_IF_ERROR(deps_.instance_rules.CheckRegistrant(identity, context));
-  const ChunkLayout chunk_layout = ChunkLayoutOf(layout);
+  LMC_RETURN_IF_ERROR(deps_.instance_rules.CheckRegistrant(identity, context.connection));
+  const worker::ChunkLayout chunk_layout = ChunkLayoutOf(layout);
   LMC_RETURN_IF_ERROR(deps_.instance_rules.CheckFits(chunk_layout));
   // The same connection registering again (after a hiccup): as the reference, only its liveness.
   if (auto same = deps_.instances.Authorize(r.instance_id, context.connection);
@@ -155,10 +155,10 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
   LMC_ASSIGN_OR_RETURN(std::unique_ptr<gpu::KvContext> device,
                        backend->Open(layout, gpu::PoolView{deps_.pool.bytes()}));
   *context_owns_tensors = true;  // the context gives the references back when it closes
-  LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
+  LMC_ASSIGN_OR_RETURN(const worker::RegisterOutcome outcome,
                        deps_.instances.Register(identity, chunk_layout, context.connection));
   if (outcome.replaced) {
-    deps_.instance_rules.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
+    deps_.instance_rules.ReleaseInstance(*outcome.replaced, worker::ReleaseCause::kReplaced);
   }
   contexts->Add(outcome.info.registration,
                 std::make_shared<gpu::GpuContexts::Entry>(layout, std::move(device)));
@@ -171,15 +171,15 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
 }
 
 Result<std::string> GpuOps::Unregister(const RequestContext& context, std::int64_t instance_id) {
-  LMC_RETURN_IF_ERROR(deps_.instance_rules.Unregister(instance_id, context));
+  LMC_RETURN_IF_ERROR(deps_.instance_rules.Unregister(instance_id, context.connection));
   return msgpk::Encoder().Nil().Take();
 }
 
-Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, KeyUse use,
+Status GpuOps::Begin(const RequestContext& context, const TransferArgs& args, worker::KeyUse use,
                      Transfer* t) {
   const std::int64_t instance_id = args.target.instance_id;
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.instance_rules.Authorize(instance_id, context));
+  LMC_ASSIGN_OR_RETURN(const worker::InstanceInfo instance,
+                       deps_.instance_rules.Authorize(instance_id, context.connection));
   if (gpu::GpuContexts* contexts = ContextsIfMade()) t->entry = contexts->Find(instance.registration);
   if (!t->entry) {
     return Status(ErrorCode::kNotRegistered,
@@ -203,7 +203,7 @@ OpResult GpuOps::Failed(const std::shared_ptr<gpu::GpuContexts::Entry>& entry, c
 Attempted GpuOps::Store(const RequestContext& context, const TransferArgs& args,
                         store::WhilePoolWarms warming) {
   Transfer t;
-  if (const Status begun = Begin(context, args, KeyUse::kStore, &t); !begun.ok())
+  if (const Status begun = Begin(context, args, worker::KeyUse::kStore, &t); !begun.ok())
     return Failed(t.entry, begun);
   const gpu::KvLayout& layout = t.entry->layout();
   // Only complete chunks not stored yet get memory (spec 10.2: "new"); the rest are skipped.
@@ -239,7 +239,7 @@ Attempted GpuOps::Store(const RequestContext& context, const TransferArgs& args,
 
 OpResult GpuOps::Retrieve(const RequestContext& context, const TransferArgs& args) {
   Transfer t;
-  if (const Status begun = Begin(context, args, KeyUse::kRead, &t); !begun.ok())
+  if (const Status begun = Begin(context, args, worker::KeyUse::kRead, &t); !begun.ok())
     return Failed(t.entry, begun);
   Result<store::ReadAcquisition> acquired = deps_.leases.AcquireForRetrieve(
       args.target.key, t.worker.keys, store::Owner::Device(t.worker.instance.registration));

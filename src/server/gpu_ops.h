@@ -36,7 +36,7 @@
 #include "gpu/gpu_contexts.h"
 #include "server/op_table.h"
 #include "server/reserve_or_park.h"
-#include "server/keys.h"
+#include "server/transfer_target.h"
 #include "server/transfer_mode.h"
 
 namespace lmcache::server {
@@ -81,11 +81,11 @@ class GpuOps final : public TransferMode {
   // checked; `entry` is set as soon as it is known (a failure after it
   // answers with a real event).
   struct Transfer {
-    WorkerKeys worker;  // one key per chunk of the range, on the worker's rank
+    worker::WorkerKeys worker;  // one key per chunk of the range, on the worker's rank
     std::shared_ptr<gpu::GpuContexts::Entry> entry;
     std::int64_t chunks() const { return static_cast<std::int64_t>(worker.keys.size()); }
   };
-  Status Begin(const RequestContext& context, const TransferArgs& args, KeyUse use,
+  Status Begin(const RequestContext& context, const TransferArgs& args, worker::KeyUse use,
                Transfer* transfer);
   // The reply of a failed transfer: a completed server event where there is a context.
   static OpResult Failed(const std::shared_ptr<gpu::GpuContexts::Entry>& entry, const Status& status);

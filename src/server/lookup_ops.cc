@@ -12,7 +12,7 @@ namespace {
 constexpr std::size_t kWindowKeys = 4096;
 
 // Adds what a finished prefetch loaded to the lookup's hit prefix.
-void FoldPrefetch(LookupState& lookup, const std::optional<tier::PrefetchResult>& landed) {
+void FoldPrefetch(worker::LookupState& lookup, const std::optional<tier::PrefetchResult>& landed) {
   if (!landed) return;
   lookup.prefetch_pending = false;
   lookup.hit_chunks += landed->chunks;
@@ -82,29 +82,29 @@ void LookupOps::AddTo(OpTable* table) {
 }
 
 void LookupOps::ForEachKeyWindow(
-    const LookupState& lookup, std::size_t first, std::size_t last,
+    const worker::LookupState& lookup, std::size_t first, std::size_t last,
     const std::function<void(std::span<const store::ObjectKey>)>& fn) const {
   last = std::min(last, lookup.hashes.size());
-  const std::vector<std::int64_t> ranks = AllRanks(lookup.world_size);
+  const std::vector<std::int64_t> ranks = worker::AllRanks(lookup.world_size);
   const std::size_t window = std::max<std::size_t>(1, kWindowKeys / ranks.size());
   for (std::size_t c = first; c < last; c += window) {
     const std::size_t n = std::min(window, last - c);
     const std::vector<store::ObjectKey> keys =
-        ExpandKeys(std::span(lookup.hashes).subspan(c, n), lookup.model_name, lookup.cache_salt,
+        worker::ExpandKeys(std::span(lookup.hashes).subspan(c, n), lookup.model_name, lookup.cache_salt,
                    lookup.tags, ranks, lookup.layout_namespace);
     fn(keys);
   }
 }
 
 Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t chunks,
-                             LookupState* lookup) {
-  const std::vector<std::int64_t> ranks = AllRanks(lookup->world_size);
+                             worker::LookupState* lookup) {
+  const std::vector<std::int64_t> ranks = worker::AllRanks(lookup->world_size);
   const std::size_t window = std::max<std::size_t>(1, kWindowKeys / ranks.size());
   store::LeaseId lease = store::kNoLease;
   for (std::size_t c = 0; c < chunks; c += window) {
     const std::size_t n = std::min(window, chunks - c);
     const std::vector<store::ObjectKey> keys =
-        ExpandKeys(std::span(lookup->hashes).subspan(c, n), lookup->model_name, lookup->cache_salt,
+        worker::ExpandKeys(std::span(lookup->hashes).subspan(c, n), lookup->model_name, lookup->cache_salt,
                    lookup->tags, ranks, lookup->layout_namespace);
     store::ReadRequest request;
     request.keys = keys;
@@ -132,18 +132,18 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
   if (key.world_size < 1 || key.world_size > 255) {
     return InvalidArgument("key.world_size must be in [1, 255]");
   }
-  LMC_RETURN_IF_ERROR(CheckKeyRange(key, deps_.config.chunk_size));
+  LMC_RETURN_IF_ERROR(worker::CheckKeyRange(key, deps_.config.chunk_size));
   const auto chunk = static_cast<std::size_t>(deps_.config.chunk_size);
   const std::size_t chunks = key.token_ids.size() / chunk;  // the whole prompt (spec 9.2)
-  std::shared_ptr<Session> session = deps_.sessions.GetOrCreate(key.request_id);
-  LookupRelease release;
+  std::shared_ptr<worker::Session> session = deps_.sessions.GetOrCreate(key.request_id);
+  worker::LookupRelease release;
   std::size_t hit_chunks = 0;
   {
     MutexLock lock(&session->mu);
-    const std::string tenant = TenantOf(key);
+    const std::string tenant = worker::TenantOf(key);
     LMC_ASSIGN_OR_RETURN(release, session->BeginLookup(
                                       tenant, deps_.sessions.limits().max_tenants_per_session));
-    LookupState& lookup = *session->FindLookup(tenant);
+    worker::LookupState& lookup = *session->FindLookup(tenant);
     lookup.connection = std::string(context.connection);
     lookup.cache_salt = key.cache_salt;
     lookup.tags = store::CanonicalTags(key.tags);
@@ -162,9 +162,9 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
       tier::Prefetcher* prefetcher = deps_.prefetcher;
       if (prefetcher != nullptr && lookup.hit_chunks < chunks) {
         // The rest may be in L2: its loads land read-locked for this session.
-        const std::vector<std::int64_t> ranks = AllRanks(key.world_size);
+        const std::vector<std::int64_t> ranks = worker::AllRanks(key.world_size);
         tier::PrefetchRequest request;
-        request.keys = ExpandKeys(std::span(lookup.hashes).subspan(lookup.hit_chunks),
+        request.keys = worker::ExpandKeys(std::span(lookup.hashes).subspan(lookup.hit_chunks),
                                   key.model_name, key.cache_salt, lookup.tags, ranks,
                                   lookup.layout_namespace);
         request.ranks = ranks.size();
@@ -195,11 +195,11 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
 }
 
 Result<std::string> LookupOps::QueryStatus(const StatusArgs& args, StatusQuery query) {
-  std::shared_ptr<Session> session = deps_.sessions.Find(args.request_id);
+  std::shared_ptr<worker::Session> session = deps_.sessions.Find(args.request_id);
   if (!session) return msgpk::Encoder().Int(0).Take();  // unknown request: 0, as the reference
   tier::Prefetcher* prefetcher = deps_.prefetcher;
   MutexLock lock(&session->mu);
-  LookupState* lookup = session->StatusLookup();
+  worker::LookupState* lookup = session->StatusLookup();
   if (lookup == nullptr) return msgpk::Encoder().Int(0).Take();
   if (lookup->prefetch_pending && query == StatusQuery::kHits) {
     // L1 + L2 prefix once the L2 lookups are done, before the loads land (spec 9.4).
@@ -211,8 +211,8 @@ Result<std::string> LookupOps::QueryStatus(const StatusArgs& args, StatusQuery q
   return ReportStatusLocked(*session, query);
 }
 
-std::string LookupOps::ReportStatusLocked(Session& session, StatusQuery query) {
-  LookupState* lookup = session.StatusLookup();
+std::string LookupOps::ReportStatusLocked(worker::Session& session, StatusQuery query) {
+  worker::LookupState* lookup = session.StatusLookup();
   if (lookup == nullptr || lookup->status_consumed) return msgpk::Encoder().Int(0).Take();
   if (lookup->prefetch_pending && query != StatusQuery::kHits) {
     return msgpk::Encoder().Nil().Take();  // still loading
@@ -225,7 +225,7 @@ std::string LookupOps::ReportStatusLocked(Session& session, StatusQuery query) {
 
 void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args,
                            Respond respond) {
-  std::shared_ptr<Session> session = deps_.sessions.Find(args.request_id);
+  std::shared_ptr<worker::Session> session = deps_.sessions.Find(args.request_id);
   if (!session) return respond(msgpk::Encoder().Int(0).Take());  // unknown request
   tier::Prefetcher* prefetcher = deps_.prefetcher;
   // The prefetch this wait is for: its lookup is named by salt and sequence,
@@ -236,7 +236,7 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
   std::optional<std::string> known;  // the answer, when there is one now
   {
     MutexLock lock(&session->mu);
-    LookupState* lookup = session->StatusLookup();
+    worker::LookupState* lookup = session->StatusLookup();
     if (lookup != nullptr && lookup->prefetch_pending) {
       FoldPrefetch(*lookup, prefetcher->Poll(lookup->prefetch_handle));
     }
@@ -258,7 +258,7 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
     std::string answer;
     {
       MutexLock lock(&session->mu);
-      LookupState* lookup = session->FindLookup(salt);
+      worker::LookupState* lookup = session->FindLookup(salt);
       if (lookup != nullptr && lookup->sequence == sequence && lookup->prefetch_pending) {
         FoldPrefetch(*lookup, deps_.prefetcher->Poll(handle));
       }
@@ -276,11 +276,11 @@ void LookupOps::WaitStatus(const RequestContext& context, const StatusArgs& args
 
 Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {
   if (key.start < 0 || key.end <= key.start) return msgpk::Encoder().Nil().Take();
-  std::shared_ptr<Session> session = deps_.sessions.Find(key.request_id);
+  std::shared_ptr<worker::Session> session = deps_.sessions.Find(key.request_id);
   if (!session) return msgpk::Encoder().Nil().Take();
   const auto chunk = static_cast<std::size_t>(deps_.config.chunk_size);
   MutexLock lock(&session->mu);
-  const LookupState* lookup = session->FindLookup(TenantOf(key));
+  const worker::LookupState* lookup = session->FindLookup(worker::TenantOf(key));
   if (lookup == nullptr) return msgpk::Encoder().Nil().Take();
   // A chunk partly reused by the engine stays locked until retrieve or TTL
   // (spec 9.6). Whatever the lookup's leases still hold in the range goes:
@@ -294,12 +294,12 @@ Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {
 }
 
 Result<std::string> LookupOps::EndSession(const std::string& request_id) {
-  std::shared_ptr<Session> session = deps_.sessions.Find(request_id);
+  std::shared_ptr<worker::Session> session = deps_.sessions.Find(request_id);
   if (!session) return msgpk::Encoder().Nil().Take();
   {
     MutexLock lock(&session->mu);
     // The main recency signal for LRU (spec 9.7): every chunk of the prompt.
-    for (const LookupState* lookup : session->Lookups()) {
+    for (const worker::LookupState* lookup : session->Lookups()) {
       ForEachKeyWindow(*lookup, 0, lookup->hashes.size(),
                        [&](std::span<const store::ObjectKey> keys) { deps_.table.Touch(keys); });
     }

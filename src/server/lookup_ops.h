@@ -22,14 +22,14 @@
 #pragma once
 
 #include "events/token_bindings.h"
-#include "server/chunk_hasher.h"
-#include "server/instances.h"
-#include "server/lookup_leases.h"
+#include "worker/chunk_hasher.h"
+#include "worker/instances.h"
+#include "worker/lookup_leases.h"
 #include "server/op_table.h"
 #include "server/parked_requests.h"
 #include "server/service_config.h"
-#include "server/keys.h"
-#include "server/session.h"
+#include "worker/key_rules.h"
+#include "worker/session.h"
 #include "tier/prefetcher.h"
 
 namespace lmcache::server {
@@ -41,11 +41,11 @@ class LookupOps {
     const ServiceConfig& config;
     const Clock& clock;
     store::ObjectTable& table;
-    SessionManager& sessions;
-    LookupLeases& leases;
+    worker::SessionManager& sessions;
+    worker::LookupLeases& leases;
     ParkedRequests& parked;  // wait_prefetch_status
-    InstanceRegistry& instances;  // the layout a lookup's keys are in
-    ChunkHasher& hasher;
+    worker::InstanceRegistry& instances;  // the layout a lookup's keys are in
+    worker::ChunkHasher& hasher;
     ServiceCounters& counters;
     tier::Prefetcher* prefetcher;  // null without an L2 tier
     events::TokenBindings* token_bindings;  // null without KV events
@@ -74,13 +74,13 @@ class LookupOps {
   void WaitStatus(const RequestContext& context, const StatusArgs& args, Respond respond);
   // The lookup the status reports (its prefix, consumed once; nil while it
   // still loads, 0 when there is none).
-  std::string ReportStatusLocked(Session& session, StatusQuery query) LMC_REQUIRES(session.mu);
+  std::string ReportStatusLocked(worker::Session& session, StatusQuery query) LMC_REQUIRES(session.mu);
   Result<std::string> FreeLookupLocks(const IpcKey& key);
   Result<std::string> EndSession(const std::string& request_id);
   // Locks the hit prefix of `lookup` for `owner`, window by window.
-  Status LockPrefix(const store::Owner& owner, std::size_t chunks, LookupState* lookup);
+  Status LockPrefix(const store::Owner& owner, std::size_t chunks, worker::LookupState* lookup);
   // Calls `touch` on the lookup's keys of chunks [first, last), window by window.
-  void ForEachKeyWindow(const LookupState& lookup, std::size_t first, std::size_t last,
+  void ForEachKeyWindow(const worker::LookupState& lookup, std::size_t first, std::size_t last,
                         const std::function<void(std::span<const store::ObjectKey>)>& fn) const;
 
   const Deps deps_;

@@ -184,8 +184,8 @@ void Service::OnStreamControl(std::string_view connection, std::string_view uid,
 }
 
 void Service::OnDisconnect(std::string_view connection) {
-  for (const RemovedInstance& removed : state_.instances().RemoveConnection(connection)) {
-    state_.instance_rules().ReleaseInstance(removed, ReleaseCause::kDisconnected);
+  for (const worker::RemovedInstance& removed : state_.instances().RemoveConnection(connection)) {
+    state_.instance_rules().ReleaseInstance(removed, worker::ReleaseCause::kDisconnected);
   }
   // A scheduler that went away will not free its lookups' locks: release them.
   state_.leases().ReleaseConnectionLookups(connection);
@@ -217,7 +217,7 @@ void Service::RunMaintenance() {
     for (const std::int64_t id : state_.instances().Silent(config.worker_reap_timeout_ms,
                                                            config.worker_registration_grace_ms)) {
       if (auto removed = state_.instances().Remove(id)) {
-        state_.instance_rules().ReleaseInstance(*removed, ReleaseCause::kReaped);
+        state_.instance_rules().ReleaseInstance(*removed, worker::ReleaseCause::kReaped);
       }
     }
   }
@@ -245,7 +245,7 @@ void Service::SetL2StatsSource(std::function<tier::L2Stats()> source) {
   l2_stats_ = std::move(source);
 }
 
-std::vector<CarriedRegistration> Service::CarriedRegistrations() {
+std::vector<worker::CarriedRegistration> Service::CarriedRegistrations() {
   return state_.instances().Carry([this](std::uint64_t registration) {
     return std::any_of(modes_.begin(), modes_.end(), [registration](const auto& mode) {
       return mode->BoundToProcess(registration);
@@ -253,9 +253,9 @@ std::vector<CarriedRegistration> Service::CarriedRegistrations() {
   });
 }
 
-std::size_t Service::AdoptRegistrations(const std::vector<CarriedRegistration>& carried) {
+std::size_t Service::AdoptRegistrations(const std::vector<worker::CarriedRegistration>& carried) {
   std::size_t adopted = 0;
-  for (const CarriedRegistration& registration : carried) {
+  for (const worker::CarriedRegistration& registration : carried) {
     if (Status status = state_.instances().Adopt(registration); !status.ok()) {
       spdlog::warn("takeover: registration of instance {} not carried: {}",
                    registration.instance_id, status.message());
@@ -302,8 +302,9 @@ StatsSnapshot Service::Snapshot() {
   s.parked = state.parked().Stats();
   s.instances = state.instances().Counts();
   const ServiceCounters& counters = state.counters();
-  for (std::size_t cause = 0; cause < kReleaseCauses; ++cause) {
-    s.released_instances[cause] = counters.released[cause].load();
+  const auto released = state.instance_rules().ReleasedCounts();
+  for (std::size_t cause = 0; cause < worker::kReleaseCauses; ++cause) {
+    s.released_instances[cause] = released[cause];
   }
   s.hash_cache = state.hasher().Stats();
   for (const auto& mode : modes_) mode->AddStats(&s);

@@ -95,10 +95,10 @@ class Service final : public RequestHandler {
   // Warm restart (docs/architecture.md, "Restarts and upgrades"). The
   // engine-driven registrations a successor carries over (a CUDA-IPC
   // worker's device mappings cannot be: it registers again).
-  std::vector<CarriedRegistration> CarriedRegistrations();
+  std::vector<worker::CarriedRegistration> CarriedRegistrations();
   // Holds the predecessor's registrations for the workers' next requests;
   // returns how many were carried (a contradictory one is logged and left).
-  std::size_t AdoptRegistrations(const std::vector<CarriedRegistration>& carried);
+  std::size_t AdoptRegistrations(const std::vector<worker::CarriedRegistration>& carried);
   // How this server started, for stats and /status (set once, before serving).
   void SetRestartStats(const RestartStats& restart) { restart_ = restart; }
 
@@ -113,8 +113,8 @@ class Service final : public RequestHandler {
   // While draining (SIGTERM), new registrations are refused; registered
   // workers are served until they leave.
   void SetDraining(bool draining) { state_.instance_rules().set_draining(draining); }
-  InstanceRegistry& instances() { return state_.instances(); }
-  SessionManager& sessions() { return state_.sessions(); }
+  worker::InstanceRegistry& instances() { return state_.instances(); }
+  worker::SessionManager& sessions() { return state_.sessions(); }
   store::ObjectTable& table() { return state_.table(); }
 
  private:

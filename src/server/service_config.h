@@ -13,9 +13,9 @@
 
 #include "common/clock.h"
 #include "protocol/wire_codec.h"
-#include "server/instances.h"
+#include "worker/instances.h"
 #include "server/parked_requests.h"
-#include "server/session.h"
+#include "worker/session.h"
 
 namespace lmcache::server {
 
@@ -29,7 +29,7 @@ enum class AdminAccess : std::uint8_t {
 
 struct ServiceConfig {
   std::int64_t chunk_size = 256;  // --chunk-size, tokens
-  SessionLimits sessions;         // --session-ttl-seconds, --session-memory-mb
+  worker::SessionLimits sessions;         // --session-ttl-seconds, --session-memory-mb
   TimeMs worker_reap_timeout_ms = 120'000;          // --worker-reap-timeout-seconds; 0 = never
   TimeMs worker_registration_grace_ms = 3'600'000;  // --worker-registration-grace-seconds
   protocol::KeyLimits key_limits;                   // tokens per key (a 16 MiB msgpack array)
@@ -45,8 +45,6 @@ struct ServiceConfig {
 };
 
 struct ServiceCounters {
-  // Registrations ended, by ReleaseCause (InstanceRules::ReleaseInstance counts).
-  std::array<std::atomic<std::uint64_t>, kReleaseCauses> released{};
   std::atomic<std::uint64_t> block_allocation_reports{0};
   std::atomic<std::uint64_t> lookups{0};
   std::atomic<std::uint64_t> lookup_requested_tokens{0};

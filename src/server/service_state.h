@@ -22,15 +22,15 @@
 #include "lmcache/messages.h"
 #include "lmcache/status.h"
 #include "protocol/wire_codec.h"
-#include "server/chunk_hasher.h"
-#include "server/instances.h"
-#include "server/keys.h"
+#include "worker/chunk_hasher.h"
+#include "worker/instances.h"
+#include "worker/key_rules.h"
 #include "server/kv_event_streams.h"
-#include "server/lookup_leases.h"
-#include "server/instance_rules.h"
+#include "worker/lookup_leases.h"
+#include "worker/instance_rules.h"
 #include "server/request.h"
 #include "server/service_config.h"
-#include "server/session.h"
+#include "worker/session.h"
 #include "store/l1_cache.h"
 #include "server/parked_requests.h"
 #include "tier/prefetcher.h"
@@ -57,16 +57,16 @@ class ServiceState {
   }
   const ServiceConfig& config() const { return config_; }
   const std::string& boot_id() const { return boot_id_; }
-  InstanceRegistry& instances() { return instances_; }
-  SessionManager& sessions() { return sessions_; }
+  worker::InstanceRegistry& instances() { return instances_; }
+  worker::SessionManager& sessions() { return sessions_; }
   // Requests waiting without a thread (deferred replies).
   ParkedRequests& parked() { return *parked_; }
   // The subscribe_kv_events streams.
   KvEventStreams& kv_streams() { return kv_streams_; }
-  ChunkHasher& hasher() { return hasher_; }
+  worker::ChunkHasher& hasher() { return hasher_; }
   ServiceCounters& counters() { return counters_; }
-  InstanceRules& instance_rules() { return instance_rules_; }
-  LookupLeases& leases() { return leases_; }
+  worker::InstanceRules& instance_rules() { return instance_rules_; }
+  worker::LookupLeases& leases() { return leases_; }
 
  private:
   store::L1Cache* const l1_;
@@ -76,14 +76,14 @@ class ServiceState {
   const ServiceConfig config_;
   const std::string boot_id_;
   ServiceCounters counters_;
-  InstanceRegistry instances_;
+  worker::InstanceRegistry instances_;
   // Before sessions_: an expiring session releases through it, until the
   // sessions are gone.
-  LookupLeases leases_;
-  SessionManager sessions_;
+  worker::LookupLeases leases_;
+  worker::SessionManager sessions_;
   std::shared_ptr<ParkedRequests> parked_;  // shared: wakers hold it weakly
-  ChunkHasher hasher_;
-  InstanceRules instance_rules_;
+  worker::ChunkHasher hasher_;
+  worker::InstanceRules instance_rules_;
   KvEventStreams kv_streams_;
 };
 

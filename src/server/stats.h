@@ -18,9 +18,9 @@
 #include "events/kv_event_log.h"
 #include "events/kv_event_recorder.h"
 #include "events/vllm_publisher.h"
-#include "server/chunk_hasher.h"
+#include "worker/chunk_hasher.h"
 #include "gpu/gpu_contexts.h"
-#include "server/instances.h"
+#include "worker/instances.h"
 #include "server/kv_event_streams.h"
 #include "server/parked_requests.h"
 #include "server/request.h"
@@ -86,11 +86,11 @@ struct StatsSnapshot {
   std::size_t session_bytes = 0;
   std::uint64_t sessions_dropped_for_memory = 0;
   ParkedStats parked;  // requests waiting without a thread
-  RegistryCounts instances;
+  worker::RegistryCounts instances;
   // Registrations ended, by cause (ReleaseCause: unregistered, disconnected,
   // reaped, replaced).
-  std::array<std::uint64_t, kReleaseCauses> released_instances{};
-  ChunkHasherStats hash_cache;
+  std::array<std::uint64_t, worker::kReleaseCauses> released_instances{};
+  worker::ChunkHasherStats hash_cache;
   std::uint64_t lookups = 0;
   std::uint64_t lookup_requested_tokens = 0;
   std::uint64_t lookup_hit_tokens = 0;
@@ -109,7 +109,7 @@ struct ServerStatus {
   StatsSnapshot stats;
   std::string pool_name;        // the L1 segment's shared-memory name
   std::int64_t chunk_size = 0;  // --chunk-size
-  std::vector<InstanceInfo> instances;
+  std::vector<worker::InstanceInfo> instances;
   std::string instance_id;      // --instance-id, or the boot id when none was given
   std::string eviction_policy;  // --eviction-policy
   double eviction_trigger_watermark = 0;  // --eviction-trigger-watermark

@@ -60,7 +60,7 @@ const Entry<S> kRouterRows[] = {
      [](const S& s) { return U(s.transport.disconnects); }},
 };
 
-std::uint64_t Released(const S& s, ReleaseCause cause) {
+std::uint64_t Released(const S& s, worker::ReleaseCause cause) {
   return s.released_instances[static_cast<std::size_t>(cause)];
 }
 
@@ -76,14 +76,14 @@ const Entry<S> kInstancesRows[] = {
     // The first names, kept for existing dashboards (the same as `released`).
     {{"reaped", K::kCounter, "instances", "instances_reaped_total",
       "Instances unregistered by the reaper (the same as released, cause reaped)."},
-     [](const S& s) { return U(Released(s, ReleaseCause::kReaped)); }},
+     [](const S& s) { return U(Released(s, worker::ReleaseCause::kReaped)); }},
     {{"replaced", K::kCounter, "instances", "instances_replaced_total",
       "Instances registered again from another connection (the same as released, cause "
       "replaced)."},
-     [](const S& s) { return U(Released(s, ReleaseCause::kReplaced)); }},
+     [](const S& s) { return U(Released(s, worker::ReleaseCause::kReplaced)); }},
     {{"departed", K::kCounter, "instances", "instances_departed_total",
       "Instances whose connection closed (the same as released, cause disconnected)."},
-     [](const S& s) { return U(Released(s, ReleaseCause::kDisconnected)); }},
+     [](const S& s) { return U(Released(s, worker::ReleaseCause::kDisconnected)); }},
 };
 
 constexpr const char* kReleasedHelp =
@@ -92,14 +92,14 @@ constexpr const char* kReleasedHelp =
 const Entry<S> kReleasedRows[] = {
     {{"unregistered", K::kCounter, "instances", "instances_released_total", kReleasedHelp,
       {"cause", "unregistered"}},
-     [](const S& s) { return U(Released(s, ReleaseCause::kUnregistered)); }},
+     [](const S& s) { return U(Released(s, worker::ReleaseCause::kUnregistered)); }},
     {{"disconnected", K::kCounter, "instances", "instances_released_total", "",
       {"cause", "disconnected"}},
-     [](const S& s) { return U(Released(s, ReleaseCause::kDisconnected)); }},
+     [](const S& s) { return U(Released(s, worker::ReleaseCause::kDisconnected)); }},
     {{"reaped", K::kCounter, "instances", "instances_released_total", "", {"cause", "reaped"}},
-     [](const S& s) { return U(Released(s, ReleaseCause::kReaped)); }},
+     [](const S& s) { return U(Released(s, worker::ReleaseCause::kReaped)); }},
     {{"replaced", K::kCounter, "instances", "instances_released_total", "", {"cause", "replaced"}},
-     [](const S& s) { return U(Released(s, ReleaseCause::kReplaced)); }},
+     [](const S& s) { return U(Released(s, worker::ReleaseCause::kReplaced)); }},
 };
 
 const Entry<S> kSessionsRows[] = {

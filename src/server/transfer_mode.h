@@ -23,10 +23,10 @@
 #include <string_view>
 #include <vector>
 
-#include "server/instances.h"
-#include "server/lookup_leases.h"
+#include "worker/instances.h"
+#include "worker/lookup_leases.h"
 #include "server/op_table.h"
-#include "server/instance_rules.h"
+#include "worker/instance_rules.h"
 #include "server/reserve_or_park.h"
 #include "server/service_config.h"
 #include "server/stats.h"
@@ -42,9 +42,9 @@ struct TransferDeps {
   const std::string& boot_id;
   shm::ShmSegment& pool;  // the L1 pool's segment (its name, size, bytes)
   store::ObjectTable& table;
-  InstanceRegistry& instances;
-  InstanceRules& instance_rules;
-  LookupLeases& leases;  // a retrieve takes over its lookup's locks
+  worker::InstanceRegistry& instances;
+  worker::InstanceRules& instance_rules;
+  worker::LookupLeases& leases;  // a retrieve takes over its lookup's locks
   StoreParking parking;  // a store waiting for pre-faulted pages
 };
 

@@ -7,7 +7,7 @@
 namespace lmcache::server {
 namespace {
 
-SlotDescriptor Slot(const ChunkLayout& layout, store::Offset offset) {
+SlotDescriptor Slot(const worker::ChunkLayout& layout, store::Offset offset) {
   return {offset, layout.object_bytes, layout.shape, layout.dtype};
 }
 
@@ -80,12 +80,12 @@ void TransferOps::AddTo(OpTable* table) {
 
 Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
                                                  const EngineContext& engine) {
-  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout,
-                       deps_.instance_rules.CheckRegistration(engine, context));
-  LMC_ASSIGN_OR_RETURN(const RegisterOutcome outcome,
+  LMC_ASSIGN_OR_RETURN(const worker::ChunkLayout layout,
+                       deps_.instance_rules.CheckRegistration(engine, context.connection));
+  LMC_ASSIGN_OR_RETURN(const worker::RegisterOutcome outcome,
                        deps_.instances.Register(engine, layout, context.connection));
   if (outcome.replaced) {
-    deps_.instance_rules.ReleaseInstance(*outcome.replaced, ReleaseCause::kReplaced);
+    deps_.instance_rules.ReleaseInstance(*outcome.replaced, worker::ReleaseCause::kReplaced);
   }
   if (outcome.is_new) {
     spdlog::info("registered instance {}: {} world size {}, chunk {} ({} bytes)",
@@ -102,17 +102,17 @@ Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
 
 Result<std::string> TransferOps::UnregisterContext(const RequestContext& context,
                                                    std::int64_t instance_id) {
-  LMC_RETURN_IF_ERROR(deps_.instance_rules.Unregister(instance_id, context));
+  LMC_RETURN_IF_ERROR(deps_.instance_rules.Unregister(instance_id, context.connection));
   return msgpk::Encoder().Nil().Take();
 }
 
 Attempted TransferOps::PrepareStore(const RequestContext& context, const TransferArgs& args,
                                     store::WhilePoolWarms warming) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.instance_rules.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
-                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, KeyUse::kStore));
-  const ChunkLayout& layout = instance.layout;
+  LMC_ASSIGN_OR_RETURN(const worker::InstanceInfo instance,
+                       deps_.instance_rules.Authorize(args.instance_id, context.connection));
+  LMC_ASSIGN_OR_RETURN(const worker::WorkerKeys worker,
+                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, worker::KeyUse::kStore));
+  const worker::ChunkLayout& layout = instance.layout;
   store::ObjectTable& table = deps_.table;
   LMC_ASSIGN_OR_RETURN(const store::WriteLease staged,
                        table.ReserveWrite(worker.keys, layout.object_bytes, instance.owner(),
@@ -144,18 +144,18 @@ Attempted TransferOps::PrepareStore(const RequestContext& context, const Transfe
   return Result<std::string>(protocol::EncodePrepareStoreReply(reply));
 }
 
-Result<std::optional<PendingWrite>> TransferOps::TakePendingWrite(const RequestContext& context,
+Result<std::optional<worker::PendingWrite>> TransferOps::TakePendingWrite(const RequestContext& context,
                                                                   const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.instance_rules.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
-                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
+  LMC_ASSIGN_OR_RETURN(const worker::InstanceInfo instance,
+                       deps_.instance_rules.Authorize(args.instance_id, context.connection));
+  LMC_ASSIGN_OR_RETURN(const worker::WorkerKeys worker,
+                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, worker::KeyUse::kRead));
   return deps_.instances.TakePendingWrite(instance, worker.transfer);
 }
 
 Result<std::string> TransferOps::CommitStore(const RequestContext& context,
                                              const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const std::optional<PendingWrite> pending, TakePendingWrite(context, args));
+  LMC_ASSIGN_OR_RETURN(const std::optional<worker::PendingWrite> pending, TakePendingWrite(context, args));
   if (!pending) {
     return Status(ErrorCode::kNotFound, "no prepare_store is pending for this key and instance " +
                                             std::to_string(args.instance_id));
@@ -177,17 +177,17 @@ Result<std::string> TransferOps::AbortStore(const RequestContext& context,
                                             const TransferArgs& args) {
   // Nothing pending is not an error: the reference answers True as well (its
   // prepare_store aborts whatever the same key left pending this way).
-  LMC_ASSIGN_OR_RETURN(const std::optional<PendingWrite> pending, TakePendingWrite(context, args));
+  LMC_ASSIGN_OR_RETURN(const std::optional<worker::PendingWrite> pending, TakePendingWrite(context, args));
   if (pending) deps_.table.AbortWrite(pending->lease);  // its slots are freed, never served
   return msgpk::Encoder().Bool(true).Take();
 }
 
 Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
                                                  const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.instance_rules.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
-                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
+  LMC_ASSIGN_OR_RETURN(const worker::InstanceInfo instance,
+                       deps_.instance_rules.Authorize(args.instance_id, context.connection));
+  LMC_ASSIGN_OR_RETURN(const worker::WorkerKeys worker,
+                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, worker::KeyUse::kRead));
   LMC_ASSIGN_OR_RETURN(const store::ReadAcquisition acquired,
                        deps_.leases.AcquireForRetrieve(args.key, worker.keys, instance.owner()));
   store::ObjectTable& table = deps_.table;
@@ -210,10 +210,10 @@ Result<std::string> TransferOps::PrepareRetrieve(const RequestContext& context,
 
 Result<std::string> TransferOps::CommitRetrieve(const RequestContext& context,
                                                 const TransferArgs& args) {
-  LMC_ASSIGN_OR_RETURN(const InstanceInfo instance,
-                       deps_.instance_rules.Authorize(args.instance_id, context));
-  LMC_ASSIGN_OR_RETURN(const WorkerKeys worker,
-                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, KeyUse::kRead));
+  LMC_ASSIGN_OR_RETURN(const worker::InstanceInfo instance,
+                       deps_.instance_rules.Authorize(args.instance_id, context.connection));
+  LMC_ASSIGN_OR_RETURN(const worker::WorkerKeys worker,
+                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, worker::KeyUse::kRead));
   // Nothing pending is not an error (the reference answers True as well).
   if (auto lease = deps_.instances.TakePendingRead(instance, worker.transfer)) {
     deps_.table.ReleaseRead(*lease);

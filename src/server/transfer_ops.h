@@ -16,7 +16,7 @@
 
 #include "server/op_table.h"
 #include "server/reserve_or_park.h"
-#include "server/keys.h"
+#include "server/transfer_target.h"
 #include "server/transfer_mode.h"
 
 namespace lmcache::server {
@@ -39,7 +39,7 @@ class TransferOps final : public TransferMode {
                          store::WhilePoolWarms warming);
   Result<std::string> CommitStore(const RequestContext& context, const TransferArgs& args);
   // The prepare_store pending for this key and instance, taken out (nullopt: none).
-  Result<std::optional<PendingWrite>> TakePendingWrite(const RequestContext& context,
+  Result<std::optional<worker::PendingWrite>> TakePendingWrite(const RequestContext& context,
                                                        const TransferArgs& args);
   // Gives back a prepared store's write lease without admitting anything.
   Result<std::string> AbortStore(const RequestContext& context, const TransferArgs& args);

@@ -15,7 +15,7 @@
 #include "fakes/client_stats.h"
 #include "fakes/server_process.h"
 #include "lmcache/client.h"
-#include "server/token_hasher.h"
+#include "worker/token_hasher.h"
 #include "store/object_key.h"
 #include "tier/fs/fs_key_codec.h"
 
@@ -46,7 +46,7 @@ std::vector<std::byte> ChunkBytes(std::size_t c, std::size_t bytes) {
 // The file the fs adapter keeps chunk `c` of the test prompt in.
 fs::path ChunkFile(const fs::path& dir, std::size_t c) {
   const auto tokens = Tokens();
-  const auto hashes = server::HashChunks(tokens, kChunk, 0, kChunks, server::NoneHash());
+  const auto hashes = worker::HashChunks(tokens, kChunk, 0, kChunks, worker::NoneHash());
   store::ObjectKey key{hashes[c], kModel, *store::PackKvRank(1, 0), 0, "", 0, ""};
   return dir / tier::ObjectFileName(key);
 }

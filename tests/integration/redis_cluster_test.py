@@ -76,7 +76,7 @@ def _b3(data):
 
 
 def chunk_hashes(tokens, chunk):
-    """Hex hashes of the prompt's full chunks, as src/server/token_hasher.h defines
+    """Hex hashes of the prompt's full chunks, as src/worker/token_hasher.h defines
     them: h_0 = BLAKE3(12 zero bytes), h_i = BLAKE3(h_{i-1} || tokens as u32 BE)."""
     previous = _b3(bytes(12))
     hashes = []

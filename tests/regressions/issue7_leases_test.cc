@@ -204,7 +204,7 @@ TEST_F(Issue7Test, UnregisterDuringPrepareStoreLeavesNothingStaged) {
 TEST_F(Issue7Test, UnregisterDuringPrepareRetrieveLeavesNoLock) {
   Register(7);
   Store(7, Key(4096, 16, 3, "writer"), 0x33);
-  std::shared_ptr<Session> session = h_.service().sessions().GetOrCreate("rr");
+  std::shared_ptr<worker::Session> session = h_.service().sessions().GetOrCreate("rr");
   // Held before the request starts: taken after, a request scheduled first
   // could finish without ever waiting for it, and the test would wait forever.
   std::optional<MutexLock> busy(&session->mu);

@@ -24,7 +24,7 @@ HandoverImage SampleImage() {
   image.pool.table.resident = {{testing::KeyN(1), 0, 262144, false, std::nullopt},
                                {tagged, 262144, 200000, true, std::nullopt}};
   image.pool.table.held = {{524288, 262144}};
-  server::ChunkLayout layout;
+  worker::ChunkLayout layout;
   layout.num_layers = 32;
   layout.hidden_dim = 1024;
   layout.chunk_size = 256;

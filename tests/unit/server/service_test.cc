@@ -912,7 +912,7 @@ TEST(ServiceBurst, AMillionExpiringSessionsStallNoOtherClient) {
     burst.request_id = "burst-" + std::to_string(i);
     ASSERT_TRUE(h.CallAs("burst", "lookup", {KeyFrame(burst), IntFrame(1)}).status.ok());
   }
-  SessionManager& sessions = h.service().sessions();
+  worker::SessionManager& sessions = h.service().sessions();
   for (std::size_t i = kLookedUp; i < kSessions; ++i) {
     const std::string id = "burst-" + std::to_string(i);
     ASSERT_NE(sessions.GetOrCreate(id), nullptr);

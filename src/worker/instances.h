@@ -39,7 +39,7 @@
 #include "lmcache/status.h"
 #include "store/owner.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 // Why a registration ended (every end is counted by its cause).
 enum class ReleaseCause : std::uint8_t {
@@ -225,4 +225,4 @@ class InstanceRegistry {
   std::map<LayoutKey, LayoutRef> layouts_ LMC_GUARDED_BY(mu_);
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "common/mutex.h"
-#include "server/token_hasher.h"
+#include "worker/token_hasher.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 struct ChunkHasherStats {
   std::uint64_t hits = 0;
@@ -67,4 +67,4 @@ class ChunkHasher {
   std::atomic<std::uint64_t> misses_{0};
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

@@ -1,6 +1,6 @@
-// InstanceRules: the rules of registered instances that the transfer
-// families share (transfer_ops, gpu_ops) and the service's connection and
-// reaper events use: who may transfer for an instance, which objects a
+// InstanceRules: the rules of registered instances that the server's transfer
+// families share (server/transfer_ops, server/gpu_ops) and the service's
+// connection and reaper events use: who may transfer for an instance, which objects a
 // worker's transfer names, whether a registration is acceptable, and the
 // release of everything a registration left when it goes.
 //
@@ -9,22 +9,22 @@
 // before serving, draining is an atomic flag.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "lmcache/status.h"
-#include "server/chunk_hasher.h"
 #include "events/token_bindings.h"
-#include "server/instances.h"
-#include "server/keys.h"
-#include "server/request.h"
-#include "server/service_config.h"
+#include "lmcache/status.h"
 #include "store/l1_cache.h"
+#include "worker/chunk_hasher.h"
+#include "worker/instances.h"
+#include "worker/key_rules.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 // The objects one worker's transfer names: chunks [start, end) on its own rank.
 // What a transfer's keys are resolved for: a store also binds its chunks'
@@ -39,11 +39,10 @@ struct WorkerKeys {
 
 class InstanceRules {
  public:
-  // Every pointer must outlive this object.
+  // Every pointer must outlive this object; `chunk_size` is in tokens.
   // `bindings` may be null (no KV events).
   InstanceRules(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
-                ServiceCounters* counters, const ServiceConfig* config,
-                events::TokenBindings* bindings);
+                std::int64_t chunk_size, events::TokenBindings* bindings);
 
   // Called with a registration's serial when it goes (unregister, the
   // reaper, a re-registration from another connection, its connection
@@ -57,33 +56,36 @@ class InstanceRules {
   void set_draining(bool draining) { draining_.store(draining, std::memory_order_release); }
   bool draining() const { return draining_.load(std::memory_order_acquire); }
 
-  // The registration `context` made of `instance_id` (see InstanceRegistry::Authorize).
-  Result<InstanceInfo> Authorize(std::int64_t instance_id, const RequestContext& context);
+  // The registration of `instance_id` that `connection` (the transport's
+  // opaque id of the asking client) made (see InstanceRegistry::Authorize).
+  Result<InstanceInfo> Authorize(std::int64_t instance_id, std::string_view connection);
   // The objects of a worker's transfer: its rank, chunks [start, end).
   Result<WorkerKeys> ResolveWorkerKeys(const IpcKey& key, const InstanceInfo& instance, KeyUse use);
   // The object layout of an engine-driven registration, checked: the
   // registrant (below), and one chunk fits L1.
-  Result<ChunkLayout> CheckRegistration(const EngineContext& engine, const RequestContext& context);
+  Result<ChunkLayout> CheckRegistration(const EngineContext& engine, std::string_view connection);
   // Model name, world size, and not draining (unless the connection re-registers).
-  Status CheckRegistrant(const EngineContext& engine, const RequestContext& context);
+  Status CheckRegistrant(const EngineContext& engine, std::string_view connection);
   // One object of `layout` fits in L1.
   Status CheckFits(const ChunkLayout& layout);
   // Unregisters on behalf of the connection that registered it and releases
   // what it left; an unknown instance is only logged (as the reference).
-  Status Unregister(std::int64_t instance_id, const RequestContext& context);
+  Status Unregister(std::int64_t instance_id, std::string_view connection);
   // Releases everything a registration left behind (pending writes are
   // aborted, never published; pending reads released), logging `why`.
   void ReleaseInstance(const RemovedInstance& removed, ReleaseCause cause);
+  // Registrations ended since start, by ReleaseCause.
+  std::array<std::uint64_t, kReleaseCauses> ReleasedCounts() const;
 
  private:
   InstanceRegistry* const instances_;
   store::L1Cache* const l1_;
   ChunkHasher* const hasher_;
-  ServiceCounters* const counters_;
-  const ServiceConfig* const config_;
+  const std::int64_t chunk_size_;
   events::TokenBindings* const bindings_;
   std::atomic<bool> draining_{false};
+  std::array<std::atomic<std::uint64_t>, kReleaseCauses> released_{};
   std::vector<std::function<void(std::uint64_t)>> listeners_;
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

@@ -1,4 +1,4 @@
-#include "server/token_hasher.h"
+#include "worker/token_hasher.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include "common/blake3.h"
 #include "fakes/b3sum_oracle.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 namespace {
 
 using testing::B3sumHex;
@@ -138,4 +138,4 @@ TEST(TokenHasher, SameChunkWithAnotherPrefixHashesDifferently) {
 }
 
 }  // namespace
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

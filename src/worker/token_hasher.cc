@@ -1,10 +1,10 @@
-#include "server/token_hasher.h"
+#include "worker/token_hasher.h"
 
 #include <array>
 
 #include "common/blake3.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 const ChunkHash& NoneHash() {
   static const ChunkHash kNone = [] {
@@ -47,4 +47,4 @@ std::vector<ChunkHash> HashChunks(std::span<const std::uint32_t> tokens, std::si
   return hashes;
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

@@ -1,4 +1,4 @@
-#include "server/instance_rules.h"
+#include "worker/instance_rules.h"
 
 #include <spdlog/spdlog.h>
 
@@ -7,22 +7,29 @@
 #include "common/blake3.h"
 #include "common/logging.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 InstanceRules::InstanceRules(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
-                             ServiceCounters* counters, const ServiceConfig* config,
-                             events::TokenBindings* bindings)
-    : instances_(instances), l1_(l1), hasher_(hasher), counters_(counters), config_(config),
+                             std::int64_t chunk_size, events::TokenBindings* bindings)
+    : instances_(instances), l1_(l1), hasher_(hasher), chunk_size_(chunk_size),
       bindings_(bindings) {}
 
 Result<InstanceInfo> InstanceRules::Authorize(std::int64_t instance_id,
-                                             const RequestContext& context) {
-  return instances_->Authorize(instance_id, context.connection);
+                                             std::string_view connection) {
+  return instances_->Authorize(instance_id, connection);
+}
+
+std::array<std::uint64_t, kReleaseCauses> InstanceRules::ReleasedCounts() const {
+  std::array<std::uint64_t, kReleaseCauses> counts{};
+  for (std::size_t i = 0; i < kReleaseCauses; ++i) {
+    counts[i] = released_[i].load(std::memory_order_relaxed);
+  }
+  return counts;
 }
 
 Result<WorkerKeys> InstanceRules::ResolveWorkerKeys(const IpcKey& key,
                                                    const InstanceInfo& instance, KeyUse use) {
-  LMC_RETURN_IF_ERROR(CheckKeyRange(key, config_->chunk_size));
+  LMC_RETURN_IF_ERROR(CheckKeyRange(key, chunk_size_));
   if (!key.worker_id) {
     return InvalidArgument("key.worker_id is required for transfers (nil is for lookups)");
   }
@@ -35,14 +42,14 @@ Result<WorkerKeys> InstanceRules::ResolveWorkerKeys(const IpcKey& key,
   }
   LMC_ASSIGN_OR_RETURN(const std::int64_t kv_rank,
                        store::PackKvRank(key.world_size, *key.worker_id));
-  const auto first = static_cast<std::size_t>(key.start / config_->chunk_size);
-  const auto last = static_cast<std::size_t>(key.end / config_->chunk_size);
+  const auto first = static_cast<std::size_t>(key.start / chunk_size_);
+  const auto last = static_cast<std::size_t>(key.end / chunk_size_);
   const std::vector<store::ChunkHash> hashes = hasher_->Hashes(key.token_ids, last);
   const std::span<const store::ChunkHash> range = std::span(hashes).subspan(first);
   if (use == KeyUse::kStore && bindings_ != nullptr) {
     // Before the commit admits them: the admission's KV event takes the tokens.
     bindings_->Bind(key.model_name, hashes, first, key.token_ids,
-                    static_cast<std::size_t>(config_->chunk_size));
+                    static_cast<std::size_t>(chunk_size_));
   }
   WorkerKeys out;
   out.instance = instance;
@@ -55,20 +62,20 @@ Result<WorkerKeys> InstanceRules::ResolveWorkerKeys(const IpcKey& key,
 }
 
 Result<ChunkLayout> InstanceRules::CheckRegistration(const EngineContext& engine,
-                                                   const RequestContext& context) {
-  LMC_RETURN_IF_ERROR(CheckRegistrant(engine, context));
-  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, MakeChunkLayout(engine, config_->chunk_size));
+                                                   std::string_view connection) {
+  LMC_RETURN_IF_ERROR(CheckRegistrant(engine, connection));
+  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, MakeChunkLayout(engine, chunk_size_));
   LMC_RETURN_IF_ERROR(CheckFits(layout));
   return layout;
 }
 
-Status InstanceRules::CheckRegistrant(const EngineContext& engine, const RequestContext& context) {
+Status InstanceRules::CheckRegistrant(const EngineContext& engine, std::string_view connection) {
   LMC_RETURN_IF_ERROR(store::ValidateModelName(engine.model_name));
   if (engine.world_size < 1 || engine.world_size > 255) {
     return InvalidArgument("world_size must be in [1, 255], got " +
                            std::to_string(engine.world_size));
   }
-  if (draining() && !instances_->Authorize(engine.instance_id, context.connection).ok()) {
+  if (draining() && !instances_->Authorize(engine.instance_id, connection).ok()) {
     return Status(ErrorCode::kUnavailable,
                   "the server is draining before it exits (SIGTERM): register with the server "
                   "that replaces it");
@@ -87,9 +94,9 @@ Status InstanceRules::CheckFits(const ChunkLayout& layout) {
   return Status::Ok();
 }
 
-Status InstanceRules::Unregister(std::int64_t instance_id, const RequestContext& context) {
+Status InstanceRules::Unregister(std::int64_t instance_id, std::string_view connection) {
   static RateLimitedLog unknown_log(std::chrono::seconds(10));
-  Result<RemovedInstance> removed = instances_->Unregister(instance_id, context.connection);
+  Result<RemovedInstance> removed = instances_->Unregister(instance_id, connection);
   if (removed.ok()) {
     ReleaseInstance(*removed, ReleaseCause::kUnregistered);
   } else if (removed.status().code() == ErrorCode::kNotRegistered) {
@@ -101,7 +108,7 @@ Status InstanceRules::Unregister(std::int64_t instance_id, const RequestContext&
 }
 
 void InstanceRules::ReleaseInstance(const RemovedInstance& removed, ReleaseCause cause) {
-  counters_->released[static_cast<std::size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
+  released_[static_cast<std::size_t>(cause)].fetch_add(1, std::memory_order_relaxed);
   // Device copies keep their own leases (Owner::Device) until they end; a
   // GPU registration's context closes once they have.
   for (const auto& listener : listeners_) listener(removed.info.registration);
@@ -119,4 +126,4 @@ void InstanceRules::ReleaseInstance(const RemovedInstance& removed, ReleaseCause
                released + rest.read_locks_released);
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

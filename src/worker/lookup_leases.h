@@ -12,11 +12,11 @@
 
 #include "lmcache/status.h"
 #include "protocol/wire_codec.h"
-#include "server/session.h"
+#include "worker/session.h"
 #include "store/object_table.h"
 #include "tier/prefetcher.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 class LookupLeases {
  public:
@@ -43,4 +43,4 @@ class LookupLeases {
   tier::Prefetcher* const prefetcher_;
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

@@ -1,6 +1,6 @@
 // ChunkHasher: rolling chunk hashes equal to hashing from scratch, with and
 // without its cache, whatever the order prompts come in.
-#include "server/chunk_hasher.h"
+#include "worker/chunk_hasher.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <numeric>
 #include <vector>
 
-namespace lmcache::server {
+namespace lmcache::worker {
 namespace {
 
 constexpr std::size_t kChunk = 4;
@@ -131,4 +131,4 @@ TEST_P(ChunkHasherTest, SharedPrefixesHitTheCache) {
 }
 
 }  // namespace
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

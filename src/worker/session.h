@@ -48,7 +48,7 @@
 #include "store/owner.h"
 #include "tier/prefetcher.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 struct LookupState {
   std::uint64_t sequence = 0;  // order of lookups in the session (status is reported FIFO)
@@ -197,4 +197,4 @@ class SessionManager {
       LMC_GUARDED_BY(mu_);
 };
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

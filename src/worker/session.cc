@@ -1,10 +1,10 @@
-#include "server/session.h"
+#include "worker/session.h"
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
 
-namespace lmcache::server {
+namespace lmcache::worker {
 namespace {
 
 // Earlier lookups' leases kept consumable per tenant: a scheduler re-running
@@ -292,4 +292,4 @@ std::size_t SessionManager::size() const {
   return sessions_.size();
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

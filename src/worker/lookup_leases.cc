@@ -1,8 +1,8 @@
-#include "server/lookup_leases.h"
+#include "worker/lookup_leases.h"
 
-#include "server/keys.h"
+#include "worker/key_rules.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 LookupLeases::LookupLeases(SessionManager* sessions, store::ObjectTable* table,
                            tier::Prefetcher* prefetcher)
@@ -70,4 +70,4 @@ void LookupLeases::Release(const LookupRelease& release) {
   for (const store::LeaseId lease : release.leases) table_->ReleaseRead(lease);
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

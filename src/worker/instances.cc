@@ -1,4 +1,4 @@
-#include "server/instances.h"
+#include "worker/instances.h"
 
 #include <algorithm>
 #include <array>
@@ -7,7 +7,7 @@
 
 #include "protocol/device_ipc_wrapper.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 const char* ReleaseCauseName(ReleaseCause cause) {
   switch (cause) {
@@ -357,4 +357,4 @@ RegistryCounts InstanceRegistry::Counts() const {
   return counts;
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

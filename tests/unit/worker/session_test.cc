@@ -1,6 +1,6 @@
 // Sessions: lookups per tenant, what a replaced lookup hands back, idle
 // expiry, and the count and byte caps (least recently used dropped first).
-#include "server/session.h"
+#include "worker/session.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "fakes/fake_clock.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 namespace {
 
 constexpr TimeMs kTtlMs = 600'000;
@@ -256,4 +256,4 @@ TEST(SessionManagerSteps, TrimOverSeveralStepsStopsAtTheCap) {
 }
 
 }  // namespace
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

@@ -1,4 +1,4 @@
-#include "server/instances.h"
+#include "worker/instances.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "fakes/fake_clock.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 namespace {
 
 constexpr std::int64_t kChunk = 256;
@@ -409,4 +409,4 @@ TEST_F(InstanceRegistryTest, ACarriedRegistrationNobodyClaimsGoesWithTheGraceAnd
 }
 
 }  // namespace
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

@@ -1,10 +1,10 @@
-#include "server/chunk_hasher.h"
+#include "worker/chunk_hasher.h"
 
 #include <xxhash.h>
 
 #include <cstring>
 
-namespace lmcache::server {
+namespace lmcache::worker {
 namespace {
 
 constexpr std::size_t kShards = 16;
@@ -112,4 +112,4 @@ ChunkHasherStats ChunkHasher::Stats() const {
   return stats;
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

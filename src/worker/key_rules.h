@@ -1,5 +1,5 @@
-// The rules of keys every operation family shares: what a transfer names
-// first, which key ranges are valid, and the object keys of a prompt's chunks.
+// The rules of a worker's keys: which key ranges are valid, which tenant a
+// key belongs to, and the object keys of a prompt's chunks on every rank.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -12,18 +12,9 @@
 #include "lmcache/messages.h"
 #include "lmcache/status.h"
 #include "protocol/wire_codec.h"
-#include "server/request.h"
 #include "store/object_key.h"
 
-namespace lmcache::server {
-
-// What every transfer operation of both modes names first: the key and the
-// registered instance.
-struct TransferTarget {
-  IpcKey key;
-  std::int64_t instance_id = 0;
-};
-Result<TransferTarget> DecodeTransferTarget(Payloads p, const protocol::KeyLimits& limits);
+namespace lmcache::worker {
 
 // The key's range must be chunk-aligned and inside its tokens, its model
 // name, cache salt and request tags valid.
@@ -45,4 +36,4 @@ std::vector<store::ObjectKey> ExpandKeys(std::span<const store::ChunkHash> hashe
 // kv_rank of every worker of a world.
 std::vector<std::int64_t> AllRanks(std::int64_t world_size);
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

@@ -1,13 +1,6 @@
-#include "server/keys.h"
+#include "worker/key_rules.h"
 
-namespace lmcache::server {
-
-Result<TransferTarget> DecodeTransferTarget(Payloads p, const protocol::KeyLimits& limits) {
-  TransferTarget target;
-  LMC_ASSIGN_OR_RETURN(target.key, protocol::DecodeIpcKey(p[0], limits));
-  LMC_ASSIGN_OR_RETURN(target.instance_id, protocol::DecodeInt(p[1], "instance_id"));
-  return target;
-}
+namespace lmcache::worker {
 
 std::vector<std::int64_t> AllRanks(std::int64_t world_size) {
   std::vector<std::int64_t> ranks;
@@ -49,4 +42,4 @@ Status CheckKeyRange(const IpcKey& key, std::int64_t chunk) {
   return store::ValidateTags(key.tags);
 }
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker

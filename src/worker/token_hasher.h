@@ -15,7 +15,7 @@
 
 #include "store/object_key.h"
 
-namespace lmcache::server {
+namespace lmcache::worker {
 
 using store::ChunkHash;
 
@@ -29,4 +29,4 @@ std::vector<ChunkHash> HashChunks(std::span<const std::uint32_t> tokens, std::si
                                   std::size_t first_chunk, std::size_t count,
                                   const ChunkHash& prefix);
 
-}  // namespace lmcache::server
+}  // namespace lmcache::worker
