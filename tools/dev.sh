@@ -54,13 +54,16 @@ build() {
   case "$flavour" in
     release) dir="$ROOT/build"; args=(-DCMAKE_BUILD_TYPE=Release) ;;
     # Sanitizer builds keep assertions (LMC_DCHECK, Mutex::AssertHeld) on: no NDEBUG.
+    # -O1 and line tables only: what the sanitizers' reports need (function,
+    # file:line), about a tenth less compile time than -O2 -g and far smaller
+    # objects to link.
     asan) dir="$ROOT/build-asan"
-          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g"
+          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
                 -DLMC_SANITIZE=address,undefined -DLMC_BUILD_FUZZERS=ON
                 -DLMC_FUZZ_SECONDS="${LMC_FUZZ_SECONDS:-30}" -DLMC_BUILD_BENCH=OFF
                 -DLMC_ENABLE_CUDA=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
     tsan) dir="$ROOT/build-tsan"
-          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g"
+          args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -gline-tables-only"
                 -DLMC_SANITIZE=thread -DLMC_BUILD_BENCH=OFF
                 -DLMC_ENABLE_CUDA=OFF -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++) ;;
     *) echo "unknown build flavour: $flavour (release, asan, tsan)" >&2; exit 2 ;;
