@@ -12,6 +12,7 @@
 #include <string>
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
 #include "fakes/crashed_pool.h"
 #include "fakes/fake_clock.h"
@@ -26,6 +27,10 @@ constexpr std::uint64_t kMiB = 1 << 20;
 class OpenPoolTest : public ::testing::Test {
  protected:
   OpenPoolTest() {
+    // spdlog's registry is made by its first user: here, on this thread,
+    // before the pool's pre-faulter logs from its own (as the server's
+    // InitLogging does first thing).
+    spdlog::default_logger();
     l1_.shm_name = "lmcache_l1_pool_open_test_" + std::to_string(getpid());
     l1_.size_bytes = 16 * kMiB;
     l1_.prefault_threads = 1;
