@@ -302,10 +302,7 @@ StatsSnapshot Service::Snapshot() {
   s.parked = state.parked().Stats();
   s.instances = state.instances().Counts();
   const ServiceCounters& counters = state.counters();
-  const auto released = state.instance_rules().ReleasedCounts();
-  for (std::size_t cause = 0; cause < worker::kReleaseCauses; ++cause) {
-    s.released_instances[cause] = released[cause];
-  }
+  s.released_instances = state.instance_rules().ReleasedCounts();
   s.hash_cache = state.hasher().Stats();
   for (const auto& mode : modes_) mode->AddStats(&s);
   s.lookups = counters.lookups.load();
