@@ -16,6 +16,7 @@
 #include "common/version.h"
 #include "admin_http/memory_pressure.h"
 #include "admin_http/prometheus.h"
+#include "admin_http/status_json.h"
 
 namespace lmcache::admin_http {
 namespace {
@@ -85,73 +86,6 @@ bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib:
   return false;
 }
 
-json StatusJson(const server::ServerStatus& status, const Health& health) {
-  const server::StatsSnapshot& s = status.stats;
-  const HealthVerdict verdict = health.Check();
-  json instances = json::array();
-  for (const worker::InstanceInfo& info : status.instances) {
-    instances.push_back({{"instance_id", info.instance_id},
-                         {"model_name", info.model_name},
-                         {"world_size", info.world_size},
-                         {"layout",
-                          {{"num_layers", info.layout.num_layers},
-                           {"hidden_dim", info.layout.hidden_dim},
-                           {"chunk_size", info.layout.chunk_size},
-                           {"dtype", info.layout.dtype},
-                           {"use_mla", info.layout.use_mla},
-                           {"shape", info.layout.shape},
-                           {"object_bytes", info.layout.object_bytes}}}});
-  }
-  json l2 = nullptr;
-  if (s.l2) {
-    json adapters = json::array();
-    for (const tier::L2AdapterStats& a : s.l2->adapters) {
-      adapters.push_back({{"type", a.type},
-                          {"description", a.description},
-                          {"objects", a.objects},
-                          {"usage_bytes", a.usage_bytes},
-                          {"capacity_bytes", a.capacity_bytes},
-                          {"healthy", a.condition.empty()},
-                          {"condition", a.condition}});
-    }
-    l2 = {{"adapters", adapters},
-          {"store_queue_objects", s.l2->store.queued_objects},
-          {"prefetches_in_flight", s.l2->prefetch.in_flight},
-          {"prefetches_queued", s.l2->prefetch.queued}};
-  }
-  const double capacity = static_cast<double>(s.allocator.capacity_bytes);
-  return {{"version", s.version},
-          {"boot_id", s.boot_id},
-          {"pid", static_cast<int>(::getpid())},
-          {"uptime_seconds", s.uptime_seconds},
-          {"phase", std::string(PhaseName(health.phase()))},
-          {"is_healthy", verdict.healthy},
-          {"reason", verdict.reason},
-          {"pool",
-           {{"name", status.pool_name},
-            {"size_bytes", s.allocator.capacity_bytes},
-            {"prefault",
-             {{"ready_bytes", s.prefault.ready_bytes},
-              {"total_bytes", s.prefault.total_bytes},
-              {"done", s.prefault.done},
-              {"seconds", s.prefault.seconds},
-              {"huge_page_bytes", s.prefault.huge_page_bytes}}}}},
-          {"l1",
-           {{"used_bytes", s.allocator.used_bytes},
-            {"usage_ratio", capacity > 0 ? static_cast<double>(s.allocator.used_bytes) / capacity : 0},
-            {"resident_objects", s.table.resident_objects},
-            {"resident_bytes", s.table.resident_bytes},
-            {"staging_bytes", s.table.staging_bytes},
-            {"locked_bytes", s.table.locked_bytes},
-            {"read_leases", s.table.read_leases}}},
-          {"chunk_size", status.chunk_size},
-          {"hash_algorithm", "blake3"},
-          {"instances", instances},
-          {"active_sessions", s.sessions},
-          {"active_prefetch_jobs", s.l2 ? s.l2->prefetch.in_flight + s.l2->prefetch.queued : 0},
-          {"l2", l2}};
-}
-
 }  // namespace
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpConfig& config,
@@ -207,7 +141,7 @@ void HttpServer::AddRoutes() {
     }
   });
   s.Get("/status", [&service, &health](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, StatusJson(service.CollectStatus(), health));
+    Reply(res, 200, StatusJson(service.CollectStatus(), health.Check(), health.phase(), ::getpid()));
   });
   s.Get("/status/memory-pressure", [&service](const httplib::Request&, httplib::Response& res) {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
