@@ -245,11 +245,20 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
   s.service = std::make_unique<lmcache::server::Service>(
       &s.cache(), &clock, config.service, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get());
   lmcache::transport::RouterLoop* router = s.loop.get();
-  s.service->SetTransportStatsSource([router] { return router->Stats(); });
-  if (s.l2) s.service->SetL2StatsSource([tier = s.l2.get()] { return tier->Stats(); });
+  auto& sources = s.service->stats_sources();
+  sources.Add("transport", [router](lmcache::server::StatsSnapshot* snapshot) {
+    snapshot->transport = router->Stats();
+  });
+  if (s.l2) {
+    sources.Add("l2", [tier = s.l2.get()](lmcache::server::StatsSnapshot* snapshot) {
+      snapshot->l2 = tier->Stats();
+    });
+  }
   if (s.kv_publisher) {
-    s.service->SetKvPublisherStatsSource(
-        [publisher = s.kv_publisher.get()] { return publisher->Stats(); });
+    sources.Add("kv_publisher",
+                [publisher = s.kv_publisher.get()](lmcache::server::StatsSnapshot* snapshot) {
+                  snapshot->kv_events.publisher = publisher->Stats();
+                });
   }
   s.health = std::make_unique<lmcache::admin_http::Health>(&clock);
   WatchHealth(config, s);

@@ -18,7 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/stats.h"
+#include "server/server_status.h"
 
 namespace lmcache::admin_http {
 

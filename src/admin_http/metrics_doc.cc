@@ -10,14 +10,15 @@
 namespace lmcache::admin_http {
 namespace {
 
-using server::StatField;
-using server::StatGroup;
+using stats::Field;
+using stats::Group;
 
 constexpr std::string_view kIntro = R"(# Metrics
 
-<!-- Generated from the stats schema (src/server/stats_fields_*.cc) and
-src/admin_http/prometheus.cc by `tools/dev.sh metrics-doc`; do not edit by
-hand: metrics_doc_test fails when this file differs from what they say. -->
+<!-- Generated from the figure lists each component declares (stats/declare.h),
+the reply's shape (src/server/stats_schema.cc) and src/admin_http/prometheus.cc
+by `tools/dev.sh metrics-doc`; do not edit by hand: metrics_doc_test fails
+when this file differs from what they say. -->
 
 `GET /metrics` on the HTTP endpoint (`--http-host`, `--http-port`, default
 127.0.0.1:8080) serves Prometheus text exposition (format 0.0.4) of the same
@@ -79,18 +80,18 @@ std::string Code(std::string_view s) {
   return out.append(s).append("`");
 }
 
-class DocBuilder final : public server::StatsVisitor {
+class DocBuilder final : public stats::Visitor {
  public:
   DocBuilder() { sections_.push_back({"## Server", {}}); }
 
-  void Field(const StatField& field, const server::StatValue*) override {
-    if (field.reach == server::StatReach::kElementLabel) return;
+  void Field(const stats::Field& field, const stats::Value*) override {
+    if (field.reach == stats::Reach::kElementLabel) return;
     const std::string metric = std::string(kMetricPrefix).append(field.metric);
     auto [it, inserted] = rows_.try_emplace(metric);
     Row& row = it->second;
     if (inserted) {
       row.metric = metric;
-      row.type = server::StatKindName(field.kind);
+      row.type = stats::KindName(field.kind);
       row.labels = labels_;
       sections_[Current()].metrics.push_back(metric);
     }
@@ -98,15 +99,15 @@ class DocBuilder final : public server::StatsVisitor {
       auto& values = row.fixed[std::string(field.label.name)];
       values.emplace_back(field.label.value);
     }
-    if (field.kind == server::StatKind::kText) row.fixed[std::string(field.key)];
+    if (field.kind == stats::Kind::kText) row.fixed[std::string(field.key)];
     if (!field.unit.empty()) row.units.emplace(field.unit);
     if (row.help.empty()) row.help = std::string(field.help);
     row.reference = row.reference || field.reference;
     row.fields.push_back(StatsPath(field));
   }
-  void BeginGroup(const StatGroup& group) override {
+  void BeginGroup(const stats::Group& group) override {
     std::string path = path_.empty() ? std::string(group.key) : path_.back() + "." + std::string(group.key);
-    if (group.form == server::GroupForm::kArray) path += "[]";
+    if (group.form == stats::GroupForm::kArray) path += "[]";
     path_.push_back(path);
     if (groups_.size() < 2) {
       const std::string level = groups_.empty() ? "## " : "### ";
@@ -119,10 +120,10 @@ class DocBuilder final : public server::StatsVisitor {
     groups_.push_back(&group);
   }
   void BeginElement(std::string_view) override {
-    const StatGroup& group = *groups_.back();
+    const stats::Group& group = *groups_.back();
     labels_.emplace_back(group.label);
     // A keyed map's elements sit under their label value; an array's under "[]".
-    path_.push_back(group.form == server::GroupForm::kKeyedMap
+    path_.push_back(group.form == stats::GroupForm::kKeyedMap
                         ? path_.back() + ".<" + std::string(group.label) + ">"
                         : path_.back());
   }
@@ -135,7 +136,7 @@ class DocBuilder final : public server::StatsVisitor {
     path_.pop_back();
     section_of_depth_.pop_back();
   }
-  void AbsentGroup(const StatGroup&) override {}
+  void AbsentGroup(const stats::Group&) override {}
 
   void AddHttp(const HttpMetric& m) {
     const std::string metric = std::string(kMetricPrefix).append(m.name);
@@ -163,10 +164,10 @@ class DocBuilder final : public server::StatsVisitor {
  private:
   std::size_t Current() const { return section_of_depth_.empty() ? 0 : section_of_depth_.back(); }
 
-  std::string StatsPath(const StatField& field) const {
-    if (field.reach == server::StatReach::kPrometheusOnly) return "";
+  std::string StatsPath(const stats::Field& field) const {
+    if (field.reach == stats::Reach::kPrometheusOnly) return "";
     const std::string prefix = path_.empty() ? "" : path_.back() + ".";
-    if (field.kind == server::StatKind::kHistogram && field.form == server::HistogramForm::kFlat) {
+    if (field.kind == stats::Kind::kHistogram && field.form == stats::HistogramForm::kFlat) {
       return prefix + std::string(field.key) + "_sum_us`, `" + prefix + std::string(field.key) +
              "_buckets_us";
     }
@@ -205,7 +206,7 @@ class DocBuilder final : public server::StatsVisitor {
 
   std::vector<Section> sections_;
   std::map<std::string, Row> rows_;
-  std::vector<const StatGroup*> groups_;
+  std::vector<const stats::Group*> groups_;
   std::vector<std::string> path_;
   std::vector<std::string> labels_;
   std::vector<std::size_t> section_of_depth_;

@@ -16,21 +16,21 @@ namespace {
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
-using server::StatField;
-using server::StatKind;
-using server::StatValue;
+using stats::Field;
+using stats::Kind;
+using stats::Value;
 
-MetricType TypeOf(StatKind kind) {
+MetricType TypeOf(stats::Kind kind) {
   switch (kind) {
-    case StatKind::kCounter: return MetricType::Counter;
-    case StatKind::kHistogram: return MetricType::Histogram;
-    case StatKind::kGauge:
-    case StatKind::kText: return MetricType::Gauge;
+    case stats::Kind::kCounter: return MetricType::Counter;
+    case stats::Kind::kHistogram: return MetricType::Histogram;
+    case stats::Kind::kGauge:
+    case stats::Kind::kText: return MetricType::Gauge;
   }
   return MetricType::Untyped;
 }
 
-double AsNumber(const StatValue& value) {
+double AsNumber(const stats::Value& value) {
   if (const auto* u = std::get_if<std::uint64_t>(&value)) return static_cast<double>(*u);
   if (const auto* d = std::get_if<double>(&value)) return *d;
   if (const auto* b = std::get_if<bool>(&value)) return *b ? 1 : 0;
@@ -55,10 +55,10 @@ ClientMetric::Histogram Seconds(const LatencyHistogram::Snapshot& h) {
 
 // Turns a walk of the snapshot into metric families, each family's samples
 // together and the families in the order the schema first names them.
-class FamilyBuilder final : public server::StatsVisitor {
+class FamilyBuilder final : public stats::Visitor {
  public:
-  void Field(const StatField& field, const StatValue* value) override {
-    if (value == nullptr || field.reach == server::StatReach::kElementLabel) return;
+  void Field(const stats::Field& field, const stats::Value* value) override {
+    if (value == nullptr || field.reach == stats::Reach::kElementLabel) return;
     ClientMetric metric;
     metric.label = labels_;
     if (!field.label.name.empty()) {
@@ -68,10 +68,10 @@ class FamilyBuilder final : public server::StatsVisitor {
       metric.label.push_back({std::string(field.key), std::string(*text)});
     }
     switch (field.kind) {
-      case StatKind::kCounter: metric.counter.value = AsNumber(*value); break;
-      case StatKind::kGauge:
-      case StatKind::kText: metric.gauge.value = AsNumber(*value); break;
-      case StatKind::kHistogram:
+      case stats::Kind::kCounter: metric.counter.value = AsNumber(*value); break;
+      case stats::Kind::kGauge:
+      case stats::Kind::kText: metric.gauge.value = AsNumber(*value); break;
+      case stats::Kind::kHistogram:
         if (const auto* h = std::get_if<const LatencyHistogram::Snapshot*>(value)) {
           metric.histogram = Seconds(**h);
         }
@@ -79,13 +79,13 @@ class FamilyBuilder final : public server::StatsVisitor {
     }
     Family(field).metric.push_back(std::move(metric));
   }
-  void BeginGroup(const server::StatGroup& group) override { groups_.push_back(&group); }
+  void BeginGroup(const stats::Group& group) override { groups_.push_back(&group); }
   void BeginElement(std::string_view label_value) override {
     labels_.push_back({std::string(groups_.back()->label), std::string(label_value)});
   }
   void EndElement() override { labels_.pop_back(); }
   void EndGroup() override { groups_.pop_back(); }
-  void AbsentGroup(const server::StatGroup&) override {}
+  void AbsentGroup(const stats::Group&) override {}
 
   // A gauge of the HTTP endpoint's own, without labels.
   void Add(const std::string& name, const std::string& help, double value) {
@@ -100,7 +100,7 @@ class FamilyBuilder final : public server::StatsVisitor {
   std::vector<MetricFamily> Take() { return std::move(families_); }
 
  private:
-  MetricFamily& Family(const StatField& field) {
+  MetricFamily& Family(const stats::Field& field) {
     const std::string name = std::string(kMetricPrefix).append(field.metric);
     auto [it, inserted] = index_.try_emplace(name, families_.size());
     if (inserted) {
@@ -113,7 +113,7 @@ class FamilyBuilder final : public server::StatsVisitor {
     return family;
   }
 
-  std::vector<const server::StatGroup*> groups_;
+  std::vector<const stats::Group*> groups_;
   std::vector<ClientMetric::Label> labels_;
   std::vector<MetricFamily> families_;
   std::map<std::string, std::size_t> index_;

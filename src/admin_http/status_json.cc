@@ -1,5 +1,7 @@
 #include "admin_http/status_json.h"
 
+#include "admin_http/stats_json.h"
+
 namespace lmcache::admin_http {
 
 using nlohmann::json;
@@ -68,7 +70,8 @@ json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict
           {"instances", instances},
           {"active_sessions", s.sessions},
           {"active_prefetch_jobs", s.l2 ? s.l2->prefetch.in_flight + s.l2->prefetch.queued : 0},
-          {"l2", l2}};
+          {"l2", l2},
+          {"stats", StatsJson(s)}};
 }
 
 

@@ -446,4 +446,12 @@ Result<std::byte*> SlabAllocator::Resolve(Offset offset, std::uint64_t length) c
   return span_.data() + offset;
 }
 
+LMC_STATS_ROWS(SizeClassStatRows, ClassStats, LMC_SIZE_CLASS_STATS)
+
+LMC_STATS_ROWS(AllocatorStatRows, AllocatorStats, LMC_ALLOCATOR_STATS)
+
+double AllocatorStats::UsageRatio() const {
+  return capacity_bytes ? static_cast<double>(used_bytes) / static_cast<double>(capacity_bytes) : 0;
+}
+
 }  // namespace lmcache::alloc

@@ -26,6 +26,7 @@
 #include <span>
 #include <vector>
 
+#include "alloc/allocator_stats.h"
 #include "alloc/page_pool.h"
 #include "common/mutex.h"
 #include "lmcache/status.h"
@@ -51,14 +52,6 @@ struct SlabAllocatorConfig {
   std::uint32_t max_classes = 256;
 };
 
-struct ClassStats {
-  std::uint64_t object_bytes = 0;
-  std::uint64_t objects_per_slab = 0;
-  std::uint64_t slabs = 0;
-  std::uint64_t used_objects = 0;
-  std::uint64_t free_objects = 0;  // free slots inside this class's slabs
-};
-
 // One live slab, as a successor server needs it to adopt the slab's objects
 // (docs/architecture.md, "Restarts and upgrades").
 struct SlabRecord {
@@ -76,25 +69,6 @@ class SlabObserver {
   virtual ~SlabObserver() = default;
   virtual void SlabAdded(const SlabRecord& slab) = 0;
   virtual void SlabReleased(const SlabRecord& slab) = 0;
-};
-
-struct AllocatorStats {
-  std::uint64_t capacity_bytes = 0;    // whole pages under management
-  std::uint64_t used_bytes = 0;        // sum of the aligned sizes of live objects
-  std::uint64_t free_bytes = 0;        // capacity - used
-  std::uint64_t pool_free_bytes = 0;   // usable pages in no slab
-  std::uint64_t unready_bytes = 0;     // pages not yet usable (pre-faulting)
-  std::uint64_t slab_slack_bytes = 0;  // free slots and tails inside slabs
-  std::uint64_t largest_free_run_bytes = 0;
-  // Largest object that one Allocate() is sure to satisfy now: a free pool run,
-  // or a free slot of an existing class, whichever is larger.
-  std::uint64_t largest_allocatable_bytes = 0;
-  // 1 - largest_free_run / pool_free: 0 when the free pages form one run.
-  double fragmentation = 0;
-  std::uint64_t allocations = 0;
-  std::uint64_t frees = 0;
-  std::uint64_t failed_allocations = 0;
-  std::vector<ClassStats> classes;  // ordered by object size
 };
 
 class SlabAllocator {

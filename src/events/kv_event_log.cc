@@ -119,4 +119,6 @@ KvEventLogStats KvEventLog::Stats() {
   return stats;
 }
 
+LMC_STATS_ROWS(KvEventLogStatRows, KvEventLogStats, LMC_KV_EVENT_LOG_STATS)
+
 }  // namespace lmcache::events

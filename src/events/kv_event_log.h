@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "events/event_stats.h"
 #include "common/mutex.h"
 #include "events/kv_event.h"
 
@@ -49,20 +50,6 @@ struct KvEventPage {
   std::uint64_t next_cursor = 0;
   bool lost = false;
   std::vector<KvEvent> events;
-};
-
-struct KvEventLogStats {
-  bool enabled = false;
-  bool recording = false;
-  std::uint64_t incarnation = 0;
-  std::uint64_t depth = 0;  // records held now
-  std::uint64_t bytes = 0;
-  std::uint64_t capacity = 0;
-  std::uint64_t capacity_bytes = 0;
-  std::uint64_t next_seq = 1;
-  std::uint64_t appended = 0;  // records since startup
-  std::uint64_t dropped = 0;   // records the bounds pushed out
-  std::uint64_t watchers = 0;
 };
 
 class KvEventLog {

@@ -158,4 +158,6 @@ KvEventRecorderStats KvEventRecorder::Stats() const {
   return stats;
 }
 
+LMC_STATS_ROWS(KvEventRecorderStatRows, KvEventRecorderStats, LMC_KV_EVENT_RECORDER_STATS)
+
 }  // namespace lmcache::events

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "events/event_stats.h"
 #include "common/blake3.h"
 #include "events/kv_event_log.h"
 #include "events/token_bindings.h"
@@ -28,11 +29,6 @@
 #include "tier/l2_event_observer.h"
 
 namespace lmcache::events {
-
-struct KvEventRecorderStats {
-  std::uint64_t unbound_stores = 0;  // chunks admitted with no token binding: no event
-  std::uint64_t binding_bytes = 0;
-};
 
 class KvEventRecorder final : public store::StoreListener, public tier::L2EventObserver {
  public:

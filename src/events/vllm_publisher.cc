@@ -145,11 +145,11 @@ void VllmEventPublisher::PublishNew() {
       for (const std::string& model : models_seen_) {
         if (per_model) Send(TopicFor(config_.topic, model), payload);
       }
-      clears_.fetch_add(1, std::memory_order_relaxed);
+      counters_.clears_for_loss.fetch_add(1, std::memory_order_relaxed);
     }
     cursor_ = page.next_cursor;
     if (page.events.empty()) return;
-    events_.fetch_add(page.events.size(), std::memory_order_relaxed);
+    counters_.events.fetch_add(page.events.size(), std::memory_order_relaxed);
     for (const KvEvent& event : page.events) {
       if (event.kind != KvEventKind::kCleared &&
           std::find(models_seen_.begin(), models_seen_.end(), event.model_name) == models_seen_.end()) {
@@ -186,7 +186,7 @@ void VllmEventPublisher::Send(const std::string& topic, std::string payload) {
   } catch (const zmq::error_t& e) {
     failed_log.Warn("KV events publisher: send failed: {}", e.what());
   }
-  messages_.fetch_add(1, std::memory_order_relaxed);
+  counters_.messages.fetch_add(1, std::memory_order_relaxed);
   if (replay_) {
     buffer_.emplace_back(seq, std::make_pair(topic, std::move(payload)));
     while (buffer_.size() > config_.replay_buffer) buffer_.pop_front();
@@ -212,7 +212,7 @@ void VllmEventPublisher::AnswerReplay() {
       bad_log.Warn("KV events replay: ignored a request that is not [b\"\", 8-byte seq]");
       continue;
     }
-    replays_.fetch_add(1, std::memory_order_relaxed);
+    counters_.replays.fetch_add(1, std::memory_order_relaxed);
     const std::string identity = frames[0].to_string();
     auto send = [&](std::string_view topic, std::string_view seq, std::string_view payload) {
       zmq::multipart_t reply;
@@ -236,11 +236,10 @@ void VllmEventPublisher::AnswerReplay() {
 
 VllmPublisherStats VllmEventPublisher::Stats() const {
   VllmPublisherStats stats;
-  stats.messages = messages_.load(std::memory_order_relaxed);
-  stats.events = events_.load(std::memory_order_relaxed);
-  stats.clears_for_loss = clears_.load(std::memory_order_relaxed);
-  stats.replays = replays_.load(std::memory_order_relaxed);
+  counters_.CopyTo(&stats);
   return stats;
 }
+
+LMC_STATS_ROWS(VllmPublisherStatRows, VllmPublisherStats, LMC_VLLM_PUBLISHER_STATS)
 
 }  // namespace lmcache::events

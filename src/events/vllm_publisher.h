@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "events/event_stats.h"
 #include "common/unique_fd.h"
 #include "events/kv_event_codec.h"
 #include "events/kv_event_log.h"
@@ -57,13 +58,6 @@ struct VllmPublisherConfig {
   std::size_t max_events_per_batch = 1024;
   std::chrono::microseconds min_interval{5000};  // between batches
   VllmBatchOptions batch;
-};
-
-struct VllmPublisherStats {
-  std::uint64_t messages = 0;   // sent (seq of the next one)
-  std::uint64_t events = 0;
-  std::uint64_t clears_for_loss = 0;  // AllBlocksCleared sent because the log dropped records
-  std::uint64_t replays = 0;
 };
 
 class VllmEventPublisher {
@@ -106,10 +100,7 @@ class VllmEventPublisher {
   std::vector<std::string> models_seen_;
   std::deque<std::pair<std::uint64_t, std::pair<std::string, std::string>>> buffer_;  // seq, topic, payload
 
-  std::atomic<std::uint64_t> events_{0};
-  std::atomic<std::uint64_t> clears_{0};
-  std::atomic<std::uint64_t> replays_{0};
-  std::atomic<std::uint64_t> messages_{0};
+  VllmPublisherCounters counters_;
 };
 
 }  // namespace lmcache::events

@@ -142,4 +142,6 @@ GpuStats GpuContexts::Stats() const {
   return s;
 }
 
+LMC_STATS_ROWS(GpuStatRows, GpuStats, LMC_GPU_STATS)
+
 }  // namespace lmcache::gpu

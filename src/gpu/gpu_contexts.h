@@ -24,20 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "gpu/gpu_stats.h"
 #include "common/mutex.h"
 #include "common/periodic_thread.h"
 #include "gpu/kv_backend.h"
 #include "gpu/kv_layout.h"
 
 namespace lmcache::gpu {
-
-struct GpuStats {
-  std::uint64_t contexts = 0;          // registrations with a device context
-  std::uint64_t closing = 0;           // retired, waiting for their copies to drain
-  std::uint64_t transfers_in_flight = 0;
-  std::uint64_t mapped_allocations = 0;  // the backend's open IPC memory mappings
-  std::uint64_t mapped_bytes = 0;
-};
 
 class GpuContexts {
  public:

@@ -174,7 +174,8 @@ void FinishOpening(OpenedPool& pool, server::Service& service) {
         GiB(stats.adopted_bytes), stats.adopted_read_locked, stats.dropped_staged,
         stats.carried_registrations, stats.takeover_seconds);
   }
-  service.SetRestartStats(stats);
+  service.stats_sources().Add(
+      "restart", [stats](server::StatsSnapshot* snapshot) { snapshot->restart = stats; });
 }
 
 Status HandOverPool(PendingTakeover& successor, store::L1Cache& cache,

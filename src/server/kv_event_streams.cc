@@ -267,4 +267,6 @@ void KvEventStreams::Forget(const std::shared_ptr<Stream>& stream) {
   }
 }
 
+LMC_STATS_ROWS(KvEventStreamStatRows, KvEventStreamStats, LMC_KV_EVENT_STREAM_STATS)
+
 }  // namespace lmcache::server

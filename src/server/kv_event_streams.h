@@ -42,6 +42,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "server/dispatch_stats.h"
+#include "stats/declare.h"
 #include "common/mutex.h"
 #include "events/kv_events.h"
 #include "server/op_table.h"
@@ -60,13 +62,6 @@ struct KvEventSubscription {
 struct KvEventStreamLimits {
   std::size_t per_connection = 16;
   std::size_t total = 1024;
-};
-
-struct KvEventStreamStats {
-  std::uint64_t open = 0;            // streams open now
-  std::uint64_t opened = 0;          // since startup
-  std::uint64_t batches = 0;         // batches sent, the opening ones included
-  std::uint64_t stale_controls = 0;  // acks or cancels for no open stream (it had ended)
 };
 
 class KvEventStreams {

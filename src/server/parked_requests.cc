@@ -211,4 +211,8 @@ ParkedStats ParkedRequests::Stats() const {
   return stats;
 }
 
+LMC_STATS_ROWS(ParkedOperationStatRows, ParkedOpStats, LMC_PARKED_OPERATION_STATS)
+
+LMC_STATS_ROWS(ParkedStatRows, ParkedStats, LMC_PARKED_STATS)
+
 }  // namespace lmcache::server

@@ -48,14 +48,14 @@
 #include <unordered_set>
 #include <utility>
 
+#include "server/dispatch_stats.h"
+#include "stats/declare.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "lmcache/status.h"
 
 namespace lmcache::server {
 
-enum class ParkEnd : std::uint8_t { kWoken, kDeadline, kClosed, kDrained };
-inline constexpr std::size_t kParkEnds = 4;
 std::string_view ParkEndName(ParkEnd end);
 
 struct ParkedLimits {
@@ -64,16 +64,6 @@ struct ParkedLimits {
 };
 
 // Per operation: how its parked requests ended.
-struct ParkedOpStats {
-  std::uint64_t parked = 0;  // parked in all
-  std::uint64_t refused = 0;  // over a limit: answered at once
-  std::uint64_t ended[kParkEnds] = {};  // by ParkEnd
-};
-
-struct ParkedStats {
-  std::size_t requests = 0;  // parked now
-  std::map<std::string, ParkedOpStats, std::less<>> by_operation;
-};
 
 class ParkedRequests {
  public:

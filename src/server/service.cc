@@ -84,6 +84,7 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
   admin_ops_.AddTo(&table_);
   AdminOps::AddUnsupported(&table_);
   row_stats_ = std::make_unique<RowStats[]>(table_.rows().size());
+  AddOwnStatsSources();
 }
 
 Service::~Service() {
@@ -105,11 +106,11 @@ ReplyFrames Service::Frames(const OpRow& row, const OpResult& result) {
 }
 
 ReplyFrames Service::Refuse(const RequestRoute* route, const Status& status) {
-  refused_.fetch_add(1, std::memory_order_relaxed);
+  state_.counters().refused_requests.fetch_add(1, std::memory_order_relaxed);
   if (route == nullptr) return {msgpk::Encoder().Nil().Take(), protocol::EncodeErrorMap(status)};
   const OpRow& row = table_.rows()[route->row];
-  row_stats_[row.index].requests.fetch_add(1, std::memory_order_relaxed);
-  row_stats_[row.index].errors.fetch_add(1, std::memory_order_relaxed);
+  row_stats_[row.index].counters.requests.fetch_add(1, std::memory_order_relaxed);
+  row_stats_[row.index].counters.errors.fetch_add(1, std::memory_order_relaxed);
   return Frames(row, status);
 }
 
@@ -117,7 +118,7 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
                      ReplyFn done) {
   const OpRow& row = table_.rows()[route.row];
   RowStats& stats = row_stats_[row.index];
-  stats.requests.fetch_add(1, std::memory_order_relaxed);
+  stats.counters.requests.fetch_add(1, std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();
   auto responded = std::make_shared<std::atomic<bool>>(false);
   auto record_latency = [&stats, start] {
@@ -132,7 +133,7 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
                      shared_done](OpResult result) {
     if (responded->exchange(true)) return;  // a handler answers once
     if (!result.ok()) {
-      stats.errors.fetch_add(1, std::memory_order_relaxed);
+      stats.counters.errors.fetch_add(1, std::memory_order_relaxed);
       spdlog::debug("{} failed: {}", row.spec.name, result.status().ToString());
     }
     record_latency();
@@ -233,18 +234,6 @@ std::optional<std::string> Service::TransferProblem() const {
   return std::nullopt;
 }
 
-void Service::SetTransportStatsSource(std::function<TransportStats()> source) {
-  transport_stats_ = std::move(source);
-}
-
-void Service::SetKvPublisherStatsSource(std::function<events::VllmPublisherStats()> source) {
-  kv_publisher_stats_ = std::move(source);
-}
-
-void Service::SetL2StatsSource(std::function<tier::L2Stats()> source) {
-  l2_stats_ = std::move(source);
-}
-
 std::vector<worker::CarriedRegistration> Service::CarriedRegistrations() {
   return state_.instances().Carry([this](std::uint64_t registration) {
     return std::any_of(modes_.begin(), modes_.end(), [registration](const auto& mode) {
@@ -266,49 +255,57 @@ std::size_t Service::AdoptRegistrations(const std::vector<worker::CarriedRegistr
   return adopted;
 }
 
+// The service's own parts of a snapshot: its store, workers, sessions,
+// parked requests, KV event channel and transfer modes.
+void Service::AddOwnStatsSources() {
+  ServiceState* state = &state_;
+  stats_sources_.Add("l1", [state](StatsSnapshot* s) {
+    s->allocator = state->l1().allocator().Stats();
+    s->table = state->table().Stats();
+    s->flow = state->l1().flow();
+    s->prefault = state->l1().prefault();
+    s->evictor = state->l1().evictor().Stats();
+    if (store::SlotJournal* journal = state->table().journal(); journal != nullptr) {
+      s->journal = journal->Stats();
+    }
+  });
+  stats_sources_.Add("kv_events", [state](StatsSnapshot* s) {
+    if (events::KvEvents* events = state->events(); events != nullptr) {
+      s->kv_events.log = events->log().Stats();
+      s->kv_events.recorder = events->recorder().Stats();
+    } else {
+      s->kv_events.log.next_seq = 1;  // no record yet: the first would be 1
+    }
+    s->kv_events.streams = state->kv_streams().Stats();
+  });
+  stats_sources_.Add("workers", [state](StatsSnapshot* s) {
+    s->sessions = state->sessions().size();
+    s->session_bytes = state->sessions().bytes();
+    s->sessions_dropped_for_memory = state->sessions().dropped_for_memory();
+    s->parked = state->parked().Stats();
+    s->instances = state->instances().Counts();
+    s->released_instances = state->instance_rules().ReleasedCounts();
+    s->hash_cache = state->hasher().Stats();
+    state->counters().CopyTo(s);
+  });
+  stats_sources_.Add("transfer_modes", [this](StatsSnapshot* s) {
+    for (const auto& mode : modes_) mode->AddStats(s);
+  });
+}
+
 StatsSnapshot Service::Snapshot() {
-  ServiceState& state = state_;
   StatsSnapshot s;
   s.version = kVersion;
-  s.boot_id = state.boot_id();
+  s.boot_id = state_.boot_id();
   s.uptime_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-  s.allocator = state.l1().allocator().Stats();
-  s.table = state.table().Stats();
-  s.flow = state.l1().flow();
-  s.prefault = state.l1().prefault();
-  s.restart = restart_;
-  if (store::SlotJournal* journal = state.table().journal(); journal != nullptr) {
-    s.journal = journal->Stats();
-  }
-  s.evictor = state.l1().evictor().Stats();
-  if (transport_stats_) s.transport = transport_stats_();
-  if (l2_stats_) s.l2 = l2_stats_();
-  if (events::KvEvents* events = state.events(); events != nullptr) {
-    s.kv_events.log = events->log().Stats();
-    s.kv_events.recorder = events->recorder().Stats();
-  }
-  if (kv_publisher_stats_) s.kv_events.publisher = kv_publisher_stats_();
-  s.kv_events.streams = state.kv_streams().Stats();
+  stats_sources_.Fill(&s);
   for (const OpRow& row : table_.rows()) {
-    const RowStats& stats = row_stats_[row.index];
-    s.operations.push_back({std::string(row.spec.name), stats.requests.load(),
-                            stats.errors.load(), stats.latency.Take()});
+    OperationStats& operation = s.operations.emplace_back();
+    operation.name = row.spec.name;
+    row_stats_[row.index].counters.CopyTo(&operation);
+    operation.latency = row_stats_[row.index].latency.Take();
   }
-  s.refused_requests = refused_.load();
-  s.sessions = state.sessions().size();
-  s.session_bytes = state.sessions().bytes();
-  s.sessions_dropped_for_memory = state.sessions().dropped_for_memory();
-  s.parked = state.parked().Stats();
-  s.instances = state.instances().Counts();
-  const ServiceCounters& counters = state.counters();
-  s.released_instances = state.instance_rules().ReleasedCounts();
-  s.hash_cache = state.hasher().Stats();
-  for (const auto& mode : modes_) mode->AddStats(&s);
-  s.lookups = counters.lookups.load();
-  s.lookup_requested_tokens = counters.lookup_requested_tokens.load();
-  s.lookup_hit_tokens = counters.lookup_hit_tokens.load();
-  s.block_allocation_reports = counters.block_allocation_reports.load();
   return s;
 }
 

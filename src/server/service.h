@@ -36,7 +36,8 @@
 #include "server/op_table.h"
 #include "server/request.h"
 #include "server/service_state.h"
-#include "server/stats.h"
+#include "server/server_status.h"
+#include "stats/sources.h"
 #include "server/transfer_mode.h"
 
 namespace lmcache::server {
@@ -85,13 +86,11 @@ class Service final : public RequestHandler {
   void StopMaintenance() { maintenance_.Stop(); }
   const PeriodicThread& maintenance() const { return maintenance_; }
 
-  // Where the transport's counters come from (set once, before serving).
-  void SetTransportStatsSource(std::function<TransportStats()> source);
-  // Where the L2 tier's counters come from (set once, before serving; none without L2).
-  void SetL2StatsSource(std::function<tier::L2Stats()> source);
-  // Where the vLLM-format publisher's counters come from (set once, before serving; none without
-  // --kv-events-url).
-  void SetKvPublisherStatsSource(std::function<events::VllmPublisherStats()> source);
+  // The subsystems outside the service that fill a part of its snapshot
+  // (the transport, the L2 tier, the vLLM-format publisher, the restart
+  // that opened the pool) register here; the service's own parts are
+  // registered by its constructor.
+  stats::Sources<StatsSnapshot>& stats_sources() { return stats_sources_; }
   // Warm restart (docs/architecture.md, "Restarts and upgrades"). The
   // engine-driven registrations a successor carries over (a CUDA-IPC
   // worker's device mappings cannot be: it registers again).
@@ -99,8 +98,6 @@ class Service final : public RequestHandler {
   // Holds the predecessor's registrations for the workers' next requests;
   // returns how many were carried (a contradictory one is logged and left).
   std::size_t AdoptRegistrations(const std::vector<worker::CarriedRegistration>& carried);
-  // How this server started, for stats and /status (set once, before serving).
-  void SetRestartStats(const RestartStats& restart) { restart_ = restart; }
 
   StatsSnapshot Snapshot();
   ServerStatus CollectStatus();
@@ -119,10 +116,10 @@ class Service final : public RequestHandler {
 
  private:
   struct RowStats {
-    std::atomic<std::uint64_t> requests{0};
-    std::atomic<std::uint64_t> errors{0};
+    OperationCounters counters;
     LatencyHistogram latency;
   };
+  void AddOwnStatsSources();
   ReplyFrames Frames(const OpRow& row, const OpResult& result);
 
   ServiceState state_;
@@ -131,12 +128,8 @@ class Service final : public RequestHandler {
   AdminOps admin_ops_;
   OpTable table_;
   std::unique_ptr<RowStats[]> row_stats_;
-  std::atomic<std::uint64_t> refused_{0};
   const std::chrono::steady_clock::time_point started_;
-  std::function<TransportStats()> transport_stats_;
-  std::function<tier::L2Stats()> l2_stats_;
-  std::function<events::VllmPublisherStats()> kv_publisher_stats_;
-  RestartStats restart_;
+  stats::Sources<StatsSnapshot> stats_sources_;
 
   PeriodicThread maintenance_;
 };

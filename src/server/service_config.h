@@ -1,9 +1,8 @@
-// ServiceConfig and ServiceCounters: the service's settings (filled from the
-// flags by daemon/config) and the counters that are not per operation, which
-// the operation families and their shared parts read.
+// ServiceConfig: the service's settings (filled from the flags by
+// daemon/config). The counters that are not per operation are
+// ServiceCounters, declared with their figures in server/stats.h.
 //
-// Thread-safety: the config is immutable once the service is built; the
-// counters are relaxed atomics.
+// Thread-safety: immutable once the service is built.
 #pragma once
 
 #include <array>
@@ -15,6 +14,7 @@
 #include "protocol/wire_codec.h"
 #include "worker/instances.h"
 #include "server/parked_requests.h"
+#include "server/stats.h"
 #include "worker/session.h"
 
 namespace lmcache::server {
@@ -42,13 +42,6 @@ struct ServiceConfig {
   std::string transfer_mode = "auto";
   std::string gpu_backend = "cuda";          // --gpu-backend
   std::int64_t gpu_event_timeout_ms = 10'000;  // --gpu-event-timeout-ms
-};
-
-struct ServiceCounters {
-  std::atomic<std::uint64_t> block_allocation_reports{0};
-  std::atomic<std::uint64_t> lookups{0};
-  std::atomic<std::uint64_t> lookup_requested_tokens{0};
-  std::atomic<std::uint64_t> lookup_hit_tokens{0};
 };
 
 }  // namespace lmcache::server

@@ -16,16 +16,16 @@ void WriteBuckets(msgpk::Encoder& out, const LatencyHistogram::Snapshot& h) {
 }
 
 // Writes the schema's fields as nested msgpack maps and arrays.
-class MsgpackWriter final : public StatsVisitor {
+class MsgpackWriter final : public stats::Visitor {
  public:
   MsgpackWriter() { frames_.emplace_back(); }
 
-  void Field(const StatField& field, const StatValue* value) override {
-    if (field.reach == StatReach::kPrometheusOnly || value == nullptr) return;
+  void Field(const stats::Field& field, const stats::Value* value) override {
+    if (field.reach == stats::Reach::kPrometheusOnly || value == nullptr) return;
     msgpk::MapWriter& m = frames_.back().map;
     if (const auto* h = std::get_if<const LatencyHistogram::Snapshot*>(value)) {
       const std::string key(field.key);
-      if (field.form == HistogramForm::kFlat) {
+      if (field.form == stats::HistogramForm::kFlat) {
         m.Field(key + "_sum_us").Uint((*h)->sum_us);
         WriteBuckets(m.Field(key + "_buckets_us"), **h);
         return;
@@ -48,7 +48,7 @@ class MsgpackWriter final : public StatsVisitor {
         },
         *value);
   }
-  void BeginGroup(const StatGroup& group) override {
+  void BeginGroup(const stats::Group& group) override {
     frames_.push_back({&group, {}, {}, 0, {}});
   }
   void BeginElement(std::string_view label_value) override {
@@ -57,7 +57,7 @@ class MsgpackWriter final : public StatsVisitor {
   void EndElement() override {
     Frame element = Pop();
     Frame& group = frames_.back();
-    if (group.group->form == GroupForm::kArray) {
+    if (group.group->form == stats::GroupForm::kArray) {
       group.items.Raw(element.map.Take());
       group.count += 1;
     } else {
@@ -67,19 +67,19 @@ class MsgpackWriter final : public StatsVisitor {
   void EndGroup() override {
     Frame group = Pop();
     msgpk::Encoder& out = frames_.back().map.Field(group.group->key);
-    if (group.group->form == GroupForm::kArray) {
+    if (group.group->form == stats::GroupForm::kArray) {
       out.Array(group.count).Raw(group.items.bytes());
     } else {
       out.Raw(group.map.Take());
     }
   }
-  void AbsentGroup(const StatGroup& group) override { frames_.back().map.Field(group.key).Nil(); }
+  void AbsentGroup(const stats::Group& group) override { frames_.back().map.Field(group.key).Nil(); }
 
   std::string Take() { return frames_.front().map.Take(); }
 
  private:
   struct Frame {
-    const StatGroup* group;  // null for an element
+    const stats::Group* group;  // null for an element
     msgpk::MapWriter map;       // a map group's or an element's fields, or a keyed map's elements
     msgpk::Encoder items;       // an array group's elements
     std::uint32_t count;
@@ -100,5 +100,15 @@ std::string EncodeStatsMsgpack(const StatsSnapshot& s) {
   VisitStats(&s, writer);
   return writer.Take();
 }
+
+LMC_STATS_ROWS(OperationStatRows, OperationStats, LMC_OPERATION_STATS)
+
+LMC_STATS_ROWS(RestartStatRows, RestartStats, LMC_RESTART_STATS)
+
+LMC_STATS_ROWS(ServiceStatRows, StatsSnapshot, LMC_SERVICE_STATS)
+
+LMC_STATS_ROWS(ServiceCountedStatRows, StatsSnapshot, LMC_SERVICE_COUNTED_STATS)
+
+LMC_STATS_ROWS(ReleasedStatRows, StatsSnapshot, LMC_RELEASED_STATS)
 
 }  // namespace lmcache::server

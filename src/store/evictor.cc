@@ -43,51 +43,46 @@ void Evictor::OnAdmitted(std::span<const ObjectKey> /*keys*/,
   alloc::SlabAllocator& allocator = table_->allocator();
   if (BytesToEvict(allocator.UsedBytes(), allocator.capacity_bytes(), config_) == 0) return;
   if (nudge_pending_.exchange(true, std::memory_order_acq_rel)) return;
-  nudges_.fetch_add(1, std::memory_order_relaxed);
+  counters_.nudges.fetch_add(1, std::memory_order_relaxed);
   thread_.Nudge();
 }
 
 void Evictor::RunPass() {
   nudge_pending_.store(false, std::memory_order_release);
-  passes_.fetch_add(1, std::memory_order_relaxed);
+  counters_.passes.fetch_add(1, std::memory_order_relaxed);
   try {
-    reclaimed_.fetch_add(table_->ReclaimExpired(), std::memory_order_relaxed);
+    counters_.reclaimed_objects.fetch_add(table_->ReclaimExpired(), std::memory_order_relaxed);
     alloc::SlabAllocator& allocator = table_->allocator();
     const std::uint64_t to_evict =
         BytesToEvict(allocator.UsedBytes(), allocator.capacity_bytes(), config_);
     if (to_evict > 0) {
-      triggered_.fetch_add(1, std::memory_order_relaxed);
+      counters_.triggered_passes.fetch_add(1, std::memory_order_relaxed);
       const EvictionReport report = table_->EvictLru(to_evict);
-      evicted_objects_.fetch_add(report.objects, std::memory_order_relaxed);
-      evicted_bytes_.fetch_add(report.bytes, std::memory_order_relaxed);
+      counters_.evicted_objects.fetch_add(report.objects, std::memory_order_relaxed);
+      counters_.evicted_bytes.fetch_add(report.bytes, std::memory_order_relaxed);
       if (report.bytes < to_evict) {
         spdlog::debug("eviction freed {} of {} bytes: the rest is locked or staging", report.bytes,
                       to_evict);
       }
     }
-    last_success_.store(WallClockSeconds(), std::memory_order_relaxed);
+    counters_.last_success_wall_seconds.store(WallClockSeconds(), std::memory_order_relaxed);
   } catch (const std::exception& e) {
-    errors_.fetch_add(1, std::memory_order_relaxed);
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("eviction pass failed (the loop goes on): {}", e.what());
   } catch (...) {
-    errors_.fetch_add(1, std::memory_order_relaxed);
+    counters_.errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("eviction pass failed with an unknown exception (the loop goes on)");
   }
 }
 
 EvictorStats Evictor::Stats() const {
   EvictorStats stats;
-  stats.passes = passes_.load(std::memory_order_relaxed);
-  stats.triggered_passes = triggered_.load(std::memory_order_relaxed);
-  stats.errors = errors_.load(std::memory_order_relaxed);
-  stats.evicted_objects = evicted_objects_.load(std::memory_order_relaxed);
-  stats.evicted_bytes = evicted_bytes_.load(std::memory_order_relaxed);
-  stats.reclaimed_objects = reclaimed_.load(std::memory_order_relaxed);
-  stats.nudges = nudges_.load(std::memory_order_relaxed);
-  stats.last_success_wall_seconds = last_success_.load(std::memory_order_relaxed);
+  counters_.CopyTo(&stats);
   stats.last_run_ms = thread_.last_run_ms();
   stats.interval_ms = config_.interval_ms;
   return stats;
 }
+
+LMC_STATS_ROWS(EvictorStatRows, EvictorStats, LMC_EVICTOR_STATS)
 
 }  // namespace lmcache::store

@@ -22,6 +22,7 @@
 #include "lmcache/status.h"
 #include "store/listener.h"
 #include "store/object_table.h"
+#include "store/store_stats.h"
 
 namespace lmcache::store {
 
@@ -33,19 +34,6 @@ struct EvictorConfig {
 
 // Why a config is invalid, naming the flag; OK otherwise.
 Status ValidateEvictorConfig(const EvictorConfig& config);
-
-struct EvictorStats {
-  std::uint64_t passes = 0;
-  std::uint64_t triggered_passes = 0;
-  std::uint64_t errors = 0;
-  std::uint64_t evicted_objects = 0;
-  std::uint64_t evicted_bytes = 0;
-  std::uint64_t reclaimed_objects = 0;
-  std::uint64_t nudges = 0;  // passes started early by an admission over the trigger
-  double last_success_wall_seconds = 0;  // Unix time of the last pass that completed; 0 = none
-  TimeMs last_run_ms = 0;  // steady time of the thread's last pass (its heartbeat); 0 = none
-  TimeMs interval_ms = 0;
-};
 
 class Evictor final : public StoreListener {
  public:
@@ -79,15 +67,8 @@ class Evictor final : public StoreListener {
   const EvictorConfig config_;
   PeriodicThread thread_;
 
-  std::atomic<std::uint64_t> passes_{0};
-  std::atomic<std::uint64_t> triggered_{0};
-  std::atomic<std::uint64_t> errors_{0};
-  std::atomic<std::uint64_t> evicted_objects_{0};
-  std::atomic<std::uint64_t> evicted_bytes_{0};
-  std::atomic<std::uint64_t> reclaimed_{0};
-  std::atomic<double> last_success_{0};
+  EvictorCounters counters_;
   std::atomic<bool> nudge_pending_{false};  // cleared when the nudged pass starts
-  std::atomic<std::uint64_t> nudges_{0};
 };
 
 }  // namespace lmcache::store

@@ -11,19 +11,9 @@
 #include <span>
 
 #include "store/listener.h"
+#include "store/store_stats.h"
 
 namespace lmcache::store {
-
-struct FlowStats {
-  std::uint64_t admitted_objects = 0;  // by a client's store
-  std::uint64_t admitted_bytes = 0;
-  std::uint64_t tier_admitted_objects = 0;  // loaded from a slower tier
-  std::uint64_t tier_admitted_bytes = 0;
-  std::uint64_t evicted_objects = 0;
-  std::uint64_t evicted_bytes = 0;
-  std::uint64_t deleted_objects = 0;
-  std::uint64_t deleted_bytes = 0;
-};
 
 class FlowCounters final : public StoreListener {
  public:
@@ -34,15 +24,7 @@ class FlowCounters final : public StoreListener {
   FlowStats Snapshot() const;
 
  private:
-  struct Pair {
-    std::atomic<std::uint64_t> objects{0};
-    std::atomic<std::uint64_t> bytes{0};
-    void Add(std::span<const std::uint64_t> sizes);
-  };
-  Pair admitted_;
-  Pair tier_admitted_;
-  Pair evicted_;
-  Pair deleted_;
+  FlowCounterSet counters_;
 };
 
 }  // namespace lmcache::store

@@ -223,4 +223,10 @@ L1Cache::~L1Cache() {
   // whose destructor unmaps and unlinks it.
 }
 
+LMC_STATS_ROWS(PrefaultStatRows, PrefaultProgress, LMC_PREFAULT_STATS)
+
+double PrefaultProgress::ReadyRatio() const {
+  return total_bytes ? static_cast<double>(ready_bytes) / static_cast<double>(total_bytes) : 0;
+}
+
 }  // namespace lmcache::store

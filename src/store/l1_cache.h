@@ -34,6 +34,7 @@
 #include "store/object_table.h"
 #include "store/pool_image.h"
 #include "store/slot_journal.h"
+#include "store/store_stats.h"
 
 namespace lmcache::store {
 
@@ -89,16 +90,7 @@ class L1Cache {
   std::string_view eviction_policy() const { return policy_->name(); }
   FlowStats flow() const { return flow_.Snapshot(); }
   // How far pre-faulting got: `ready_bytes` of `total_bytes` are usable.
-  struct PrefaultProgress {
-    std::uint64_t ready_bytes = 0;
-    std::uint64_t total_bytes = 0;
-    bool done = false;
-    bool failed = false;  // /dev/shm ran out: the pool stays at ready_bytes
-    double seconds = 0;   // so far, or in all once done
-    // Of the pre-faulted bytes, those the kernel maps with huge pages
-    // (measured once, when pre-faulting is done).
-    std::uint64_t huge_page_bytes = 0;
-  };
+  using PrefaultProgress = store::PrefaultProgress;
   PrefaultProgress prefault() const;
   // The predecessor's side: stops pre-faulting and the evictor (nothing of
   // this process changes the pool after it), then exports the pool's image.

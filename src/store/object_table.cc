@@ -447,4 +447,6 @@ std::uint64_t ObjectTable::ReleaseRead(LeaseId read_lease) {
   return ReleaseRead(read_lease, record->keys, kMaxReadLockCount);
 }
 
+LMC_STATS_ROWS(TableStatRows, TableStats, LMC_TABLE_STATS)
+
 }  // namespace lmcache::store

@@ -64,6 +64,7 @@
 #include "store/owner.h"
 #include "store/slot_journal.h"
 #include "store/read_locks.h"
+#include "store/store_stats.h"
 
 namespace lmcache::store {
 
@@ -186,27 +187,6 @@ struct OwnerReleaseReport {
 struct EvictionReport {
   std::uint64_t objects = 0;
   std::uint64_t bytes = 0;  // aligned bytes returned to the allocator
-};
-
-struct TableStats {
-  std::uint64_t resident_objects = 0;
-  std::uint64_t resident_bytes = 0;
-  std::uint64_t staging_objects = 0;
-  std::uint64_t staging_bytes = 0;
-  // Resident with a live read lease, or staging with a live write lease.
-  std::uint64_t locked_objects = 0;
-  std::uint64_t locked_bytes = 0;
-  std::uint64_t read_locks = 0;       // live read locks summed over resident objects
-  std::uint64_t retired_objects = 0;  // force-deleted while locked, freed when the lease ends
-  std::uint64_t retired_bytes = 0;
-  // Staged by a worker whose write lease expired: kept from reuse until the
-  // worker's registration ends (it might still write them).
-  std::uint64_t quarantined_objects = 0;
-  std::uint64_t quarantined_bytes = 0;
-  std::uint64_t read_leases = 0;          // registered read leases
-  std::uint64_t write_leases = 0;         // registered write leases
-  std::uint64_t on_demand_evictions = 0;  // reservations that evicted to make room
-  std::uint64_t expired_writes_reclaimed = 0;
 };
 
 // The table as a successor server adopts it in place (warm restart,

@@ -32,6 +32,7 @@
 #include "common/clock.h"
 #include "lmcache/status.h"
 #include "store/object_key.h"
+#include "store/store_stats.h"
 
 namespace lmcache::shm {
 class ShmSegment;
@@ -40,16 +41,6 @@ class ShmSegment;
 namespace lmcache::store {
 
 struct PoolGeometry;  // pool_image.h
-
-struct JournalStats {
-  std::uint64_t records = 0;        // live records (slots lent or resident)
-  std::uint64_t sealed = 0;         // objects recovery would serve now
-  std::uint64_t awaiting_seal = 0;  // committed, checksum not yet computed
-  std::uint64_t sealed_total = 0;   // checksums computed since start
-  std::uint64_t sealed_bytes_total = 0;
-  std::uint64_t unrecorded = 0;  // objects whose key did not fit the namespace area
-  std::uint64_t namespaces = 0;
-};
 
 class SlotJournal : public alloc::SlabObserver {
  public:

@@ -47,18 +47,6 @@ void L2Counters::CountLoad(L2LoadOutcome outcome, std::uint64_t bytes) {
   }
 }
 
-void L2Counters::Fill(L2AdapterStats* s) const {
-  auto load = [](const std::atomic<std::uint64_t>& v) { return v.load(std::memory_order_relaxed); };
-  s->stored_objects = load(stored_objects);
-  s->stored_bytes = load(stored_bytes);
-  s->store_failures = load(store_failures);
-  s->loaded_objects = load(loaded_objects);
-  s->loaded_bytes = load(loaded_bytes);
-  s->load_misses = load(load_misses);
-  s->load_failures = load(load_failures);
-  s->checksum_failures = load(checksum_failures);
-  s->evicted_objects = load(evicted_objects);
-  s->evicted_bytes = load(evicted_bytes);
-}
+LMC_STATS_ROWS(L2AdapterStatRows, L2AdapterStats, LMC_L2_ADAPTER_STATS)
 
 }  // namespace lmcache::tier

@@ -31,9 +31,11 @@
 #include <string>
 #include <vector>
 
+#include "stats/declare.h"
 #include "common/histogram.h"
 #include "lmcache/status.h"
 #include "store/object_key.h"
+#include "tier/tier_stats.h"
 
 namespace lmcache::tier {
 
@@ -56,50 +58,12 @@ enum class L2LoadOutcome : std::uint8_t {
   kFailed,   // the tier could not be read (I/O error, timeout); nothing deleted
 };
 
-struct L2AdapterStats {
-  std::string type;         // "fs", "mock", "resp", "fault_inject(fs)"
-  std::string description;  // "fs:/data/l2"
-  std::string io_engine;    // fs: "io_uring" or "sync"; empty where there is no choice
-  std::uint64_t stored_objects = 0;
-  std::uint64_t stored_bytes = 0;
-  std::uint64_t store_failures = 0;
-  std::uint64_t loaded_objects = 0;
-  std::uint64_t loaded_bytes = 0;
-  std::uint64_t load_misses = 0;
-  std::uint64_t load_failures = 0;
-  std::uint64_t checksum_failures = 0;
-  std::uint64_t evicted_objects = 0;
-  std::uint64_t evicted_bytes = 0;
-  std::uint64_t objects = 0;         // held now (where the adapter knows)
-  std::uint64_t usage_bytes = 0;     // held now
-  std::uint64_t capacity_bytes = 0;  // 0 = not bounded by the adapter
-  std::string condition;             // empty when healthy, else what is wrong now
-  double rebuild_seconds = 0;        // fs: the index rebuild at startup
-  std::uint64_t rebuilt_objects = 0;  // fs: objects found by it
-  // Filled by the MeteredAdapter every configured adapter is wrapped in:
-  std::uint64_t storing_objects = 0;  // in Store calls now
-  std::uint64_t loading_objects = 0;  // in Load calls now (prefetches in flight)
-  std::uint64_t looking_up_keys = 0;  // in LookupAndLock calls now
-  LatencyHistogram::Snapshot store_latency;   // per Store call
-  LatencyHistogram::Snapshot lookup_latency;  // per LookupAndLock call
-  LatencyHistogram::Snapshot load_latency;    // per Load call
-};
-
-// The counters every adapter keeps; Fill() copies them into a stats value.
-struct L2Counters {
-  std::atomic<std::uint64_t> stored_objects{0};
-  std::atomic<std::uint64_t> stored_bytes{0};
-  std::atomic<std::uint64_t> store_failures{0};
-  std::atomic<std::uint64_t> loaded_objects{0};
-  std::atomic<std::uint64_t> loaded_bytes{0};
-  std::atomic<std::uint64_t> load_misses{0};
-  std::atomic<std::uint64_t> load_failures{0};
-  std::atomic<std::uint64_t> checksum_failures{0};
-  std::atomic<std::uint64_t> evicted_objects{0};
-  std::atomic<std::uint64_t> evicted_bytes{0};
-
+// The counters every adapter keeps (the list's kCounter members); Fill()
+// copies them into a stats value, and the adapter measures the rest.
+LMC_STATS_COUNTED(L2AdapterCounted, L2AdapterStats, LMC_L2_ADAPTER_STATS);
+struct L2Counters : L2AdapterCounted {
   void CountLoad(L2LoadOutcome outcome, std::uint64_t bytes);
-  void Fill(L2AdapterStats* stats) const;
+  void Fill(L2AdapterStats* stats) const { CopyTo(stats); }
 };
 
 class L2Adapter {

@@ -19,14 +19,9 @@
 #include "store/object_table.h"
 #include "tier/l2_config.h"
 #include "tier/l2_event_observer.h"
+#include "tier/tier_stats.h"
 
 namespace lmcache::tier {
-
-struct L2Stats {
-  std::vector<L2AdapterStats> adapters;
-  StoreControllerStats store;
-  PrefetchControllerStats prefetch;
-};
 
 class L2Tier {
  public:

@@ -129,7 +129,7 @@ bool PrefetchController::AnswerUnrun(Job& job, std::vector<std::function<void()>
 }
 
 PrefetchHandle PrefetchController::Submit(PrefetchRequest request) {
-  submitted_.fetch_add(1, std::memory_order_relaxed);
+  counters_.submitted.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t client = store::OwnerHash{}(request.owner);
   const std::size_t bytes = request.keys.size() * sizeof(store::ObjectKey);
   PrefetchHandle handle = 0;
@@ -157,7 +157,7 @@ PrefetchHandle PrefetchController::Submit(PrefetchRequest request) {
     MutexLock lock(&mu_);
     auto it = jobs_.find(handle);
     if (it != jobs_.end() && AnswerUnrun(it->second, landed) && !stop_) {
-      refused_.fetch_add(1, std::memory_order_relaxed);
+      counters_.refused.fetch_add(1, std::memory_order_relaxed);
     }
   }
   RunLanded(landed);
@@ -219,7 +219,7 @@ void PrefetchController::Cancel(PrefetchHandle handle) {
     MutexLock lock(&mu_);
     auto it = jobs_.find(handle);
     if (it == jobs_.end()) return;
-    cancelled_.fetch_add(1, std::memory_order_relaxed);
+    counters_.cancelled.fetch_add(1, std::memory_order_relaxed);
     landed.swap(it->second.on_landed);
     if (it->second.result) {
       release = it->second.result->lease;
@@ -319,7 +319,7 @@ std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
   const std::size_t per_batch = chunks_per_batch_;
   for (std::size_t c = 0; c < chunks; c += per_batch) {
     if (deadline && std::chrono::steady_clock::now() >= *deadline) {
-      deadline_expired_.fetch_add(1, std::memory_order_relaxed);
+      counters_.deadline_expired.fetch_add(1, std::memory_order_relaxed);
       return c;
     }
     const std::size_t end = std::min(chunks, c + per_batch) * ranks;
@@ -405,7 +405,7 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
                                        Deadline deadline) {
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
   Plan plan = LookUp(request);
-  hit_chunks_.fetch_add(plan.chunks, std::memory_order_relaxed);
+  counters_.l2_hit_chunks.fetch_add(plan.chunks, std::memory_order_relaxed);
   Publish(handle, plan.chunks);
   if (plan.chunks == 0 || request.object_bytes == 0) {
     UnlockFrom(adapters_, request.keys, plan.locked, 0);
@@ -431,7 +431,7 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
       }
     }
   }
-  no_memory_chunks_.fetch_add(plan.chunks - usable, std::memory_order_relaxed);
+  counters_.no_memory_chunks.fetch_add(plan.chunks - usable, std::memory_order_relaxed);
   UnlockFrom(adapters_, request.keys, plan.locked, usable * ranks);
   if (usable == 0) {
     if (buffers.ok() && buffers->lease != store::kNoLease) table_->AbortWrite(buffers->lease);
@@ -439,7 +439,7 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
   }
   const std::size_t loaded = Load(request, plan, *buffers, usable, deadline);
   UnlockFrom(adapters_, request.keys, plan.locked, 0);
-  failed_chunks_.fetch_add(usable - loaded, std::memory_order_relaxed);
+  counters_.load_failed_chunks.fetch_add(usable - loaded, std::memory_order_relaxed);
   if (loaded == 0) {
     table_->AbortWrite(buffers->lease);
     return {};
@@ -459,7 +459,7 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
     // A key vanished before admission (deleted meanwhile): nothing after it counts.
     table_->ReleaseRead(admitted->lease, planned.subspan(chunks * ranks));
   }
-  loaded_chunks_.fetch_add(chunks, std::memory_order_relaxed);
+  counters_.loaded_chunks.fetch_add(chunks, std::memory_order_relaxed);
   if (chunks == 0) {
     if (admitted->lease != store::kNoLease) table_->ReleaseRead(admitted->lease);
     return {};
@@ -501,7 +501,7 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   if (release != store::kNoLease) table_->ReleaseRead(release);
   // Counted only now: a job counts as completed once nothing of it is left
   // held, so whoever sees the count sees the locks of a cancelled job gone.
-  completed_.fetch_add(1, std::memory_order_relaxed);
+  counters_.completed.fetch_add(1, std::memory_order_relaxed);
   landed_.NotifyAll();
   RunLanded(landed);
 }
@@ -518,7 +518,7 @@ void PrefetchController::AbandonOverdue() {
       if (!job.started || job.result || job.cancelled || now - *job.started < overdue) continue;
       if (abandoned_.contains(handle)) continue;
       abandoned_.insert(handle);
-      abandoned_loads_.fetch_add(1, std::memory_order_relaxed);
+      counters_.abandoned_loads.fetch_add(1, std::memory_order_relaxed);
       latency_.Record(static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::microseconds>(now - job.submitted).count()));
       job.lookup_hits = job.lookup_hits.value_or(0);
@@ -544,18 +544,11 @@ PrefetchControllerStats PrefetchController::Stats() const {
     s.in_flight = running_;
     s.abandoned_in_flight = abandoned_.size();
   }
-  s.submitted = submitted_.load(std::memory_order_relaxed);
-  s.completed = completed_.load(std::memory_order_relaxed);
-  s.cancelled = cancelled_.load(std::memory_order_relaxed);
-  s.refused = refused_.load(std::memory_order_relaxed);
-  s.l2_hit_chunks = hit_chunks_.load(std::memory_order_relaxed);
-  s.loaded_chunks = loaded_chunks_.load(std::memory_order_relaxed);
-  s.load_failed_chunks = failed_chunks_.load(std::memory_order_relaxed);
-  s.no_memory_chunks = no_memory_chunks_.load(std::memory_order_relaxed);
-  s.deadline_expired = deadline_expired_.load(std::memory_order_relaxed);
-  s.abandoned_loads = abandoned_loads_.load(std::memory_order_relaxed);
+  counters_.CopyTo(&s);
   s.latency = latency_.Take();
   return s;
 }
+
+LMC_STATS_ROWS(PrefetchControllerStatRows, PrefetchControllerStats, LMC_PREFETCH_STATS)
 
 }  // namespace lmcache::tier

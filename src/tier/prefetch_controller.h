@@ -57,6 +57,7 @@
 #include "store/object_table.h"
 #include "tier/l2_adapter.h"
 #include "tier/prefetcher.h"
+#include "tier/tier_stats.h"
 
 namespace lmcache::tier {
 
@@ -70,23 +71,6 @@ struct PrefetchControllerConfig {
   // through io_uring), whose batch is its queue depth: the reads of 32
   // chunks are in flight at once (docs/performance.md, "L2 fs loads").
   std::size_t async_chunks_per_batch = 32;
-};
-
-struct PrefetchControllerStats {
-  std::uint64_t submitted = 0;
-  std::uint64_t queued = 0;     // waiting for a worker now
-  std::uint64_t in_flight = 0;  // running now
-  std::uint64_t completed = 0;
-  std::uint64_t cancelled = 0;
-  std::uint64_t refused = 0;    // the queue was full: answered with no L2 chunks
-  std::uint64_t l2_hit_chunks = 0;   // found by the lookups
-  std::uint64_t loaded_chunks = 0;   // admitted into L1
-  std::uint64_t load_failed_chunks = 0;  // planned, not loaded (failure, corruption, deadline)
-  std::uint64_t no_memory_chunks = 0;    // planned, no L1 buffer
-  std::uint64_t deadline_expired = 0;  // loads the deadline cut short (between batches)
-  std::uint64_t abandoned_loads = 0;   // answered at the deadline while an adapter call hung
-  std::uint64_t abandoned_in_flight = 0;  // of those, adapter calls not returned yet
-  LatencyHistogram::Snapshot latency;  // submit to result
 };
 
 class PrefetchController final : public Prefetcher {
@@ -176,16 +160,7 @@ class PrefetchController final : public Prefetcher {
   // Run returns later is released, never published.
   std::set<PrefetchHandle> abandoned_ LMC_GUARDED_BY(mu_);
 
-  std::atomic<std::uint64_t> submitted_{0};
-  std::atomic<std::uint64_t> completed_{0};
-  std::atomic<std::uint64_t> cancelled_{0};
-  std::atomic<std::uint64_t> refused_{0};
-  std::atomic<std::uint64_t> hit_chunks_{0};
-  std::atomic<std::uint64_t> loaded_chunks_{0};
-  std::atomic<std::uint64_t> failed_chunks_{0};
-  std::atomic<std::uint64_t> no_memory_chunks_{0};
-  std::atomic<std::uint64_t> deadline_expired_{0};
-  std::atomic<std::uint64_t> abandoned_loads_{0};
+  PrefetchControllerCounters counters_;
   LatencyHistogram latency_;
 };
 

@@ -21,7 +21,7 @@ void StoreController::Stop() {
   {
     MutexLock lock(&mu_);
     stop_ = true;
-    dropped_.fetch_add(queue_.size(), std::memory_order_relaxed);
+    counters_.dropped_at_stop.fetch_add(queue_.size(), std::memory_order_relaxed);
     queue_.clear();
     queued_bytes_ = 0;
   }
@@ -48,7 +48,7 @@ void StoreController::OnAdmitted(std::span<const store::ObjectKey> keys,
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (queue_.size() >= config_.max_queue_objects ||
         queued_bytes_ + bytes[i] > config_.max_queue_bytes) {
-      skipped_full_.fetch_add(keys.size() - i, std::memory_order_relaxed);
+      counters_.skipped_queue_full.fetch_add(keys.size() - i, std::memory_order_relaxed);
       break;
     }
     queue_.push_back({keys[i], bytes[i]});
@@ -97,14 +97,14 @@ void StoreController::WriteBatch(std::vector<Pending> batch) {
     request.extend = lease;
     auto acquired = table_->AcquireRead(request);
     if (!acquired.ok() || acquired->granted == 0) {
-      skipped_gone_.fetch_add(1, std::memory_order_relaxed);
+      counters_.skipped_gone.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     lease = acquired->lease;
     const store::ReadGrant& grant = acquired->grants[0];
     auto bytes = table_->LeasedBytes(grant.offset, grant.size);
     if (!bytes.ok()) {  // cannot happen for a granted object; counted, never fatal
-      failed_.fetch_add(1, std::memory_order_relaxed);
+      counters_.failed.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
     writes.push_back({&key, *bytes});
@@ -127,14 +127,14 @@ void StoreController::WriteBatch(std::vector<Pending> batch) {
     if (everywhere[i]) {
       done.push_back(*writes[i].key);
     } else {
-      failed_.fetch_add(1, std::memory_order_relaxed);
+      counters_.failed.fetch_add(1, std::memory_order_relaxed);
     }
   }
-  stored_.fetch_add(done.size(), std::memory_order_relaxed);
+  counters_.stored.fetch_add(done.size(), std::memory_order_relaxed);
   if (lease != store::kNoLease) table_->ReleaseRead(lease);
   if (config_.policy == StorePolicy::kSkipL1 && !done.empty()) {
     for (const store::DeleteOutcome outcome : table_->Delete(done, /*force=*/false)) {
-      if (outcome == store::DeleteOutcome::kDeleted) deleted_.fetch_add(1, std::memory_order_relaxed);
+      if (outcome == store::DeleteOutcome::kDeleted) counters_.deleted_from_l1.fetch_add(1, std::memory_order_relaxed);
     }
   }
 }
@@ -158,13 +158,10 @@ StoreControllerStats StoreController::Stats() const {
     s.queued_bytes = queued_bytes_;
     s.in_flight = in_flight_;
   }
-  s.stored = stored_.load(std::memory_order_relaxed);
-  s.failed = failed_.load(std::memory_order_relaxed);
-  s.skipped_queue_full = skipped_full_.load(std::memory_order_relaxed);
-  s.skipped_gone = skipped_gone_.load(std::memory_order_relaxed);
-  s.dropped_at_stop = dropped_.load(std::memory_order_relaxed);
-  s.deleted_from_l1 = deleted_.load(std::memory_order_relaxed);
+  counters_.CopyTo(&s);
   return s;
 }
+
+LMC_STATS_ROWS(StoreControllerStatRows, StoreControllerStats, LMC_L2_STORE_STATS)
 
 }  // namespace lmcache::tier

@@ -34,6 +34,7 @@
 #include "store/object_table.h"
 #include "tier/l2_adapter.h"
 #include "tier/l2_event_observer.h"
+#include "tier/tier_stats.h"
 
 namespace lmcache::tier {
 
@@ -48,18 +49,6 @@ struct StoreControllerConfig {
   std::size_t batch_objects = 16;
   std::uint64_t max_queue_objects = 65536;
   std::uint64_t max_queue_bytes = 4ull << 30;
-};
-
-struct StoreControllerStats {
-  std::uint64_t queued_objects = 0;  // waiting now
-  std::uint64_t queued_bytes = 0;
-  std::uint64_t in_flight = 0;  // objects in a batch being written now
-  std::uint64_t stored = 0;     // written by every adapter
-  std::uint64_t failed = 0;     // at least one adapter failed it
-  std::uint64_t skipped_queue_full = 0;
-  std::uint64_t skipped_gone = 0;  // evicted or deleted before its turn
-  std::uint64_t dropped_at_stop = 0;
-  std::uint64_t deleted_from_l1 = 0;  // skip_l1
 };
 
 class StoreController final : public store::StoreListener {
@@ -111,12 +100,7 @@ class StoreController final : public store::StoreListener {
   // pool's queue mutex, a leaf) until Stop stops it outside mu_.
   std::unique_ptr<ThreadPool> pool_;
 
-  std::atomic<std::uint64_t> stored_{0};
-  std::atomic<std::uint64_t> failed_{0};
-  std::atomic<std::uint64_t> skipped_full_{0};
-  std::atomic<std::uint64_t> skipped_gone_{0};
-  std::atomic<std::uint64_t> dropped_{0};
-  std::atomic<std::uint64_t> deleted_{0};
+  StoreControllerCounters counters_;
 };
 
 }  // namespace lmcache::tier

@@ -20,6 +20,7 @@
 
 #include "lmcache/status.h"
 #include "transport/request.h"
+#include "transport/transport_stats.h"
 
 namespace lmcache::transport {
 
@@ -30,20 +31,6 @@ struct RequestRoute {
 };
 
 // What the transport counts; exported with the service's statistics.
-struct TransportStats {
-  std::uint64_t received = 0;
-  std::uint64_t replied = 0;
-  std::uint64_t undeliverable = 0;  // the peer left, or its queue was full
-  std::uint64_t refused = 0;        // answered with an error before running
-  std::uint64_t stream_items = 0;   // items of streaming operations sent
-  std::uint64_t stream_controls = 0;  // control frames (ack, cancel) received
-  std::uint64_t bad_controls = 0;     // control frames that were neither: dropped
-  std::uint64_t overloaded = 0;     // refused because a queue was full (402)
-  std::uint64_t connections = 0;    // client connections open now
-  std::uint64_t disconnects = 0;    // client connections that closed
-  std::size_t queued_requests = 0;  // waiting in the pools now
-  std::size_t queued_bytes = 0;
-};
 
 using ReplyFn = std::function<void(ReplyFrames)>;
 

@@ -243,9 +243,9 @@ void RouterLoop::Run(RequestHandler* handler) {
     refusing_ = true;
     std::uint64_t before = 0;
     do {  // until a pass reads nothing
-      before = received_.load(std::memory_order_relaxed);
+      before = counters_.received.load(std::memory_order_relaxed);
       for (std::size_t i = 0; i < n; ++i) Receive(i);
-    } while (received_.load(std::memory_order_relaxed) != before);
+    } while (counters_.received.load(std::memory_order_relaxed) != before);
     DrainOutbox();
     // Closed now, not when the loop is destroyed: a request that arrives
     // after the last read is lost with the connection, so the window is kept
@@ -276,7 +276,7 @@ void RouterLoop::Receive(std::size_t socket_index) {
       log.Warn("receive failed: {}", e.what());
       return;
     }
-    received_.fetch_add(1, std::memory_order_relaxed);
+    counters_.received.fetch_add(1, std::memory_order_relaxed);
     // The socket's index and the peer's routing id name one client connection.
     message->connection.push_back(static_cast<char>(socket_index));
     message->connection.append(message->frames[0].to_string_view());
@@ -324,13 +324,13 @@ void RouterLoop::ReceiveMonitorEvents(std::size_t socket_index) {
     std::memcpy(&id, event[0].data(), sizeof(id));
     std::memcpy(&fd, static_cast<const char*>(event[0].data()) + 2, sizeof(fd));
     if (id == ZMQ_EVENT_ACCEPTED) {
-      connections_.fetch_add(1, std::memory_order_relaxed);
+      counters_.connections.fetch_add(1, std::memory_order_relaxed);
       endpoint.fds.Accepted(static_cast<int>(fd));
       continue;
     }
     if (id != ZMQ_EVENT_DISCONNECTED) continue;
-    connections_.fetch_sub(1, std::memory_order_relaxed);
-    disconnects_.fetch_add(1, std::memory_order_relaxed);
+    counters_.connections.fetch_sub(1, std::memory_order_relaxed);
+    counters_.disconnects.fetch_add(1, std::memory_order_relaxed);
     if (auto gone = endpoint.fds.Closed(static_cast<int>(fd))) ConnectionGone(*gone);
   }
 }
@@ -361,7 +361,7 @@ void RouterLoop::ReleaseAnswered() {
 }
 
 void RouterLoop::Refuse(Message& message, const RequestRoute* route, const Status& status) {
-  refused_.fetch_add(1, std::memory_order_relaxed);
+  counters_.refused.fetch_add(1, std::memory_order_relaxed);
   if (message.frames.size() < 2) return;  // no uid to answer to: a peer that is no DEALER
   Outgoing reply{message.socket_index, std::move(message.frames[0]), std::move(message.frames[1]),
                  {}, handler_->Refuse(route, status), /*connection=*/{}};  // never ran: not counted
@@ -384,7 +384,7 @@ bool RouterLoop::IsStreamControl(const Message& message) {
 }
 
 void RouterLoop::Control(const Message& message) {
-  stream_controls_.fetch_add(1, std::memory_order_relaxed);
+  counters_.stream_controls.fetch_add(1, std::memory_order_relaxed);
   if (message.late) return;  // its streams ended with the connection
   const std::string_view signal = message.frames[3].to_string_view();
   handler_->OnStreamControl(message.connection, message.frames[1].to_string_view(),
@@ -400,7 +400,7 @@ void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
   if (frames.size() >= 3 && frames[2].size() == 0) {
     // Anything else with an empty operation frame is a malformed request,
     // answered like one: its client would otherwise wait out its timeout.
-    bad_controls_.fetch_add(1, std::memory_order_relaxed);
+    counters_.bad_controls.fetch_add(1, std::memory_order_relaxed);
     Refuse(*message, nullptr,
            Status(ErrorCode::kMalformedRequest,
                   "an empty operation frame is only a stream's control frame [uid, b\"\", "
@@ -479,7 +479,7 @@ void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
   if (admission == FairQueue::Admission::kQueued) {
     in_flight_->Started(shared->connection, shared->late);
   } else {
-    overloaded_.fetch_add(1, std::memory_order_relaxed);
+    counters_.overloaded.fetch_add(1, std::memory_order_relaxed);
     const char* why = admission == FairQueue::Admission::kClientFull
                           ? "this client has too many requests queued; read replies before "
                             "sending more"
@@ -523,35 +523,26 @@ void RouterLoop::Send(Outgoing& reply) {
       auto sent = socket.send(parts[i], (last ? zmq::send_flags::none : zmq::send_flags::sndmore) |
                                             zmq::send_flags::dontwait);
       if (!sent) {  // the peer's queue is full: drop rather than block every client
-        undeliverable_.fetch_add(1, std::memory_order_relaxed);
+        counters_.undeliverable.fetch_add(1, std::memory_order_relaxed);
         dropped_log.Warn("dropped a reply: the client's queue is full (it is not reading replies)");
         return;
       }
     }
     if (reply.reply.kind == ReplyKind::kStreamItem) {
-      stream_items_.fetch_add(1, std::memory_order_relaxed);
+      counters_.stream_items.fetch_add(1, std::memory_order_relaxed);
     } else {
-      replied_.fetch_add(1, std::memory_order_relaxed);
+      counters_.replied.fetch_add(1, std::memory_order_relaxed);
     }
   } catch (const zmq::error_t& e) {
     // EHOSTUNREACH (ROUTER_MANDATORY): the client disconnected before its reply.
-    undeliverable_.fetch_add(1, std::memory_order_relaxed);
+    counters_.undeliverable.fetch_add(1, std::memory_order_relaxed);
     spdlog::debug("reply undeliverable: {}", e.what());
   }
 }
 
 TransportStats RouterLoop::Stats() const {
   TransportStats stats;
-  stats.received = received_.load();
-  stats.replied = replied_.load();
-  stats.undeliverable = undeliverable_.load();
-  stats.refused = refused_.load();
-  stats.stream_items = stream_items_.load();
-  stats.stream_controls = stream_controls_.load();
-  stats.bad_controls = bad_controls_.load();
-  stats.overloaded = overloaded_.load();
-  stats.connections = connections_.load();
-  stats.disconnects = disconnects_.load();
+  counters_.CopyTo(&stats);
   if (affinity_pool_ && cpu_pool_) {
     const FairQueueStats affinity = affinity_pool_->Stats();
     const FairQueueStats cpu = cpu_pool_->Stats();
@@ -560,5 +551,9 @@ TransportStats RouterLoop::Stats() const {
   }
   return stats;
 }
+
+LMC_STATS_ROWS(TransportCountedStatRows, TransportStats, LMC_TRANSPORT_COUNTED_STATS)
+
+LMC_STATS_ROWS(TransportQueueStatRows, TransportStats, LMC_TRANSPORT_QUEUE_STATS)
 
 }  // namespace lmcache::transport

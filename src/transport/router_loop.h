@@ -150,16 +150,7 @@ class RouterLoop {
   Mutex outbox_mu_;
   std::deque<Outgoing> outbox_ LMC_GUARDED_BY(outbox_mu_);
 
-  std::atomic<std::uint64_t> received_{0};
-  std::atomic<std::uint64_t> replied_{0};
-  std::atomic<std::uint64_t> undeliverable_{0};
-  std::atomic<std::uint64_t> refused_{0};
-  std::atomic<std::uint64_t> stream_items_{0};
-  std::atomic<std::uint64_t> stream_controls_{0};
-  std::atomic<std::uint64_t> bad_controls_{0};
-  std::atomic<std::uint64_t> overloaded_{0};
-  std::atomic<std::uint64_t> connections_{0};
-  std::atomic<std::uint64_t> disconnects_{0};
+  TransportCounters counters_;
   std::atomic<TimeMs> heartbeat_ms_{0};
 };
 

@@ -94,15 +94,14 @@ std::vector<ChunkHash> ChunkHasher::Hashes(std::span<const std::uint32_t> tokens
     hashes.push_back(hash);
     previous = hash;
   }
-  hits_.fetch_add(hits, std::memory_order_relaxed);
-  misses_.fetch_add(count - hits, std::memory_order_relaxed);
+  counters_.hits.fetch_add(hits, std::memory_order_relaxed);
+  counters_.misses.fetch_add(count - hits, std::memory_order_relaxed);
   return hashes;
 }
 
 ChunkHasherStats ChunkHasher::Stats() const {
   ChunkHasherStats stats;
-  stats.hits = hits_.load(std::memory_order_relaxed);
-  stats.misses = misses_.load(std::memory_order_relaxed);
+  counters_.CopyTo(&stats);
   stats.capacity_bytes = cache_bytes_;
   for (std::size_t s = 0; s < kShards; ++s) {
     MutexLock lock(&shards_[s].mu);
@@ -111,5 +110,7 @@ ChunkHasherStats ChunkHasher::Stats() const {
   }
   return stats;
 }
+
+LMC_STATS_ROWS(ChunkHasherStatRows, ChunkHasherStats, LMC_CHUNK_HASHER_STATS)
 
 }  // namespace lmcache::worker

@@ -28,16 +28,9 @@
 
 #include "common/mutex.h"
 #include "worker/token_hasher.h"
+#include "worker/worker_stats.h"
 
 namespace lmcache::worker {
-
-struct ChunkHasherStats {
-  std::uint64_t hits = 0;
-  std::uint64_t misses = 0;
-  std::uint64_t entries = 0;
-  std::uint64_t bytes = 0;
-  std::uint64_t capacity_bytes = 0;
-};
 
 class ChunkHasher {
  public:
@@ -63,8 +56,7 @@ class ChunkHasher {
   const std::size_t chunk_size_;
   const std::size_t cache_bytes_;
   std::unique_ptr<Shard[]> shards_;
-  std::atomic<std::uint64_t> hits_{0};
-  std::atomic<std::uint64_t> misses_{0};
+  ChunkHasherCounters counters_;
 };
 
 }  // namespace lmcache::worker

@@ -357,4 +357,6 @@ RegistryCounts InstanceRegistry::Counts() const {
   return counts;
 }
 
+LMC_STATS_ROWS(RegistryStatRows, RegistryCounts, LMC_INSTANCE_STATS)
+
 }  // namespace lmcache::worker

@@ -38,17 +38,10 @@
 #include "lmcache/messages.h"
 #include "lmcache/status.h"
 #include "store/owner.h"
+#include "worker/worker_stats.h"
 
 namespace lmcache::worker {
 
-// Why a registration ended (every end is counted by its cause).
-enum class ReleaseCause : std::uint8_t {
-  kUnregistered,  // the worker unregistered
-  kDisconnected,  // its connection closed (the worker died or went away)
-  kReaped,        // silent past --worker-reap-timeout-seconds
-  kReplaced,      // the same instance id registered from another connection
-};
-inline constexpr std::size_t kReleaseCauses = 4;
 // "unregistered", "disconnected", "reaped", "replaced": the stats and metric labels.
 const char* ReleaseCauseName(ReleaseCause cause);
 
@@ -125,12 +118,6 @@ struct CarriedRegistration {
   std::string model_name;
   std::int64_t world_size = 0;
   ChunkLayout layout;
-};
-
-struct RegistryCounts {
-  std::size_t instances = 0;
-  std::size_t pending_writes = 0;
-  std::size_t pending_reads = 0;
 };
 
 class InstanceRegistry {

@@ -17,94 +17,32 @@
 
 #include "admin_http/prometheus.h"
 #include "common/msgpack_tree.h"
+#include "fakes/populated_stats.h"
 #include "fakes/prometheus_samples.h"
 
 namespace lmcache::server {
 namespace {
 
-// Every struct's figures non-zero and every repeated group non-empty.
-StatsSnapshot Populated() {
-  StatsSnapshot s;
-  std::uint64_t n = 100;
-  s.version = "1.2.3";
-  s.boot_id = "boot-1";
-  s.uptime_seconds = 3.5;
-  for (std::uint64_t* f : {&s.allocator.capacity_bytes, &s.allocator.used_bytes,
-                           &s.allocator.pool_free_bytes, &s.allocator.unready_bytes,
-                           &s.allocator.slab_slack_bytes, &s.allocator.largest_free_run_bytes,
-                           &s.allocator.largest_allocatable_bytes, &s.allocator.allocations,
-                           &s.allocator.frees, &s.allocator.failed_allocations}) {
-    *f = ++n;
-  }
-  s.allocator.fragmentation = 0.25;
-  s.allocator.classes = {{4096, 3, 4, 5, 6}, {8192, 7, 8, 9, 10}};
-  s.table = {++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n};
-  s.flow = {++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n};
-  s.evictor = {++n, ++n, ++n, ++n, ++n, ++n, ++n, 12.5, 0, 0};
-  s.transport = {++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n};
-  OperationStats lookup{"lookup", 3, 1, {}};
-  lookup.latency.buckets[2] = 3;
-  lookup.latency.count = 3;
-  lookup.latency.sum_us = 600;
-  s.operations = {lookup, {"store", 2, 0, {}}};
-  s.refused_requests = ++n;
-  s.sessions = ++n;
-  s.session_bytes = ++n;
-  s.sessions_dropped_for_memory = ++n;
-  s.parked.requests = 2;
-  ParkedOpStats parked;
-  parked.parked = 5;
-  parked.refused = 6;
-  for (std::uint64_t& e : parked.ended) e = ++n;
-  s.parked.by_operation["wait_prefetch_status"] = parked;
-  s.instances = {++n, ++n, ++n};
-  for (std::uint64_t& r : s.released_instances) r = ++n;
-  s.hash_cache = {++n, ++n, ++n, ++n, ++n};
-  s.lookups = ++n;
-  s.lookup_requested_tokens = ++n;
-  s.lookup_hit_tokens = ++n;
-  s.block_allocation_reports = ++n;
-  s.gpu = {++n, ++n, ++n, ++n, ++n};
-  s.prefault = {++n, ++n, true, false, 1.5, ++n};
-  tier::L2Stats l2;
-  tier::L2AdapterStats fs;
-  fs.type = "fs";
-  fs.description = "fs:/data/l2";
-  fs.io_engine = "io_uring";
-  fs.stored_objects = ++n;
-  fs.condition = "disk full";
-  fs.load_latency.buckets[5] = 1;
-  fs.load_latency.count = 1;
-  fs.load_latency.sum_us = 2000;
-  l2.adapters = {fs, fs};
-  l2.adapters[1].type = "resp";
-  l2.store = {++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n, ++n};
-  l2.prefetch.submitted = ++n;
-  l2.prefetch.queued = ++n;
-  l2.prefetch.in_flight = ++n;
-  l2.prefetch.latency.buckets[17] = 2;
-  l2.prefetch.latency.count = 2;
-  s.l2 = l2;
-  return s;
-}
+// Every figure set, each to a value of its own, and every repeated group filled.
+StatsSnapshot Populated() { return testing::PopulatedStats(); }
 
 // What each field should produce in each output, from a walk of the schema.
-class Expectations final : public StatsVisitor {
+class Expectations final : public stats::Visitor {
  public:
-  void Field(const StatField& field, const StatValue* value) override {
+  void Field(const stats::Field& field, const stats::Value* value) override {
     ASSERT_NE(value, nullptr);
     fields += 1;
-    if (field.reach != StatReach::kPrometheusOnly) ReplyLeaves(field, *value);
-    if (field.reach != StatReach::kElementLabel) Series(field, *value);
+    if (field.reach != stats::Reach::kPrometheusOnly) ReplyLeaves(field, *value);
+    if (field.reach != stats::Reach::kElementLabel) Series(field, *value);
   }
-  void BeginGroup(const StatGroup& group) override {
+  void BeginGroup(const stats::Group& group) override {
     path_.push_back(path_.empty() ? std::string(group.key) : path_.back() + "." + std::string(group.key));
     groups_.push_back(&group);
     index_.push_back(0);
   }
   void BeginElement(std::string_view label) override {
-    const StatGroup& group = *groups_.back();
-    const std::string element = group.form == GroupForm::kArray
+    const stats::Group& group = *groups_.back();
+    const std::string element = group.form == stats::GroupForm::kArray
                                     ? path_.back() + "." + std::to_string(index_.back()++)
                                     : path_.back() + "." + std::string(label);
     path_.push_back(element);
@@ -119,11 +57,11 @@ class Expectations final : public StatsVisitor {
     groups_.pop_back();
     index_.pop_back();
   }
-  void AbsentGroup(const StatGroup&) override { ADD_FAILURE() << "the populated snapshot has L2"; }
+  void AbsentGroup(const stats::Group&) override { ADD_FAILURE() << "the populated snapshot has L2"; }
 
   std::map<std::string, std::string> reply;   // msgpack leaf path -> value as text
   std::map<std::string, double> samples;      // Prometheus series -> value
-  std::map<std::string, StatKind> families;   // family -> kind
+  std::map<std::string, stats::Kind> families;   // family -> kind
   std::map<std::string, std::string> help;    // family -> the first non-empty help
   int fields = 0;
 
@@ -131,11 +69,11 @@ class Expectations final : public StatsVisitor {
   std::string Path(std::string_view key) const {
     return path_.empty() ? std::string(key) : path_.back() + "." + std::string(key);
   }
-  void ReplyLeaves(const StatField& field, const StatValue& value) {
+  void ReplyLeaves(const stats::Field& field, const stats::Value& value) {
     if (const auto* h = std::get_if<const LatencyHistogram::Snapshot*>(&value)) {
       const std::string base = Path(field.key);
       const std::string sum = std::to_string((*h)->sum_us);
-      if (field.form == HistogramForm::kFlat) {
+      if (field.form == stats::HistogramForm::kFlat) {
         reply[base + "_sum_us"] = sum;
         reply[base + "_buckets_us"] = Buckets(**h);
       } else {
@@ -147,15 +85,15 @@ class Expectations final : public StatsVisitor {
     }
     EXPECT_TRUE(reply.emplace(Path(field.key), Text(value)).second) << Path(field.key);
   }
-  void Series(const StatField& field, const StatValue& value) {
+  void Series(const stats::Field& field, const stats::Value& value) {
     const std::string family = "lmcache_mp_" + std::string(field.metric);
     EXPECT_TRUE(std::regex_match(family, std::regex("lmcache_mp_[a-z][a-z0-9_]*"))) << family;
     const auto [kind, new_family] = families.emplace(family, field.kind);
     EXPECT_EQ(kind->second, field.kind) << family << " has fields of two kinds";
     if (help[family].empty()) help[family] = std::string(field.help);
     const bool total = family.ends_with("_total");
-    EXPECT_EQ(total, field.kind == StatKind::kCounter) << family << ": counters, and only counters, end in _total";
-    if (field.kind == StatKind::kText) {
+    EXPECT_EQ(total, field.kind == stats::Kind::kCounter) << family << ": counters, and only counters, end in _total";
+    if (field.kind == stats::Kind::kText) {
       EXPECT_TRUE(family.ends_with("_info")) << family;
     }
     std::vector<std::string> labels = labels_;
@@ -180,13 +118,13 @@ class Expectations final : public StatsVisitor {
     if (!labels.empty()) series += "}";
     EXPECT_TRUE(samples.emplace(series, value).second) << "two fields claim " << series;
   }
-  static double Number(const StatValue& v) {
+  static double Number(const stats::Value& v) {
     if (const auto* u = std::get_if<std::uint64_t>(&v)) return static_cast<double>(*u);
     if (const auto* d = std::get_if<double>(&v)) return *d;
     if (const auto* b = std::get_if<bool>(&v)) return *b ? 1 : 0;
     return 1;
   }
-  static std::string Text(const StatValue& v) {
+  static std::string Text(const stats::Value& v) {
     if (const auto* u = std::get_if<std::uint64_t>(&v)) return std::to_string(*u);
     if (const auto* d = std::get_if<double>(&v)) return std::to_string(*d);
     if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
@@ -198,7 +136,7 @@ class Expectations final : public StatsVisitor {
     return out;
   }
   std::vector<std::string> path_;
-  std::vector<const StatGroup*> groups_;
+  std::vector<const stats::Group*> groups_;
   std::vector<std::size_t> index_;
   std::vector<std::string> labels_;
 };

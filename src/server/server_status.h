@@ -1,0 +1,29 @@
+// ServerStatus: what GET /status and /status/memory-pressure read, in one
+// value: the stats snapshot and the server's identity and registrations.
+//
+// Thread-safety: a plain value.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "server/stats.h"
+#include "worker/instances.h"
+
+namespace lmcache::server {
+
+// What GET /status shows: the stats snapshot and the server's identity and
+// registrations, taken in one call so the HTTP endpoint reads no service
+// internals.
+struct ServerStatus {
+  StatsSnapshot stats;
+  std::string pool_name;        // the L1 segment's shared-memory name
+  std::int64_t chunk_size = 0;  // --chunk-size
+  std::vector<worker::InstanceInfo> instances;
+  std::string instance_id;      // --instance-id, or the boot id when none was given
+  std::string eviction_policy;  // --eviction-policy
+  double eviction_trigger_watermark = 0;  // --eviction-trigger-watermark
+};
+
+}  // namespace lmcache::server

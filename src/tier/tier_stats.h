@@ -1,0 +1,175 @@
+// The L2 tier's figures, each declared once (stats/declare.h): each
+// adapter's (its counters kept by L2Counters, its levels measured by the
+// adapter and the MeteredAdapter around it), the write-behind's
+// (StoreControllerCounters) and the prefetch's (PrefetchControllerCounters).
+//
+// Thread-safety: plain values; the generated counter sets are relaxed
+// atomics.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/histogram.h"
+#include "stats/declare.h"
+
+namespace lmcache::tier {
+
+// L2AdapterStats's figures, each declared once (stats/declare.h).
+#define LMC_L2_ADAPTER_STATS(X, D) \
+  X(type, "type", std::string, kText, "", "l2_adapter_type_info", \
+      "The adapter's type (always 1).") \
+  X(description, "description", std::string, kText, "", "l2_adapter_description_info", \
+      "What the adapter stores to, as configured (always 1).") \
+  X(io_engine, "io_engine", std::string, kText, "", "l2_io_engine_info", \
+      "How the adapter reads: io_uring, or sync (blocking reads on the prefetch threads, " \
+      "where io_uring is unavailable or not wanted); empty where the adapter has no choice " \
+      "(always 1).") \
+  X(stored_objects, "stored_objects", std::uint64_t, kCounter, "objects", \
+      "l2_store_completed_objects_total", "Objects written to the adapter.", {}, \
+      stats::kEverywhere, {}, stats::kReference) \
+  X(stored_bytes, "stored_bytes", std::uint64_t, kCounter, "bytes", \
+      "l2_store_completed_bytes_total", "Bytes written to the adapter.") \
+  X(store_failures, "store_failures", std::uint64_t, kCounter, "objects", \
+      "l2_store_failures_total", "Writes the adapter failed.") \
+  X(loaded_objects, "loaded_objects", std::uint64_t, kCounter, "objects", \
+      "l2_load_completed_objects_total", "Objects loaded from the adapter.") \
+  X(loaded_bytes, "loaded_bytes", std::uint64_t, kCounter, "bytes", \
+      "l2_load_completed_bytes_total", "Bytes loaded from the adapter.") \
+  X(load_misses, "load_misses", std::uint64_t, kCounter, "objects", "l2_load_misses_total", \
+      "Loads of objects the adapter no longer held.") \
+  X(load_failures, "load_failures", std::uint64_t, kCounter, "objects", \
+      "l2_load_failures_total", "Loads the adapter failed (I/O error, timeout).") \
+  X(checksum_failures, "checksum_failures", std::uint64_t, kCounter, "objects", \
+      "l2_checksum_failures_total", "Objects that failed their check and were deleted.") \
+  X(evicted_objects, "evicted_objects", std::uint64_t, kCounter, "objects", \
+      "l2_evicted_objects_total", "Objects the adapter evicted for capacity.", {}, \
+      stats::kEverywhere, {}, stats::kReference) \
+  X(evicted_bytes, "evicted_bytes", std::uint64_t, kCounter, "bytes", \
+      "l2_evicted_bytes_total", "Bytes the adapter evicted for capacity.") \
+  X(objects, "objects", std::uint64_t, kGauge, "objects", "l2_objects", \
+      "Objects the adapter holds.") \
+  X(usage_bytes, "usage_bytes", std::uint64_t, kGauge, "bytes", "l2_usage_bytes", \
+      "Bytes the adapter holds.", {}, stats::kEverywhere, {}, stats::kReference) \
+  X(capacity_bytes, "capacity_bytes", std::uint64_t, kGauge, "bytes", "l2_capacity_bytes", \
+      "The adapter's capacity (0 = unbounded).") \
+  X(condition, "condition", std::string, kText, "", "l2_condition_info", \
+      "What is wrong with the adapter now (empty when healthy; always 1).") \
+  D(Healthy(), "healthy", kGauge, "bool", "l2_healthy", "0 while the adapter is in a " \
+      "failing condition (disk full, directory gone, node down).", {}, stats::kPrometheusOnly) \
+  X(rebuild_seconds, "rebuild_seconds", double, kGauge, "seconds", "l2_rebuild_seconds", \
+      "Seconds the adapter's index rebuild at startup took (fs).") \
+  X(rebuilt_objects, "rebuilt_objects", std::uint64_t, kGauge, "objects", \
+      "l2_rebuilt_objects", "Objects the index rebuild at startup found (fs).") \
+  X(storing_objects, "storing_objects", std::uint64_t, kGauge, "objects", \
+      "l2_in_flight_objects", "Objects (keys for lookups) in the adapter's calls now, by " \
+      "operation: its queue depth as the server sees it; load counts the prefetches loading " \
+      "from it.", {"operation", "store"}) \
+  X(loading_objects, "loading_objects", std::uint64_t, kGauge, "objects", \
+      "l2_in_flight_objects", "", {"operation", "load"}) \
+  X(looking_up_keys, "looking_up_keys", std::uint64_t, kGauge, "keys", \
+      "l2_in_flight_objects", "", {"operation", "lookup"}) \
+  X(store_latency, "store_latency", LatencyHistogram::Snapshot, kHistogram, \
+      "µs (seconds in Prometheus)", "l2_call_duration_seconds", "Duration of one batched " \
+      "call to the adapter (Store, LookupAndLock, Load), by operation.", \
+      {"operation", "store"}) \
+  X(lookup_latency, "lookup_latency", LatencyHistogram::Snapshot, kHistogram, \
+      "µs (seconds in Prometheus)", "l2_call_duration_seconds", "", {"operation", "lookup"}) \
+  X(load_latency, "load_latency", LatencyHistogram::Snapshot, kHistogram, \
+      "µs (seconds in Prometheus)", "l2_call_duration_seconds", "", {"operation", "load"})
+
+struct L2AdapterStats {
+  LMC_STATS_MEMBERS(LMC_L2_ADAPTER_STATS)
+  bool Healthy() const { return condition.empty(); }
+};
+std::span<const stats::Row<L2AdapterStats>> L2AdapterStatRows();
+
+// StoreControllerStats's figures, each declared once (stats/declare.h).
+#define LMC_L2_STORE_STATS(X, D) \
+  X(queued_objects, "queued_objects", std::uint64_t, kGauge, "objects", \
+      "l2_store_queue_objects", "New objects waiting to be written to L2.") \
+  X(queued_bytes, "queued_bytes", std::uint64_t, kGauge, "bytes", "l2_store_queue_bytes", \
+      "Bytes of new objects waiting to be written to L2.") \
+  X(in_flight, "in_flight", std::uint64_t, kGauge, "objects", "l2_store_in_flight_objects", \
+      "Objects in a batch being written now.") \
+  X(stored, "stored", std::uint64_t, kCounter, "objects", "l2_store_submitted_objects_total", \
+      "Objects written to every L2 adapter.") \
+  X(failed, "failed", std::uint64_t, kCounter, "objects", "l2_store_skipped_total", \
+      "New objects not written to L2, by reason.", {"reason", "failed"}) \
+  X(skipped_queue_full, "skipped_queue_full", std::uint64_t, kCounter, "objects", \
+      "l2_store_skipped_total", "", {"reason", "queue_full"}) \
+  X(skipped_gone, "skipped_gone", std::uint64_t, kCounter, "objects", \
+      "l2_store_skipped_total", "", {"reason", "gone"}) \
+  X(dropped_at_stop, "dropped_at_stop", std::uint64_t, kCounter, "objects", \
+      "l2_store_dropped_at_stop_total", \
+      "Objects still queued for L2 when the server stopped.") \
+  X(deleted_from_l1, "deleted_from_l1", std::uint64_t, kCounter, "objects", \
+      "l2_store_deleted_from_l1_total", "Objects deleted from L1 once written to L2 " \
+      "(skip_l1 stores).")
+
+struct StoreControllerStats {
+  LMC_STATS_MEMBERS(LMC_L2_STORE_STATS)
+};
+std::span<const stats::Row<StoreControllerStats>> StoreControllerStatRows();
+LMC_STATS_COUNTED(StoreControllerCounters, StoreControllerStats, LMC_L2_STORE_STATS);
+
+// PrefetchControllerStats's figures, each declared once (stats/declare.h).
+#define LMC_PREFETCH_STATS(X, D) \
+  X(submitted, "submitted", std::uint64_t, kCounter, "lookups", "l2_prefetch_lookup_total", \
+      "Lookups handed to the prefetch controller.", {}, stats::kEverywhere, {}, \
+      stats::kReference) \
+  X(queued, "queued", std::uint64_t, kGauge, "lookups", "l2_prefetch_queued", \
+      "Prefetches waiting for a worker.") \
+  X(in_flight, "in_flight", std::uint64_t, kGauge, "lookups", "l2_prefetch_in_flight", \
+      "Prefetches running now.") \
+  D(ActiveJobs(), "active_jobs", kGauge, "lookups", "active_prefetch_jobs", \
+      "Lookups loading from L2 or waiting to (in_flight + queued).", {}, \
+      stats::kPrometheusOnly, {}, stats::kReference) \
+  X(completed, "completed", std::uint64_t, kCounter, "lookups", \
+      "l2_prefetch_completed_total", "Prefetches finished.") \
+  X(cancelled, "cancelled", std::uint64_t, kCounter, "lookups", \
+      "l2_prefetch_cancelled_total", "Prefetches cancelled before they finished.") \
+  X(refused, "refused", std::uint64_t, kCounter, "lookups", "l2_prefetch_refused_total", \
+      "Prefetches answered at once with their L1 hits because the queue for a prefetch " \
+      "worker was full (65,536 requests or 1 GiB of their keys).") \
+  X(l2_hit_chunks, "l2_hit_chunks", std::uint64_t, kCounter, "chunks", \
+      "lookup_hit_l2_chunks_total", "Chunks the L2 lookups found after the L1 prefix (the " \
+      "reference's lookup_hit_l2 counts tokens).") \
+  X(loaded_chunks, "loaded_chunks", std::uint64_t, kCounter, "chunks", \
+      "l2_prefetch_loaded_chunks_total", "Chunks loaded from L2 into L1.") \
+  X(load_failed_chunks, "load_failed_chunks", std::uint64_t, kCounter, "chunks", \
+      "l2_prefetch_failed_chunks_total", "Planned chunks not loaded, by reason.", \
+      {"reason", "load_failed"}) \
+  X(no_memory_chunks, "no_memory_chunks", std::uint64_t, kCounter, "chunks", \
+      "l2_prefetch_failed_chunks_total", "", {"reason", "l1_oom"}) \
+  X(deadline_expired, "deadline_expired", std::uint64_t, kCounter, "lookups", \
+      "l2_prefetch_deadline_total", "Prefetch deadline misses (--l2-prefetch-load-timeout), " \
+      "by outcome: prefix (the load stopped at a batch boundary and served what it had), " \
+      "abandoned (still inside an adapter call at twice the deadline: answered with the L1 " \
+      "hits only).", {"outcome", "prefix"}) \
+  X(abandoned_loads, "abandoned_loads", std::uint64_t, kCounter, "lookups", \
+      "l2_prefetch_deadline_total", "", {"outcome", "abandoned"}) \
+  X(abandoned_in_flight, "abandoned_in_flight", std::uint64_t, kGauge, "lookups", \
+      "l2_prefetch_abandoned_in_flight", "Abandoned prefetches whose adapter call has not " \
+      "returned: their L1 buffers stay reserved until it does (a hung backend shows here).") \
+  X(latency, "latency", LatencyHistogram::Snapshot, kHistogram, "µs (seconds in Prometheus)", \
+      "l2_prefetch_duration_seconds", "Time from a lookup's prefetch to its result.")
+
+struct PrefetchControllerStats {
+  LMC_STATS_MEMBERS(LMC_PREFETCH_STATS)
+  std::uint64_t ActiveJobs() const { return in_flight + queued; }
+};
+std::span<const stats::Row<PrefetchControllerStats>> PrefetchControllerStatRows();
+LMC_STATS_COUNTED(PrefetchControllerCounters, PrefetchControllerStats, LMC_PREFETCH_STATS);
+
+// What the tier reports: each adapter (in --l2-adapter order), the
+// write-behind and the prefetch.
+struct L2Stats {
+  std::vector<L2AdapterStats> adapters;
+  StoreControllerStats store;
+  PrefetchControllerStats prefetch;
+};
+
+}  // namespace lmcache::tier
