@@ -25,7 +25,8 @@ when this file differs from what they say. -->
 stats snapshot the msgpack `stats` operation returns: both are rendered from
 one schema, so every field of the `stats` reply is a Prometheus sample and
 the other way round (a few Prometheus gauges are derived from other fields,
-and two are the HTTP endpoint's own state: their `stats` column says so). Every metric is under the `lmcache_mp_`
+and two are the HTTP endpoint's own state: their `stats` column says so). `GET /status` carries
+the same tree as JSON under `stats`, the derived gauges included. Every metric is under the `lmcache_mp_`
 prefix. Where the reference (LMCache MP mode, spec 15.5) has a metric that
 means the same thing we use its name (marked **ref**); the rest are ours.
 Labels are bounded: `operation` (the fixed operation table), `l2_name`
