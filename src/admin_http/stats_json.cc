@@ -18,7 +18,7 @@ json Buckets(const LatencyHistogram::Snapshot& h) {
 
 class JsonWriter final : public stats::Visitor {
  public:
-  JsonWriter() { frames_.push_back({nullptr, json::object()}); }
+  JsonWriter() { frames_.push_back({nullptr, json::object(), {}}); }
 
   void Field(const stats::Field& field, const stats::Value* value) override {
     json& out = frames_.back().node;
@@ -44,7 +44,8 @@ class JsonWriter final : public stats::Visitor {
         *value);
   }
   void BeginGroup(const stats::Group& group) override {
-    frames_.push_back({&group, group.form == stats::GroupForm::kArray ? json::array() : json::object()});
+    frames_.push_back(
+        {&group, group.form == stats::GroupForm::kArray ? json::array() : json::object(), {}});
   }
   void BeginElement(std::string_view label_value) override {
     frames_.push_back({nullptr, json::object(), std::string(label_value)});

@@ -57,6 +57,7 @@ struct KvEventRecorderStats {
   LMC_STATS_MEMBERS(LMC_KV_EVENT_RECORDER_STATS)
 };
 std::span<const stats::Row<KvEventRecorderStats>> KvEventRecorderStatRows();
+LMC_STATS_COUNTED(KvEventRecorderCounters, KvEventRecorderStats, LMC_KV_EVENT_RECORDER_STATS);
 
 // VllmPublisherStats's figures, each declared once (stats/declare.h).
 #define LMC_VLLM_PUBLISHER_STATS(X, D) \

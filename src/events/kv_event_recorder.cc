@@ -92,7 +92,7 @@ void KvEventRecorder::RecordStored(std::string_view medium, const std::string& l
         bindings_->FindAll(group.first->model_name, group.hashes);
     for (std::size_t i = 0; i < group.hashes.size(); ++i) {
       if (!bindings[i]) {
-        unbound_stores_.fetch_add(1, std::memory_order_relaxed);
+        counters_.unbound_stores.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
       KvEvent& event = events.emplace_back(base);
@@ -153,7 +153,7 @@ void KvEventRecorder::OnCleared() {
 
 KvEventRecorderStats KvEventRecorder::Stats() const {
   KvEventRecorderStats stats;
-  stats.unbound_stores = unbound_stores_.load(std::memory_order_relaxed);
+  counters_.CopyTo(&stats);
   stats.binding_bytes = bindings_->bytes();
   return stats;
 }

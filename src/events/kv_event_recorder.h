@@ -68,7 +68,7 @@ class KvEventRecorder final : public store::StoreListener, public tier::L2EventO
   const std::uint32_t chunk_size_;
   std::vector<std::string> l2_locations_;
   Blake3Digest tenant_key_{};  // drawn at startup
-  std::atomic<std::uint64_t> unbound_stores_{0};
+  KvEventRecorderCounters counters_;
 };
 
 }  // namespace lmcache::events

@@ -97,5 +97,6 @@ struct KvEventStreamStats {
   LMC_STATS_MEMBERS(LMC_KV_EVENT_STREAM_STATS)
 };
 std::span<const stats::Row<KvEventStreamStats>> KvEventStreamStatRows();
+LMC_STATS_COUNTED(KvEventStreamCounters, KvEventStreamStats, LMC_KV_EVENT_STREAM_STATS);
 
 }  // namespace lmcache::server

@@ -73,7 +73,7 @@ void KvEventStreams::Open(const RequestContext& context, const KvEventSubscripti
       // client whether the channel is on and which incarnation it reads.
       const events::KvEventPage page = Read(*stream);
       stream->cursor = page.next_cursor;
-      batches_.fetch_add(1, std::memory_order_relaxed);
+      counters_.batches.fetch_add(1, std::memory_order_relaxed);
       stream->emit(
           ReplyFrames{events::EncodeKvEventPage(page), std::nullopt, ReplyKind::kStreamItem});
     }
@@ -116,7 +116,7 @@ Status KvEventStreams::Admit(const std::shared_ptr<Stream>& stream,
   }
   streams_.emplace(key, stream);
   by_instance_[stream->instance_id] = stream;
-  ++opened_;
+  counters_.opened.fetch_add(1, std::memory_order_relaxed);
   open_.store(streams_.size(), std::memory_order_relaxed);
   return Status::Ok();
 }
@@ -128,7 +128,7 @@ void KvEventStreams::Control(std::string_view connection, std::string_view uid,
     MutexLock lock(&mu_);
     auto it = streams_.find(StreamKey{std::string(connection), std::string(uid)});
     if (it == streams_.end()) {
-      ++stale_controls_;  // it ended (an ack racing its end marker), or it never was
+      counters_.stale_controls.fetch_add(1, std::memory_order_relaxed);  // it ended (an ack racing its end marker), or it never was
       return;
     }
     stream = it->second;
@@ -188,8 +188,11 @@ void KvEventStreams::Drain() {
 }
 
 KvEventStreamStats KvEventStreams::Stats() const {
+  KvEventStreamStats stats;
+  counters_.CopyTo(&stats);
   MutexLock lock(&mu_);
-  return {streams_.size(), opened_, batches_.load(std::memory_order_relaxed), stale_controls_};
+  stats.open = streams_.size();
+  return stats;
 }
 
 void KvEventStreams::OnAppend() {
@@ -243,7 +246,7 @@ bool KvEventStreams::Serve(Stream& stream) {
   }
   if (page.events.empty() && !page.lost) return false;  // other models' records only
   stream.credit = false;
-  batches_.fetch_add(1, std::memory_order_relaxed);
+  counters_.batches.fetch_add(1, std::memory_order_relaxed);
   stream.emit(ReplyFrames{events::EncodeKvEventPage(page), std::nullopt, ReplyKind::kStreamItem});
   return false;
 }

@@ -119,9 +119,7 @@ class KvEventStreams {
   std::map<StreamKey, std::shared_ptr<Stream>> streams_ LMC_GUARDED_BY(mu_);
   std::unordered_map<std::int64_t, std::shared_ptr<Stream>> by_instance_ LMC_GUARDED_BY(mu_);
   bool draining_ LMC_GUARDED_BY(mu_) = false;
-  std::uint64_t opened_ LMC_GUARDED_BY(mu_) = 0;
-  std::uint64_t stale_controls_ LMC_GUARDED_BY(mu_) = 0;
-  std::atomic<std::uint64_t> batches_{0};
+  KvEventStreamCounters counters_;  // opened, batches, stale controls
   // Streams open: a log append wakes the sender only when there are some.
   std::atomic<std::size_t> open_{0};
 

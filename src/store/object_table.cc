@@ -114,7 +114,7 @@ Result<std::vector<Offset>> ObjectTable::AllocateWithEviction(std::uint64_t size
       batch = allocator_->AllocateBatch(size, count);
       if (batch.ok()) break;
     }
-    if (evicted_any) on_demand_evictions_.fetch_add(1, std::memory_order_relaxed);
+    if (evicted_any) counters_.on_demand_evictions.fetch_add(1, std::memory_order_relaxed);
     if (batch.ok()) return batch;
   }
   if (mode == AllocationMode::kAllOrNothing) return std::vector<Offset>{};

@@ -387,8 +387,7 @@ class ObjectTable {
   std::vector<StoreListener*> listeners_;
   SlotJournal* journal_ = nullptr;
 
-  std::atomic<std::uint64_t> on_demand_evictions_{0};
-  std::atomic<std::uint64_t> expired_writes_reclaimed_{0};
+  TableCounters counters_;  // the table's kCounter figures
   std::atomic<std::uint64_t> quarantined_objects_{0};  // lets ReleaseOwner skip the sweep
 };
 

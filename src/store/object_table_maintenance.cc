@@ -135,7 +135,7 @@ std::uint64_t ObjectTable::ReclaimExpired() {
   // The locks of expired leases expired with them: only the records remain.
   (void)leases_.TakeExpired(clock_->NowMs());
   if (expired_writes > 0) {
-    expired_writes_reclaimed_.fetch_add(expired_writes, std::memory_order_relaxed);
+    counters_.expired_writes_reclaimed.fetch_add(expired_writes, std::memory_order_relaxed);
     quarantined_objects_.fetch_add(quarantined, std::memory_order_acq_rel);
     expired_write_log.Warn(
         "{} staged writes were not committed within their write lease; {} of "
@@ -176,8 +176,7 @@ TableStats ObjectTable::Stats() const {
   const LeaseCounts leases = leases_.Counts();
   stats.read_leases = leases.read;
   stats.write_leases = leases.write;
-  stats.on_demand_evictions = on_demand_evictions_.load(std::memory_order_relaxed);
-  stats.expired_writes_reclaimed = expired_writes_reclaimed_.load(std::memory_order_relaxed);
+  counters_.CopyTo(&stats);
   return stats;
 }
 

@@ -58,6 +58,7 @@ struct TableStats {
   LMC_STATS_MEMBERS(LMC_TABLE_STATS)
 };
 std::span<const stats::Row<TableStats>> TableStatRows();
+LMC_STATS_COUNTED(TableCounters, TableStats, LMC_TABLE_STATS);
 
 // FlowStats's figures, each declared once (stats/declare.h).
 #define LMC_FLOW_STATS(X, D) \
