@@ -39,6 +39,8 @@ namespace lmcache::events {
       "Readers woken by new records (the streams' sender and the vLLM-format publisher).")
 
 struct KvEventLogStats {
+  // A log that has recorded nothing numbers its first record 1.
+  KvEventLogStats() { next_seq = 1; }
   LMC_STATS_MEMBERS(LMC_KV_EVENT_LOG_STATS)
   std::uint64_t capacity_bytes = 0;
 };

@@ -273,8 +273,6 @@ void Service::AddOwnStatsSources() {
     if (events::KvEvents* events = state->events(); events != nullptr) {
       s->kv_events.log = events->log().Stats();
       s->kv_events.recorder = events->recorder().Stats();
-    } else {
-      s->kv_events.log.next_seq = 1;  // no record yet: the first would be 1
     }
     s->kv_events.streams = state->kv_streams().Stats();
   });

@@ -16,10 +16,8 @@
 // Start/StopMaintenance belong to the controlling thread.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>

@@ -58,12 +58,11 @@ enum class L2LoadOutcome : std::uint8_t {
   kFailed,   // the tier could not be read (I/O error, timeout); nothing deleted
 };
 
-// The counters every adapter keeps (the list's kCounter members); Fill()
+// The counters every adapter keeps (the list's kCounter members); CopyTo()
 // copies them into a stats value, and the adapter measures the rest.
 LMC_STATS_COUNTED(L2AdapterCounted, L2AdapterStats, LMC_L2_ADAPTER_STATS);
 struct L2Counters : L2AdapterCounted {
   void CountLoad(L2LoadOutcome outcome, std::uint64_t bytes);
-  void Fill(L2AdapterStats* stats) const { CopyTo(stats); }
 };
 
 class L2Adapter {

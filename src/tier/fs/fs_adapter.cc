@@ -417,7 +417,7 @@ L2LoadOutcome FsAdapter::Finish(const L2Read& read, const OpenedObject& object, 
 
 L2AdapterStats FsAdapter::Stats() const {
   L2AdapterStats s;
-  counters_.Fill(&s);
+  counters_.CopyTo(&s);
   s.type = "fs";
   s.description = "fs:" + config_.base_path.string();
   s.io_engine = io_engine();

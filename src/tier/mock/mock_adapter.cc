@@ -112,7 +112,7 @@ bool MockAdapter::CorruptForTest(const store::ObjectKey& key) {
 
 L2AdapterStats MockAdapter::Stats() const {
   L2AdapterStats s;
-  counters_.Fill(&s);
+  counters_.CopyTo(&s);
   s.type = "mock";
   s.description = "mock";
   s.objects = index_.objects();

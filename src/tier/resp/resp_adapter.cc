@@ -555,7 +555,7 @@ L2LoadOutcome RespAdapter::Verify(const Op& op, const L2Read& read,
 
 L2AdapterStats RespAdapter::Stats() const {
   L2AdapterStats s;
-  counters_.Fill(&s);
+  counters_.CopyTo(&s);
   s.type = "resp";
   s.description = description_;
   std::string condition = condition_.current();
