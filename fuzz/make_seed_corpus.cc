@@ -15,6 +15,7 @@
 
 #include "common/clock.h"
 #include "fuzz_input.h"
+#include "protocol/p2p_codec.h"
 #include "protocol/wire_codec.h"
 #include "journal_input.h"
 #include "restart/handover_codec.h"
@@ -133,6 +134,18 @@ int main(int argc, char** argv) {
   Write(frames / "prepare-retrieve-reply",
         protocol::EncodePrepareRetrieveReply({true, prepared.slots}));
   Write(frames / "error", protocol::EncodeErrorMap(Status(ErrorCode::kNotFound, "gone")));
+  // The P2P operations' payloads, in the reference's shapes (p2p-spec 4.2).
+  const std::vector<protocol::P2pKey> p2p_keys = {{std::string(32, 'a'), "m", 16777472, 0, ""},
+                                                  {std::string(32, 'b'), "m", 16777472, 1, "t"}};
+  Write(frames / "p2p-keys", protocol::EncodeP2pKeys(p2p_keys));
+  protocol::P2pLayouts layouts;
+  layouts.by_group = {{0, {{{2, 32, 256, 1024}}, {"bfloat16"}}}, {1, {{{4}}, {"uint8"}}}};
+  Write(frames / "p2p-group-layouts", protocol::EncodeP2pLayouts(layouts));
+  layouts.single = true;
+  layouts.by_group.erase(1);
+  Write(frames / "p2p-single-layout", protocol::EncodeP2pLayouts(layouts));
+  const std::vector<protocol::P2pAddress> addresses = {{4096, 1 << 20}, {-1, 0}};
+  Write(frames / "p2p-addresses", protocol::EncodeP2pAddresses(addresses));
   // L2 objects as the fs and resp adapters write them.
   store::ObjectKey object_key;
   object_key.chunk_hash.fill(0x3c);

@@ -1,5 +1,6 @@
-// libFuzzer target: every decoder of the wire codec (lmcache/messages.h) and
-// the msgpack cursor under it, fed arbitrary bytes. Beyond "no crash, no
+// libFuzzer target: every decoder of the wire codec (lmcache/messages.h), of
+// the P2P operations' payloads (protocol/p2p_codec.h) and the msgpack cursor
+// under them, fed arbitrary bytes. Beyond "no crash, no
 // sanitizer report": a key that decodes re-encodes to a frame that decodes to
 // the same key, and decoders never accept invalid UTF-8 as a string.
 #include <cstddef>
@@ -9,6 +10,7 @@
 
 #include "common/msgpack_cursor.h"
 #include "common/utf8.h"
+#include "protocol/p2p_codec.h"
 #include "protocol/wire_codec.h"
 
 namespace {
@@ -34,6 +36,30 @@ void KeyRoundTrip(std::string_view frame) {
         again->num_kv_readers == expected.num_kv_readers && again->tags == expected.tags);
 }
 
+// The P2P operations' payloads (a peer is untrusted input): what decodes
+// re-encodes to what decodes to the same value.
+void P2pRoundTrips(std::string_view frame) {
+  if (auto keys = protocol::DecodeP2pKeys(frame); keys.ok()) {
+    for (const protocol::P2pKey& key : *keys) {
+      Check(key.chunk_hash.size() == protocol::kChunkHashBytes && IsValidUtf8(key.model_name) &&
+            IsValidUtf8(key.cache_salt) && key.object_group_id >= 0);
+    }
+    auto again = protocol::DecodeP2pKeys(protocol::EncodeP2pKeys(*keys));
+    Check(again.ok() && *again == *keys);
+  }
+  if (auto layouts = protocol::DecodeP2pLayouts(frame); layouts.ok()) {
+    for (const auto& [group, layout] : layouts->by_group) {
+      Check(group >= 0 && layout.shapes.size() == layout.dtypes.size());
+    }
+    auto again = protocol::DecodeP2pLayouts(protocol::EncodeP2pLayouts(*layouts));
+    Check(again.ok() && *again == *layouts);
+  }
+  if (auto addresses = protocol::DecodeP2pAddresses(frame); addresses.ok() && *addresses) {
+    auto again = protocol::DecodeP2pAddresses(protocol::EncodeP2pAddresses(**addresses));
+    Check(again.ok() && *again && **again == **addresses);
+  }
+}
+
 void Walk(std::string_view frame) {
   // The cursor steps over any value within its limits, or stops with an error.
   msgpk::MsgpackCursor in(frame);
@@ -49,6 +75,7 @@ void Walk(std::string_view frame) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view frame(reinterpret_cast<const char*>(data), size);
   KeyRoundTrip(frame);
+  P2pRoundTrips(frame);
   (void)protocol::DecodeEngineContext(frame);
   (void)protocol::DecodeRegistration(frame);
   (void)protocol::DecodePrepareStoreReply(frame);

@@ -8,6 +8,7 @@ std::string Owner::DebugString() const {
     case OwnerKind::kSession: return "session:" + std::to_string(id);
     case OwnerKind::kInternal: return "internal:" + std::to_string(id);
     case OwnerKind::kDevice: return "device:" + std::to_string(id);
+    case OwnerKind::kPeer: return "peer:" + std::to_string(id);
   }
   return "unknown:" + std::to_string(id);
 }

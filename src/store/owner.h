@@ -15,6 +15,9 @@
 //     (the CUDA-IPC path). Kept apart from kInstance on purpose: when the
 //     registration goes, its copies may still be in flight, and their objects
 //     are released only once the copies are done, never with the instance.
+//   * kPeer: one lookup a peer server made (p2p_lookup_and_lock): its read
+//     locks, released by that peer's unlock, by the task's reaper, or when
+//     the peer is dropped, and in any case by the read TTL.
 // A LeaseId names one acquisition (a prepare_retrieve, a lookup, a staged
 // write); 0 is "no lease". Ids are unique for the life of the process.
 // Thread-safety: plain values.
@@ -26,7 +29,13 @@
 
 namespace lmcache::store {
 
-enum class OwnerKind : std::uint8_t { kInstance = 1, kSession = 2, kInternal = 3, kDevice = 4 };
+enum class OwnerKind : std::uint8_t {
+  kInstance = 1,
+  kSession = 2,
+  kInternal = 3,
+  kDevice = 4,
+  kPeer = 5,
+};
 
 struct Owner {
   OwnerKind kind = OwnerKind::kInternal;
@@ -36,9 +45,10 @@ struct Owner {
   static Owner Session(std::uint64_t session) { return {OwnerKind::kSession, session}; }
   static Owner Internal(std::uint64_t id) { return {OwnerKind::kInternal, id}; }
   static Owner Device(std::uint64_t registration) { return {OwnerKind::kDevice, registration}; }
+  static Owner Peer(std::uint64_t task) { return {OwnerKind::kPeer, task}; }
 
   bool operator==(const Owner&) const = default;
-  // "instance:12", "session:7", "internal:1", "device:12".
+  // "instance:12", "session:7", "internal:1", "device:12", "peer:3".
   std::string DebugString() const;
 };
 

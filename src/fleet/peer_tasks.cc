@@ -1,0 +1,178 @@
+#include "fleet/peer_tasks.h"
+
+#include <utility>
+
+namespace lmcache::fleet {
+
+LMC_STATS_ROWS(PeerTaskStatRows, PeerTaskStats, LMC_PEER_TASK_STATS)
+
+PeerTasks::PeerTasks(store::ObjectTable* table, const Clock* clock, PeerTaskConfig config)
+    : table_(table), clock_(clock), config_(config), next_task_id_(config.first_task_id) {}
+
+PeerTasks::~PeerTasks() {
+  MutexLock lock(&mu_);
+  for (auto& [name, peer] : peers_) {
+    while (!peer.tasks.empty()) EndTask(peer, peer.tasks.begin());
+  }
+}
+
+std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const PeerKey> keys) {
+  counters_.lookups.fetch_add(1, std::memory_order_relaxed);
+  counters_.requested_keys.fetch_add(keys.size(), std::memory_order_relaxed);
+  MutexLock lock(&mu_);
+  Peer& peer = peers_[peer_name];
+  Task task;
+  task.id = next_task_id_++;
+  task.created_ms = clock_->NowMs();
+  task.addresses.assign(keys.size(), protocol::P2pAddress{});
+  if (peer.tasks.size() >= config_.max_tasks_per_peer) {
+    counters_.refused_keys.fetch_add(keys.size(), std::memory_order_relaxed);
+  } else {
+    LockKeys(peer, task, keys);
+  }
+  const std::int64_t id = task.id;
+  peer.tasks.push_back(std::move(task));
+  return id;
+}
+
+// One lock per distinct key (a duplicate gets the same address), one lease
+// for the task.
+void PeerTasks::LockKeys(Peer& peer, Task& task, std::span<const PeerKey> keys) {
+  const store::Owner owner = store::Owner::Peer(next_serial_++);
+  std::unordered_map<store::ObjectKey, std::size_t, store::ObjectKeyHash> first_position;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const store::ObjectKey& key = keys[i].key;
+    if (auto [it, fresh] = first_position.emplace(key, i); !fresh) {
+      task.addresses[i] = task.addresses[it->second];
+      continue;
+    }
+    store::ReadRequest request;
+    request.keys = std::span(&key, 1);
+    request.owner = owner;
+    request.extend = task.lease;
+    Result<store::ReadAcquisition> read = table_->AcquireRead(request);
+    if (!read.ok() || read->granted == 0) continue;  // not resident (or not readable)
+    task.lease = read->lease;
+    const store::ReadGrant& grant = read->grants[0];
+    const bool wrong_size = keys[i].expected_bytes != 0 && grant.size != keys[i].expected_bytes;
+    const bool over_bound = peer.locked_bytes + grant.size > config_.max_locked_bytes_per_peer;
+    if (wrong_size || over_bound) {
+      table_->ReleaseRead(task.lease, request.keys, 1);
+      (wrong_size ? counters_.size_mismatches : counters_.refused_keys)
+          .fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
+    task.locked.emplace(key, grant.size);
+    task.locked_bytes += grant.size;
+    peer.locked_bytes += grant.size;
+    task.addresses[i] = {static_cast<std::int64_t>(grant.offset),
+                         static_cast<std::int64_t>(grant.size)};
+    counters_.hit_keys.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+std::optional<std::vector<protocol::P2pAddress>> PeerTasks::Results(const std::string& peer_name,
+                                                                    std::int64_t id) {
+  MutexLock lock(&mu_);
+  auto peer = peers_.find(peer_name);
+  if (peer != peers_.end()) {
+    for (auto task = peer->second.tasks.begin(); task != peer->second.tasks.end(); ++task) {
+      if (task->id != id || task->queried) continue;
+      task->queried = true;
+      std::vector<protocol::P2pAddress> addresses = std::move(task->addresses);
+      task->addresses = {};
+      if (task->locked.empty()) EndTask(peer->second, task);
+      return addresses;
+    }
+  }
+  counters_.unknown_queries.fetch_add(1, std::memory_order_relaxed);
+  return std::nullopt;
+}
+
+std::size_t PeerTasks::Unlock(const std::string& peer_name,
+                              std::span<const store::ObjectKey> keys) {
+  MutexLock lock(&mu_);
+  auto peer = peers_.find(peer_name);
+  std::size_t released = 0;
+  for (const store::ObjectKey& key : keys) {
+    bool found = false;
+    if (peer != peers_.end()) {
+      auto& tasks = peer->second.tasks;
+      for (auto task = tasks.begin(); task != tasks.end(); ++task) {
+        auto held = task->locked.find(key);
+        if (held == task->locked.end()) continue;
+        table_->ReleaseRead(task->lease, std::span(&key, 1), 1);
+        task->locked_bytes -= held->second;
+        peer->second.locked_bytes -= held->second;
+        task->locked.erase(held);
+        if (task->locked.empty() && task->queried) EndTask(peer->second, task);
+        found = true;
+        released += 1;
+        break;
+      }
+    }
+    if (!found) counters_.stale_unlocks.fetch_add(1, std::memory_order_relaxed);
+  }
+  counters_.unlocked.fetch_add(released, std::memory_order_relaxed);
+  return released;
+}
+
+std::size_t PeerTasks::DropPeer(const std::string& peer_name) {
+  MutexLock lock(&mu_);
+  auto peer = peers_.find(peer_name);
+  if (peer == peers_.end()) return 0;
+  const std::size_t ended = peer->second.tasks.size();
+  while (!peer->second.tasks.empty()) EndTask(peer->second, peer->second.tasks.begin());
+  peers_.erase(peer);
+  return ended;
+}
+
+std::size_t PeerTasks::Reap() {
+  const TimeMs now = clock_->NowMs();
+  MutexLock lock(&mu_);
+  std::size_t ended = 0;
+  for (auto peer = peers_.begin(); peer != peers_.end();) {
+    ended += EndTasksIf(peer->second, now);
+    peer = peer->second.tasks.empty() ? peers_.erase(peer) : std::next(peer);
+  }
+  return ended;
+}
+
+// Unqueried past the query timeout (reaped), or anything past the read TTL
+// (the store ended its lease already).
+std::size_t PeerTasks::EndTasksIf(Peer& peer, TimeMs now) {
+  std::size_t ended = 0;
+  for (std::size_t i = 0; i < peer.tasks.size();) {
+    const Task& task = peer.tasks[i];
+    const bool unqueried = !task.queried && now >= task.created_ms + config_.query_timeout_ms;
+    const bool expired = now >= task.created_ms + config_.read_ttl_ms;
+    if (!unqueried && !expired) {
+      ++i;
+      continue;
+    }
+    if (unqueried) counters_.reaped_tasks.fetch_add(1, std::memory_order_relaxed);
+    EndTask(peer, peer.tasks.begin() + static_cast<std::ptrdiff_t>(i));  // the next moves to i
+    ended += 1;
+  }
+  return ended;
+}
+
+void PeerTasks::EndTask(Peer& peer, std::deque<Task>::iterator task) {
+  if (task->lease != store::kNoLease) table_->ReleaseRead(task->lease);
+  peer.locked_bytes -= task->locked_bytes;
+  peer.tasks.erase(task);
+}
+
+PeerTaskStats PeerTasks::Stats() const {
+  PeerTaskStats stats;
+  counters_.CopyTo(&stats);
+  MutexLock lock(&mu_);
+  for (const auto& [name, peer] : peers_) {
+    stats.tasks += peer.tasks.size();
+    stats.locked_bytes += peer.locked_bytes;
+    for (const Task& task : peer.tasks) stats.locked_objects += task.locked.size();
+  }
+  return stats;
+}
+
+}  // namespace lmcache::fleet

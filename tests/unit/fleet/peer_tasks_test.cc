@@ -1,0 +1,191 @@
+// PeerTasks, the owner side of the peers' lookups (p2p-spec.md 5.1-5.4):
+// addresses once and in request order, locks owned by (peer, task) so no
+// other peer and no duplicate unlock can release them, a size other than the
+// layout's is a miss, unqueried tasks are reaped with their locks, and each
+// peer is bounded. A real ObjectTable over heap memory.
+#include "fleet/peer_tasks.h"
+
+#include <gtest/gtest.h>
+
+#include "fakes/fake_clock.h"
+#include "fakes/keys.h"
+#include "fakes/l1_table.h"
+
+namespace lmcache::fleet {
+namespace {
+
+using testing::KeyN;
+
+constexpr std::size_t kObject = 4096;
+
+class PeerTasksTest : public ::testing::Test {
+ protected:
+  PeerTasksTest() : l1_(64 << 20) {}
+
+  std::unique_ptr<PeerTasks> Make(PeerTaskConfig config = {}) {
+    return std::make_unique<PeerTasks>(&l1_.table(), &clock_, config);
+  }
+  static std::vector<PeerKey> Ask(std::initializer_list<store::ObjectKey> keys,
+                                  std::uint64_t expected = kObject) {
+    std::vector<PeerKey> asked;
+    for (const auto& key : keys) asked.push_back({key, expected});
+    return asked;
+  }
+  protocol::P2pAddress AddressOf(const store::ObjectKey& key) {
+    const auto info = l1_.table().Find(key);
+    return {static_cast<std::int64_t>(info->offset), static_cast<std::int64_t>(info->size)};
+  }
+
+  testing::L1Table l1_;
+  testing::FakeClock clock_;
+};
+
+TEST_F(PeerTasksTest, AnswersEachKeysAddressOnceInRequestOrderAndLocksEachKeyOnce) {
+  l1_.Store(KeyN(1), kObject, 1);
+  l1_.Store(KeyN(3), kObject, 3);
+  auto tasks = Make();
+  const std::int64_t task = tasks->Lookup("a", Ask({KeyN(1), KeyN(2), KeyN(3), KeyN(1)}));
+  EXPECT_EQ(l1_.Locks(KeyN(1)), 1u);  // a duplicate is one lock, one address
+  EXPECT_EQ(l1_.Locks(KeyN(3)), 1u);
+  auto addresses = tasks->Results("a", task);
+  ASSERT_TRUE(addresses.has_value());
+  ASSERT_EQ(addresses->size(), 4u);
+  EXPECT_EQ((*addresses)[0], AddressOf(KeyN(1)));
+  EXPECT_EQ((*addresses)[1], (protocol::P2pAddress{-1, 0}));
+  EXPECT_EQ((*addresses)[2], AddressOf(KeyN(3)));
+  EXPECT_EQ((*addresses)[3], AddressOf(KeyN(1)));
+  EXPECT_FALSE(tasks->Results("a", task).has_value());  // exactly once
+  EXPECT_EQ(tasks->Unlock("a", std::vector{KeyN(1), KeyN(3)}), 2u);
+  l1_.ExpectBalanced();
+  const PeerTaskStats stats = tasks->Stats();
+  EXPECT_EQ(stats.lookups, 1u);
+  EXPECT_EQ(stats.requested_keys, 4u);
+  EXPECT_EQ(stats.hit_keys, 2u);
+  EXPECT_EQ(stats.unknown_queries, 1u);
+  EXPECT_EQ(stats.tasks, 0u);
+}
+
+TEST_F(PeerTasksTest, AnotherPeerCanNeitherQueryNorUnlockATask) {
+  l1_.Store(KeyN(1), kObject, 1);
+  auto tasks = Make();
+  const std::int64_t task = tasks->Lookup("a", Ask({KeyN(1)}));
+  EXPECT_FALSE(tasks->Results("b", task).has_value());
+  EXPECT_EQ(tasks->Unlock("b", std::vector{KeyN(1)}), 0u);
+  EXPECT_EQ(l1_.Locks(KeyN(1)), 1u);
+  EXPECT_TRUE(tasks->Results("a", task).has_value());
+  EXPECT_EQ(tasks->Stats().stale_unlocks, 1u);
+}
+
+TEST_F(PeerTasksTest, AnUnlockReleasesOnlyThePeersOwnLockAndADuplicateReleasesNothing) {
+  l1_.Store(KeyN(1), kObject, 1);
+  const store::ObjectKey key = KeyN(1);
+  store::ReadRequest local;
+  local.keys = std::span(&key, 1);
+  local.owner = store::Owner::Session(9);
+  auto reader = l1_.table().AcquireRead(local);  // a local retrieve holds it too
+  ASSERT_TRUE(reader.ok() && reader->granted == 1);
+  auto tasks = Make();
+  const std::int64_t task = tasks->Lookup("a", Ask({key}));
+  ASSERT_TRUE(tasks->Results("a", task).has_value());
+  EXPECT_EQ(l1_.Locks(key), 2u);
+  EXPECT_EQ(tasks->Unlock("a", std::vector{key, key}), 1u);
+  EXPECT_EQ(tasks->Unlock("a", std::vector{key}), 0u);  // late
+  EXPECT_EQ(l1_.Locks(key), 1u);  // the local reader's
+  EXPECT_EQ(tasks->Stats().stale_unlocks, 2u);
+  l1_.table().ReleaseRead(reader->lease);
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PeerTasksTest, AnObjectOfAnotherSizeThanTheLayoutsIsAMissAndKeepsNoLock) {
+  l1_.Store(KeyN(1), kObject, 1);
+  auto tasks = Make();
+  const std::int64_t task = tasks->Lookup("a", Ask({KeyN(1)}, 2 * kObject));
+  auto addresses = tasks->Results("a", task);
+  ASSERT_TRUE(addresses.has_value());
+  EXPECT_FALSE((*addresses)[0].valid());
+  EXPECT_EQ(tasks->Stats().size_mismatches, 1u);
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PeerTasksTest, ATaskNeverQueriedIsReapedWithItsLocks) {
+  l1_.Store(KeyN(1), kObject, 1);
+  PeerTaskConfig config;
+  config.query_timeout_ms = 1000;
+  auto tasks = Make(config);
+  const std::int64_t task = tasks->Lookup("a", Ask({KeyN(1)}));
+  clock_.Advance(999);
+  EXPECT_EQ(tasks->Reap(), 0u);
+  EXPECT_EQ(l1_.Locks(KeyN(1)), 1u);
+  clock_.Advance(1);
+  EXPECT_EQ(tasks->Reap(), 1u);
+  l1_.ExpectBalanced();
+  EXPECT_FALSE(tasks->Results("a", task).has_value());
+  EXPECT_EQ(tasks->Stats().reaped_tasks, 1u);
+}
+
+TEST_F(PeerTasksTest, AQueriedTaskIsForgottenAtTheReadTtlAndItsLeaseEnded) {
+  l1_.Store(KeyN(1), kObject, 1);
+  PeerTaskConfig config;
+  config.query_timeout_ms = 1000;
+  config.read_ttl_ms = 5000;
+  auto tasks = Make(config);
+  const std::int64_t task = tasks->Lookup("a", Ask({KeyN(1)}));
+  ASSERT_TRUE(tasks->Results("a", task).has_value());
+  clock_.Advance(4999);
+  EXPECT_EQ(tasks->Reap(), 0u);  // queried: not reaped at the query timeout
+  clock_.Advance(1);
+  EXPECT_EQ(tasks->Reap(), 1u);
+  l1_.ExpectBalanced();
+  EXPECT_EQ(tasks->Stats().reaped_tasks, 0u);
+}
+
+TEST_F(PeerTasksTest, APeerPastItsBoundsGetsMissesAndOthersAreNotAffected) {
+  l1_.Store(KeyN(1), kObject, 1);
+  l1_.Store(KeyN(2), kObject, 2);
+  PeerTaskConfig config;
+  config.max_tasks_per_peer = 1;
+  config.max_locked_bytes_per_peer = kObject;
+  auto tasks = Make(config);
+  const std::int64_t first = tasks->Lookup("a", Ask({KeyN(1), KeyN(2)}));
+  const std::int64_t second = tasks->Lookup("a", Ask({KeyN(1)}));
+  const std::int64_t other = tasks->Lookup("b", Ask({KeyN(2)}));
+  auto a1 = tasks->Results("a", first);
+  auto a2 = tasks->Results("a", second);
+  auto b = tasks->Results("b", other);
+  ASSERT_TRUE(a1 && a2 && b);
+  EXPECT_TRUE((*a1)[0].valid());
+  EXPECT_FALSE((*a1)[1].valid());  // past a's bytes
+  EXPECT_FALSE((*a2)[0].valid());  // past a's tasks
+  EXPECT_TRUE((*b)[0].valid());
+  EXPECT_EQ(tasks->Stats().refused_keys, 2u);
+  EXPECT_EQ(tasks->Stats().locked_bytes, 2 * kObject);
+}
+
+TEST_F(PeerTasksTest, DroppingAPeerOrDestroyingTheTableOfTasksReleasesEverything) {
+  l1_.Store(KeyN(1), kObject, 1);
+  l1_.Store(KeyN(2), kObject, 2);
+  {
+    auto tasks = Make();
+    tasks->Lookup("a", Ask({KeyN(1)}));
+    const std::int64_t b = tasks->Lookup("b", Ask({KeyN(1), KeyN(2)}));
+    ASSERT_TRUE(tasks->Results("b", b).has_value());
+    EXPECT_EQ(tasks->DropPeer("a"), 1u);
+    EXPECT_EQ(l1_.Locks(KeyN(1)), 1u);  // b's
+    EXPECT_EQ(tasks->Stats().locked_objects, 2u);
+  }
+  l1_.ExpectBalanced();
+}
+
+TEST_F(PeerTasksTest, TaskIdsStartAtTheConfiguredBaseAndNeverRepeat) {
+  PeerTaskConfig config;
+  config.first_task_id = 1'000'000;
+  auto tasks = Make(config);
+  EXPECT_EQ(tasks->Lookup("a", {}), 1'000'000);
+  EXPECT_EQ(tasks->Lookup("b", {}), 1'000'001);
+  auto empty = tasks->Results("a", 1'000'000);
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_TRUE(empty->empty());
+}
+
+}  // namespace
+}  // namespace lmcache::fleet
