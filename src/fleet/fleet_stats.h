@@ -28,6 +28,10 @@ namespace lmcache::fleet {
   X(size_mismatches, "size_mismatches", std::uint64_t, kCounter, "keys", \
       "p2p_served_size_mismatches_total", "Keys held here in another size than the peer's " \
       "layout says: answered as misses.") \
+  X(unservable_keys, "unservable_keys", std::uint64_t, kCounter, "keys", \
+      "p2p_served_unservable_keys_total", "Keys no object could match: refused by the " \
+      "store's key rules, in a group the lookup gave no usable layout for, or in a lookup " \
+      "whose groups had different numbers of keys (the reference's rule): misses.") \
   X(refused_keys, "refused_keys", std::uint64_t, kCounter, "keys", \
       "p2p_served_refused_keys_total", "Keys answered as misses because their peer was at its " \
       "bound of tasks or locked bytes.") \

@@ -42,6 +42,10 @@ void PeerTasks::LockKeys(Peer& peer, Task& task, std::span<const PeerKey> keys) 
   std::unordered_map<store::ObjectKey, std::size_t, store::ObjectKeyHash> first_position;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const store::ObjectKey& key = keys[i].key;
+    if (keys[i].expected_bytes == kUnservable) {
+      counters_.unservable_keys.fetch_add(1, std::memory_order_relaxed);
+      continue;
+    }
     if (auto [it, fresh] = first_position.emplace(key, i); !fresh) {
       task.addresses[i] = task.addresses[it->second];
       continue;

@@ -50,7 +50,9 @@ struct PeerTaskConfig {
 };
 
 // One key a peer asks for, and the bytes its layout says the object has (0:
-// not checked).
+// not checked; kUnservable: no object can match, the key is a miss and the
+// table is not asked).
+inline constexpr std::uint64_t kUnservable = ~std::uint64_t{0};
 struct PeerKey {
   store::ObjectKey key;
   std::uint64_t expected_bytes = 0;

@@ -154,8 +154,8 @@ void AdminOps::AddUnsupported(OpTable* table) {
     };
   };
   const std::string scope =
-      " is not supported by lmcache-server (CacheBlend, p2p, QStore and per-chunk store events "
-      "are out of scope)";
+      " is not supported by lmcache-server (CacheBlend, QStore and per-chunk store events are "
+      "out of scope)";
   const std::size_t kMax = 24u << 20;
   const OpSpec rows[] = {
       {Op::kRegisterQCache, "register_q_cache", true, P::kInline, 0, 16, 4u << 20, F::kNil},
@@ -166,10 +166,6 @@ void AdminOps::AddUnsupported(OpTable* table) {
       {Op::kCbRetrievePreComputed, "cb_retrieve_pre_computed", true, P::kInline, 0, 16, kMax,
        F::kEventFailure},
       {Op::kCbUnifiedLookup, "cb_unified_lookup", true, P::kInline, 0, 16, kMax, F::kNil},
-      {Op::kP2pLookupAndLock, "p2p_lookup_and_lock", true, P::kInline, 0, 16, kMax, F::kZero},
-      {Op::kP2pQueryLookupResults, "p2p_query_lookup_results", true, P::kInline, 0, 16, 1u << 20,
-       F::kNil},
-      {Op::kP2pUnlockObjects, "p2p_unlock_objects", true, P::kInline, 0, 16, kMax, F::kNil},
       {Op::kCbProtocolHandshake, "cb_protocol_handshake", true, P::kInline, 0, 16, 1u << 20,
        F::kZeroFalse},
       // Sent by name by newer reference clients (the frozen table ends at 34).

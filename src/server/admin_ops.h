@@ -2,7 +2,7 @@
 // get_experimental, report_block_allocation; ours: server_info, stats) and
 // KV events: poll_kv_events, and the subscribe_kv_events stream; and the
 // rows of the operations this server answers "not supported" (QStore,
-// CacheBlend, p2p, per-chunk store events).
+// CacheBlend, per-chunk store events).
 //
 // Thread-safety: the handlers may run on any threads at once.
 #pragma once

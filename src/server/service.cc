@@ -66,6 +66,7 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
       modes_(MakeModes(&state_, config.transfer_mode)),
       lookup_ops_(LookupDeps(&state_)),
       admin_ops_(AdminDeps(&state_), [this] { return EncodeStatsMsgpack(Snapshot()); }, Features(modes_)),
+      p2p_ops_(&state_.peer_tasks()),
       started_(std::chrono::steady_clock::now()),
       // A quarter of the reap timeout (as the reference), at most 5 s so sessions expire promptly.
       maintenance_("maintenance",
@@ -82,6 +83,7 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
   }
   lookup_ops_.AddTo(&table_);
   admin_ops_.AddTo(&table_);
+  p2p_ops_.AddTo(&table_);
   AdminOps::AddUnsupported(&table_);
   row_stats_ = std::make_unique<RowStats[]>(table_.rows().size());
   AddOwnStatsSources();
@@ -224,6 +226,10 @@ void Service::RunMaintenance() {
   }
   if (const std::size_t expired = state_.sessions().ExpireIdle(); expired > 0) {
     spdlog::debug("expired {} idle sessions", expired);
+  }
+  if (const std::size_t ended = state_.peer_tasks().Reap(); ended > 0) {
+    spdlog::debug("ended {} peers' lookups (unqueried past --p2p-lookup-timeout, or past the "
+                  "read TTL)", ended);
   }
 }
 

@@ -32,6 +32,7 @@
 #include "server/admin_ops.h"
 #include "server/lookup_ops.h"
 #include "server/op_table.h"
+#include "server/p2p_ops.h"
 #include "server/request.h"
 #include "server/service_state.h"
 #include "server/server_status.h"
@@ -124,6 +125,7 @@ class Service final : public RequestHandler {
   std::vector<std::unique_ptr<TransferMode>> modes_;  // before the table's handlers use them
   LookupOps lookup_ops_;
   AdminOps admin_ops_;
+  P2pOps p2p_ops_;
   OpTable table_;
   std::unique_ptr<RowStats[]> row_stats_;
   const std::chrono::steady_clock::time_point started_;

@@ -42,6 +42,9 @@ struct ServiceConfig {
   std::string transfer_mode = "auto";
   std::string gpu_backend = "cuda";          // --gpu-backend
   std::int64_t gpu_event_timeout_ms = 10'000;  // --gpu-event-timeout-ms
+  // A peer's lookup it never queried within this is reaped with its locks
+  // (--p2p-lookup-timeout, the reference's name and default).
+  TimeMs p2p_lookup_timeout_ms = 30'000;
 };
 
 }  // namespace lmcache::server

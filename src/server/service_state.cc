@@ -24,6 +24,21 @@ std::string NewBootId() {
   return id;
 }
 
+namespace {
+
+fleet::PeerTaskConfig PeerTaskConfigOf(const ServiceConfig& config,
+                                       const store::ObjectTable& table) {
+  fleet::PeerTaskConfig peers;
+  peers.query_timeout_ms = config.p2p_lookup_timeout_ms;
+  peers.read_ttl_ms = table.config().read_ttl_ms;
+  // Drawn per boot: a task id a peer holds across this server's restart
+  // names no task of the new one (the reference counts from 0 every time).
+  peers.first_task_id = static_cast<std::int64_t>(std::random_device{}() & 0x3fffffff) << 16;
+  return peers;
+}
+
+}  // namespace
+
 ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
                            tier::Prefetcher* prefetcher, events::KvEvents* events)
     : l1_(l1),
@@ -38,7 +53,8 @@ ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const Service
       parked_(ParkedRequests::Create(clock, config.parked)),
       hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes),
       instance_rules_(&instances_, l1, &hasher_, config_.chunk_size, token_bindings()),
-      kv_streams_(events) {}
+      kv_streams_(events),
+      peer_tasks_(&l1->table(), clock, PeerTaskConfigOf(config, l1->table())) {}
 
 ServiceState::~ServiceState() {
   parked_->Drain();

@@ -33,6 +33,7 @@
 #include "worker/session.h"
 #include "store/l1_cache.h"
 #include "server/parked_requests.h"
+#include "fleet/peer_tasks.h"
 #include "tier/prefetcher.h"
 
 namespace lmcache::server {
@@ -67,6 +68,8 @@ class ServiceState {
   ServiceCounters& counters() { return counters_; }
   worker::InstanceRules& instance_rules() { return instance_rules_; }
   worker::LookupLeases& leases() { return leases_; }
+  // The peers' lookups on this server's L1 (p2p_lookup_and_lock).
+  fleet::PeerTasks& peer_tasks() { return peer_tasks_; }
 
  private:
   store::L1Cache* const l1_;
@@ -85,6 +88,7 @@ class ServiceState {
   worker::ChunkHasher hasher_;
   worker::InstanceRules instance_rules_;
   KvEventStreams kv_streams_;
+  fleet::PeerTasks peer_tasks_;
 };
 
 // A fresh random id (32 hex digits) naming one server start.

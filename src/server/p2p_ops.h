@@ -1,0 +1,49 @@
+// P2pOps: the owner side of the reference's cross-node operations
+// (p2p-spec.md sections 4 and 5): p2p_lookup_and_lock (29),
+// p2p_query_lookup_results (30) and p2p_unlock_objects (31), over
+// fleet::PeerTasks.
+//
+// A lookup's keys are checked against its layouts before anything is
+// locked: each key's object size is what its group's MemoryLayoutDesc says
+// (an older peer's single layout_desc covers every key). Where the reference
+// fails (groups with different numbers of keys: every key a miss; a group
+// missing from group_layout_descs: no reply at all, so its requester waits
+// out its deadline) every key of the lookup, or of that group, is a miss
+// and the peer still gets its task id. A key the store would refuse (a
+// model name with '@', a salt too long) is a miss too. Malformed frames are
+// refused with the operation's declared failure value.
+//
+// The peer is the connection the request came on (until peers prove the
+// fleet key in a handshake and are named by it).
+//
+// Thread-safety: the handlers may run on any threads at once (PeerTasks
+// serialises its table).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "fleet/peer_tasks.h"
+#include "protocol/p2p_codec.h"
+#include "server/op_table.h"
+
+namespace lmcache::server {
+
+class P2pOps {
+ public:
+  explicit P2pOps(fleet::PeerTasks* tasks) : tasks_(tasks) {}
+  // Adds the three rows (replacing nothing: AdminOps no longer adds them).
+  void AddTo(OpTable* table);
+
+  // The keys PeerTasks gets for `keys` expected in `layouts`: the store's
+  // key, and the object size the layout implies (fleet::kUnservable where
+  // the key cannot be served: see above).
+  static std::vector<fleet::PeerKey> PeerKeys(const std::vector<protocol::P2pKey>& keys,
+                                              const protocol::P2pLayouts& layouts);
+
+ private:
+  fleet::PeerTasks* const tasks_;
+};
+
+}  // namespace lmcache::server

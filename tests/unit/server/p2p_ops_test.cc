@@ -1,0 +1,153 @@
+// The owner side's operations through the real Service (p2p-spec.md 4-5):
+// a peer's lookup locks what is resident in the size its layout says, its
+// results come once and only to that peer, in request order, pointing at
+// the object's bytes in this server's pool; its unlock releases its locks.
+// Frames are made by protocol/p2p_codec, whose output p2p_codec_test checks
+// byte for byte against the reference's shapes.
+#include "server/p2p_ops.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "fakes/service_harness.h"
+#include "protocol/p2p_codec.h"
+
+namespace lmcache::server {
+namespace {
+
+using protocol::P2pAddress;
+using protocol::P2pKey;
+
+// One object of the layout below: 2 x 4 x 16 x 8 bfloat16 = 2048 bytes.
+const protocol::P2pLayout kLayout{{{2, 4, 16, 8}}, {"bfloat16"}};
+constexpr std::uint64_t kObjectBytes = 2048;
+constexpr std::int64_t kRank0 = (1 << 24) | (1 << 8);  // world size 1, rank 0
+
+P2pKey PeerKey(char fill, std::int64_t group = 0) {
+  return P2pKey{std::string(32, fill), "llama", kRank0, group, ""};
+}
+
+store::ObjectKey StoreKeyOf(const P2pKey& key) {
+  store::ObjectKey out;
+  std::memcpy(out.chunk_hash.data(), key.chunk_hash.data(), 32);
+  out.model_name = key.model_name;
+  out.kv_rank = key.kv_rank;
+  out.object_group_id = static_cast<std::int32_t>(key.object_group_id);
+  return out;
+}
+
+std::string Layouts(std::initializer_list<std::int64_t> groups) {
+  protocol::P2pLayouts layouts;
+  for (std::int64_t group : groups) layouts.by_group[group] = kLayout;
+  return protocol::EncodeP2pLayouts(layouts);
+}
+
+class P2pOpsTest : public ::testing::Test {
+ protected:
+  // Stores `key` with bytes all `fill`, as a worker's write.
+  void Store(const P2pKey& key, std::uint64_t bytes = kObjectBytes) {
+    const store::ObjectKey k = StoreKeyOf(key);
+    auto lease = h_.l1().table().ReserveWrite(std::span(&k, 1), bytes, store::Owner::Instance(1),
+                                              store::AllocationMode::kAllOrNothing);
+    ASSERT_TRUE(lease.ok() && lease->reserved == 1);
+    std::memset(h_.pool() + lease->offsets[0], key.chunk_hash[0], bytes);
+    ASSERT_EQ(h_.l1().table().FinishWrite(lease->lease).admitted, 1u);
+  }
+  std::int64_t Lookup(std::string_view peer, const std::vector<P2pKey>& keys,
+                      const std::string& layouts) {
+    Reply reply = h_.CallAs(peer, "p2p_lookup_and_lock", {protocol::EncodeP2pKeys(keys), layouts});
+    EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
+    return *protocol::DecodeInt(reply.value, "task id");
+  }
+  std::optional<std::vector<P2pAddress>> Results(std::string_view peer, std::int64_t task) {
+    Reply reply = h_.CallAs(peer, "p2p_query_lookup_results", {testing::IntFrame(task)});
+    EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
+    return *protocol::DecodeP2pAddresses(reply.value);
+  }
+  Reply Unlock(std::string_view peer, const std::vector<P2pKey>& keys) {
+    return h_.CallAs(peer, "p2p_unlock_objects", {protocol::EncodeP2pKeys(keys)});
+  }
+  std::uint32_t Locks(const P2pKey& key) {
+    const auto info = h_.l1().table().Find(StoreKeyOf(key));
+    return info ? info->read_locks : 0;
+  }
+
+  testing::ServiceHarness h_;
+};
+
+TEST_F(P2pOpsTest, APeerLooksUpQueriesOnceReadsThePoolAndUnlocks) {
+  Store(PeerKey('a'));
+  const std::int64_t task = Lookup("peer-a", {PeerKey('a'), PeerKey('b')}, Layouts({0}));
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  EXPECT_FALSE(Results("peer-b", task).has_value());  // another peer's task
+  auto addresses = Results("peer-a", task);
+  ASSERT_TRUE(addresses.has_value());
+  ASSERT_EQ(addresses->size(), 2u);
+  const P2pAddress hit = (*addresses)[0];
+  ASSERT_TRUE(hit.valid());
+  EXPECT_EQ(hit.size, static_cast<std::int64_t>(kObjectBytes));
+  for (std::int64_t i = 0; i < hit.size; ++i) {
+    ASSERT_EQ(static_cast<char>(h_.pool()[hit.offset + i]), 'a') << i;
+  }
+  EXPECT_EQ((*addresses)[1], (P2pAddress{-1, 0}));
+  EXPECT_FALSE(Results("peer-a", task).has_value());  // exactly once
+  Reply unlocked = Unlock("peer-a", {PeerKey('a'), PeerKey('a')});
+  ASSERT_TRUE(unlocked.status.ok());
+  EXPECT_EQ(unlocked.value, msgpk::Encoder().Nil().Take());
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+}
+
+TEST_F(P2pOpsTest, AnOlderPeersSingleLayoutDescCoversEveryKey) {
+  Store(PeerKey('a'));
+  protocol::P2pLayouts single;
+  single.single = true;
+  single.by_group[0] = kLayout;
+  const std::int64_t task = Lookup("peer-a", {PeerKey('a')}, protocol::EncodeP2pLayouts(single));
+  auto addresses = Results("peer-a", task);
+  ASSERT_TRUE(addresses.has_value());
+  EXPECT_TRUE((*addresses)[0].valid());
+  ASSERT_TRUE(Unlock("peer-a", {PeerKey('a')}).status.ok());
+}
+
+TEST_F(P2pOpsTest, AnObjectOfAnotherSizeUnevenGroupsOrAMissingLayoutAreMissesNotErrors) {
+  Store(PeerKey('a'), kObjectBytes * 2);  // stored in another layout
+  Store(PeerKey('c'));
+  Store(PeerKey('d', 1));
+  const std::int64_t wrong_size = Lookup("p", {PeerKey('a')}, Layouts({0}));
+  // Group 0 has one key and group 1 two: the reference's rule makes every key a miss.
+  const std::int64_t uneven =
+      Lookup("p", {PeerKey('c'), PeerKey('d', 1), PeerKey('e', 1)}, Layouts({0, 1}));
+  const std::int64_t no_layout = Lookup("p", {PeerKey('d', 1)}, Layouts({0}));
+  for (const std::int64_t task : {wrong_size, uneven, no_layout}) {
+    auto addresses = Results("p", task);
+    ASSERT_TRUE(addresses.has_value());
+    for (const P2pAddress& address : *addresses) EXPECT_FALSE(address.valid()) << task;
+  }
+  EXPECT_EQ(Locks(PeerKey('a')) + Locks(PeerKey('c')) + Locks(PeerKey('d', 1)), 0u);
+}
+
+TEST_F(P2pOpsTest, MalformedFramesAreRefusedWithTheDeclaredFailureValues) {
+  Reply lookup = h_.CallAs("p", "p2p_lookup_and_lock", {"\xc1", Layouts({0})});
+  EXPECT_FALSE(lookup.status.ok());
+  EXPECT_EQ(lookup.value, msgpk::Encoder().Int(0).Take());  // the declared int
+  Reply query = h_.CallAs("p", "p2p_query_lookup_results", {testing::StrFrame("x")});
+  EXPECT_FALSE(query.status.ok());
+  EXPECT_EQ(query.value, msgpk::Encoder().Nil().Take());
+  Reply unlock = h_.CallAs("p", "p2p_unlock_objects", {"\x91\xc0"});
+  EXPECT_FALSE(unlock.status.ok());
+  EXPECT_EQ(unlock.value, msgpk::Encoder().Nil().Take());
+}
+
+TEST_F(P2pOpsTest, ATaskNeverQueriedIsReapedByTheMaintenancePass) {
+  Store(PeerKey('a'));
+  const std::int64_t task = Lookup("p", {PeerKey('a')}, Layouts({0}));
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  h_.clock().Advance(30'000);  // --p2p-lookup-timeout's default
+  h_.service().RunMaintenance();
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  EXPECT_FALSE(Results("p", task).has_value());
+}
+
+}  // namespace
+}  // namespace lmcache::server
