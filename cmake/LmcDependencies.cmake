@@ -1,11 +1,14 @@
 # All third-party dependencies, from Debian 12 packages, found by CMake.
-#   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev
+#   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev libssl-dev
 #   libgtest-dev libbenchmark-dev   (tools/dev.sh installs them)
 find_package(Threads REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(cppzmq REQUIRED)
 find_package(nlohmann_json REQUIRED)  # nlohmann-json3-dev: --l2-adapter JSON, HTTP replies
+# libssl-dev: HMAC-SHA256 (libcrypto) derives the fleet's CURVE keys from
+# --p2p-auth-key-file (fleet/fleet_key.h).
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 # libcpp-httplib-dev: the HTTP endpoint. Debian ships it compiled (a shared
 # library with its OpenSSL/zlib/brotli options), found through pkg-config.
 find_package(PkgConfig REQUIRED)

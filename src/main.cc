@@ -30,6 +30,7 @@
 #include "daemon/config.h"
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
+#include "fleet/fleet_key.h"
 #include "restart/open_pool.h"
 #include "restart/takeover.h"
 #include "server/service.h"
@@ -289,6 +290,13 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
       s.http ? " | http://" + config.http_host + ":" + std::to_string(s.http->port()) : "",
       config.l1.shm_name, config.l1.size_bytes, restart::PoolOriginName(s.pool.origin),
       config.chunk_size, s.service->boot_id(), getpid());
+  if (config.p2p.enabled()) {
+    // The fleet endpoint is the last one bound (RouterLoop binds it after --url).
+    spdlog::info("P2P on: fleet endpoint {} advertised as {} | fleet key {} (fingerprint){}",
+                 s.loop->endpoints().back(), config.p2p.advertise_url,
+                 config.p2p.key->fingerprint(),
+                 config.p2p.allow_unauthenticated ? " | unauthenticated peers served" : "");
+  }
   return Status::Ok();
 }
 

@@ -259,6 +259,7 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "/healthcheck answers 503 until this fraction of the pool is pre-faulted "
                  "(requests are served before either way); 0 = ready at once")
       ->capture_default_str();
+  AddP2pFlags(app, &c->p2p);
 }
 
 namespace {
@@ -553,6 +554,7 @@ std::vector<NamedEndpoint> EndpointsOf(const ServerConfig& c) {
   if (!c.restart.socket_path.empty()) {
     out.push_back({"--takeover-socket", "unix:" + c.restart.socket_path});
   }
+  if (c.p2p.enabled()) out.push_back({"--p2p-listen-url", c.p2p.fleet_endpoint});
   return out;
 }
 
@@ -590,6 +592,7 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   LMC_RETURN_IF_ERROR(FinalizeTransport(c));
   LMC_RETURN_IF_ERROR(FinalizeL2(c));
   LMC_RETURN_IF_ERROR(FinalizeKvEvents(c));
+  LMC_RETURN_IF_ERROR(FinalizeP2p(c));
   LMC_RETURN_IF_ERROR(RefuseSharedEndpoints(EndpointsOf(*c)));
 
   store::L1Config& l1 = c->l1;

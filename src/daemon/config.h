@@ -16,6 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "events/kv_events.h"
+#include "daemon/p2p_config.h"
 #include "events/vllm_publisher.h"
 #include "lmcache/status.h"
 #include "restart/open_pool.h"
@@ -104,6 +105,7 @@ struct ServerConfig {
   std::string kv_events_replay_url;  // its replay ROUTER endpoint; "" = none
   std::string kv_events_topic;
   std::string kv_events_hash_format = "int";  // int | bytes
+  P2pFlags p2p;  // cross-node sharing (daemon/p2p_config.h)
 
   // Filled by Finalize().
   restart::RestartConfig restart;  // how the pool is opened and handed over

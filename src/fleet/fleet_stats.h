@@ -35,9 +35,15 @@ namespace lmcache::fleet {
   X(refused_keys, "refused_keys", std::uint64_t, kCounter, "keys", \
       "p2p_served_refused_keys_total", "Keys answered as misses because their peer was at its " \
       "bound of tasks or locked bytes.") \
+  X(untrusted_keys, "untrusted_keys", std::uint64_t, kCounter, "keys", \
+      "p2p_served_untrusted_keys_total", "Keys asked for over a connection that had not " \
+      "proved the fleet key (--p2p-auth-key-file): answered as misses, nothing locked.") \
   X(reaped_tasks, "reaped_tasks", std::uint64_t, kCounter, "tasks", \
       "p2p_served_reaped_tasks_total", "Lookups their peer never queried within " \
       "--p2p-lookup-timeout: ended with their locks.") \
+  X(displaced_tasks, "displaced_tasks", std::uint64_t, kCounter, "tasks", \
+      "p2p_served_displaced_tasks_total", "Lookups ended unqueried to keep their peer within " \
+      "its bound of tasks (the oldest holding no lock goes first).") \
   X(unknown_queries, "unknown_queries", std::uint64_t, kCounter, "queries", \
       "p2p_served_unknown_queries_total", "p2p_query_lookup_results for a task the asking " \
       "peer does not have (answered already, reaped, or never its own).") \

@@ -1,5 +1,7 @@
 #include "fleet/peer_tasks.h"
 
+#include <algorithm>
+
 #include <utility>
 
 namespace lmcache::fleet {
@@ -16,7 +18,8 @@ PeerTasks::~PeerTasks() {
   }
 }
 
-std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const PeerKey> keys) {
+std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const PeerKey> keys,
+                              bool trusted) {
   counters_.lookups.fetch_add(1, std::memory_order_relaxed);
   counters_.requested_keys.fetch_add(keys.size(), std::memory_order_relaxed);
   MutexLock lock(&mu_);
@@ -25,12 +28,25 @@ std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const Pee
   task.id = next_task_id_++;
   task.created_ms = clock_->NowMs();
   task.addresses.assign(keys.size(), protocol::P2pAddress{});
-  if (peer.tasks.size() >= config_.max_tasks_per_peer) {
+  if (!trusted) {
+    counters_.untrusted_keys.fetch_add(keys.size(), std::memory_order_relaxed);
+  } else if (peer.tasks.size() >= config_.max_tasks_per_peer) {
     counters_.refused_keys.fetch_add(keys.size(), std::memory_order_relaxed);
   } else {
     LockKeys(peer, task, keys);
   }
   const std::int64_t id = task.id;
+  // The table stays bounded even for a peer that never queries: past its
+  // bound, its oldest task holding no lock makes room (its results are then
+  // unknown to that peer, as a reaped task's are).
+  if (peer.tasks.size() >= config_.max_tasks_per_peer) {
+    auto lockless = std::find_if(peer.tasks.begin(), peer.tasks.end(),
+                                 [](const Task& held) { return held.locked.empty(); });
+    if (lockless != peer.tasks.end()) {
+      EndTask(peer, lockless);
+      counters_.displaced_tasks.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
   peer.tasks.push_back(std::move(task));
   return id;
 }

@@ -11,7 +11,8 @@
 // nothing else and never another reader's lock. A task not queried within
 // the query timeout is reaped with its locks; the read TTL ends the rest.
 // Each peer is bounded in tasks and in locked bytes: past a bound its keys
-// are misses, counted. Only L1 is consulted, never an L2 tier.
+// are misses, counted, and its oldest task holding no lock gives way to the
+// new one, so a peer that never queries cannot grow the table. Only L1 is consulted, never an L2 tier.
 //
 // Thread-safety: every method may be called from any thread; one mutex
 // guards the tasks, and the object table is called under it (the table
@@ -66,8 +67,12 @@ class PeerTasks {
   PeerTasks(const PeerTasks&) = delete;
   PeerTasks& operator=(const PeerTasks&) = delete;
 
-  // p2p_lookup_and_lock: locks what is there and answers the task id.
-  std::int64_t Lookup(const std::string& peer, std::span<const PeerKey> keys) LMC_EXCLUDES(mu_);
+  // p2p_lookup_and_lock: locks what is there and answers the task id. A
+  // peer that has not proved the fleet key (`trusted` false) gets a task
+  // whose every key is a miss: the reference's requester then ends its
+  // lookup at its first query instead of polling until its deadline.
+  std::int64_t Lookup(const std::string& peer, std::span<const PeerKey> keys, bool trusted = true)
+      LMC_EXCLUDES(mu_);
   // p2p_query_lookup_results: one address per key of the lookup, in its
   // order (a miss is {-1, 0}), once; nullopt for a task this peer does not
   // have (never made, another peer's, answered already, or reaped).

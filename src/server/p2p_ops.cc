@@ -102,8 +102,8 @@ void P2pOps::AddTo(OpTable* table) {
   table->Add({Op::kP2pLookupAndLock, "p2p_lookup_and_lock", true, P::kCpu, 2, 2, kMaxBytes,
               F::kZero},
              Bind(DecodeLookup, [this](const RequestContext& c, const LookupArgs& a) {
-               const std::int64_t task =
-                   tasks_->Lookup(std::string(c.connection), PeerKeys(a.keys, a.layouts));
+               const std::int64_t task = tasks_->Lookup(std::string(c.connection),
+                                                        PeerKeys(a.keys, a.layouts), Trusted(c));
                return Result<std::string>(msgpk::Encoder().Int(task).Take());
              }));
   table->Add({Op::kP2pQueryLookupResults, "p2p_query_lookup_results", true, P::kCpu, 1, 1, 64,
@@ -118,7 +118,7 @@ void P2pOps::AddTo(OpTable* table) {
               F::kNil},
              Bind(DecodeUnlock, [this](const RequestContext& c,
                                        const std::vector<store::ObjectKey>& keys) {
-               tasks_->Unlock(std::string(c.connection), keys);
+               if (Trusted(c)) tasks_->Unlock(std::string(c.connection), keys);
                return Result<std::string>(msgpk::Encoder().Nil().Take());
              }));
 }

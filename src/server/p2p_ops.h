@@ -13,8 +13,11 @@
 // model name with '@', a salt too long) is a miss too. Malformed frames are
 // refused with the operation's declared failure value.
 //
-// The peer is the connection the request came on (until peers prove the
-// fleet key in a handshake and are named by it).
+// The peer is the connection the request came on. A connection that did not
+// prove the fleet key (anything but the fleet endpoint, RequestContext::
+// fleet_member) gets a task of misses and locks nothing, and its unlocks
+// release nothing, unless `serve_unauthenticated` (--p2p-allow-
+// unauthenticated) opens the operations as the reference leaves them.
 //
 // Thread-safety: the handlers may run on any threads at once (PeerTasks
 // serialises its table).
@@ -32,7 +35,8 @@ namespace lmcache::server {
 
 class P2pOps {
  public:
-  explicit P2pOps(fleet::PeerTasks* tasks) : tasks_(tasks) {}
+  P2pOps(fleet::PeerTasks* tasks, bool serve_unauthenticated)
+      : tasks_(tasks), serve_unauthenticated_(serve_unauthenticated) {}
   // Adds the three rows (replacing nothing: AdminOps no longer adds them).
   void AddTo(OpTable* table);
 
@@ -43,7 +47,12 @@ class P2pOps {
                                               const protocol::P2pLayouts& layouts);
 
  private:
+  bool Trusted(const RequestContext& context) const {
+    return context.fleet_member || serve_unauthenticated_;
+  }
+
   fleet::PeerTasks* const tasks_;
+  const bool serve_unauthenticated_;
 };
 
 }  // namespace lmcache::server

@@ -66,7 +66,7 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
       modes_(MakeModes(&state_, config.transfer_mode)),
       lookup_ops_(LookupDeps(&state_)),
       admin_ops_(AdminDeps(&state_), [this] { return EncodeStatsMsgpack(Snapshot()); }, Features(modes_)),
-      p2p_ops_(&state_.peer_tasks()),
+      p2p_ops_(&state_.peer_tasks(), config.p2p_serve_unauthenticated),
       started_(std::chrono::steady_clock::now()),
       // A quarter of the reap timeout (as the reference), at most 5 s so sessions expire promptly.
       maintenance_("maintenance",
@@ -262,7 +262,7 @@ std::size_t Service::AdoptRegistrations(const std::vector<worker::CarriedRegistr
 }
 
 // The service's own parts of a snapshot: its store, workers, sessions,
-// parked requests, KV event channel and transfer modes.
+// parked requests, KV event channel, peers' lookups and transfer modes.
 void Service::AddOwnStatsSources() {
   ServiceState* state = &state_;
   stats_sources_.Add("l1", [state](StatsSnapshot* s) {
@@ -292,6 +292,7 @@ void Service::AddOwnStatsSources() {
     s->hash_cache = state->hasher().Stats();
     state->counters().CopyTo(s);
   });
+  stats_sources_.Add("p2p", [state](StatsSnapshot* s) { s->p2p_served = state->peer_tasks().Stats(); });
   stats_sources_.Add("transfer_modes", [this](StatsSnapshot* s) {
     for (const auto& mode : modes_) mode->AddStats(s);
   });

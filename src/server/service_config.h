@@ -45,6 +45,11 @@ struct ServiceConfig {
   // A peer's lookup it never queried within this is reaped with its locks
   // (--p2p-lookup-timeout, the reference's name and default).
   TimeMs p2p_lookup_timeout_ms = 30'000;
+  // Whether p2p_lookup_and_lock from a connection that did not prove the
+  // fleet key (every connection but the fleet endpoint's) is served: the
+  // reference's open behaviour, for fleets mixed with reference servers
+  // (--p2p-allow-unauthenticated). Off: such a lookup gets only misses.
+  bool p2p_serve_unauthenticated = false;
 };
 
 }  // namespace lmcache::server

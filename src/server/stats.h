@@ -19,6 +19,7 @@
 #include "alloc/allocator_stats.h"
 #include "common/histogram.h"
 #include "events/event_stats.h"
+#include "fleet/fleet_stats.h"
 #include "gpu/gpu_stats.h"
 #include "server/dispatch_stats.h"
 #include "stats/declare.h"
@@ -169,6 +170,7 @@ struct StatsSnapshot {
   KvEventsStats kv_events;
   store::PrefaultProgress prefault;
   RestartStats restart;
+  fleet::PeerTaskStats p2p_served;  // peers' lookups on this server's L1
 };
 std::span<const stats::Row<StatsSnapshot>> ServiceStatRows();
 std::span<const stats::Row<StatsSnapshot>> ServiceCountedStatRows();

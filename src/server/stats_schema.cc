@@ -34,6 +34,8 @@ constexpr Group kPrefetchGroup{"prefetch", GroupForm::kMap, "", "L2 prefetch"};
 constexpr Group kLookupGroup{"lookup", GroupForm::kMap, "", "Lookups"};
 constexpr Group kGpuGroup{"gpu", GroupForm::kMap, "", "GPU (CUDA-IPC path)"};
 constexpr Group kKvEventsGroup{"kv_events", GroupForm::kMap, "", "KV events"};
+constexpr Group kP2pGroup{"p2p", GroupForm::kMap, "", "P2P (cross-node sharing)"};
+constexpr Group kP2pServedGroup{"served", GroupForm::kMap, "", "Peers' lookups on this L1"};
 constexpr Group kRestartGroup{"restart", GroupForm::kMap, "",
                               "Warm restart (--takeover) and crash recovery (--recover-pool)"};
 
@@ -216,6 +218,11 @@ void VisitStats(const S* s, stats::Visitor& v) {
   v.BeginGroup(kRestartGroup);
   Fields(RestartStatRows(), Of(s, &S::restart), v);
   Fields(store::JournalStatRows(), Of(s, &S::journal), v);
+  v.EndGroup();
+  v.BeginGroup(kP2pGroup);
+  Fields(Slice(transport::TransportCountedStatRows(), "fleet_admitted", "fleet_refused"),
+         Of(s, &S::transport), v);
+  Map(kP2pServedGroup, fleet::PeerTaskStatRows(), Of(s, &S::p2p_served), v);
   v.EndGroup();
 }
 

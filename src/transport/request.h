@@ -55,6 +55,9 @@ struct RequestContext {
   // queued in the socket): its answer goes nowhere, and nothing it opens
   // would ever see the close (a stream must not be opened for it).
   bool connection_closed = false;
+  // Came over the fleet endpoint, whose connections all proved the fleet key
+  // (RouterLoop's FleetEndpointConfig): a member of this server's fleet.
+  bool fleet_member = false;
 };
 
 using Payloads = std::span<const std::string_view>;

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <array>
 #include <functional>
 #include <unordered_map>
 #include <zmq.hpp>
@@ -26,6 +27,7 @@ struct RouterLoop::Endpoint {
   std::unique_ptr<zmq::socket_t> socket;
   std::unique_ptr<zmq::socket_t> monitor;  // PAIR receiving the socket's events
   Transport transport = Transport::kTcp;
+  bool fleet = false;  // the fleet endpoint: every connection proved the fleet key
   // The connection seen on each file descriptor (a closed descriptor's
   // connection is gone).
   ConnectionFds fds;
@@ -125,15 +127,79 @@ Result<std::unique_ptr<RouterLoop>> RouterLoop::Create(const RouterConfig& confi
   if (!loop->wake_fd_.valid()) {
     return Status(ErrorCode::kIoError, std::string("eventfd failed: ") + std::strerror(errno));
   }
-  for (const std::string& url : config.urls) LMC_RETURN_IF_ERROR(loop->Bind(url));
+  for (const std::string& url : config.urls) LMC_RETURN_IF_ERROR(loop->Bind(url, *loop->context_));
+  if (config.fleet) LMC_RETURN_IF_ERROR(loop->BindFleet(*config.fleet));
   loop->affinity_pool_ =
       std::make_unique<AffinityPool>("transfer", config.affinity_workers, config.queue_limits);
   loop->cpu_pool_ = std::make_unique<ThreadPool>("cpu", config.cpu_workers, config.queue_limits);
   return loop;
 }
 
-Status RouterLoop::Bind(const std::string& url) {
+Status RouterLoop::BindFleet(const FleetEndpointConfig& fleet) {
+  if (!fleet.url.starts_with("tcp://")) {
+    return InvalidConfig("the fleet endpoint must be tcp://HOST:PORT, not " + fleet.url);
+  }
+  if (fleet.server_secret_z85.size() != 40 || !fleet.is_member) {
+    return InvalidConfig("the fleet endpoint needs the fleet key's server secret and member check");
+  }
+  fleet_context_ = std::make_unique<zmq::context_t>(1);
+  // The ZAP handler must be bound before the CURVE socket: a CURVE server
+  // whose context has no handler admits every client key.
+  zap_ = std::make_unique<zmq::socket_t>(*fleet_context_, zmq::socket_type::rep);
+  try {
+    zap_->set(zmq::sockopt::linger, 0);
+    zap_->bind("inproc://zeromq.zap.01");
+  } catch (const zmq::error_t& e) {
+    return Status(ErrorCode::kIoError, std::string("cannot bind the fleet's ZAP handler: ") + e.what());
+  }
+  return Bind(fleet.url, *fleet_context_, &fleet);
+}
+
+void RouterLoop::AnswerZap() {
+  while (true) {
+    std::vector<zmq::message_t> request;
+    try {
+      if (!zmq::recv_multipart(*zap_, std::back_inserter(request), zmq::recv_flags::dontwait)) {
+        return;
+      }
+    } catch (const zmq::error_t&) {
+      return;
+    }
+    // version, request id, domain, address, identity, mechanism, credentials...
+    const bool member = request.size() == 7 && request[0].to_string_view() == "1.0" &&
+                        request[5].to_string_view() == "CURVE" &&
+                        config_.fleet->is_member(std::span<const std::uint8_t>(
+                            static_cast<const std::uint8_t*>(request[6].data()),
+                            request[6].size()));
+    if (member) {
+      counters_.fleet_admitted.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      counters_.fleet_refused.fetch_add(1, std::memory_order_relaxed);
+      static RateLimitedLog log(std::chrono::seconds(10));
+      log.Warn("refused a connection to the fleet endpoint from {}: it did not prove the fleet "
+               "key (--p2p-auth-key-file)",
+               request.size() > 3 ? request[3].to_string() : std::string("?"));
+    }
+    const std::string request_id = request.size() > 1 ? request[1].to_string() : std::string();
+    const std::array<std::string, 6> reply = {"1.0", request_id, member ? "200" : "400",
+                                              member ? "OK" : "not a member of this fleet",
+                                              member ? "fleet-member" : "", ""};
+    try {
+      for (std::size_t i = 0; i < reply.size(); ++i) {
+        zap_->send(zmq::buffer(reply[i]),
+                   i + 1 < reply.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      }
+    } catch (const zmq::error_t& e) {
+      spdlog::error("cannot answer the fleet's ZAP request: {}", e.what());
+      return;
+    }
+  }
+}
+
+Status RouterLoop::Bind(const std::string& url, zmq::context_t& context,
+                        const FleetEndpointConfig* fleet) {
   auto endpoint = std::make_unique<Endpoint>();
+  endpoint->fleet = fleet != nullptr;
   const bool ipc = url.starts_with("ipc://");
   endpoint->transport = ipc                            ? Transport::kIpc
                         : url.starts_with("inproc://") ? Transport::kInproc
@@ -141,9 +207,14 @@ Status RouterLoop::Bind(const std::string& url) {
   if (ipc) {
     LMC_ASSIGN_OR_RETURN(endpoint->ipc_lock, IpcEndpointLock::Acquire(url.substr(6)));
   }
-  endpoint->socket = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::router);
+  endpoint->socket = std::make_unique<zmq::socket_t>(context, zmq::socket_type::router);
   zmq::socket_t& socket = *endpoint->socket;
   try {
+    if (fleet != nullptr) {
+      socket.set(zmq::sockopt::curve_server, 1);
+      socket.set(zmq::sockopt::curve_secretkey, fleet->server_secret_z85);
+      socket.set(zmq::sockopt::zap_domain, "lmcache-fleet");
+    }
     socket.set(zmq::sockopt::router_mandatory, 1);
     socket.set(zmq::sockopt::linger, 0);
     socket.set(zmq::sockopt::maxmsgsize, kMaxFrameBytes);
@@ -151,8 +222,8 @@ Status RouterLoop::Bind(const std::string& url) {
     socket.set(zmq::sockopt::rcvhwm, config_.high_water_mark);
     socket.bind(url);
   } catch (const zmq::error_t& e) {
-    if (e.num() == EADDRINUSE) {
-      if (const auto pid = ProbeServerPid(*context_, url)) {
+    if (e.num() == EADDRINUSE && fleet == nullptr) {
+      if (const auto pid = ProbeServerPid(context, url)) {
         return Status(ErrorCode::kAlreadyExists, "another lmcache-server (pid " +
                                                      std::to_string(*pid) + ") already serves " +
                                                      url + "; stop it first or choose another port");
@@ -171,7 +242,7 @@ Status RouterLoop::Bind(const std::string& url) {
                          ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
     return Status(ErrorCode::kIoError, "cannot monitor " + url + ": " + zmq_strerror(zmq_errno()));
   }
-  endpoint->monitor = std::make_unique<zmq::socket_t>(*context_, zmq::socket_type::pair);
+  endpoint->monitor = std::make_unique<zmq::socket_t>(context, zmq::socket_type::pair);
   // No high-water mark: at one, ZMQ's I/O thread would block on the next event
   // (see ~Endpoint). The loop drains the events every turn.
   endpoint->monitor->set(zmq::sockopt::rcvhwm, 0);
@@ -210,6 +281,7 @@ void RouterLoop::Run(RequestHandler* handler) {
   std::vector<zmq::pollitem_t> items;
   for (auto& endpoint : sockets_) items.push_back({endpoint->socket->handle(), 0, ZMQ_POLLIN, 0});
   for (auto& endpoint : sockets_) items.push_back({endpoint->monitor->handle(), 0, ZMQ_POLLIN, 0});
+  if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
   items.push_back({nullptr, wake_fd_.get(), ZMQ_POLLIN, 0});
   const std::size_t n = sockets_.size();
   while (!stop_.load()) {
@@ -225,6 +297,7 @@ void RouterLoop::Run(RequestHandler* handler) {
       std::uint64_t count = 0;
       (void)!::read(wake_fd_.get(), &count, sizeof(count));
     }
+    if (zap_) AnswerZap();
     // Closed connections first: a descriptor reused by a new connection is
     // then mapped afresh by the messages that follow.
     for (std::size_t i = 0; i < n; ++i) ReceiveMonitorEvents(i);
@@ -295,6 +368,7 @@ void RouterLoop::Receive(std::size_t socket_index) {
     if (message->frames.size() > 1) message->context.uid = message->frames[1].to_string_view();
     message->context.connection_closed = message->late;
     message->context.transport = endpoint.transport;
+    message->context.fleet_member = endpoint.fleet;
     message->context.local_peer = endpoint.transport != Transport::kTcp;
     if (endpoint.transport == Transport::kTcp && message->frames.size() > 1) {
       // Peer-Address is metadata of every frame received over tcp.

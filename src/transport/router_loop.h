@@ -39,8 +39,10 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,8 +72,23 @@ inline constexpr std::int64_t kMaxFrameBytes = 128ll << 20;
 
 class RequestsInFlight;
 
+// The fleet endpoint (--p2p-listen-url): a ROUTER only the fleet's members
+// reach. It speaks CURVE as the server key pair derived from the fleet key,
+// and a ZAP handler on the loop thread admits a client only when its public
+// key is the members' (`is_member`), so every request on it comes from a
+// connection that proved the fleet key; a client without the key never gets
+// a connection (its refusal is counted). The endpoint has its own ZMQ
+// context: its ZAP handler answers for it alone, never for the clients'
+// endpoints, which speak ZMQ's NULL mechanism as the reference does.
+struct FleetEndpointConfig {
+  std::string url;  // tcp://host:port
+  std::string server_secret_z85;
+  std::function<bool(std::span<const std::uint8_t>)> is_member;
+};
+
 struct RouterConfig {
   std::vector<std::string> urls;  // tcp://host:port or ipc:///path; at least one
+  std::optional<FleetEndpointConfig> fleet;  // P2P on
   unsigned affinity_workers = 1;  // --max-gpu-workers
   unsigned cpu_workers = 1;       // --max-cpu-workers
   FairQueueLimits queue_limits;   // per pool, and per lane of the affinity pool
@@ -109,7 +126,13 @@ class RouterLoop {
   struct Message;
   struct Outgoing;
   explicit RouterLoop(const RouterConfig& config);
-  Status Bind(const std::string& url);
+  // Binds `url` on `context`; `fleet`: as the fleet endpoint (CURVE server).
+  Status Bind(const std::string& url, zmq::context_t& context,
+              const FleetEndpointConfig* fleet = nullptr);
+  Status BindFleet(const FleetEndpointConfig& fleet);
+  // Answers the fleet endpoint's pending ZAP requests (RFC 27): 200 for the
+  // members' CURVE key, 400 for any other.
+  void AnswerZap();
   void Receive(std::size_t socket_index);
   // Drains the socket's monitor: connections that closed are reported.
   void ReceiveMonitorEvents(std::size_t socket_index);
@@ -135,6 +158,10 @@ class RouterLoop {
   std::thread::id loop_thread_;
   std::unique_ptr<zmq::context_t> own_context_;
   zmq::context_t* context_;
+  // The fleet endpoint's context and its ZAP handler (a REP socket), null
+  // without P2P; declared before sockets_, so that they outlive the sockets.
+  std::unique_ptr<zmq::context_t> fleet_context_;
+  std::unique_ptr<zmq::socket_t> zap_;
   std::vector<std::unique_ptr<Endpoint>> sockets_;
   std::vector<std::string> endpoints_;
   UniqueFd wake_fd_;  // eventfd: replies queued or stop requested

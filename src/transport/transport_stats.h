@@ -42,7 +42,13 @@ namespace lmcache::transport {
   X(connections, "connections", std::uint64_t, kGauge, "connections", "connections", \
       "Client connections open.") \
   X(disconnects, "disconnects", std::uint64_t, kCounter, "connections", "disconnects_total", \
-      "Client connections that closed.")
+      "Client connections that closed.") \
+  X(fleet_admitted, "fleet_admitted", std::uint64_t, kCounter, "handshakes", \
+      "fleet_handshakes_admitted_total", "Connections to the fleet endpoint (--p2p-listen-url) " \
+      "that proved the fleet key.") \
+  X(fleet_refused, "fleet_refused", std::uint64_t, kCounter, "handshakes", \
+      "fleet_handshakes_refused_total", "Connections to the fleet endpoint refused: the " \
+      "client did not prove the fleet key (--p2p-auth-key-file).")
 
 struct TransportStats {
   LMC_STATS_MEMBERS(LMC_TRANSPORT_COUNTED_STATS)

@@ -105,15 +105,18 @@ class ServiceHarness {
     service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher, events);
   }
 
-  // Runs `op` (a name) as sent from `connection` (over ipc) and returns the reply.
+  // Runs `op` (a name) as sent from `connection` (over ipc) and returns the
+  // reply; `fleet_member`: as over the fleet endpoint (the key proved).
   server::Reply CallAs(std::string_view connection, std::string_view op,
                        std::vector<std::string> frames,
-                       server::Transport transport = server::Transport::kIpc) {
+                       server::Transport transport = server::Transport::kIpc,
+                       bool fleet_member = false) {
     std::vector<std::string_view> views(frames.begin(), frames.end());
     server::RequestContext context;
     context.connection = connection;
     context.transport = transport;
     context.local_peer = transport != server::Transport::kTcp;
+    context.fleet_member = fleet_member;
     return service_->Call(op, views, context);
   }
   // Runs `op` (a name) from the harness's default connection.

@@ -161,6 +161,40 @@ TEST_F(PeerTasksTest, APeerPastItsBoundsGetsMissesAndOthersAreNotAffected) {
   EXPECT_EQ(tasks->Stats().locked_bytes, 2 * kObject);
 }
 
+TEST_F(PeerTasksTest, APeerThatNeverQueriesCannotGrowTheTableBeyondItsBound) {
+  l1_.Store(KeyN(1), kObject, 1);
+  PeerTaskConfig config;
+  config.max_tasks_per_peer = 4;
+  auto tasks = Make(config);
+  const std::int64_t locked = tasks->Lookup("a", Ask({KeyN(1)}));
+  std::int64_t last = 0;
+  for (int i = 0; i < 1000; ++i) last = tasks->Lookup("a", Ask({KeyN(2), KeyN(3)}));
+  EXPECT_LE(tasks->Stats().tasks, 5u);
+  EXPECT_EQ(tasks->Stats().displaced_tasks, 1000u - 3u);
+  // The task holding a lock stays, and so does the newest.
+  auto held = tasks->Results("a", locked);
+  ASSERT_TRUE(held.has_value());
+  EXPECT_TRUE((*held)[0].valid());
+  auto newest = tasks->Results("a", last);
+  ASSERT_TRUE(newest.has_value());
+  EXPECT_EQ(newest->size(), 2u);
+}
+
+TEST_F(PeerTasksTest, AnUntrustedPeerGetsATaskOfMissesAndLocksNothing) {
+  l1_.Store(KeyN(1), kObject, 1);
+  auto tasks = Make();
+  const std::int64_t task = tasks->Lookup("stranger", Ask({KeyN(1), KeyN(1)}), /*trusted=*/false);
+  EXPECT_EQ(tasks->Stats().locked_objects, 0u);
+  auto results = tasks->Results("stranger", task);
+  ASSERT_TRUE(results.has_value());  // its first query ends its lookup
+  ASSERT_EQ(results->size(), 2u);
+  EXPECT_FALSE((*results)[0].valid());
+  EXPECT_FALSE((*results)[1].valid());
+  EXPECT_EQ(tasks->Stats().untrusted_keys, 2u);
+  EXPECT_EQ(tasks->Stats().hit_keys, 0u);
+  EXPECT_EQ(tasks->Stats().tasks, 0u);
+}
+
 TEST_F(PeerTasksTest, DroppingAPeerOrDestroyingTheTableOfTasksReleasesEverything) {
   l1_.Store(KeyN(1), kObject, 1);
   l1_.Store(KeyN(2), kObject, 2);

@@ -3,7 +3,8 @@
 // results come once and only to that peer, in request order, pointing at
 // the object's bytes in this server's pool; its unlock releases its locks.
 // Frames are made by protocol/p2p_codec, whose output p2p_codec_test checks
-// byte for byte against the reference's shapes.
+// byte for byte against the reference's shapes. Peers call as over the
+// fleet endpoint (they proved the fleet key) unless a test says otherwise.
 #include "server/p2p_ops.h"
 
 #include <gtest/gtest.h>
@@ -54,19 +55,22 @@ class P2pOpsTest : public ::testing::Test {
     std::memset(h_.pool() + lease->offsets[0], key.chunk_hash[0], bytes);
     ASSERT_EQ(h_.l1().table().FinishWrite(lease->lease).admitted, 1u);
   }
+  Reply Call(std::string_view peer, std::string_view op, std::vector<std::string> frames) {
+    return h_.CallAs(peer, op, std::move(frames), Transport::kTcp, fleet_member_);
+  }
   std::int64_t Lookup(std::string_view peer, const std::vector<P2pKey>& keys,
                       const std::string& layouts) {
-    Reply reply = h_.CallAs(peer, "p2p_lookup_and_lock", {protocol::EncodeP2pKeys(keys), layouts});
+    Reply reply = Call(peer, "p2p_lookup_and_lock", {protocol::EncodeP2pKeys(keys), layouts});
     EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
     return *protocol::DecodeInt(reply.value, "task id");
   }
   std::optional<std::vector<P2pAddress>> Results(std::string_view peer, std::int64_t task) {
-    Reply reply = h_.CallAs(peer, "p2p_query_lookup_results", {testing::IntFrame(task)});
+    Reply reply = Call(peer, "p2p_query_lookup_results", {testing::IntFrame(task)});
     EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
     return *protocol::DecodeP2pAddresses(reply.value);
   }
   Reply Unlock(std::string_view peer, const std::vector<P2pKey>& keys) {
-    return h_.CallAs(peer, "p2p_unlock_objects", {protocol::EncodeP2pKeys(keys)});
+    return Call(peer, "p2p_unlock_objects", {protocol::EncodeP2pKeys(keys)});
   }
   std::uint32_t Locks(const P2pKey& key) {
     const auto info = h_.l1().table().Find(StoreKeyOf(key));
@@ -74,7 +78,61 @@ class P2pOpsTest : public ::testing::Test {
   }
 
   testing::ServiceHarness h_;
+  bool fleet_member_ = true;
 };
+
+// A connection that did not prove the fleet key (a worker's endpoint, or a
+// reference server without the key) gets the declared value of a clean
+// miss, a task of misses, and takes nothing; its unlock releases nothing.
+TEST_F(P2pOpsTest, AConnectionWithoutTheFleetKeyGetsMissesAndTakesNothing) {
+  Store(PeerKey('a'));
+  fleet_member_ = true;
+  const std::int64_t member_task = Lookup("member", {PeerKey('a')}, Layouts({0}));
+  ASSERT_EQ(Locks(PeerKey('a')), 1u);
+  fleet_member_ = false;
+  const std::int64_t task = Lookup("stranger", {PeerKey('a'), PeerKey('a')}, Layouts({0}));
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  auto addresses = Results("stranger", task);
+  ASSERT_TRUE(addresses.has_value());  // answered at once: no polling to a deadline
+  EXPECT_EQ(*addresses, (std::vector<P2pAddress>{{-1, 0}, {-1, 0}}));
+  // Even naming the member's connection, an unlock over an unproved one releases nothing.
+  Reply unlocked = Unlock("member", {PeerKey('a')});
+  ASSERT_TRUE(unlocked.status.ok());
+  EXPECT_EQ(unlocked.value, msgpk::Encoder().Nil().Take());
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  fleet_member_ = true;
+  ASSERT_TRUE(Results("member", member_task).has_value());
+  ASSERT_TRUE(Unlock("member", {PeerKey('a')}).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+}
+
+// --p2p-allow-unauthenticated: the reference's open operations, for fleets
+// mixed with reference servers.
+TEST(P2pOpsOpenTest, AllowingUnauthenticatedPeersServesEveryConnection) {
+  server::ServiceConfig config;
+  config.p2p_serve_unauthenticated = true;
+  testing::ServiceHarness h(64ull << 20, config);
+  const P2pKey key = PeerKey('a');
+  const store::ObjectKey k = StoreKeyOf(key);
+  auto lease = h.l1().table().ReserveWrite(std::span(&k, 1), kObjectBytes,
+                                           store::Owner::Instance(1),
+                                           store::AllocationMode::kAllOrNothing);
+  ASSERT_TRUE(lease.ok() && lease->reserved == 1);
+  ASSERT_EQ(h.l1().table().FinishWrite(lease->lease).admitted, 1u);
+  Reply reply = h.CallAs("reference-peer", "p2p_lookup_and_lock",
+                         {protocol::EncodeP2pKeys(std::vector<P2pKey>{key}), Layouts({0})}, Transport::kTcp);
+  ASSERT_TRUE(reply.status.ok());
+  Reply results = h.CallAs("reference-peer", "p2p_query_lookup_results",
+                           {reply.value}, Transport::kTcp);
+  auto addresses = protocol::DecodeP2pAddresses(results.value);
+  ASSERT_TRUE(addresses.ok() && addresses->has_value());
+  EXPECT_TRUE((**addresses)[0].valid());
+  EXPECT_EQ(h.l1().table().Find(k)->read_locks, 1u);
+  ASSERT_TRUE(h.CallAs("reference-peer", "p2p_unlock_objects", {protocol::EncodeP2pKeys(std::vector<P2pKey>{key})},
+                       Transport::kTcp)
+                  .status.ok());
+  EXPECT_EQ(h.l1().table().Find(k)->read_locks, 0u);
+}
 
 TEST_F(P2pOpsTest, APeerLooksUpQueriesOnceReadsThePoolAndUnlocks) {
   Store(PeerKey('a'));

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -14,6 +15,8 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <thread>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
@@ -77,8 +80,8 @@ class FakeHandler final : public RequestHandler {
       std::lock_guard<std::mutex> lock(mu_);
       events_.push_back("answered " + std::string(payloads.empty() ? "" : payloads[0]));
     }
-    done({Encoder().Str(std::string(context.connection.empty() ? "?" : "ok")).Take(),
-          std::nullopt});
+    const char* value = context.connection.empty() ? "?" : context.fleet_member ? "member" : "ok";
+    done({Encoder().Str(value).Take(), std::nullopt});
   }
   ReplyFrames Refuse(const RequestRoute*, const Status& status) override {
     return {Encoder().Nil().Take(), protocol::EncodeErrorMap(status)};
@@ -170,9 +173,11 @@ class FakeHandler final : public RequestHandler {
 
 class RouterLoopTest : public ::testing::Test {
  protected:
-  void Start(std::vector<std::string> urls, FairQueueLimits limits = {}) {
+  void Start(std::vector<std::string> urls, FairQueueLimits limits = {},
+             std::optional<FleetEndpointConfig> fleet = std::nullopt) {
     RouterConfig config;
     config.urls = std::move(urls);
+    config.fleet = std::move(fleet);
     config.cpu_workers = 1;
     config.queue_limits = limits;
     config.context = &context_;
@@ -237,6 +242,70 @@ class RouterLoopTest : public ::testing::Test {
   std::unique_ptr<RouterLoop> loop_;
   std::thread thread_;
 };
+
+struct CurvePair {
+  std::string public_z85, secret_z85;
+  static CurvePair Make() {
+    char pub[41] = {}, sec[41] = {};
+    EXPECT_EQ(zmq_curve_keypair(pub, sec), 0);
+    return {pub, sec};
+  }
+};
+
+// The fleet endpoint (P2P): only a client with the members' CURVE key pair
+// gets a connection, and its requests are marked as a fleet member's; a
+// client with another key pair, or none (ZMQ's NULL mechanism, as every
+// worker speaks), never gets a reply, and each refusal is counted.
+TEST_F(RouterLoopTest, TheFleetEndpointServesOnlyClientsThatProveTheFleetKey) {
+  const CurvePair server = CurvePair::Make();
+  const CurvePair member = CurvePair::Make();
+  const CurvePair stranger = CurvePair::Make();
+  std::array<std::uint8_t, 32> member_key{};
+  ASSERT_NE(zmq_z85_decode(member_key.data(), member.public_z85.c_str()), nullptr);
+  FleetEndpointConfig fleet;
+  fleet.url = "tcp://127.0.0.1:0";
+  fleet.server_secret_z85 = server.secret_z85;
+  fleet.is_member = [member_key](std::span<const std::uint8_t> key) {
+    return key.size() == member_key.size() && std::equal(key.begin(), key.end(), member_key.begin());
+  };
+  Start({"inproc://router-fleet-clients"}, {}, fleet);
+  ASSERT_EQ(loop_->endpoints().size(), 2u);
+  const std::string fleet_url = loop_->endpoints()[1];
+  auto curve_dealer = [&](const CurvePair& pair) {
+    zmq::socket_t dealer(context_, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    dealer.set(zmq::sockopt::curve_serverkey, server.public_z85);
+    dealer.set(zmq::sockopt::curve_publickey, pair.public_z85);
+    dealer.set(zmq::sockopt::curve_secretkey, pair.secret_z85);
+    dealer.connect(fleet_url);
+    return dealer;
+  };
+
+  auto member_dealer = curve_dealer(member);
+  Send(member_dealer, 1, "echo", {Encoder().Str("from a member").Take()});
+  const auto reply = Receive(member_dealer);
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(*protocol::DecodeString(reply[2], "value"), "member");
+
+  auto stranger_dealer = curve_dealer(stranger);
+  Send(stranger_dealer, 2, "echo", {Encoder().Str("from a stranger").Take()});
+  auto plain_dealer = Dealer(fleet_url);  // no CURVE at all
+  Send(plain_dealer, 3, "echo", {Encoder().Str("in the clear").Take()});
+  ASSERT_TRUE(WaitFor([&] { return loop_->Stats().fleet_refused >= 1; }));
+  EXPECT_TRUE(Receive(stranger_dealer, 300).empty());
+  EXPECT_TRUE(Receive(plain_dealer, 300).empty());
+  EXPECT_EQ(loop_->Stats().fleet_admitted, 1u);
+  for (const std::string& handled : handler_.handled()) {
+    EXPECT_EQ(handled.find("stranger"), std::string::npos);
+    EXPECT_EQ(handled.find("clear"), std::string::npos);
+  }
+  // The clients' endpoint is unchanged: NULL mechanism, and not a member's.
+  auto worker = Dealer("inproc://router-fleet-clients");
+  Send(worker, 4, "echo", {Encoder().Str("a worker").Take()});
+  const auto worker_reply = Receive(worker);
+  ASSERT_EQ(worker_reply.size(), 3u);
+  EXPECT_EQ(*protocol::DecodeString(worker_reply[2], "value"), "ok");
+}
 
 TEST_F(RouterLoopTest, RepliesEchoUidAndOperationAndCarryTheValue) {
   Start({"inproc://router-echo"});

@@ -1,0 +1,121 @@
+#include "daemon/p2p_config.h"
+
+#include <cmath>
+
+#include "common/host_port.h"
+#include "daemon/config.h"
+#include "fleet/fleet_key.h"
+
+namespace lmcache::daemon {
+namespace {
+
+// Engines the reference offers; each is refused naming the one we have.
+constexpr const char* kReferenceEngines[] = {"nixl", "mooncake_te", "verbs", "cxl", "tcp"};
+
+Status CheckEngine(const std::string& engine) {
+  if (engine == "ucx") return Status::Ok();
+  for (const char* name : kReferenceEngines) {
+    if (engine == name) {
+      return InvalidConfig("--p2p-transfer-engine " + engine +
+                           ": this server reads peers' memory through UCX, which runs over RDMA "
+                           "verbs, shared memory or TCP as the host allows (restrict it with "
+                           "UCX_TLS); give --p2p-transfer-engine ucx");
+    }
+  }
+  return InvalidConfig("--p2p-transfer-engine: unknown engine '" + engine + "'; give ucx");
+}
+
+Result<HostPort> ParseUrlFlag(const char* flag, const std::string& text) {
+  Result<HostPort> parsed = ParseHostPort(text);
+  if (!parsed.ok()) {
+    return InvalidConfig(std::string(flag) + " '" + text + "': " + parsed.status().message() +
+                         " (give HOST:PORT)");
+  }
+  return parsed;
+}
+
+}  // namespace
+
+void AddP2pFlags(CLI::App& app, P2pFlags* p) {
+  const char* group = "P2P (cross-node sharing)";
+  app.add_option("--p2p-advertise-url", p->advertise_url,
+                 "HOST:PORT at which peers reach this server's fleet endpoint; non-empty turns "
+                 "P2P on (needs --p2p-auth-key-file)")
+      ->group(group);
+  app.add_option("--p2p-listen-url", p->listen_url,
+                 "HOST:PORT the fleet endpoint binds (e.g. 0.0.0.0:5556); default: the "
+                 "advertised one")
+      ->group(group);
+  app.add_option("--p2p-auth-key-file", p->auth_key_file,
+                 "The fleet key: a file of 32 to 65536 random bytes, mode 0600, the same on "
+                 "every server of the fleet; peers prove it to each other (CurveZMQ keys derived "
+                 "from it) before any lock or address is given")
+      ->group(group);
+  app.add_flag("--p2p-allow-unauthenticated", p->allow_unauthenticated,
+               "Serve p2p_lookup_and_lock to connections that did not prove the fleet key, as "
+               "the reference does (fleets mixed with reference servers): anyone who reaches "
+               "the main endpoint can then lock objects and learn their addresses")
+      ->group(group);
+  app.add_option("--p2p-lookup-timeout", p->lookup_timeout_seconds,
+                 "Seconds a peer's lookup waits to be queried before its locks are released "
+                 "(the reference's name and default)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--p2p-transfer-engine", p->transfer_engine,
+                 "How peers' memory is read: ucx (the reference's nixl, mooncake_te, verbs, cxl "
+                 "and tcp are refused)")
+      ->capture_default_str()
+      ->group(group);
+}
+
+Status FinalizeP2p(ServerConfig* c) {
+  P2pFlags& p = c->p2p;
+  LMC_RETURN_IF_ERROR(CheckEngine(p.transfer_engine));
+  if (!(p.lookup_timeout_seconds > 0) || p.lookup_timeout_seconds > 3600) {
+    return InvalidConfig("--p2p-lookup-timeout must be in (0, 3600] seconds");
+  }
+  c->service.p2p_lookup_timeout_ms =
+      static_cast<TimeMs>(std::llround(p.lookup_timeout_seconds * 1000));
+  c->service.p2p_serve_unauthenticated = p.allow_unauthenticated;
+  if (p.allow_unauthenticated) {
+    c->notices.push_back(
+        "--p2p-allow-unauthenticated: any client that reaches the main endpoint can lock "
+        "objects and learn their addresses with p2p_lookup_and_lock (the reference's open "
+        "behaviour)");
+  }
+  if (!p.enabled()) {
+    if (!p.listen_url.empty() || !p.auth_key_file.empty()) {
+      return InvalidConfig("--p2p-listen-url and --p2p-auth-key-file need --p2p-advertise-url, "
+                           "which turns P2P on");
+    }
+    return Status::Ok();
+  }
+  LMC_ASSIGN_OR_RETURN(const HostPort advertised,
+                       ParseUrlFlag("--p2p-advertise-url", p.advertise_url));
+  if (advertised.host == "0.0.0.0" || advertised.host == "::" || advertised.host == "*") {
+    return InvalidConfig("--p2p-advertise-url '" + p.advertise_url +
+                         "': peers cannot reach a wildcard address; advertise this node's "
+                         "address and bind the wildcard with --p2p-listen-url");
+  }
+  LMC_ASSIGN_OR_RETURN(const HostPort listen,
+                       ParseUrlFlag("--p2p-listen-url",
+                                    p.listen_url.empty() ? p.advertise_url : p.listen_url));
+  if (p.auth_key_file.empty()) {
+    return InvalidConfig("P2P is on (--p2p-advertise-url) but no fleet key was given: write 32 "
+                         "random bytes to a file (head -c 32 /dev/urandom > FILE; chmod 600 "
+                         "FILE), copy it to every server of the fleet, and give "
+                         "--p2p-auth-key-file FILE");
+  }
+  LMC_ASSIGN_OR_RETURN(fleet::FleetKey key, fleet::FleetKey::Load(p.auth_key_file));
+  p.key = std::make_shared<const fleet::FleetKey>(std::move(key));
+  p.fleet_endpoint = "tcp://" + listen.ToString();
+  transport::FleetEndpointConfig& endpoint = c->router.fleet.emplace();
+  endpoint.url = p.fleet_endpoint;
+  endpoint.server_secret_z85 = p.key->server().secret_z85;
+  endpoint.is_member = [key = p.key](std::span<const std::uint8_t> public_key) {
+    return key->IsMemberKey(public_key);
+  };
+  return Status::Ok();
+}
+
+}  // namespace lmcache::daemon

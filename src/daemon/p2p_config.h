@@ -1,0 +1,51 @@
+// The P2P flags of lmcache-server (issue 42; the reference's group "P2P",
+// p2p-spec.md section 2.1) and their validation: what turns cross-node
+// sharing on, where the fleet endpoint listens, the fleet key, and the
+// owner side's deadlines.
+//
+// --p2p-advertise-url non-empty turns P2P on: the fleet endpoint binds
+// --p2p-listen-url (default: the advertised address), and
+// --p2p-auth-key-file is required (fleet/fleet_key.h says what a key file
+// must be). The reference's transfer engines other than ucx are refused by
+// name.
+//
+// Thread-safety: plain data and functions; used on the main thread at start.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "lmcache/status.h"
+
+namespace lmcache::fleet {
+class FleetKey;
+}
+
+namespace lmcache::daemon {
+
+struct ServerConfig;
+
+struct P2pFlags {
+  std::string advertise_url;  // HOST:PORT; non-empty turns P2P on
+  std::string listen_url;     // HOST:PORT; "" = the advertised one
+  std::string auth_key_file;
+  std::string transfer_engine = "ucx";
+  bool allow_unauthenticated = false;
+  double lookup_timeout_seconds = 30;
+
+  // Filled by FinalizeP2p: the loaded key (P2P on only), and the fleet
+  // endpoint's URL (tcp://listen).
+  std::shared_ptr<const fleet::FleetKey> key;
+  std::string fleet_endpoint;
+  bool enabled() const { return !advertise_url.empty(); }
+};
+
+void AddP2pFlags(CLI::App& app, P2pFlags* flags);
+
+// Checks the P2P flags, loads the fleet key and fills the router's fleet
+// endpoint and the service's P2P settings; refusals name the flag.
+Status FinalizeP2p(ServerConfig* config);
+
+}  // namespace lmcache::daemon

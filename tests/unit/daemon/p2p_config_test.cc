@@ -1,0 +1,109 @@
+// The P2P flags: off by default, on with an advertised address and a fleet
+// key, and each refusal naming what to change.
+#include "daemon/p2p_config.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "daemon/config.h"
+#include "fakes/parse_flags.h"
+#include "fleet/fleet_key.h"
+
+namespace lmcache::daemon {
+namespace {
+
+class P2pConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    key_file_ = (std::filesystem::temp_directory_path() /
+                 ("lmc_p2p_key_" + std::to_string(::getpid())))
+                    .string();
+    std::ofstream(key_file_, std::ios::binary) << std::string(32, 'k');
+    ::chmod(key_file_.c_str(), 0600);
+  }
+  void TearDown() override { std::filesystem::remove(key_file_); }
+
+  static Result<ServerConfig> Parse(std::vector<std::string> args) {
+    return testing::ParseServerFlags(std::move(args), 4242);
+  }
+  static std::string Refusal(std::vector<std::string> args) {
+    auto config = Parse(std::move(args));
+    EXPECT_FALSE(config.ok());
+    return config.ok() ? "" : config.status().message();
+  }
+
+  std::string key_file_;
+};
+
+TEST_F(P2pConfigTest, OffByDefaultWithTheReferencesTimeout) {
+  auto config = Parse({});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_FALSE(config->p2p.enabled());
+  EXPECT_FALSE(config->router.fleet.has_value());
+  EXPECT_EQ(config->service.p2p_lookup_timeout_ms, 30'000);
+  EXPECT_FALSE(config->service.p2p_serve_unauthenticated);
+}
+
+TEST_F(P2pConfigTest, AnAdvertisedAddressAndAKeyOpenTheFleetEndpoint) {
+  auto config = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-listen-url", "0.0.0.0:5556",
+                       "--p2p-auth-key-file", key_file_, "--p2p-lookup-timeout", "2.5"});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_TRUE(config->router.fleet.has_value());
+  EXPECT_EQ(config->router.fleet->url, "tcp://0.0.0.0:5556");
+  EXPECT_EQ(config->router.fleet->server_secret_z85, config->p2p.key->server().secret_z85);
+  std::uint8_t member[32];
+  ASSERT_NE(zmq_z85_decode(member, config->p2p.key->client().public_z85.c_str()), nullptr);
+  EXPECT_TRUE(config->router.fleet->is_member(member));
+  member[0] ^= 1;
+  EXPECT_FALSE(config->router.fleet->is_member(member));
+  EXPECT_EQ(config->service.p2p_lookup_timeout_ms, 2'500);
+  // Without --p2p-listen-url the advertised address is bound.
+  auto same = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file", key_file_});
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_EQ(same->router.fleet->url, "tcp://10.0.0.2:5556");
+}
+
+TEST_F(P2pConfigTest, RefusalsNameWhatToChange) {
+  EXPECT_NE(Refusal({"--p2p-advertise-url", "10.0.0.2:5556"}).find("--p2p-auth-key-file FILE"),
+            std::string::npos);
+  EXPECT_NE(Refusal({"--p2p-advertise-url", "0.0.0.0:5556", "--p2p-auth-key-file", key_file_})
+                .find("--p2p-listen-url"),
+            std::string::npos);
+  EXPECT_NE(Refusal({"--p2p-advertise-url", "10.0.0.2", "--p2p-auth-key-file", key_file_})
+                .find("HOST:PORT"),
+            std::string::npos);
+  EXPECT_NE(Refusal({"--p2p-auth-key-file", key_file_}).find("--p2p-advertise-url"),
+            std::string::npos);
+  for (const char* engine : {"nixl", "mooncake_te", "verbs", "cxl", "tcp"}) {
+    const std::string why = Refusal({"--p2p-transfer-engine", engine});
+    EXPECT_NE(why.find("--p2p-transfer-engine ucx"), std::string::npos) << why;
+  }
+  EXPECT_NE(Refusal({"--p2p-transfer-engine", "carrier-pigeon"}).find("give ucx"),
+            std::string::npos);
+  Refusal({"--p2p-lookup-timeout", "0"});
+  Refusal({"--p2p-lookup-timeout", "nan"});
+  ::chmod(key_file_.c_str(), 0644);
+  EXPECT_NE(Refusal({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file", key_file_})
+                .find("chmod 600"),
+            std::string::npos);
+  // The fleet endpoint may not share an address with another endpoint.
+  ::chmod(key_file_.c_str(), 0600);
+  Refusal({"--port", "5556", "--host", "127.0.0.1", "--p2p-advertise-url", "127.0.0.1:5556",
+           "--p2p-auth-key-file", key_file_});
+}
+
+TEST_F(P2pConfigTest, AllowingUnauthenticatedPeersIsAnnounced) {
+  auto config = Parse({"--p2p-allow-unauthenticated"});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_TRUE(config->service.p2p_serve_unauthenticated);
+  ASSERT_FALSE(config->notices.empty());
+  EXPECT_NE(config->notices.back().find("--p2p-allow-unauthenticated"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace lmcache::daemon
