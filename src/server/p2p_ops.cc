@@ -22,25 +22,8 @@ Result<LookupArgs> DecodeLookup(Payloads p) {
   return args;
 }
 
-Result<std::vector<store::ObjectKey>> DecodeUnlock(Payloads p) {
-  LMC_ASSIGN_OR_RETURN(const std::vector<protocol::P2pKey> keys, protocol::DecodeP2pKeys(p[0]));
-  std::vector<store::ObjectKey> out;
-  out.reserve(keys.size());
-  for (const protocol::P2pKey& key : keys) {
-    out.push_back(store::ObjectKey{});
-    std::copy(key.chunk_hash.begin(), key.chunk_hash.end(),
-              reinterpret_cast<char*>(out.back().chunk_hash.data()));
-    out.back().model_name = key.model_name;
-    out.back().kv_rank = key.kv_rank;
-    out.back().object_group_id = static_cast<std::int32_t>(key.object_group_id);
-    out.back().cache_salt = key.cache_salt;
-  }
-  return out;
-}
-
-// The store's key, or nullopt where the store's rules refuse it.
-std::optional<store::ObjectKey> StoreKey(const protocol::P2pKey& key) {
-  if (key.object_group_id > INT32_MAX) return std::nullopt;
+// The store's key named by a peer's ObjectKey (not yet checked).
+store::ObjectKey ToStoreKey(const protocol::P2pKey& key) {
   store::ObjectKey out;
   std::copy(key.chunk_hash.begin(), key.chunk_hash.end(),
             reinterpret_cast<char*>(out.chunk_hash.data()));
@@ -48,7 +31,23 @@ std::optional<store::ObjectKey> StoreKey(const protocol::P2pKey& key) {
   out.kv_rank = key.kv_rank;
   out.object_group_id = static_cast<std::int32_t>(key.object_group_id);
   out.cache_salt = key.cache_salt;
+  return out;
+}
+
+// The store's key, or nullopt where the store's rules refuse it.
+std::optional<store::ObjectKey> StoreKey(const protocol::P2pKey& key) {
+  if (key.object_group_id > INT32_MAX) return std::nullopt;
+  store::ObjectKey out = ToStoreKey(key);
   if (!store::ValidateObjectKey(out).ok()) return std::nullopt;
+  return out;
+}
+
+// An unlock's keys (a key no lock was taken for releases nothing).
+Result<std::vector<store::ObjectKey>> DecodeUnlock(Payloads p) {
+  LMC_ASSIGN_OR_RETURN(const std::vector<protocol::P2pKey> keys, protocol::DecodeP2pKeys(p[0]));
+  std::vector<store::ObjectKey> out;
+  out.reserve(keys.size());
+  for (const protocol::P2pKey& key : keys) out.push_back(ToStoreKey(key));
   return out;
 }
 
