@@ -71,6 +71,14 @@ json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict
           {"active_sessions", s.sessions},
           {"active_prefetch_jobs", s.l2 ? s.l2->prefetch.in_flight + s.l2->prefetch.queued : 0},
           {"l2", l2},
+          {"p2p",
+           {{"enabled", status.p2p.enabled},
+            {"advertise_url", status.p2p.advertise_url},
+            {"key_fingerprint", status.p2p.key_fingerprint},
+            {"serves_unauthenticated", status.p2p.serves_unauthenticated},
+            {"served_tasks", s.p2p_served.tasks},
+            {"locked_objects", s.p2p_served.locked_objects},
+            {"locked_bytes", s.p2p_served.locked_bytes}}},
           {"stats", StatsJson(s)}};
 }
 

@@ -109,6 +109,8 @@ Status FinalizeP2p(ServerConfig* c) {
   LMC_ASSIGN_OR_RETURN(fleet::FleetKey key, fleet::FleetKey::Load(p.auth_key_file));
   p.key = std::make_shared<const fleet::FleetKey>(std::move(key));
   p.fleet_endpoint = "tcp://" + listen.ToString();
+  c->service.p2p_advertise_url = advertised.ToString();
+  c->service.p2p_key_fingerprint = p.key->fingerprint();
   transport::FleetEndpointConfig& endpoint = c->router.fleet.emplace();
   endpoint.url = p.fleet_endpoint;
   endpoint.server_secret_z85 = p.key->server().secret_z85;

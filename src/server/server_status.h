@@ -13,6 +13,14 @@
 
 namespace lmcache::server {
 
+// Cross-node sharing as configured (the figures are in stats.p2p_served).
+struct P2pStatus {
+  bool enabled = false;            // --p2p-advertise-url given
+  std::string advertise_url;       // HOST:PORT peers reach the fleet endpoint at
+  std::string key_fingerprint;     // fleet::FleetKey::fingerprint()
+  bool serves_unauthenticated = false;  // --p2p-allow-unauthenticated
+};
+
 // What GET /status shows: the stats snapshot and the server's identity and
 // registrations, taken in one call so the HTTP endpoint reads no service
 // internals.
@@ -24,6 +32,7 @@ struct ServerStatus {
   std::string instance_id;      // --instance-id, or the boot id when none was given
   std::string eviction_policy;  // --eviction-policy
   double eviction_trigger_watermark = 0;  // --eviction-trigger-watermark
+  P2pStatus p2p;
 };
 
 }  // namespace lmcache::server

@@ -324,6 +324,9 @@ ServerStatus Service::CollectStatus() {
   status.instance_id = instance_id.empty() ? state_.boot_id() : instance_id;
   status.eviction_policy = std::string(state_.l1().eviction_policy());
   status.eviction_trigger_watermark = state_.l1().evictor().config().trigger_watermark;
+  const ServiceConfig& config = state_.config();
+  status.p2p = {!config.p2p_advertise_url.empty(), config.p2p_advertise_url,
+                config.p2p_key_fingerprint, config.p2p_serve_unauthenticated};
   return status;
 }
 

@@ -50,6 +50,10 @@ struct ServiceConfig {
   // reference's open behaviour, for fleets mixed with reference servers
   // (--p2p-allow-unauthenticated). Off: such a lookup gets only misses.
   bool p2p_serve_unauthenticated = false;
+  // P2P as /status shows it (empty when off): the advertised fleet endpoint
+  // and the fleet key's fingerprint.
+  std::string p2p_advertise_url;
+  std::string p2p_key_fingerprint;
 };
 
 }  // namespace lmcache::server

@@ -15,7 +15,9 @@ over a label, the digest being the Curve25519 secret key.
 import hashlib
 import hmac
 import os
+import json
 import subprocess
+import urllib.request
 
 import msgpack
 import numpy as np
@@ -34,6 +36,7 @@ OP_POLL_KV_EVENTS = 34
 CHUNKS = 4
 KV_RANK_0 = (1 << 24) | (0 << 16) | (1 << 8) | 0  # world size 1, rank 0 (spec 4.2)
 SERVER_LABEL = b"lmcache p2p fleet endpoint server v1"
+FINGERPRINT_LABEL = b"lmcache p2p fleet key fingerprint v1"
 CLIENT_LABEL = b"lmcache p2p fleet endpoint client v1"
 
 
@@ -55,8 +58,8 @@ def fleet(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lmc-p2p")
     key = os.urandom(32)
     key_file = write_key(tmp / "fleet.key", key)
-    fleet_port = free_tcp_port()
-    args = ["--l1-size-gb", "0.05", "--http-port", "0", "--drain-timeout-seconds", "0",
+    fleet_port, http_port = free_tcp_port(), free_tcp_port()
+    args = ["--l1-size-gb", "0.05", "--http-port", str(http_port), "--drain-timeout-seconds", "0",
             "--p2p-advertise-url", f"127.0.0.1:{fleet_port}", "--p2p-auth-key-file", key_file]
     try:
         srv = start_server(server_binary(), f"ipc://{tmp / 'lmc.sock'}", tmp / "server.log", args)
@@ -65,6 +68,7 @@ def fleet(tmp_path_factory):
     srv.key = key
     srv.fleet_url = f"tcp://127.0.0.1:{fleet_port}"
     srv.tmp = tmp
+    srv.status_url = f"http://127.0.0.1:{http_port}/status"
     yield srv
     assert srv.stop(timeout=60) == 0, srv.log()
 
@@ -176,6 +180,19 @@ def test_without_the_key_a_client_gets_misses_or_no_connection(fleet, zmq_ctx):
     stranger.close()
     member.close()
     client.close()
+
+
+def test_status_shows_p2p_and_the_keys_fingerprint(fleet):
+    with urllib.request.urlopen(fleet.status_url, timeout=30) as reply:
+        status = json.load(reply)
+    p2p = status["p2p"]
+    assert p2p["enabled"] is True and p2p["serves_unauthenticated"] is False
+    assert p2p["advertise_url"] == fleet.fleet_url.removeprefix("tcp://")
+    # The fingerprint operators compare: HMAC-SHA256 under its own label, 8 bytes in hex.
+    assert p2p["key_fingerprint"] == hmac.new(fleet.key, FINGERPRINT_LABEL,
+                                              hashlib.sha256).hexdigest()[:16]
+    assert fleet.key.hex()[:16] not in json.dumps(status)
+    assert status["stats"]["p2p"]["served"]["locked_objects"] == p2p["locked_objects"]
 
 
 @pytest.mark.parametrize("case", ["no key file", "key readable by others", "short key"])

@@ -62,6 +62,8 @@ TEST_F(P2pConfigTest, AnAdvertisedAddressAndAKeyOpenTheFleetEndpoint) {
   member[0] ^= 1;
   EXPECT_FALSE(config->router.fleet->is_member(member));
   EXPECT_EQ(config->service.p2p_lookup_timeout_ms, 2'500);
+  EXPECT_EQ(config->service.p2p_advertise_url, "10.0.0.2:5556");
+  EXPECT_EQ(config->service.p2p_key_fingerprint, config->p2p.key->fingerprint());
   // Without --p2p-listen-url the advertised address is bound.
   auto same = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file", key_file_});
   ASSERT_TRUE(same.ok()) << same.status().ToString();
