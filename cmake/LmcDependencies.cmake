@@ -1,5 +1,5 @@
 # All third-party dependencies, from Debian 12 packages, found by CMake.
-#   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev libssl-dev
+#   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev libssl-dev libucx-dev
 #   libgtest-dev libbenchmark-dev   (tools/dev.sh installs them)
 find_package(Threads REQUIRED)
 find_package(spdlog REQUIRED)
@@ -9,6 +9,9 @@ find_package(nlohmann_json REQUIRED)  # nlohmann-json3-dev: --l2-adapter JSON, H
 # libssl-dev: HMAC-SHA256 (libcrypto) derives the fleet's CURVE keys from
 # --p2p-auth-key-file (fleet/fleet_key.h).
 find_package(OpenSSL REQUIRED COMPONENTS Crypto)
+# libucx-dev: the P2P data channel (fleet/ucx_channel.h): the L1 pool
+# registered once, peers read with one-sided gets.
+find_package(ucx CONFIG REQUIRED)
 # libcpp-httplib-dev: the HTTP endpoint. Debian ships it compiled (a shared
 # library with its OpenSSL/zlib/brotli options), found through pkg-config.
 find_package(PkgConfig REQUIRED)

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "fleet/ucx_channel.h"
 #include "fuzz_input.h"
 #include "protocol/p2p_codec.h"
 #include "protocol/wire_codec.h"
@@ -61,7 +62,8 @@ int main(int argc, char** argv) {
   const std::filesystem::path replies = root / "resp_reply_fuzzer-seed";
   const std::filesystem::path handover = root / "handover_fuzzer-seed";
   const std::filesystem::path journal = root / "journal_fuzzer-seed";
-  for (const auto& dir : {requests, frames, objects, replies, handover, journal}) {
+  const std::filesystem::path descriptors = root / "ucx_descriptor_fuzzer-seed";
+  for (const auto& dir : {requests, frames, objects, replies, handover, journal, descriptors}) {
     std::filesystem::create_directories(dir);
   }
 
@@ -174,6 +176,14 @@ int main(int argc, char** argv) {
   restart::TakeoverHello hello;
   hello.geometry = {l1.shm_name, {l1.size_bytes, 4096, 2u << 20, 64u << 20}, 16};
   Write(handover / "hello", '\0' + restart::EncodeHello(hello));
+  {
+    // A descriptor as a real channel gives it (its worker's real address).
+    std::vector<std::byte> pool(1 << 20);
+    auto channel = fleet::UcxChannel::Create(pool.data(), pool.size(), &SteadyClock::Instance(),
+                                             fleet::UcxDataKey{});
+    if (channel.ok()) Write(descriptors / "real", (*channel)->Descriptor().Encode());
+    Write(descriptors / "small", fleet::UcxDescriptor{"address", 4096}.Encode());
+  }
   Write(handover / "verdict", '\1' + restart::EncodeVerdict({restart::Verdict::kRefused, "no"}));
   std::vector<store::ObjectKey> keys(3, object_key);
   for (std::size_t i = 0; i < keys.size(); ++i) keys[i].chunk_hash[0] = static_cast<std::uint8_t>(i);

@@ -24,7 +24,7 @@ JOBS="${JOBS:-$(nproc)}"
 PACKAGES=(
   build-essential cmake pkg-config git
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev
-  libxxhash-dev librust-blake3-dev nlohmann-json3-dev libcpp-httplib-dev libssl-dev prometheus-cpp-dev liburing-dev
+  libxxhash-dev librust-blake3-dev nlohmann-json3-dev libcpp-httplib-dev libssl-dev libucx-dev prometheus-cpp-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev llvm-14
   b3sum redis-server libhiredis-dev prometheus python3-yaml patchelf

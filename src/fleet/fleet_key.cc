@@ -24,6 +24,7 @@ using Digest = std::array<std::uint8_t, 32>;
 constexpr std::string_view kServerLabel = "lmcache p2p fleet endpoint server v1";
 constexpr std::string_view kClientLabel = "lmcache p2p fleet endpoint client v1";
 constexpr std::string_view kFingerprintLabel = "lmcache p2p fleet key fingerprint v1";
+constexpr std::string_view kDataLabel = "lmcache p2p data channel read v1";
 
 Digest Hmac(std::span<const std::uint8_t> key, std::string_view label) {
   Digest out{};
@@ -67,6 +68,7 @@ Result<FleetKey> FleetKey::FromBytes(std::span<const std::uint8_t> key) {
   LMC_ASSIGN_OR_RETURN(fleet_key.server_, PairFromSecret(Hmac(key, kServerLabel)));
   LMC_ASSIGN_OR_RETURN(fleet_key.client_, PairFromSecret(Hmac(key, kClientLabel)));
   zmq_z85_decode(fleet_key.client_public_.data(), fleet_key.client_.public_z85.c_str());
+  fleet_key.data_key_ = Hmac(key, kDataLabel);
   const Digest print = Hmac(key, kFingerprintLabel);
   static constexpr char kHex[] = "0123456789abcdef";
   for (std::size_t i = 0; i < 8; ++i) {

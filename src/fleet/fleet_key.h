@@ -8,7 +8,8 @@
 // authenticates nobody. Its bytes never cross the wire. From them two
 // CurveZMQ key pairs are derived (HMAC-SHA256 of the key over a fixed label
 // each): the fleet endpoint's server pair, and the one client pair that
-// every member uses towards another. A CURVE handshake then proves the key
+// every member uses towards another; and under a third label the data key
+// that the data channel's read requests are authenticated with. A CURVE handshake then proves the key
 // both ways: a client without it cannot produce the client pair's secret,
 // and a server without it cannot answer for the server pair's public key.
 // The server checks the client's public key in constant time.
@@ -46,6 +47,8 @@ class FleetKey {
   // curve_serverkey), and the pair members connect with.
   const CurveKeyPair& server() const { return server_; }
   const CurveKeyPair& client() const { return client_; }
+  // The key the data channel's read requests carry a MAC under (UcxChannel).
+  const std::array<std::uint8_t, 32>& data_key() const { return data_key_; }
   // Whether `public_key` (32 raw bytes, as ZAP hands it over) is the client
   // pair's public key; compared in constant time.
   bool IsMemberKey(std::span<const std::uint8_t> public_key) const;
@@ -58,6 +61,7 @@ class FleetKey {
   CurveKeyPair server_;
   CurveKeyPair client_;
   std::array<std::uint8_t, 32> client_public_{};
+  std::array<std::uint8_t, 32> data_key_{};
   std::string fingerprint_;
 };
 

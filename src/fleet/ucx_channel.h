@@ -1,0 +1,125 @@
+// UcxChannel: this server's UCX data channel (issue 42, section 2): how a
+// peer's L1 objects reach ours, and ours reach a peer's.
+//
+// Reads are owner-mediated: the requester sends a read request (an active
+// message: offset, size, an id, and a MAC made with the fleet's data key);
+// the owner checks the MAC (constant time) and that the range lies inside
+// its pool, and answers with the bytes as the active message's data, which
+// UCX moves by rendezvous when large (a zero-copy RDMA read where a NIC has
+// verbs; over TCP or shared memory a copy by the transport); the requester
+// lands them straight in its destination slot (ucp_am_recv_data_nbx). Why
+// not one-sided gets with a remote key: with UCX 1.13's TCP and
+// shared-memory transports a get is served for any address of the owner's
+// process, whatever region the key names, and its software get aborts the
+// owner when the requester's endpoint goes mid-read (branch
+// issue42-ucx-rma, tools/probes there). So the contexts here enable active
+// messages only (UCP_FEATURE_AM): no UCX get is ever served.
+//
+// What a peer needs to reach us is `Descriptor()`: our worker's address and
+// our pool's size. It crosses only the fleet endpoint (the fleet key
+// proved). A peer's descriptor and every message of a peer are untrusted
+// input: lengths and ranges are checked, unknown request ids are dropped.
+//
+// Reads never block their caller: `Read` queues a batch and returns; the
+// progress thread sends the requests and calls `done` once every read of
+// the batch has landed or failed. A batch past its deadline fails; a reply
+// that arrives later is dropped, and a read whose bytes were already
+// landing is waited for, so a destination slot is never written after
+// `done`. A peer whose endpoint failed (UCX's peer error handling) is not
+// read again until connected anew.
+//
+// Thread-safety: Connect, Disconnect, Read and Stats may be called from any
+// thread. Every UCX call runs on the channel's progress thread (the worker
+// is single-threaded); callers hand it commands through a queue and an
+// eventfd. `done` callbacks run on the progress thread and must not block.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/clock.h"
+#include "lmcache/status.h"
+
+namespace lmcache::fleet {
+
+// What a peer needs to read a pool: its worker's address (opaque to us) and
+// the pool's size.
+struct UcxDescriptor {
+  std::string worker_address;  // ucp_worker_get_address
+  std::uint64_t size = 0;      // the pool's bytes
+
+  // A flat byte form for the handshake: magic, version, the address with its
+  // length, the size. Parse bounds every length (a peer is untrusted input).
+  std::string Encode() const;
+  static Result<UcxDescriptor> Parse(std::string_view bytes);
+};
+
+// One get: `size` bytes at `remote_offset` of the peer's pool into
+// `local_offset` of ours.
+struct UcxRead {
+  std::uint64_t remote_offset = 0;
+  std::uint64_t local_offset = 0;
+  std::uint64_t size = 0;
+};
+
+struct UcxChannelStats {
+  std::uint64_t peers = 0;            // endpoints open
+  std::uint64_t reads = 0;            // batches completed (either way)
+  std::uint64_t read_bytes = 0;       // bytes of batches that succeeded
+  std::uint64_t failed_reads = 0;     // batches that failed (peer error, deadline, refused)
+  std::uint64_t deadline_reads = 0;   // of those, past their deadline
+  std::uint64_t refused_reads = 0;    // of those, outside a pool here: never sent
+  std::uint64_t served_reads = 0;     // peers' read requests answered with bytes
+  std::uint64_t served_bytes = 0;
+  std::uint64_t refused_serves = 0;   // peers' requests refused: bad MAC, range or shape
+  std::uint64_t late_replies = 0;     // replies for reads that had ended: dropped
+};
+
+// The key read requests are authenticated with (fleet::FleetKey::data_key()).
+using UcxDataKey = std::array<std::uint8_t, 32>;
+
+using PeerHandle = std::uint64_t;
+
+class UcxChannel {
+ public:
+  // Registers [pool, pool + size) with UCX and starts the progress thread.
+  // `clock` (the steady clock in the server) measures deadlines; it must
+  // outlive the channel. Requests made and accepted carry MACs under `key`.
+  static Result<std::unique_ptr<UcxChannel>> Create(std::byte* pool, std::size_t size,
+                                                    const Clock* clock, const UcxDataKey& key);
+  ~UcxChannel();  // fails every queued read, closes every endpoint, joins the thread
+  UcxChannel(const UcxChannel&) = delete;
+  UcxChannel& operator=(const UcxChannel&) = delete;
+
+  const UcxDescriptor& Descriptor() const { return descriptor_; }
+
+  // Opens an endpoint to the peer `descriptor` names; blocks until the
+  // progress thread has done it. A handle is never reused.
+  Result<PeerHandle> Connect(const UcxDescriptor& descriptor);
+  // Ends the endpoint: its reads in flight fail, then their batches end.
+  void Disconnect(PeerHandle peer);
+  // Queues one batch of reads from `peer`; `done` gets Ok once every byte
+  // arrived, or the error that ended the batch. A read outside either pool
+  // (as the peer's descriptor says) fails the whole batch before any request
+  // is sent.
+  void Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
+            std::function<void(Status)> done);
+
+  UcxChannelStats Stats() const;
+
+ private:
+  struct Impl;
+  explicit UcxChannel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  UcxDescriptor descriptor_;
+};
+
+}  // namespace lmcache::fleet
