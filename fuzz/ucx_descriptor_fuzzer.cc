@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "fleet/ucx_channel.h"
+#include "fleet/ucx_descriptor.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

@@ -46,21 +46,10 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "fleet/ucx_descriptor.h"
 #include "lmcache/status.h"
 
 namespace lmcache::fleet {
-
-// What a peer needs to read a pool: its worker's address (opaque to us) and
-// the pool's size.
-struct UcxDescriptor {
-  std::string worker_address;  // ucp_worker_get_address
-  std::uint64_t size = 0;      // the pool's bytes
-
-  // A flat byte form for the handshake: magic, version, the address with its
-  // length, the size. Parse bounds every length (a peer is untrusted input).
-  std::string Encode() const;
-  static Result<UcxDescriptor> Parse(std::string_view bytes);
-};
 
 // One get: `size` bytes at `remote_offset` of the peer's pool into
 // `local_offset` of ours.

@@ -1,0 +1,182 @@
+// UcxChannel::Impl: the state of a UCX data channel and its progress
+// thread, shared by the files that implement it (ucx_channel.cc: the
+// worker, its endpoints and the loop; ucx_reads.cc: the reads, served and
+// landed). Private to fleet/: nothing else includes it.
+//
+// Thread-safety: as UcxChannel (fleet/ucx_channel.h): `commands` under `mu`;
+// everything else belongs to the progress thread, except the atomic counters.
+#pragma once
+
+#include <openssl/crypto.h>
+#include <poll.h>
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <deque>
+#include <future>
+#include <map>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "common/mutex.h"
+#include "common/unique_fd.h"
+#include "fleet/ucx_channel.h"
+
+namespace lmcache::fleet {
+
+// Active message ids: a read request, and its reply carrying the bytes.
+inline constexpr unsigned kReadRequestId = 0x4c31;  // "L1"
+inline constexpr unsigned kReadReplyId = 0x4c32;
+inline constexpr std::size_t kMacBytes = 16;
+inline constexpr int kIdleWaitMs = 100;  // the progress thread's longest sleep
+
+// The wire form of a read request and its reply (little-endian hosts only:
+// the fleet's members run the same build on x86-64 or arm64).
+struct ReadRequest {
+  std::uint64_t id = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+  std::uint8_t mac[kMacBytes] = {};
+};
+struct ReadReply {
+  std::uint64_t id = 0;
+  std::uint32_t status = 0;  // ErrorCode: 0 = the bytes follow as the message's data
+  std::uint32_t reserved = 0;
+};
+static_assert(sizeof(ReadRequest) == 40 && sizeof(ReadReply) == 16);
+
+// MAC of a request's fields under the fleet's data key (truncated HMAC-SHA256).
+void MacOf(const UcxDataKey& key, const ReadRequest& request, std::uint8_t* out);
+
+Status UcxError(const char* what, ucs_status_t status);
+
+struct UcxChannel::Impl {
+  struct Peer {
+    ucp_ep_h ep = nullptr;
+    std::uint64_t size = 0;
+    bool failed = false;       // its endpoint ended: no more reads sent
+    void* closing = nullptr;   // the close request while it completes
+    bool disconnect_requested = false;
+  };
+  struct Batch {
+    PeerHandle peer = 0;
+    std::vector<UcxRead> reads;
+    TimeMs deadline_ms = 0;
+    std::function<void(Status)> done;
+    std::size_t pending = 0;  // reads not yet ended
+    std::uint64_t bytes = 0;
+    Status status;
+    bool past_deadline = false;
+  };
+  // One read in flight, by its request id, until it ends.
+  struct Read {
+    Batch* batch = nullptr;
+    std::uint64_t local_offset = 0;
+    std::uint64_t size = 0;
+    bool landing = false;  // its bytes are being received into the slot
+  };
+  // A message being sent: its header lives until the send completes.
+  struct Sending {
+    Impl* impl = nullptr;
+    ReadRequest request;
+    ReadReply reply;
+    std::uint64_t read_id = 0;  // a request's: which read fails if it cannot be sent
+  };
+  // A rendezvous receive landing bytes in a slot.
+  struct Landing {
+    Impl* impl = nullptr;
+    std::uint64_t read_id = 0;
+  };
+  struct ConnectCommand {
+    UcxDescriptor descriptor;
+    std::promise<Result<PeerHandle>> reply;
+  };
+  struct DisconnectCommand {
+    PeerHandle peer;
+  };
+  using Command = std::variant<std::unique_ptr<ConnectCommand>, DisconnectCommand,
+                               std::unique_ptr<Batch>>;
+
+  std::byte* pool = nullptr;
+  std::size_t pool_size = 0;
+  const Clock* clock = nullptr;
+  UcxDataKey key{};
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  ucp_mem_h memh = nullptr;
+  int ucx_fd = -1;
+  UniqueFd wake_fd;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+
+  Mutex mu;
+  std::deque<Command> commands LMC_GUARDED_BY(mu);
+
+  // The progress thread's own.
+  std::map<PeerHandle, Peer> peers;
+  std::vector<std::unique_ptr<Batch>> batches;  // with reads in flight, or ended this turn
+  std::unordered_map<std::uint64_t, Read> reads_in_flight;  // by request id
+  PeerHandle next_peer = 1;
+  std::uint64_t next_read_id = 1;
+  std::size_t sends_in_flight = 0;
+
+  std::atomic<std::uint64_t> open_peers{0}, reads{0}, read_bytes{0}, failed_reads{0},
+      deadline_reads{0}, refused_reads{0}, served_reads{0}, served_bytes{0}, refused_serves{0},
+      late_replies{0};
+
+  ~Impl() {
+    OPENSSL_cleanse(key.data(), key.size());
+    if (memh != nullptr) ucp_mem_unmap(context, memh);
+    if (worker != nullptr) ucp_worker_destroy(worker);
+    if (context != nullptr) ucp_cleanup(context);
+  }
+
+  Status Init(std::byte* base, std::size_t size, UcxDescriptor* descriptor);
+  Status SetHandler(unsigned id, ucp_am_recv_callback_t callback);
+  void Wake() {
+    const std::uint64_t one = 1;
+    (void)!::write(wake_fd.get(), &one, sizeof(one));
+  }
+  void Post(Command command) LMC_EXCLUDES(mu) {
+    {
+      MutexLock lock(&mu);
+      commands.push_back(std::move(command));
+    }
+    Wake();
+  }
+  void Run();
+  void RunCommands() LMC_EXCLUDES(mu);
+  void Connect(ConnectCommand& command);
+  void StartBatch(std::unique_ptr<Batch> batch);
+  void SendRequest(Peer& peer, Batch* batch, const UcxRead& read);
+  // Ends read `id` (if still in flight) with `status`.
+  void EndRead(std::uint64_t id, const Status& status);
+  void EndPeer(Peer& peer);
+  void ReapPeers();
+  void CheckDeadlines();
+  void FinishBatches();
+  void Sleep();
+  void Shutdown();
+  ucs_status_t Serve(const void* header, std::size_t header_length, const ucp_am_recv_param_t* p);
+  ucs_status_t Land(const void* header, std::size_t header_length, void* data, std::size_t length,
+                    const ucp_am_recv_param_t* p);
+  void Reply(ucp_ep_h ep, std::uint64_t id, ErrorCode status, std::uint64_t offset,
+             std::uint64_t size);
+
+  static ucs_status_t OnReadRequest(void* arg, const void* header, std::size_t header_length,
+                                    void*, std::size_t, const ucp_am_recv_param_t* param) {
+    return static_cast<Impl*>(arg)->Serve(header, header_length, param);
+  }
+  static ucs_status_t OnReadReply(void* arg, const void* header, std::size_t header_length,
+                                  void* data, std::size_t length, const ucp_am_recv_param_t* p) {
+    return static_cast<Impl*>(arg)->Land(header, header_length, data, length, p);
+  }
+  static void OnSent(void* request, ucs_status_t status, void* user_data);
+  static void OnLanded(void* request, ucs_status_t status, std::size_t length, void* user_data);
+  static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
+};
+
+}  // namespace lmcache::fleet

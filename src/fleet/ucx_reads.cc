@@ -1,0 +1,225 @@
+// The reads of a UCX data channel: a requester's batches and requests, an
+// owner's checks and answers, and the landing of the bytes (UcxChannel::Impl,
+// fleet/ucx_channel_impl.h).
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <cstring>
+#include <string>
+
+#include "fleet/ucx_channel_impl.h"
+
+namespace lmcache::fleet {
+
+void MacOf(const UcxDataKey& key, const ReadRequest& request, std::uint8_t* out) {
+  std::uint8_t fields[24];
+  std::memcpy(fields, &request.id, 8);
+  std::memcpy(fields + 8, &request.offset, 8);
+  std::memcpy(fields + 16, &request.size, 8);
+  std::uint8_t digest[32];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), fields, sizeof(fields), digest,
+       &length);
+  std::memcpy(out, digest, kMacBytes);
+}
+
+void UcxChannel::Impl::StartBatch(std::unique_ptr<Batch> batch) {
+  Batch* b = batch.get();
+  batches.push_back(std::move(batch));
+  auto peer = peers.find(b->peer);
+  if (peer == peers.end() || peer->second.failed) {
+    b->status = Status(ErrorCode::kUnavailable, "the peer's endpoint is closed");
+    return;
+  }
+  // Every read inside both pools, or none is sent.
+  for (const UcxRead& r : b->reads) {
+    const std::uint64_t remote = peer->second.size;
+    const bool remote_ok = r.size > 0 && r.remote_offset <= remote && r.size <= remote - r.remote_offset;
+    const bool local_ok = r.local_offset <= pool_size && r.size <= pool_size - r.local_offset;
+    if (!remote_ok || !local_ok) {
+      refused_reads.fetch_add(1, std::memory_order_relaxed);
+      b->status = Status(ErrorCode::kInvalidArgument,
+                         std::string("a read outside ") + (remote_ok ? "this" : "the peer's") +
+                             " pool: offset " +
+                             std::to_string(remote_ok ? r.local_offset : r.remote_offset) + ", " +
+                             std::to_string(r.size) + " bytes");
+      return;
+    }
+  }
+  for (const UcxRead& r : b->reads) SendRequest(peer->second, b, r);
+}
+
+void UcxChannel::Impl::SendRequest(Peer& peer, Batch* batch, const UcxRead& read) {
+  const std::uint64_t id = next_read_id++;
+  reads_in_flight.emplace(id, Read{batch, read.local_offset, read.size, false});
+  batch->pending += 1;
+  batch->bytes += read.size;
+  auto* sending = new Sending{this, {}, {}, id};
+  sending->request.id = id;
+  sending->request.offset = read.remote_offset;
+  sending->request.size = read.size;
+  MacOf(key, sending->request, sending->request.mac);
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = &Impl::OnSent;
+  param.user_data = sending;
+  param.flags = UCP_AM_SEND_FLAG_REPLY;  // the owner answers on a reply endpoint
+  sends_in_flight += 1;
+  ucs_status_ptr_t request = ucp_am_send_nbx(peer.ep, kReadRequestId, &sending->request,
+                                             sizeof(sending->request), nullptr, 0, &param);
+  if (!UCS_PTR_IS_PTR(request)) OnSent(nullptr, UCS_PTR_STATUS(request), sending);
+}
+
+void UcxChannel::Impl::OnSent(void* request, ucs_status_t status, void* user_data) {
+  std::unique_ptr<Sending> sending(static_cast<Sending*>(user_data));
+  Impl* impl = sending->impl;
+  impl->sends_in_flight -= 1;
+  if (status != UCS_OK && sending->read_id != 0) {
+    impl->EndRead(sending->read_id, UcxError("a read request could not be sent", status));
+  }
+  if (request != nullptr) ucp_request_free(request);
+}
+
+void UcxChannel::Impl::EndRead(std::uint64_t id, const Status& status) {
+  auto read = reads_in_flight.find(id);
+  if (read == reads_in_flight.end()) return;
+  Batch* batch = read->second.batch;
+  if (!status.ok() && batch->status.ok()) batch->status = status;
+  batch->pending -= 1;
+  reads_in_flight.erase(read);
+}
+
+// The owner's side: a peer asks for a range of our pool.
+ucs_status_t UcxChannel::Impl::Serve(const void* header, std::size_t header_length,
+                                     const ucp_am_recv_param_t* p) {
+  if (header_length != sizeof(ReadRequest) ||
+      (p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
+    refused_serves.fetch_add(1, std::memory_order_relaxed);
+    return UCS_OK;  // not our request's shape: nobody to answer
+  }
+  ReadRequest request;
+  std::memcpy(&request, header, sizeof(request));
+  std::uint8_t mac[kMacBytes];
+  MacOf(key, request, mac);
+  ErrorCode verdict = ErrorCode::kOk;
+  if (CRYPTO_memcmp(mac, request.mac, kMacBytes) != 0) {
+    verdict = ErrorCode::kPermissionDenied;
+  } else if (request.size == 0 || request.offset > pool_size ||
+             request.size > pool_size - request.offset) {
+    verdict = ErrorCode::kInvalidArgument;
+  }
+  if (verdict != ErrorCode::kOk) refused_serves.fetch_add(1, std::memory_order_relaxed);
+  Reply(p->reply_ep, request.id, verdict, request.offset, request.size);
+  return UCS_OK;
+}
+
+void UcxChannel::Impl::Reply(ucp_ep_h ep, std::uint64_t id, ErrorCode status, std::uint64_t offset,
+                             std::uint64_t size) {
+  auto* sending = new Sending{this, {}, {}, 0};
+  sending->reply.id = id;
+  sending->reply.status = static_cast<std::uint32_t>(status);
+  const bool with_bytes = status == ErrorCode::kOk;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &Impl::OnSent;
+  param.user_data = sending;
+  if (with_bytes) {
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param.memh = memh;
+    served_reads.fetch_add(1, std::memory_order_relaxed);
+    served_bytes.fetch_add(size, std::memory_order_relaxed);
+  }
+  sends_in_flight += 1;
+  ucs_status_ptr_t request =
+      ucp_am_send_nbx(ep, kReadReplyId, &sending->reply, sizeof(sending->reply),
+                      with_bytes ? pool + offset : nullptr, with_bytes ? size : 0, &param);
+  if (!UCS_PTR_IS_PTR(request)) OnSent(nullptr, UCS_PTR_STATUS(request), sending);
+}
+
+// The requester's side: a peer's answer to one of our reads.
+ucs_status_t UcxChannel::Impl::Land(const void* header, std::size_t header_length, void* data,
+                                    std::size_t length, const ucp_am_recv_param_t* p) {
+  if (header_length != sizeof(ReadReply)) return UCS_OK;
+  ReadReply reply;
+  std::memcpy(&reply, header, sizeof(reply));
+  auto read = reads_in_flight.find(reply.id);
+  if (read == reads_in_flight.end() || read->second.landing) {
+    late_replies.fetch_add(1, std::memory_order_relaxed);
+    return UCS_OK;  // ended (deadline, peer error) or never ours: its bytes are dropped
+  }
+  if (reply.status != 0) {
+    EndRead(reply.id, Status(static_cast<ErrorCode>(reply.status), "the peer refused the read"));
+    return UCS_OK;
+  }
+  if (length != read->second.size) {
+    EndRead(reply.id, Status(ErrorCode::kCorrupt, "the peer answered " + std::to_string(length) +
+                                                      " bytes for a read of " +
+                                                      std::to_string(read->second.size)));
+    return UCS_OK;
+  }
+  std::byte* slot = pool + read->second.local_offset;
+  if ((p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+    std::memcpy(slot, data, length);
+    EndRead(reply.id, Status::Ok());
+    return UCS_OK;
+  }
+  read->second.landing = true;
+  auto* landing = new Landing{this, reply.id};
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+  param.cb.recv_am = &Impl::OnLanded;
+  param.user_data = landing;
+  param.memh = memh;
+  ucs_status_ptr_t request = ucp_am_recv_data_nbx(worker, data, slot, length, &param);
+  if (!UCS_PTR_IS_PTR(request)) OnLanded(nullptr, UCS_PTR_STATUS(request), length, landing);
+  return UCS_OK;
+}
+
+void UcxChannel::Impl::OnLanded(void* request, ucs_status_t status, std::size_t, void* user_data) {
+  std::unique_ptr<Landing> landing(static_cast<Landing*>(user_data));
+  landing->impl->EndRead(landing->read_id,
+                         status == UCS_OK ? Status::Ok()
+                                          : UcxError("receiving a peer's bytes failed", status));
+  if (request != nullptr) ucp_request_free(request);
+}
+
+// A batch past its deadline ends its reads not yet landing (a later reply is
+// dropped); a read already landing is waited for.
+void UcxChannel::Impl::CheckDeadlines() {
+  const TimeMs now = clock->NowMs();
+  for (auto& batch : batches) {
+    if (batch->pending == 0 || batch->past_deadline || now < batch->deadline_ms) continue;
+    batch->past_deadline = true;
+    const Status late(ErrorCode::kTimeout, "the peer's read missed its deadline");
+    for (auto it = reads_in_flight.begin(); it != reads_in_flight.end();) {
+      const auto current = it++;
+      if (current->second.batch == batch.get() && !current->second.landing) {
+        EndRead(current->first, late);
+      }
+    }
+    if (batch->status.ok()) batch->status = late;
+  }
+}
+
+void UcxChannel::Impl::FinishBatches() {
+  auto finished = std::stable_partition(batches.begin(), batches.end(),
+                                        [](const auto& b) { return b->pending != 0; });
+  std::vector<std::unique_ptr<Batch>> done(std::make_move_iterator(finished),
+                                           std::make_move_iterator(batches.end()));
+  batches.erase(finished, batches.end());
+  for (auto& batch : done) {
+    reads.fetch_add(1, std::memory_order_relaxed);
+    if (batch->status.ok()) {
+      read_bytes.fetch_add(batch->bytes, std::memory_order_relaxed);
+    } else {
+      failed_reads.fetch_add(1, std::memory_order_relaxed);
+      if (batch->past_deadline) deadline_reads.fetch_add(1, std::memory_order_relaxed);
+    }
+    batch->done(std::move(batch->status));
+  }
+}
+
+}  // namespace lmcache::fleet
