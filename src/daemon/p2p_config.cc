@@ -47,8 +47,8 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
                  "advertised one")
       ->group(group);
   app.add_option("--p2p-auth-key-file", p->auth_key_file,
-                 "The fleet key: a file of 32 to 65536 random bytes, mode 0600, the same on "
-                 "every server of the fleet; peers prove it to each other (CurveZMQ keys derived "
+                 "The fleet key: a file of 32 to 65536 random bytes, mode 0600 (or root's, "
+                 "0440, as a Kubernetes Secret), the same on every server of the fleet; peers prove it to each other (CurveZMQ keys derived "
                  "from it) before any lock or address is given")
       ->group(group);
   app.add_flag("--p2p-allow-unauthenticated", p->allow_unauthenticated,

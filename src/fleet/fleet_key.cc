@@ -78,8 +78,31 @@ Result<FleetKey> FleetKey::FromBytes(std::span<const std::uint8_t> key) {
   return fleet_key;
 }
 
+// Who may read the file: its owner and, for a file root owns, its group
+// (a Kubernetes Secret mounted with fsGroup is root's, mode 0440); never
+// others, and nobody but the owner may write it.
+static Status CheckAccess(const std::string& path, const struct stat& info) {
+  const bool ours = info.st_uid == ::geteuid();
+  const bool roots = info.st_uid == 0;
+  if (!ours && !roots) {
+    return InvalidConfig(Refusal(path, "owned by uid " + std::to_string(info.st_uid) +
+                                           ", neither this server's uid " +
+                                           std::to_string(::geteuid()) + " nor root (chown it)"));
+  }
+  const mode_t forbidden = roots ? 027 : 077;  // a root-owned file may be group-readable
+  if ((info.st_mode & forbidden) != 0) {
+    return InvalidConfig(Refusal(path, roots ? "owned by root and writable by its group or "
+                                               "open to others (chmod 440 it at most)"
+                                             : "readable or writable by group or others (chmod "
+                                               "600 it)"));
+  }
+  return Status::Ok();
+}
+
 Result<FleetKey> FleetKey::Load(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
+  // Symbolic links are followed (a Kubernetes Secret's file is a link into
+  // its current version); what is checked is the file they lead to.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     return InvalidConfig(Refusal(path, std::string("cannot open: ") + std::strerror(errno)));
   }
@@ -87,14 +110,7 @@ Result<FleetKey> FleetKey::Load(const std::string& path) {
   if (::fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
     return InvalidConfig(Refusal(path, "not a regular file"));
   }
-  if (info.st_uid != ::geteuid()) {
-    return InvalidConfig(Refusal(path, "owned by uid " + std::to_string(info.st_uid) +
-                                           ", not by this server's uid " +
-                                           std::to_string(::geteuid()) + " (chown it)"));
-  }
-  if ((info.st_mode & 077) != 0) {
-    return InvalidConfig(Refusal(path, "readable or writable by group or others (chmod 600 it)"));
-  }
+  LMC_RETURN_IF_ERROR(CheckAccess(path, info));
   if (info.st_size < static_cast<off_t>(kMinFleetKeyBytes) ||
       info.st_size > static_cast<off_t>(kMaxFleetKeyBytes)) {
     return InvalidConfig(Refusal(path, std::to_string(info.st_size) +

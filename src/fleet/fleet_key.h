@@ -3,9 +3,10 @@
 // another (--p2p-auth-key-file; issue 42, docs/security.md "The fleet key").
 //
 // The file is read once at start and refused unless it is a regular file of
-// 32 bytes to 64 KiB, owned by the server's user and not readable or
-// writable by group or others (mode 0600 or 0400): a key others can read
-// authenticates nobody. Its bytes never cross the wire. From them two
+// 32 bytes to 64 KiB (symbolic links followed), owned by the server's user
+// and closed to group and others (mode 0600 or 0400), or owned by root and
+// readable at most by its group (0440: a Kubernetes Secret mounted with
+// fsGroup): a key others can read authenticates nobody. Its bytes never cross the wire. From them two
 // CurveZMQ key pairs are derived (HMAC-SHA256 of the key over a fixed label
 // each): the fleet endpoint's server pair, and the one client pair that
 // every member uses towards another; and under a third label the data key

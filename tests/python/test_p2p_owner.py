@@ -201,7 +201,7 @@ def test_p2p_without_a_proper_fleet_key_refuses_to_start(tmp_path, case):
             "--http-port", "0", "--p2p-advertise-url", f"127.0.0.1:{free_tcp_port()}"]
     if case == "key readable by others":
         args += ["--p2p-auth-key-file", write_key(tmp_path / "k", os.urandom(32), 0o644)]
-        want = "chmod 600"
+        want = "chmod"  # "chmod 600", or "chmod 440" for a file root owns
     elif case == "short key":
         args += ["--p2p-auth-key-file", write_key(tmp_path / "k", os.urandom(16))]
         want = "16 bytes"
