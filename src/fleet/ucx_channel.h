@@ -11,9 +11,9 @@
 // not one-sided gets with a remote key: with UCX 1.13's TCP and
 // shared-memory transports a get is served for any address of the owner's
 // process, whatever region the key names, and its software get aborts the
-// owner when the requester's endpoint goes mid-read (branch
-// issue42-ucx-rma, tools/probes there). So the contexts here enable active
-// messages only (UCP_FEATURE_AM): no UCX get is ever served.
+// owner when the requester's endpoint goes mid-read (docs/architecture.md,
+// "Where the fleet goes", says how it was measured). So the contexts here
+// enable active messages only (UCP_FEATURE_AM): no UCX get is ever served.
 //
 // What a peer needs to reach us is `Descriptor()`: our worker's address and
 // our pool's size. It crosses only the fleet endpoint (the fleet key

@@ -196,7 +196,7 @@ TEST_P(UcxChannelTest, ABatchFromAStalledOwnerEndsAtItsDeadlineAndItsLateReplyIs
 
 // The owner answers a requester that has died meanwhile: its answer fails
 // on its own, and the owner goes on serving (UCX's one-sided software get
-// aborted the owner here: branch issue42-ucx-rma).
+// aborted the owner here: docs/architecture.md, "Where the fleet goes").
 TEST_P(UcxChannelTest, AnOwnerSurvivesARequesterThatDiedBeforeItsAnswer) {
   Pool owner_pool(12), requester_pool(13), next_pool(14);
   auto owner = Make(owner_pool);
