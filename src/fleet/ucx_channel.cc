@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "fleet/ucx_channel_impl.h"
@@ -224,9 +225,20 @@ void UcxChannel::Impl::Shutdown() {
     const auto current = it++;
     if (!current->second.landing) EndRead(current->first, stopping);
   }
+  // Bounded in real time: a rendezvous receive from a peer that stopped
+  // answering may never end. Past the bound its read ends as abandoned, and
+  // destroying the worker (after this thread) cancels the receive; the server
+  // is stopping, so nothing reuses its slot meanwhile.
+  const auto give_up = std::chrono::steady_clock::now() + kShutdownWait;
   while (!peers.empty() || !reads_in_flight.empty() || sends_in_flight != 0) {
     ucp_worker_progress(worker);
     ReapPeers();
+    if (std::chrono::steady_clock::now() < give_up) continue;
+    while (!reads_in_flight.empty()) {
+      EndRead(reads_in_flight.begin()->first,
+              Status(ErrorCode::kUnavailable, "abandoned at stop: the peer stopped answering"));
+    }
+    break;
   }
   FinishBatches();
 }

@@ -25,8 +25,9 @@
 // the batch has landed or failed. A batch past its deadline fails; a reply
 // that arrives later is dropped, and a read whose bytes were already
 // landing is waited for, so a destination slot is never written after
-// `done`. A peer whose endpoint failed (UCX's peer error handling) is not
-// read again until connected anew.
+// `done` (only a stopping channel gives up on a landing read, after 10 s).
+// A peer whose endpoint failed (UCX's peer error handling) is not read again
+// until connected anew.
 //
 // Thread-safety: Connect, Disconnect, Read and Stats may be called from any
 // thread. Every UCX call runs on the channel's progress thread (the worker

@@ -12,6 +12,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <future>
 #include <map>
@@ -32,6 +33,8 @@ inline constexpr unsigned kReadRequestId = 0x4c31;  // "L1"
 inline constexpr unsigned kReadReplyId = 0x4c32;
 inline constexpr std::size_t kMacBytes = 16;
 inline constexpr int kIdleWaitMs = 100;  // the progress thread's longest sleep
+// How long a stopping channel waits for reads whose bytes are landing.
+inline constexpr std::chrono::seconds kShutdownWait{10};
 
 // The wire form of a read request and its reply (little-endian hosts only:
 // the fleet's members run the same build on x86-64 or arm64).
