@@ -122,7 +122,7 @@ TEST_P(UcxChannelTest, ReadsLandByteForByteAtTheirOffsets) {
   requester->Disconnect(*peer);
 }
 
-TEST_P(UcxChannelTest, AReadOutsideEitherPoolIsRefusedBeforeAnyGet) {
+TEST_P(UcxChannelTest, AReadOutsideEitherPoolIsRefusedBeforeAnyRequest) {
   Pool owner_pool(3), requester_pool(4);
   auto owner = Make(owner_pool);
   auto requester = Make(requester_pool);
