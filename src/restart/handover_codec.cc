@@ -1,106 +1,11 @@
 #include "restart/handover_codec.h"
 
 #include <cstring>
-#include <type_traits>
+
+#include "common/byte_codec.h"
 
 namespace lmcache::restart {
 namespace {
-
-class ByteWriter {
- public:
-  template <typename T>
-  void Put(T value) {
-    static_assert(std::is_integral_v<T>);
-    const auto wide = static_cast<std::make_unsigned_t<T>>(value);
-    char bytes[sizeof(T)];
-    std::memcpy(bytes, &wide, sizeof(T));
-    out_.append(bytes, sizeof(T));
-  }
-  void Reserve(std::size_t bytes) { out_.reserve(bytes); }
-  void PutString(std::string_view s) {
-    Put(static_cast<std::uint32_t>(s.size()));
-    out_.append(s);
-  }
-  void PutInts(const std::vector<std::int64_t>& values) {
-    Put(static_cast<std::uint64_t>(values.size()));
-    for (const std::int64_t v : values) Put(v);
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string out_;
-};
-
-class ByteReader {
- public:
-  ByteReader(std::string_view bytes, std::string_view what) : bytes_(bytes), what_(what) {}
-
-  template <typename T>
-  Status Get(T* value, std::string_view field) {
-    static_assert(std::is_integral_v<T>);
-    if (bytes_.size() - pos_ < sizeof(T)) return Truncated(field);
-    std::make_unsigned_t<T> wide = 0;
-    std::memcpy(&wide, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    *value = static_cast<T>(wide);
-    return Status::Ok();
-  }
-  Status GetBool(bool* value, std::string_view field) {
-    std::uint8_t byte = 0;
-    LMC_RETURN_IF_ERROR(Get(&byte, field));
-    if (byte > 1) return Bad(field, "is neither 0 nor 1");
-    *value = byte == 1;
-    return Status::Ok();
-  }
-  Status GetString(std::string* value, std::string_view field) {
-    std::uint32_t size = 0;
-    LMC_RETURN_IF_ERROR(Get(&size, field));
-    if (bytes_.size() - pos_ < size) return Truncated(field);
-    value->assign(bytes_.substr(pos_, size));
-    pos_ += size;
-    return Status::Ok();
-  }
-  // A list's count, refused when even `min_item_bytes` per item would not fit
-  // in what is left (so a count never reserves memory the input cannot fill).
-  Status GetCount(std::uint64_t* count, std::size_t min_item_bytes, std::string_view field) {
-    LMC_RETURN_IF_ERROR(Get(count, field));
-    if (*count > (bytes_.size() - pos_) / std::max<std::size_t>(min_item_bytes, 1)) {
-      return Bad(field, "counts " + std::to_string(*count) + " items, more than the bytes left");
-    }
-    return Status::Ok();
-  }
-  Status GetInts(std::vector<std::int64_t>* values, std::string_view field) {
-    std::uint64_t count = 0;
-    LMC_RETURN_IF_ERROR(GetCount(&count, sizeof(std::int64_t), field));
-    values->resize(count);
-    for (std::int64_t& v : *values) LMC_RETURN_IF_ERROR(Get(&v, field));
-    return Status::Ok();
-  }
-  Status GetBytes(std::uint8_t* out, std::size_t n, std::string_view field) {
-    if (bytes_.size() - pos_ < n) return Truncated(field);
-    std::memcpy(out, bytes_.data() + pos_, n);
-    pos_ += n;
-    return Status::Ok();
-  }
-  Status Finish() const {
-    if (pos_ != bytes_.size()) {
-      return Bad("end", std::to_string(bytes_.size() - pos_) + " bytes follow the message");
-    }
-    return Status::Ok();
-  }
-  Status Bad(std::string_view field, const std::string& why) const {
-    return Status(ErrorCode::kMalformedRequest,
-                  std::string(what_) + ": " + std::string(field) + " " + why);
-  }
-
- private:
-  Status Truncated(std::string_view field) const {
-    return Bad(field, "is cut short at byte " + std::to_string(pos_));
-  }
-  std::string_view bytes_;
-  std::size_t pos_ = 0;
-  std::string_view what_;
-};
 
 void PutGeometry(ByteWriter& w, const TakeoverGeometry& g) {
   w.PutString(g.shm_name);

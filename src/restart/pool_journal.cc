@@ -17,6 +17,8 @@
 #include <filesystem>
 #include <tuple>
 
+#include "common/byte_codec.h"
+
 namespace lmcache::restart {
 namespace jf = journal_format;
 namespace {
@@ -26,37 +28,6 @@ constexpr const char* kShmDir = "/dev/shm/";  // where glibc's shm_open puts nam
 Status SysFailure(const std::string& what, const std::string& name, int err) {
   return Status(ErrorCode::kIoError, what + " " + name + ": " + std::strerror(err));
 }
-
-void PutU32(std::string* out, std::uint32_t v) { out->append(reinterpret_cast<char*>(&v), 4); }
-void PutString(std::string* out, const std::string& s) {
-  PutU32(out, static_cast<std::uint32_t>(s.size()));
-  out->append(s);
-}
-
-// A cursor over untrusted namespace bytes: every read is bounds-checked.
-class Reader {
- public:
-  explicit Reader(std::span<const std::byte> bytes) : bytes_(bytes) {}
-  template <typename T>
-  bool Get(T* out) {
-    if (bytes_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(out, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  bool GetString(std::string* out) {
-    std::uint32_t n = 0;
-    if (!Get(&n) || bytes_.size() - pos_ < n) return false;
-    out->assign(reinterpret_cast<const char*>(bytes_.data() + pos_), n);
-    pos_ += n;
-    return true;
-  }
-  bool done() const { return pos_ == bytes_.size(); }
-
- private:
-  std::span<const std::byte> bytes_;
-  std::size_t pos_ = 0;
-};
 
 // "<journal>.new-<pid>" files of processes that died making a journal.
 void RemoveAbandonedStagingFiles(const std::string& journal_name) {
@@ -83,24 +54,28 @@ std::uint64_t StateWord(std::uint64_t sequence, jf::RecordState state) {
 }  // namespace
 
 std::string EncodeKeyNamespace(const ObjectKey& key) {
-  std::string out;
-  out.append(reinterpret_cast<const char*>(&key.kv_rank), sizeof(key.kv_rank));
-  out.append(reinterpret_cast<const char*>(&key.object_group_id), sizeof(key.object_group_id));
-  PutU32(&out, key.layout_namespace);
-  PutString(&out, key.model_name);
-  PutString(&out, key.cache_salt);
-  PutString(&out, key.tags);
-  return out;
+  ByteWriter out;
+  out.Put(key.kv_rank);
+  out.Put(key.object_group_id);
+  out.Put(key.layout_namespace);
+  out.PutString(key.model_name);
+  out.PutString(key.cache_salt);
+  out.PutString(key.tags);
+  return out.Take();
 }
 
 Result<ObjectKey> DecodeKeyNamespace(std::span<const std::byte> body) {
   ObjectKey key;
-  Reader in(body);
-  if (!in.Get(&key.kv_rank) || !in.Get(&key.object_group_id) || !in.Get(&key.layout_namespace) ||
-      !in.GetString(&key.model_name) || !in.GetString(&key.cache_salt) ||
-      !in.GetString(&key.tags) || !in.done()) {
-    return Status(ErrorCode::kInvalidArgument, "a key namespace entry of the journal is malformed");
-  }
+  ByteReader in(std::string_view(reinterpret_cast<const char*>(body.data()), body.size()),
+                "a key namespace entry of the journal");
+  Status read = in.Get(&key.kv_rank, "kv_rank");
+  if (read.ok()) read = in.Get(&key.object_group_id, "object_group_id");
+  if (read.ok()) read = in.Get(&key.layout_namespace, "layout_namespace");
+  if (read.ok()) read = in.GetString(&key.model_name, "model_name");
+  if (read.ok()) read = in.GetString(&key.cache_salt, "cache_salt");
+  if (read.ok()) read = in.GetString(&key.tags, "tags");
+  if (read.ok()) read = in.Finish();
+  if (!read.ok()) return Status(ErrorCode::kInvalidArgument, read.message());
   LMC_RETURN_IF_ERROR(store::ValidateObjectKey(key));
   return key;
 }
