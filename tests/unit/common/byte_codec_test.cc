@@ -57,7 +57,8 @@ TEST(ByteCodecTest, RefusesShortTrailedOversizedAndUnbackedInput) {
     EXPECT_NE(st.message().find("greeting: word"), std::string::npos) << st.message();
   }
   {
-    ByteReader r(bytes + "x", "greeting");
+    const std::string trailed = bytes + "x";
+    ByteReader r(trailed, "greeting");
     std::string s;
     ASSERT_TRUE(r.GetString(&s, "word").ok());
     EXPECT_FALSE(r.Finish().ok());
