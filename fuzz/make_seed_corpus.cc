@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "fleet/peer_info.h"
 #include "fleet/ucx_channel.h"
 #include "fuzz_input.h"
 #include "protocol/p2p_codec.h"
@@ -62,8 +63,8 @@ int main(int argc, char** argv) {
   const std::filesystem::path replies = root / "resp_reply_fuzzer-seed";
   const std::filesystem::path handover = root / "handover_fuzzer-seed";
   const std::filesystem::path journal = root / "journal_fuzzer-seed";
-  const std::filesystem::path descriptors = root / "ucx_descriptor_fuzzer-seed";
-  for (const auto& dir : {requests, frames, objects, replies, handover, journal, descriptors}) {
+  const std::filesystem::path handshakes = root / "peer_handshake_fuzzer-seed";
+  for (const auto& dir : {requests, frames, objects, replies, handover, journal, handshakes}) {
     std::filesystem::create_directories(dir);
   }
 
@@ -181,8 +182,24 @@ int main(int argc, char** argv) {
     std::vector<std::byte> pool(1 << 20);
     auto channel = fleet::UcxChannel::Create(pool.data(), pool.size(), &SteadyClock::Instance(),
                                              fleet::UcxDataKey{});
-    if (channel.ok()) Write(descriptors / "real", (*channel)->Descriptor().Encode());
-    Write(descriptors / "small", fleet::UcxDescriptor{"address", 4096}.Encode());
+    fleet::PeerInfo info{.boot_id = "boot",
+                         .chunk_size = 16,
+                         .hash_algorithm = "blake3",
+                         .none_hash = std::string(32, '\0'),
+                         .advertise_url = "10.0.0.1:5557",
+                         .key_fingerprint = "0123456789abcdef",
+                         .data_channel = {"address", 4096}};
+    if (channel.ok()) {
+      Write(handshakes / "descriptor-real", '\0' + (*channel)->Descriptor().Encode());
+      info.data_channel = (*channel)->Descriptor();
+    }
+    Write(handshakes / "descriptor-small", '\0' + fleet::UcxDescriptor{"address", 4096}.Encode());
+    // A server_info reply as a fleet member gets it (server/admin_ops.cc).
+    msgpk::MapWriter reply;
+    reply.Field("version").Str("seed");
+    reply.Field("chunk_size").Int(16);
+    info.Encode(reply.Field(fleet::kPeerInfoField));
+    Write(handshakes / "server-info", '\1' + reply.Take());
   }
   Write(handover / "verdict", '\1' + restart::EncodeVerdict({restart::Verdict::kRefused, "no"}));
   std::vector<store::ObjectKey> keys(3, object_key);

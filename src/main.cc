@@ -31,6 +31,7 @@
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
 #include "fleet/fleet_key.h"
+#include "fleet/ucx_channel.h"
 #include "restart/open_pool.h"
 #include "restart/takeover.h"
 #include "server/service.h"
@@ -184,6 +185,8 @@ void WatchLoops(lmcache::admin_http::Health& health, lmcache::transport::RouterL
 // destroyed in reverse).
 struct Server {
   restart::OpenedPool pool;
+  // P2P's data channel: it registered the pool, so it goes before the pool does.
+  std::unique_ptr<lmcache::fleet::UcxChannel> data_channel;
   std::unique_ptr<lmcache::transport::RouterLoop> loop;
   std::unique_ptr<lmcache::tier::L2Tier> l2;
   std::unique_ptr<lmcache::events::KvEvents> kv_events;
@@ -243,8 +246,18 @@ void WatchHealth(const daemon::ServerConfig& config, Server& s) {
 // The service over the pool and the tiers, its stats sources, health, HTTP
 // and the takeover socket (once the pool is this server's); then serving.
 Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& clock, Server& s) {
+  lmcache::server::ServiceConfig service_config = config.service;
+  if (config.p2p.enabled()) {
+    // UCX registers the whole pool once; peers learn the descriptor in the
+    // handshake (server_info over the fleet endpoint).
+    const lmcache::shm::ShmSegment& segment = s.cache().segment();
+    LMC_ASSIGN_OR_RETURN(s.data_channel,
+                         lmcache::fleet::UcxChannel::Create(segment.base(), segment.size(), &clock,
+                                                            config.p2p.key->data_key()));
+    service_config.p2p_data_channel = s.data_channel->Descriptor();
+  }
   s.service = std::make_unique<lmcache::server::Service>(
-      &s.cache(), &clock, config.service, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get());
+      &s.cache(), &clock, service_config, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get());
   lmcache::transport::RouterLoop* router = s.loop.get();
   auto& sources = s.service->stats_sources();
   sources.Add("transport", [router](lmcache::server::StatsSnapshot* snapshot) {
@@ -354,6 +367,7 @@ void StopServing(Server& s, bool handing_over) {
                traffic.undeliverable);
   if (s.http) s.http->Stop();
   s.loop.reset();
+  s.data_channel.reset();  // peers' reads in flight fail; no peer reads the pool after this
   s.service->StopMaintenance();
   if (s.l2) s.l2->Stop();
   s.kv_publisher.reset();

@@ -7,6 +7,8 @@
 
 #include "common/version.h"
 #include "events/kv_event_codec.h"
+#include "fleet/peer_info.h"
+#include "worker/token_hasher.h"
 
 namespace lmcache::server {
 namespace {
@@ -38,6 +40,8 @@ struct KvEventQuery {
 // The reference refuses max_events outside [1, 1024] on its stream; a poll
 // asking for more gets at most this many (a page may always be shorter).
 constexpr std::int64_t kMaxEventsPerPage = 1024;
+// How chunk keys are computed from tokens (worker/token_hasher.h).
+constexpr std::string_view kHashAlgorithm = "blake3";
 
 Result<KvEventQuery> ReadKvEventQuery(Payloads p) {
   KvEventQuery query;
@@ -138,7 +142,9 @@ void AdminOps::AddTo(OpTable* table) {
                respond(msgpk::Encoder().Nil().Take());
              });
   table->Add({Op::kServerInfo, "server_info", false, P::kInline, 0, 0, 0, F::kNil},
-             Bind(DecodeNothing, [this](const RequestContext&, NoArgs) { return ServerInfo(); }));
+             Bind(DecodeNothing, [this](const RequestContext& context, NoArgs) {
+               return ServerInfo(context);
+             }));
   table->Add({Op::kStats, "stats", false, P::kCpu, 0, 0, 0, F::kNil},
              Bind(DecodeNothing, [this](const RequestContext&, NoArgs) -> Result<std::string> {
                return render_stats_();
@@ -223,8 +229,21 @@ Result<std::string> AdminOps::PollKvEvents(const std::string& model_name, std::i
       static_cast<std::size_t>(std::min(max_events, kMaxEventsPerPage))));
 }
 
-Result<std::string> AdminOps::ServerInfo() const {
+Result<std::string> AdminOps::ServerInfo(const RequestContext& context) const {
   msgpk::MapWriter e;
+  // The P2P handshake's content, for a connection that proved the fleet key.
+  if (context.fleet_member && deps_.config.p2p_data_channel.size != 0) {
+    const worker::ChunkHash& none_hash = worker::NoneHash();
+    const fleet::PeerInfo p2p{
+        .boot_id = deps_.boot_id,
+        .chunk_size = deps_.config.chunk_size,
+        .hash_algorithm = std::string(kHashAlgorithm),
+        .none_hash = std::string(reinterpret_cast<const char*>(none_hash.data()), none_hash.size()),
+        .advertise_url = deps_.config.p2p_advertise_url,
+        .key_fingerprint = deps_.config.p2p_key_fingerprint,
+        .data_channel = deps_.config.p2p_data_channel};
+    p2p.Encode(e.Field(fleet::kPeerInfoField));
+  }
   e.Field("version").Str(kVersion);
   e.Field("instance_id").Str(deps_.config.instance_id);
   e.Field("boot_id").Str(deps_.boot_id);
@@ -232,7 +251,7 @@ Result<std::string> AdminOps::ServerInfo() const {
   e.Field("shm_name").Str(deps_.pool.name());
   e.Field("pool_size").Uint(deps_.pool.size());
   e.Field("chunk_size").Int(deps_.config.chunk_size);
-  e.Field("hash_algorithm").Str("blake3");
+  e.Field("hash_algorithm").Str(kHashAlgorithm);
   msgpk::Encoder& features = e.Field("features").Array(static_cast<std::uint32_t>(features_.size()));
   for (const std::string& feature : features_) features.Str(feature);
   return e.Take();

@@ -48,7 +48,9 @@ class AdminOps {
   // Removes every object (locked ones too with `force`: they retire when
   // their leases end); the objects removed, or why `context` may not.
   Result<std::uint64_t> Clear(const RequestContext& context, bool force);
-  Result<std::string> ServerInfo() const;
+  // Every client gets the server's identity and geometry; a fleet member
+  // also gets the P2P handshake's map (fleet/peer_info.h).
+  Result<std::string> ServerInfo(const RequestContext& context) const;
   // A page of `model_name`'s KV events after `cursor` (the reference's
   // KVEventPollResult); enabled = false when the channel is off.
   Result<std::string> PollKvEvents(const std::string& model_name, std::int64_t cursor,

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "fleet/ucx_descriptor.h"
 #include "protocol/wire_codec.h"
 #include "worker/instances.h"
 #include "server/parked_requests.h"
@@ -54,6 +55,9 @@ struct ServiceConfig {
   // and the fleet key's fingerprint.
   std::string p2p_advertise_url;
   std::string p2p_key_fingerprint;
+  // This server's UCX data channel (fleet/ucx_channel.h), which server_info
+  // announces to fleet members only; size 0 when P2P is off.
+  fleet::UcxDescriptor p2p_data_channel;
 };
 
 }  // namespace lmcache::server

@@ -182,6 +182,35 @@ def test_without_the_key_a_client_gets_misses_or_no_connection(fleet, zmq_ctx):
     client.close()
 
 
+def none_hash():
+    """BLAKE3 of 12 zero bytes, the reference's NONE_HASH (spec 5.2), by b3sum."""
+    out = subprocess.run(["b3sum", "--no-names"], input=b"\0" * 12, capture_output=True,
+                         check=True)
+    return bytes.fromhex(out.stdout.decode().strip())
+
+
+def test_a_member_gets_the_handshake_in_server_info_and_nobody_else_does(fleet, zmq_ctx):
+    client = Client(zmq_ctx, fleet.url)
+    info = client.call("server_info")
+    assert "p2p" not in info  # the main endpoint: no data channel, no fleet details
+    member = peer(zmq_ctx, fleet, fleet.key)
+    shake = member.call("server_info")["p2p"]
+    assert shake["boot_id"] == info["boot_id"] and shake["chunk_size"] == info["chunk_size"]
+    assert shake["hash_algorithm"] == "blake3" and shake["none_hash"] == none_hash()
+    assert shake["advertise_url"] == fleet.fleet_url.removeprefix("tcp://")
+    assert shake["key_fingerprint"] == hmac.new(fleet.key, FINGERPRINT_LABEL,
+                                                hashlib.sha256).hexdigest()[:16]
+    # The UCX descriptor (docs/protocol.md): "LUCX", version 2, a u32
+    # little-endian address length, the worker's address, the pool's size.
+    channel = shake["data_channel"]
+    assert channel[:5] == b"LUCX\x02"
+    length = int.from_bytes(channel[5:9], "little")
+    assert 0 < length == len(channel) - 9 - 8
+    assert int.from_bytes(channel[9 + length:], "little") == info["pool_size"]
+    member.close()
+    client.close()
+
+
 def test_status_shows_p2p_and_the_keys_fingerprint(fleet):
     with urllib.request.urlopen(fleet.status_url, timeout=30) as reply:
         status = json.load(reply)

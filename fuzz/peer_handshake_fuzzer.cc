@@ -1,0 +1,48 @@
+// libFuzzer target: what a peer sends in the P2P handshake, untrusted input
+// from another server. The first byte picks the decoder: 0, a UCX
+// descriptor (fleet/ucx_descriptor.h); 1, a server_info reply carrying the
+// handshake's map (fleet/peer_info.h). Beyond "no crash, no sanitizer
+// report": a descriptor that parses has a bounded address and a pool, and
+// re-encodes to exactly the bytes it came from; a handshake that parses has
+// every field within its bounds.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "fleet/peer_info.h"
+#include "fleet/ucx_descriptor.h"
+
+namespace {
+
+void Descriptor(std::string_view bytes) {
+  auto parsed = lmcache::fleet::UcxDescriptor::Parse(bytes);
+  if (!parsed.ok()) return;
+  if (parsed->worker_address.empty() || parsed->worker_address.size() > 64 * 1024 ||
+      parsed->size == 0 || parsed->Encode() != bytes) {
+    std::abort();
+  }
+}
+
+void Handshake(std::string_view bytes) {
+  auto info = lmcache::fleet::PeerInfo::FromServerInfo(bytes);
+  if (!info.ok()) return;
+  if (info->chunk_size <= 0 || info->none_hash.size() != 32 || info->boot_id.size() > 1024 ||
+      info->advertise_url.size() > 1024 || info->data_channel.size == 0 ||
+      info->data_channel.worker_address.empty()) {
+    std::abort();
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size == 0) return 0;
+  const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
+  if (data[0] & 1) {
+    Handshake(bytes);
+  } else {
+    Descriptor(bytes);
+  }
+  return 0;
+}

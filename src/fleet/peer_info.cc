@@ -1,0 +1,124 @@
+#include "fleet/peer_info.h"
+
+#include <optional>
+
+#include "common/msgpack_cursor.h"
+
+namespace lmcache::fleet {
+namespace {
+
+constexpr std::size_t kMaxTextBytes = 1024;
+constexpr std::size_t kNoneHashBytes = 32;
+
+std::string Hex(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (const char c : bytes) {
+    out.push_back(kDigits[static_cast<unsigned char>(c) >> 4]);
+    out.push_back(kDigits[static_cast<unsigned char>(c) & 15]);
+  }
+  return out;
+}
+
+Result<std::string> Text(msgpk::MsgpackCursor& in, std::string_view what) {
+  LMC_ASSIGN_OR_RETURN(const std::string_view text, in.ReadStr(what));
+  if (text.size() > kMaxTextBytes) return msgpk::Malformed(what, "is over 1 KiB");
+  return std::string(text);
+}
+
+Result<PeerInfo> ReadPeerInfo(msgpk::MsgpackCursor& in) {
+  PeerInfo info;
+  std::uint32_t seen = 0;  // one bit per field below
+  std::string descriptor;
+  LMC_RETURN_IF_ERROR(in.ReadFields("server_info.p2p", [&](std::string_view name) -> Result<bool> {
+    if (name == "boot_id") {
+      LMC_ASSIGN_OR_RETURN(info.boot_id, Text(in, "p2p.boot_id"));
+      seen |= 1;
+    } else if (name == "chunk_size") {
+      LMC_ASSIGN_OR_RETURN(info.chunk_size, in.ReadInt("p2p.chunk_size"));
+      seen |= 2;
+    } else if (name == "hash_algorithm") {
+      LMC_ASSIGN_OR_RETURN(info.hash_algorithm, Text(in, "p2p.hash_algorithm"));
+      seen |= 4;
+    } else if (name == "none_hash") {
+      LMC_ASSIGN_OR_RETURN(const std::string_view hash, in.ReadBytes("p2p.none_hash"));
+      if (hash.size() != kNoneHashBytes) return msgpk::Malformed("p2p.none_hash", "is not 32 bytes");
+      info.none_hash = std::string(hash);
+      seen |= 8;
+    } else if (name == "advertise_url") {
+      LMC_ASSIGN_OR_RETURN(info.advertise_url, Text(in, "p2p.advertise_url"));
+      seen |= 16;
+    } else if (name == "key_fingerprint") {
+      LMC_ASSIGN_OR_RETURN(info.key_fingerprint, Text(in, "p2p.key_fingerprint"));
+      seen |= 32;
+    } else if (name == "data_channel") {
+      LMC_ASSIGN_OR_RETURN(const std::string_view bytes, in.ReadBytes("p2p.data_channel"));
+      LMC_ASSIGN_OR_RETURN(info.data_channel, UcxDescriptor::Parse(bytes));
+      seen |= 64;
+    } else {
+      return false;  // a newer peer's field
+    }
+    return true;
+  }));
+  if (seen != 127) {
+    return msgpk::Malformed("server_info.p2p",
+                            "lacks a field (boot_id, chunk_size, hash_algorithm, none_hash, "
+                            "advertise_url, key_fingerprint and data_channel are required)");
+  }
+  if (info.chunk_size <= 0) return msgpk::Malformed("p2p.chunk_size", "is not positive");
+  return info;
+}
+
+}  // namespace
+
+void PeerInfo::Encode(msgpk::Encoder& out) const {
+  out.Map(7);
+  out.Str("boot_id").Str(boot_id);
+  out.Str("chunk_size").Int(chunk_size);
+  out.Str("hash_algorithm").Str(hash_algorithm);
+  out.Str("none_hash").Bin(none_hash);
+  out.Str("advertise_url").Str(advertise_url);
+  out.Str("key_fingerprint").Str(key_fingerprint);
+  out.Str("data_channel").Bin(data_channel.Encode());
+}
+
+Result<PeerInfo> PeerInfo::FromServerInfo(std::string_view server_info_reply) {
+  msgpk::MsgpackCursor in(server_info_reply);
+  std::optional<PeerInfo> info;
+  LMC_RETURN_IF_ERROR(in.ReadFields("server_info", [&](std::string_view name) -> Result<bool> {
+    if (name != kPeerInfoField) return false;
+    LMC_ASSIGN_OR_RETURN(info, ReadPeerInfo(in));
+    return true;
+  }));
+  if (!in.AtEnd()) return msgpk::Malformed("server_info", "is followed by more bytes");
+  if (!info) {
+    return Status(ErrorCode::kNotSupported,
+                  "the peer's server_info has no p2p section (P2P off there, or not a fleet "
+                  "member's connection)");
+  }
+  return *std::move(info);
+}
+
+Status CheckCompatible(const PeerInfo& ours, const PeerInfo& peer) {
+  auto differs = [](std::string_view field, const std::string& mine, const std::string& theirs) {
+    return Status(ErrorCode::kLayoutMismatch, "its " + std::string(field) + " is " + theirs +
+                                                  ", ours is " + mine +
+                                                  ": no key of one can match the other's");
+  };
+  if (peer.chunk_size != ours.chunk_size) {
+    return differs("chunk size", std::to_string(ours.chunk_size) + " tokens",
+                   std::to_string(peer.chunk_size) + " tokens");
+  }
+  if (peer.hash_algorithm != ours.hash_algorithm) {
+    return differs("hash algorithm", ours.hash_algorithm, peer.hash_algorithm);
+  }
+  if (peer.none_hash != ours.none_hash) {
+    return differs("NONE_HASH", Hex(ours.none_hash), Hex(peer.none_hash));
+  }
+  if (peer.key_fingerprint != ours.key_fingerprint) {
+    return differs("fleet key fingerprint", ours.key_fingerprint, peer.key_fingerprint);
+  }
+  return Status::Ok();
+}
+
+}  // namespace lmcache::fleet

@@ -1,0 +1,49 @@
+// PeerInfo: what one server tells a fleet member about itself, the content
+// of the P2P handshake (issue 42, section 4). A member asks with server_info
+// over the fleet endpoint (so only a holder of the fleet key ever sees it);
+// the reply then carries a "p2p" map with these fields beside the ones every
+// client gets. The requester checks it against its own (CheckCompatible)
+// before it asks that peer for anything: a peer that cuts chunks of another
+// size or hashes them otherwise would never match a key, and the reference
+// lets such peers run and silently miss; we exclude them, saying why.
+//
+// A peer's reply is untrusted input: Parse bounds every string, requires
+// every field, and refuses a descriptor that is not exactly one.
+//
+// Thread-safety: a plain value and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "common/msgpack_codec.h"
+#include "fleet/ucx_descriptor.h"
+#include "lmcache/status.h"
+
+namespace lmcache::fleet {
+
+// The name server_info's reply gives the handshake's map.
+inline constexpr std::string_view kPeerInfoField = "p2p";
+
+struct PeerInfo {
+  std::string boot_id;         // a new one: the peer restarted (forget its old life)
+  std::int64_t chunk_size = 0;  // tokens per chunk
+  std::string hash_algorithm;  // "blake3": how a chunk's key is computed from its tokens
+  std::string none_hash;       // the 32-byte seed of the rolling hash
+  std::string advertise_url;   // where members reach its fleet endpoint
+  std::string key_fingerprint;  // the fleet key's (fleet::FleetKey::fingerprint)
+  UcxDescriptor data_channel;  // how to reach its UCX data channel
+
+  // Writes the map (the value of server_info's "p2p" field).
+  void Encode(msgpk::Encoder& out) const;
+  // Reads the "p2p" map out of a whole server_info reply.
+  static Result<PeerInfo> FromServerInfo(std::string_view server_info_reply);
+};
+
+// Ok when `peer`'s chunks can be `ours`: the same chunk size, hash algorithm,
+// NONE_HASH and fleet key. Otherwise kLayoutMismatch naming the first
+// field that differs and both values, for the one log line and /status.
+Status CheckCompatible(const PeerInfo& ours, const PeerInfo& peer);
+
+}  // namespace lmcache::fleet
