@@ -1,0 +1,338 @@
+#include "fleet/peer_rpc.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <thread>
+#include <variant>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/msgpack_codec.h"
+#include "common/msgpack_cursor.h"
+#include "common/mutex.h"
+#include "common/unique_fd.h"
+#include "protocol/wire_codec.h"
+
+namespace lmcache::fleet {
+namespace {
+
+constexpr int kIdleWaitMs = 100;   // the thread's longest sleep (deadlines are checked after it)
+constexpr int kSendHighWater = 1000;  // requests queued to one peer before a call is refused
+
+// The operation frame the reference's server decodes: the integer id of the
+// frozen table, or the name of an operation sent by name. Only what a member
+// calls a peer with.
+Result<std::string> OperationFrame(Op op) {
+  switch (op) {
+    case Op::kP2pLookupAndLock:
+    case Op::kP2pQueryLookupResults:
+    case Op::kP2pUnlockObjects:
+    case Op::kPing:
+      return msgpk::Encoder().Int(static_cast<std::int64_t>(op)).Take();
+    case Op::kServerInfo:
+      return msgpk::Encoder().Str("server_info").Take();
+    default:
+      return Status(ErrorCode::kNotSupported,
+                    "operation " + std::to_string(static_cast<int>(op)) +
+                        " is not one a peer is called with");
+  }
+}
+
+}  // namespace
+
+struct PeerRpc::Impl {
+  struct Pending {
+    PeerId peer = 0;
+    std::string op_frame;
+    TimeMs deadline_ms = 0;
+    Done done;
+  };
+  struct ConnectCommand {
+    PeerId peer;
+    std::string url;
+  };
+  struct DisconnectCommand {
+    PeerId peer;
+  };
+  struct CallCommand {
+    PeerId peer;
+    std::string op_frame;
+    std::vector<std::string> payloads;
+    TimeMs deadline_ms;
+    Done done;
+  };
+  using Command = std::variant<ConnectCommand, DisconnectCommand, CallCommand>;
+
+  CurveKeyPair client;
+  std::string server_public_z85;
+  const Clock* clock = nullptr;
+  zmq::context_t context{1};
+  UniqueFd wake_fd;
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  std::atomic<PeerId> next_peer{1};
+
+  Mutex mu;
+  std::deque<Command> commands LMC_GUARDED_BY(mu);
+
+  // The thread's own.
+  std::map<PeerId, zmq::socket_t> sockets;
+  std::map<std::uint64_t, Pending> pending;  // by request id
+  std::uint64_t next_uid = 1;
+
+  std::atomic<std::uint64_t> open_peers{0}, calls{0}, replies{0}, timeouts{0}, unsent{0}, late_replies{0},
+      stray_replies{0};
+
+  void Post(Command command) LMC_EXCLUDES(mu) {
+    {
+      MutexLock lock(&mu);
+      commands.push_back(std::move(command));
+    }
+    const std::uint64_t one = 1;
+    (void)!::write(wake_fd.get(), &one, sizeof(one));
+  }
+
+  void Run() {
+    while (!stop.load(std::memory_order_acquire)) {
+      RunCommands();
+      Poll();
+      ExpireCalls();
+    }
+    EndAll(Status(ErrorCode::kUnavailable, "the peer RPC stopped"));
+  }
+
+  void RunCommands() LMC_EXCLUDES(mu) {
+    std::deque<Command> batch;
+    {
+      MutexLock lock(&mu);
+      batch.swap(commands);
+    }
+    for (Command& command : batch) {
+      if (auto* c = std::get_if<ConnectCommand>(&command)) {
+        Open(*c);
+      } else if (auto* d = std::get_if<DisconnectCommand>(&command)) {
+        Close(d->peer);
+      } else {
+        Send(std::get<CallCommand>(command));
+      }
+    }
+  }
+
+  void Open(const ConnectCommand& command) {
+    try {
+      zmq::socket_t socket(context, zmq::socket_type::dealer);
+      socket.set(zmq::sockopt::linger, 0);
+      socket.set(zmq::sockopt::sndhwm, kSendHighWater);
+      socket.set(zmq::sockopt::maxmsgsize, kMaxReplyBytes);
+      socket.set(zmq::sockopt::curve_serverkey, server_public_z85);
+      socket.set(zmq::sockopt::curve_publickey, client.public_z85);
+      socket.set(zmq::sockopt::curve_secretkey, client.secret_z85);
+      socket.connect(command.url);
+      sockets.emplace(command.peer, std::move(socket));
+      open_peers.fetch_add(1, std::memory_order_relaxed);
+    } catch (const zmq::error_t& e) {
+      // A URL ZMQ refuses: the peer stays unknown and its calls end unsent.
+      (void)e;
+    }
+  }
+
+  void Close(PeerId peer) {
+    if (sockets.erase(peer) != 0) open_peers.fetch_sub(1, std::memory_order_relaxed);
+    EndWhere([peer](const Pending& p) { return p.peer == peer; },
+             Status(ErrorCode::kUnavailable, "the peer was disconnected"));
+  }
+
+  void Send(CallCommand& call) {
+    auto socket = sockets.find(call.peer);
+    const std::uint64_t uid = next_uid++;
+    const std::string uid_frame = msgpk::Encoder().Uint(uid).Take();
+    bool sent = false;
+    if (socket != sockets.end()) {
+      try {
+        std::vector<zmq::const_buffer> frames{zmq::buffer(uid_frame), zmq::buffer(call.op_frame)};
+        for (const std::string& p : call.payloads) frames.push_back(zmq::buffer(p));
+        sent = zmq::send_multipart(socket->second, frames, zmq::send_flags::dontwait).has_value();
+      } catch (const zmq::error_t&) {
+        sent = false;
+      }
+    }
+    if (!sent) {
+      unsent.fetch_add(1, std::memory_order_relaxed);
+      call.done(Status(ErrorCode::kUnavailable,
+                       socket == sockets.end() ? "no connection to that peer"
+                                               : "the peer's send queue is full"));
+      return;
+    }
+    pending.emplace(uid, Pending{call.peer, std::move(call.op_frame), call.deadline_ms,
+                                 std::move(call.done)});
+  }
+
+  void Poll() {
+    std::vector<zmq::pollitem_t> items;
+    std::vector<PeerId> ids;
+    items.push_back({nullptr, wake_fd.get(), ZMQ_POLLIN, 0});
+    for (auto& [id, socket] : sockets) {
+      items.push_back({socket.handle(), 0, ZMQ_POLLIN, 0});
+      ids.push_back(id);
+    }
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(kIdleWaitMs));
+    } catch (const zmq::error_t&) {
+      return;  // EINTR: the next turn polls again
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      std::uint64_t count = 0;
+      (void)!::read(wake_fd.get(), &count, sizeof(count));
+    }
+    for (std::size_t i = 1; i < items.size(); ++i) {
+      if (items[i].revents & ZMQ_POLLIN) Receive(ids[i - 1]);
+    }
+  }
+
+  // Takes every reply waiting on `peer`'s socket.
+  void Receive(PeerId peer) {
+    auto socket = sockets.find(peer);
+    if (socket == sockets.end()) return;
+    while (true) {
+      std::vector<zmq::message_t> frames;
+      try {
+        if (!zmq::recv_multipart(socket->second, std::back_inserter(frames),
+                                 zmq::recv_flags::dontwait)) {
+          return;
+        }
+      } catch (const zmq::error_t&) {
+        return;
+      }
+      Deliver(peer, frames);
+    }
+  }
+
+  // A reply: [uid, operation, value] or [uid, operation, value, error].
+  void Deliver(PeerId peer, const std::vector<zmq::message_t>& frames) {
+    auto call = pending.end();
+    bool uid_read = false;
+    if (frames.size() == 3 || frames.size() == 4) {
+      msgpk::MsgpackCursor uid_cursor(frames[0].to_string_view());
+      auto uid = uid_cursor.ReadUint("uid");
+      uid_read = uid.ok() && uid_cursor.AtEnd();
+      if (uid_read) call = pending.find(*uid);
+    }
+    if (call == pending.end()) {
+      // A reply for no call in flight: ours once, ended since (its
+      // deadline); or frames we cannot read as a reply at all.
+      (uid_read ? late_replies : stray_replies).fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (call->second.peer != peer || frames[1].to_string_view() != call->second.op_frame) {
+      stray_replies.fetch_add(1, std::memory_order_relaxed);  // another peer's id, or another op
+      return;
+    }
+    Done done = std::move(call->second.done);
+    pending.erase(call);
+    replies.fetch_add(1, std::memory_order_relaxed);
+    if (frames.size() == 4) {
+      done(protocol::DecodeErrorMap(frames[3].to_string_view()));
+      return;
+    }
+    done(std::string(frames[2].to_string_view()));
+  }
+
+  void ExpireCalls() {
+    const TimeMs now = clock->NowMs();
+    const std::size_t before = pending.size();
+    EndWhere([now](const Pending& p) { return p.deadline_ms <= now; },
+             Status(ErrorCode::kTimeout, "the peer did not answer by the call's deadline"));
+    timeouts.fetch_add(before - pending.size(), std::memory_order_relaxed);
+  }
+
+  template <typename Predicate>
+  void EndWhere(Predicate matches, const Status& why) {
+    std::vector<Done> ended;
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (matches(it->second)) {
+        ended.push_back(std::move(it->second.done));
+        it = pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (Done& done : ended) done(why);
+  }
+
+  void EndAll(const Status& why) LMC_EXCLUDES(mu) {
+    EndWhere([](const Pending&) { return true; }, why);
+    std::deque<Command> left;
+    {
+      MutexLock lock(&mu);
+      left.swap(commands);
+    }
+    for (Command& command : left) {
+      if (auto* call = std::get_if<CallCommand>(&command)) call->done(why);
+    }
+    sockets.clear();
+    open_peers.store(0, std::memory_order_relaxed);
+  }
+};
+
+Result<std::unique_ptr<PeerRpc>> PeerRpc::Start(const FleetKey& key, const Clock* clock) {
+  auto impl = std::make_unique<Impl>();
+  impl->client = key.client();
+  impl->server_public_z85 = key.server().public_z85;
+  impl->clock = clock;
+  impl->wake_fd = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!impl->wake_fd.valid()) {
+    return Status(ErrorCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
+  }
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->Run(); });
+  return std::unique_ptr<PeerRpc>(new PeerRpc(std::move(impl)));
+}
+
+PeerRpc::PeerRpc(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+PeerRpc::~PeerRpc() {
+  impl_->stop.store(true, std::memory_order_release);
+  const std::uint64_t one = 1;
+  (void)!::write(impl_->wake_fd.get(), &one, sizeof(one));
+  impl_->thread.join();
+}
+
+PeerId PeerRpc::Connect(const std::string& url) {
+  const PeerId peer = impl_->next_peer.fetch_add(1, std::memory_order_relaxed);
+  impl_->Post(Impl::ConnectCommand{peer, url});
+  return peer;
+}
+
+void PeerRpc::Disconnect(PeerId peer) { impl_->Post(Impl::DisconnectCommand{peer}); }
+
+void PeerRpc::Call(PeerId peer, Op op, std::vector<std::string> payloads, TimeMs deadline_ms,
+                   Done done) {
+  impl_->calls.fetch_add(1, std::memory_order_relaxed);
+  auto op_frame = OperationFrame(op);
+  if (!op_frame.ok()) {
+    impl_->unsent.fetch_add(1, std::memory_order_relaxed);
+    done(op_frame.status());
+    return;
+  }
+  impl_->Post(Impl::CallCommand{peer, *std::move(op_frame), std::move(payloads), deadline_ms,
+                                std::move(done)});
+}
+
+PeerRpcStats PeerRpc::Stats() const {
+  const Impl& i = *impl_;
+  return {.peers = i.open_peers.load(std::memory_order_relaxed),
+          .calls = i.calls.load(std::memory_order_relaxed),
+          .replies = i.replies.load(std::memory_order_relaxed),
+          .timeouts = i.timeouts.load(std::memory_order_relaxed),
+          .unsent = i.unsent.load(std::memory_order_relaxed),
+          .late_replies = i.late_replies.load(std::memory_order_relaxed),
+          .stray_replies = i.stray_replies.load(std::memory_order_relaxed)};
+}
+
+}  // namespace lmcache::fleet

@@ -1,0 +1,82 @@
+// PeerRpc: this server's calls to its peers' fleet endpoints (issue 42,
+// sections 3 and 4): the handshake (server_info) and the reference's peer
+// operations (p2p_lookup_and_lock, p2p_query_lookup_results,
+// p2p_unlock_objects), as a member that proved the fleet key.
+//
+// One thread owns every peer's socket: a ZMQ DEALER each, a CURVE client
+// with the members' key pair towards the fleet's server key
+// (fleet/fleet_key.h), so a peer without the key is never connected to. A
+// call never blocks its caller: Call queues the request and returns; the
+// thread sends it and runs `done` with the reply's value frame, the error
+// the peer answered, or kTimeout at the call's deadline (a peer that died,
+// hangs, or does not hold the key: ZMQ reconnects in the background, and a
+// later call reaches the peer once it is back). A reply that comes after
+// its deadline, or that matches no call of ours (another request id or
+// operation frame), is dropped and counted. A peer is untrusted: a reply's
+// size is bounded (kMaxReplyBytes; ZMQ drops the connection of a peer that
+// sends more) and its frames are checked before `done` sees them.
+//
+// Thread-safety: Connect, Disconnect, Call and Stats from any thread.
+// `done` runs on the RPC thread, exactly once per call, and must not block.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "fleet/fleet_key.h"
+#include "lmcache/protocol.h"
+#include "lmcache/status.h"
+
+namespace lmcache::fleet {
+
+// The largest reply a peer may send (a p2p_query_lookup_results of a long
+// prompt's keys is some hundreds of KiB).
+inline constexpr std::int64_t kMaxReplyBytes = 16 << 20;
+
+using PeerId = std::uint64_t;
+
+struct PeerRpcStats {
+  std::uint64_t peers = 0;            // connections open
+  std::uint64_t calls = 0;            // calls made
+  std::uint64_t replies = 0;          // calls answered (a value or an error)
+  std::uint64_t timeouts = 0;         // calls ended at their deadline
+  std::uint64_t unsent = 0;           // calls that could not be queued to their peer
+  std::uint64_t late_replies = 0;     // replies for calls that had ended: dropped
+  std::uint64_t stray_replies = 0;    // replies matching no call (bad frames): dropped
+};
+
+class PeerRpc {
+ public:
+  // The value frame of a reply (one msgpack value), or why there is none.
+  using Done = std::function<void(Result<std::string>)>;
+
+  // `key` gives the CURVE pairs; `clock` measures deadlines and must
+  // outlive the PeerRpc.
+  static Result<std::unique_ptr<PeerRpc>> Start(const FleetKey& key, const Clock* clock);
+  ~PeerRpc();  // ends every call in flight with kUnavailable, closes every socket
+  PeerRpc(const PeerRpc&) = delete;
+  PeerRpc& operator=(const PeerRpc&) = delete;
+
+  // A connection to the fleet endpoint at `url` (tcp://HOST:PORT); it is
+  // made in the background. Ids are never reused.
+  PeerId Connect(const std::string& url);
+  // Closes it; its calls in flight end with kUnavailable.
+  void Disconnect(PeerId peer);
+  // Sends `op` with `payloads` (each one encoded msgpack value) to `peer`;
+  // `done` runs once, at the latest at `deadline_ms`. The operation frame
+  // is the reference's integer id for ops 1-34, else the operation's name.
+  void Call(PeerId peer, Op op, std::vector<std::string> payloads, TimeMs deadline_ms, Done done);
+
+  PeerRpcStats Stats() const;
+
+ private:
+  struct Impl;
+  explicit PeerRpc(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace lmcache::fleet
