@@ -31,6 +31,7 @@
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
 #include "fleet/fleet_key.h"
+#include "fleet/membership.h"
 #include "fleet/ucx_channel.h"
 #include "restart/open_pool.h"
 #include "restart/takeover.h"
@@ -187,6 +188,8 @@ struct Server {
   restart::OpenedPool pool;
   // P2P's data channel: it registered the pool, so it goes before the pool does.
   std::unique_ptr<lmcache::fleet::UcxChannel> data_channel;
+  // The peers of --p2p-peers; it holds endpoints of the data channel, so it goes first.
+  std::unique_ptr<lmcache::fleet::Membership> membership;
   std::unique_ptr<lmcache::transport::RouterLoop> loop;
   std::unique_ptr<lmcache::tier::L2Tier> l2;
   std::unique_ptr<lmcache::events::KvEvents> kv_events;
@@ -258,6 +261,17 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
   }
   s.service = std::make_unique<lmcache::server::Service>(
       &s.cache(), &clock, service_config, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get());
+  if (config.p2p.enabled()) {
+    const lmcache::fleet::MembershipConfig members{
+        .sources = config.p2p.peers,
+        .self_url = "tcp://" + config.service.p2p_advertise_url,
+        .ours = s.service->OwnPeerInfo()};
+    LMC_ASSIGN_OR_RETURN(s.membership,
+                         lmcache::fleet::Membership::Create(members, *config.p2p.key,
+                                                            s.data_channel.get(), &clock));
+    s.service->SetP2pPeers([m = s.membership.get()] { return m->Peers(); });
+    s.membership->Start();
+  }
   lmcache::transport::RouterLoop* router = s.loop.get();
   auto& sources = s.service->stats_sources();
   sources.Add("transport", [router](lmcache::server::StatsSnapshot* snapshot) {
@@ -305,9 +319,11 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
       config.chunk_size, s.service->boot_id(), getpid());
   if (config.p2p.enabled()) {
     // The fleet endpoint is the last one bound (RouterLoop binds it after --url).
-    spdlog::info("P2P on: fleet endpoint {} advertised as {} | fleet key {} (fingerprint){}",
+    spdlog::info("P2P on: fleet endpoint {} advertised as {} | fleet key {} (fingerprint) | "
+                 "peers: {}{}",
                  s.loop->endpoints().back(), config.p2p.advertise_url,
                  config.p2p.key->fingerprint(),
+                 config.p2p.peers_list.empty() ? "none listed (--p2p-peers)" : config.p2p.peers_list,
                  config.p2p.allow_unauthenticated ? " | unauthenticated peers served" : "");
   }
   return Status::Ok();
@@ -367,6 +383,7 @@ void StopServing(Server& s, bool handing_over) {
                traffic.undeliverable);
   if (s.http) s.http->Stop();
   s.loop.reset();
+  s.membership.reset();    // stops meeting peers; its calls in flight end
   s.data_channel.reset();  // peers' reads in flight fail; no peer reads the pool after this
   s.service->StopMaintenance();
   if (s.l2) s.l2->Stop();

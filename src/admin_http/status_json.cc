@@ -6,6 +6,23 @@ namespace lmcache::admin_http {
 
 using nlohmann::json;
 
+namespace {
+
+json P2pPeersJson(const std::vector<server::P2pPeerStatus>& peers) {
+  json out = json::array();
+  for (const server::P2pPeerStatus& peer : peers) {
+    out.push_back({{"url", peer.url},
+                   {"state", peer.state},
+                   {"reason", peer.reason},
+                   {"boot_id", peer.boot_id},
+                   {"lives", peer.lives},
+                   {"seconds_since_answer", peer.seconds_since_answer}});
+  }
+  return out;
+}
+
+}  // namespace
+
 json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict, Phase phase,
                 int pid) {
   const server::StatsSnapshot& s = status.stats;
@@ -78,7 +95,8 @@ json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict
             {"serves_unauthenticated", status.p2p.serves_unauthenticated},
             {"served_tasks", s.p2p_served.tasks},
             {"locked_objects", s.p2p_served.locked_objects},
-            {"locked_bytes", s.p2p_served.locked_bytes}}},
+            {"locked_bytes", s.p2p_served.locked_bytes},
+            {"peers", P2pPeersJson(status.p2p.peers)}}},
           {"stats", StatsJson(s)}};
 }
 

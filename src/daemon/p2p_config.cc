@@ -61,6 +61,12 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
                  "(the reference's name and default)")
       ->capture_default_str()
       ->group(group);
+  app.add_option("--p2p-peers", p->peers_list,
+                 "The peers to share with, comma-separated: tcp://HOST:PORT (a peer's fleet "
+                 "endpoint, as it advertises it), or dns://NAME:PORT (every address NAME "
+                 "resolves to, re-resolved every 5 s: a headless Service over a DaemonSet); this "
+                 "server's own address is skipped")
+      ->group(group);
   app.add_option("--p2p-transfer-engine", p->transfer_engine,
                  "How peers' memory is read: ucx (the reference's nixl, mooncake_te, verbs, cxl "
                  "and tcp are refused)")
@@ -84,12 +90,22 @@ Status FinalizeP2p(ServerConfig* c) {
         "behaviour)");
   }
   if (!p.enabled()) {
-    if (!p.listen_url.empty() || !p.auth_key_file.empty()) {
-      return InvalidConfig("--p2p-listen-url and --p2p-auth-key-file need --p2p-advertise-url, "
-                           "which turns P2P on");
+    if (!p.listen_url.empty() || !p.auth_key_file.empty() || !p.peers_list.empty()) {
+      return InvalidConfig("--p2p-listen-url, --p2p-auth-key-file and --p2p-peers need "
+                           "--p2p-advertise-url, which turns P2P on");
     }
     return Status::Ok();
   }
+  auto peers = fleet::ParsePeerSources(p.peers_list);
+  if (!peers.ok()) return InvalidConfig("--p2p-peers: " + peers.status().message());
+  for (const fleet::PeerSource& source : *peers) {
+    if (source.kind == fleet::PeerSourceKind::kEtcd) {
+      return InvalidConfig("--p2p-peers " + source.ToString() +
+                           ": etcd membership is not in this build yet; list the peers with "
+                           "tcp://HOST:PORT entries or a dns://NAME:PORT name");
+    }
+  }
+  p.peers = *std::move(peers);
   LMC_ASSIGN_OR_RETURN(const HostPort advertised,
                        ParseUrlFlag("--p2p-advertise-url", p.advertise_url));
   if (advertised.host == "0.0.0.0" || advertised.host == "::" || advertised.host == "*") {

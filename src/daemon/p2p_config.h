@@ -14,9 +14,11 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "fleet/peer_source.h"
 #include "lmcache/status.h"
 
 namespace lmcache::fleet {
@@ -34,9 +36,12 @@ struct P2pFlags {
   std::string transfer_engine = "ucx";
   bool allow_unauthenticated = false;
   double lookup_timeout_seconds = 30;
+  std::string peers_list;  // --p2p-peers as given
 
-  // Filled by FinalizeP2p: the loaded key (P2P on only), and the fleet
-  // endpoint's URL (tcp://listen).
+  // Filled by FinalizeP2p: the peers' sources (tcp:// and dns:// entries),
+
+  // the loaded key (P2P on only), and the fleet endpoint's URL (tcp://listen).
+  std::vector<fleet::PeerSource> peers;
   std::shared_ptr<const fleet::FleetKey> key;
   std::string fleet_endpoint;
   bool enabled() const { return !advertise_url.empty(); }

@@ -1,5 +1,5 @@
 // PeerSource: where a server learns its peers, parsed from `--p2p-peers`: a
-// fixed peer (`tcp://HOST:PORT`, a peer's main request endpoint), every
+// fixed peer (`tcp://HOST:PORT`, a peer's fleet endpoint as it advertises it), every
 // address a name resolves to (`dns://NAME:PORT`, re-resolved: a Kubernetes
 // headless Service over a DaemonSet), or an etcd prefix the peers register
 // under (`etcd://HOST:PORT/PREFIX`). The list is operator input: every entry

@@ -229,19 +229,22 @@ Result<std::string> AdminOps::PollKvEvents(const std::string& model_name, std::i
       static_cast<std::size_t>(std::min(max_events, kMaxEventsPerPage))));
 }
 
+fleet::PeerInfo OwnPeerInfo(const ServiceConfig& config, const std::string& boot_id) {
+  const worker::ChunkHash& none_hash = worker::NoneHash();
+  return {.boot_id = boot_id,
+          .chunk_size = config.chunk_size,
+          .hash_algorithm = std::string(kHashAlgorithm),
+          .none_hash = std::string(reinterpret_cast<const char*>(none_hash.data()), none_hash.size()),
+          .advertise_url = config.p2p_advertise_url,
+          .key_fingerprint = config.p2p_key_fingerprint,
+          .data_channel = config.p2p_data_channel};
+}
+
 Result<std::string> AdminOps::ServerInfo(const RequestContext& context) const {
   msgpk::MapWriter e;
   // The P2P handshake's content, for a connection that proved the fleet key.
   if (context.fleet_member && deps_.config.p2p_data_channel.size != 0) {
-    const worker::ChunkHash& none_hash = worker::NoneHash();
-    const fleet::PeerInfo p2p{
-        .boot_id = deps_.boot_id,
-        .chunk_size = deps_.config.chunk_size,
-        .hash_algorithm = std::string(kHashAlgorithm),
-        .none_hash = std::string(reinterpret_cast<const char*>(none_hash.data()), none_hash.size()),
-        .advertise_url = deps_.config.p2p_advertise_url,
-        .key_fingerprint = deps_.config.p2p_key_fingerprint,
-        .data_channel = deps_.config.p2p_data_channel};
+    const fleet::PeerInfo p2p = OwnPeerInfo(deps_.config, deps_.boot_id);
     p2p.Encode(e.Field(fleet::kPeerInfoField));
   }
   e.Field("version").Str(kVersion);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "events/kv_events.h"
+#include "fleet/peer_info.h"
 #include "server/kv_event_streams.h"
 #include "server/op_table.h"
 #include "worker/instances.h"
@@ -20,6 +21,10 @@
 #include "store/object_table.h"
 
 namespace lmcache::server {
+
+// This server's P2P handshake (fleet/peer_info.h): what server_info tells a
+// fleet member, and what membership checks peers against.
+fleet::PeerInfo OwnPeerInfo(const ServiceConfig& config, const std::string& boot_id);
 
 class AdminOps {
  public:

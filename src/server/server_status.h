@@ -13,12 +13,23 @@
 
 namespace lmcache::server {
 
+// One peer of --p2p-peers as membership sees it (fleet/membership.h).
+struct P2pPeerStatus {
+  std::string url;
+  std::string state;   // connecting, ready, excluded, unreachable
+  std::string reason;  // why excluded or unreachable
+  std::string boot_id;
+  std::uint64_t lives = 0;
+  double seconds_since_answer = -1;  // -1: it never answered
+};
+
 // Cross-node sharing as configured (the figures are in stats.p2p_served).
 struct P2pStatus {
   bool enabled = false;            // --p2p-advertise-url given
   std::string advertise_url;       // HOST:PORT peers reach the fleet endpoint at
   std::string key_fingerprint;     // fleet::FleetKey::fingerprint()
   bool serves_unauthenticated = false;  // --p2p-allow-unauthenticated
+  std::vector<P2pPeerStatus> peers;
 };
 
 // What GET /status shows: the stats snapshot and the server's identity and

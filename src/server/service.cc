@@ -326,8 +326,20 @@ ServerStatus Service::CollectStatus() {
   status.eviction_trigger_watermark = state_.l1().evictor().config().trigger_watermark;
   const ServiceConfig& config = state_.config();
   status.p2p = {!config.p2p_advertise_url.empty(), config.p2p_advertise_url,
-                config.p2p_key_fingerprint, config.p2p_serve_unauthenticated};
+                config.p2p_key_fingerprint, config.p2p_serve_unauthenticated, {}};
+  if (p2p_peers_) {
+    const TimeMs now = state_.clock().NowMs();
+    for (const fleet::PeerView& peer : p2p_peers_()) {
+      status.p2p.peers.push_back(
+          {peer.url, fleet::PeerStateName(peer.state), peer.reason, peer.boot_id, peer.lives,
+           peer.last_answer_ms < 0 ? -1.0 : static_cast<double>(now - peer.last_answer_ms) / 1000});
+    }
+  }
   return status;
+}
+
+fleet::PeerInfo Service::OwnPeerInfo() const {
+  return server::OwnPeerInfo(state_.config(), state_.boot_id());
 }
 
 }  // namespace lmcache::server

@@ -32,6 +32,8 @@
 #include "server/admin_ops.h"
 #include "server/lookup_ops.h"
 #include "server/op_table.h"
+#include "fleet/membership.h"
+#include "fleet/peer_info.h"
 #include "server/p2p_ops.h"
 #include "server/request.h"
 #include "server/service_state.h"
@@ -109,6 +111,12 @@ class Service final : public RequestHandler {
   // While draining (SIGTERM), new registrations are refused; registered
   // workers are served until they leave.
   void SetDraining(bool draining) { state_.instance_rules().set_draining(draining); }
+  // Where /status reads the peers of --p2p-peers from (set once, before serving).
+  void SetP2pPeers(std::function<std::vector<fleet::PeerView>()> peers) {
+    p2p_peers_ = std::move(peers);
+  }
+  // This server's P2P handshake (what server_info tells fleet members).
+  fleet::PeerInfo OwnPeerInfo() const;
   worker::InstanceRegistry& instances() { return state_.instances(); }
   worker::SessionManager& sessions() { return state_.sessions(); }
   store::ObjectTable& table() { return state_.table(); }
@@ -126,6 +134,7 @@ class Service final : public RequestHandler {
   LookupOps lookup_ops_;
   AdminOps admin_ops_;
   P2pOps p2p_ops_;
+  std::function<std::vector<fleet::PeerView>()> p2p_peers_;
   OpTable table_;
   std::unique_ptr<RowStats[]> row_stats_;
   const std::chrono::steady_clock::time_point started_;

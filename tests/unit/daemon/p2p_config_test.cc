@@ -68,6 +68,28 @@ TEST_F(P2pConfigTest, AnAdvertisedAddressAndAKeyOpenTheFleetEndpoint) {
   auto same = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file", key_file_});
   ASSERT_TRUE(same.ok()) << same.status().ToString();
   EXPECT_EQ(same->router.fleet->url, "tcp://10.0.0.2:5556");
+  EXPECT_TRUE(same->p2p.peers.empty());
+  auto peers = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file", key_file_,
+                      "--p2p-peers", "tcp://10.0.0.3:5556, dns://lmcache-fleet.default:5556"});
+  ASSERT_TRUE(peers.ok()) << peers.status().ToString();
+  ASSERT_EQ(peers->p2p.peers.size(), 2u);
+  EXPECT_EQ(peers->p2p.peers[0].ToString(), "tcp://10.0.0.3:5556");
+  EXPECT_EQ(peers->p2p.peers[1].kind, fleet::PeerSourceKind::kDns);
+}
+
+TEST_F(P2pConfigTest, PeersAreRefusedWithoutP2pOrWhenMalformedOrEtcd) {
+  EXPECT_NE(Refusal({"--p2p-peers", "tcp://10.0.0.3:5556"}).find("--p2p-advertise-url"),
+            std::string::npos);
+  const std::vector<std::string> on{"--p2p-advertise-url", "10.0.0.2:5556",
+                                    "--p2p-auth-key-file", key_file_, "--p2p-peers"};
+  auto with = [&](const std::string& list) {
+    std::vector<std::string> args = on;
+    args.push_back(list);
+    return Refusal(args);
+  };
+  EXPECT_NE(with("tcp://10.0.0.3").find("--p2p-peers"), std::string::npos);
+  EXPECT_NE(with("http://10.0.0.3:5556").find("--p2p-peers"), std::string::npos);
+  EXPECT_NE(with("etcd://10.0.0.9:2379/lmcache").find("dns://NAME:PORT"), std::string::npos);
 }
 
 TEST_F(P2pConfigTest, RefusalsNameWhatToChange) {

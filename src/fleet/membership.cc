@@ -1,0 +1,266 @@
+#include "fleet/membership.h"
+
+#include <netdb.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <set>
+
+namespace lmcache::fleet {
+namespace {
+
+std::string TcpUrl(const std::string& host, std::uint16_t port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return "tcp://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
+
+const char* PeerStateName(PeerState state) {
+  switch (state) {
+    case PeerState::kConnecting: return "connecting";
+    case PeerState::kReady: return "ready";
+    case PeerState::kExcluded: return "excluded";
+    case PeerState::kUnreachable: return "unreachable";
+  }
+  return "unknown";
+}
+
+Result<std::vector<std::string>> Membership::SystemResolve(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found); rc != 0) {
+    return Status(ErrorCode::kUnavailable, "resolving " + host + ": " + gai_strerror(rc));
+  }
+  std::set<std::string> addresses;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    char text[NI_MAXHOST];
+    if (getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST) ==
+        0) {
+      addresses.insert(text);
+    }
+  }
+  freeaddrinfo(found);
+  return std::vector<std::string>(addresses.begin(), addresses.end());
+}
+
+Result<std::unique_ptr<Membership>> Membership::Create(MembershipConfig config,
+                                                       const FleetKey& key, UcxChannel* channel,
+                                                       const Clock* clock, Resolver resolver) {
+  std::unique_ptr<Membership> m(
+      new Membership(std::move(config), channel, clock, std::move(resolver)));
+  LMC_ASSIGN_OR_RETURN(m->rpc_, PeerRpc::Start(key, clock));
+  return m;
+}
+
+Membership::Membership(MembershipConfig config, UcxChannel* channel, const Clock* clock,
+                       Resolver resolver)
+    : config_(std::move(config)), channel_(channel), clock_(clock), resolver_(std::move(resolver)) {}
+
+Membership::~Membership() {
+  Stop();
+  rpc_.reset();  // its last completions find this object whole
+}
+
+void Membership::Start(std::chrono::milliseconds period) {
+  thread_ = std::make_unique<PeriodicThread>("p2p-members", period, [this] { Tick(); });
+  thread_->Start();
+}
+
+void Membership::Stop() {
+  if (thread_) thread_->Stop();
+}
+
+std::vector<std::string> Membership::CurrentUrls() {
+  bool resolve = false;
+  {
+    MutexLock lock(&mu_);
+    resolve = clock_->NowMs() >= next_resolve_ms_;
+    if (resolve) next_resolve_ms_ = clock_->NowMs() + config_.resolve_interval_ms;
+  }
+  std::set<std::string> urls;
+  for (const PeerSource& source : config_.sources) {
+    if (source.kind == PeerSourceKind::kTcp) {
+      urls.insert(TcpUrl(source.host, source.port));
+      continue;
+    }
+    if (source.kind != PeerSourceKind::kDns) continue;  // etcd: refused at start (issue 43)
+    const std::string name = source.ToString();
+    if (resolve) {
+      // Resolved outside the lock: getaddrinfo may wait on a DNS server.
+      auto addresses = resolver_(source.host);
+      MutexLock lock(&mu_);
+      if (!addresses.ok()) {
+        // The last answer stands: a DNS hiccup must not drop the fleet.
+        ++resolve_failures_;
+        spdlog::warn("p2p: {} did not resolve ({}); keeping its last {} peers", name,
+                     addresses.status().message(), resolved_[name].size());
+      } else {
+        std::vector<std::string>& known = resolved_[name];
+        known.clear();
+        for (const std::string& a : *addresses) known.push_back(TcpUrl(a, source.port));
+      }
+    }
+    MutexLock lock(&mu_);
+    urls.insert(resolved_[name].begin(), resolved_[name].end());
+  }
+  urls.erase(config_.self_url);
+  return std::vector<std::string>(urls.begin(), urls.end());
+}
+
+void Membership::Reconcile(const std::vector<std::string>& urls) {
+  for (const std::string& url : urls) {
+    if (peers_.count(url) != 0) continue;
+    Peer& peer = peers_[url];
+    peer.view.url = url;
+    peer.rpc = rpc_->Connect(url);
+    spdlog::info("p2p: peer {} joined the list; meeting it", url);
+  }
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    if (std::binary_search(urls.begin(), urls.end(), it->first)) {
+      ++it;
+      continue;
+    }
+    spdlog::info("p2p: peer {} left the list", it->first);
+    CloseChannel(it->second);
+    rpc_->Disconnect(it->second.rpc);
+    it = peers_.erase(it);
+  }
+}
+
+void Membership::Tick() {
+  const std::vector<std::string> urls = CurrentUrls();
+  MutexLock lock(&mu_);
+  Reconcile(urls);
+  const TimeMs now = clock_->NowMs();
+  for (auto& [url, peer] : peers_) {
+    if (peer.answer) {
+      Result<PeerInfo> answer = *std::move(peer.answer);
+      peer.answer.reset();
+      Act(peer, std::move(answer));
+    }
+    if (!peer.asking && now >= peer.next_ask_ms) Ask(peer);
+  }
+}
+
+void Membership::Ask(Peer& peer) {
+  peer.asking = true;
+  peer.next_ask_ms = clock_->NowMs() + config_.probe_interval_ms;
+  // The completion runs on the RPC thread, never inside Call for this op.
+  rpc_->Call(peer.rpc, Op::kServerInfo, {}, clock_->NowMs() + config_.call_timeout_ms,
+             [this, url = peer.view.url, id = peer.rpc](Result<std::string> reply) {
+               Result<PeerInfo> info = reply.ok() ? PeerInfo::FromServerInfo(*reply)
+                                                  : Result<PeerInfo>(reply.status());
+               MutexLock lock(&mu_);
+               auto it = peers_.find(url);
+               if (it == peers_.end() || it->second.rpc != id) return;  // left meanwhile
+               it->second.asking = false;
+               it->second.answer = std::move(info);
+             });
+}
+
+void Membership::Act(Peer& peer, Result<PeerInfo> answer) {
+  if (!answer.ok()) {
+    const bool timed_out = answer.status().code() == ErrorCode::kTimeout;
+    SetState(peer, PeerState::kUnreachable,
+             timed_out ? "no answer within " + std::to_string(config_.call_timeout_ms) + " ms"
+                       : answer.status().message());
+    return;
+  }
+  peer.view.last_answer_ms = clock_->NowMs();
+  const PeerInfo& info = *answer;
+  if (info.boot_id == config_.ours.boot_id) {
+    CloseChannel(peer);
+    SetState(peer, PeerState::kExcluded, "this is this server itself (the same boot id)");
+    return;
+  }
+  if (Status compatible = CheckCompatible(config_.ours, info); !compatible.ok()) {
+    CloseChannel(peer);
+    SetState(peer, PeerState::kExcluded, compatible.message());
+    return;
+  }
+  Admit(peer, info);
+}
+
+void Membership::Admit(Peer& peer, const PeerInfo& info) {
+  if (peer.view.boot_id != info.boot_id) {
+    if (!peer.view.boot_id.empty()) {
+      ++new_lives_;
+      spdlog::info("p2p: peer {} restarted (boot id {} after {}); what we knew of its last "
+                   "life is dropped",
+                   peer.view.url, info.boot_id, peer.view.boot_id);
+    }
+    peer.view.boot_id = info.boot_id;
+    peer.view.lives += 1;
+  }
+  if (peer.channel_boot_id != info.boot_id) {
+    CloseChannel(peer);
+    // Blocks until the channel's thread has made the endpoint (no peer
+    // round trip: UCX connects lazily), under mu_: Peers() waits that long.
+    auto handle = channel_->Connect(info.data_channel);
+    if (!handle.ok()) {
+      SetState(peer, PeerState::kUnreachable, "its data channel: " + handle.status().message());
+      return;
+    }
+    peer.channel = *handle;
+    peer.channel_boot_id = info.boot_id;
+  }
+  SetState(peer, PeerState::kReady, "");
+}
+
+void Membership::SetState(Peer& peer, PeerState state, std::string reason) {
+  if (peer.view.state == state && peer.view.reason == reason) return;
+  // One line per change, not per probe.
+  if (state == PeerState::kReady) {
+    spdlog::info("p2p: peer {} is ready (boot id {})", peer.view.url, peer.view.boot_id);
+  } else {
+    spdlog::warn("p2p: peer {} is {}: {}", peer.view.url, PeerStateName(state), reason);
+  }
+  peer.view.state = state;
+  peer.view.reason = std::move(reason);
+}
+
+void Membership::CloseChannel(Peer& peer) {
+  if (peer.channel) channel_->Disconnect(*peer.channel);
+  peer.channel.reset();
+  peer.channel_boot_id.reset();
+}
+
+std::vector<PeerView> Membership::Peers() const {
+  MutexLock lock(&mu_);
+  std::vector<PeerView> out;
+  for (const auto& [url, peer] : peers_) out.push_back(peer.view);
+  return out;
+}
+
+std::vector<ReadyPeer> Membership::Ready() const {
+  MutexLock lock(&mu_);
+  std::vector<ReadyPeer> out;
+  for (const auto& [url, peer] : peers_) {
+    if (peer.view.state == PeerState::kReady && peer.channel) {
+      out.push_back({url, peer.rpc, *peer.channel, peer.view.boot_id});
+    }
+  }
+  return out;
+}
+
+MembershipStats Membership::Stats() const {
+  MutexLock lock(&mu_);
+  MembershipStats s;
+  for (const auto& [url, peer] : peers_) {
+    switch (peer.view.state) {
+      case PeerState::kConnecting: ++s.connecting; break;
+      case PeerState::kReady: ++s.ready; break;
+      case PeerState::kExcluded: ++s.excluded; break;
+      case PeerState::kUnreachable: ++s.unreachable; break;
+    }
+  }
+  s.new_lives = new_lives_;
+  s.resolve_failures = resolve_failures_;
+  return s;
+}
+
+}  // namespace lmcache::fleet
