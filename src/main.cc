@@ -270,6 +270,13 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
                          lmcache::fleet::Membership::Create(members, *config.p2p.key,
                                                             s.data_channel.get(), &clock));
     s.service->SetP2pPeers([m = s.membership.get()] { return m->Peers(); });
+    s.service->stats_sources().Add(
+        "p2p_links", [m = s.membership.get(), channel = s.data_channel.get()](
+                         lmcache::server::StatsSnapshot* snapshot) {
+          snapshot->p2p_peers = m->Stats();
+          snapshot->p2p_rpc = m->rpc().Stats();
+          snapshot->p2p_channel = channel->Stats();
+        });
     s.membership->Start();
   }
   lmcache::transport::RouterLoop* router = s.loop.get();

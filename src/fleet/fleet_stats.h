@@ -1,5 +1,6 @@
 // The fleet's figures, each declared once (stats/declare.h): the owner side
-// of the peers' lookups (PeerTasks).
+// of the peers' lookups (PeerTasks), the peers of --p2p-peers (Membership),
+// our calls to them (PeerRpc) and the data channel (UcxChannel).
 //
 // Thread-safety: plain values; the generated counter set is relaxed atomics.
 #pragma once
@@ -58,5 +59,84 @@ struct PeerTaskStats {
 };
 std::span<const stats::Row<PeerTaskStats>> PeerTaskStatRows();
 LMC_STATS_COUNTED(PeerTaskCounters, PeerTaskStats, LMC_PEER_TASK_STATS);
+
+// MembershipStats's figures: the peers of --p2p-peers by state, measured
+// when asked, and what membership counted.
+#define LMC_MEMBERSHIP_STATS(X, D) \
+  X(connecting, "connecting", std::uint64_t, kGauge, "peers", "p2p_peers_connecting", \
+      "Peers of --p2p-peers not met yet (no handshake answered).") \
+  X(ready, "ready", std::uint64_t, kGauge, "peers", "p2p_peers_ready", \
+      "Peers met, compatible and answering: the ones asked for chunks.") \
+  X(excluded, "excluded", std::uint64_t, kGauge, "peers", "p2p_peers_excluded", \
+      "Peers whose chunk size, hashing or fleet key differs from ours (or this server " \
+      "itself at another address): never asked; /status says why.") \
+  X(unreachable, "unreachable", std::uint64_t, kGauge, "peers", "p2p_peers_unreachable", \
+      "Peers whose last handshake or probe went unanswered: never asked until they answer " \
+      "a probe again.") \
+  X(new_lives, "restarts", std::uint64_t, kCounter, "restarts", "p2p_peer_restarts_total", \
+      "Peers seen with a new boot id (restarted): what we knew of the old life dropped.") \
+  X(resolve_failures, "resolve_failures", std::uint64_t, kCounter, "resolutions", \
+      "p2p_peer_resolve_failures_total", "dns:// peer names that did not resolve (the last " \
+      "answer was kept).")
+
+struct MembershipStats {
+  LMC_STATS_MEMBERS(LMC_MEMBERSHIP_STATS)
+};
+std::span<const stats::Row<MembershipStats>> MembershipStatRows();
+
+// PeerRpcStats's figures: our calls to peers' fleet endpoints.
+#define LMC_PEER_RPC_STATS(X, D) \
+  X(peers, "connections", std::uint64_t, kGauge, "connections", "p2p_rpc_connections", \
+      "Connections to peers' fleet endpoints open now.") \
+  X(calls, "calls", std::uint64_t, kCounter, "calls", "p2p_rpc_calls_total", \
+      "Calls made to peers (handshakes, probes, lookups, queries, unlocks).") \
+  X(replies, "replies", std::uint64_t, kCounter, "calls", "p2p_rpc_replies_total", \
+      "Calls a peer answered in time (with a value or an error).") \
+  X(timeouts, "timeouts", std::uint64_t, kCounter, "calls", "p2p_rpc_timeouts_total", \
+      "Calls ended at their deadline unanswered.") \
+  X(unsent, "unsent", std::uint64_t, kCounter, "calls", "p2p_rpc_unsent_total", \
+      "Calls that could not be queued to their peer (no connection, queue full).") \
+  X(late_replies, "late_replies", std::uint64_t, kCounter, "replies", \
+      "p2p_rpc_late_replies_total", "Replies for calls that had ended (past their deadline): " \
+      "dropped.") \
+  X(stray_replies, "stray_replies", std::uint64_t, kCounter, "replies", \
+      "p2p_rpc_stray_replies_total", "Replies that matched no call (malformed, or another " \
+      "operation's): dropped.")
+
+struct PeerRpcStats {
+  LMC_STATS_MEMBERS(LMC_PEER_RPC_STATS)
+};
+std::span<const stats::Row<PeerRpcStats>> PeerRpcStatRows();
+LMC_STATS_COUNTERS(PeerRpcCounters, PeerRpcStats, LMC_PEER_RPC_STATS);
+
+// UcxChannelStats's figures: the data channel, as requester and as owner.
+#define LMC_UCX_CHANNEL_STATS(X, D) \
+  X(peers, "endpoints", std::uint64_t, kGauge, "endpoints", "p2p_channel_endpoints", \
+      "Data channel endpoints open to peers.") \
+  X(reads, "reads", std::uint64_t, kCounter, "batches", "p2p_channel_reads_total", \
+      "Batches of reads from peers ended (either way).") \
+  X(read_bytes, "read_bytes", std::uint64_t, kCounter, "bytes", "p2p_channel_read_bytes_total", \
+      "Bytes of batches read from peers that succeeded.") \
+  X(failed_reads, "failed_reads", std::uint64_t, kCounter, "batches", \
+      "p2p_channel_failed_reads_total", "Batches that failed (peer error, deadline, refused).") \
+  X(deadline_reads, "deadline_reads", std::uint64_t, kCounter, "batches", \
+      "p2p_channel_deadline_reads_total", "Of the failed batches, those past their deadline.") \
+  X(refused_reads, "refused_reads", std::uint64_t, kCounter, "batches", \
+      "p2p_channel_refused_reads_total", "Of the failed batches, those outside a pool: never " \
+      "sent.") \
+  X(served_reads, "served_reads", std::uint64_t, kCounter, "reads", \
+      "p2p_channel_served_reads_total", "Peers' read requests answered with bytes of our pool.") \
+  X(served_bytes, "served_bytes", std::uint64_t, kCounter, "bytes", \
+      "p2p_channel_served_bytes_total", "Bytes of our pool sent to peers.") \
+  X(refused_serves, "refused_serves", std::uint64_t, kCounter, "reads", \
+      "p2p_channel_refused_serves_total", "Peers' read requests refused: a bad MAC, a range " \
+      "outside our pool, or a malformed request.") \
+  X(late_replies, "late_replies", std::uint64_t, kCounter, "replies", \
+      "p2p_channel_late_replies_total", "Read replies for reads that had ended: dropped.")
+
+struct UcxChannelStats {
+  LMC_STATS_MEMBERS(LMC_UCX_CHANNEL_STATS)
+};
+std::span<const stats::Row<UcxChannelStats>> UcxChannelStatRows();
 
 }  // namespace lmcache::fleet

@@ -8,6 +8,9 @@
 #include <set>
 
 namespace lmcache::fleet {
+
+LMC_STATS_ROWS(MembershipStatRows, MembershipStats, LMC_MEMBERSHIP_STATS)
+
 namespace {
 
 std::string TcpUrl(const std::string& host, std::uint16_t port) {
@@ -164,6 +167,9 @@ void Membership::Ask(Peer& peer) {
 
 void Membership::Act(Peer& peer, Result<PeerInfo> answer) {
   if (!answer.ok()) {
+    // Its endpoint may have failed meanwhile (UCX does not read through a
+    // failed one again): a peer that answers again gets a new one.
+    CloseChannel(peer);
     const bool timed_out = answer.status().code() == ErrorCode::kTimeout;
     SetState(peer, PeerState::kUnreachable,
              timed_out ? "no answer within " + std::to_string(config_.call_timeout_ms) + " ms"

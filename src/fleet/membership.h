@@ -76,11 +76,6 @@ struct MembershipConfig {
   TimeMs resolve_interval_ms = 5'000;  // dns:// names resolved again this often
 };
 
-struct MembershipStats {
-  std::uint64_t connecting = 0, ready = 0, excluded = 0, unreachable = 0;
-  std::uint64_t new_lives = 0;        // restarts of peers seen (a boot id after another)
-  std::uint64_t resolve_failures = 0;  // dns:// names that did not resolve
-};
 
 class Membership {
  public:

@@ -20,6 +20,9 @@
 #include "protocol/wire_codec.h"
 
 namespace lmcache::fleet {
+
+LMC_STATS_ROWS(PeerRpcStatRows, PeerRpcStats, LMC_PEER_RPC_STATS)
+
 namespace {
 
 constexpr int kIdleWaitMs = 100;   // the thread's longest sleep (deadlines are checked after it)
@@ -86,8 +89,7 @@ struct PeerRpc::Impl {
   std::map<std::uint64_t, Pending> pending;  // by request id
   std::uint64_t next_uid = 1;
 
-  std::atomic<std::uint64_t> open_peers{0}, calls{0}, replies{0}, timeouts{0}, unsent{0}, late_replies{0},
-      stray_replies{0};
+  PeerRpcCounters counters;
 
   void Post(Command command) LMC_EXCLUDES(mu) {
     {
@@ -135,7 +137,7 @@ struct PeerRpc::Impl {
       socket.set(zmq::sockopt::curve_secretkey, client.secret_z85);
       socket.connect(command.url);
       sockets.emplace(command.peer, std::move(socket));
-      open_peers.fetch_add(1, std::memory_order_relaxed);
+      counters.peers.fetch_add(1, std::memory_order_relaxed);
     } catch (const zmq::error_t& e) {
       // A URL ZMQ refuses: the peer stays unknown and its calls end unsent.
       (void)e;
@@ -143,7 +145,7 @@ struct PeerRpc::Impl {
   }
 
   void Close(PeerId peer) {
-    if (sockets.erase(peer) != 0) open_peers.fetch_sub(1, std::memory_order_relaxed);
+    if (sockets.erase(peer) != 0) counters.peers.fetch_sub(1, std::memory_order_relaxed);
     EndWhere([peer](const Pending& p) { return p.peer == peer; },
              Status(ErrorCode::kUnavailable, "the peer was disconnected"));
   }
@@ -163,7 +165,7 @@ struct PeerRpc::Impl {
       }
     }
     if (!sent) {
-      unsent.fetch_add(1, std::memory_order_relaxed);
+      counters.unsent.fetch_add(1, std::memory_order_relaxed);
       call.done(Status(ErrorCode::kUnavailable,
                        socket == sockets.end() ? "no connection to that peer"
                                                : "the peer's send queue is full"));
@@ -226,16 +228,18 @@ struct PeerRpc::Impl {
     if (call == pending.end()) {
       // A reply for no call in flight: ours once, ended since (its
       // deadline); or frames we cannot read as a reply at all.
-      (uid_read ? late_replies : stray_replies).fetch_add(1, std::memory_order_relaxed);
+      (uid_read ? counters.late_replies : counters.stray_replies)
+          .fetch_add(1, std::memory_order_relaxed);
       return;
     }
     if (call->second.peer != peer || frames[1].to_string_view() != call->second.op_frame) {
-      stray_replies.fetch_add(1, std::memory_order_relaxed);  // another peer's id, or another op
+      // Another peer's request id, or another operation's.
+      counters.stray_replies.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     Done done = std::move(call->second.done);
     pending.erase(call);
-    replies.fetch_add(1, std::memory_order_relaxed);
+    counters.replies.fetch_add(1, std::memory_order_relaxed);
     if (frames.size() == 4) {
       done(protocol::DecodeErrorMap(frames[3].to_string_view()));
       return;
@@ -248,7 +252,7 @@ struct PeerRpc::Impl {
     const std::size_t before = pending.size();
     EndWhere([now](const Pending& p) { return p.deadline_ms <= now; },
              Status(ErrorCode::kTimeout, "the peer did not answer by the call's deadline"));
-    timeouts.fetch_add(before - pending.size(), std::memory_order_relaxed);
+    counters.timeouts.fetch_add(before - pending.size(), std::memory_order_relaxed);
   }
 
   template <typename Predicate>
@@ -276,7 +280,7 @@ struct PeerRpc::Impl {
       if (auto* call = std::get_if<CallCommand>(&command)) call->done(why);
     }
     sockets.clear();
-    open_peers.store(0, std::memory_order_relaxed);
+    counters.peers.store(0, std::memory_order_relaxed);
   }
 };
 
@@ -313,10 +317,10 @@ void PeerRpc::Disconnect(PeerId peer) { impl_->Post(Impl::DisconnectCommand{peer
 
 void PeerRpc::Call(PeerId peer, Op op, std::vector<std::string> payloads, TimeMs deadline_ms,
                    Done done) {
-  impl_->calls.fetch_add(1, std::memory_order_relaxed);
+  impl_->counters.calls.fetch_add(1, std::memory_order_relaxed);
   auto op_frame = OperationFrame(op);
   if (!op_frame.ok()) {
-    impl_->unsent.fetch_add(1, std::memory_order_relaxed);
+    impl_->counters.unsent.fetch_add(1, std::memory_order_relaxed);
     done(op_frame.status());
     return;
   }
@@ -325,14 +329,9 @@ void PeerRpc::Call(PeerId peer, Op op, std::vector<std::string> payloads, TimeMs
 }
 
 PeerRpcStats PeerRpc::Stats() const {
-  const Impl& i = *impl_;
-  return {.peers = i.open_peers.load(std::memory_order_relaxed),
-          .calls = i.calls.load(std::memory_order_relaxed),
-          .replies = i.replies.load(std::memory_order_relaxed),
-          .timeouts = i.timeouts.load(std::memory_order_relaxed),
-          .unsent = i.unsent.load(std::memory_order_relaxed),
-          .late_replies = i.late_replies.load(std::memory_order_relaxed),
-          .stray_replies = i.stray_replies.load(std::memory_order_relaxed)};
+  PeerRpcStats s;
+  impl_->counters.CopyTo(&s);
+  return s;
 }
 
 }  // namespace lmcache::fleet

@@ -28,6 +28,7 @@
 
 #include "common/clock.h"
 #include "fleet/fleet_key.h"
+#include "fleet/fleet_stats.h"
 #include "lmcache/protocol.h"
 #include "lmcache/status.h"
 
@@ -39,15 +40,6 @@ inline constexpr std::int64_t kMaxReplyBytes = 16 << 20;
 
 using PeerId = std::uint64_t;
 
-struct PeerRpcStats {
-  std::uint64_t peers = 0;            // connections open
-  std::uint64_t calls = 0;            // calls made
-  std::uint64_t replies = 0;          // calls answered (a value or an error)
-  std::uint64_t timeouts = 0;         // calls ended at their deadline
-  std::uint64_t unsent = 0;           // calls that could not be queued to their peer
-  std::uint64_t late_replies = 0;     // replies for calls that had ended: dropped
-  std::uint64_t stray_replies = 0;    // replies matching no call (bad frames): dropped
-};
 
 class PeerRpc {
  public:

@@ -12,6 +12,8 @@
 
 namespace lmcache::fleet {
 
+LMC_STATS_ROWS(UcxChannelStatRows, UcxChannelStats, LMC_UCX_CHANNEL_STATS)
+
 Status UcxError(const char* what, ucs_status_t status) {
   return Status(ErrorCode::kIoError, std::string(what) + ": " + ucs_status_string(status));
 }

@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "fleet/fleet_stats.h"
 #include "fleet/ucx_descriptor.h"
 #include "lmcache/status.h"
 
@@ -60,18 +61,6 @@ struct UcxRead {
   std::uint64_t size = 0;
 };
 
-struct UcxChannelStats {
-  std::uint64_t peers = 0;            // endpoints open
-  std::uint64_t reads = 0;            // batches completed (either way)
-  std::uint64_t read_bytes = 0;       // bytes of batches that succeeded
-  std::uint64_t failed_reads = 0;     // batches that failed (peer error, deadline, refused)
-  std::uint64_t deadline_reads = 0;   // of those, past their deadline
-  std::uint64_t refused_reads = 0;    // of those, outside a pool here: never sent
-  std::uint64_t served_reads = 0;     // peers' read requests answered with bytes
-  std::uint64_t served_bytes = 0;
-  std::uint64_t refused_serves = 0;   // peers' requests refused: bad MAC, range or shape
-  std::uint64_t late_replies = 0;     // replies for reads that had ended: dropped
-};
 
 // The key read requests are authenticated with (fleet::FleetKey::data_key()).
 using UcxDataKey = std::array<std::uint8_t, 32>;

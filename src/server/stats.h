@@ -171,6 +171,9 @@ struct StatsSnapshot {
   store::PrefaultProgress prefault;
   RestartStats restart;
   fleet::PeerTaskStats p2p_served;  // peers' lookups on this server's L1
+  fleet::MembershipStats p2p_peers;   // the peers of --p2p-peers by state
+  fleet::PeerRpcStats p2p_rpc;        // our calls to peers
+  fleet::UcxChannelStats p2p_channel;  // the data channel
 };
 std::span<const stats::Row<StatsSnapshot>> ServiceStatRows();
 std::span<const stats::Row<StatsSnapshot>> ServiceCountedStatRows();

@@ -36,6 +36,9 @@ constexpr Group kGpuGroup{"gpu", GroupForm::kMap, "", "GPU (CUDA-IPC path)"};
 constexpr Group kKvEventsGroup{"kv_events", GroupForm::kMap, "", "KV events"};
 constexpr Group kP2pGroup{"p2p", GroupForm::kMap, "", "P2P (cross-node sharing)"};
 constexpr Group kP2pServedGroup{"served", GroupForm::kMap, "", "Peers' lookups on this L1"};
+constexpr Group kP2pPeersGroup{"peers", GroupForm::kMap, "", "The peers of --p2p-peers"};
+constexpr Group kP2pRpcGroup{"rpc", GroupForm::kMap, "", "Calls to peers"};
+constexpr Group kP2pChannelGroup{"channel", GroupForm::kMap, "", "The UCX data channel"};
 constexpr Group kRestartGroup{"restart", GroupForm::kMap, "",
                               "Warm restart (--takeover) and crash recovery (--recover-pool)"};
 
@@ -223,6 +226,9 @@ void VisitStats(const S* s, stats::Visitor& v) {
   Fields(Slice(transport::TransportCountedStatRows(), "fleet_admitted", "fleet_refused"),
          Of(s, &S::transport), v);
   Map(kP2pServedGroup, fleet::PeerTaskStatRows(), Of(s, &S::p2p_served), v);
+  Map(kP2pPeersGroup, fleet::MembershipStatRows(), Of(s, &S::p2p_peers), v);
+  Map(kP2pRpcGroup, fleet::PeerRpcStatRows(), Of(s, &S::p2p_rpc), v);
+  Map(kP2pChannelGroup, fleet::UcxChannelStatRows(), Of(s, &S::p2p_channel), v);
   v.EndGroup();
 }
 

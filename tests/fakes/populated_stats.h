@@ -204,6 +204,18 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
   s.p2p_served.unknown_queries = next_later();
   s.p2p_served.unlocked = next_later();
   s.p2p_served.stale_unlocks = next_later();
+  for (std::uint64_t* figure :
+       {&s.p2p_peers.connecting, &s.p2p_peers.ready, &s.p2p_peers.excluded,
+        &s.p2p_peers.unreachable, &s.p2p_peers.new_lives, &s.p2p_peers.resolve_failures,
+        &s.p2p_rpc.peers, &s.p2p_rpc.calls, &s.p2p_rpc.replies, &s.p2p_rpc.timeouts,
+        &s.p2p_rpc.unsent, &s.p2p_rpc.late_replies, &s.p2p_rpc.stray_replies,
+        &s.p2p_channel.peers, &s.p2p_channel.reads, &s.p2p_channel.read_bytes,
+        &s.p2p_channel.failed_reads, &s.p2p_channel.deadline_reads,
+        &s.p2p_channel.refused_reads, &s.p2p_channel.served_reads,
+        &s.p2p_channel.served_bytes, &s.p2p_channel.refused_serves,
+        &s.p2p_channel.late_replies}) {
+    *figure = next_later();
+  }
   if (!with_l2) return s;
   tier::L2Stats l;
   for (const char* type : {"fs", "resp"}) {

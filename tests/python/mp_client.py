@@ -76,6 +76,19 @@ def free_tcp_port():
         return s.getsockname()[1]
 
 
+def free_tcp_ports(count):
+    """`count` distinct free loopback ports: each stays bound until all are
+    picked, so two calls of free_tcp_port in a row cannot return one port twice."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 def read_text(path):
     try:
         with open(path, "r", errors="replace") as f:

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from mp_client import ServerStartError, free_tcp_port, server_binary, start_server
+from mp_client import ServerStartError, free_tcp_ports, server_binary, start_server
 from test_p2p_owner import write_key
 
 SETTLE_S = 60  # a bound on waiting for a state, not a measurement
@@ -49,10 +49,9 @@ def wait_for(http_port, url, accept, what):
 
 def test_a_server_meets_its_peers_and_status_says_what_each_is(tmp_path):
     key_file = write_key(tmp_path / "fleet.key", os.urandom(32))
-    good_port, odd_port, dead_port, own_port = (free_tcp_port() for _ in range(4))
+    good_port, odd_port, dead_port, own_port, http_port = free_tcp_ports(5)
     good = start_peer(tmp_path, "good", key_file, good_port)
     odd = start_peer(tmp_path, "odd", key_file, odd_port, ["--chunk-size", "512"])
-    http_port = free_tcp_port()
     listed = ",".join(f"tcp://127.0.0.1:{p}" for p in (good_port, odd_port, dead_port, own_port))
     server = start_peer(tmp_path, "a", key_file, own_port, ["--p2p-peers", listed], http_port)
     try:

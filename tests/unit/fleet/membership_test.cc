@@ -17,6 +17,7 @@
 #include "fakes/free_port.h"
 #include "fakes/server_process.h"
 #include "fakes/temp_dir.h"
+#include "fakes/wait_until.h"
 #include "fleet/ucx_channel.h"
 
 namespace lmcache::fleet {
@@ -122,8 +123,8 @@ class MembershipTest : public ::testing::Test {
 };
 
 TEST_F(MembershipTest, ReadyExcludedAndUnreachablePeersEachSayWhy) {
-  const int good = testing::FreeTcpPort(), odd = testing::FreeTcpPort(),
-            dead = testing::FreeTcpPort();
+  const std::vector<int> ports = testing::FreeTcpPorts(3);
+  const int good = ports[0], odd = ports[1], dead = ports[2];
   auto good_server = StartPeer(good);
   auto odd_server = StartPeer(odd, {"--chunk-size", "512"});
   auto m = Make({Tcp(good), Tcp(odd), Tcp(dead), Tcp(1) /* our own address: skipped */});
@@ -177,6 +178,8 @@ TEST_F(MembershipTest, ARestartedPeerIsANewLifeAndADeadOneLeavesReadyAtOnce) {
     return p.state == PeerState::kUnreachable;
   }));
   EXPECT_TRUE(m->Ready().empty());  // the circuit is open: no requester waits on it
+  // Its endpoint is closed: one that failed meanwhile is never read through again.
+  EXPECT_TRUE(testing::WaitUntil([&] { return channel_->Stats().peers == 0; }));
 
   server = StartPeer(port);
   clock_.Advance(5'000);
