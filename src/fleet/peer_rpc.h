@@ -12,9 +12,13 @@
 // hangs, or does not hold the key: ZMQ reconnects in the background, and a
 // later call reaches the peer once it is back). A reply that comes after
 // its deadline, or that matches no call of ours (another request id or
-// operation frame), is dropped and counted. A peer is untrusted: a reply's
-// size is bounded (kMaxReplyBytes; ZMQ drops the connection of a peer that
-// sends more) and its frames are checked before `done` sees them.
+// operation frame), is dropped and counted. A peer is untrusted: each frame
+// of a reply is bounded (kMaxReplyBytes, ZMQ_MAXMSGSIZE: ZMQ drops the
+// connection of a peer that sends more; a reply has at most four frames to
+// be read as one) and its frames are checked before `done` sees them. The
+// thread reads whatever arrives as it comes, so a member that floods us
+// costs this thread's time, not unbounded memory beyond ZMQ's receive queue
+// (a member holds the fleet key: docs/security.md, one trust domain).
 //
 // Thread-safety: Connect, Disconnect, Call and Stats from any thread.
 // `done` runs on the RPC thread, exactly once per call, and must not block.
@@ -34,7 +38,7 @@
 
 namespace lmcache::fleet {
 
-// The largest reply a peer may send (a p2p_query_lookup_results of a long
+// The largest frame a peer may send (a p2p_query_lookup_results of a long
 // prompt's keys is some hundreds of KiB).
 inline constexpr std::int64_t kMaxReplyBytes = 16 << 20;
 
