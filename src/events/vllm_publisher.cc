@@ -1,7 +1,6 @@
 #include "events/vllm_publisher.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,10 +50,7 @@ Result<std::unique_ptr<VllmEventPublisher>> VllmEventPublisher::Start(
     return InvalidConfig("--kv-events-url needs the KV event log: --kv-event-log-size must be > 0");
   }
   std::unique_ptr<VllmEventPublisher> publisher(new VllmEventPublisher(config, log));
-  publisher->wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!publisher->wake_fd_.valid()) {
-    return Status(ErrorCode::kIoError, std::string("eventfd failed: ") + std::strerror(errno));
-  }
+  LMC_ASSIGN_OR_RETURN(publisher->wake_, WakeFd::Create());
   LMC_RETURN_IF_ERROR(publisher->Bind());
   // From what the log records after this point (a router learns the rest
   // from a poll of the log, or from what it sees next).
@@ -63,8 +59,7 @@ Result<std::unique_ptr<VllmEventPublisher>> VllmEventPublisher::Start(
   // thousands of times a second, and the publisher reads them all at once.
   publisher->watch_ = log->Watch([p = publisher.get()] {
     if (p->wake_pending_.exchange(true)) return;
-    const std::uint64_t one = 1;
-    (void)!::write(p->wake_fd_.get(), &one, sizeof(one));
+    p->wake_.Wake();
   });
   publisher->thread_ = std::thread([p = publisher.get()] { p->Run(); });
   return publisher;
@@ -98,16 +93,13 @@ Status VllmEventPublisher::Bind() {
 VllmEventPublisher::~VllmEventPublisher() {
   if (watch_ != 0) log_->Unwatch(watch_);
   stop_.store(true);
-  if (wake_fd_.valid()) {
-    const std::uint64_t one = 1;
-    (void)!::write(wake_fd_.get(), &one, sizeof(one));
-  }
+  wake_.Wake();
   if (thread_.joinable()) thread_.join();
 }
 
 void VllmEventPublisher::Run() {
   std::vector<zmq::pollitem_t> items;
-  items.push_back({nullptr, wake_fd_.get(), ZMQ_POLLIN, 0});
+  items.push_back({nullptr, wake_.fd(), ZMQ_POLLIN, 0});
   if (replay_) items.push_back({replay_->handle(), 0, ZMQ_POLLIN, 0});
   while (!stop_.load()) {
     try {
@@ -117,8 +109,7 @@ void VllmEventPublisher::Run() {
       continue;
     }
     if (items[0].revents & ZMQ_POLLIN) {
-      std::uint64_t count = 0;
-      (void)!::read(wake_fd_.get(), &count, sizeof(count));
+      wake_.Drain();
       wake_pending_.store(false);  // before the read: a later append wakes us again
     }
     PublishNew();

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "events/event_stats.h"
-#include "common/unique_fd.h"
+#include "common/wake_fd.h"
 #include "events/kv_event_codec.h"
 #include "events/kv_event_log.h"
 #include "lmcache/status.h"
@@ -88,7 +88,7 @@ class VllmEventPublisher {
   std::unique_ptr<zmq::socket_t> replay_;
   std::string bound_endpoint_;
   std::string bound_replay_endpoint_;
-  UniqueFd wake_fd_;  // eventfd: the log appended, or stop
+  WakeFd wake_;  // the log appended, or stop
   KvEventLog::WatchId watch_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> wake_pending_{false};  // an eventfd write is outstanding

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <set>
 
+#include "common/host_port.h"
+
 namespace lmcache::fleet {
 
 LMC_STATS_ROWS(MembershipStatRows, MembershipStats, LMC_MEMBERSHIP_STATS)
@@ -14,8 +16,7 @@ LMC_STATS_ROWS(MembershipStatRows, MembershipStats, LMC_MEMBERSHIP_STATS)
 namespace {
 
 std::string TcpUrl(const std::string& host, std::uint16_t port) {
-  const bool v6 = host.find(':') != std::string::npos;
-  return "tcp://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+  return "tcp://" + HostPort{host, port}.ToString();
 }
 
 }  // namespace

@@ -1,11 +1,6 @@
 #include "fleet/peer_rpc.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <atomic>
-#include <cerrno>
-#include <cstring>
 #include <deque>
 #include <map>
 #include <thread>
@@ -16,7 +11,7 @@
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
 #include "common/mutex.h"
-#include "common/unique_fd.h"
+#include "common/wake_fd.h"
 #include "protocol/wire_codec.h"
 
 namespace lmcache::fleet {
@@ -76,7 +71,7 @@ struct PeerRpc::Impl {
   std::string server_public_z85;
   const Clock* clock = nullptr;
   zmq::context_t context{1};
-  UniqueFd wake_fd;
+  WakeFd wake;
   std::thread thread;
   std::atomic<bool> stop{false};
   std::atomic<PeerId> next_peer{1};
@@ -96,8 +91,7 @@ struct PeerRpc::Impl {
       MutexLock lock(&mu);
       commands.push_back(std::move(command));
     }
-    const std::uint64_t one = 1;
-    (void)!::write(wake_fd.get(), &one, sizeof(one));
+    wake.Wake();
   }
 
   void Run() {
@@ -178,7 +172,7 @@ struct PeerRpc::Impl {
   void Poll() {
     std::vector<zmq::pollitem_t> items;
     std::vector<PeerId> ids;
-    items.push_back({nullptr, wake_fd.get(), ZMQ_POLLIN, 0});
+    items.push_back({nullptr, wake.fd(), ZMQ_POLLIN, 0});
     for (auto& [id, socket] : sockets) {
       items.push_back({socket.handle(), 0, ZMQ_POLLIN, 0});
       ids.push_back(id);
@@ -188,10 +182,7 @@ struct PeerRpc::Impl {
     } catch (const zmq::error_t&) {
       return;  // EINTR: the next turn polls again
     }
-    if (items[0].revents & ZMQ_POLLIN) {
-      std::uint64_t count = 0;
-      (void)!::read(wake_fd.get(), &count, sizeof(count));
-    }
+    if (items[0].revents & ZMQ_POLLIN) wake.Drain();
     for (std::size_t i = 1; i < items.size(); ++i) {
       if (items[i].revents & ZMQ_POLLIN) Receive(ids[i - 1]);
     }
@@ -289,10 +280,7 @@ Result<std::unique_ptr<PeerRpc>> PeerRpc::Start(const FleetKey& key, const Clock
   impl->client = key.client();
   impl->server_public_z85 = key.server().public_z85;
   impl->clock = clock;
-  impl->wake_fd = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!impl->wake_fd.valid()) {
-    return Status(ErrorCode::kInternal, std::string("eventfd: ") + std::strerror(errno));
-  }
+  LMC_ASSIGN_OR_RETURN(impl->wake, WakeFd::Create());
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->Run(); });
   return std::unique_ptr<PeerRpc>(new PeerRpc(std::move(impl)));
@@ -302,8 +290,7 @@ PeerRpc::PeerRpc(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 PeerRpc::~PeerRpc() {
   impl_->stop.store(true, std::memory_order_release);
-  const std::uint64_t one = 1;
-  (void)!::write(impl_->wake_fd.get(), &one, sizeof(one));
+  impl_->wake.Wake();
   impl_->thread.join();
 }
 

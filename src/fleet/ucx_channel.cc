@@ -1,6 +1,5 @@
 #include "fleet/ucx_channel.h"
 
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -80,10 +79,7 @@ Status UcxChannel::Impl::Init(std::byte* base, std::size_t size, UcxDescriptor* 
   }
   descriptor->size = size;
 
-  wake_fd = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wake_fd.valid()) {
-    return Status(ErrorCode::kIoError, std::string("eventfd: ") + std::strerror(errno));
-  }
+  LMC_ASSIGN_OR_RETURN(wake, WakeFd::Create());
   return Status::Ok();
 }
 
@@ -193,12 +189,9 @@ void UcxChannel::Impl::Sleep() {
       timeout = static_cast<int>(std::clamp<TimeMs>(batch->deadline_ms - now, 0, timeout));
     }
   }
-  pollfd fds[2] = {{ucx_fd, POLLIN, 0}, {wake_fd.get(), POLLIN, 0}};
+  pollfd fds[2] = {{ucx_fd, POLLIN, 0}, {wake.fd(), POLLIN, 0}};
   (void)::poll(fds, 2, timeout);
-  if (fds[1].revents & POLLIN) {
-    std::uint64_t count = 0;
-    (void)!::read(wake_fd.get(), &count, sizeof(count));
-  }
+  if (fds[1].revents & POLLIN) wake.Drain();
 }
 
 // At stop: queued commands fail, every endpoint closes, reads not landing
@@ -263,7 +256,7 @@ Result<std::unique_ptr<UcxChannel>> UcxChannel::Create(std::byte* pool, std::siz
 
 UcxChannel::~UcxChannel() {
   impl_->stop.store(true);
-  impl_->Wake();
+  impl_->wake.Wake();
   impl_->thread.join();
 }
 

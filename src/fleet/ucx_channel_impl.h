@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "common/mutex.h"
-#include "common/unique_fd.h"
+#include "common/wake_fd.h"
 #include "fleet/ucx_channel.h"
 
 namespace lmcache::fleet {
@@ -111,7 +111,7 @@ struct UcxChannel::Impl {
   ucp_worker_h worker = nullptr;
   ucp_mem_h memh = nullptr;
   int ucx_fd = -1;
-  UniqueFd wake_fd;
+  WakeFd wake;
   std::thread thread;
   std::atomic<bool> stop{false};
 
@@ -139,16 +139,12 @@ struct UcxChannel::Impl {
 
   Status Init(std::byte* base, std::size_t size, UcxDescriptor* descriptor);
   Status SetHandler(unsigned id, ucp_am_recv_callback_t callback);
-  void Wake() {
-    const std::uint64_t one = 1;
-    (void)!::write(wake_fd.get(), &one, sizeof(one));
-  }
   void Post(Command command) LMC_EXCLUDES(mu) {
     {
       MutexLock lock(&mu);
       commands.push_back(std::move(command));
     }
-    Wake();
+    wake.Wake();
   }
   void Run();
   void RunCommands() LMC_EXCLUDES(mu);

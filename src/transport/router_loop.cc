@@ -1,7 +1,6 @@
 #include "transport/router_loop.h"
 
 #include <spdlog/spdlog.h>
-#include <sys/eventfd.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -123,10 +122,7 @@ RouterLoop::~RouterLoop() {
 Result<std::unique_ptr<RouterLoop>> RouterLoop::Create(const RouterConfig& config) {
   if (config.urls.empty()) return InvalidConfig("no endpoint to bind: give --url or --host/--port");
   std::unique_ptr<RouterLoop> loop(new RouterLoop(config));
-  loop->wake_fd_ = UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!loop->wake_fd_.valid()) {
-    return Status(ErrorCode::kIoError, std::string("eventfd failed: ") + std::strerror(errno));
-  }
+  LMC_ASSIGN_OR_RETURN(loop->wake_, WakeFd::Create());
   for (const std::string& url : config.urls) LMC_RETURN_IF_ERROR(loop->Bind(url, *loop->context_));
   if (config.fleet) LMC_RETURN_IF_ERROR(loop->BindFleet(*config.fleet));
   loop->affinity_pool_ =
@@ -263,10 +259,7 @@ Status RouterLoop::Bind(const std::string& url, zmq::context_t& context,
 
 void RouterLoop::Stop() {
   stop_.store(true);
-  if (wake_fd_.valid()) {
-    const std::uint64_t one = 1;
-    (void)!::write(wake_fd_.get(), &one, sizeof(one));
-  }
+  wake_.Wake();
 }
 
 void RouterLoop::StopRefusing(Status why) {
@@ -282,7 +275,7 @@ void RouterLoop::Run(RequestHandler* handler) {
   for (auto& endpoint : sockets_) items.push_back({endpoint->socket->handle(), 0, ZMQ_POLLIN, 0});
   for (auto& endpoint : sockets_) items.push_back({endpoint->monitor->handle(), 0, ZMQ_POLLIN, 0});
   if (zap_) items.push_back({zap_->handle(), 0, ZMQ_POLLIN, 0});
-  items.push_back({nullptr, wake_fd_.get(), ZMQ_POLLIN, 0});
+  items.push_back({nullptr, wake_.fd(), ZMQ_POLLIN, 0});
   const std::size_t n = sockets_.size();
   while (!stop_.load()) {
     heartbeat_ms_.store(SteadyClock::Instance().NowMs(), std::memory_order_relaxed);
@@ -293,10 +286,7 @@ void RouterLoop::Run(RequestHandler* handler) {
       spdlog::error("zmq poll failed: {}", e.what());
       continue;
     }
-    if (items.back().revents & ZMQ_POLLIN) {
-      std::uint64_t count = 0;
-      (void)!::read(wake_fd_.get(), &count, sizeof(count));
-    }
+    if (items.back().revents & ZMQ_POLLIN) wake_.Drain();
     if (zap_) AnswerZap();
     // Closed connections first: a descriptor reused by a new connection is
     // then mapped afresh by the messages that follow.
@@ -567,8 +557,7 @@ void RouterLoop::Complete(Outgoing reply) {
     MutexLock lock(&outbox_mu_);
     outbox_.push_back(std::move(reply));
   }
-  const std::uint64_t one = 1;
-  (void)!::write(wake_fd_.get(), &one, sizeof(one));
+  wake_.Wake();
 }
 
 void RouterLoop::DrainOutbox() {

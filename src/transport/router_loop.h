@@ -51,7 +51,7 @@
 #include "common/fair_queue.h"
 #include "common/mutex.h"
 #include "common/thread_pool.h"
-#include "common/unique_fd.h"
+#include "common/wake_fd.h"
 #include "lmcache/status.h"
 #include "transport/request_handler.h"
 
@@ -164,7 +164,7 @@ class RouterLoop {
   std::unique_ptr<zmq::socket_t> zap_;
   std::vector<std::unique_ptr<Endpoint>> sockets_;
   std::vector<std::string> endpoints_;
-  UniqueFd wake_fd_;  // eventfd: replies queued or stop requested
+  WakeFd wake_;  // replies queued or stop requested
   std::unique_ptr<RequestsInFlight> in_flight_;  // the loop thread's
   std::vector<std::string> released_;  // closed and answered: OnDisconnect this turn
   std::unique_ptr<AffinityPool> affinity_pool_;
