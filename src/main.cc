@@ -31,6 +31,7 @@
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
 #include "fleet/fleet_key.h"
+#include "fleet/fleet_link.h"
 #include "fleet/membership.h"
 #include "fleet/ucx_channel.h"
 #include "restart/open_pool.h"
@@ -190,6 +191,8 @@ struct Server {
   std::unique_ptr<lmcache::fleet::UcxChannel> data_channel;
   // The peers of --p2p-peers; it holds endpoints of the data channel, so it goes first.
   std::unique_ptr<lmcache::fleet::Membership> membership;
+  // How the p2p L2 adapter reaches the two above (bound once they exist).
+  std::unique_ptr<lmcache::fleet::FleetLink> fleet_link;
   std::unique_ptr<lmcache::transport::RouterLoop> loop;
   std::unique_ptr<lmcache::tier::L2Tier> l2;
   std::unique_ptr<lmcache::events::KvEvents> kv_events;
@@ -205,9 +208,16 @@ struct Server {
 
 // The L2 tier and the KV events, subscribed to the table before anything is
 // stored; the tier started.
-Status StartTiers(const daemon::ServerConfig& config, Server& s) {
+Status StartTiers(const daemon::ServerConfig& config, const lmcache::Clock& clock, Server& s) {
+  lmcache::tier::L2Environment environment;
+  if (config.p2p.enabled()) {
+    s.fleet_link = std::make_unique<lmcache::fleet::FleetLink>(
+        &clock, config.p2p.lookup_timeout_ms, config.p2p.load_timeout_ms);
+    environment.fleet = s.fleet_link.get();
+  }
   if (!config.l2.adapters.empty()) {
-    LMC_ASSIGN_OR_RETURN(s.l2, lmcache::tier::L2Tier::Create(config.l2, &s.cache().table()));
+    LMC_ASSIGN_OR_RETURN(s.l2,
+                         lmcache::tier::L2Tier::Create(config.l2, &s.cache().table(), environment));
   }
   s.kv_events = std::make_unique<lmcache::events::KvEvents>(
       config.events, static_cast<std::uint32_t>(config.chunk_size));
@@ -277,6 +287,7 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
           snapshot->p2p_rpc = m->rpc().Stats();
           snapshot->p2p_channel = channel->Stats();
         });
+    s.fleet_link->Bind(s.membership.get(), s.data_channel.get());
     s.membership->Start();
   }
   lmcache::transport::RouterLoop* router = s.loop.get();
@@ -390,10 +401,11 @@ void StopServing(Server& s, bool handing_over) {
                traffic.undeliverable);
   if (s.http) s.http->Stop();
   s.loop.reset();
+  // Before the peers go: the prefetches in flight (some asking peers) end.
+  if (s.l2) s.l2->Stop();
   s.membership.reset();    // stops meeting peers; its calls in flight end
   s.data_channel.reset();  // peers' reads in flight fail; no peer reads the pool after this
   s.service->StopMaintenance();
-  if (s.l2) s.l2->Stop();
   s.kv_publisher.reset();
 }
 
@@ -416,7 +428,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   s.pool = std::move(opened).value();
-  if (Status started = StartTiers(config, s); !started.ok() ||
+  if (Status started = StartTiers(config, clock, s); !started.ok() ||
                                               !(started = StartServing(config, clock, s)).ok()) {
     spdlog::critical("cannot start: {}", started.message());
     return 1;

@@ -1,5 +1,7 @@
 #include "daemon/p2p_config.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "common/host_port.h"
@@ -61,6 +63,11 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
                  "(the reference's name and default)")
       ->capture_default_str()
       ->group(group);
+  app.add_option("--p2p-load-timeout", p->load_timeout_seconds,
+                 "Seconds a read of chunks from a peer may take before they count as not "
+                 "loaded (the reference's name and default)")
+      ->capture_default_str()
+      ->group(group);
   app.add_option("--p2p-peers", p->peers_list,
                  "The peers to share with, comma-separated: tcp://HOST:PORT (a peer's fleet "
                  "endpoint, as it advertises it), or dns://NAME:PORT (every address NAME "
@@ -80,8 +87,13 @@ Status FinalizeP2p(ServerConfig* c) {
   if (!(p.lookup_timeout_seconds > 0) || p.lookup_timeout_seconds > 3600) {
     return InvalidConfig("--p2p-lookup-timeout must be in (0, 3600] seconds");
   }
+  if (!(p.load_timeout_seconds > 0) || p.load_timeout_seconds > 3600) {
+    return InvalidConfig("--p2p-load-timeout must be in (0, 3600] seconds");
+  }
   c->service.p2p_lookup_timeout_ms =
       static_cast<TimeMs>(std::llround(p.lookup_timeout_seconds * 1000));
+  p.lookup_timeout_ms = c->service.p2p_lookup_timeout_ms;
+  p.load_timeout_ms = static_cast<TimeMs>(std::llround(p.load_timeout_seconds * 1000));
   c->service.p2p_serve_unauthenticated = p.allow_unauthenticated;
   if (p.allow_unauthenticated) {
     c->notices.push_back(
@@ -89,12 +101,23 @@ Status FinalizeP2p(ServerConfig* c) {
         "objects and learn their addresses with p2p_lookup_and_lock (the reference's open "
         "behaviour)");
   }
+  const auto p2p_entry = std::find_if(c->l2.adapters.begin(), c->l2.adapters.end(),
+                                      [](const tier::L2AdapterSpec& s) { return s.type == "p2p"; });
   if (!p.enabled()) {
     if (!p.listen_url.empty() || !p.auth_key_file.empty() || !p.peers_list.empty()) {
       return InvalidConfig("--p2p-listen-url, --p2p-auth-key-file and --p2p-peers need "
                            "--p2p-advertise-url, which turns P2P on");
     }
+    if (p2p_entry != c->l2.adapters.end()) {
+      return InvalidConfig("--l2-adapter {\"type\": \"p2p\"} reads from the peers: turn P2P "
+                           "on with --p2p-advertise-url, --p2p-auth-key-file and --p2p-peers");
+    }
     return Status::Ok();
+  }
+  if (!p.peers_list.empty() && p2p_entry == c->l2.adapters.end()) {
+    // The peers first: a chunk in a peer's L1 is nearer than one on a disk.
+    LMC_ASSIGN_OR_RETURN(tier::L2AdapterSpec peers, tier::ParseL2AdapterSpec(R"({"type": "p2p"})", 0));
+    c->l2.adapters.insert(c->l2.adapters.begin(), std::move(peers));
   }
   auto peers = fleet::ParsePeerSources(p.peers_list);
   if (!peers.ok()) return InvalidConfig("--p2p-peers: " + peers.status().message());

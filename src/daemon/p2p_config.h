@@ -36,6 +36,7 @@ struct P2pFlags {
   std::string transfer_engine = "ucx";
   bool allow_unauthenticated = false;
   double lookup_timeout_seconds = 30;
+  double load_timeout_seconds = 30;
   std::string peers_list;  // --p2p-peers as given
 
   // Filled by FinalizeP2p: the peers' sources (tcp:// and dns:// entries),
@@ -44,13 +45,18 @@ struct P2pFlags {
   std::vector<fleet::PeerSource> peers;
   std::shared_ptr<const fleet::FleetKey> key;
   std::string fleet_endpoint;
+  // The requester's deadlines, in ms (FinalizeP2p).
+  std::int64_t lookup_timeout_ms = 0;
+  std::int64_t load_timeout_ms = 0;
   bool enabled() const { return !advertise_url.empty(); }
 };
 
 void AddP2pFlags(CLI::App& app, P2pFlags* flags);
 
 // Checks the P2P flags, loads the fleet key and fills the router's fleet
-// endpoint and the service's P2P settings; refusals name the flag.
+// endpoint and the service's P2P settings; with peers listed and no p2p
+// entry among the --l2-adapter values, puts the peers first in the L2
+// cascade. Refusals name the flag.
 Status FinalizeP2p(ServerConfig* config);
 
 }  // namespace lmcache::daemon

@@ -78,6 +78,9 @@ struct PeerRpc::Impl {
 
   Mutex mu;
   std::deque<Command> commands LMC_GUARDED_BY(mu);
+  // Set when EndAll took the last commands: a call posted after (from a
+  // completion that calls again) ends at once instead of never.
+  bool closed LMC_GUARDED_BY(mu) = false;
 
   // The thread's own.
   std::map<PeerId, zmq::socket_t> sockets;
@@ -89,7 +92,14 @@ struct PeerRpc::Impl {
   void Post(Command command) LMC_EXCLUDES(mu) {
     {
       MutexLock lock(&mu);
-      commands.push_back(std::move(command));
+      if (!closed) {
+        commands.push_back(std::move(command));
+        command = {};
+      }
+    }
+    if (auto* call = std::get_if<CallCommand>(&command)) {
+      call->done(Status(ErrorCode::kUnavailable, "the peer RPC has stopped"));
+      return;
     }
     wake.Wake();
   }
@@ -266,6 +276,7 @@ struct PeerRpc::Impl {
     {
       MutexLock lock(&mu);
       left.swap(commands);
+      closed = true;
     }
     for (Command& command : left) {
       if (auto* call = std::get_if<CallCommand>(&command)) call->done(why);

@@ -47,6 +47,14 @@ Result<P2pKey> ReadKey(MsgpackCursor& in, const P2pLimits& limits) {
     } else if (name == "cache_salt") {
       LMC_ASSIGN_OR_RETURN(key.cache_salt,
                            Text(in, "ObjectKey.cache_salt", limits.max_cache_salt_bytes));
+    } else if (name == "lmc_layout_namespace") {
+      LMC_ASSIGN_OR_RETURN(const std::int64_t ns, in.ReadInt("ObjectKey.lmc_layout_namespace"));
+      if (ns < 0 || ns > UINT32_MAX) {
+        return Malformed("ObjectKey.lmc_layout_namespace", "must fit 32 unsigned bits");
+      }
+      key.layout_namespace = static_cast<std::uint32_t>(ns);
+    } else if (name == "lmc_tags") {
+      LMC_ASSIGN_OR_RETURN(key.tags, Text(in, "ObjectKey.lmc_tags", limits.max_tags_bytes));
     } else {
       return false;
     }
@@ -219,12 +227,16 @@ std::string EncodeP2pKeys(std::span<const P2pKey> keys) {
   Encoder e;
   e.Array(static_cast<std::uint32_t>(keys.size()));
   for (const P2pKey& key : keys) {
-    e.Map(5);
+    const bool ns = key.layout_namespace != 0;
+    const bool tags = !key.tags.empty();
+    e.Map(5 + (ns ? 1 : 0) + (tags ? 1 : 0));
     e.Str("chunk_hash").Bin(key.chunk_hash);
     e.Str("model_name").Str(key.model_name);
     e.Str("kv_rank").Int(key.kv_rank);
     e.Str("object_group_id").Int(key.object_group_id);
     e.Str("cache_salt").Str(key.cache_salt);
+    if (ns) e.Str("lmc_layout_namespace").Int(key.layout_namespace);
+    if (tags) e.Str("lmc_tags").Str(key.tags);
   }
   return e.Take();
 }

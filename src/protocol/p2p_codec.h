@@ -46,6 +46,11 @@ struct P2pKey {
   std::int64_t kv_rank = 0;
   std::int64_t object_group_id = 0;
   std::string cache_salt;
+  // Ours, past the reference's fields (its decoders skip unknown fields):
+  // what else names one of our objects, so a peer of ours never serves an
+  // object of another layout or tag set. Written only when not empty.
+  std::uint32_t layout_namespace = 0;  // "lmc_layout_namespace"
+  std::string tags;                    // "lmc_tags", store::ObjectKey::tags
   bool operator==(const P2pKey&) const = default;
 };
 
@@ -77,6 +82,7 @@ struct P2pLimits {
   std::size_t max_keys = 1u << 20;  // one lookup's keys (a 4M-token prompt's chunks x ranks)
   std::size_t max_model_name_bytes = 1024;
   std::size_t max_cache_salt_bytes = 128;
+  std::size_t max_tags_bytes = 8192;  // 16 tags of a 128-byte name and value, joined
   std::size_t max_groups = 256;   // object groups of one lookup
   std::size_t max_tensors = 256;  // tensors of one layout
   std::size_t max_dims = 8;       // dimensions of one shape

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "common/msgpack_codec.h"
+#include "fleet/peer_key_codec.h"
 #include "protocol/wire_codec.h"
 
 namespace lmcache::server {
@@ -22,23 +23,12 @@ Result<LookupArgs> DecodeLookup(Payloads p) {
   return args;
 }
 
-// The store's key named by a peer's ObjectKey (not yet checked).
-store::ObjectKey ToStoreKey(const protocol::P2pKey& key) {
-  store::ObjectKey out;
-  std::copy(key.chunk_hash.begin(), key.chunk_hash.end(),
-            reinterpret_cast<char*>(out.chunk_hash.data()));
-  out.model_name = key.model_name;
-  out.kv_rank = key.kv_rank;
-  out.object_group_id = static_cast<std::int32_t>(key.object_group_id);
-  out.cache_salt = key.cache_salt;
-  return out;
-}
-
 // The store's key, or nullopt where the store's rules refuse it.
 std::optional<store::ObjectKey> StoreKey(const protocol::P2pKey& key) {
   if (key.object_group_id > INT32_MAX) return std::nullopt;
-  store::ObjectKey out = ToStoreKey(key);
+  store::ObjectKey out = fleet::FromPeerKey(key);
   if (!store::ValidateObjectKey(out).ok()) return std::nullopt;
+  if (!out.tags.empty() && !store::ValidateCanonicalTags(out.tags).ok()) return std::nullopt;
   return out;
 }
 
@@ -47,7 +37,7 @@ Result<std::vector<store::ObjectKey>> DecodeUnlock(Payloads p) {
   LMC_ASSIGN_OR_RETURN(const std::vector<protocol::P2pKey> keys, protocol::DecodeP2pKeys(p[0]));
   std::vector<store::ObjectKey> out;
   out.reserve(keys.size());
-  for (const protocol::P2pKey& key : keys) out.push_back(ToStoreKey(key));
+  for (const protocol::P2pKey& key : keys) out.push_back(fleet::FromPeerKey(key));
   return out;
 }
 

@@ -24,12 +24,17 @@ class ForwardingAdapter : public L2Adapter {
   std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override {
     return inner_->LookupAndLock(keys);
   }
+  void SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
+                    LookupDone done) override {
+    inner_->SubmitLookup(keys, object_bytes, std::move(done));
+  }
   void Unlock(std::span<const store::ObjectKey> keys) override { inner_->Unlock(keys); }
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override {
     inner_->SubmitLoad(reads, std::move(done));
   }
   L2AdapterStats Stats() const override { return inner_->Stats(); }
   bool CompletesAsynchronously() const override { return inner_->CompletesAsynchronously(); }
+  bool TakesStores() const override { return inner_->TakesStores(); }
   void ObserveRemovals(RemovalObserver observer) override {
     inner_->ObserveRemovals(std::move(observer));
   }

@@ -6,6 +6,10 @@ namespace lmcache::tier {
 
 Status L2Adapter::AttachMemory(std::span<std::byte>) { return Status::Ok(); }
 
+void L2Adapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t, LookupDone done) {
+  done(LookupAndLock(keys));
+}
+
 namespace {
 
 // Runs `submit` with a completion and waits for it (inline or from any thread).

@@ -71,6 +71,8 @@ class L2Adapter {
   using StoreDone = std::function<void(std::vector<Status>)>;
   // One outcome per read.
   using LoadDone = std::function<void(std::vector<L2LoadOutcome>)>;
+  // One flag per key of a lookup.
+  using LookupDone = std::function<void(std::vector<bool>)>;
   // Objects the adapter dropped on its own.
   using RemovalObserver = std::function<void(std::span<const store::ObjectKey>)>;
 
@@ -85,6 +87,14 @@ class L2Adapter {
   virtual void SubmitStore(std::span<const L2Write> objects, StoreDone done) = 0;
   // One flag per key: held now (and locked until Unlock).
   virtual std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) = 0;
+  // The same, completing through `done` (exactly once; the keys stay valid
+  // until it has run). `object_bytes` is the size every object of the
+  // lookup has (a peer checks it against what it holds). The default runs
+  // LookupAndLock on the caller's thread; an adapter whose answer comes from
+  // elsewhere (a peer's reply) calls back from its own thread, so the
+  // prefetch worker that asked goes on with other requests meanwhile.
+  virtual void SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
+                            LookupDone done);
   virtual void Unlock(std::span<const store::ObjectKey> keys) = 0;
   // Loads `reads`; `done` runs exactly once. The keys and buffers stay valid
   // until it has run.
@@ -93,6 +103,9 @@ class L2Adapter {
   // True when Submit* returns before its completion has run (the device
   // completes on its own): the controllers then need no thread per call.
   virtual bool CompletesAsynchronously() const { return false; }
+  // False for a source that is only read (the peers: what they hold is
+  // theirs to store): the store controller hands it nothing.
+  virtual bool TakesStores() const { return true; }
   // Where the adapter reports the objects it drops on its own (its
   // eviction, a corrupt object it deleted), for the KV event log; set once,
   // before any other call. The default drops nothing it could tell of (a

@@ -21,10 +21,20 @@
 #include "lmcache/status.h"
 #include "tier/l2_adapter.h"
 
+namespace lmcache::fleet {
+class FleetLink;
+}
+
 namespace lmcache::tier {
 
 class L2ConfigFields;
 struct L2AdapterSpec;
+
+// What an adapter may need from the server beyond its own fields.
+struct L2Environment {
+  // The fleet, with P2P on (the p2p type reads its peers through it); null otherwise.
+  const fleet::FleetLink* fleet = nullptr;
+};
 
 struct L2AdapterType {
   std::string name;                  // the `type` value, e.g. "resp"
@@ -33,7 +43,7 @@ struct L2AdapterType {
   // the fields every type shares are read by l2_config.
   std::function<Status(L2ConfigFields&, L2AdapterSpec*)> parse;
   // Builds an adapter from a spec this type parsed.
-  std::function<Result<std::unique_ptr<L2Adapter>>(const L2AdapterSpec&)> make;
+  std::function<Result<std::unique_ptr<L2Adapter>>(const L2AdapterSpec&, const L2Environment&)> make;
 };
 
 class L2AdapterTypes {

@@ -66,9 +66,10 @@ Result<L2AdapterSpec> ParseL2AdapterSpec(std::string_view text, int position) {
   return ParseObject(object, where);
 }
 
-Result<std::unique_ptr<L2Adapter>> MakeL2Adapter(const L2AdapterSpec& spec) {
+Result<std::unique_ptr<L2Adapter>> MakeL2Adapter(const L2AdapterSpec& spec,
+                                                 const L2Environment& environment) {
   if (spec.kind == nullptr) return InvalidConfig("L2 adapter '" + spec.type + "' was not parsed");
-  return spec.kind->make(spec);
+  return spec.kind->make(spec, environment);
 }
 
 Result<std::string> L2ConfigFields::String(const std::string& field, bool required) {

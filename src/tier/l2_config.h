@@ -39,7 +39,8 @@ struct L2AdapterSpec {
 Result<L2AdapterSpec> ParseL2AdapterSpec(std::string_view json, int position);
 
 // Builds the adapter (the fs adapter creates its directory and rebuilds its index).
-Result<std::unique_ptr<L2Adapter>> MakeL2Adapter(const L2AdapterSpec& spec);
+Result<std::unique_ptr<L2Adapter>> MakeL2Adapter(const L2AdapterSpec& spec,
+                                                 const L2Environment& environment = {});
 
 struct L2Config {
   std::vector<L2AdapterSpec> adapters;

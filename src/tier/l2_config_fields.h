@@ -74,7 +74,7 @@ L2AdapterType TypedL2AdapterType(
             spec->config = std::move(config);
             return Status::Ok();
           },
-          [make = std::move(make)](const L2AdapterSpec& spec) {
+          [make = std::move(make)](const L2AdapterSpec& spec, const L2Environment&) {
             return make(std::any_cast<const Config&>(spec.config));
           }};
 }

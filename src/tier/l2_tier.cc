@@ -2,16 +2,19 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 #include "tier/metered_adapter.h"
 
 namespace lmcache::tier {
 
-Result<std::unique_ptr<L2Tier>> L2Tier::Create(const L2Config& config, store::ObjectTable* table) {
+Result<std::unique_ptr<L2Tier>> L2Tier::Create(const L2Config& config, store::ObjectTable* table,
+                                               const L2Environment& environment) {
   std::unique_ptr<L2Tier> tier(new L2Tier());
   std::vector<L2Adapter*> adapters;
   for (std::size_t i = 0; i < config.adapters.size(); ++i) {
     const L2AdapterSpec& spec = config.adapters[i];
-    auto adapter = MakeL2Adapter(spec);
+    auto adapter = MakeL2Adapter(spec, environment);
     if (!adapter.ok()) {
       return Status(adapter.status().code(), "--l2-adapter #" + std::to_string(i + 1) + " (" +
                                                  spec.type + "): " + adapter.status().message());
@@ -30,7 +33,12 @@ Result<std::unique_ptr<L2Tier>> L2Tier::Create(const L2Config& config, store::Ob
   }
   tier->store_ = std::make_unique<StoreController>(table, adapters, config.store);
   tier->prefetch_ = std::make_unique<PrefetchController>(table, adapters, config.prefetch);
-  table->AddListener(tier->store_.get());
+  // Only where an adapter takes stores: with the peers alone, no object
+  // is stored anywhere, so none may count as stored (nor leave L1 under
+  // skip_l1).
+  if (std::any_of(adapters.begin(), adapters.end(), [](L2Adapter* a) { return a->TakesStores(); })) {
+    table->AddListener(tier->store_.get());
+  }
   return tier;
 }
 

@@ -26,7 +26,9 @@ namespace lmcache::tier {
 class L2Tier {
  public:
   // `table` must outlive the tier. Fails when an adapter cannot be built.
-  static Result<std::unique_ptr<L2Tier>> Create(const L2Config& config, store::ObjectTable* table);
+  // `environment` is what adapters may need from the server (the fleet).
+  static Result<std::unique_ptr<L2Tier>> Create(const L2Config& config, store::ObjectTable* table,
+                                                const L2Environment& environment = {});
   ~L2Tier();  // stops
 
   // Tells `observer` what each adapter stores and drops (once, before Start).

@@ -46,6 +46,16 @@ std::vector<bool> MeteredAdapter::LookupAndLock(std::span<const store::ObjectKey
   return ForwardingAdapter::LookupAndLock(keys);
 }
 
+void MeteredAdapter::SubmitLookup(std::span<const store::ObjectKey> keys,
+                                  std::uint64_t object_bytes, LookupDone done) {
+  auto meter = std::make_shared<Meter>(&looking_up_, &lookup_latency_, keys.size());
+  ForwardingAdapter::SubmitLookup(keys, object_bytes,
+                                  [meter, done = std::move(done)](std::vector<bool> found) mutable {
+                                    meter.reset();
+                                    done(std::move(found));
+                                  });
+}
+
 void MeteredAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
   auto meter = std::make_shared<Meter>(&loading_, &load_latency_, reads.size());
   ForwardingAdapter::SubmitLoad(reads, [meter, done = std::move(done)](std::vector<L2LoadOutcome> o) mutable {

@@ -1,7 +1,7 @@
 // MeteredAdapter: wraps one L2 adapter and measures it as the controllers
 // use it: per adapter, the objects in calls now (store and load: the
 // adapter's own queue depth as the server sees it) and latency histograms of
-// each Store, LookupAndLock and Load call. L2Tier wraps every configured
+// each Store, lookup and Load call. L2Tier wraps every configured
 // adapter, so `stats` and /metrics show where an L2 tier spends its time
 // adapter by adapter (a slow Redis next to a fast disk).
 //
@@ -21,6 +21,8 @@ class MeteredAdapter final : public ForwardingAdapter {
 
   void SubmitStore(std::span<const L2Write> objects, StoreDone done) override;
   std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override;
+  void SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
+                    LookupDone done) override;
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
 

@@ -114,6 +114,12 @@ void PrefetchController::Stop() {
   // The queued tasks find their requests answered; the running ones finish
   // (their cascade loads with them).
   if (workers_) workers_->Stop();
+  // A request whose lookup is still with an adapter (a peer's answer)
+  // ends when that answer comes, at the latest at the adapter's deadline.
+  {
+    MutexLock lock(&mu_);
+    while (running_ > 0 || finishing_ > 0) landed_.Wait(&lock);
+  }
   if (cascade_) cascade_->Stop();
 }
 
@@ -246,9 +252,22 @@ void PrefetchController::RunLanded(std::vector<std::function<void()>>& landed) {
   landed.clear();
 }
 
-void PrefetchController::RunQueued(PrefetchHandle handle) {
+// One running request from its lookup to its answer: the lookups'
+// completions fill `found` and the last one (or the worker that submitted
+// them, when they all completed inline) goes on with the load.
+struct PrefetchController::Running {
+  PrefetchHandle handle = 0;
   PrefetchRequest request;
   Deadline deadline;
+  std::vector<std::vector<bool>> found;  // per adapter, one flag per key
+  // Lookups outstanding, plus one held by the submitting worker until it
+  // has submitted them all: whoever brings it to zero goes on.
+  std::atomic<std::size_t> left{0};
+};
+
+void PrefetchController::RunQueued(PrefetchHandle handle) {
+  auto running = std::make_shared<Running>();
+  running->handle = handle;
   {
     MutexLock lock(&mu_);
     auto it = jobs_.find(handle);
@@ -256,27 +275,65 @@ void PrefetchController::RunQueued(PrefetchHandle handle) {
     Job& job = it->second;
     job.queued = false;
     queued_ -= 1;
-    request = job.request;
+    running->request = job.request;
     job.started = std::chrono::steady_clock::now();
-    if (config_.load_timeout.count() > 0) deadline = *job.started + config_.load_timeout;
+    if (config_.load_timeout.count() > 0) running->deadline = *job.started + config_.load_timeout;
     running_ += 1;
   }
+  const std::size_t n = running->request.keys.size();
+  running->found.assign(adapters_.size(), std::vector<bool>(n, false));
+  running->left.store(adapters_.size() + 1, std::memory_order_relaxed);
+  for (std::size_t a = 0; a < adapters_.size(); ++a) {
+    try {
+      adapters_[a]->SubmitLookup(running->request.keys, running->request.object_bytes,
+                                 [this, running, a, n](std::vector<bool> found) {
+                                   found.resize(n, false);  // an adapter's short answer: misses
+                                   running->found[a] = std::move(found);
+                                   LookedUp(running, /*on_worker=*/false);
+                                 });
+    } catch (const std::exception& e) {
+      spdlog::error("an L2 adapter's lookup threw (it holds none of the keys): {}", e.what());
+      LookedUp(running, /*on_worker=*/false);
+    }
+  }
+  LookedUp(running, /*on_worker=*/true);
+}
+
+void PrefetchController::LookedUp(const std::shared_ptr<Running>& running, bool on_worker) {
+  if (running->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (on_worker) {
+    Continue(*running);
+    return;
+  }
+  // The last answer came on an adapter's own thread, which must not wait
+  // for a load: the rest runs on a worker again.
+  const std::uint64_t client = store::OwnerHash{}(running->request.owner);
+  if (workers_->Submit(client, 0, [this, running] { Continue(*running); }) ==
+      FairQueue::Admission::kQueued) {
+    return;
+  }
+  // Stopping, or the queue is full: nothing is loaded, and what the
+  // lookups locked is released.
+  Plan plan = PlanFrom(running->request, running->found);
+  UnlockFrom(adapters_, running->request.keys, plan.locked, 0);
+  counters_.refused.fetch_add(1, std::memory_order_relaxed);
+  Finish(running->handle, PrefetchResult{});
+}
+
+void PrefetchController::Continue(Running& running) {
   PrefetchResult result;
   try {
-    result = Run(handle, request, deadline);
+    result = Run(running.handle, running.request, running.deadline, running.found);
   } catch (const std::exception& e) {
     spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
   }
-  Finish(handle, result);
-  MutexLock lock(&mu_);
-  running_ -= 1;
+  Finish(running.handle, result);
 }
 
-PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& request) {
+PrefetchController::Plan PrefetchController::PlanFrom(const PrefetchRequest& request,
+                                                      const std::vector<std::vector<bool>>& found) {
   const std::size_t n = request.keys.size();
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  std::vector<std::vector<bool>> found;
-  for (L2Adapter* adapter : adapters_) found.push_back(adapter->LookupAndLock(request.keys));
   Plan plan;
   plan.source.assign(n, -1);
   for (std::size_t i = 0; i < n; ++i) {
@@ -294,19 +351,27 @@ PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& reque
     }
     plan.chunks += 1;
   }
-  // Keep a lock only where the plan loads the key from.
-  const std::size_t planned = plan.chunks * ranks;
   plan.locked.resize(adapters_.size());
   for (std::size_t a = 0; a < adapters_.size(); ++a) {
-    std::vector<store::ObjectKey> release;
     for (std::size_t i = 0; i < n; ++i) {
-      if (!found[a][i]) continue;
-      if (i < planned && plan.source[i] == static_cast<int>(a)) {
-        plan.locked[a].push_back(i);
-      } else {
-        release.push_back(request.keys[i]);
-      }
+      if (found[a][i]) plan.locked[a].push_back(i);
     }
+  }
+  return plan;
+}
+
+PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& request,
+                                                    const std::vector<std::vector<bool>>& found) {
+  Plan plan = PlanFrom(request, found);
+  // Keep a lock only where the plan loads the key from.
+  const std::size_t planned = plan.chunks * std::max<std::size_t>(1, request.ranks);
+  for (std::size_t a = 0; a < adapters_.size(); ++a) {
+    std::vector<store::ObjectKey> release;
+    std::erase_if(plan.locked[a], [&](std::size_t i) {
+      if (i < planned && plan.source[i] == static_cast<int>(a)) return false;
+      release.push_back(request.keys[i]);
+      return true;
+    });
     if (!release.empty()) adapters_[a]->Unlock(release);
   }
   return plan;
@@ -402,9 +467,10 @@ std::vector<std::vector<L2LoadOutcome>> PrefetchController::LoadAll(
 }
 
 PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequest& request,
-                                       Deadline deadline) {
+                                       Deadline deadline,
+                                       const std::vector<std::vector<bool>>& found) {
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  Plan plan = LookUp(request);
+  Plan plan = LookUp(request, found);
   counters_.l2_hit_chunks.fetch_add(plan.chunks, std::memory_order_relaxed);
   Publish(handle, plan.chunks);
   if (plan.chunks == 0 || request.object_bytes == 0) {
@@ -481,6 +547,10 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   std::vector<std::function<void()>> landed;
   {
     MutexLock lock(&mu_);
+    // No longer running from the moment its answer can be seen (Stop waits
+    // for the count to reach zero; landed_ is notified below).
+    running_ -= 1;
+    finishing_ += 1;
     // Answered at its deadline already: that answer stays until it is
     // polled, and what the late load locked goes now.
     const bool abandoned = abandoned_.erase(handle) > 0;
@@ -504,6 +574,11 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   counters_.completed.fetch_add(1, std::memory_order_relaxed);
   landed_.NotifyAll();
   RunLanded(landed);
+  // The last touch of the controller: Stop may return (and the controller
+  // go) once this is zero.
+  MutexLock lock(&mu_);
+  finishing_ -= 1;
+  if (running_ == 0 && finishing_ == 0) landed_.NotifyAll();
 }
 
 void PrefetchController::AbandonOverdue() {

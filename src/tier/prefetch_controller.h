@@ -3,7 +3,10 @@
 // (reference spec 13.3; the Prefetcher of tier/prefetcher.h).
 //
 // A request goes through:
-//   1. lookup: every adapter is asked which keys it holds (and locks them);
+//   1. lookup: every adapter is asked which keys it holds (and locks them),
+//      at once (SubmitLookup); an adapter that answers from its own thread
+//      (the peers) holds no worker meanwhile: the last answer queues the
+//      rest of the request on a worker again;
 //      the plan takes each key from the first adapter that has it, and the
 //      longest prefix of whole chunks (every rank present). LookupHits()
 //      answers from here on.
@@ -43,6 +46,7 @@
 // owning thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -107,9 +111,16 @@ class PrefetchController final : public Prefetcher {
     std::vector<std::function<void()>> on_landed;  // NotifyWhenLanded's, until it lands
   };
   struct Plan;
+  struct Running;
 
-  // A pool task: runs `handle` unless it was cancelled or answered meanwhile.
+  // A pool task: submits the lookups of `handle` unless it was cancelled or
+  // answered meanwhile.
   void RunQueued(PrefetchHandle handle) LMC_EXCLUDES(mu_);
+  // One lookup of `running` answered (or the submitting worker done
+  // submitting); the last goes on with Continue, on a worker.
+  void LookedUp(const std::shared_ptr<Running>& running, bool on_worker) LMC_EXCLUDES(mu_);
+  // Plans, loads and admits what the lookups found; answers the request (Finish).
+  void Continue(Running& running) LMC_EXCLUDES(mu_);
   // Ends a request that will never run with nothing loaded; false if it
   // was no longer waiting. Its landing callbacks go to `landed`.
   bool AnswerUnrun(Job& job, std::vector<std::function<void()>>& landed) LMC_REQUIRES(mu_);
@@ -121,11 +132,18 @@ class PrefetchController final : public Prefetcher {
   // `deadline`: when the load stops at the next batch (load_timeout after
   // the request started to run), or nullopt without a load_timeout.
   using Deadline = std::optional<std::chrono::steady_clock::time_point>;
-  PrefetchResult Run(PrefetchHandle handle, const PrefetchRequest& request, Deadline deadline);
-  Plan LookUp(const PrefetchRequest& request);
+  PrefetchResult Run(PrefetchHandle handle, const PrefetchRequest& request, Deadline deadline,
+                     const std::vector<std::vector<bool>>& found);
+  // Each key's source (its first adapter that found it) and the prefix of
+  // whole chunks; every lock the lookups took is in `locked`.
+  Plan PlanFrom(const PrefetchRequest& request, const std::vector<std::vector<bool>>& found);
+  // The same, keeping only the locks the plan loads from (the rest released).
+  Plan LookUp(const PrefetchRequest& request, const std::vector<std::vector<bool>>& found);
   std::size_t Load(const PrefetchRequest& request, Plan& plan,
                    const store::WriteLease& buffers, std::size_t chunks, Deadline deadline);
   void Publish(PrefetchHandle handle, std::size_t lookup_hits) LMC_EXCLUDES(mu_);
+  // Answers a running request (it no longer counts as running from the
+  // moment its answer can be seen) and runs its landing callbacks.
   void Finish(PrefetchHandle handle, PrefetchResult result) LMC_EXCLUDES(mu_);
   // Answers every running request past its deadline by a watch period (the
   // watch thread; docs/threading.md).
@@ -152,6 +170,9 @@ class PrefetchController final : public Prefetcher {
   PrefetchHandle next_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t queued_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t running_ LMC_GUARDED_BY(mu_) = 0;
+  // Requests in Finish after their answer was published: Stop waits for
+  // them too, as they still touch the controller.
+  std::uint64_t finishing_ LMC_GUARDED_BY(mu_) = 0;
   bool stop_ LMC_GUARDED_BY(mu_) = false;
   std::unique_ptr<ThreadPool> workers_;   // max_in_flight threads, from Start
   std::unique_ptr<ThreadPool> cascade_;   // a cascade's loads after its first adapter's

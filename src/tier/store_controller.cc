@@ -111,6 +111,7 @@ void StoreController::WriteBatch(std::vector<Pending> batch) {
   }
   std::vector<bool> everywhere(writes.size(), true);
   for (std::size_t a = 0; a < adapters_.size(); ++a) {
+    if (!adapters_[a]->TakesStores()) continue;  // a source only read (the peers)
     const std::vector<Status> results = adapters_[a]->Store(writes);
     std::vector<store::ObjectKey> stored;
     for (std::size_t i = 0; i < writes.size(); ++i) {

@@ -121,6 +121,41 @@ TEST_F(P2pConfigTest, RefusalsNameWhatToChange) {
            "--p2p-auth-key-file", key_file_});
 }
 
+// With peers listed, the peers are the first source of the L2 cascade
+// unless the operator placed {"type": "p2p"} elsewhere; without P2P such an
+// entry is refused; the requester's deadlines are the reference's flags.
+TEST_F(P2pConfigTest, PeersComeFirstInTheCascadeUnlessPlacedAndNeedP2p) {
+  const std::vector<std::string> on{"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file",
+                                    key_file_, "--p2p-peers", "tcp://10.0.0.3:5556"};
+  auto args = on;
+  args.insert(args.end(), {"--l2-adapter", R"({"type": "mock"})", "--p2p-load-timeout", "1.5"});
+  auto first = Parse(args);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  ASSERT_EQ(first->l2.adapters.size(), 2u);
+  EXPECT_EQ(first->l2.adapters[0].type, "p2p");
+  EXPECT_EQ(first->l2.adapters[1].type, "mock");
+  EXPECT_EQ(first->p2p.load_timeout_ms, 1'500);
+  EXPECT_EQ(first->p2p.lookup_timeout_ms, 30'000);
+
+  args = on;
+  args.insert(args.end(), {"--l2-adapter", R"({"type": "mock"})", "--l2-adapter", R"({"type": "p2p"})"});
+  auto placed = Parse(args);
+  ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+  ASSERT_EQ(placed->l2.adapters.size(), 2u);
+  EXPECT_EQ(placed->l2.adapters[1].type, "p2p");
+
+  // No peers listed: nothing to ask, no adapter added.
+  auto alone = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file", key_file_});
+  ASSERT_TRUE(alone.ok());
+  EXPECT_TRUE(alone->l2.adapters.empty());
+
+  EXPECT_NE(Refusal({"--l2-adapter", R"({"type": "p2p"})"}).find("--p2p-advertise-url"),
+            std::string::npos);
+  args = on;
+  args.insert(args.end(), {"--p2p-load-timeout", "0"});
+  EXPECT_NE(Refusal(args).find("--p2p-load-timeout"), std::string::npos);
+}
+
 TEST_F(P2pConfigTest, AllowingUnauthenticatedPeersIsAnnounced) {
   auto config = Parse({"--p2p-allow-unauthenticated"});
   ASSERT_TRUE(config.ok()) << config.status().ToString();

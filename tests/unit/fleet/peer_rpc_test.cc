@@ -8,6 +8,8 @@
 #include "fleet/peer_rpc.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -275,6 +277,36 @@ TEST(PeerRpcTest, UnknownPeersFailAtOnceAndStoppingEndsCallsInFlight) {
   auto future = pending.get_future();
   EXPECT_EQ(future.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
   rpc.reset();
+  EXPECT_EQ(future.get().status().code(), ErrorCode::kUnavailable);
+}
+
+// A completion that calls again while the RPC stops (a requester going on to
+// its next step) still gets its answer, at once: no call is ever left
+// without one (a lookup would wait for it for ever).
+TEST(PeerRpcTest, ACallMadeFromACompletionWhileStoppingEndsAtOnce) {
+  TempDir dir("lmc_peer_rpc");
+  FakeClock clock;
+  auto rpc = std::move(PeerRpc::Start(LoadKey(WriteKeyFile(dir, "fleet.key", 'k')), &clock))
+                 .value();
+  const PeerId peer = rpc->Connect("tcp://127.0.0.1:" + std::to_string(testing::FreeTcpPort()));
+  // Three deep: the first is ended with the calls in flight, the second
+  // with the queued ones, the third after both.
+  std::promise<Result<std::string>> last;
+  PeerRpc* raw = rpc.get();
+  std::function<void(int)> call_again = [&](int depth) {
+    raw->Call(peer, Op::kServerInfo, {}, clock.NowMs() + kLongDeadline,
+              [&, depth](Result<std::string> r) {
+                if (depth == 3) {
+                  last.set_value(std::move(r));
+                } else {
+                  call_again(depth + 1);
+                }
+              });
+  };
+  call_again(1);
+  rpc.reset();
+  auto future = last.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(0)), std::future_status::ready);
   EXPECT_EQ(future.get().status().code(), ErrorCode::kUnavailable);
 }
 

@@ -7,6 +7,10 @@
 
 #include <gtest/gtest.h>
 
+#include <type_traits>
+
+#include "common/msgpack_codec.h"
+
 #include <string>
 
 namespace lmcache::protocol {
@@ -212,8 +216,8 @@ TEST(P2pCodecTest, AddressesCarryTheNewestFieldsAndDecodeInBothForms) {
 }
 
 TEST(P2pCodecTest, OurEncodingIsTheReferenceShapeAndDecodesBack) {
-  const std::vector<P2pKey> keys = {{Hash('a'), "llama", 16777472, 0, ""},
-                                    {Hash('b'), "llama", 16777472, 1, "t1"}};
+  const std::vector<P2pKey> keys = {{Hash('a'), "llama", 16777472, 0, "", 0, ""},
+                                    {Hash('b'), "llama", 16777472, 1, "t1", 0, ""}};
   Bytes expected;
   expected.Raw({0x92});
   AppendKey(expected, 'a', "llama", kRank0, 0, "");
@@ -230,6 +234,38 @@ TEST(P2pCodecTest, OurEncodingIsTheReferenceShapeAndDecodesBack) {
   Bytes single_bytes;
   AppendLlamaLayout(single_bytes);
   EXPECT_EQ(EncodeP2pLayouts(single), single_bytes.str());
+}
+
+// Our own fields ride past the reference's: written only when set (so a
+// reference-shaped key stays byte-identical, above), read back exactly, and
+// bounded and checked like the rest.
+TEST(P2pCodecTest, OurLayoutNamespaceAndTagsTravelOnlyWhenSet) {
+  P2pKey ours{Hash('c'), "llama", 16777472, 0, "", 0, ""};
+  ours.layout_namespace = 0xdeadbeef;
+  ours.tags = "lang%en%user%7";
+  const std::vector<P2pKey> keys = {ours, {Hash('d'), "llama", 16777472, 0, "", 0, ""}};
+  const std::string wire = EncodeP2pKeys(keys);
+  EXPECT_NE(wire.find("lmc_layout_namespace"), std::string::npos);
+  EXPECT_EQ(*DecodeP2pKeys(wire), keys);
+  EXPECT_EQ(EncodeP2pKeys(std::span(keys).last(1)).find("lmc_"), std::string::npos);
+
+  auto one_key_with = [](std::string_view field, auto value) {
+    msgpk::Encoder e;
+    e.Array(1).Map(4);
+    e.Str("chunk_hash").Bin(Hash('e'));
+    e.Str("model_name").Str("m");
+    e.Str("kv_rank").Int(0);
+    e.Str(field);
+    if constexpr (std::is_same_v<decltype(value), int>) {
+      e.Int(value);
+    } else {
+      e.Str(value);
+    }
+    return e.Take();
+  };
+  EXPECT_FALSE(DecodeP2pKeys(one_key_with("lmc_layout_namespace", -1)).ok());
+  EXPECT_EQ(DecodeP2pKeys(one_key_with("lmc_tags", std::string(8193, 'x'))).status().code(),
+            ErrorCode::kTooLarge);
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ TEST(L2ConfigTest, EveryErrorNamesTheAdapterAndTheField) {
 // LMC_L2_RESP built it.
 TEST(L2AdapterTypesTest, TheUnknownTypeErrorListsTheTypesThisBuildRegistered) {
   const std::string expected = std::string("this server has fs, ") +
-                               (LMC_L2_RESP ? "resp (valkey), " : "") + "mock and fault_inject";
+                               (LMC_L2_RESP ? "resp (valkey), " : "") + "mock, fault_inject and p2p";
   EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"s3"})"), expected)) << ErrorOf(R"({"type":"s3"})");
   EXPECT_EQ(L2AdapterTypes::Builtin().Find("resp") != nullptr, static_cast<bool>(LMC_L2_RESP));
   EXPECT_EQ(L2AdapterTypes::Builtin().Find("valkey"), L2AdapterTypes::Builtin().Find("resp"));
@@ -92,7 +92,7 @@ TEST(L2AdapterTypesTest, ARegisteredTypeParsesItsOwnFieldsAndBuilds) {
                spec->config = MockAdapterConfig{.max_size_bytes = static_cast<std::uint64_t>(gb)};
                return Status::Ok();
              },
-             [&built](const L2AdapterSpec& spec) -> Result<std::unique_ptr<L2Adapter>> {
+             [&built](const L2AdapterSpec& spec, const L2Environment&) -> Result<std::unique_ptr<L2Adapter>> {
                built += 1;
                return std::unique_ptr<L2Adapter>(std::make_unique<MockAdapter>(
                    std::any_cast<const MockAdapterConfig&>(spec.config)));

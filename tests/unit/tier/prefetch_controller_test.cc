@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <functional>
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -551,6 +553,116 @@ TEST_F(PrefetchControllerTest, AtMostMaxInFlightRunAndTheRestWaitInOrder) {
     EXPECT_EQ(landed->chunks, 1u);
     l1_.table().ReleaseRead(landed->lease);
   }
+  l1_.ExpectBalanced();
+}
+
+// An adapter whose lookups of `parked_key` are answered later, from another
+// thread (as the peers' are, from the peer RPC thread); every other lookup
+// is answered at once.
+class ParkedLookupAdapter final : public ForwardingAdapter {
+ public:
+  ParkedLookupAdapter(L2Adapter* inner, store::ObjectKey parked_key)
+      : ForwardingAdapter(std::make_unique<Unowned>(inner)), parked_key_(std::move(parked_key)) {}
+  void SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
+                    LookupDone done) override {
+    if (std::find(keys.begin(), keys.end(), parked_key_) == keys.end()) {
+      ForwardingAdapter::SubmitLookup(keys, object_bytes, std::move(done));
+      return;
+    }
+    std::lock_guard lock(mu_);
+    parked_.push_back([this, keys, object_bytes, done = std::move(done)]() mutable {
+      ForwardingAdapter::SubmitLookup(keys, object_bytes, std::move(done));
+    });
+  }
+  std::size_t parked() {
+    std::lock_guard lock(mu_);
+    return parked_.size();
+  }
+  // Answers every parked lookup on a thread of its own.
+  void AnswerFromAnotherThread() {
+    std::vector<std::function<void()>> answers;
+    {
+      std::lock_guard lock(mu_);
+      answers.swap(parked_);
+    }
+    std::thread([&answers] {
+      for (auto& answer : answers) answer();
+    }).join();
+  }
+
+ private:
+  // Forwards to an adapter the test owns.
+  class Unowned final : public L2Adapter {
+   public:
+    explicit Unowned(L2Adapter* a) : a_(a) {}
+    void SubmitStore(std::span<const L2Write> o, StoreDone d) override { a_->SubmitStore(o, std::move(d)); }
+    std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> k) override { return a_->LookupAndLock(k); }
+    void Unlock(std::span<const store::ObjectKey> k) override { a_->Unlock(k); }
+    void SubmitLoad(std::span<const L2Read> r, LoadDone d) override { a_->SubmitLoad(r, std::move(d)); }
+    L2AdapterStats Stats() const override { return a_->Stats(); }
+
+   private:
+    L2Adapter* a_;
+  };
+  const store::ObjectKey parked_key_;
+  std::mutex mu_;
+  std::vector<std::function<void()>> parked_;
+};
+
+// A lookup answered from the adapter's own thread holds no prefetch worker
+// while it is out: with one worker, a later request runs to its end while
+// the first one's answer is still to come (the peers' lookups, issue 42:
+// no prefetch thread waits on a peer), and the first then loads its bytes.
+TEST_F(PrefetchControllerTest, ALookupAnsweredLaterHoldsNoWorkerMeanwhile) {
+  MockAdapter mock({});
+  PutInL2(mock, KeysN(0, 2));
+  ParkedLookupAdapter peers(&mock, KeyN(0));
+  PrefetchControllerConfig config;
+  config.max_in_flight = 1;
+  auto controller = Start({&peers}, config);
+  const PrefetchHandle waiting = controller->Submit(Request(KeysN(0, 1)));
+  ASSERT_TRUE(Eventually([&] { return peers.parked() == 1; }));
+  const PrefetchHandle other = controller->Submit(Request({KeyN(1)}));
+  const auto other_landed = controller->Wait(other, kWait);
+  ASSERT_TRUE(other_landed) << "the only worker waited for the parked lookup";
+  EXPECT_EQ(other_landed->chunks, 1u);
+  EXPECT_TRUE(HasBytes(KeyN(1), 1));
+  l1_.table().ReleaseRead(other_landed->lease);
+  EXPECT_FALSE(controller->Poll(waiting)) << "answered before its lookup was";
+  EXPECT_EQ(controller->Stats().in_flight, 1u);
+
+  peers.AnswerFromAnotherThread();
+  const auto landed = controller->Wait(waiting, kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 1u);
+  EXPECT_TRUE(HasBytes(KeyN(0), 0));
+  l1_.table().ReleaseRead(landed->lease);
+  EXPECT_EQ(controller->Stats().in_flight, 0u);
+  l1_.ExpectBalanced();
+}
+
+// Stop waits for a request whose lookup is still out, and ends it with
+// nothing loaded once the answer comes (the worker pool has stopped).
+TEST_F(PrefetchControllerTest, StopWaitsForALookupStillOutAndLeavesNoLock) {
+  MockAdapter mock({});
+  PutInL2(mock, KeysN(0, 1));
+  ParkedLookupAdapter peers(&mock, KeyN(0));
+  auto controller = Start({&peers});
+  const PrefetchHandle waiting = controller->Submit(Request(KeysN(0, 1)));
+  ASSERT_TRUE(Eventually([&] { return peers.parked() == 1; }));
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    controller->Stop();
+    stopped = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(stopped.load()) << "Stop returned with a lookup still out";
+  peers.AnswerFromAnotherThread();
+  stopper.join();
+  const auto result = controller->Poll(waiting);
+  ASSERT_TRUE(result);
+  EXPECT_EQ(result->chunks, 0u);
+  EXPECT_EQ(controller->Stats().in_flight, 0u);
   l1_.ExpectBalanced();
 }
 

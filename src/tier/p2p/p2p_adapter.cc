@@ -1,0 +1,310 @@
+#include "tier/p2p/p2p_adapter.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <optional>
+
+#include "common/msgpack_codec.h"
+#include "fleet/peer_key_codec.h"
+#include "fleet/ucx_channel.h"
+#include "protocol/p2p_codec.h"
+#include "protocol/wire_codec.h"
+
+namespace lmcache::tier {
+
+// What the adapter's completions count, alive while any call of ours may
+// still complete (an unlock's answer may come after the adapter is gone).
+struct P2pAdapter::Shared {
+  L2Counters counters;
+};
+
+namespace {
+
+// A peer answering nil for ever (never done) is asked this often at most.
+constexpr int kMaxQueries = 1000;
+
+std::string EncodeInt(std::int64_t value) {
+  msgpk::Encoder e;
+  e.Int(value);
+  return e.Take();
+}
+
+// The layouts a lookup sends: per object group of `keys`, one uint8 tensor
+// of the object's size (our owners compare sizes; see the header).
+std::string LayoutsFrame(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes) {
+  protocol::P2pLayouts layouts;
+  for (const store::ObjectKey& key : keys) {
+    layouts.by_group.try_emplace(
+        key.object_group_id,
+        protocol::P2pLayout{{{static_cast<std::int64_t>(object_bytes)}}, {"uint8"}});
+  }
+  return protocol::EncodeP2pLayouts(layouts);
+}
+
+std::string KeysFrame(std::span<const store::ObjectKey> keys) {
+  std::vector<protocol::P2pKey> wire;
+  wire.reserve(keys.size());
+  for (const store::ObjectKey& key : keys) wire.push_back(fleet::ToPeerKey(key));
+  return protocol::EncodeP2pKeys(wire);
+}
+
+}  // namespace
+
+// One lookup across the ready peers, shared by its calls' completions.
+struct P2pAdapter::Lookup {
+  P2pAdapter* adapter = nullptr;
+  fleet::PeerRpc* rpc = nullptr;
+  const Clock* clock = nullptr;
+  std::vector<store::ObjectKey> keys;     // distinct, as sent
+  std::vector<std::size_t> request_index;  // per key of the request, its index in `keys`
+  std::uint64_t object_bytes = 0;
+  std::vector<fleet::ReadyPeer> peers;
+  // Per peer, its addresses (one per key), or nullopt: no usable answer.
+  std::vector<std::optional<std::vector<protocol::P2pAddress>>> answers;
+  std::atomic<std::size_t> left{0};
+  TimeMs deadline_ms = 0;
+  LookupDone done;
+
+  void Ask(std::size_t peer, std::string keys_frame, std::string layouts_frame);
+  void Query(std::size_t peer, std::int64_t task, int queries);
+  void Answered(std::size_t peer, std::optional<std::vector<protocol::P2pAddress>> answer);
+  std::shared_ptr<Lookup> self;  // held while a call is in flight; dropped at Resolve
+};
+
+void P2pAdapter::Lookup::Ask(std::size_t peer, std::string keys_frame, std::string layouts_frame) {
+  rpc->Call(peers[peer].rpc, Op::kP2pLookupAndLock, {std::move(keys_frame), std::move(layouts_frame)},
+            deadline_ms, [this, peer](Result<std::string> reply) {
+              if (!reply.ok()) return Answered(peer, std::nullopt);
+              Result<std::int64_t> task = protocol::DecodeInt(*reply, "p2p_lookup_and_lock's task id");
+              if (!task.ok()) return Answered(peer, std::nullopt);
+              Query(peer, *task, 1);
+            });
+}
+
+void P2pAdapter::Lookup::Query(std::size_t peer, std::int64_t task, int queries) {
+  rpc->Call(peers[peer].rpc, Op::kP2pQueryLookupResults, {EncodeInt(task)}, deadline_ms,
+            [this, peer, task, queries](Result<std::string> reply) {
+              if (!reply.ok()) return Answered(peer, std::nullopt);
+              auto addresses = protocol::DecodeP2pAddresses(*reply);
+              if (!addresses.ok()) return Answered(peer, std::nullopt);
+              if (!addresses->has_value()) {  // not ready yet (a reference owner works async)
+                if (queries >= kMaxQueries || clock->NowMs() >= deadline_ms) {
+                  return Answered(peer, std::nullopt);
+                }
+                return Query(peer, task, queries + 1);
+              }
+              if ((*addresses)->size() != keys.size()) return Answered(peer, std::nullopt);
+              Answered(peer, std::move(*addresses));
+            });
+}
+
+void P2pAdapter::Lookup::Answered(std::size_t peer,
+                                  std::optional<std::vector<protocol::P2pAddress>> answer) {
+  answers[peer] = std::move(answer);
+  if (left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  std::shared_ptr<Lookup> keep = std::move(self);  // this lookup lives to the end of Resolve
+  adapter->Resolve(*this);
+}
+
+P2pAdapter::P2pAdapter(const fleet::FleetLink* link)
+    : link_(link), shared_(std::make_shared<Shared>()) {}
+
+P2pAdapter::~P2pAdapter() {
+  // Locks still held at peers (a prefetch that never unlocked: cannot
+  // happen through the controller) end at the owners' read TTL.
+  MutexLock lock(&mu_);
+  if (locked_ > 0) spdlog::warn("the p2p adapter ends with {} locks held at peers", locked_);
+}
+
+Status P2pAdapter::AttachMemory(std::span<std::byte> pool) {
+  pool_ = pool;
+  return Status::Ok();
+}
+
+void P2pAdapter::SubmitStore(std::span<const L2Write> objects, StoreDone done) {
+  done(std::vector<Status>(objects.size(),
+                           Status(ErrorCode::kInvalidArgument, "the peers are not stored to")));
+}
+
+std::vector<bool> P2pAdapter::LookupAndLock(std::span<const store::ObjectKey> keys) {
+  return std::vector<bool>(keys.size(), false);
+}
+
+void P2pAdapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
+                              LookupDone done) {
+  fleet::Membership* membership = link_->membership();
+  std::vector<fleet::ReadyPeer> peers;
+  if (membership != nullptr) peers = membership->Ready();
+  if (peers.empty() || keys.empty() || object_bytes == 0 || link_->channel() == nullptr) {
+    done(std::vector<bool>(keys.size(), false));
+    return;
+  }
+  auto lookup = std::make_shared<Lookup>();
+  lookup->adapter = this;
+  lookup->rpc = &membership->rpc();
+  lookup->clock = &link_->clock();
+  lookup->object_bytes = object_bytes;
+  lookup->deadline_ms = link_->clock().NowMs() + link_->lookup_timeout_ms();
+  lookup->done = std::move(done);
+  // Distinct keys: the owner locks a key once per task, so a repeated key
+  // must not become two locks of ours.
+  std::unordered_map<store::ObjectKey, std::size_t, store::ObjectKeyHash> seen;
+  for (const store::ObjectKey& key : keys) {
+    auto [it, added] = seen.try_emplace(key, lookup->keys.size());
+    if (added) lookup->keys.push_back(key);
+    lookup->request_index.push_back(it->second);
+  }
+  lookup->peers = std::move(peers);
+  lookup->answers.resize(lookup->peers.size());
+  lookup->left.store(lookup->peers.size(), std::memory_order_relaxed);
+  const std::string keys_frame = KeysFrame(lookup->keys);
+  const std::string layouts_frame = LayoutsFrame(lookup->keys, object_bytes);
+  Lookup* raw = lookup.get();
+  raw->self = std::move(lookup);
+  const std::size_t peer_count = raw->peers.size();
+  // `raw` may be resolved and freed by the last peer's answer: nothing of
+  // it is read after the last Ask.
+  for (std::size_t i = 0; i < peer_count; ++i) raw->Ask(i, keys_frame, layouts_frame);
+}
+
+void P2pAdapter::Resolve(Lookup& lookup) {
+  std::vector<bool> held(lookup.keys.size(), false);
+  std::vector<std::vector<store::ObjectKey>> release(lookup.peers.size());
+  {
+    MutexLock lock(&mu_);
+    for (std::size_t k = 0; k < lookup.keys.size(); ++k) {
+      for (std::size_t p = 0; p < lookup.peers.size(); ++p) {
+        if (!lookup.answers[p]) continue;
+        const protocol::P2pAddress& address = (*lookup.answers[p])[k];
+        if (!address.valid()) continue;  // a miss: nothing locked there
+        const bool usable = static_cast<std::uint64_t>(address.size) == lookup.object_bytes;
+        if (held[k] || !usable) {  // held at an earlier peer, or not what we asked for
+          release[p].push_back(lookup.keys[k]);
+          continue;
+        }
+        held[k] = true;
+        locks_[lookup.keys[k]].push_back({lookup.peers[p].rpc, lookup.peers[p].channel,
+                                          static_cast<std::uint64_t>(address.offset),
+                                          static_cast<std::uint64_t>(address.size)});
+        locked_ += 1;
+      }
+    }
+  }
+  for (std::size_t p = 0; p < lookup.peers.size(); ++p) {
+    if (!release[p].empty()) SendUnlock(lookup.peers[p].rpc, std::move(release[p]));
+  }
+  std::vector<bool> found(lookup.request_index.size(), false);
+  for (std::size_t i = 0; i < found.size(); ++i) found[i] = held[lookup.request_index[i]];
+  // A repeated key was locked once: only its first place in the request holds it.
+  for (std::size_t i = 0; i < found.size(); ++i) {
+    for (std::size_t j = 0; j < i && found[i]; ++j) {
+      if (lookup.request_index[j] == lookup.request_index[i]) found[i] = false;
+    }
+  }
+  lookup.done(std::move(found));
+}
+
+void P2pAdapter::SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> keys) {
+  fleet::Membership* membership = link_->membership();
+  if (membership == nullptr) return;
+  membership->rpc().Call(peer, Op::kP2pUnlockObjects, {KeysFrame(keys)},
+                         link_->clock().NowMs() + link_->lookup_timeout_ms(),
+                         [](Result<std::string>) {
+                           // Nothing to do either way: a lock we could not end
+                           // ends at the owner's reaper or read TTL.
+                         });
+}
+
+void P2pAdapter::Unlock(std::span<const store::ObjectKey> keys) {
+  std::map<fleet::PeerId, std::vector<store::ObjectKey>> by_peer;
+  {
+    MutexLock lock(&mu_);
+    for (const store::ObjectKey& key : keys) {
+      auto it = locks_.find(key);
+      if (it == locks_.end()) continue;
+      by_peer[it->second.front().rpc].push_back(key);
+      it->second.pop_front();
+      locked_ -= 1;
+      if (it->second.empty()) locks_.erase(it);
+    }
+  }
+  for (auto& [peer, peer_keys] : by_peer) SendUnlock(peer, std::move(peer_keys));
+}
+
+namespace {
+
+// One SubmitLoad's reads, by peer, shared with the channel's completions.
+struct LoadCall {
+  std::vector<L2LoadOutcome> outcomes;
+  std::vector<std::uint64_t> bytes;
+  std::atomic<std::size_t> left{0};
+  L2Adapter::LoadDone done;
+};
+
+}  // namespace
+
+void P2pAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
+  auto call = std::make_shared<LoadCall>();
+  call->outcomes.assign(reads.size(), L2LoadOutcome::kMissing);
+  call->bytes.assign(reads.size(), 0);
+  call->done = std::move(done);
+  struct Batch {
+    std::vector<fleet::UcxRead> reads;
+    std::vector<std::size_t> index;
+  };
+  std::map<fleet::PeerHandle, Batch> batches;
+  {
+    MutexLock lock(&mu_);
+    for (std::size_t i = 0; i < reads.size(); ++i) {
+      auto it = locks_.find(*reads[i].key);
+      if (it == locks_.end()) continue;  // not locked by a lookup of ours: a miss
+      const Location& at = it->second.front();
+      const std::span<std::byte> out = reads[i].out;
+      const bool in_pool = !pool_.empty() && out.data() >= pool_.data() &&
+                           out.data() + out.size() <= pool_.data() + pool_.size();
+      if (at.size != out.size() || !in_pool) continue;
+      Batch& batch = batches[at.channel];
+      batch.reads.push_back({at.offset, static_cast<std::uint64_t>(out.data() - pool_.data()),
+                             at.size});
+      batch.index.push_back(i);
+      call->bytes[i] = at.size;
+    }
+  }
+  fleet::UcxChannel* channel = link_->channel();
+  if (batches.empty() || channel == nullptr) {
+    for (const L2LoadOutcome o : call->outcomes) shared_->counters.CountLoad(o, 0);
+    call->done(std::move(call->outcomes));
+    return;
+  }
+  call->left.store(batches.size(), std::memory_order_relaxed);
+  const TimeMs deadline = link_->clock().NowMs() + link_->load_timeout_ms();
+  for (auto& [peer, batch] : batches) {
+    channel->Read(peer, std::move(batch.reads), deadline,
+                  [call, index = std::move(batch.index), shared = shared_](Status landed) {
+                    for (const std::size_t i : index) {
+                      call->outcomes[i] = landed.ok() ? L2LoadOutcome::kLoaded : L2LoadOutcome::kFailed;
+                    }
+                    if (call->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+                    for (std::size_t i = 0; i < call->outcomes.size(); ++i) {
+                      shared->counters.CountLoad(call->outcomes[i], call->bytes[i]);
+                    }
+                    call->done(std::move(call->outcomes));
+                  });
+  }
+}
+
+L2AdapterStats P2pAdapter::Stats() const {
+  L2AdapterStats s;
+  shared_->counters.CopyTo(&s);
+  s.type = "p2p";
+  s.description = "p2p";
+  s.io_engine = "ucx";
+  MutexLock lock(&mu_);
+  s.objects = locked_;
+  return s;
+}
+
+}  // namespace lmcache::tier

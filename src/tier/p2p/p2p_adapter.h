@@ -1,0 +1,97 @@
+// P2pAdapter: the peers of this server as a source of the L2 cascade (issue
+// 42, section 3): on an L1 miss the prefetch path asks every ready peer
+// (fleet/membership.h) which keys it holds in its L1, and loads each found
+// chunk from the first peer in the membership's order that holds it,
+// straight into the L1 slot the prefetch reserved, over the UCX data
+// channel (fleet/ucx_channel.h). What a peer served is admitted to our L1 as
+// an ordinary object, with its KV event, so its next touch stays local.
+//
+// A lookup is the reference's three calls (p2p-spec.md section 4), made to
+// every ready peer at once over the fleet endpoint (fleet/peer_rpc.h):
+// p2p_lookup_and_lock, then p2p_query_lookup_results until the task is
+// answered, each peer's answer checked (one address per key, the size the
+// lookup asked for). A key found at several peers is kept at the first and
+// unlocked at the others at once; Unlock sends p2p_unlock_objects for the
+// locks the plan did not load from or has loaded. Nothing here blocks: the
+// calls complete on the peer RPC's thread and the reads on the channel's,
+// and a peer that does not answer by --p2p-lookup-timeout (or whose reads
+// do not land by --p2p-load-timeout) counts as holding nothing; the
+// membership's circuit breaker keeps an unreachable peer out of the next
+// lookups.
+//
+// The layout a lookup sends is one uint8 tensor of the object's size: our
+// owners check only the size (server/p2p_ops.cc), and a key also carries our
+// layout namespace and tags (protocol/p2p_codec.h), so an object of another
+// layout is a miss, never the wrong bytes. Stores never come here
+// (TakesStores false): a peer's L1 is its own.
+//
+// Thread-safety: every method from any thread; `mu_` guards the locks held
+// at peers. Completions run on the RPC and channel threads and take `mu_`
+// only briefly.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/mutex.h"
+#include "fleet/fleet_link.h"
+#include "fleet/membership.h"
+#include "tier/l2_adapter.h"
+
+namespace lmcache::tier {
+
+class P2pAdapter final : public L2Adapter {
+ public:
+  // `link` must outlive the adapter.
+  explicit P2pAdapter(const fleet::FleetLink* link);
+  ~P2pAdapter() override;
+
+  Status AttachMemory(std::span<std::byte> pool) override;
+  // Never called (TakesStores is false); refuses every object if it is.
+  void SubmitStore(std::span<const L2Write> objects, StoreDone done) override;
+  // Peers are asked only through SubmitLookup (they need the objects'
+  // size); this answers that nothing is held.
+  std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override;
+  void SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
+                    LookupDone done) override;
+  void Unlock(std::span<const store::ObjectKey> keys) override;
+  void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
+  L2AdapterStats Stats() const override;
+  bool CompletesAsynchronously() const override { return true; }
+  bool TakesStores() const override { return false; }
+
+  // Where a locked key lies at the peer that holds it for us.
+  struct Location {
+    fleet::PeerId rpc = 0;
+    fleet::PeerHandle channel = 0;
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;
+  };
+
+ private:
+  struct Lookup;
+  struct Shared;
+
+  // Every peer of `lookup` answered (or failed): records the locations,
+  // unlocks the duplicates and answers.
+  void Resolve(Lookup& lookup) LMC_EXCLUDES(mu_);
+  // p2p_unlock_objects of `keys` at `peer`; its answer is only counted.
+  void SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> keys);
+
+  const fleet::FleetLink* const link_;
+  std::span<std::byte> pool_;
+  // Counters the completions reach, alive as long as a call of ours may be.
+  std::shared_ptr<Shared> shared_;
+
+  mutable Mutex mu_;
+  // Per key, one location per lock a lookup of ours took (in order; Unlock
+  // ends the oldest, as the owner does).
+  std::unordered_map<store::ObjectKey, std::deque<Location>, store::ObjectKeyHash> locks_
+      LMC_GUARDED_BY(mu_);
+  std::uint64_t locked_ LMC_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace lmcache::tier
