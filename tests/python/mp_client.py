@@ -142,13 +142,15 @@ class Server:
         self.proc.wait()
 
 
-def start_server(binary, url, log_path, args):
+def start_server(binary, url, log_path, args, prefix=(), env=None):
     """Runs `binary --url url args...` with its log in `log_path` and returns
-    once it logged "lmcache-server ready" (the pool name comes from that line)."""
-    cmd = [binary, "--url", url, *args]
+    once it logged "lmcache-server ready" (the pool name comes from that line).
+    `prefix` runs it through another command that execs it (ip netns exec NS);
+    `env` replaces the environment."""
+    cmd = [*prefix, binary, "--url", url, *args]
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, env=env)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         ready_line = next((line for line in read_text(log_path).splitlines()

@@ -19,14 +19,15 @@ from test_p2p_owner import write_key
 SETTLE_S = 60  # a bound on waiting for a state, not a measurement
 
 
-def start_peer(tmp, name, key_file, fleet_port, extra=(), http_port=None):
+def start_peer(tmp, name, key_file, fleet_port, extra=(), http_port=None, host="127.0.0.1",
+               prefix=(), env=None):
     args = ["--l1-size-gb", "0.05", "--drain-timeout-seconds", "0",
             "--http-port", str(http_port or 0),
-            "--p2p-advertise-url", f"127.0.0.1:{fleet_port}", "--p2p-auth-key-file", key_file,
+            "--p2p-advertise-url", f"{host}:{fleet_port}", "--p2p-auth-key-file", key_file,
             *extra]
     try:
         return start_server(server_binary(), f"ipc://{tmp / (name + '.sock')}",
-                            tmp / f"{name}.log", args)
+                            tmp / f"{name}.log", args, prefix, env)
     except ServerStartError as e:
         pytest.fail(str(e))
 

@@ -7,21 +7,29 @@ L1, so a second lookup on B does not cross the wire; and with A killed, a
 lookup on B ends at its deadline with what B holds instead of waiting on A
 (issue 42, section 3; docs/architecture.md, "Where the fleet goes").
 
+Each test runs twice: with both servers on loopback, and with each server in
+a network namespace of its own joined by a veth pair, UCX restricted to TCP
+(UCX_TLS=tcp), so the bytes cross a network device as between two hosts
+(the workers still reach their servers over ipc:// sockets and shared
+memory, which namespaces of the network do not separate).
+
 The bytes are random patterns a worker of A wrote into its slots, the keys
 are what B's lookup hashes from the same tokens: nothing here is made by
 the server's own encoder.
 """
 
 import os
+import shutil
+import subprocess
 import time
 
 import numpy as np
 import pytest
 
-from mp_client import (Client, chunk_size, free_tcp_ports, lookup_l2, map_pool, new_instance_id,
-                       random_tokens, register, retrieve, stats, store_prompt)
-from test_p2p_membership import start_peer, wait_for
-from test_p2p_owner import write_key
+from mp_client import (MODEL, Client, chunk_size, free_tcp_ports, lookup_l2, map_pool,
+                       new_instance_id, random_tokens, register, retrieve, stats, store_prompt)
+from test_p2p_membership import start_peer
+from test_p2p_owner import OP_POLL_KV_EVENTS, write_key
 
 CHUNKS = 4
 SETTLE_S = 60  # a bound on waiting for a state, not a measurement
@@ -51,33 +59,95 @@ def eventually(predicate, what):
         time.sleep(0.05)
 
 
-@pytest.fixture
-def pair(tmp_path):
-    key_file = write_key(tmp_path / "fleet.key", os.urandom(32))
-    a_port, b_port, a_http, b_http = free_tcp_ports(4)
-    # B gives up on a peer's lookup after 2 s: the dead-peer case below ends there.
-    a = start_peer(tmp_path, "a", key_file, a_port, ["--p2p-peers", f"tcp://127.0.0.1:{b_port}"],
-                   a_http)
-    b = start_peer(tmp_path, "b", key_file, b_port,
-                   ["--p2p-peers", f"tcp://127.0.0.1:{a_port}", "--p2p-lookup-timeout", "2"],
-                   b_http)
-    wait_for(b_http, f"tcp://127.0.0.1:{a_port}", lambda p: p["state"] == "ready", "ready")
-    yield a, b, a_http, b_http, a_port
-    for s in (a, b):
-        if s.proc.poll() is None:
-            assert s.stop(timeout=60) == 0, s.log()
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True, timeout=30)
+
+
+class Namespaces:
+    """Two network namespaces joined by a veth pair: 10.77.0.1 and 10.77.0.2."""
+
+    def __init__(self):
+        tag = f"{os.getpid() % 100000}"
+        self.names = [f"lmc{tag}a", f"lmc{tag}b"]
+        self.hosts = ["10.77.0.1", "10.77.0.2"]
+        ip("netns", "add", self.names[0])
+        try:
+            ip("netns", "add", self.names[1])
+            ip("link", "add", f"lv{tag}a", "type", "veth", "peer", "name", f"lv{tag}b")
+            for ns, dev, host in zip(self.names, (f"lv{tag}a", f"lv{tag}b"), self.hosts):
+                ip("link", "set", dev, "netns", ns)
+                ip("-n", ns, "addr", "add", f"{host}/24", "dev", dev)
+                ip("-n", ns, "link", "set", dev, "up")
+                ip("-n", ns, "link", "set", "lo", "up")
+        except BaseException:
+            self.close()
+            raise
+
+    def prefix(self, i):
+        return ["ip", "netns", "exec", self.names[i]]
+
+    def close(self):
+        for ns in self.names:  # deleting a namespace deletes its end of the veth pair
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=30)
+
+
+class Pair:
+    """Server A and server B, each listing the other as its peer."""
+
+    def __init__(self, tmp_path, where):
+        key_file = write_key(tmp_path / "fleet.key", os.urandom(32))
+        self.namespaces = None
+        if where == "loopback":
+            ports = free_tcp_ports(2)
+            hosts = ["127.0.0.1", "127.0.0.1"]
+            prefixes, env = [(), ()], None
+        else:
+            if os.geteuid() != 0 or shutil.which("ip") is None:
+                pytest.skip("network namespaces need root and iproute2 (tools/dev.sh installs it)")
+            self.namespaces = Namespaces()
+            ports, hosts = [5556, 5556], self.namespaces.hosts
+            prefixes = [self.namespaces.prefix(0), self.namespaces.prefix(1)]
+            env = dict(os.environ, UCX_TLS="tcp")
+        self.a_url = f"tcp://{hosts[0]}:{ports[0]}"
+        # B gives up on a peer's lookup after 2 s: the dead-peer case ends there.
+        self.a = start_peer(tmp_path, "a", key_file, ports[0],
+                            ["--p2p-peers", f"tcp://{hosts[1]}:{ports[1]}"], host=hosts[0],
+                            prefix=prefixes[0], env=env)
+        self.b = start_peer(tmp_path, "b", key_file, ports[1],
+                            ["--p2p-peers", self.a_url, "--p2p-lookup-timeout", "2"],
+                            host=hosts[1], prefix=prefixes[1], env=env)
+
+    def wait_until_b_sees_a(self, client, state):
+        eventually(lambda: stats(client)["p2p"]["peers"][state] == 1, f"B sees A {state}")
+
+    def close(self):
+        try:
+            for s in (self.a, self.b):
+                if s.proc.poll() is None:
+                    assert s.stop(timeout=60) == 0, s.log()
+        finally:
+            if self.namespaces:
+                self.namespaces.close()
+
+
+@pytest.fixture(params=["loopback", "netns"])
+def pair(request, tmp_path):
+    p = Pair(tmp_path, request.param)
+    yield p
+    p.close()
 
 
 def test_a_prompt_stored_on_one_server_is_served_from_its_peer_byte_for_byte(pair, zmq_ctx):
-    a, b, a_http, b_http, _ = pair
     rng = np.random.default_rng(2042)
-    a_client, a_instance, a_pool = worker(zmq_ctx, a)
+    a_client, a_instance, a_pool = worker(zmq_ctx, pair.a)
+    b_client, b_instance, b_pool = worker(zmq_ctx, pair.b)
+    pair.wait_until_b_sees_a(b_client, "ready")
     chunk = chunk_size(a_client)
     tokens = random_tokens(rng, CHUNKS * chunk)
     patterns = store_prompt(a_client, a_pool, a_instance, tokens, CHUNKS, "store-on-a", rng)
 
-    b_client, b_instance, b_pool = worker(zmq_ctx, b)
     before = p2p_adapter(b_client)
+    assert b_client.call(OP_POLL_KV_EVENTS, MODEL, 0, 1)["enabled"] is True  # B records events
     assert lookup_l2(b_client, tokens, "lookup-on-b", timeout_s=SETTLE_S) == CHUNKS
     data = retrieve(b_client, b_pool, b_instance, tokens, CHUNKS, "lookup-on-b")
     for index in range(CHUNKS):
@@ -89,6 +159,11 @@ def test_a_prompt_stored_on_one_server_is_served_from_its_peer_byte_for_byte(pai
     assert after["objects"] == 0  # no lock of B's left at A
     assert stats(a_client)["p2p"]["served"]["hit_keys"] == CHUNKS  # A served them, once
     eventually(lambda: served_locked_bytes(a_client) == 0, "A released every lock B took")
+    # Each chunk B loaded is B's own now, and B's routers hear of it.
+    events = b_client.call(OP_POLL_KV_EVENTS, MODEL, 0, 10000)["events"]
+    stored = {tuple(e["token_ids"]) for e in events if e["kind"] == "stored" and e["medium"] == "CPU"}
+    for index in range(CHUNKS):
+        assert tuple(tokens[index * chunk:(index + 1) * chunk]) in stored, events
 
     # Admitted to B's L1 as its own: the next lookup is a local hit.
     assert lookup_l2(b_client, tokens, "again-on-b", timeout_s=SETTLE_S) == CHUNKS
@@ -97,19 +172,18 @@ def test_a_prompt_stored_on_one_server_is_served_from_its_peer_byte_for_byte(pai
 
 
 def test_with_its_peer_killed_a_lookup_ends_with_what_the_server_holds(pair, zmq_ctx):
-    a, b, _, b_http, a_port = pair
     rng = np.random.default_rng(7)
-    b_client, b_instance, b_pool = worker(zmq_ctx, b)
+    b_client, b_instance, b_pool = worker(zmq_ctx, pair.b)
+    pair.wait_until_b_sees_a(b_client, "ready")
     chunk = chunk_size(b_client)
     local = random_tokens(rng, 2 * chunk)
     store_prompt(b_client, b_pool, b_instance, local, 2, "store-on-b", rng)
-    a.kill()
+    pair.a.kill()
     # Before B's probe notices: the lookup asks A, gets no answer, and ends at
     # B's --p2p-lookup-timeout with B's own two chunks.
     assert lookup_l2(b_client, local + random_tokens(rng, 2 * chunk), "while-dying",
                      timeout_s=SETTLE_S) == 2
-    wait_for(b_http, f"tcp://127.0.0.1:{a_port}", lambda p: p["state"] == "unreachable",
-             "unreachable")
+    pair.wait_until_b_sees_a(b_client, "unreachable")
     # After: A is not asked at all.
     calls = stats(b_client)["p2p"]["rpc"]["calls"]
     assert lookup_l2(b_client, random_tokens(rng, 2 * chunk), "after", timeout_s=SETTLE_S) == 0
