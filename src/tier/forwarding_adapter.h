@@ -2,7 +2,10 @@
 // wraps. Decorators (MeteredAdapter, FaultAdapter) derive from it and
 // override only the calls they change, so a call added to L2Adapter reaches
 // every wrapped adapter through this one class instead of being restated in
-// each decorator (LevelDB's EnvWrapper is the model).
+// each decorator (LevelDB's EnvWrapper is the model). A lookup has two
+// entries (LookupAndLock, and SubmitLookup, which the prefetch controller
+// calls): a decorator that changes lookups overrides both, as each forwards
+// to the wrapped adapter's own.
 //
 // Thread-safety: as the wrapped adapter.
 #pragma once

@@ -59,6 +59,16 @@ std::vector<bool> FaultAdapter::LookupAndLock(std::span<const store::ObjectKey> 
   return ForwardingAdapter::LookupAndLock(keys);
 }
 
+void FaultAdapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
+                                LookupDone done) {
+  Delay();
+  if (Roll(config_.lookup_failure_rate)) {
+    done(std::vector<bool>(keys.size(), false));
+    return;
+  }
+  ForwardingAdapter::SubmitLookup(keys, object_bytes, std::move(done));
+}
+
 void FaultAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
   Delay();
   ForwardingAdapter::SubmitLoad(reads, [this, reads, done = std::move(done)](

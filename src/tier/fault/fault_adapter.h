@@ -41,6 +41,8 @@ class FaultAdapter final : public ForwardingAdapter {
 
   void SubmitStore(std::span<const L2Write> objects, StoreDone done) override;
   std::vector<bool> LookupAndLock(std::span<const store::ObjectKey> keys) override;
+  void SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
+                    LookupDone done) override;
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
 

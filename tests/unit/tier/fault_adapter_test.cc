@@ -45,6 +45,25 @@ TEST(FaultAdapterTest, DelaysAboutTheConfiguredFractionOfCalls) {
   EXPECT_EQ(never.delayed(), 0u);
 }
 
+// The prefetch controller looks up through SubmitLookup: a failed lookup
+// must fail there too (wrapping an adapter that answers on its own thread
+// or inline alike), not only through the synchronous LookupAndLock.
+TEST(FaultAdapterTest, AFailedLookupFailsThroughTheAsynchronousLookupToo) {
+  FaultConfig faults;
+  faults.lookup_failure_rate = 1.0;
+  auto mock = std::make_unique<MockAdapter>(MockAdapterConfig{});
+  const auto key = testing::KeyN(1);
+  std::vector<std::byte> bytes(64, std::byte{1});
+  const std::vector<L2Write> writes = {{&key, bytes}};
+  ASSERT_TRUE(mock->Store(writes)[0].ok());
+  FaultAdapter adapter(std::move(mock), faults);
+  const std::vector<store::ObjectKey> keys = {key};
+  std::vector<bool> found;
+  adapter.SubmitLookup(keys, bytes.size(), [&found](std::vector<bool> f) { found = std::move(f); });
+  EXPECT_EQ(found, std::vector<bool>{false});
+  EXPECT_EQ(adapter.LookupAndLock(keys), std::vector<bool>{false});
+}
+
 TEST(FaultAdapterTest, AFailedLoadIsReportedAndItsBufferIsScribbled) {
   FaultConfig faults;
   faults.load_failure_rate = 1.0;

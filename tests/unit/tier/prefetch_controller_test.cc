@@ -643,7 +643,7 @@ TEST_F(PrefetchControllerTest, ALookupAnsweredLaterHoldsNoWorkerMeanwhile) {
 
 // Stop waits for a request whose lookup is still out, and ends it with
 // nothing loaded once the answer comes (the worker pool has stopped).
-TEST_F(PrefetchControllerTest, StopWaitsForALookupStillOutAndLeavesNoLock) {
+TEST_F(PrefetchControllerTest, StopWaitsForALookupStillOut) {
   MockAdapter mock({});
   PutInL2(mock, KeysN(0, 1));
   ParkedLookupAdapter peers(&mock, KeyN(0));
