@@ -84,7 +84,38 @@ def check_daemonset(path):
     security = server["securityContext"]
     if not security.get("runAsNonRoot") or security.get("allowPrivilegeEscalation") is not False:
         fail("the server container must run as non-root without privilege escalation")
+    check_fleet_service(docs, ds, server, path)
     print(f"daemonset: OK (pool {pool_gib:g} GiB, memory {request}Gi, drain {drain:g} s)")
+
+
+def check_fleet_service(docs, ds, server, path):
+    """The headless Service P2P's dns:// peers resolve: it selects the
+    DaemonSet's pods, lists their own IPs (clusterIP None), and its port is
+    the fleet endpoint the commented P2P args bind and POD_IP advertises."""
+    service = next((d for d in docs if d["kind"] == "Service"
+                    and d["metadata"]["name"] == "lmcache-fleet"), None)
+    if service is None:
+        fail(f"no Service lmcache-fleet in {path}")
+    spec = service["spec"]
+    if spec.get("clusterIP") != "None":
+        fail("lmcache-fleet must be headless (clusterIP: None): peers need every pod's own IP")
+    if spec["selector"].items() - ds["spec"]["template"]["metadata"]["labels"].items():
+        fail("lmcache-fleet does not select the DaemonSet's pods")
+    if service["metadata"]["namespace"] != ds["metadata"]["namespace"]:
+        fail("lmcache-fleet must be in the DaemonSet's namespace")
+    fleet_port = next((p for p in server["ports"] if p["name"] == "fleet"), None)
+    if fleet_port is None or [p["port"] for p in spec["ports"]] != [fleet_port["containerPort"]]:
+        fail(f"lmcache-fleet's port must be the container's fleet port: {spec['ports']}")
+    env = {e["name"]: e for e in server.get("env", [])}
+    if env.get("POD_IP", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") != \
+            "status.podIP":
+        fail("POD_IP (for --p2p-advertise-url) must come from status.podIP")
+    with open(path) as f:
+        text = f.read()
+    name = f"dns://lmcache-fleet.{service['metadata']['namespace']}.svc.cluster.local:" \
+           f"{fleet_port['containerPort']}"
+    if name not in text or f"$(POD_IP):{fleet_port['containerPort']}" not in text:
+        fail(f"the P2P args must name {name} and advertise $(POD_IP) on the fleet port")
 
 
 def daemonset_urls(path):

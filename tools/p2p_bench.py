@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""How fast a server loads a prompt from its peer, against what UCX itself
+moves over the same transport on the same machine in the same run.
+
+Two real servers, A and B, each listing the other (--p2p-peers), on loopback
+or each in a network namespace of its own (--netns, as root: a veth pair,
+UCX_TLS=tcp). A worker of A stores a prompt of --chunks chunks; then, per
+round, B's L1 is cleared and a lookup on B is timed from the lookup to the
+prefetch's answer (query_prefetch_status stops answering nil), which is
+when every chunk has landed in B's L1 from A over UCX. Interleaved with
+each round, ucx_perftest -t ucp_am_bw moves messages of one chunk's size
+between two processes over the same transport (UCX_TLS as the servers get
+it): the ceiling this machine's UCX gives. Prints medians with their spread
+(min..max) and the ratio; docs/performance.md records the figures.
+
+  tools/p2p_bench.py [--netns] [--chunks 16] [--rounds 7] [--layers 8 --hidden 1024]
+"""
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+
+import numpy as np  # noqa: E402
+import zmq  # noqa: E402
+
+import mp_client  # noqa: E402
+from mp_client import (OP_CLEAR, Client, chunk_size, lookup_l2, map_pool,  # noqa: E402
+                       new_instance_id, random_tokens, register, retrieve, stats, store_prompt)
+from test_p2p_owner import write_key  # noqa: E402
+from test_p2p_sharing import Namespaces  # noqa: E402
+
+
+def start(tmp, name, key_file, host, port, peer, prefix, env, pool_gb):
+    args = ["--l1-size-gb", str(pool_gb), "--drain-timeout-seconds", "0", "--http-port", "0",
+            "--p2p-advertise-url", f"{host}:{port}", "--p2p-auth-key-file", key_file,
+            "--p2p-peers", peer]
+    return mp_client.start_server(mp_client.server_binary(), f"ipc://{tmp / (name + '.sock')}",
+                                  tmp / f"{name}.log", args, prefix, env)
+
+
+def perftest_mb_s(size, prefix_server, prefix_client, server_host, env, port=13337):
+    """ucx_perftest ucp_am_bw of `size`-byte messages: the overall MB/s."""
+    server = subprocess.Popen([*prefix_server, "ucx_perftest", "-p", str(port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):  # the server listens within a moment
+            out = subprocess.run([*prefix_client, "ucx_perftest", server_host, "-p", str(port),
+                                  "-t", "ucp_am_bw", "-s", str(size), "-n", "64"], env=env,
+                                 capture_output=True, text=True, timeout=120)
+            final = re.search(r"Final:\s+(.*)", out.stdout)
+            if final:
+                return float(final.group(1).split()[5])
+            time.sleep(0.1)
+        raise RuntimeError(f"ucx_perftest gave no result: {out.stdout}{out.stderr}")
+    finally:
+        server.wait(timeout=30)
+
+
+def spread(values):
+    return f"{statistics.median(values):.0f} ({min(values):.0f}..{max(values):.0f})"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--netns", action="store_true", help="each server in its own network namespace")
+    parser.add_argument("--chunks", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--hidden", type=int, default=1024)
+    parser.add_argument("--verbose", action="store_true", help="B's adapter and prefetch figures")
+    args = parser.parse_args()
+    if shutil.which("ucx_perftest") is None:
+        sys.exit("ucx_perftest not found: apt-get install ucx-utils")
+    mp_client.NUM_LAYERS, mp_client.HIDDEN_DIM = args.layers, args.hidden
+
+    tmp = Path(tempfile.mkdtemp(prefix="p2p_bench_"))
+    key_file = write_key(tmp / "fleet.key", os.urandom(32))
+    namespaces = Namespaces() if args.netns else None
+    if namespaces:
+        hosts, ports = namespaces.hosts, [5556, 5556]
+        prefixes = [namespaces.prefix(0), namespaces.prefix(1)]
+        env = dict(os.environ, UCX_TLS="tcp")
+    else:
+        hosts, ports = ["127.0.0.1"] * 2, mp_client.free_tcp_ports(2)
+        prefixes, env = [(), ()], None
+    ctx = zmq.Context()
+    servers = []
+    try:
+        servers.append(start(tmp, "a", key_file, hosts[0], ports[0], f"tcp://{hosts[1]}:{ports[1]}",
+                             prefixes[0], env, 4))
+        servers.append(start(tmp, "b", key_file, hosts[1], ports[1], f"tcp://{hosts[0]}:{ports[0]}",
+                             prefixes[1], env, 4))
+        clients = []
+        for server in servers:
+            client = Client(ctx, server.url, reply_timeout_s=120)
+            instance = new_instance_id()
+            reg = register(client, instance)
+            clients.append((client, instance, map_pool(reg["shm_name"], reg["pool_size"])))
+        (a, a_instance, a_pool), (b, b_instance, b_pool) = clients
+        deadline = time.monotonic() + 60
+        while stats(b)["p2p"]["peers"]["ready"] != 1:
+            if time.monotonic() > deadline:
+                sys.exit("B never saw A ready")
+            time.sleep(0.05)
+        rng = np.random.default_rng(1)
+        chunk = chunk_size(a)
+        tokens = random_tokens(rng, args.chunks * chunk)
+        store_prompt(a, a_pool, a_instance, tokens, args.chunks, "bench-store", rng)
+        chunk_bytes = 2 * args.layers * chunk * args.hidden * mp_client.ITEM_SIZE
+        total = chunk_bytes * args.chunks
+        p2p, ucx = [], []
+        for r in range(args.rounds):
+            assert b.call(OP_CLEAR, True) is None
+            start_s = time.perf_counter()
+            hits = lookup_l2(b, tokens, f"bench-{r}", timeout_s=120, poll_s=0.0005)
+            elapsed = time.perf_counter() - start_s
+            if hits != args.chunks:
+                sys.exit(f"round {r}: B found {hits} of {args.chunks} chunks")
+            retrieve(b, b_pool, b_instance, tokens, args.chunks, f"bench-{r}")
+            p2p.append(total / elapsed / 1e6)
+            ucx.append(perftest_mb_s(chunk_bytes, prefixes[0], prefixes[1], hosts[0], env))
+        where = "two network namespaces, UCX_TLS=tcp" if namespaces else "loopback, UCX's choice"
+        print(f"{where}: {args.chunks} chunks of {chunk_bytes / 2**20:.1f} MiB, {args.rounds} rounds")
+        print(f"  P2P load into B's L1, MB/s:        {spread(p2p)}")
+        print(f"  ucx_perftest ucp_am_bw, MB/s:      {spread(ucx)}")
+        if args.verbose:
+            adapter = stats(b)["l2"]["adapters"][0]
+            for field in ("lookup_latency", "load_latency"):
+                print(f"  B's p2p adapter {field}: {adapter[field]}")
+            print(f"  B's prefetch: {stats(b)['l2']['prefetch']}")
+        ratios = [p / u for p, u in zip(p2p, ucx)]
+        print(f"  ratio P2P / ucx_perftest (paired): {statistics.median(ratios):.2f} "
+              f"({min(ratios):.2f}..{max(ratios):.2f})")
+    finally:
+        for server in servers:
+            server.stop(timeout=60)
+        if namespaces:
+            namespaces.close()
+        ctx.destroy(linger=0)
+
+
+if __name__ == "__main__":
+    main()
