@@ -34,27 +34,6 @@ void UnlockFrom(const std::vector<L2Adapter*>& adapters, const std::vector<store
   }
 }
 
-// Counts calls down to zero; Wait returns once they all have. (Not
-// std::latch: its count_down may touch the latch after the waiter has
-// returned and destroyed it; here the last Done notifies under the mutex.)
-class Countdown {
- public:
-  explicit Countdown(std::size_t calls) : left_(calls) {}
-  void Done() LMC_EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
-    if (--left_ == 0) zero_.NotifyAll();
-  }
-  void Wait() LMC_EXCLUDES(mu_) {
-    MutexLock lock(&mu_);
-    while (left_ > 0) zero_.Wait(&lock);
-  }
-
- private:
-  Mutex mu_;
-  CondVar zero_;
-  std::size_t left_ LMC_GUARDED_BY(mu_);
-};
-
 // How often the watch looks for requests past their deadline: a tenth of
 // the deadline, between 10 ms and 1 s.
 std::chrono::milliseconds WatchPeriod(std::chrono::milliseconds load_timeout) {
@@ -118,7 +97,7 @@ void PrefetchController::Stop() {
   // ends when that answer comes, at the latest at the adapter's deadline.
   {
     MutexLock lock(&mu_);
-    while (running_ > 0 || finishing_ > 0) landed_.Wait(&lock);
+    while (running_ > 0 || finishing_ > 0 || handoffs_ > 0) landed_.Wait(&lock);
   }
   if (cascade_) cascade_->Stop();
 }
@@ -255,6 +234,11 @@ void PrefetchController::RunLanded(std::vector<std::function<void()>>& landed) {
 // One running request from its lookup to its answer: the lookups'
 // completions fill `found` and the last one (or the worker that submitted
 // them, when they all completed inline) goes on with the load.
+// One running request from its lookup to its answer: the lookups'
+// completions fill `found` and the last one (or the worker that submitted
+// them, when they all completed inline) goes on with the load; each batch
+// of loads hands on the same way. One thread at a time touches the rest:
+// the hand-over is the counters' release and acquire.
 struct PrefetchController::Running {
   PrefetchHandle handle = 0;
   PrefetchRequest request;
@@ -263,6 +247,13 @@ struct PrefetchController::Running {
   // Lookups outstanding, plus one held by the submitting worker until it
   // has submitted them all: whoever brings it to zero goes on.
   std::atomic<std::size_t> left{0};
+  // The load, once planned: the plan, the L1 buffers, the chunks that will
+  // be loaded (`usable`), the next chunk to load, and the batch in flight.
+  Plan plan;
+  store::WriteLease buffers;
+  std::size_t usable = 0;
+  std::size_t next = 0;
+  std::shared_ptr<BatchLoads> batch;
 };
 
 void PrefetchController::RunQueued(PrefetchHandle handle) {
@@ -302,32 +293,49 @@ void PrefetchController::RunQueued(PrefetchHandle handle) {
 void PrefetchController::LookedUp(const std::shared_ptr<Running>& running, bool on_worker) {
   if (running->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   if (on_worker) {
-    Continue(*running);
+    Continue(running);
     return;
   }
   // The last answer came on an adapter's own thread, which must not wait
   // for a load: the rest runs on a worker again.
-  const std::uint64_t client = store::OwnerHash{}(running->request.owner);
-  if (workers_->Submit(client, 0, [this, running] { Continue(*running); }) ==
-      FairQueue::Admission::kQueued) {
-    return;
-  }
-  // Stopping, or the queue is full: nothing is loaded, and what the
-  // lookups locked is released.
-  Plan plan = PlanFrom(running->request, running->found);
-  UnlockFrom(adapters_, running->request.keys, plan.locked, 0);
-  counters_.refused.fetch_add(1, std::memory_order_relaxed);
-  Finish(running->handle, PrefetchResult{});
+  HandOff(running, [this, running] { Continue(running); }, [this, running] {
+    // Stopping, or the queue is full: nothing is loaded, and what the
+    // lookups locked is released.
+    Plan plan = PlanFrom(running->request, running->found);
+    UnlockFrom(adapters_, running->request.keys, plan.locked, 0);
+    counters_.refused.fetch_add(1, std::memory_order_relaxed);
+    Finish(running->handle, PrefetchResult{});
+  });
 }
 
-void PrefetchController::Continue(Running& running) {
-  PrefetchResult result;
+void PrefetchController::HandOff(const std::shared_ptr<Running>& running,
+                                 std::function<void()> next, std::function<void()> refused) {
+  {
+    MutexLock lock(&mu_);
+    handoffs_ += 1;
+  }
+  const std::uint64_t client = store::OwnerHash{}(running->request.owner);
+  if (workers_->Submit(client, 0, std::move(next)) != FairQueue::Admission::kQueued) refused();
+  // Counted until here: the worker may have run `next` and ended the
+  // request while Submit was still waking it, so Stop (and the
+  // controller's end) waits for this thread to be out of the pool too.
+  MutexLock lock(&mu_);
+  handoffs_ -= 1;
+  if (handoffs_ == 0) landed_.NotifyAll();
+}
+
+void PrefetchController::Continue(const std::shared_ptr<Running>& running) {
+  bool loading = false;
   try {
-    result = Run(running.handle, running.request, running.deadline, running.found);
+    loading = Begin(*running);
   } catch (const std::exception& e) {
     spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
   }
-  Finish(running.handle, result);
+  if (!loading) {
+    Finish(running->handle, PrefetchResult{});
+    return;
+  }
+  LoadBatches(running);
 }
 
 PrefetchController::Plan PrefetchController::PlanFrom(const PrefetchRequest& request,
@@ -377,47 +385,10 @@ PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& reque
   return plan;
 }
 
-std::size_t PrefetchController::Load(const PrefetchRequest& request, Plan& plan,
-                                     const store::WriteLease& buffers, std::size_t chunks,
-                                     Deadline deadline) {
-  const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  const std::size_t per_batch = chunks_per_batch_;
-  for (std::size_t c = 0; c < chunks; c += per_batch) {
-    if (deadline && std::chrono::steady_clock::now() >= *deadline) {
-      counters_.deadline_expired.fetch_add(1, std::memory_order_relaxed);
-      return c;
-    }
-    const std::size_t end = std::min(chunks, c + per_batch) * ranks;
-    std::vector<bool> loaded(end, false);
-    for (std::size_t i = c * ranks; i < end; ++i) loaded[i] = plan.source[i] == Plan::kInL1;
-    // Per adapter, its reads of this batch, and which keys they are.
-    std::vector<std::vector<L2Read>> reads(adapters_.size());
-    std::vector<std::vector<std::size_t>> index(adapters_.size());
-    for (std::size_t i = c * ranks; i < end; ++i) {
-      if (plan.source[i] < 0) continue;
-      auto out = table_->LeasedBytes(buffers.offsets[i], request.object_bytes);
-      if (!out.ok()) continue;  // cannot happen for a reserved buffer; a miss then
-      const auto a = static_cast<std::size_t>(plan.source[i]);
-      reads[a].push_back({&request.keys[i], *out});
-      index[a].push_back(i);
-    }
-    const std::vector<std::vector<L2LoadOutcome>> outcomes = LoadAll(reads);
-    for (std::size_t a = 0; a < adapters_.size(); ++a) {
-      for (std::size_t j = 0; j < outcomes[a].size() && j < index[a].size(); ++j) {
-        loaded[index[a][j]] = outcomes[a][j] == L2LoadOutcome::kLoaded;
-      }
-    }
-    for (std::size_t i = c * ranks; i < end; ++i) {
-      if (!loaded[i]) return i / ranks;  // the prefix ends at the first incomplete chunk
-    }
-  }
-  return chunks;
-}
-
 // One batch's loads across the adapters, shared with their completions.
 struct PrefetchController::BatchLoads {
   explicit BatchLoads(std::size_t adapters)
-      : outcomes(adapters), completed(new std::atomic<bool>[adapters]), left(adapters) {
+      : outcomes(adapters), completed(new std::atomic<bool>[adapters]), left(adapters + 1) {
     for (std::size_t a = 0; a < adapters; ++a) completed[a] = false;
   }
   // Counts adapter `a` once (its completion, or its submission's failure);
@@ -426,60 +397,29 @@ struct PrefetchController::BatchLoads {
 
   std::vector<std::vector<L2LoadOutcome>> outcomes;
   std::unique_ptr<std::atomic<bool>[]> completed;
-  Countdown left;
+  // Adapters still loading, plus one held by the submitting worker: whoever
+  // brings it to zero goes on with the request.
+  std::atomic<std::size_t> left;
+  // Per adapter, its reads of this batch and which keys they are.
+  std::vector<std::vector<L2Read>> reads;
+  std::vector<std::vector<std::size_t>> index;
+  std::size_t end_chunk = 0;  // the batch loads chunks [Running::next, end_chunk)
 };
 
-std::vector<std::vector<L2LoadOutcome>> PrefetchController::LoadAll(
-    const std::vector<std::vector<L2Read>>& reads) {
-  // Returns only once every adapter has completed: each writes into buffers
-  // of this request (fail-stop, see the header), and `reads` lives on our
-  // stack. A submission that throws (against the adapter contract) counts
-  // as nothing loaded, and a completion after that is ignored.
-  auto batch = std::make_shared<BatchLoads>(adapters_.size());
-  auto submit = [&reads, &batch, this](std::size_t a) {
-    if (reads[a].empty()) {
-      if (batch->Complete(a)) batch->left.Done();
-      return;
-    }
-    try {
-      adapters_[a]->SubmitLoad(reads[a], [batch, a](std::vector<L2LoadOutcome> result) {
-        if (!batch->Complete(a)) return;
-        batch->outcomes[a] = std::move(result);
-        batch->left.Done();
-      });
-    } catch (const std::exception& e) {
-      spdlog::error("an L2 adapter's load threw (its chunks count as not loaded): {}", e.what());
-      if (batch->Complete(a)) batch->left.Done();
-    }
-  };
-  // A blocking adapter after the first runs on the cascade pool, so the
-  // adapters of a cascade read side by side; one that completes on its own
-  // needs no thread.
-  for (std::size_t a = 1; a < adapters_.size(); ++a) {
-    if (reads[a].empty() || adapters_[a]->CompletesAsynchronously() || !cascade_ ||
-        cascade_->Submit(a, 0, [&submit, a] { submit(a); }) != FairQueue::Admission::kQueued) {
-      submit(a);
-    }
-  }
-  submit(0);
-  batch->left.Wait();
-  return std::move(batch->outcomes);
-}
-
-PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequest& request,
-                                       Deadline deadline,
-                                       const std::vector<std::vector<bool>>& found) {
+bool PrefetchController::Begin(Running& running) {
+  const PrefetchRequest& request = running.request;
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  Plan plan = LookUp(request, found);
+  running.plan = LookUp(request, running.found);
+  Plan& plan = running.plan;
   counters_.l2_hit_chunks.fetch_add(plan.chunks, std::memory_order_relaxed);
-  Publish(handle, plan.chunks);
+  Publish(running.handle, plan.chunks);
   if (plan.chunks == 0 || request.object_bytes == 0) {
     UnlockFrom(adapters_, request.keys, plan.locked, 0);
-    return {};
+    return false;
   }
   // L1 buffers for the leading chunks that fit.
   const auto planned = std::span(request.keys).first(plan.chunks * ranks);
-  auto buffers = table_->ReserveWrite(planned, request.object_bytes, LoaderOf(handle),
+  auto buffers = table_->ReserveWrite(planned, request.object_bytes, LoaderOf(running.handle),
                                       store::AllocationMode::kLongestPrefix);
   // The leading chunks that will be in L1: staged for this load, or resident
   // already because another load brought them in since the lookup (still
@@ -501,17 +441,142 @@ PrefetchResult PrefetchController::Run(PrefetchHandle handle, const PrefetchRequ
   UnlockFrom(adapters_, request.keys, plan.locked, usable * ranks);
   if (usable == 0) {
     if (buffers.ok() && buffers->lease != store::kNoLease) table_->AbortWrite(buffers->lease);
-    return {};
+    return false;
   }
-  const std::size_t loaded = Load(request, plan, *buffers, usable, deadline);
-  UnlockFrom(adapters_, request.keys, plan.locked, 0);
-  counters_.load_failed_chunks.fetch_add(usable - loaded, std::memory_order_relaxed);
+  running.buffers = *std::move(buffers);
+  running.usable = usable;
+  running.next = 0;
+  return true;
+}
+
+void PrefetchController::LoadBatches(const std::shared_ptr<Running>& running) {
+  // Each turn submits one batch; a batch every adapter completed inline
+  // goes on here, one completed on an adapter's own thread goes on from a
+  // worker again (BatchLoaded).
+  while (true) {
+    if (running->next >= running->usable) return Complete(*running, running->usable);
+    if (running->deadline && std::chrono::steady_clock::now() >= *running->deadline) {
+      counters_.deadline_expired.fetch_add(1, std::memory_order_relaxed);
+      return Complete(*running, running->next);
+    }
+    SubmitBatch(running);
+    if (running->batch->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (!TakeBatch(*running)) return;
+  }
+}
+
+void PrefetchController::SubmitBatch(const std::shared_ptr<Running>& running) {
+  const PrefetchRequest& request = running->request;
+  const Plan& plan = running->plan;
+  const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
+  auto batch = std::make_shared<BatchLoads>(adapters_.size());
+  batch->end_chunk = std::min(running->usable, running->next + chunks_per_batch_);
+  batch->reads.resize(adapters_.size());
+  batch->index.resize(adapters_.size());
+  for (std::size_t i = running->next * ranks; i < batch->end_chunk * ranks; ++i) {
+    if (plan.source[i] < 0) continue;
+    auto out = table_->LeasedBytes(running->buffers.offsets[i], request.object_bytes);
+    if (!out.ok()) continue;  // cannot happen for a reserved buffer; a miss then
+    const auto a = static_cast<std::size_t>(plan.source[i]);
+    batch->reads[a].push_back({&request.keys[i], *out});
+    batch->index[a].push_back(i);
+  }
+  running->batch = batch;
+  // The request goes on only once every adapter has completed: each writes
+  // into buffers of this request (fail-stop, see the header). A submission
+  // that throws (against the adapter contract) counts as nothing loaded,
+  // and a completion after that is ignored.
+  auto submit = [this, running, batch](std::size_t a) {
+    auto complete = [this, running, batch, a]() {
+      if (batch->left.fetch_sub(1, std::memory_order_acq_rel) == 1) BatchLoaded(running);
+    };
+    if (batch->reads[a].empty()) {
+      if (batch->Complete(a)) complete();
+      return;
+    }
+    try {
+      adapters_[a]->SubmitLoad(batch->reads[a],
+                               [batch, a, complete](std::vector<L2LoadOutcome> result) {
+                                 if (!batch->Complete(a)) return;
+                                 batch->outcomes[a] = std::move(result);
+                                 complete();
+                               });
+    } catch (const std::exception& e) {
+      spdlog::error("an L2 adapter's load threw (its chunks count as not loaded): {}", e.what());
+      if (batch->Complete(a)) complete();
+    }
+  };
+  // A blocking adapter after the first runs on the cascade pool, so the
+  // adapters of a cascade read side by side; one that completes on its own
+  // needs no thread.
+  for (std::size_t a = 1; a < adapters_.size(); ++a) {
+    if (batch->reads[a].empty() || adapters_[a]->CompletesAsynchronously() || !cascade_ ||
+        cascade_->Submit(a, 0, [submit, a] { submit(a); }) != FairQueue::Admission::kQueued) {
+      submit(a);
+    }
+  }
+  submit(0);
+}
+
+void PrefetchController::BatchLoaded(const std::shared_ptr<Running>& running) {
+  // On an adapter's thread (or the cascade pool's), which must not run the
+  // next batch's blocking loads: a worker goes on.
+  HandOff(
+      running,
+      [this, running] {
+        if (TakeBatch(*running)) LoadBatches(running);
+      },
+      [this, running] {
+        // Stopping, or the queue is full: what landed so far is kept.
+        if (TakeBatch(*running)) Complete(*running, running->next);
+      });
+}
+
+bool PrefetchController::TakeBatch(Running& running) {
+  const std::size_t ranks = std::max<std::size_t>(1, running.request.ranks);
+  BatchLoads& batch = *running.batch;
+  const std::size_t begin = running.next * ranks;
+  const std::size_t end = batch.end_chunk * ranks;
+  std::vector<bool> loaded(end - begin, false);
+  for (std::size_t i = begin; i < end; ++i) loaded[i - begin] = running.plan.source[i] == Plan::kInL1;
+  for (std::size_t a = 0; a < adapters_.size(); ++a) {
+    for (std::size_t j = 0; j < batch.outcomes[a].size() && j < batch.index[a].size(); ++j) {
+      loaded[batch.index[a][j] - begin] = batch.outcomes[a][j] == L2LoadOutcome::kLoaded;
+    }
+  }
+  running.batch.reset();
+  for (std::size_t i = begin; i < end; ++i) {
+    if (!loaded[i - begin]) {  // the prefix ends at the first incomplete chunk
+      Complete(running, i / ranks);
+      return false;
+    }
+  }
+  running.next = end / ranks;
+  return true;
+}
+
+void PrefetchController::Complete(Running& running, std::size_t loaded) {
+  PrefetchResult result;
+  try {
+    result = Admit(running, loaded);
+  } catch (const std::exception& e) {
+    spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
+  }
+  Finish(running.handle, result);
+}
+
+PrefetchResult PrefetchController::Admit(Running& running, std::size_t loaded) {
+  const PrefetchRequest& request = running.request;
+  const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
+  UnlockFrom(adapters_, request.keys, running.plan.locked, 0);
+  counters_.load_failed_chunks.fetch_add(running.usable - loaded, std::memory_order_relaxed);
   if (loaded == 0) {
-    table_->AbortWrite(buffers->lease);
+    table_->AbortWrite(running.buffers.lease);
     return {};
   }
   // Admit the loaded prefix already locked for the readers; free the rest.
-  auto admitted = table_->FinishWriteAndRead(buffers->lease, request.owner, request.readers,
+  const auto planned = std::span(request.keys).first(running.plan.chunks * ranks);
+  auto admitted = table_->FinishWriteAndRead(running.buffers.lease, request.owner, request.readers,
                                              planned.first(loaded * ranks));
   if (!admitted.ok()) return {};
   std::size_t chunks = 0;
@@ -578,7 +643,7 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   // go) once this is zero.
   MutexLock lock(&mu_);
   finishing_ -= 1;
-  if (running_ == 0 && finishing_ == 0) landed_.NotifyAll();
+  if (finishing_ == 0) landed_.NotifyAll();  // Stop re-checks what it waits for
 }
 
 void PrefetchController::AbandonOverdue() {

@@ -17,7 +17,9 @@
 //   3. load: chunk batches, in order, each read from its adapter into its
 //      buffer; the first chunk that does not load completely, or the
 //      deadline (checked between batches), ends the prefix. Every lock is
-//      released.
+//      released. A batch that an adapter completes on its own thread (fs
+//      through io_uring, the peers over UCX) holds no worker while it is
+//      out: its last completion queues the next step on a worker again.
 //   4. admit: FinishWriteAndRead keeps the loaded prefix (the rest of the
 //      staged buffers are freed) and read-locks it, with the chunks that
 //      were resident already, under one lease of the
@@ -38,9 +40,9 @@
 // beyond them at once with no L2 chunks, counted as refused. A cancelled
 // request (its session ended) releases what it locked, now or when it lands.
 // The loads of one batch from different adapters of a cascade run at once:
-// each adapter after the first on a thread of a second pool, the request's
-// worker waiting for them all (a worker is the tier's thread, never a
-// request handler's, docs/threading.md).
+// a blocking adapter after the first on a thread of a second pool; the
+// request goes on once they have all completed (a worker is the tier's
+// thread, never a request handler's, docs/threading.md).
 //
 // Thread-safety: every Prefetcher method from any thread; Start/Stop from the
 // owning thread.
@@ -119,28 +121,43 @@ class PrefetchController final : public Prefetcher {
   // One lookup of `running` answered (or the submitting worker done
   // submitting); the last goes on with Continue, on a worker.
   void LookedUp(const std::shared_ptr<Running>& running, bool on_worker) LMC_EXCLUDES(mu_);
-  // Plans, loads and admits what the lookups found; answers the request (Finish).
-  void Continue(Running& running) LMC_EXCLUDES(mu_);
   // Ends a request that will never run with nothing loaded; false if it
   // was no longer waiting. Its landing callbacks go to `landed`.
   bool AnswerUnrun(Job& job, std::vector<std::function<void()>>& landed) LMC_REQUIRES(mu_);
-  // Every adapter's reads of one batch, at once (the first adapter's on
-  // this thread); returns when every adapter has completed, outcomes per
-  // adapter.
+  // Plans, reserves and loads what the lookups found (on a worker).
+  void Continue(const std::shared_ptr<Running>& running) LMC_EXCLUDES(mu_);
+  // The plan and the L1 buffers; false when nothing is to be loaded (every
+  // lock released, nothing reserved).
+  bool Begin(Running& running) LMC_EXCLUDES(mu_);
+  // Submits batch after batch until one completes on an adapter's own
+  // thread (BatchLoaded goes on from there), the prefix ends, or the
+  // deadline passes; then Complete.
+  void LoadBatches(const std::shared_ptr<Running>& running) LMC_EXCLUDES(mu_);
   struct BatchLoads;
-  std::vector<std::vector<L2LoadOutcome>> LoadAll(const std::vector<std::vector<L2Read>>& reads);
+  // Every adapter's reads of the next batch, at once (the first adapter's
+  // on this thread, a blocking one after it on the cascade pool).
+  void SubmitBatch(const std::shared_ptr<Running>& running);
+  // From an adapter's thread: queues `next` on a worker, or runs `refused`
+  // here when it cannot be queued (stopping, the queue full).
+  void HandOff(const std::shared_ptr<Running>& running, std::function<void()> next,
+               std::function<void()> refused) LMC_EXCLUDES(mu_);
+  // The batch's last completion, on an adapter's thread: queues the rest
+  // on a worker.
+  void BatchLoaded(const std::shared_ptr<Running>& running) LMC_EXCLUDES(mu_);
+  // Reads the completed batch's outcomes: true to go on, false when the
+  // prefix ended there (the request is then completed).
+  bool TakeBatch(Running& running) LMC_EXCLUDES(mu_);
+  // Admits the first `loaded` chunks and answers the request.
+  void Complete(Running& running, std::size_t loaded) LMC_EXCLUDES(mu_);
+  PrefetchResult Admit(Running& running, std::size_t loaded);
   // `deadline`: when the load stops at the next batch (load_timeout after
   // the request started to run), or nullopt without a load_timeout.
   using Deadline = std::optional<std::chrono::steady_clock::time_point>;
-  PrefetchResult Run(PrefetchHandle handle, const PrefetchRequest& request, Deadline deadline,
-                     const std::vector<std::vector<bool>>& found);
   // Each key's source (its first adapter that found it) and the prefix of
   // whole chunks; every lock the lookups took is in `locked`.
   Plan PlanFrom(const PrefetchRequest& request, const std::vector<std::vector<bool>>& found);
   // The same, keeping only the locks the plan loads from (the rest released).
   Plan LookUp(const PrefetchRequest& request, const std::vector<std::vector<bool>>& found);
-  std::size_t Load(const PrefetchRequest& request, Plan& plan,
-                   const store::WriteLease& buffers, std::size_t chunks, Deadline deadline);
   void Publish(PrefetchHandle handle, std::size_t lookup_hits) LMC_EXCLUDES(mu_);
   // Answers a running request (it no longer counts as running from the
   // moment its answer can be seen) and runs its landing callbacks.
@@ -173,6 +190,8 @@ class PrefetchController final : public Prefetcher {
   // Requests in Finish after their answer was published: Stop waits for
   // them too, as they still touch the controller.
   std::uint64_t finishing_ LMC_GUARDED_BY(mu_) = 0;
+  // Adapter threads inside HandOff: Stop waits for them as well.
+  std::uint64_t handoffs_ LMC_GUARDED_BY(mu_) = 0;
   bool stop_ LMC_GUARDED_BY(mu_) = false;
   std::unique_ptr<ThreadPool> workers_;   // max_in_flight threads, from Start
   std::unique_ptr<ThreadPool> cascade_;   // a cascade's loads after its first adapter's
