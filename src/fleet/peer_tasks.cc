@@ -118,17 +118,25 @@ std::size_t PeerTasks::Unlock(const std::string& peer_name,
     bool found = false;
     if (peer != peers_.end()) {
       auto& tasks = peer->second.tasks;
-      for (auto task = tasks.begin(); task != tasks.end(); ++task) {
-        auto held = task->locked.find(key);
-        if (held == task->locked.end()) continue;
-        table_->ReleaseRead(task->lease, std::span(&key, 1), 1);
-        task->locked_bytes -= held->second;
+      // An answered task's lock first (oldest first): a requester unlocks
+      // what it learned from a query, and a task never queried (its lookup
+      // gave up while the request was on the way) is the reaper's.
+      auto holder = std::find_if(tasks.begin(), tasks.end(), [&](const Task& t) {
+        return t.queried && t.locked.contains(key);
+      });
+      if (holder == tasks.end()) {
+        holder = std::find_if(tasks.begin(), tasks.end(),
+                              [&](const Task& t) { return t.locked.contains(key); });
+      }
+      if (holder != tasks.end()) {
+        auto held = holder->locked.find(key);
+        table_->ReleaseRead(holder->lease, std::span(&key, 1), 1);
+        holder->locked_bytes -= held->second;
         peer->second.locked_bytes -= held->second;
-        task->locked.erase(held);
-        if (task->locked.empty() && task->queried) EndTask(peer->second, task);
+        holder->locked.erase(held);
+        if (holder->locked.empty() && holder->queried) EndTask(peer->second, holder);
         found = true;
         released += 1;
-        break;
       }
     }
     if (!found) counters_.stale_unlocks.fetch_add(1, std::memory_order_relaxed);

@@ -7,8 +7,10 @@
 // a miss, never the wrong bytes), under one lease of Owner::Peer(serial).
 // p2p_query_lookup_results answers the task's addresses once, to the peer
 // that made it; p2p_unlock_objects releases, for each key, one lock that
-// peer holds (its oldest task's), so a duplicate or late unlock releases
-// nothing else and never another reader's lock. A task not queried within
+// peer holds (its oldest answered task's, else its oldest task's: a
+// requester unlocks what a query told it, and a task never queried is the
+// reaper's), so a duplicate or late unlock releases nothing else and never
+// another reader's lock. A task not queried within
 // the query timeout is reaped with its locks; the read TTL ends the rest.
 // Each peer is bounded in tasks and in locked bytes: past a bound its keys
 // are misses, counted, and its oldest task holding no lock gives way to the

@@ -123,6 +123,31 @@ TEST_F(PeerTasksTest, ATaskNeverQueriedIsReapedWithItsLocks) {
   EXPECT_EQ(tasks->Stats().reaped_tasks, 1u);
 }
 
+// A requester unlocks only keys it learned from an answered query; a task
+// it never queried (its lookup's deadline passed while the request was on
+// the way: a partition that queued it) is the reaper's. So an unlock
+// releases an answered task's lock first: before, it released the oldest
+// task's, the unqueried one's, and the answered task's lock stayed until
+// the read TTL (seen in test_p2p_fleet.py's partition).
+TEST_F(PeerTasksTest, AnUnlockReleasesAnAnsweredTasksLockBeforeAnUnqueriedOnes) {
+  l1_.Store(KeyN(1), kObject, 1);
+  PeerTaskConfig config;
+  config.query_timeout_ms = 1000;
+  auto tasks = Make(config);
+  const std::int64_t stale = tasks->Lookup("a", Ask({KeyN(1)}));  // never queried
+  const std::int64_t answered = tasks->Lookup("a", Ask({KeyN(1)}));
+  ASSERT_TRUE(tasks->Results("a", answered).has_value());
+  EXPECT_EQ(l1_.Locks(KeyN(1)), 2u);
+  EXPECT_EQ(tasks->Unlock("a", std::vector{KeyN(1)}), 1u);
+  EXPECT_EQ(tasks->Stats().tasks, 1u);  // the answered task ended with its last lock
+  EXPECT_TRUE(tasks->Results("a", stale).has_value());  // the stale one still holds its lock
+  clock_.Advance(1000);
+  tasks->Reap();
+  EXPECT_EQ(l1_.Locks(KeyN(1)), 1u);  // queried now: it waits for its unlock
+  EXPECT_EQ(tasks->Unlock("a", std::vector{KeyN(1)}), 1u);
+  l1_.ExpectBalanced();
+}
+
 TEST_F(PeerTasksTest, AQueriedTaskIsForgottenAtTheReadTtlAndItsLeaseEnded) {
   l1_.Store(KeyN(1), kObject, 1);
   PeerTaskConfig config;

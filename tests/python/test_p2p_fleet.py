@@ -1,0 +1,167 @@
+"""Cross-node sharing among several real servers (issue 42, section 7): a
+prompt half on one peer and whole on another is served from both, each
+chunk from the first peer (in the membership's order) that holds it; a
+server with another fleet key gets nothing and leaves no lock; a partition
+(the link down, then up) costs lookups their deadline and no more, and the
+peer serves again once mended. Locks balance to zero on every server at the
+end. Loopback and network namespaces on one bridge (the partition only
+there; the tests that wait on probes and deadlines run once, in namespaces
+where the machine can make them), as test_p2p_sharing.py.
+
+The bytes are random patterns each server's own worker wrote, so where a
+chunk came from shows in its bytes.
+"""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from mp_client import (chunk_size, free_tcp_ports, lookup_l2, random_tokens, retrieve, stats,
+                       store_prompt)
+from test_p2p_membership import start_peer
+from test_p2p_owner import write_key
+from test_p2p_sharing import SETTLE_S, Namespaces, eventually, namespaces_possible, worker
+
+CHUNKS = 4
+
+
+class Nodes:
+    """Servers 0..n-1; `peers_of[i]` lists the servers i asks; `key_of[i]`
+    picks its fleet key (0 or 1)."""
+
+    def __init__(self, tmp_path, where, peers_of, key_of=None):
+        count = len(peers_of)
+        keys = [write_key(tmp_path / f"fleet{k}.key", os.urandom(32)) for k in (0, 1)]
+        key_of = key_of or [0] * count
+        self.namespaces = None
+        if where == "loopback":
+            self.hosts, ports = ["127.0.0.1"] * count, free_tcp_ports(count)
+            prefixes, env = [()] * count, None
+        else:
+            if os.geteuid() != 0 or shutil.which("ip") is None:
+                pytest.skip("network namespaces need root and iproute2 (tools/dev.sh installs it)")
+            self.namespaces = Namespaces(count)
+            self.hosts, ports = self.namespaces.hosts, [5556] * count
+            prefixes = [self.namespaces.prefix(i) for i in range(count)]
+            env = dict(os.environ, UCX_TLS="tcp")
+        self.urls = [f"tcp://{h}:{p}" for h, p in zip(self.hosts, ports)]
+        self.servers = []
+        try:
+            for i in range(count):
+                peers = ",".join(self.urls[j] for j in peers_of[i])
+                extra = ["--p2p-lookup-timeout", "2"] + (["--p2p-peers", peers] if peers else [])
+                self.servers.append(start_peer(tmp_path, f"n{i}", keys[key_of[i]], ports[i], extra,
+                                               host=self.hosts[i], prefix=prefixes[i], env=env))
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        try:
+            for s in self.servers:
+                if s.proc.poll() is None:
+                    assert s.stop(timeout=60) == 0, s.log()
+        finally:
+            if self.namespaces:
+                self.namespaces.close()
+
+
+def peers_in(client, state):
+    return stats(client)["p2p"]["peers"][state]
+
+
+def served(client):
+    return stats(client)["p2p"]["served"]
+
+
+def as_pattern(chunk_bytes, pattern):
+    return chunk_bytes.view(np.uint16).reshape(pattern.shape)
+
+
+def expect_balanced(owners, requester):
+    """No lock left anywhere: each owner's served locks, and the requester's
+    record of the locks it holds at peers."""
+    for client in owners:
+        eventually(lambda c=client: served(c)["locked_bytes"] == 0, "an owner's locks released")
+    assert stats(requester)["l2"]["adapters"][0]["objects"] == 0
+
+
+@pytest.fixture(params=["loopback", "netns"])
+def where(request):
+    return request.param
+
+
+def test_a_prompt_on_two_peers_is_served_from_both_first_peer_first(tmp_path, zmq_ctx, where):
+    # 0 = A (the first half), 1 = B (the requester), 2 = C (the whole prompt).
+    nodes = Nodes(tmp_path, where, peers_of=[[], [0, 2], []])
+    try:
+        a, b, c = (worker(zmq_ctx, s) for s in nodes.servers)
+        eventually(lambda: peers_in(b[0], "ready") == 2, "B sees A and C ready")
+        rng = np.random.default_rng(31)
+        chunk = chunk_size(a[0])
+        tokens = random_tokens(rng, CHUNKS * chunk)
+        on_a = store_prompt(a[0], a[2], a[1], tokens, 2, "half-on-a", rng)
+        on_c = store_prompt(c[0], c[2], c[1], tokens, CHUNKS, "whole-on-c", rng)
+        # The membership asks peers in the order of their URLs: the first
+        # that holds a chunk serves it.
+        a_first = nodes.urls[0] < nodes.urls[2]
+        expected = [on_a[i] if a_first else on_c[i] for i in range(2)] + [on_c[2], on_c[3]]
+
+        assert lookup_l2(b[0], tokens, "from-both", timeout_s=SETTLE_S) == CHUNKS
+        data = retrieve(b[0], b[2], b[1], tokens, CHUNKS, "from-both")
+        for index in range(CHUNKS):
+            assert np.array_equal(as_pattern(data[index], expected[index]), expected[index]), \
+                f"chunk {index} is not the first holder's"
+        assert served(a[0])["hit_keys"] == 2 and served(c[0])["hit_keys"] == CHUNKS
+        expect_balanced([a[0], c[0]], b[0])
+    finally:
+        nodes.close()
+
+
+def test_a_server_with_another_key_gets_nothing_and_leaves_no_lock(tmp_path, zmq_ctx):
+    where = "netns" if namespaces_possible() else "loopback"  # one run: it waits on a deadline
+    # 0 = A holds the prompt; 1 = D lists A but holds another fleet key.
+    nodes = Nodes(tmp_path, where, peers_of=[[], [0]], key_of=[0, 1])
+    try:
+        a, d = (worker(zmq_ctx, s) for s in nodes.servers)
+        rng = np.random.default_rng(5)
+        tokens = random_tokens(rng, CHUNKS * chunk_size(a[0]))
+        store_prompt(a[0], a[2], a[1], tokens, CHUNKS, "on-a", rng)
+        # Its handshake is never answered (CURVE with another key): unreachable.
+        eventually(lambda: peers_in(d[0], "unreachable") == 1, "D finds A unreachable")
+        assert lookup_l2(d[0], tokens, "stranger", timeout_s=SETTLE_S) == 0
+        assert served(a[0])["lookups"] == 0 and served(a[0])["locked_bytes"] == 0
+        assert stats(d[0])["l2"]["adapters"][0]["loaded_objects"] == 0
+    finally:
+        nodes.close()
+
+
+def test_a_partition_costs_lookups_their_deadline_and_the_peer_serves_again_once_mended(
+        tmp_path, zmq_ctx):
+    nodes = Nodes(tmp_path, "netns", peers_of=[[], [0]])
+    try:
+        a, b = (worker(zmq_ctx, s) for s in nodes.servers)
+        eventually(lambda: peers_in(b[0], "ready") == 1, "B sees A ready")
+        rng = np.random.default_rng(9)
+        tokens = random_tokens(rng, CHUNKS * chunk_size(a[0]))
+        patterns = store_prompt(a[0], a[2], a[1], tokens, CHUNKS, "on-a", rng)
+
+        nodes.namespaces.cut(0)
+        # Asked before B's probe notices: no answer by B's 2 s lookup deadline.
+        assert lookup_l2(b[0], tokens, "cut", timeout_s=SETTLE_S) == 0
+        eventually(lambda: peers_in(b[0], "unreachable") == 1, "B finds A unreachable")
+        assert lookup_l2(b[0], tokens, "still-cut", timeout_s=SETTLE_S) == 0
+
+        nodes.namespaces.mend(0)
+        eventually(lambda: peers_in(b[0], "ready") == 1, "B sees A ready again")
+        assert lookup_l2(b[0], tokens, "mended", timeout_s=SETTLE_S) == CHUNKS
+        data = retrieve(b[0], b[2], b[1], tokens, CHUNKS, "mended")
+        for index in range(CHUNKS):
+            assert np.array_equal(as_pattern(data[index], patterns[index]), patterns[index])
+        # The lookup that went unanswered took locks at A if it got there:
+        # A's reaper releases them (B's --p2p-lookup-timeout is A's too: 2 s).
+        expect_balanced([a[0]], b[0])
+    finally:
+        nodes.close()
