@@ -7,6 +7,8 @@
 // fleet endpoint (they proved the fleet key) unless a test says otherwise.
 #include "server/p2p_ops.h"
 
+#include "fleet/peer_key_codec.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -26,17 +28,10 @@ constexpr std::uint64_t kObjectBytes = 2048;
 constexpr std::int64_t kRank0 = (1 << 24) | (1 << 8);  // world size 1, rank 0
 
 P2pKey PeerKey(char fill, std::int64_t group = 0) {
-  return P2pKey{std::string(32, fill), "llama", kRank0, group, ""};
+  return P2pKey{std::string(32, fill), "llama", kRank0, group, "", 0, ""};
 }
 
-store::ObjectKey StoreKeyOf(const P2pKey& key) {
-  store::ObjectKey out;
-  std::memcpy(out.chunk_hash.data(), key.chunk_hash.data(), 32);
-  out.model_name = key.model_name;
-  out.kv_rank = key.kv_rank;
-  out.object_group_id = static_cast<std::int32_t>(key.object_group_id);
-  return out;
-}
+store::ObjectKey StoreKeyOf(const P2pKey& key) { return fleet::FromPeerKey(key); }
 
 std::string Layouts(std::initializer_list<std::int64_t> groups) {
   protocol::P2pLayouts layouts;
@@ -104,6 +99,28 @@ TEST_F(P2pOpsTest, AConnectionWithoutTheFleetKeyGetsMissesAndTakesNothing) {
   ASSERT_TRUE(Results("member", member_task).has_value());
   ASSERT_TRUE(Unlock("member", {PeerKey('a')}).status.ok());
   EXPECT_EQ(Locks(PeerKey('a')), 0u);
+}
+
+// Our own key fields (lmc_layout_namespace, lmc_tags): an object stored
+// under another layout or with tags is another object, found only by a key
+// that names the same, never by the reference-shaped key of its tokens.
+TEST_F(P2pOpsTest, AKeyFindsOnlyTheObjectOfItsLayoutNamespaceAndTags) {
+  P2pKey tagged = PeerKey('t');
+  tagged.layout_namespace = 7;
+  tagged.tags = "lang%en";
+  Store(tagged);
+  P2pKey other_layout = tagged;
+  other_layout.layout_namespace = 8;
+  P2pKey untagged = tagged;
+  untagged.tags.clear();
+  const std::vector<P2pKey> keys = {tagged, PeerKey('t'), other_layout, untagged};
+  const std::int64_t task = Lookup("member", keys, Layouts({0}));
+  auto addresses = Results("member", task);
+  ASSERT_TRUE(addresses.has_value());
+  EXPECT_TRUE((*addresses)[0].valid());
+  for (std::size_t i = 1; i < keys.size(); ++i) EXPECT_FALSE((*addresses)[i].valid()) << i;
+  ASSERT_TRUE(Unlock("member", {tagged}).status.ok());
+  EXPECT_EQ(Locks(tagged), 0u);
 }
 
 // --p2p-allow-unauthenticated: the reference's open operations, for fleets
