@@ -1,29 +1,53 @@
-// FleetLink: how the p2p L2 adapter (tier/p2p) reaches the fleet: the
-// membership (which peers are ready, and the calls to them), the data
-// channel, and the requester's deadlines.
+// PeerAccess: what a requester needs from the fleet (the ready peers, calls
+// to them, reads from them, and its deadlines), and FleetLink, the server's
+// one, over the membership, its peer RPC and the UCX data channel. The p2p
+// L2 adapter (tier/p2p) sees only PeerAccess, so its tests drive it with a
+// fake fleet whose answers and reads they hold back and release.
 //
 // Why a link and not the pointers themselves: the L2 tier is built before
 // the service, and the membership after it (its handshake carries the
 // service's boot id), so the adapter is handed the link at creation and the
 // server binds it once the membership stands, before any request is served.
-// Until then the adapter has no peers (every lookup misses). The server
-// stops the L2 tier before the membership and the channel go, so nothing
-// reads a bound pointer after its object died.
+// Until then there are no peers (every lookup misses). The server stops the
+// L2 tier before the membership and the channel go, so nothing reaches
+// them through the link after they died.
 //
-// Thread-safety: Bind once from the starting thread; the getters from any
-// thread (release/acquire).
+// Thread-safety: every PeerAccess method from any thread; FleetLink::Bind
+// once, from the starting thread (release/acquire).
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
 
 #include "common/clock.h"
+#include "fleet/membership.h"
+#include "fleet/peer_rpc.h"
+#include "fleet/ucx_channel.h"
 
 namespace lmcache::fleet {
 
-class Membership;
-class UcxChannel;
+class PeerAccess {
+ public:
+  virtual ~PeerAccess() = default;
+  // The peers to ask now, in the membership's order.
+  virtual std::vector<ReadyPeer> Ready() const = 0;
+  // PeerRpc::Call: `done` runs exactly once, by `deadline_ms` at the latest.
+  virtual void Call(PeerId peer, Op op, std::vector<std::string> payloads, TimeMs deadline_ms,
+                    PeerRpc::Done done) const = 0;
+  // UcxChannel::Read: `done` runs exactly once; no byte lands after it.
+  virtual void Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
+                    std::function<void(Status)> done) const = 0;
+  virtual const Clock& clock() const = 0;
+  // A lookup's calls end by this long after it started (--p2p-lookup-timeout).
+  virtual TimeMs lookup_timeout_ms() const = 0;
+  // One batch of reads from one peer ends by this long after it was sent
+  // (--p2p-load-timeout).
+  virtual TimeMs load_timeout_ms() const = 0;
+};
 
-class FleetLink {
+class FleetLink final : public PeerAccess {
  public:
   // `clock` must outlive the link.
   FleetLink(const Clock* clock, TimeMs lookup_timeout_ms, TimeMs load_timeout_ms)
@@ -34,17 +58,33 @@ class FleetLink {
     channel_.store(channel, std::memory_order_release);
     membership_.store(membership, std::memory_order_release);
   }
-  // Null until bound.
-  Membership* membership() const { return membership_.load(std::memory_order_acquire); }
-  UcxChannel* channel() const { return channel_.load(std::memory_order_acquire); }
-  const Clock& clock() const { return *clock_; }
-  // A lookup's calls (p2p_lookup_and_lock, then p2p_query_lookup_results
-  // until answered) end by this long after it started
-  // (--p2p-lookup-timeout).
-  TimeMs lookup_timeout_ms() const { return lookup_timeout_ms_; }
-  // One batch of reads from one peer ends by this long after it was sent
-  // (--p2p-load-timeout).
-  TimeMs load_timeout_ms() const { return load_timeout_ms_; }
+
+  std::vector<ReadyPeer> Ready() const override {
+    Membership* membership = membership_.load(std::memory_order_acquire);
+    if (membership == nullptr || channel_.load(std::memory_order_acquire) == nullptr) return {};
+    return membership->Ready();
+  }
+  void Call(PeerId peer, Op op, std::vector<std::string> payloads, TimeMs deadline_ms,
+            PeerRpc::Done done) const override {
+    Membership* membership = membership_.load(std::memory_order_acquire);
+    if (membership == nullptr) {
+      done(Status(ErrorCode::kUnavailable, "no peers yet"));
+      return;
+    }
+    membership->rpc().Call(peer, op, std::move(payloads), deadline_ms, std::move(done));
+  }
+  void Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
+            std::function<void(Status)> done) const override {
+    UcxChannel* channel = channel_.load(std::memory_order_acquire);
+    if (channel == nullptr) {
+      done(Status(ErrorCode::kUnavailable, "no data channel yet"));
+      return;
+    }
+    channel->Read(peer, std::move(reads), deadline_ms, std::move(done));
+  }
+  const Clock& clock() const override { return *clock_; }
+  TimeMs lookup_timeout_ms() const override { return lookup_timeout_ms_; }
+  TimeMs load_timeout_ms() const override { return load_timeout_ms_; }
 
  private:
   const Clock* const clock_;

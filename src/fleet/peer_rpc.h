@@ -21,7 +21,10 @@
 // (a member holds the fleet key: docs/security.md, one trust domain).
 //
 // Thread-safety: Connect, Disconnect, Call and Stats from any thread.
-// `done` runs on the RPC thread, exactly once per call, and must not block.
+// `done` runs on the RPC thread, exactly once per call, and must not block;
+// a call made once the RPC has stopped (from a completion run while it ends
+// its calls, or any later one) ends at once, with `done` run on the
+// caller's thread: a caller must not hold a lock its `done` takes.
 #pragma once
 
 #include <cstdint>

@@ -22,7 +22,7 @@
 #include "tier/l2_adapter.h"
 
 namespace lmcache::fleet {
-class FleetLink;
+class PeerAccess;
 }
 
 namespace lmcache::tier {
@@ -33,7 +33,7 @@ struct L2AdapterSpec;
 // What an adapter may need from the server beyond its own fields.
 struct L2Environment {
   // The fleet, with P2P on (the p2p type reads its peers through it); null otherwise.
-  const fleet::FleetLink* fleet = nullptr;
+  const fleet::PeerAccess* fleet = nullptr;
 };
 
 struct L2AdapterType {

@@ -52,7 +52,9 @@ PrefetchController::PrefetchController(store::ObjectTable* table,
           1, std::all_of(adapters_.begin(), adapters_.end(),
                          [](L2Adapter* a) { return a->CompletesAsynchronously(); })
                  ? config.async_chunks_per_batch
-                 : config.chunks_per_batch)) {}
+                 : config.chunks_per_batch)),
+      max_running_(config.max_running > 0 ? config.max_running
+                                          : 4 * std::size_t{std::max(1u, config.max_in_flight)}) {}
 
 PrefetchController::~PrefetchController() { Stop(); }
 
@@ -233,9 +235,6 @@ void PrefetchController::RunLanded(std::vector<std::function<void()>>& landed) {
 
 // One running request from its lookup to its answer: the lookups'
 // completions fill `found` and the last one (or the worker that submitted
-// them, when they all completed inline) goes on with the load.
-// One running request from its lookup to its answer: the lookups'
-// completions fill `found` and the last one (or the worker that submitted
 // them, when they all completed inline) goes on with the load; each batch
 // of loads hands on the same way. One thread at a time touches the rest:
 // the hand-over is the counters' release and acquire.
@@ -263,6 +262,14 @@ void PrefetchController::RunQueued(PrefetchHandle handle) {
     MutexLock lock(&mu_);
     auto it = jobs_.find(handle);
     if (it == jobs_.end() || !it->second.queued) return;  // cancelled, or answered at Stop
+    if (running_ >= max_running_) {
+      // A request whose lookup or load is out holds no worker, so the
+      // workers alone do not bound how many run (each holding L1 buffers
+      // and adapter locks): this one waits, still queued, until one ends
+      // (Finish starts it).
+      waiting_.push_back(handle);
+      return;
+    }
     Job& job = it->second;
     job.queued = false;
     queued_ -= 1;
@@ -487,7 +494,7 @@ void PrefetchController::SubmitBatch(const std::shared_ptr<Running>& running) {
   // that throws (against the adapter contract) counts as nothing loaded,
   // and a completion after that is ignored.
   auto submit = [this, running, batch](std::size_t a) {
-    auto complete = [this, running, batch, a]() {
+    auto complete = [this, running, batch]() {
       if (batch->left.fetch_sub(1, std::memory_order_acq_rel) == 1) BatchLoaded(running);
     };
     if (batch->reads[a].empty()) {
@@ -609,6 +616,7 @@ void PrefetchController::Publish(PrefetchHandle handle, std::size_t lookup_hits)
 
 void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   store::LeaseId release = store::kNoLease;
+  std::optional<std::pair<PrefetchHandle, std::uint64_t>> start;  // a waiting request, its client
   std::vector<std::function<void()>> landed;
   {
     MutexLock lock(&mu_);
@@ -616,6 +624,15 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
     // for the count to reach zero; landed_ is notified below).
     running_ -= 1;
     finishing_ += 1;
+    // The first request waiting for a running slot (one still queued: not
+    // cancelled, not answered at Stop) starts now.
+    while (!start && !waiting_.empty() && !stop_ && running_ < max_running_) {
+      auto next = jobs_.find(waiting_.front());
+      if (next != jobs_.end() && next->second.queued) {
+        start = std::pair(next->first, store::OwnerHash{}(next->second.request.owner));
+      }
+      waiting_.pop_front();
+    }
     // Answered at its deadline already: that answer stays until it is
     // polled, and what the late load locked goes now.
     const bool abandoned = abandoned_.erase(handle) > 0;
@@ -639,6 +656,11 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
   counters_.completed.fetch_add(1, std::memory_order_relaxed);
   landed_.NotifyAll();
   RunLanded(landed);
+  if (start) {
+    const PrefetchHandle next = start->first;
+    // Refused only while stopping: Stop then answers it as never run.
+    (void)workers_->Submit(start->second, 0, [this, next] { RunQueued(next); });
+  }
   // The last touch of the controller: Stop may return (and the controller
   // go) once this is zero.
   MutexLock lock(&mu_);

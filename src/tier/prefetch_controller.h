@@ -32,8 +32,10 @@
 // under the controller's own write lease until the adapter call returns
 // (fail-stop: a late load writes only into memory nobody else was given);
 // what it loaded then is admitted as ordinary L1 objects, locked by nobody.
-// At most `max_in_flight` requests run at once, on a ThreadPool of that many
-// threads (common/thread_pool.h); later ones wait in its fair queue, in
+// At most `max_in_flight` requests run on a worker at once, on a ThreadPool
+// of that many threads (common/thread_pool.h), and at most `max_running`
+// from lookup to answer (a request waiting for an adapter that completes
+// on its own holds no worker, but its L1 buffers and locks); later ones wait in its fair queue, in
 // order per owner and round robin across owners. What a queued request holds
 // is its keys, which its session's memory budget already bounds; the queue's
 // own bounds (max_queued, and max_queued_bytes of keys) answer a request
@@ -50,6 +52,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -69,6 +72,10 @@ namespace lmcache::tier {
 
 struct PrefetchControllerConfig {
   unsigned max_in_flight = 8;            // --l2-prefetch-max-in-flight
+  // Requests running at once, from lookup to answer, on a worker or with an
+  // adapter that completes on its own (a peer's lookup or read, io_uring):
+  // each holds L1 buffers and adapter locks. 0 = 4 x max_in_flight.
+  std::size_t max_running = 0;
   std::size_t max_queued = 65536;        // requests waiting for a worker
   std::size_t max_queued_bytes = 1ull << 30;  // of their keys
   std::chrono::milliseconds load_timeout{0};  // --l2-prefetch-load-timeout; 0 = none
@@ -174,6 +181,7 @@ class PrefetchController final : public Prefetcher {
   // Chunks per adapter call: the deeper async batch when every adapter
   // completes on its own (fixed once the adapters are made).
   const std::size_t chunks_per_batch_;
+  const std::size_t max_running_;  // config.max_running, or its default
   // The writer of one request's L1 buffers: internal:<1 + handle>, one per
   // request. Requests must never share one: a re-reservation of a key by the
   // same writer hands its staged buffer back, so a request loading a chunk
@@ -190,6 +198,9 @@ class PrefetchController final : public Prefetcher {
   // Requests in Finish after their answer was published: Stop waits for
   // them too, as they still touch the controller.
   std::uint64_t finishing_ LMC_GUARDED_BY(mu_) = 0;
+  // Requests taken from the pool's queue while max_in_flight were running:
+  // still queued, started by Finish in this order.
+  std::deque<PrefetchHandle> waiting_ LMC_GUARDED_BY(mu_);
   // Adapter threads inside HandOff: Stop waits for them as well.
   std::uint64_t handoffs_ LMC_GUARDED_BY(mu_) = 0;
   bool stop_ LMC_GUARDED_BY(mu_) = false;

@@ -9,7 +9,6 @@
 
 #include "common/msgpack_codec.h"
 #include "fleet/peer_key_codec.h"
-#include "fleet/ucx_channel.h"
 #include "protocol/p2p_codec.h"
 #include "protocol/wire_codec.h"
 
@@ -23,8 +22,11 @@ struct P2pAdapter::Shared {
 
 namespace {
 
-// A peer answering nil for ever (never done) is asked this often at most.
-constexpr int kMaxQueries = 1000;
+// A peer answering nil is asked this often at most. Our owners answer a
+// lookup at once, so nil from them means the task is unknown (reaped,
+// displaced); an owner that works asynchronously gets a few more tries
+// before the deadline ends them anyway.
+constexpr int kMaxQueries = 64;
 
 std::string EncodeInt(std::int64_t value) {
   msgpk::Encoder e;
@@ -56,7 +58,7 @@ std::string KeysFrame(std::span<const store::ObjectKey> keys) {
 // One lookup across the ready peers, shared by its calls' completions.
 struct P2pAdapter::Lookup {
   P2pAdapter* adapter = nullptr;
-  fleet::PeerRpc* rpc = nullptr;
+  const fleet::PeerAccess* rpc = nullptr;
   const Clock* clock = nullptr;
   std::vector<store::ObjectKey> keys;     // distinct, as sent
   std::vector<std::size_t> request_index;  // per key of the request, its index in `keys`
@@ -109,8 +111,8 @@ void P2pAdapter::Lookup::Answered(std::size_t peer,
   adapter->Resolve(*this);
 }
 
-P2pAdapter::P2pAdapter(const fleet::FleetLink* link)
-    : link_(link), shared_(std::make_shared<Shared>()) {}
+P2pAdapter::P2pAdapter(const fleet::PeerAccess* peers)
+    : peers_(peers), shared_(std::make_shared<Shared>()) {}
 
 P2pAdapter::~P2pAdapter() {
   // Locks still held at peers (a prefetch that never unlocked: cannot
@@ -135,19 +137,17 @@ std::vector<bool> P2pAdapter::LookupAndLock(std::span<const store::ObjectKey> ke
 
 void P2pAdapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
                               LookupDone done) {
-  fleet::Membership* membership = link_->membership();
-  std::vector<fleet::ReadyPeer> peers;
-  if (membership != nullptr) peers = membership->Ready();
-  if (peers.empty() || keys.empty() || object_bytes == 0 || link_->channel() == nullptr) {
+  std::vector<fleet::ReadyPeer> peers = peers_->Ready();
+  if (peers.empty() || keys.empty() || object_bytes == 0) {
     done(std::vector<bool>(keys.size(), false));
     return;
   }
   auto lookup = std::make_shared<Lookup>();
   lookup->adapter = this;
-  lookup->rpc = &membership->rpc();
-  lookup->clock = &link_->clock();
+  lookup->rpc = peers_;
+  lookup->clock = &peers_->clock();
   lookup->object_bytes = object_bytes;
-  lookup->deadline_ms = link_->clock().NowMs() + link_->lookup_timeout_ms();
+  lookup->deadline_ms = peers_->clock().NowMs() + peers_->lookup_timeout_ms();
   lookup->done = std::move(done);
   // Distinct keys: the owner locks a key once per task, so a repeated key
   // must not become two locks of ours.
@@ -186,9 +186,13 @@ void P2pAdapter::Resolve(Lookup& lookup) {
           continue;
         }
         held[k] = true;
-        locks_[lookup.keys[k]].push_back({lookup.peers[p].rpc, lookup.peers[p].channel,
-                                          static_cast<std::uint64_t>(address.offset),
-                                          static_cast<std::uint64_t>(address.size)});
+        Location at;
+        at.id = next_location_++;
+        at.rpc = lookup.peers[p].rpc;
+        at.channel = lookup.peers[p].channel;
+        at.offset = static_cast<std::uint64_t>(address.offset);
+        at.size = static_cast<std::uint64_t>(address.size);
+        locks_[lookup.keys[k]].push_back(at);
         locked_ += 1;
       }
     }
@@ -208,14 +212,34 @@ void P2pAdapter::Resolve(Lookup& lookup) {
 }
 
 void P2pAdapter::SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> keys) {
-  fleet::Membership* membership = link_->membership();
-  if (membership == nullptr) return;
-  membership->rpc().Call(peer, Op::kP2pUnlockObjects, {KeysFrame(keys)},
-                         link_->clock().NowMs() + link_->lookup_timeout_ms(),
-                         [](Result<std::string>) {
-                           // Nothing to do either way: a lock we could not end
-                           // ends at the owner's reaper or read TTL.
-                         });
+  peers_->Call(peer, Op::kP2pUnlockObjects, {KeysFrame(keys)},
+               peers_->clock().NowMs() + peers_->lookup_timeout_ms(), [](Result<std::string>) {
+                 // Nothing to do either way: a lock we could not end ends at
+                 // the owner's reaper or read TTL.
+               });
+}
+
+std::optional<fleet::PeerId> P2pAdapter::EndOneLock(const store::ObjectKey& key) {
+  auto it = locks_.find(key);
+  if (it == locks_.end()) return std::nullopt;
+  std::list<Location>& held = it->second;
+  auto idle = std::find_if(held.begin(), held.end(), [](const Location& at) {
+    return at.reading == 0 && at.release_after_read == 0;
+  });
+  if (idle == held.end()) {
+    // Every lock is being read through (or already ends after its reads):
+    // the first not yet ending ends once its reads have.
+    auto busy = std::find_if(held.begin(), held.end(), [](const Location& at) {
+      return at.release_after_read < 1;
+    });
+    if (busy != held.end()) busy->release_after_read += 1;
+    return std::nullopt;
+  }
+  const fleet::PeerId peer = idle->rpc;
+  held.erase(idle);
+  locked_ -= 1;
+  if (held.empty()) locks_.erase(it);
+  return peer;
 }
 
 void P2pAdapter::Unlock(std::span<const store::ObjectKey> keys) {
@@ -223,15 +247,29 @@ void P2pAdapter::Unlock(std::span<const store::ObjectKey> keys) {
   {
     MutexLock lock(&mu_);
     for (const store::ObjectKey& key : keys) {
-      auto it = locks_.find(key);
-      if (it == locks_.end()) continue;
-      by_peer[it->second.front().rpc].push_back(key);
-      it->second.pop_front();
-      locked_ -= 1;
-      if (it->second.empty()) locks_.erase(it);
+      if (auto peer = EndOneLock(key)) by_peer[*peer].push_back(key);
     }
   }
   for (auto& [peer, peer_keys] : by_peer) SendUnlock(peer, std::move(peer_keys));
+}
+
+void P2pAdapter::ReadEnded(const store::ObjectKey& key, std::uint64_t location) {
+  std::optional<fleet::PeerId> unlock;
+  {
+    MutexLock lock(&mu_);
+    auto it = locks_.find(key);
+    if (it == locks_.end()) return;
+    auto at = std::find_if(it->second.begin(), it->second.end(),
+                           [&](const Location& l) { return l.id == location; });
+    if (at == it->second.end()) return;
+    at->reading -= 1;
+    if (at->reading > 0 || at->release_after_read == 0) return;
+    unlock = at->rpc;
+    it->second.erase(at);
+    locked_ -= 1;
+    if (it->second.empty()) locks_.erase(it);
+  }
+  SendUnlock(*unlock, {key});
 }
 
 namespace {
@@ -254,6 +292,7 @@ void P2pAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
   struct Batch {
     std::vector<fleet::UcxRead> reads;
     std::vector<std::size_t> index;
+    std::vector<std::pair<store::ObjectKey, std::uint64_t>> through;  // key, location id
   };
   std::map<fleet::PeerHandle, Batch> batches;
   {
@@ -261,32 +300,42 @@ void P2pAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
     for (std::size_t i = 0; i < reads.size(); ++i) {
       auto it = locks_.find(*reads[i].key);
       if (it == locks_.end()) continue;  // not locked by a lookup of ours: a miss
-      const Location& at = it->second.front();
+      // Through the lock with the fewest reads: while fewer requests read a
+      // key than hold locks on it, each reads through a lock of its own.
+      auto at = std::min_element(it->second.begin(), it->second.end(),
+                                 [](const Location& a, const Location& b) {
+                                   return a.reading < b.reading;
+                                 });
       const std::span<std::byte> out = reads[i].out;
       const bool in_pool = !pool_.empty() && out.data() >= pool_.data() &&
                            out.data() + out.size() <= pool_.data() + pool_.size();
-      if (at.size != out.size() || !in_pool) continue;
-      Batch& batch = batches[at.channel];
-      batch.reads.push_back({at.offset, static_cast<std::uint64_t>(out.data() - pool_.data()),
-                             at.size});
+      if (at->size != out.size() || !in_pool) continue;
+      at->reading += 1;
+      Batch& batch = batches[at->channel];
+      batch.reads.push_back({at->offset, static_cast<std::uint64_t>(out.data() - pool_.data()),
+                             at->size});
       batch.index.push_back(i);
-      call->bytes[i] = at.size;
+      batch.through.emplace_back(*reads[i].key, at->id);
+      call->bytes[i] = at->size;
     }
   }
-  fleet::UcxChannel* channel = link_->channel();
-  if (batches.empty() || channel == nullptr) {
+  if (batches.empty()) {
     for (const L2LoadOutcome o : call->outcomes) shared_->counters.CountLoad(o, 0);
     call->done(std::move(call->outcomes));
     return;
   }
   call->left.store(batches.size(), std::memory_order_relaxed);
-  const TimeMs deadline = link_->clock().NowMs() + link_->load_timeout_ms();
+  const TimeMs deadline = peers_->clock().NowMs() + peers_->load_timeout_ms();
   for (auto& [peer, batch] : batches) {
-    channel->Read(peer, std::move(batch.reads), deadline,
-                  [call, index = std::move(batch.index), shared = shared_](Status landed) {
+    peers_->Read(peer, std::move(batch.reads), deadline,
+                  [this, call, index = std::move(batch.index), through = std::move(batch.through),
+                   shared = shared_](Status landed) {
                     for (const std::size_t i : index) {
                       call->outcomes[i] = landed.ok() ? L2LoadOutcome::kLoaded : L2LoadOutcome::kFailed;
                     }
+                    // Done with the slots (the channel writes none after
+                    // this): the locks read through may end.
+                    for (const auto& [key, location] : through) ReadEnded(key, location);
                     if (call->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
                     for (std::size_t i = 0; i < call->outcomes.size(); ++i) {
                       shared->counters.CountLoad(call->outcomes[i], call->bytes[i]);

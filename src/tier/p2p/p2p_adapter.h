@@ -30,7 +30,8 @@
 // only briefly.
 #pragma once
 
-#include <deque>
+#include <list>
+#include <optional>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -38,15 +39,14 @@
 
 #include "common/mutex.h"
 #include "fleet/fleet_link.h"
-#include "fleet/membership.h"
 #include "tier/l2_adapter.h"
 
 namespace lmcache::tier {
 
 class P2pAdapter final : public L2Adapter {
  public:
-  // `link` must outlive the adapter.
-  explicit P2pAdapter(const fleet::FleetLink* link);
+  // `peers` must outlive the adapter (and every completion of its calls).
+  explicit P2pAdapter(const fleet::PeerAccess* peers);
   ~P2pAdapter() override;
 
   Status AttachMemory(std::span<std::byte> pool) override;
@@ -63,12 +63,19 @@ class P2pAdapter final : public L2Adapter {
   bool CompletesAsynchronously() const override { return true; }
   bool TakesStores() const override { return false; }
 
-  // Where a locked key lies at the peer that holds it for us.
+  // One lock we hold on a key at a peer, and where the key lies there.
+  // Locks on one key are interchangeable to the controller (it unlocks a
+  // key, not a lookup), but not across peers: a lock being read through
+  // must not be the one an unlock ends, or the peer could evict the object
+  // and reuse its memory under the read.
   struct Location {
+    std::uint64_t id = 0;  // ours, to find it again when a read ends
     fleet::PeerId rpc = 0;
     fleet::PeerHandle channel = 0;
     std::uint64_t offset = 0;
     std::uint64_t size = 0;
+    std::uint32_t reading = 0;          // reads through it now
+    std::uint32_t release_after_read = 0;  // unlocks waiting for those reads
   };
 
  private:
@@ -81,17 +88,24 @@ class P2pAdapter final : public L2Adapter {
   // p2p_unlock_objects of `keys` at `peer`; its answer is only counted.
   void SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> keys);
 
-  const fleet::FleetLink* const link_;
+  const fleet::PeerAccess* const peers_;
   std::span<std::byte> pool_;
   // Counters the completions reach, alive as long as a call of ours may be.
   std::shared_ptr<Shared> shared_;
 
   mutable Mutex mu_;
-  // Per key, one location per lock a lookup of ours took (in order; Unlock
-  // ends the oldest, as the owner does).
-  std::unordered_map<store::ObjectKey, std::deque<Location>, store::ObjectKeyHash> locks_
+  // Per key, one location per lock a lookup of ours took. Unlock ends one
+  // that no read goes through (or, when every one is being read, the first
+  // once its reads end); a load reads through the one with the fewest reads.
+  std::unordered_map<store::ObjectKey, std::list<Location>, store::ObjectKeyHash> locks_
       LMC_GUARDED_BY(mu_);
   std::uint64_t locked_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t next_location_ LMC_GUARDED_BY(mu_) = 1;
+
+  // A read through (key, location id) ended: its unlock is sent if one waited.
+  void ReadEnded(const store::ObjectKey& key, std::uint64_t location) LMC_EXCLUDES(mu_);
+  // Ends one lock on `key` (see locks_); the peer to unlock it at, if now.
+  std::optional<fleet::PeerId> EndOneLock(const store::ObjectKey& key) LMC_REQUIRES(mu_);
 };
 
 }  // namespace lmcache::tier

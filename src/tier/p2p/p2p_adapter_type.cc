@@ -2,7 +2,7 @@
 // cascade where the operator lists it; with --p2p-peers and no such entry
 // the server puts it first (daemon/config.cc). It has no fields of its own:
 // its deadlines are the reference's flags, --p2p-lookup-timeout and
-// --p2p-load-timeout (fleet/fleet_link.h).
+// --p2p-load-timeout (fleet/fleet_link.h, FleetLink).
 #include "tier/p2p/p2p_adapter.h"
 
 #include <memory>

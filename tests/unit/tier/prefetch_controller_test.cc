@@ -715,6 +715,34 @@ TEST_F(PrefetchControllerTest, ALoadCompletedLaterHoldsNoWorkerMeanwhile) {
   l1_.ExpectBalanced();
 }
 
+// Requests whose loads are out hold no worker but do hold L1 buffers and
+// adapter locks: at most max_running run at once from lookup to answer,
+// and the rest wait, queued, until one ends.
+TEST_F(PrefetchControllerTest, AtMostMaxRunningRunEvenWhileTheirLoadsAreOut) {
+  MockAdapter mock({});
+  PutInL2(mock, KeysN(0, 2));
+  ParkedLoadAdapter peers(&mock, KeyN(0));
+  PrefetchControllerConfig config;
+  config.max_in_flight = 1;
+  config.max_running = 1;
+  auto controller = Start({&peers}, config);
+  const PrefetchHandle first = controller->Submit(Request(KeysN(0, 1)));
+  ASSERT_TRUE(Eventually([&] { return peers.parked() == 1; }));
+  const PrefetchHandle second = controller->Submit(Request({KeyN(1)}));
+  // The worker is free and takes the second from its queue, which waits.
+  ASSERT_TRUE(Eventually([&] { return controller->Stats().queued == 1; }));
+  EXPECT_FALSE(controller->Wait(second, std::chrono::milliseconds(50)));
+  EXPECT_EQ(controller->Stats().in_flight, 1u);
+  peers.CompleteFromAnotherThread();
+  for (const PrefetchHandle h : {first, second}) {
+    const auto landed = controller->Wait(h, kWait);
+    ASSERT_TRUE(landed);
+    EXPECT_EQ(landed->chunks, 1u);
+    l1_.table().ReleaseRead(landed->lease);
+  }
+  l1_.ExpectBalanced();
+}
+
 // The adapter thread that hands a request on to a worker is still inside
 // the worker pool (waking the worker) when the worker may already have
 // answered the request: the controller must not end under it. TSan saw the

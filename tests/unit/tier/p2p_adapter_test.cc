@@ -1,0 +1,292 @@
+// P2pAdapter, the peers as a source of the L2 cascade, against a fake fleet
+// (fleet::PeerAccess) that answers the reference's operations 29-31 from
+// what each fake peer holds and copies reads from each peer's own memory,
+// so a test sees which peer a chunk came from and which peer got each
+// unlock, and can hold reads back. The real thing, servers in other
+// processes over ZMQ and UCX, is tests/python/test_p2p_sharing.py and
+// test_p2p_fleet.py.
+#include "tier/p2p/p2p_adapter.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+
+#include "common/msgpack_codec.h"
+#include "fakes/fake_clock.h"
+#include "fakes/keys.h"
+#include "fleet/peer_key_codec.h"
+#include "protocol/p2p_codec.h"
+#include "protocol/wire_codec.h"
+
+namespace lmcache::tier {
+namespace {
+
+using testing::KeyN;
+using testing::KeysN;
+constexpr std::uint64_t kObject = 4096;
+
+// Peers 1..n; peer p's chunk of key i is kObject bytes of (16 * p + i).
+class FakeFleet final : public fleet::PeerAccess {
+ public:
+  explicit FakeFleet(int peers) : memory_(static_cast<std::size_t>(peers) + 1) {
+    for (int p = 1; p <= peers; ++p) memory_[p].resize(16 * kObject);
+  }
+  // Peer `p` holds key i (i < 16), with `size` bytes.
+  void Hold(int p, int i, std::uint64_t size = kObject) {
+    std::lock_guard lock(mu_);
+    std::memset(memory_[p].data() + i * kObject, 16 * p + i, kObject);
+    holds_[p][KeyN(i)] = {static_cast<std::int64_t>(i * kObject), static_cast<std::int64_t>(size)};
+  }
+  void Drop(int p, int i) {
+    std::lock_guard lock(mu_);
+    holds_[p].erase(KeyN(i));
+  }
+  void Silence(int p) { silent_.insert(p); }
+  void HoldReads(bool hold) {
+    std::lock_guard lock(mu_);
+    hold_reads_ = hold;
+  }
+  void ReleaseReads() {
+    std::vector<std::function<void()>> reads;
+    {
+      std::lock_guard lock(mu_);
+      reads.swap(held_reads_);
+    }
+    for (auto& read : reads) read();
+  }
+  // The keys each peer was asked to unlock, in order; and the locks it holds.
+  std::vector<store::ObjectKey> Unlocked(int p) {
+    std::lock_guard lock(mu_);
+    return unlocked_[p];
+  }
+  int Locks(int p) {
+    std::lock_guard lock(mu_);
+    int n = 0;
+    for (const auto& [key, count] : locks_[p]) n += count;
+    return n;
+  }
+  void UseLocalPool(std::span<std::byte> pool) { local_ = pool; }
+
+  std::vector<fleet::ReadyPeer> Ready() const override {
+    std::vector<fleet::ReadyPeer> ready;
+    for (std::size_t p = 1; p < memory_.size(); ++p) {
+      ready.push_back({"tcp://peer" + std::to_string(p), p, p, "boot"});
+    }
+    return ready;
+  }
+  void Call(fleet::PeerId peer, Op op, std::vector<std::string> payloads, TimeMs,
+            fleet::PeerRpc::Done done) const override {
+    if (silent_.contains(static_cast<int>(peer))) {
+      done(Status(ErrorCode::kTimeout, "the peer did not answer by the call's deadline"));
+      return;
+    }
+    auto* self = const_cast<FakeFleet*>(this);
+    done(self->Answer(static_cast<int>(peer), op, payloads));
+  }
+  void Read(fleet::PeerHandle peer, std::vector<fleet::UcxRead> reads, TimeMs,
+            std::function<void(Status)> done) const override {
+    auto* self = const_cast<FakeFleet*>(this);
+    auto land = [self, peer, reads, done = std::move(done)] {
+      for (const fleet::UcxRead& r : reads) {
+        std::memcpy(self->local_.data() + r.local_offset, self->memory_[peer].data() + r.remote_offset,
+                    r.size);
+      }
+      done(Status::Ok());
+    };
+    std::unique_lock lock(self->mu_);
+    if (hold_reads_) {
+      self->held_reads_.push_back(std::move(land));
+      return;
+    }
+    lock.unlock();
+    land();
+  }
+  const Clock& clock() const override { return clock_; }
+  TimeMs lookup_timeout_ms() const override { return 1000; }
+  TimeMs load_timeout_ms() const override { return 1000; }
+
+ private:
+  static std::string Int(std::int64_t v) {
+    msgpk::Encoder e;
+    e.Int(v);
+    return e.Take();
+  }
+  Result<std::string> Answer(int p, Op op, const std::vector<std::string>& payloads) {
+    std::lock_guard lock(mu_);
+    if (op == Op::kP2pLookupAndLock) {
+      auto keys = protocol::DecodeP2pKeys(payloads.at(0));
+      if (!keys.ok()) return keys.status();
+      std::vector<protocol::P2pAddress> addresses;
+      for (const protocol::P2pKey& wire : *keys) {
+        const store::ObjectKey key = fleet::FromPeerKey(wire);
+        auto held = holds_[p].find(key);
+        if (held == holds_[p].end()) {
+          addresses.push_back({-1, 0});
+        } else {
+          addresses.push_back(held->second);
+          locks_[p][key] += 1;
+        }
+      }
+      tasks_[++next_task_] = addresses;
+      return Int(next_task_);
+    }
+    if (op == Op::kP2pQueryLookupResults) {
+      auto task = protocol::DecodeInt(payloads.at(0), "task");
+      auto it = tasks_.find(*task);
+      const auto addresses = it->second;
+      tasks_.erase(it);
+      return protocol::EncodeP2pAddresses(addresses);
+    }
+    auto keys = protocol::DecodeP2pKeys(payloads.at(0));  // p2p_unlock_objects
+    for (const protocol::P2pKey& wire : *keys) {
+      const store::ObjectKey key = fleet::FromPeerKey(wire);
+      unlocked_[p].push_back(key);
+      if (locks_[p][key] > 0) locks_[p][key] -= 1;
+    }
+    return msgpk::Encoder().Nil().Take();
+  }
+
+  testing::FakeClock clock_;
+  std::set<int> silent_;
+  std::mutex mu_;
+  std::vector<std::vector<std::byte>> memory_;
+  std::span<std::byte> local_;
+  template <class T>
+  using ByKey = std::unordered_map<store::ObjectKey, T, store::ObjectKeyHash>;
+  std::map<int, ByKey<protocol::P2pAddress>> holds_;
+  std::map<int, ByKey<int>> locks_;
+  std::map<int, std::vector<store::ObjectKey>> unlocked_;
+  std::map<std::int64_t, std::vector<protocol::P2pAddress>> tasks_;
+  std::int64_t next_task_ = 0;
+  bool hold_reads_ = false;
+  std::vector<std::function<void()>> held_reads_;
+};
+
+class P2pAdapterTest : public ::testing::Test {
+ protected:
+  explicit P2pAdapterTest(int peers = 2) : fleet_(peers), pool_(16 * kObject) {
+    fleet_.UseLocalPool(pool_);
+    EXPECT_TRUE(adapter_.AttachMemory(pool_).ok());
+  }
+  std::vector<bool> Lookup(const std::vector<store::ObjectKey>& keys) {
+    std::vector<bool> found;
+    adapter_.SubmitLookup(keys, kObject, [&found](std::vector<bool> f) { found = std::move(f); });
+    return found;
+  }
+  // Loads key i into slot i; the outcomes, once `done` ran (nullopt if not yet).
+  std::shared_ptr<std::optional<std::vector<L2LoadOutcome>>> Load(const std::vector<int>& keys) {
+    auto outcomes = std::make_shared<std::optional<std::vector<L2LoadOutcome>>>();
+    keys_.clear();
+    for (int i : keys) keys_.push_back(KeyN(static_cast<std::uint64_t>(i)));
+    std::vector<L2Read> reads;
+    for (std::size_t j = 0; j < keys.size(); ++j) {
+      reads.push_back({&keys_[j], std::span(pool_).subspan(keys[j] * kObject, kObject)});
+    }
+    adapter_.SubmitLoad(reads, [outcomes](std::vector<L2LoadOutcome> o) { *outcomes = std::move(o); });
+    return outcomes;
+  }
+  // Slot i holds peer p's bytes of key i.
+  bool SlotFrom(int i, int p) {
+    const auto fill = static_cast<std::byte>(16 * p + i);
+    return std::all_of(pool_.begin() + i * kObject, pool_.begin() + (i + 1) * kObject,
+                       [fill](std::byte b) { return b == fill; });
+  }
+
+  FakeFleet fleet_;
+  std::vector<std::byte> pool_;
+  std::vector<store::ObjectKey> keys_;
+  P2pAdapter adapter_{&fleet_};
+};
+
+// Each key comes from the first peer (in the membership's order) that
+// holds it; the other peers' locks on it end at once; the bytes land in
+// the slot; Unlock ends each lock at the peer that holds it.
+TEST_F(P2pAdapterTest, EachKeyComesFromTheFirstPeerThatHoldsItAndTheOthersLocksEndAtOnce) {
+  for (int i : {0, 1}) fleet_.Hold(1, i);
+  for (int i : {0, 1, 2, 3}) fleet_.Hold(2, i);
+  EXPECT_EQ(Lookup(KeysN(0, 5)), (std::vector<bool>{true, true, true, true, false}));
+  EXPECT_EQ(fleet_.Unlocked(2), (std::vector<store::ObjectKey>{KeyN(0), KeyN(1)}));
+  EXPECT_EQ(fleet_.Locks(1), 2);
+  EXPECT_EQ(fleet_.Locks(2), 2);
+  EXPECT_EQ(adapter_.Stats().objects, 4u);
+
+  auto outcomes = Load({0, 1, 2, 3});
+  ASSERT_TRUE(outcomes->has_value());
+  EXPECT_EQ(**outcomes, std::vector<L2LoadOutcome>(4, L2LoadOutcome::kLoaded));
+  EXPECT_TRUE(SlotFrom(0, 1) && SlotFrom(1, 1) && SlotFrom(2, 2) && SlotFrom(3, 2));
+  adapter_.Unlock(KeysN(0, 4));
+  EXPECT_EQ(fleet_.Locks(1), 0);
+  EXPECT_EQ(fleet_.Locks(2), 0);
+  EXPECT_EQ(fleet_.Unlocked(1), (std::vector<store::ObjectKey>{KeyN(0), KeyN(1)}));
+  const L2AdapterStats stats = adapter_.Stats();
+  EXPECT_EQ(stats.objects, 0u);
+  EXPECT_EQ(stats.loaded_objects, 4u);
+  EXPECT_EQ(stats.loaded_bytes, 4 * kObject);
+}
+
+// Two lookups hold one key at two peers; the second request reads through
+// the first's lock while the first unlocks: the unlock must end the lock
+// nobody reads through, or the peer could evict the object and reuse its
+// memory under the read (the reviewer's interleaving; before, Unlock ended
+// the oldest lock whatever was read through it).
+TEST_F(P2pAdapterTest, AnUnlockNeverEndsALockAReadGoesThrough) {
+  fleet_.Hold(1, 0);
+  EXPECT_EQ(Lookup({KeyN(0)}), std::vector<bool>{true});  // request R: at peer 1
+  fleet_.Drop(1, 0);
+  fleet_.Hold(2, 0);
+  EXPECT_EQ(Lookup({KeyN(0)}), std::vector<bool>{true});  // request S: at peer 2
+  fleet_.HoldReads(true);
+  auto outcomes = Load({0});  // S's read, through one of the two locks
+  ASSERT_FALSE(outcomes->has_value());
+  ASSERT_EQ(fleet_.Locks(1), 1);
+  ASSERT_EQ(fleet_.Locks(2), 1);
+  adapter_.Unlock(KeysN(0, 1));  // R is done
+  // Exactly one lock ended, and it is not the one the read goes through.
+  EXPECT_EQ(fleet_.Locks(1) + fleet_.Locks(2), 1);
+  fleet_.ReleaseReads();
+  ASSERT_TRUE(outcomes->has_value());
+  EXPECT_EQ(**outcomes, std::vector<L2LoadOutcome>{L2LoadOutcome::kLoaded});
+  const bool from_peer1 = SlotFrom(0, 1);
+  // The lock left is the one the read went through.
+  EXPECT_EQ(fleet_.Locks(from_peer1 ? 1 : 2), 1);
+  adapter_.Unlock(KeysN(0, 1));  // S is done
+  EXPECT_EQ(fleet_.Locks(1) + fleet_.Locks(2), 0);
+  EXPECT_EQ(adapter_.Stats().objects, 0u);
+}
+
+// A lock whose every holder is being read through ends when the reads do.
+TEST_F(P2pAdapterTest, AnUnlockOfALockBeingReadEndsItWhenTheReadLands) {
+  fleet_.Hold(1, 0);
+  EXPECT_EQ(Lookup({KeyN(0)}), std::vector<bool>{true});
+  fleet_.HoldReads(true);
+  auto outcomes = Load({0});
+  adapter_.Unlock(KeysN(0, 1));  // (a controller unlocks after its load: a stray unlock)
+  EXPECT_EQ(fleet_.Locks(1), 1);
+  fleet_.ReleaseReads();
+  ASSERT_TRUE(outcomes->has_value());
+  EXPECT_EQ(fleet_.Locks(1), 0);
+  EXPECT_EQ(adapter_.Stats().objects, 0u);
+}
+
+// A peer that does not answer holds nothing; one that answers an address
+// of another size than asked holds nothing, and the lock it took ends at
+// once; with no peers at all, nothing is asked.
+TEST_F(P2pAdapterTest, ASilentPeerOrOneAnsweringAnotherSizeHoldsNothing) {
+  fleet_.Hold(1, 0);
+  fleet_.Silence(1);
+  fleet_.Hold(2, 0, kObject + 1);
+  EXPECT_EQ(Lookup({KeyN(0)}), std::vector<bool>{false});
+  EXPECT_EQ(fleet_.Locks(2), 0);
+  EXPECT_EQ(fleet_.Unlocked(2), std::vector<store::ObjectKey>{KeyN(0)});
+  auto outcomes = Load({0});  // never locked: a miss, nothing read
+  ASSERT_TRUE(outcomes->has_value());
+  EXPECT_EQ(**outcomes, std::vector<L2LoadOutcome>{L2LoadOutcome::kMissing});
+  EXPECT_EQ(adapter_.Stats().objects, 0u);
+}
+
+}  // namespace
+}  // namespace lmcache::tier
