@@ -42,7 +42,7 @@ expect_refusal() {
 }
 
 expect_refusal "a resp adapter was not refused with the types this build has" \
-  "this server has fs, mock and fault_inject" '{"type":"resp","url":"redis://127.0.0.1:1"}'
+  "this server has fs, mock, fault_inject and p2p" '{"type":"resp","url":"redis://127.0.0.1:1"}'
 resp_refusal="$(grep -o "this server has[^)]*" <<<"$out" | head -n1)"
 expect_refusal "io_engine io_uring was not refused as this build's lack" \
   "built without it (LMC_IO_URING=OFF)" \
