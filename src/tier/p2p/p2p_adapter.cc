@@ -200,13 +200,12 @@ void P2pAdapter::Resolve(Lookup& lookup) {
   for (std::size_t p = 0; p < lookup.peers.size(); ++p) {
     if (!release[p].empty()) SendUnlock(lookup.peers[p].rpc, std::move(release[p]));
   }
-  std::vector<bool> found(lookup.request_index.size(), false);
-  for (std::size_t i = 0; i < found.size(); ++i) found[i] = held[lookup.request_index[i]];
   // A repeated key was locked once: only its first place in the request holds it.
+  std::vector<bool> found(lookup.request_index.size(), false);
   for (std::size_t i = 0; i < found.size(); ++i) {
-    for (std::size_t j = 0; j < i && found[i]; ++j) {
-      if (lookup.request_index[j] == lookup.request_index[i]) found[i] = false;
-    }
+    const std::size_t k = lookup.request_index[i];
+    found[i] = held[k];
+    held[k] = false;
   }
   lookup.done(std::move(found));
 }

@@ -228,6 +228,15 @@ TEST_F(P2pAdapterTest, EachKeyComesFromTheFirstPeerThatHoldsItAndTheOthersLocksE
   EXPECT_EQ(stats.loaded_bytes, 4 * kObject);
 }
 
+// A key twice in one lookup is one lock at the peer, held by its first place.
+TEST_F(P2pAdapterTest, AKeyRepeatedInALookupIsOneLockHeldByItsFirstPlace) {
+  fleet_.Hold(1, 0);
+  EXPECT_EQ(Lookup({KeyN(0), KeyN(1), KeyN(0)}), (std::vector<bool>{true, false, false}));
+  EXPECT_EQ(fleet_.Locks(1), 1);
+  adapter_.Unlock(KeysN(0, 1));
+  EXPECT_EQ(fleet_.Locks(1), 0);
+}
+
 // Two lookups hold one key at two peers; the second request reads through
 // the first's lock while the first unlocks: the unlock must end the lock
 // nobody reads through, or the peer could evict the object and reuse its
