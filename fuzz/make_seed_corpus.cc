@@ -200,6 +200,7 @@ int main(int argc, char** argv) {
     reply.Field("chunk_size").Int(16);
     info.Encode(reply.Field(fleet::kPeerInfoField));
     Write(handshakes / "server-info", '\1' + reply.Take());
+    Write(handshakes / "hello", '\2' + fleet::PeerHello{"10.0.0.1:5557", "boot"}.Encode());
   }
   Write(handover / "verdict", '\1' + restart::EncodeVerdict({restart::Verdict::kRefused, "no"}));
   std::vector<store::ObjectKey> keys(3, object_key);

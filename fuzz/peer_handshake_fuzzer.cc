@@ -1,10 +1,11 @@
 // libFuzzer target: what a peer sends in the P2P handshake, untrusted input
 // from another server. The first byte picks the decoder: 0, a UCX
 // descriptor (fleet/ucx_descriptor.h); 1, a server_info reply carrying the
-// handshake's map (fleet/peer_info.h). Beyond "no crash, no sanitizer
-// report": a descriptor that parses has a bounded address and a pool, and
-// re-encodes to exactly the bytes it came from; a handshake that parses has
-// every field within its bounds.
+// handshake's map (fleet/peer_info.h); 2, a p2p_hello frame (PeerHello).
+// Beyond "no crash, no sanitizer report": a descriptor that parses has a
+// bounded address and a pool, and re-encodes to exactly the bytes it came
+// from; a handshake or hello that parses has every field within its bounds,
+// and a hello reads back the same from its own encoding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -34,15 +35,29 @@ void Handshake(std::string_view bytes) {
   }
 }
 
+void Hello(std::string_view bytes) {
+  auto hello = lmcache::fleet::PeerHello::Decode(bytes);
+  if (!hello.ok()) return;
+  if (hello->advertise_url.empty() || hello->boot_id.empty() ||
+      hello->advertise_url.size() > 1024 || hello->boot_id.size() > 1024) {
+    std::abort();
+  }
+  auto again = lmcache::fleet::PeerHello::Decode(hello->Encode());
+  if (!again.ok() || again->advertise_url != hello->advertise_url ||
+      again->boot_id != hello->boot_id) {
+    std::abort();
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (data[0] & 1) {
-    Handshake(bytes);
-  } else {
-    Descriptor(bytes);
+  switch (data[0] % 3) {
+    case 0: Descriptor(bytes); break;
+    case 1: Handshake(bytes); break;
+    default: Hello(bytes); break;
   }
   return 0;
 }

@@ -61,6 +61,9 @@ enum class Op : std::uint8_t {
   // The reference's engine-driven abort (a worker whose copy into its slots
   // failed): by name only.
   kAbortStore = 106,
+  // Ours, by name: a fleet member says which requester (URL, boot id) its
+  // connection speaks for, before each handshake (fleet/peer_info.h).
+  kP2pHello = 107,
 };
 
 }  // namespace lmcache

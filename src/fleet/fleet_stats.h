@@ -45,6 +45,9 @@ namespace lmcache::fleet {
   X(displaced_tasks, "displaced_tasks", std::uint64_t, kCounter, "tasks", \
       "p2p_served_displaced_tasks_total", "Lookups ended unqueried to keep their peer within " \
       "its bound of tasks (the oldest holding no lock goes first).") \
+  X(ended_life_tasks, "ended_life_tasks", std::uint64_t, kCounter, "tasks", \
+      "p2p_served_ended_life_tasks_total", "Lookups ended with their locks because their " \
+      "requester restarted: its new life said hello and no connection of the old one was open.") \
   X(unknown_queries, "unknown_queries", std::uint64_t, kCounter, "queries", \
       "p2p_served_unknown_queries_total", "p2p_query_lookup_results for a task the asking " \
       "peer does not have (answered already, reaped, or never its own).") \

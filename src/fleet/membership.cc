@@ -153,6 +153,12 @@ void Membership::Tick() {
 void Membership::Ask(Peer& peer) {
   peer.asking = true;
   peer.next_ask_ms = clock_->NowMs() + config_.probe_interval_ms;
+  // Who we are, first, on the same connection: the peer then knows every
+  // connection of ours as this life of ours (server/p2p_ops.h). Its answer
+  // changes nothing (a reference server has no such operation).
+  rpc_->Call(peer.rpc, Op::kP2pHello,
+             {PeerHello{config_.ours.advertise_url, config_.ours.boot_id}.Encode()},
+             clock_->NowMs() + config_.call_timeout_ms, [](Result<std::string>) {});
   // The completion runs on the RPC thread, never inside Call for this op.
   rpc_->Call(peer.rpc, Op::kServerInfo, {}, clock_->NowMs() + config_.call_timeout_ms,
              [this, url = peer.view.url, id = peer.rpc](Result<std::string> reply) {

@@ -15,11 +15,13 @@
 //     (the circuit breaker: a requester asks only ready peers, so after one
 //     missed deadline nothing waits on it); it is probed in the background
 //     and is ready again when it answers.
-// Every peer is probed (server_info) every probe interval. A new boot id
-// is a new life: the data channel to the old one is closed and opened to
-// the new one's descriptor, and Ready() hands requesters the new handles
-// (our leases on it died with it; its leases on us are its connection's,
-// which the owner reaps).
+// Every peer is probed every probe interval: p2p_hello (who we are: our
+// URL and boot id), then server_info. A new boot id is a new life: the data
+// channel to the old one is closed and opened to the new one's descriptor,
+// and Ready() hands requesters the new handles (our leases on it died with
+// it). Its leases on us end on our side when its new life says hello and
+// none of the old one's connections is open (server/p2p_ops.h), else at
+// the owner's reaper and read TTL.
 //
 // Thread-safety: Tick runs on the membership's thread (Start) or a test's;
 // Peers, Ready and Stats from any thread. The calls' completions run on the

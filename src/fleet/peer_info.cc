@@ -121,4 +121,33 @@ Status CheckCompatible(const PeerInfo& ours, const PeerInfo& peer) {
   return Status::Ok();
 }
 
+
+std::string PeerHello::Encode() const {
+  msgpk::Encoder out;
+  out.Map(2);
+  out.Str("advertise_url").Str(advertise_url);
+  out.Str("boot_id").Str(boot_id);
+  return out.Take();
+}
+
+Result<PeerHello> PeerHello::Decode(std::string_view frame) {
+  msgpk::MsgpackCursor in(frame);
+  PeerHello hello;
+  LMC_RETURN_IF_ERROR(in.ReadFields("p2p_hello", [&](std::string_view name) -> Result<bool> {
+    if (name == "advertise_url") {
+      LMC_ASSIGN_OR_RETURN(hello.advertise_url, Text(in, "p2p_hello.advertise_url"));
+    } else if (name == "boot_id") {
+      LMC_ASSIGN_OR_RETURN(hello.boot_id, Text(in, "p2p_hello.boot_id"));
+    } else {
+      return false;  // a newer member's field
+    }
+    return true;
+  }));
+  if (!in.AtEnd()) return msgpk::Malformed("p2p_hello", "is followed by more bytes");
+  if (hello.advertise_url.empty() || hello.boot_id.empty()) {
+    return msgpk::Malformed("p2p_hello", "needs a non-empty advertise_url and boot_id");
+  }
+  return hello;
+}
+
 }  // namespace lmcache::fleet

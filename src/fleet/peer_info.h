@@ -41,6 +41,21 @@ struct PeerInfo {
   static Result<PeerInfo> FromServerInfo(std::string_view server_info_reply);
 };
 
+// PeerHello: which requester a connection to a fleet endpoint speaks for,
+// the one frame of p2p_hello (our operation, by name). A member sends it
+// before each handshake, so its owners know its connections as one
+// requester in one life: an unlock on a connection ZMQ remade after a break
+// ends what a lookup on the old one locked, and a new life (a new boot id at
+// the same URL) ends the old one's tasks (server/p2p_ops.h).
+struct PeerHello {
+  std::string advertise_url;  // the requester's own fleet endpoint, as its handshake says
+  std::string boot_id;        // of the requester's current life
+
+  std::string Encode() const;
+  // Untrusted: both fields required, non-empty and at most 1 KiB.
+  static Result<PeerHello> Decode(std::string_view frame);
+};
+
 // Ok when `peer`'s chunks can be `ours`: the same chunk size, hash algorithm,
 // NONE_HASH and fleet key. Otherwise kLayoutMismatch naming the first
 // field that differs and both values, for the one log line and /status.

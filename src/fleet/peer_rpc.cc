@@ -35,6 +35,8 @@ Result<std::string> OperationFrame(Op op) {
       return msgpk::Encoder().Int(static_cast<std::int64_t>(op)).Take();
     case Op::kServerInfo:
       return msgpk::Encoder().Str("server_info").Take();
+    case Op::kP2pHello:
+      return msgpk::Encoder().Str("p2p_hello").Take();
     default:
       return Status(ErrorCode::kNotSupported,
                     "operation " + std::to_string(static_cast<int>(op)) +

@@ -152,6 +152,7 @@ std::size_t PeerTasks::DropPeer(const std::string& peer_name) {
   const std::size_t ended = peer->second.tasks.size();
   while (!peer->second.tasks.empty()) EndTask(peer->second, peer->second.tasks.begin());
   peers_.erase(peer);
+  counters_.ended_life_tasks.fetch_add(ended, std::memory_order_relaxed);
   return ended;
 }
 

@@ -4,7 +4,10 @@
 #include <map>
 #include <optional>
 
+#include <spdlog/spdlog.h>
+
 #include "common/msgpack_codec.h"
+#include "fleet/peer_info.h"
 #include "fleet/peer_key_codec.h"
 #include "protocol/wire_codec.h"
 
@@ -91,7 +94,7 @@ void P2pOps::AddTo(OpTable* table) {
   table->Add({Op::kP2pLookupAndLock, "p2p_lookup_and_lock", true, P::kCpu, 2, 2, kMaxBytes,
               F::kZero},
              Bind(DecodeLookup, [this](const RequestContext& c, const LookupArgs& a) {
-               const std::int64_t task = tasks_->Lookup(std::string(c.connection),
+               const std::int64_t task = tasks_->Lookup(PeerOf(c),
                                                         PeerKeys(a.keys, a.layouts), Trusted(c));
                return Result<std::string>(msgpk::Encoder().Int(task).Take());
              }));
@@ -99,7 +102,7 @@ void P2pOps::AddTo(OpTable* table) {
               F::kNil},
              Bind([](Payloads p) { return protocol::DecodeInt(p[0], "task_id"); },
                   [this](const RequestContext& c, std::int64_t task) {
-                    auto addresses = tasks_->Results(std::string(c.connection), task);
+                    auto addresses = tasks_->Results(PeerOf(c), task);
                     if (!addresses) return Result<std::string>(msgpk::Encoder().Nil().Take());
                     return Result<std::string>(protocol::EncodeP2pAddresses(*addresses));
                   }));
@@ -107,9 +110,29 @@ void P2pOps::AddTo(OpTable* table) {
               F::kNil},
              Bind(DecodeUnlock, [this](const RequestContext& c,
                                        const std::vector<store::ObjectKey>& keys) {
-               if (Trusted(c)) tasks_->Unlock(std::string(c.connection), keys);
+               if (Trusted(c)) tasks_->Unlock(PeerOf(c), keys);
                return Result<std::string>(msgpk::Encoder().Nil().Take());
              }));
+  table->Add({Op::kP2pHello, "p2p_hello", false, P::kInline, 1, 1, 4096, F::kNil},
+             Bind([](Payloads p) { return fleet::PeerHello::Decode(p[0]); },
+                  [this](const RequestContext& c, const fleet::PeerHello& hello) {
+                    // Only a member names a requester (a stranger could end a member's tasks).
+                    if (c.fleet_member) EndLives(lives_.Hello(c.connection, hello));
+                    return Result<std::string>(msgpk::Encoder().Nil().Take());
+                  }));
+}
+
+void P2pOps::ConnectionClosed(std::string_view connection) {
+  EndLives(lives_.Closed(connection));
+}
+
+void P2pOps::EndLives(const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const std::size_t ended = tasks_->DropPeer(name);
+    spdlog::info("p2p: a requester's life ({}) ended: a newer one said hello and none of its "
+                 "connections is open; its {} tasks here ended with their locks",
+                 name, ended);
+  }
 }
 
 }  // namespace lmcache::server

@@ -13,7 +13,11 @@
 // model name with '@', a salt too long) is a miss too. Malformed frames are
 // refused with the operation's declared failure value.
 //
-// The peer is the connection the request came on. A connection that did not
+// The peer is the requester the connection speaks for, once it said so with
+// p2p_hello (ours, by name; fleet/requester_lives.h): its connections share
+// its tasks, and a new life of it (a new boot id at its URL) ends the old
+// one's tasks once none of the old one's connections is open
+// (ConnectionClosed). Else the peer is the connection. A connection that did not
 // prove the fleet key (anything but the fleet endpoint, RequestContext::
 // fleet_member) gets a task of misses and locks nothing, and its unlocks
 // release nothing, unless `serve_unauthenticated` (--p2p-allow-
@@ -25,9 +29,11 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fleet/peer_tasks.h"
+#include "fleet/requester_lives.h"
 #include "protocol/p2p_codec.h"
 #include "server/op_table.h"
 
@@ -37,8 +43,11 @@ class P2pOps {
  public:
   P2pOps(fleet::PeerTasks* tasks, bool serve_unauthenticated)
       : tasks_(tasks), serve_unauthenticated_(serve_unauthenticated) {}
-  // Adds the three rows (replacing nothing: AdminOps no longer adds them).
+  // Adds the three rows and p2p_hello (replacing nothing: AdminOps no
+  // longer adds them).
   void AddTo(OpTable* table);
+  // The transport saw `connection` close.
+  void ConnectionClosed(std::string_view connection);
 
   // The keys PeerTasks gets for `keys` expected in `layouts`: the store's
   // key, and the object size the layout implies (fleet::kUnservable where
@@ -51,8 +60,16 @@ class P2pOps {
     return context.fleet_member || serve_unauthenticated_;
   }
 
+  // Who `context` speaks for, as PeerTasks knows it.
+  std::string PeerOf(const RequestContext& context) const {
+    return lives_.PeerOf(context.connection);
+  }
+  // Ends the tasks of the lives in `names` (ended by a newer life).
+  void EndLives(const std::vector<std::string>& names);
+
   fleet::PeerTasks* const tasks_;
   const bool serve_unauthenticated_;
+  fleet::RequesterLives lives_;
 };
 
 }  // namespace lmcache::server

@@ -192,6 +192,7 @@ void Service::OnDisconnect(std::string_view connection) {
   }
   // A scheduler that went away will not free its lookups' locks: release them.
   state_.leases().ReleaseConnectionLookups(connection);
+  p2p_ops_.ConnectionClosed(connection);
 }
 
 Reply Service::Call(std::string_view op, Payloads payloads, const RequestContext& context) {

@@ -74,13 +74,14 @@ class Namespaces:
         self.names = [f"lmc{tag}n{i}" for i in range(count)]
         self.hosts = [f"10.77.0.{i + 1}" for i in range(count)]
         self.hub_ends = [f"v{tag}h{i}" for i in range(count)]
+        self.node_ends = [f"v{tag}n{i}" for i in range(count)]
         try:
             ip("netns", "add", self.hub)
             ip("-n", self.hub, "link", "add", "br0", "type", "bridge")
             ip("-n", self.hub, "link", "set", "br0", "up")
             for i, ns in enumerate(self.names):
                 ip("netns", "add", ns)
-                node_end = f"v{tag}n{i}"
+                node_end = self.node_ends[i]
                 ip("link", "add", node_end, "type", "veth", "peer", "name", self.hub_ends[i])
                 ip("link", "set", node_end, "netns", ns)
                 ip("link", "set", self.hub_ends[i], "netns", self.hub)

@@ -112,5 +112,23 @@ TEST(PeerInfoTest, CompatibilityNamesTheFieldThatDiffers) {
             std::string::npos);
 }
 
+TEST(PeerInfoTest, AHelloReadsBackAndAMalformedOneIsRefused) {
+  const PeerHello sent{"10.0.0.1:5557", "boot-1"};
+  auto got = PeerHello::Decode(sent.Encode());
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->advertise_url, sent.advertise_url);
+  EXPECT_EQ(got->boot_id, sent.boot_id);
+  // A newer member's field is skipped.
+  msgpk::MapWriter newer;
+  newer.Field("boot_id").Str("b");
+  newer.Field("lmc_future").Int(1);
+  newer.Field("advertise_url").Str("u");
+  EXPECT_TRUE(PeerHello::Decode(newer.Take()).ok());
+  EXPECT_FALSE(PeerHello::Decode(PeerHello{"", "boot-1"}.Encode()).ok());
+  EXPECT_FALSE(PeerHello::Decode(PeerHello{"u", std::string(1025, 'b')}.Encode()).ok());
+  EXPECT_FALSE(PeerHello::Decode(sent.Encode() + "x").ok());
+  EXPECT_FALSE(PeerHello::Decode(msgpk::Encoder().Str("boot-1").Take()).ok());
+}
+
 }  // namespace
 }  // namespace lmcache::fleet

@@ -7,6 +7,7 @@
 // fleet endpoint (they proved the fleet key) unless a test says otherwise.
 #include "server/p2p_ops.h"
 
+#include "fleet/peer_info.h"
 #include "fleet/peer_key_codec.h"
 
 #include <gtest/gtest.h>
@@ -64,6 +65,17 @@ class P2pOpsTest : public ::testing::Test {
     EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
     return *protocol::DecodeP2pAddresses(reply.value);
   }
+  // p2p_hello: `connection` speaks for the requester at `url` in its life `boot_id`.
+  Reply Hello(std::string_view connection, std::string url, std::string boot_id) {
+    return Call(connection, "p2p_hello", {fleet::PeerHello{std::move(url), std::move(boot_id)}.Encode()});
+  }
+  // A lookup of `key` by `connection`, queried: the lock it took is answered.
+  void LockAnswered(std::string_view connection, const P2pKey& key) {
+    const std::int64_t task = Lookup(connection, {key}, Layouts({0}));
+    auto addresses = Results(connection, task);
+    ASSERT_TRUE(addresses.has_value() && (*addresses)[0].valid());
+  }
+  void Closed(std::string_view connection) { h_.service().OnDisconnect(connection); }
   Reply Unlock(std::string_view peer, const std::vector<P2pKey>& keys) {
     return Call(peer, "p2p_unlock_objects", {protocol::EncodeP2pKeys(keys)});
   }
@@ -222,6 +234,74 @@ TEST_F(P2pOpsTest, ATaskNeverQueriedIsReapedByTheMaintenancePass) {
   h_.service().RunMaintenance();
   EXPECT_EQ(Locks(PeerKey('a')), 0u);
   EXPECT_FALSE(Results("p", task).has_value());
+}
+
+// A requester's connection broke and came back (ZMQ gives the new one another
+// id): its unlock on the new connection ends what its lookup on the old one
+// locked, because both said which requester they speak for. Before p2p_hello
+// the lock stayed until the read TTL.
+TEST_F(P2pOpsTest, ARequesterThatReconnectedUnlocksWhatItsEarlierConnectionLocked) {
+  Store(PeerKey('a'));
+  ASSERT_TRUE(Hello("conn-1", "10.0.0.1:5556", "boot-1").status.ok());
+  LockAnswered("conn-1", PeerKey('a'));
+  Closed("conn-1");
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);  // the requester may come back: its lock stays
+  ASSERT_TRUE(Hello("conn-2", "10.0.0.1:5556", "boot-1").status.ok());
+  ASSERT_TRUE(Unlock("conn-2", {PeerKey('a')}).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+}
+
+// A requester killed while it held our locks, and restarted: its new life's
+// hello ends every task of the old one, once no connection of the old life is
+// open (an open one could be a live twin misconfigured with the same URL,
+// which could still be reading).
+TEST_F(P2pOpsTest, ARestartedRequestersOldLifeLosesItsLocksOnceNoConnectionOfItIsOpen) {
+  Store(PeerKey('a'));
+  Store(PeerKey('b'));
+  ASSERT_TRUE(Hello("old", "10.0.0.1:5556", "boot-1").status.ok());
+  LockAnswered("old", PeerKey('a'));
+  ASSERT_TRUE(Hello("other", "10.0.0.2:5556", "boot-9").status.ok());
+  LockAnswered("other", PeerKey('b'));
+
+  // Closed first, then the new life: ended at its hello.
+  Closed("old");
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  ASSERT_TRUE(Hello("new", "10.0.0.1:5556", "boot-2").status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  EXPECT_EQ(h_.service().Snapshot().p2p_served.ended_life_tasks, 1u);
+  EXPECT_EQ(Locks(PeerKey('b')), 1u);  // another requester's lock stays
+
+  // The new life first, the old connection still open: ended when it closes.
+  LockAnswered("new", PeerKey('a'));
+  ASSERT_TRUE(Hello("newer", "10.0.0.1:5556", "boot-3").status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  Closed("new");
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  EXPECT_EQ(Locks(PeerKey('b')), 1u);
+  ASSERT_TRUE(Unlock("other", {PeerKey('b')}).status.ok());
+  EXPECT_EQ(Locks(PeerKey('b')), 0u);
+}
+
+// Only a connection that proved the fleet key names a requester: a stranger
+// claiming a member's URL with a new boot id ends nothing.
+TEST_F(P2pOpsTest, AHelloWithoutTheFleetKeyEndsNothing) {
+  Store(PeerKey('a'));
+  ASSERT_TRUE(Hello("member", "10.0.0.1:5556", "boot-1").status.ok());
+  LockAnswered("member", PeerKey('a'));
+  Closed("member");
+  fleet_member_ = false;
+  ASSERT_TRUE(Hello("stranger", "10.0.0.1:5556", "boot-2").status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  fleet_member_ = true;
+  ASSERT_TRUE(Hello("member-again", "10.0.0.1:5556", "boot-1").status.ok());
+  ASSERT_TRUE(Unlock("member-again", {PeerKey('a')}).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+}
+
+TEST_F(P2pOpsTest, AMalformedHelloIsRefusedWithNil) {
+  Reply hello = Call("p", "p2p_hello", {testing::StrFrame("x")});
+  EXPECT_FALSE(hello.status.ok());
+  EXPECT_EQ(hello.value, msgpk::Encoder().Nil().Take());
 }
 
 }  // namespace
