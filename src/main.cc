@@ -279,7 +279,11 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
     LMC_ASSIGN_OR_RETURN(s.membership,
                          lmcache::fleet::Membership::Create(members, *config.p2p.key,
                                                             s.data_channel.get(), &clock));
-    s.service->SetP2pPeers([m = s.membership.get()] { return m->Peers(); });
+    s.service->SetP2pPeers([m = s.membership.get(), link = s.fleet_link.get()] {
+      std::vector<lmcache::fleet::PeerView> peers = m->Peers();
+      link->AddTransfers(&peers);
+      return peers;
+    });
     s.service->stats_sources().Add(
         "p2p_links", [m = s.membership.get(), channel = s.data_channel.get()](
                          lmcache::server::StatsSnapshot* snapshot) {

@@ -16,7 +16,12 @@ json P2pPeersJson(const std::vector<server::P2pPeerStatus>& peers) {
                    {"reason", peer.reason},
                    {"boot_id", peer.boot_id},
                    {"lives", peer.lives},
-                   {"seconds_since_answer", peer.seconds_since_answer}});
+                   {"seconds_since_answer", peer.seconds_since_answer},
+                   {"rtt_ms", peer.rtt_ms},
+                   {"loaded_bytes", peer.loaded_bytes},
+                   {"load_batches", peer.load_batches},
+                   {"load_failures", peer.load_failures},
+                   {"load_gbps", peer.load_gbps}});
   }
   return out;
 }

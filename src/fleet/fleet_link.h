@@ -12,16 +12,22 @@
 // L2 tier before the membership and the channel go, so nothing reaches
 // them through the link after they died.
 //
-// Thread-safety: every PeerAccess method from any thread; FleetLink::Bind
-// once, from the starting thread (release/acquire).
+// FleetLink also keeps, per peer, what was loaded from it (bytes, batches,
+// failures, recent throughput) for /status: the adapter's figures are the
+// fleet's totals.
+//
+// Thread-safety: every PeerAccess method and AddTransfers from any thread;
+// FleetLink::Bind once, from the starting thread (release/acquire).
 #pragma once
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "fleet/membership.h"
 #include "fleet/peer_rpc.h"
 #include "fleet/ucx_channel.h"
@@ -59,39 +65,41 @@ class FleetLink final : public PeerAccess {
     membership_.store(membership, std::memory_order_release);
   }
 
-  std::vector<ReadyPeer> Ready() const override {
-    Membership* membership = membership_.load(std::memory_order_acquire);
-    if (membership == nullptr || channel_.load(std::memory_order_acquire) == nullptr) return {};
-    return membership->Ready();
-  }
+  std::vector<ReadyPeer> Ready() const override LMC_EXCLUDES(mu_);
   void Call(PeerId peer, Op op, std::vector<std::string> payloads, TimeMs deadline_ms,
-            PeerRpc::Done done) const override {
-    Membership* membership = membership_.load(std::memory_order_acquire);
-    if (membership == nullptr) {
-      done(Status(ErrorCode::kUnavailable, "no peers yet"));
-      return;
-    }
-    membership->rpc().Call(peer, op, std::move(payloads), deadline_ms, std::move(done));
-  }
+            PeerRpc::Done done) const override;
+  // Reads, and counts what it loaded from that peer (AddTransfers).
   void Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
-            std::function<void(Status)> done) const override {
-    UcxChannel* channel = channel_.load(std::memory_order_acquire);
-    if (channel == nullptr) {
-      done(Status(ErrorCode::kUnavailable, "no data channel yet"));
-      return;
-    }
-    channel->Read(peer, std::move(reads), deadline_ms, std::move(done));
-  }
+            std::function<void(Status)> done) const override LMC_EXCLUDES(mu_);
   const Clock& clock() const override { return *clock_; }
   TimeMs lookup_timeout_ms() const override { return lookup_timeout_ms_; }
   TimeMs load_timeout_ms() const override { return load_timeout_ms_; }
 
+  // Fills in each view's figures of what was loaded from it (by URL), and
+  // forgets the figures of peers no longer among `views`.
+  void AddTransfers(std::vector<PeerView>* views) const LMC_EXCLUDES(mu_);
+
  private:
+  struct Transfers {
+    std::uint64_t bytes = 0;
+    std::uint64_t batches = 0;
+    std::uint64_t failures = 0;
+    double gbps = 0;  // moving average of the batches' throughput
+  };
+  // One batch from the peer at `url` ended.
+  void Record(const std::string& url, std::uint64_t bytes, double seconds, bool ok) const
+      LMC_EXCLUDES(mu_);
+
   const Clock* const clock_;
   const TimeMs lookup_timeout_ms_;
   const TimeMs load_timeout_ms_;
   std::atomic<Membership*> membership_{nullptr};
   std::atomic<UcxChannel*> channel_{nullptr};
+  // Taken on the requester's threads and the channel's completions; never
+  // with the membership's lock (which is held across the channel's Connect).
+  mutable Mutex mu_;
+  mutable std::map<PeerHandle, std::string> urls_ LMC_GUARDED_BY(mu_);  // of the ready peers
+  mutable std::map<std::string, Transfers> transfers_ LMC_GUARDED_BY(mu_);  // by URL
 };
 
 }  // namespace lmcache::fleet

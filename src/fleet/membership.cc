@@ -153,6 +153,7 @@ void Membership::Tick() {
 void Membership::Ask(Peer& peer) {
   peer.asking = true;
   peer.next_ask_ms = clock_->NowMs() + config_.probe_interval_ms;
+  peer.asked_at = std::chrono::steady_clock::now();
   // Who we are, first, on the same connection: the peer then knows every
   // connection of ours as this life of ours (server/p2p_ops.h). Its answer
   // changes nothing (a reference server has no such operation).
@@ -168,6 +169,11 @@ void Membership::Ask(Peer& peer) {
                auto it = peers_.find(url);
                if (it == peers_.end() || it->second.rpc != id) return;  // left meanwhile
                it->second.asking = false;
+               if (reply.ok()) {
+                 const std::chrono::duration<double, std::milli> rtt =
+                     std::chrono::steady_clock::now() - it->second.asked_at;
+                 it->second.view.rtt_ms = rtt.count();
+               }
                it->second.answer = std::move(info);
              });
 }

@@ -30,6 +30,7 @@
 // (whose completions still find the Membership alive).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -59,6 +60,16 @@ struct PeerView {
   std::string boot_id;       // of its current life, once a handshake answered
   std::uint64_t lives = 0;   // boot ids seen (1 after the first handshake)
   TimeMs last_answer_ms = -1;  // our clock's time of its last answer; -1: never
+  // The round trip of its last answered handshake or probe, measured on the
+  // steady clock (shown, never acted on); -1: never answered.
+  double rtt_ms = -1;
+  // What we loaded from it (FleetLink fills these in; docs/metrics.md has
+  // the fleet-wide totals): bytes, batches of reads, batches that failed,
+  // and the recent batches' throughput (a moving average, GB/s).
+  std::uint64_t loaded_bytes = 0;
+  std::uint64_t load_batches = 0;
+  std::uint64_t load_failures = 0;
+  double load_gbps = 0;
 };
 
 // A ready peer, for a requester: where to call it and read from it.
@@ -111,6 +122,7 @@ class Membership {
     std::optional<PeerHandle> channel;
     std::optional<std::string> channel_boot_id;  // the life `channel` reaches
     bool asking = false;        // a handshake or probe in flight
+    std::chrono::steady_clock::time_point asked_at;  // when it was sent (its round trip)
     TimeMs next_ask_ms = 0;
     std::optional<Result<PeerInfo>> answer;  // came in, for Tick to act on
   };

@@ -21,6 +21,11 @@ struct P2pPeerStatus {
   std::string boot_id;
   std::uint64_t lives = 0;
   double seconds_since_answer = -1;  // -1: it never answered
+  double rtt_ms = -1;                // its last handshake's round trip; -1: never answered
+  std::uint64_t loaded_bytes = 0;    // loaded from it by this server
+  std::uint64_t load_batches = 0;    // batches of reads from it (each one ended)
+  std::uint64_t load_failures = 0;   // of them, ended without their bytes
+  double load_gbps = 0;              // its recent batches' throughput (moving average)
 };
 
 // Cross-node sharing as configured (the figures are in stats.p2p_served).

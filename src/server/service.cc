@@ -333,7 +333,9 @@ ServerStatus Service::CollectStatus() {
     for (const fleet::PeerView& peer : p2p_peers_()) {
       status.p2p.peers.push_back(
           {peer.url, fleet::PeerStateName(peer.state), peer.reason, peer.boot_id, peer.lives,
-           peer.last_answer_ms < 0 ? -1.0 : static_cast<double>(now - peer.last_answer_ms) / 1000});
+           peer.last_answer_ms < 0 ? -1.0 : static_cast<double>(now - peer.last_answer_ms) / 1000,
+           peer.rtt_ms, peer.loaded_bytes, peer.load_batches, peer.load_failures,
+           peer.load_gbps});
     }
   }
   return status;

@@ -18,9 +18,11 @@ are what B's lookup hashes from the same tokens: nothing here is made by
 the server's own encoder.
 """
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -130,9 +132,19 @@ class Pair:
         self.a = start_peer(tmp_path, "a", key_file, ports[0],
                             ["--p2p-peers", f"tcp://{hosts[1]}:{ports[1]}"], host=hosts[0],
                             prefix=prefixes[0], env=env)
+        self.b_prefix, self.b_http_port = prefixes[1], free_tcp_ports(1)[0]
         self.b = start_peer(tmp_path, "b", key_file, ports[1],
                             ["--p2p-peers", self.a_url, "--p2p-lookup-timeout", "2"],
-                            host=hosts[1], prefix=prefixes[1], env=env)
+                            http_port=self.b_http_port, host=hosts[1], prefix=prefixes[1],
+                            env=env)
+
+    def b_status(self):
+        """B's GET /status, fetched from inside B's namespace."""
+        fetch = ("import sys, urllib.request; sys.stdout.write(urllib.request.urlopen("
+                 f"'http://127.0.0.1:{self.b_http_port}/status', timeout=30).read().decode())")
+        out = subprocess.run([*self.b_prefix, sys.executable, "-c", fetch], check=True,
+                             capture_output=True, timeout=60).stdout
+        return json.loads(out)
 
     def wait_until_b_sees_a(self, client, state):
         eventually(lambda: stats(client)["p2p"]["peers"][state] == 1, f"B sees A {state}")
@@ -188,6 +200,11 @@ def test_a_prompt_stored_on_one_server_is_served_from_its_peer_byte_for_byte(pai
     assert after["loaded_bytes"] - before["loaded_bytes"] == CHUNKS * data[0].nbytes
     assert after["objects"] == 0  # no lock of B's left at A
     assert stats(a_client)["p2p"]["served"]["hit_keys"] == CHUNKS  # A served them, once
+    # /status says, of peer A, what B loaded from it and how fast.
+    (a_seen,) = [p for p in pair.b_status()["p2p"]["peers"] if p["url"] == pair.a_url]
+    assert a_seen["loaded_bytes"] == CHUNKS * data[0].nbytes, a_seen
+    assert a_seen["load_batches"] >= 1 and a_seen["load_failures"] == 0, a_seen
+    assert a_seen["load_gbps"] > 0 and a_seen["rtt_ms"] >= 0, a_seen
     eventually(lambda: served_locked_bytes(a_client) == 0, "A released every lock B took")
     # Each chunk B loaded is B's own now, and B's routers hear of it.
     events = b_client.call(OP_POLL_KV_EVENTS, MODEL, 0, 10000)["events"]
