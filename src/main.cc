@@ -405,7 +405,10 @@ void StopServing(Server& s, bool handing_over) {
                traffic.undeliverable);
   if (s.http) s.http->Stop();
   s.loop.reset();
-  // Before the peers go: the prefetches in flight (some asking peers) end.
+  // Before the peers go: the prefetches in flight (some asking peers) end,
+  // their calls and reads to peers ended now rather than at a hung peer's
+  // deadlines.
+  if (s.fleet_link) s.fleet_link->Close();
   if (s.l2) s.l2->Stop();
   s.membership.reset();    // stops meeting peers; its calls in flight end
   s.data_channel.reset();  // peers' reads in flight fail; no peer reads the pool after this

@@ -13,7 +13,10 @@ constexpr double kNewBatchWeight = 0.2;
 
 std::vector<ReadyPeer> FleetLink::Ready() const {
   Membership* membership = membership_.load(std::memory_order_acquire);
-  if (membership == nullptr || channel_.load(std::memory_order_acquire) == nullptr) return {};
+  if (membership == nullptr || channel_.load(std::memory_order_acquire) == nullptr ||
+      closed_.load(std::memory_order_acquire)) {
+    return {};
+  }
   std::vector<ReadyPeer> ready = membership->Ready();
   MutexLock lock(&mu_);
   urls_.clear();  // a handle of a peer no longer ready is read from no more
@@ -54,6 +57,14 @@ void FleetLink::Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadlin
                   if (!url.empty()) Record(url, bytes, took.count(), landed.ok());
                   done(std::move(landed));
                 });
+}
+
+void FleetLink::Close() {
+  closed_.store(true, std::memory_order_release);
+  if (Membership* membership = membership_.load(std::memory_order_acquire)) {
+    membership->StopCalls();
+  }
+  if (UcxChannel* channel = channel_.load(std::memory_order_acquire)) channel->EndReads();
 }
 
 void FleetLink::Record(const std::string& url, std::uint64_t bytes, double seconds,

@@ -75,6 +75,12 @@ class FleetLink final : public PeerAccess {
   TimeMs lookup_timeout_ms() const override { return lookup_timeout_ms_; }
   TimeMs load_timeout_ms() const override { return load_timeout_ms_; }
 
+  // At shutdown, before the L2 tier stops: no peer is ready any more, and
+  // every call and read in flight or to come ends now (a read whose bytes
+  // are landing is waited for), so the tier's stop does not wait out a hung
+  // peer's deadlines. Bound first.
+  void Close();
+
   // Fills in each view's figures of what was loaded from it (by URL), and
   // forgets the figures of peers no longer among `views`.
   void AddTransfers(std::vector<PeerView>* views) const LMC_EXCLUDES(mu_);
@@ -95,6 +101,7 @@ class FleetLink final : public PeerAccess {
   const TimeMs load_timeout_ms_;
   std::atomic<Membership*> membership_{nullptr};
   std::atomic<UcxChannel*> channel_{nullptr};
+  std::atomic<bool> closed_{false};
   // Taken on the requester's threads and the channel's completions; never
   // with the membership's lock (which is held across the channel's Connect).
   mutable Mutex mu_;

@@ -78,6 +78,13 @@ void Membership::Stop() {
   if (thread_) thread_->Stop();
 }
 
+void Membership::StopCalls() {
+  // Ticking first: a call made after the RPC stopped ends on its caller's
+  // thread, and Tick makes its calls under mu_, which their completions take.
+  Stop();
+  rpc_->Stop();
+}
+
 std::vector<std::string> Membership::CurrentUrls() {
   bool resolve = false;
   {

@@ -106,6 +106,9 @@ class Membership {
   // Runs Tick every `period` on a thread of its own.
   void Start(std::chrono::milliseconds period = std::chrono::milliseconds(500));
   void Stop();
+  // Stop, and every call to a peer in flight ends now (later ones at once):
+  // at shutdown, so that no requester waits out a hung peer's deadline.
+  void StopCalls();
   // One pass: resolves the names that are due, adds and drops peers, acts on
   // the answers that came in, and sends the handshakes and probes due.
   void Tick() LMC_EXCLUDES(mu_);

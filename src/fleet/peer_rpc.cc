@@ -301,7 +301,10 @@ Result<std::unique_ptr<PeerRpc>> PeerRpc::Start(const FleetKey& key, const Clock
 
 PeerRpc::PeerRpc(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-PeerRpc::~PeerRpc() {
+PeerRpc::~PeerRpc() { Stop(); }
+
+void PeerRpc::Stop() {
+  if (!impl_->thread.joinable()) return;
   impl_->stop.store(true, std::memory_order_release);
   impl_->wake.Wake();
   impl_->thread.join();

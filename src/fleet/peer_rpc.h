@@ -70,6 +70,11 @@ class PeerRpc {
   // is the reference's integer id for ops 1-34, else the operation's name.
   void Call(PeerId peer, Op op, std::vector<std::string> payloads, TimeMs deadline_ms, Done done);
 
+  // Ends every call in flight with kUnavailable, now; later calls end at
+  // once, on the caller's thread (see above). Idempotent; the destructor
+  // stops too.
+  void Stop();
+
   PeerRpcStats Stats() const;
 
  private:

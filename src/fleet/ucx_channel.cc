@@ -270,6 +270,11 @@ Result<PeerHandle> UcxChannel::Connect(const UcxDescriptor& descriptor) {
 
 void UcxChannel::Disconnect(PeerHandle peer) { impl_->Post(Impl::DisconnectCommand{peer}); }
 
+void UcxChannel::EndReads() {
+  impl_->reads_ended.store(true, std::memory_order_release);
+  impl_->wake.Wake();
+}
+
 void UcxChannel::Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
                       std::function<void(Status)> done) {
   auto batch = std::make_unique<Impl::Batch>();

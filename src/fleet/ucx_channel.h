@@ -92,6 +92,12 @@ class UcxChannel {
   void Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
             std::function<void(Status)> done);
 
+  // Ends every batch now, as at its deadline, and every later one at once
+  // (at shutdown: nothing waits out a hung peer's deadline). A read whose
+  // bytes are landing is still waited for: no slot is written after its
+  // batch's `done`.
+  void EndReads();
+
   UcxChannelStats Stats() const;
 
  private:

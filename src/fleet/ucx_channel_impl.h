@@ -114,6 +114,7 @@ struct UcxChannel::Impl {
   WakeFd wake;
   std::thread thread;
   std::atomic<bool> stop{false};
+  std::atomic<bool> reads_ended{false};  // EndReads: every batch is past its deadline
 
   Mutex mu;
   std::deque<Command> commands LMC_GUARDED_BY(mu);

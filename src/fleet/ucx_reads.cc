@@ -27,6 +27,10 @@ void MacOf(const UcxDataKey& key, const ReadRequest& request, std::uint8_t* out)
 void UcxChannel::Impl::StartBatch(std::unique_ptr<Batch> batch) {
   Batch* b = batch.get();
   batches.push_back(std::move(batch));
+  if (reads_ended.load(std::memory_order_acquire)) {
+    b->status = Status(ErrorCode::kUnavailable, "the data channel is stopping");
+    return;
+  }
   auto peer = peers.find(b->peer);
   if (peer == peers.end() || peer->second.failed) {
     b->status = Status(ErrorCode::kUnavailable, "the peer's endpoint is closed");
@@ -190,8 +194,11 @@ void UcxChannel::Impl::OnLanded(void* request, ucs_status_t status, std::size_t,
 // dropped); a read already landing is waited for.
 void UcxChannel::Impl::CheckDeadlines() {
   const TimeMs now = clock->NowMs();
+  const bool ending = reads_ended.load(std::memory_order_acquire);
   for (auto& batch : batches) {
-    if (batch->pending == 0 || batch->past_deadline || now < batch->deadline_ms) continue;
+    if (batch->pending == 0 || batch->past_deadline || (now < batch->deadline_ms && !ending)) {
+      continue;
+    }
     batch->past_deadline = true;
     const Status late(ErrorCode::kTimeout, "the peer's read missed its deadline");
     for (auto it = reads_in_flight.begin(); it != reads_in_flight.end();) {

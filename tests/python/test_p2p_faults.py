@@ -4,6 +4,8 @@ real UCX over TCP between them:
 
 - a slow and lossy link: every chunk still arrives byte for byte, and every
   lock ends;
+- a server stopping (SIGTERM) while its lookup waits on a hung peer
+  (SIGSTOP) exits at once, not at the lookup's deadline;
 - a peer killed with SIGKILL while loads run both ways: every request on the
   survivor is answered within its deadline with bytes that are right (what
   was loaded before the kill, no more), the dead peer's locks on the
@@ -21,6 +23,7 @@ The bytes are random patterns each server's own worker wrote.
 
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -28,7 +31,8 @@ import time
 import numpy as np
 import pytest
 
-from mp_client import chunk_size, lookup_l2, random_tokens, retrieve, stats, store_prompt
+from mp_client import (OP_LOOKUP, OP_QUERY_PREFETCH_STATUS, chunk_size, lookup_l2, make_key,
+                       random_tokens, retrieve, stats, store_prompt)
 from test_p2p_membership import start_peer
 from test_p2p_owner import write_key
 from test_p2p_sharing import SETTLE_S, Namespaces, eventually, namespaces_possible, worker
@@ -232,4 +236,30 @@ def test_a_peer_killed_mid_load_costs_only_its_chunks_and_its_restart_ends_its_l
         eventually(lambda: locked_here(b[0]) == 0, "no lock left on B")
         expect_patterns(retrieve(b[0], b[2], b[1], on_b, chunks, "b-own"), b_patterns)
     finally:
+        fleet.close()
+
+
+def test_a_server_stopping_while_a_lookup_waits_on_a_hung_peer_exits_at_once(tmp_path, zmq_ctx):
+    deadline_s = 120  # far past what the test allows the stop
+    fleet = Fleet(tmp_path, ["--p2p-lookup-timeout", str(deadline_s), "--p2p-load-timeout",
+                             str(deadline_s)])
+    try:
+        b_client = worker(zmq_ctx, fleet.servers[1])[0]
+        eventually(lambda: p2p(b_client)["peers"]["ready"] == 1, "B sees A ready")
+        fleet.servers[0].proc.send_signal(signal.SIGSTOP)  # hung: its sockets stay open
+        chunk = chunk_size(b_client)
+        tokens = random_tokens(np.random.default_rng(3), 4 * chunk)
+        key = make_key(tokens, 0, len(tokens), "waits-on-a", worker_id=None)
+        assert b_client.call(OP_LOOKUP, key, 1) is None
+        time.sleep(1)
+        # B's prefetch is waiting on A's answer, which will not come.
+        assert b_client.call(OP_QUERY_PREFETCH_STATUS, "waits-on-a") is None
+        started = time.monotonic()
+        code = fleet.servers[1].stop(timeout=deadline_s + 30)
+        took_s = time.monotonic() - started
+        print(f"B stopped in {took_s:.1f} s (its lookup's deadline: {deadline_s} s)")
+        assert code == 0, fleet.servers[1].log()
+        assert took_s < 30, f"B's stop waited {took_s:.0f} s on the hung peer"
+    finally:
+        fleet.servers[0].proc.send_signal(signal.SIGCONT)
         fleet.close()

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <future>
 #include <optional>
+#include <thread>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -308,6 +309,34 @@ TEST(PeerRpcTest, ACallMadeFromACompletionWhileStoppingEndsAtOnce) {
   auto future = last.get_future();
   ASSERT_EQ(future.wait_for(std::chrono::seconds(0)), std::future_status::ready);
   EXPECT_EQ(future.get().status().code(), ErrorCode::kUnavailable);
+}
+
+// Stop (a server shutting down): a call in flight ends now, not at its
+// deadline, and a later call ends at once on its caller's thread; the RPC
+// object stays usable (Stop twice, then its destructor).
+TEST(PeerRpcTest, StopEndsCallsInFlightNowAndLaterOnesAtOnce) {
+  TempDir dir("lmc_peer_rpc");
+  FakeClock clock;
+  auto rpc = std::move(PeerRpc::Start(LoadKey(WriteKeyFile(dir, "fleet.key", 'k')), &clock))
+                 .value();
+  const PeerId peer = rpc->Connect("tcp://127.0.0.1:" + std::to_string(testing::FreeTcpPort()));
+  std::promise<Result<std::string>> pending;
+  rpc->Call(peer, Op::kServerInfo, {}, clock.NowMs() + kLongDeadline,
+            [&pending](Result<std::string> r) { pending.set_value(std::move(r)); });
+  auto future = pending.get_future();
+  EXPECT_EQ(future.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  rpc->Stop();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_EQ(future.get().status().code(), ErrorCode::kUnavailable);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::optional<std::thread::id> ran_on;
+  rpc->Call(peer, Op::kServerInfo, {}, clock.NowMs() + kLongDeadline,
+            [&](Result<std::string> r) {
+              EXPECT_EQ(r.status().code(), ErrorCode::kUnavailable);
+              ran_on = std::this_thread::get_id();
+            });
+  EXPECT_EQ(ran_on, caller);
+  rpc->Stop();
 }
 
 }  // namespace

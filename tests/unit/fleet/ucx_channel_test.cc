@@ -204,6 +204,38 @@ TEST_P(UcxChannelTest, ABatchFromAStalledOwnerEndsAtItsDeadlineAndItsLateReplyIs
   EXPECT_EQ(requester_pool.bytes, before);
 }
 
+// EndReads (a server shutting down): a batch waiting on a stalled owner ends
+// now, not at its deadline, and no byte of it lands after its done; a later
+// batch ends at once.
+TEST_P(UcxChannelTest, EndReadsEndsABatchWaitingOnAStalledOwnerNowAndLaterOnesAtOnce) {
+  Pool owner_pool(7), requester_pool(8);
+  auto owner = Make(owner_pool);
+  auto requester = Make(requester_pool);
+  ASSERT_TRUE(owner && requester);
+  auto to_owner = requester->Connect(owner->Descriptor());
+  auto to_requester = owner->Connect(requester->Descriptor());
+  ASSERT_TRUE(to_owner.ok() && to_requester.ok());
+  ASSERT_TRUE(ReadAndWait(*requester, *to_owner, {{0, 0, 4096}}).ok());  // both ways wired
+  ASSERT_TRUE(ReadAndWait(*owner, *to_requester, {{0, 0, 64}}).ok());
+  std::promise<void> release;
+  StallProgress(*owner, *to_requester, release.get_future().share());
+  const std::vector<std::byte> before = requester_pool.bytes;
+  std::promise<Status> done;
+  auto result = done.get_future();
+  requester->Read(*to_owner, {{1 << 20, 1 << 20, 64 << 10}}, clock_.NowMs() + 3'600'000,
+                  [&done](Status status) { done.set_value(std::move(status)); });
+  EXPECT_EQ(result.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  requester->EndReads();  // the fake clock stands still: only EndReads can end it
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_FALSE(result.get().ok());
+  const std::uint64_t sent_before = requester->Stats().reads;
+  EXPECT_FALSE(ReadAndWait(*requester, *to_owner, {{0, 0, 4096}}).ok());
+  EXPECT_EQ(requester->Stats().reads, sent_before + 1);
+  release.set_value();
+  ASSERT_TRUE(WaitFor([&] { return requester->Stats().late_replies > 0; }));
+  EXPECT_EQ(requester_pool.bytes, before);
+}
+
 // The owner answers a requester that has died meanwhile: its answer fails
 // on its own, and the owner goes on serving (UCX's one-sided software get
 // aborted the owner here: docs/architecture.md, "Where the fleet goes").
