@@ -64,6 +64,9 @@ enum class Op : std::uint8_t {
   // Ours, by name: a fleet member says which requester (URL, boot id) its
   // connection speaks for, before each handshake (fleet/peer_info.h).
   kP2pHello = 107,
+  // Ours, by name: a requester ends one lookup task of its own that it will
+  // not use (its answer came too late or was unusable), with its locks.
+  kP2pEndTask = 108,
 };
 
 }  // namespace lmcache

@@ -35,10 +35,11 @@ void FleetLink::Call(PeerId peer, Op op, std::vector<std::string> payloads, Time
 }
 
 void FleetLink::Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
-                     std::function<void(Status)> done) const {
+                     UcxChannel::ReadsDone done) const {
   UcxChannel* channel = channel_.load(std::memory_order_acquire);
   if (channel == nullptr) {
-    done(Status(ErrorCode::kUnavailable, "no data channel yet"));
+    const std::size_t count = reads.size();
+    done(Status(ErrorCode::kUnavailable, "no data channel yet"), std::vector<bool>(count, false));
     return;
   }
   std::string url;
@@ -47,16 +48,22 @@ void FleetLink::Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadlin
     auto it = urls_.find(peer);
     if (it != urls_.end()) url = it->second;
   }
-  std::uint64_t bytes = 0;
-  for (const UcxRead& read : reads) bytes += read.size;
-  channel->Read(peer, std::move(reads), deadline_ms,
-                [this, url = std::move(url), bytes, started = std::chrono::steady_clock::now(),
-                 done = std::move(done)](Status landed) {
-                  const std::chrono::duration<double> took =
-                      std::chrono::steady_clock::now() - started;
-                  if (!url.empty()) Record(url, bytes, took.count(), landed.ok());
-                  done(std::move(landed));
-                });
+  std::vector<std::uint64_t> sizes;
+  sizes.reserve(reads.size());
+  for (const UcxRead& read : reads) sizes.push_back(read.size);
+  channel->ReadEach(
+      peer, std::move(reads), deadline_ms,
+      [this, url = std::move(url), sizes = std::move(sizes),
+       started = std::chrono::steady_clock::now(),
+       done = std::move(done)](Status status, std::vector<bool> landed) {
+        const std::chrono::duration<double> took = std::chrono::steady_clock::now() - started;
+        std::uint64_t bytes = 0;
+        for (std::size_t i = 0; i < sizes.size() && i < landed.size(); ++i) {
+          if (landed[i]) bytes += sizes[i];
+        }
+        if (!url.empty()) Record(url, bytes, took.count(), status.ok());
+        done(std::move(status), std::move(landed));
+      });
 }
 
 void FleetLink::Close() {
@@ -72,11 +79,11 @@ void FleetLink::Record(const std::string& url, std::uint64_t bytes, double secon
   MutexLock lock(&mu_);
   Transfers& t = transfers_[url];
   t.batches += 1;
+  t.bytes += bytes;  // what landed whole, even of a batch that failed
   if (!ok) {
     t.failures += 1;
     return;
   }
-  t.bytes += bytes;
   if (seconds <= 0) return;
   const double gbps = static_cast<double>(bytes) / seconds / 1e9;
   // The first measured batch is the average; later ones move it.

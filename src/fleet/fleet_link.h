@@ -42,9 +42,10 @@ class PeerAccess {
   // PeerRpc::Call: `done` runs exactly once, by `deadline_ms` at the latest.
   virtual void Call(PeerId peer, Op op, std::vector<std::string> payloads, TimeMs deadline_ms,
                     PeerRpc::Done done) const = 0;
-  // UcxChannel::Read: `done` runs exactly once; no byte lands after it.
+  // UcxChannel::ReadEach: `done` runs exactly once, with the batch's status
+  // and, per read, whether all of it arrived; no byte lands after it.
   virtual void Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
-                    std::function<void(Status)> done) const = 0;
+                    UcxChannel::ReadsDone done) const = 0;
   virtual const Clock& clock() const = 0;
   // A lookup's calls end by this long after it started (--p2p-lookup-timeout).
   virtual TimeMs lookup_timeout_ms() const = 0;
@@ -70,7 +71,7 @@ class FleetLink final : public PeerAccess {
             PeerRpc::Done done) const override;
   // Reads, and counts what it loaded from that peer (AddTransfers).
   void Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
-            std::function<void(Status)> done) const override LMC_EXCLUDES(mu_);
+            UcxChannel::ReadsDone done) const override LMC_EXCLUDES(mu_);
   const Clock& clock() const override { return *clock_; }
   TimeMs lookup_timeout_ms() const override { return lookup_timeout_ms_; }
   TimeMs load_timeout_ms() const override { return load_timeout_ms_; }

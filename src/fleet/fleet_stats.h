@@ -45,6 +45,10 @@ namespace lmcache::fleet {
   X(displaced_tasks, "displaced_tasks", std::uint64_t, kCounter, "tasks", \
       "p2p_served_displaced_tasks_total", "Lookups ended unqueried to keep their peer within " \
       "its bound of tasks (the oldest holding no lock goes first).") \
+  X(abandoned_tasks, "abandoned_tasks", std::uint64_t, kCounter, "tasks", \
+      "p2p_served_abandoned_tasks_total", "Lookups their requester ended unused with " \
+      "p2p_end_task (its answer came past its deadline, or was unusable): ended with their " \
+      "locks at once instead of at the read TTL.") \
   X(ended_life_tasks, "ended_life_tasks", std::uint64_t, kCounter, "tasks", \
       "p2p_served_ended_life_tasks_total", "Lookups ended with their locks because their " \
       "requester restarted: its new life said hello and no connection of the old one was open.") \

@@ -145,6 +145,19 @@ std::size_t PeerTasks::Unlock(const std::string& peer_name,
   return released;
 }
 
+bool PeerTasks::EndOne(const std::string& peer_name, std::int64_t id) {
+  MutexLock lock(&mu_);
+  auto peer = peers_.find(peer_name);
+  if (peer == peers_.end()) return false;
+  auto task = std::find_if(peer->second.tasks.begin(), peer->second.tasks.end(),
+                           [id](const Task& t) { return t.id == id; });
+  if (task == peer->second.tasks.end()) return false;
+  EndTask(peer->second, task);
+  if (peer->second.tasks.empty()) peers_.erase(peer);
+  counters_.abandoned_tasks.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 std::size_t PeerTasks::DropPeer(const std::string& peer_name) {
   MutexLock lock(&mu_);
   auto peer = peers_.find(peer_name);

@@ -85,6 +85,9 @@ class PeerTasks {
   // task's) is released; returns how many were.
   std::size_t Unlock(const std::string& peer, std::span<const store::ObjectKey> keys)
       LMC_EXCLUDES(mu_);
+  // p2p_end_task: ends `peer`'s task `task` with its locks (its requester
+  // will not use it); false when `peer` has no such task.
+  bool EndOne(const std::string& peer, std::int64_t task) LMC_EXCLUDES(mu_);
   // Ends every task of `peer` with its locks (the peer went, or restarted).
   std::size_t DropPeer(const std::string& peer) LMC_EXCLUDES(mu_);
   // Reaps tasks past their query timeout (with their locks) and forgets those

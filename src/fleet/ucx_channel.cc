@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "fleet/ucx_channel_impl.h"
@@ -41,6 +42,21 @@ Status UcxChannel::Impl::Init(std::byte* base, std::size_t size, UcxDescriptor* 
   ucp_config_t* config = nullptr;
   if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) {
     return UcxError("ucp_config_read", s);
+  }
+  // UCX 1.13.1's TCP transport completes a zero-copy send twice when its
+  // socket fails under it (uct_tcp_ep_sendv: the send error purges the
+  // endpoint, which completes the send, then completes it again), and the
+  // assertion that catches it aborts the process: a server serving a peer
+  // that died mid-read went down with it (test_p2p_faults.py, once under
+  // load). With no zero-copy I/O vectors TCP offers neither zero-copy active
+  // messages nor PUT and sends by copy (a large reply by rendezvous over
+  // copied fragments); RDMA transports keep their zero-copy. An operator's
+  // own UCX_TCP_MAX_IOV wins.
+  if (std::getenv("UCX_TCP_MAX_IOV") == nullptr) {
+    if (ucs_status_t s = ucp_config_modify(config, "TCP_MAX_IOV", "0"); s != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError("ucp_config_modify(TCP_MAX_IOV)", s);
+    }
   }
   const ucs_status_t init = ucp_init(&params, config, &context);
   ucp_config_release(config);
@@ -277,9 +293,16 @@ void UcxChannel::EndReads() {
 
 void UcxChannel::Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
                       std::function<void(Status)> done) {
+  ReadEach(peer, std::move(reads), deadline_ms,
+           [done = std::move(done)](Status status, std::vector<bool>) { done(std::move(status)); });
+}
+
+void UcxChannel::ReadEach(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
+                          ReadsDone done) {
   auto batch = std::make_unique<Impl::Batch>();
   batch->peer = peer;
   batch->reads = std::move(reads);
+  batch->landed.assign(batch->reads.size(), false);
   batch->deadline_ms = deadline_ms;
   batch->done = std::move(done);
   impl_->Post(std::move(batch));

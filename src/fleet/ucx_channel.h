@@ -91,6 +91,12 @@ class UcxChannel {
   // is sent.
   void Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
             std::function<void(Status)> done);
+  // As Read, and `done` also gets, per read, whether every byte of it
+  // arrived: a batch that failed (a peer that died, a deadline) may still
+  // have landed some of its reads whole, and those bytes are good.
+  using ReadsDone = std::function<void(Status, std::vector<bool> landed)>;
+  void ReadEach(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
+                ReadsDone done);
 
   // Ends every batch now, as at its deadline, and every later one at once
   // (at shutdown: nothing waits out a hung peer's deadline). A read whose

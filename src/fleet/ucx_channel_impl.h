@@ -68,7 +68,8 @@ struct UcxChannel::Impl {
     PeerHandle peer = 0;
     std::vector<UcxRead> reads;
     TimeMs deadline_ms = 0;
-    std::function<void(Status)> done;
+    UcxChannel::ReadsDone done;
+    std::vector<bool> landed;  // per read: every byte of it arrived
     std::size_t pending = 0;  // reads not yet ended
     std::uint64_t bytes = 0;
     Status status;
@@ -77,6 +78,7 @@ struct UcxChannel::Impl {
   // One read in flight, by its request id, until it ends.
   struct Read {
     Batch* batch = nullptr;
+    std::size_t index = 0;  // in its batch
     std::uint64_t local_offset = 0;
     std::uint64_t size = 0;
     bool landing = false;  // its bytes are being received into the slot
@@ -151,7 +153,7 @@ struct UcxChannel::Impl {
   void RunCommands() LMC_EXCLUDES(mu);
   void Connect(ConnectCommand& command);
   void StartBatch(std::unique_ptr<Batch> batch);
-  void SendRequest(Peer& peer, Batch* batch, const UcxRead& read);
+  void SendRequest(Peer& peer, Batch* batch, std::size_t index);
   // Ends read `id` (if still in flight) with `status`.
   void EndRead(std::uint64_t id, const Status& status);
   void EndPeer(Peer& peer);

@@ -51,12 +51,13 @@ void UcxChannel::Impl::StartBatch(std::unique_ptr<Batch> batch) {
       return;
     }
   }
-  for (const UcxRead& r : b->reads) SendRequest(peer->second, b, r);
+  for (std::size_t i = 0; i < b->reads.size(); ++i) SendRequest(peer->second, b, i);
 }
 
-void UcxChannel::Impl::SendRequest(Peer& peer, Batch* batch, const UcxRead& read) {
+void UcxChannel::Impl::SendRequest(Peer& peer, Batch* batch, std::size_t index) {
+  const UcxRead& read = batch->reads[index];
   const std::uint64_t id = next_read_id++;
-  reads_in_flight.emplace(id, Read{batch, read.local_offset, read.size, false});
+  reads_in_flight.emplace(id, Read{batch, index, read.local_offset, read.size, false});
   batch->pending += 1;
   batch->bytes += read.size;
   auto* sending = new Sending{this, {}, {}, id};
@@ -91,6 +92,7 @@ void UcxChannel::Impl::EndRead(std::uint64_t id, const Status& status) {
   if (read == reads_in_flight.end()) return;
   Batch* batch = read->second.batch;
   if (!status.ok() && batch->status.ok()) batch->status = status;
+  if (status.ok()) batch->landed[read->second.index] = true;
   batch->pending -= 1;
   reads_in_flight.erase(read);
 }
@@ -225,7 +227,7 @@ void UcxChannel::Impl::FinishBatches() {
       failed_reads.fetch_add(1, std::memory_order_relaxed);
       if (batch->past_deadline) deadline_reads.fetch_add(1, std::memory_order_relaxed);
     }
-    batch->done(std::move(batch->status));
+    batch->done(std::move(batch->status), std::move(batch->landed));
   }
 }
 

@@ -113,6 +113,12 @@ void P2pOps::AddTo(OpTable* table) {
                if (Trusted(c)) tasks_->Unlock(PeerOf(c), keys);
                return Result<std::string>(msgpk::Encoder().Nil().Take());
              }));
+  table->Add({Op::kP2pEndTask, "p2p_end_task", false, P::kCpu, 1, 1, 64, F::kNil},
+             Bind([](Payloads p) { return protocol::DecodeInt(p[0], "task_id"); },
+                  [this](const RequestContext& c, std::int64_t task) {
+                    if (Trusted(c)) tasks_->EndOne(PeerOf(c), task);
+                    return Result<std::string>(msgpk::Encoder().Nil().Take());
+                  }));
   table->Add({Op::kP2pHello, "p2p_hello", false, P::kInline, 1, 1, 4096, F::kNil},
              Bind([](Payloads p) { return fleet::PeerHello::Decode(p[0]); },
                   [this](const RequestContext& c, const fleet::PeerHello& hello) {

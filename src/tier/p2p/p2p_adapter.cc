@@ -89,16 +89,21 @@ void P2pAdapter::Lookup::Ask(std::size_t peer, std::string keys_frame, std::stri
 void P2pAdapter::Lookup::Query(std::size_t peer, std::int64_t task, int queries) {
   rpc->Call(peers[peer].rpc, Op::kP2pQueryLookupResults, {EncodeInt(task)}, deadline_ms,
             [this, peer, task, queries](Result<std::string> reply) {
-              if (!reply.ok()) return Answered(peer, std::nullopt);
+              // Given up on: whatever the task locked there ends now, not
+              // at the owner's read TTL (an answer past our deadline, one we
+              // cannot use, or none by then).
+              auto give_up = [&] {
+                adapter->SendEndTask(peers[peer].rpc, task);
+                Answered(peer, std::nullopt);
+              };
+              if (!reply.ok()) return give_up();
               auto addresses = protocol::DecodeP2pAddresses(*reply);
-              if (!addresses.ok()) return Answered(peer, std::nullopt);
+              if (!addresses.ok()) return give_up();
               if (!addresses->has_value()) {  // not ready yet (a reference owner works async)
-                if (queries >= kMaxQueries || clock->NowMs() >= deadline_ms) {
-                  return Answered(peer, std::nullopt);
-                }
+                if (queries >= kMaxQueries || clock->NowMs() >= deadline_ms) return give_up();
                 return Query(peer, task, queries + 1);
               }
-              if ((*addresses)->size() != keys.size()) return Answered(peer, std::nullopt);
+              if ((*addresses)->size() != keys.size()) return give_up();
               Answered(peer, std::move(*addresses));
             });
 }
@@ -218,6 +223,14 @@ void P2pAdapter::SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> ke
                });
 }
 
+void P2pAdapter::SendEndTask(fleet::PeerId peer, std::int64_t task) {
+  peers_->Call(peer, Op::kP2pEndTask, {EncodeInt(task)},
+               peers_->clock().NowMs() + peers_->lookup_timeout_ms(), [](Result<std::string>) {
+                 // A reference owner has no such operation: its task ends at
+                 // its own reaper or read TTL, as without this call.
+               });
+}
+
 std::optional<fleet::PeerId> P2pAdapter::EndOneLock(const store::ObjectKey& key) {
   auto it = locks_.find(key);
   if (it == locks_.end()) return std::nullopt;
@@ -328,9 +341,12 @@ void P2pAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
   for (auto& [peer, batch] : batches) {
     peers_->Read(peer, std::move(batch.reads), deadline,
                   [this, call, index = std::move(batch.index), through = std::move(batch.through),
-                   shared = shared_](Status landed) {
-                    for (const std::size_t i : index) {
-                      call->outcomes[i] = landed.ok() ? L2LoadOutcome::kLoaded : L2LoadOutcome::kFailed;
+                   shared = shared_](Status, std::vector<bool> landed) {
+                    // A failed batch (its peer died, its deadline passed)
+                    // keeps the reads that landed whole.
+                    for (std::size_t j = 0; j < index.size(); ++j) {
+                      const bool whole = j < landed.size() && landed[j];
+                      call->outcomes[index[j]] = whole ? L2LoadOutcome::kLoaded : L2LoadOutcome::kFailed;
                     }
                     // Done with the slots (the channel writes none after
                     // this): the locks read through may end.

@@ -12,7 +12,10 @@
 // answered, each peer's answer checked (one address per key, the size the
 // lookup asked for). A key found at several peers is kept at the first and
 // unlocked at the others at once; Unlock sends p2p_unlock_objects for the
-// locks the plan did not load from or has loaded. Nothing here blocks: the
+// locks the plan did not load from or has loaded. A task given up on after
+// its id came back (its answer past our deadline, unusable, or never
+// ready) is ended at its owner with p2p_end_task (ours), so its locks do
+// not stand until the owner's read TTL. Nothing here blocks: the
 // calls complete on the peer RPC's thread and the reads on the channel's,
 // and a peer that does not answer by --p2p-lookup-timeout (or whose reads
 // do not land by --p2p-load-timeout) counts as holding nothing; the
@@ -87,6 +90,8 @@ class P2pAdapter final : public L2Adapter {
   void Resolve(Lookup& lookup) LMC_EXCLUDES(mu_);
   // p2p_unlock_objects of `keys` at `peer`; its answer is only counted.
   void SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> keys);
+  // p2p_end_task (ours): `peer` ends `task`, which we will not use, with its locks.
+  void SendEndTask(fleet::PeerId peer, std::int64_t task);
 
   const fleet::PeerAccess* const peers_;
   std::span<std::byte> pool_;

@@ -140,6 +140,15 @@ TEST_P(UcxChannelTest, AReadOutsideEitherPoolIsRefusedBeforeAnyRequest) {
   EXPECT_EQ(requester->Stats().refused_reads, 4u);
   // The peer is still good for reads inside the pools.
   EXPECT_TRUE(ReadAndWait(*requester, *peer, {{0, 0, 4096}}).ok());
+  // Per read (ReadEach): a refused batch landed nothing, a good one all.
+  auto each = [&](std::vector<UcxRead> reads) {
+    std::promise<std::vector<bool>> landed;
+    requester->ReadEach(*peer, std::move(reads), clock_.NowMs() + 60'000,
+                        [&landed](Status, std::vector<bool> l) { landed.set_value(std::move(l)); });
+    return landed.get_future().get();
+  };
+  EXPECT_EQ(each({{0, 0, 4096}, {kPoolBytes - 10, 0, 11}}), (std::vector<bool>{false, false}));
+  EXPECT_EQ(each({{0, 0, 4096}, {4096, 8192, 100}}), (std::vector<bool>{true, true}));
 }
 
 TEST_P(UcxChannelTest, ADeadPeerOrAMissedDeadlineFailsTheBatchWithoutHangingIt) {

@@ -304,5 +304,35 @@ TEST_F(P2pOpsTest, AMalformedHelloIsRefusedWithNil) {
   EXPECT_EQ(hello.value, msgpk::Encoder().Nil().Take());
 }
 
+// p2p_end_task (ours): a requester that will not use a task (its answer came
+// past its deadline) ends exactly that task with its locks; another task
+// of it on the same key keeps its lock; an unknown id, or a connection
+// without the fleet key, ends nothing.
+TEST_F(P2pOpsTest, ARequesterEndsATaskItWillNotUseAndOnlyThatTasksLocksGo) {
+  Store(PeerKey('a'));
+  Store(PeerKey('b'));
+  const std::int64_t unused = Lookup("p", {PeerKey('a'), PeerKey('b')}, Layouts({0}));
+  ASSERT_TRUE(Results("p", unused).has_value());  // answered: its locks stand
+  const std::int64_t kept = Lookup("p", {PeerKey('a')}, Layouts({0}));
+  ASSERT_TRUE(Results("p", kept).has_value());
+  EXPECT_EQ(Locks(PeerKey('a')), 2u);
+  fleet_member_ = false;
+  ASSERT_TRUE(Call("p", "p2p_end_task", {testing::IntFrame(unused)}).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 2u);
+  fleet_member_ = true;
+  ASSERT_TRUE(Call("other", "p2p_end_task", {testing::IntFrame(unused)}).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 2u);  // not the other peer's to end
+  Reply ended = Call("p", "p2p_end_task", {testing::IntFrame(unused)});
+  ASSERT_TRUE(ended.status.ok());
+  EXPECT_EQ(ended.value, msgpk::Encoder().Nil().Take());
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  EXPECT_EQ(Locks(PeerKey('b')), 0u);
+  EXPECT_EQ(h_.service().Snapshot().p2p_served.abandoned_tasks, 1u);
+  ASSERT_TRUE(Call("p", "p2p_end_task", {testing::IntFrame(unused)}).status.ok());  // once
+  EXPECT_EQ(h_.service().Snapshot().p2p_served.abandoned_tasks, 1u);
+  ASSERT_TRUE(Unlock("p", {PeerKey('a')}).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+}
+
 }  // namespace
 }  // namespace lmcache::server

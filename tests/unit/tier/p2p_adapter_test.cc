@@ -46,6 +46,14 @@ class FakeFleet final : public fleet::PeerAccess {
     holds_[p].erase(KeyN(i));
   }
   void Silence(int p) { silent_.insert(p); }
+  // Peer `p` answers queries, but the answers reach the requester past its
+  // deadline (it sees kTimeout; the peer's locks stand).
+  void LoseQueryReplies(int p) { lost_queries_.insert(p); }
+  // The tasks peer `p` was asked to end.
+  std::vector<std::int64_t> Ended(int p) {
+    std::lock_guard lock(mu_);
+    return ended_[p];
+  }
   void HoldReads(bool hold) {
     std::lock_guard lock(mu_);
     hold_reads_ = hold;
@@ -85,17 +93,36 @@ class FakeFleet final : public fleet::PeerAccess {
       return;
     }
     auto* self = const_cast<FakeFleet*>(this);
-    done(self->Answer(static_cast<int>(peer), op, payloads));
+    Result<std::string> answer = self->Answer(static_cast<int>(peer), op, payloads);
+    if (op == Op::kP2pQueryLookupResults && lost_queries_.contains(static_cast<int>(peer))) {
+      answer = Status(ErrorCode::kTimeout, "the answer came past the call's deadline");
+    }
+    done(std::move(answer));
+  }
+  // Peer `p`'s batches land only their first `n` reads, then fail (it died).
+  void DieAfter(int p, std::size_t n) {
+    std::lock_guard lock(mu_);
+    die_after_[p] = n;
   }
   void Read(fleet::PeerHandle peer, std::vector<fleet::UcxRead> reads, TimeMs,
-            std::function<void(Status)> done) const override {
+            fleet::UcxChannel::ReadsDone done) const override {
     auto* self = const_cast<FakeFleet*>(this);
-    auto land = [self, peer, reads, done = std::move(done)] {
-      for (const fleet::UcxRead& r : reads) {
+    std::size_t whole = reads.size();
+    {
+      std::lock_guard lock(self->mu_);
+      auto dies = die_after_.find(static_cast<int>(peer));
+      if (dies != die_after_.end()) whole = std::min(whole, dies->second);
+    }
+    auto land = [self, peer, reads, whole, done = std::move(done)] {
+      std::vector<bool> landed(reads.size(), false);
+      for (std::size_t i = 0; i < whole; ++i) {
+        const fleet::UcxRead& r = reads[i];
         std::memcpy(self->local_.data() + r.local_offset, self->memory_[peer].data() + r.remote_offset,
                     r.size);
+        landed[i] = true;
       }
-      done(Status::Ok());
+      done(whole == reads.size() ? Status::Ok() : Status(ErrorCode::kUnavailable, "the peer died"),
+           std::move(landed));
     };
     std::unique_lock lock(self->mu_);
     if (hold_reads_) {
@@ -129,10 +156,19 @@ class FakeFleet final : public fleet::PeerAccess {
         } else {
           addresses.push_back(held->second);
           locks_[p][key] += 1;
+          task_locks_[next_task_ + 1].push_back(key);
         }
       }
       tasks_[++next_task_] = addresses;
       return Int(next_task_);
+    }
+    if (op == Op::kP2pEndTask) {
+      auto task = protocol::DecodeInt(payloads.at(0), "task");
+      ended_[p].push_back(*task);
+      tasks_.erase(*task);
+      for (const store::ObjectKey& key : task_locks_[*task]) locks_[p][key] -= 1;
+      task_locks_.erase(*task);
+      return msgpk::Encoder().Nil().Take();
     }
     if (op == Op::kP2pQueryLookupResults) {
       auto task = protocol::DecodeInt(payloads.at(0), "task");
@@ -161,6 +197,10 @@ class FakeFleet final : public fleet::PeerAccess {
   std::map<int, ByKey<int>> locks_;
   std::map<int, std::vector<store::ObjectKey>> unlocked_;
   std::map<std::int64_t, std::vector<protocol::P2pAddress>> tasks_;
+  std::map<std::int64_t, std::vector<store::ObjectKey>> task_locks_;  // what each task locked
+  std::set<int> lost_queries_;
+  std::map<int, std::vector<std::int64_t>> ended_;
+  std::map<int, std::size_t> die_after_;
   std::int64_t next_task_ = 0;
   bool hold_reads_ = false;
   std::vector<std::function<void()>> held_reads_;
@@ -295,6 +335,41 @@ TEST_F(P2pAdapterTest, ASilentPeerOrOneAnsweringAnotherSizeHoldsNothing) {
   ASSERT_TRUE(outcomes->has_value());
   EXPECT_EQ(**outcomes, std::vector<L2LoadOutcome>{L2LoadOutcome::kMissing});
   EXPECT_EQ(adapter_.Stats().objects, 0u);
+}
+
+// An owner answered, but its answer reached us past our deadline (or could
+// not be used): its task's locks would stand until its read TTL. The
+// adapter ends that task at once with p2p_end_task.
+TEST_F(P2pAdapterTest, ATaskWhoseAnswerCameTooLateIsEndedWithItsLocks) {
+  fleet_.Hold(1, 0);
+  fleet_.Hold(1, 1);
+  fleet_.Hold(2, 1);
+  fleet_.LoseQueryReplies(1);
+  EXPECT_EQ(Lookup({KeyN(0), KeyN(1)}), (std::vector<bool>{false, true}));  // key 1 from peer 2
+  EXPECT_EQ(fleet_.Locks(1), 0);
+  EXPECT_EQ(fleet_.Ended(1).size(), 1u);
+  EXPECT_TRUE(fleet_.Ended(2).empty());
+  adapter_.Unlock(std::vector<store::ObjectKey>{KeyN(1)});
+  EXPECT_EQ(fleet_.Locks(2), 0);
+}
+
+// A peer that died mid-batch: the reads that landed whole before are loaded
+// (their bytes are the peer's), the rest failed; every lock is released.
+TEST_F(P2pAdapterTest, APeerDyingMidBatchCostsOnlyTheReadsThatHadNotLanded) {
+  for (int i = 0; i < 4; ++i) fleet_.Hold(1, i);
+  const std::vector<store::ObjectKey> keys = {KeyN(0), KeyN(1), KeyN(2), KeyN(3)};
+  ASSERT_EQ(Lookup(keys), std::vector<bool>(4, true));
+  fleet_.DieAfter(1, 2);
+  auto outcomes = Load({0, 1, 2, 3});
+  ASSERT_TRUE(outcomes->has_value());
+  EXPECT_EQ(**outcomes, (std::vector<L2LoadOutcome>{L2LoadOutcome::kLoaded, L2LoadOutcome::kLoaded,
+                                                    L2LoadOutcome::kFailed, L2LoadOutcome::kFailed}));
+  EXPECT_TRUE(SlotFrom(0, 1) && SlotFrom(1, 1));
+  adapter_.Unlock(keys);
+  EXPECT_EQ(fleet_.Locks(1), 0);
+  const L2AdapterStats stats = adapter_.Stats();
+  EXPECT_EQ(stats.loaded_objects, 2u);
+  EXPECT_EQ(stats.objects, 0u);
 }
 
 }  // namespace
