@@ -421,6 +421,8 @@ void StopServing(Server& s, bool handing_over) {
 int main(int argc, char** argv) {
   daemon::ServerConfig config;
   if (const std::optional<int> exit_code = Configure(argc, argv, &config)) return *exit_code;
+  // Before any thread runs: it sets an environment variable UCX reads later.
+  if (config.p2p.enabled()) lmcache::fleet::PreferCopyingTcp();
   const sigset_t signals = BlockHandledSignals();
   const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
 

@@ -43,19 +43,13 @@ Status UcxChannel::Impl::Init(std::byte* base, std::size_t size, UcxDescriptor* 
   if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) {
     return UcxError("ucp_config_read", s);
   }
-  // UCX 1.13.1's TCP transport completes a zero-copy send twice when its
-  // socket fails under it (uct_tcp_ep_sendv: the send error purges the
-  // endpoint, which completes the send, then completes it again), and the
-  // assertion that catches it aborts the process: a server serving a peer
-  // that died mid-read went down with it (test_p2p_faults.py, once under
-  // load). With no zero-copy I/O vectors TCP offers neither zero-copy active
-  // messages nor PUT and sends by copy (a large reply by rendezvous over
-  // copied fragments); RDMA transports keep their zero-copy. An operator's
-  // own UCX_TCP_MAX_IOV wins.
-  if (std::getenv("UCX_TCP_MAX_IOV") == nullptr) {
-    if (ucs_status_t s = ucp_config_modify(config, "TCP_MAX_IOV", "0"); s != UCS_OK) {
+  // Eager messages and rendezvous fragments by copy, never zero-copy (see
+  // PreferCopyingTcp); RDMA's rendezvous gets and puts are not fragments and
+  // stay zero-copy. An operator's own UCX_ZCOPY_THRESH wins.
+  if (std::getenv("UCX_ZCOPY_THRESH") == nullptr) {
+    if (ucs_status_t s = ucp_config_modify(config, "ZCOPY_THRESH", "inf"); s != UCS_OK) {
       ucp_config_release(config);
-      return UcxError("ucp_config_modify(TCP_MAX_IOV)", s);
+      return UcxError("ucp_config_modify(ZCOPY_THRESH)", s);
     }
   }
   const ucs_status_t init = ucp_init(&params, config, &context);
@@ -254,10 +248,29 @@ void UcxChannel::Impl::Shutdown() {
   FinishBatches();
 }
 
+void PreferCopyingTcp() {
+  // UCX 1.13.1's TCP transport completes a zero-copy send twice when its
+  // socket fails under it (uct_tcp_ep_sendv: the send error purges the
+  // endpoint, which completes the send, then completes it again), and the
+  // assertion that catches it aborts the process: a server serving a peer
+  // that died mid-read went down with it (test_p2p_faults.py, under ctest's
+  // load). Without PUT, TCP moves a rendezvous's bytes as active-message
+  // fragments, and with ZCOPY_THRESH=inf (Create) those, and every eager
+  // message, go by copy: no zero-copy send exists on TCP. RDMA transports
+  // keep their zero-copy gets and puts. UCX reads a transport's settings
+  // only from the environment (ucp_config_modify reaches a transport's field
+  // by its bare name, "PUT_ENABLE", which other transports may share). No
+  // zero-copy I/O vectors (TCP_MAX_IOV=0) would do it too, but UCX 1.13.1
+  // then refuses its own short messages ("iovcnt(4) should be limited by
+  // 2"). An operator's own UCX_TCP_PUT_ENABLE wins (no overwrite).
+  ::setenv("UCX_TCP_PUT_ENABLE", "n", /*overwrite=*/0);
+}
+
 UcxChannel::UcxChannel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<UcxChannel>> UcxChannel::Create(std::byte* pool, std::size_t size,
                                                        const Clock* clock, const UcxDataKey& key) {
+  if (std::getenv("UCX_TCP_PUT_ENABLE") == nullptr) PreferCopyingTcp();  // main did it already
   auto impl = std::make_unique<Impl>();
   impl->clock = clock;
   impl->key = key;
