@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <optional>
 #include <numeric>
 #include <vector>
 
@@ -80,6 +81,47 @@ class UcxChannelTest : public ::testing::TestWithParam<const char*> {
     }
   }
   void TearDown() override { unsetenv("UCX_TLS"); }
+
+  // An owner and a requester wired both ways, the owner's progress thread
+  // held (until `release`), and one read of the requester's waiting on it
+  // (`result`) with the deadline given.
+  struct StalledOwner {
+    // Declared before the channels, so they outlive every completion.
+    std::promise<void> release;
+    std::promise<Status> done;
+    std::future<Status> result;
+    Pool owner_pool{7}, requester_pool{8};
+    std::vector<std::byte> before;
+    std::unique_ptr<UcxChannel> owner, requester;
+    std::optional<PeerHandle> to_owner, to_requester;
+    bool ready = false;
+    ~StalledOwner() {
+      try {
+        release.set_value();  // a test that failed early: the owner's thread must not stay held
+      } catch (const std::future_error&) {
+      }
+    }
+  };
+  void StartStalled(StalledOwner& s, TimeMs deadline_from_now) {
+    s.owner = Make(s.owner_pool);
+    s.requester = Make(s.requester_pool);
+    ASSERT_TRUE(s.owner && s.requester);
+    auto to_owner = s.requester->Connect(s.owner->Descriptor());
+    auto to_requester = s.owner->Connect(s.requester->Descriptor());
+    ASSERT_TRUE(to_owner.ok() && to_requester.ok());
+    s.to_owner = *to_owner;
+    s.to_requester = *to_requester;
+    ASSERT_TRUE(ReadAndWait(*s.requester, *s.to_owner, {{0, 0, 4096}}).ok());  // both ways wired
+    ASSERT_TRUE(ReadAndWait(*s.owner, *s.to_requester, {{0, 0, 64}}).ok());
+    StallProgress(*s.owner, *s.to_requester, s.release.get_future().share());
+    s.before = s.requester_pool.bytes;
+    s.result = s.done.get_future();
+    s.requester->Read(*s.to_owner, {{1 << 20, 1 << 20, 64 << 10}},
+                      clock_.NowMs() + deadline_from_now,
+                      [&s](Status status) { s.done.set_value(std::move(status)); });
+    EXPECT_EQ(s.result.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+    s.ready = true;
+  }
 
   std::unique_ptr<UcxChannel> Make(Pool& pool, const UcxDataKey& key = kKey) {
     auto channel = UcxChannel::Create(pool.bytes.data(), pool.bytes.size(), &clock_, key);
@@ -185,64 +227,40 @@ TEST_P(UcxChannelTest, ADeadPeerOrAMissedDeadlineFailsTheBatchWithoutHangingIt) 
 // held busy never answers, the batch ends at its deadline, and the reply the
 // owner sends once it resumes is dropped: the slot is not written.
 TEST_P(UcxChannelTest, ABatchFromAStalledOwnerEndsAtItsDeadlineAndItsLateReplyIsDropped) {
-  Pool owner_pool(7), requester_pool(8);
-  auto owner = Make(owner_pool);
-  auto requester = Make(requester_pool);
-  ASSERT_TRUE(owner && requester);
-  auto to_owner = requester->Connect(owner->Descriptor());
-  auto to_requester = owner->Connect(requester->Descriptor());
-  ASSERT_TRUE(to_owner.ok() && to_requester.ok());
-  ASSERT_TRUE(ReadAndWait(*requester, *to_owner, {{0, 0, 4096}}).ok());  // both ways wired
-  ASSERT_TRUE(ReadAndWait(*owner, *to_requester, {{0, 0, 64}}).ok());
-  std::promise<void> release;
-  StallProgress(*owner, *to_requester, release.get_future().share());
-  const std::vector<std::byte> before = requester_pool.bytes;
-  std::promise<Status> done;
-  auto result = done.get_future();
-  requester->Read(*to_owner, {{1 << 20, 1 << 20, 64 << 10}}, clock_.NowMs() + 500,
-                  [&done](Status status) { done.set_value(std::move(status)); });
-  EXPECT_EQ(result.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  StalledOwner s;
+  StartStalled(s, 500);
+  ASSERT_TRUE(s.ready);
+  auto& requester = s.requester;
+  auto& result = s.result;
   clock_.Advance(1000);
   ASSERT_EQ(result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   EXPECT_EQ(result.get().code(), ErrorCode::kTimeout);
   EXPECT_EQ(requester->Stats().deadline_reads, 1u);
-  release.set_value();
+  s.release.set_value();
   // The owner answers now; the requester drops the answer.
   ASSERT_TRUE(WaitFor([&] { return requester->Stats().late_replies > 0; }));
   EXPECT_EQ(requester->Stats().late_replies, 1u);
-  EXPECT_EQ(requester_pool.bytes, before);
+  EXPECT_EQ(s.requester_pool.bytes, s.before);
 }
 
 // EndReads (a server shutting down): a batch waiting on a stalled owner ends
 // now, not at its deadline, and no byte of it lands after its done; a later
 // batch ends at once.
 TEST_P(UcxChannelTest, EndReadsEndsABatchWaitingOnAStalledOwnerNowAndLaterOnesAtOnce) {
-  Pool owner_pool(7), requester_pool(8);
-  auto owner = Make(owner_pool);
-  auto requester = Make(requester_pool);
-  ASSERT_TRUE(owner && requester);
-  auto to_owner = requester->Connect(owner->Descriptor());
-  auto to_requester = owner->Connect(requester->Descriptor());
-  ASSERT_TRUE(to_owner.ok() && to_requester.ok());
-  ASSERT_TRUE(ReadAndWait(*requester, *to_owner, {{0, 0, 4096}}).ok());  // both ways wired
-  ASSERT_TRUE(ReadAndWait(*owner, *to_requester, {{0, 0, 64}}).ok());
-  std::promise<void> release;
-  StallProgress(*owner, *to_requester, release.get_future().share());
-  const std::vector<std::byte> before = requester_pool.bytes;
-  std::promise<Status> done;
-  auto result = done.get_future();
-  requester->Read(*to_owner, {{1 << 20, 1 << 20, 64 << 10}}, clock_.NowMs() + 3'600'000,
-                  [&done](Status status) { done.set_value(std::move(status)); });
-  EXPECT_EQ(result.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  StalledOwner s;
+  StartStalled(s, 3'600'000);
+  ASSERT_TRUE(s.ready);
+  auto& requester = s.requester;
+  auto& result = s.result;
   requester->EndReads();  // the fake clock stands still: only EndReads can end it
   ASSERT_EQ(result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
   EXPECT_FALSE(result.get().ok());
   const std::uint64_t sent_before = requester->Stats().reads;
-  EXPECT_FALSE(ReadAndWait(*requester, *to_owner, {{0, 0, 4096}}).ok());
+  EXPECT_FALSE(ReadAndWait(*requester, *s.to_owner, {{0, 0, 4096}}).ok());
   EXPECT_EQ(requester->Stats().reads, sent_before + 1);
-  release.set_value();
+  s.release.set_value();
   ASSERT_TRUE(WaitFor([&] { return requester->Stats().late_replies > 0; }));
-  EXPECT_EQ(requester_pool.bytes, before);
+  EXPECT_EQ(s.requester_pool.bytes, s.before);
 }
 
 // The owner answers a requester that has died meanwhile: its answer fails
