@@ -10,10 +10,16 @@ prefetch's answer (query_prefetch_status stops answering nil), which is
 when every chunk has landed in B's L1 from A over UCX. Interleaved with
 each round, ucx_perftest -t ucp_am_bw moves messages of one chunk's size
 between two processes over the same transport (UCX_TLS as the servers get
-it): the ceiling this machine's UCX gives. Prints medians with their spread
-(min..max) and the ratio; docs/performance.md records the figures.
+it): the ceiling this machine's UCX gives; and the same prompt crosses
+through Redis, the other cross-node path: a redis-server on A's side, a
+server C beside A that stored the prompt there (write-behind, resp L2
+adapter), and a server D beside B whose lookup loads it from Redis (B and D
+in the same namespace, C and A in the other). Each round also reads A's and
+redis-server's CPU time (/proc/PID/stat) around the load: what serving one
+GB costs the owner. Prints medians with their spread (min..max) and the
+paired ratios; docs/performance.md records the figures.
 
-  tools/p2p_bench.py [--netns] [--chunks 16] [--rounds 7] [--layers 8 --hidden 1024]
+  tools/p2p_bench.py [--netns] [--chunks 16] [--rounds 7] [--layers 8 --hidden 1024] [--no-redis]
 """
 
 import argparse
@@ -48,6 +54,43 @@ def start(tmp, name, key_file, host, port, peer, prefix, env, pool_gb):
                                   tmp / f"{name}.log", args, prefix, env)
 
 
+def start_resp(tmp, name, redis_url, prefix, env, pool_gb):
+    """A server without P2P whose L2 is the Redis at `redis_url`."""
+    args = ["--l1-size-gb", str(pool_gb), "--drain-timeout-seconds", "0", "--http-port", "0",
+            "--l2-adapter", f'{{"type":"resp","url":"{redis_url}"}}']
+    return mp_client.start_server(mp_client.server_binary(), f"ipc://{tmp / (name + '.sock')}",
+                                  tmp / f"{name}.log", args, prefix, env)
+
+
+def start_redis(prefix, host, port):
+    proc = subprocess.Popen([*prefix, "redis-server", "--bind", host, "--port", str(port),
+                             "--save", "", "--appendonly", "no", "--protected-mode", "no",
+                             "--maxmemory", "4gb"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(100):
+        ping = subprocess.run([*prefix, "redis-cli", "-h", host, "-p", str(port), "ping"],
+                              capture_output=True, text=True, timeout=30)
+        if ping.stdout.strip() == "PONG":
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    sys.exit("redis-server did not answer")
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of process `pid` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def worker_of(ctx, server):
+    client = Client(ctx, server.url, reply_timeout_s=120)
+    instance = new_instance_id()
+    reg = register(client, instance)
+    return client, instance, map_pool(reg["shm_name"], reg["pool_size"])
+
+
 def perftest_mb_s(size, prefix_server, prefix_client, server_host, env, port=13337):
     """ucx_perftest ucp_am_bw of `size`-byte messages: the overall MB/s."""
     server = subprocess.Popen([*prefix_server, "ucx_perftest", "-p", str(port)], env=env,
@@ -78,6 +121,7 @@ def main():
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--verbose", action="store_true", help="B's adapter and prefetch figures")
+    parser.add_argument("--no-redis", action="store_true", help="skip the path through Redis")
     args = parser.parse_args()
     if shutil.which("ucx_perftest") is None:
         sys.exit("ucx_perftest not found: apt-get install ucx-utils")
@@ -93,20 +137,16 @@ def main():
     else:
         hosts, ports = ["127.0.0.1"] * 2, mp_client.free_tcp_ports(2)
         prefixes, env = [(), ()], None
+    use_redis = not args.no_redis and shutil.which("redis-server") is not None
     ctx = zmq.Context()
     servers = []
+    redis = None
     try:
         servers.append(start(tmp, "a", key_file, hosts[0], ports[0], f"tcp://{hosts[1]}:{ports[1]}",
                              prefixes[0], env, 4))
         servers.append(start(tmp, "b", key_file, hosts[1], ports[1], f"tcp://{hosts[0]}:{ports[0]}",
                              prefixes[1], env, 4))
-        clients = []
-        for server in servers:
-            client = Client(ctx, server.url, reply_timeout_s=120)
-            instance = new_instance_id()
-            reg = register(client, instance)
-            clients.append((client, instance, map_pool(reg["shm_name"], reg["pool_size"])))
-        (a, a_instance, a_pool), (b, b_instance, b_pool) = clients
+        (a, a_instance, a_pool), (b, b_instance, b_pool) = (worker_of(ctx, s) for s in servers)
         deadline = time.monotonic() + 60
         while stats(b)["p2p"]["peers"]["ready"] != 1:
             if time.monotonic() > deadline:
@@ -118,17 +158,44 @@ def main():
         store_prompt(a, a_pool, a_instance, tokens, args.chunks, "bench-store", rng)
         chunk_bytes = 2 * args.layers * chunk * args.hidden * mp_client.ITEM_SIZE
         total = chunk_bytes * args.chunks
-        p2p, ucx = [], []
+        if use_redis:
+            redis_port = 6390 if namespaces else mp_client.free_tcp_ports(1)[0]
+            redis = start_redis(prefixes[0], hosts[0], redis_port)
+            redis_url = f"redis://{hosts[0]}:{redis_port}"
+            servers.append(start_resp(tmp, "c", redis_url, prefixes[0], env, 1))
+            servers.append(start_resp(tmp, "d", redis_url, prefixes[1], env, 1))
+            (c, c_instance, c_pool), (d, d_instance, d_pool) = (worker_of(ctx, s)
+                                                                for s in servers[2:])
+            store_prompt(c, c_pool, c_instance, tokens, args.chunks, "bench-store", rng)
+            deadline = time.monotonic() + 120
+            while stats(c)["l2"]["adapters"][0]["stored_objects"] < args.chunks:
+                if time.monotonic() > deadline:
+                    sys.exit("C never wrote the prompt to Redis")
+                time.sleep(0.05)
+        p2p, ucx, via_redis, owner_cpu, redis_cpu = [], [], [], [], []
         for r in range(args.rounds):
             assert b.call(OP_CLEAR, True) is None
+            cpu_before = cpu_seconds(servers[0].proc.pid)
             start_s = time.perf_counter()
             hits = lookup_l2(b, tokens, f"bench-{r}", timeout_s=120, poll_s=0.0005)
             elapsed = time.perf_counter() - start_s
+            owner_cpu.append((cpu_seconds(servers[0].proc.pid) - cpu_before) / (total / 1e9))
             if hits != args.chunks:
                 sys.exit(f"round {r}: B found {hits} of {args.chunks} chunks")
             retrieve(b, b_pool, b_instance, tokens, args.chunks, f"bench-{r}")
             p2p.append(total / elapsed / 1e6)
             ucx.append(perftest_mb_s(chunk_bytes, prefixes[0], prefixes[1], hosts[0], env))
+            if use_redis:
+                assert d.call(OP_CLEAR, True) is None
+                cpu_before = cpu_seconds(redis.pid)
+                start_s = time.perf_counter()
+                hits = lookup_l2(d, tokens, f"redis-{r}", timeout_s=120, poll_s=0.0005)
+                elapsed = time.perf_counter() - start_s
+                redis_cpu.append((cpu_seconds(redis.pid) - cpu_before) / (total / 1e9))
+                if hits != args.chunks:
+                    sys.exit(f"round {r}: D found {hits} of {args.chunks} chunks in Redis")
+                retrieve(d, d_pool, d_instance, tokens, args.chunks, f"redis-{r}")
+                via_redis.append(total / elapsed / 1e6)
         where = "two network namespaces, UCX_TLS=tcp" if namespaces else "loopback, UCX's choice"
         print(f"{where}: {args.chunks} chunks of {chunk_bytes / 2**20:.1f} MiB, {args.rounds} rounds")
         print(f"  P2P load into B's L1, MB/s:        {spread(p2p)}")
@@ -141,9 +208,21 @@ def main():
         ratios = [p / u for p, u in zip(p2p, ucx)]
         print(f"  ratio P2P / ucx_perftest (paired): {statistics.median(ratios):.2f} "
               f"({min(ratios):.2f}..{max(ratios):.2f})")
+        print(f"  owner (A) CPU seconds per GB served: {statistics.median(owner_cpu):.2f} "
+              f"({min(owner_cpu):.2f}..{max(owner_cpu):.2f})")
+        if use_redis:
+            print(f"  through Redis into D's L1, MB/s:   {spread(via_redis)}")
+            by_redis = [p / v for p, v in zip(p2p, via_redis)]
+            print(f"  ratio P2P / Redis (paired):        {statistics.median(by_redis):.2f} "
+                  f"({min(by_redis):.2f}..{max(by_redis):.2f})")
+            print(f"  redis-server CPU seconds per GB:   {statistics.median(redis_cpu):.2f} "
+                  f"({min(redis_cpu):.2f}..{max(redis_cpu):.2f})")
     finally:
         for server in servers:
             server.stop(timeout=60)
+        if redis is not None:
+            redis.terminate()
+            redis.wait(timeout=30)
         if namespaces:
             namespaces.close()
         ctx.destroy(linger=0)
