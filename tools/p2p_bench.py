@@ -205,6 +205,11 @@ def main():
             for field in ("lookup_latency", "load_latency"):
                 print(f"  B's p2p adapter {field}: {adapter[field]}")
             print(f"  B's prefetch: {stats(b)['l2']['prefetch']}")
+            if use_redis:
+                adapter = stats(d)["l2"]["adapters"][0]
+                for field in ("lookup_latency", "load_latency"):
+                    print(f"  D's resp adapter {field}: {adapter[field]}")
+                print(f"  D's prefetch latency: {stats(d)['l2']['prefetch']['latency']}")
         ratios = [p / u for p, u in zip(p2p, ucx)]
         print(f"  ratio P2P / ucx_perftest (paired): {statistics.median(ratios):.2f} "
               f"({min(ratios):.2f}..{max(ratios):.2f})")
