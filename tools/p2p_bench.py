@@ -46,20 +46,23 @@ from test_p2p_owner import write_key  # noqa: E402
 from test_p2p_sharing import Namespaces  # noqa: E402
 
 
-def start(tmp, name, key_file, host, port, peer, prefix, env, pool_gb):
+def start_with(tmp, name, prefix, env, pool_gb, extra):
     args = ["--l1-size-gb", str(pool_gb), "--drain-timeout-seconds", "0", "--http-port", "0",
-            "--p2p-advertise-url", f"{host}:{port}", "--p2p-auth-key-file", key_file,
-            "--p2p-peers", peer]
+            *extra]
     return mp_client.start_server(mp_client.server_binary(), f"ipc://{tmp / (name + '.sock')}",
                                   tmp / f"{name}.log", args, prefix, env)
+
+
+def start(tmp, name, key_file, host, port, peer, prefix, env, pool_gb):
+    return start_with(tmp, name, prefix, env, pool_gb,
+                      ["--p2p-advertise-url", f"{host}:{port}", "--p2p-auth-key-file", key_file,
+                       "--p2p-peers", peer])
 
 
 def start_resp(tmp, name, redis_url, prefix, env, pool_gb):
     """A server without P2P whose L2 is the Redis at `redis_url`."""
-    args = ["--l1-size-gb", str(pool_gb), "--drain-timeout-seconds", "0", "--http-port", "0",
-            "--l2-adapter", f'{{"type":"resp","url":"{redis_url}"}}']
-    return mp_client.start_server(mp_client.server_binary(), f"ipc://{tmp / (name + '.sock')}",
-                                  tmp / f"{name}.log", args, prefix, env)
+    return start_with(tmp, name, prefix, env, pool_gb,
+                      ["--l2-adapter", f'{{"type":"resp","url":"{redis_url}"}}'])
 
 
 def start_redis(prefix, host, port):
@@ -82,6 +85,23 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_load(worker, tokens, chunks, request_id, source_pid, total):
+    """Clears `worker`'s server's L1, then loads the prompt from L2 into it and
+    retrieves it: the MB/s from the lookup to its answer, and the CPU seconds
+    per GB process `source_pid` (who served the bytes) spent meanwhile."""
+    client, instance, pool = worker
+    assert client.call(OP_CLEAR, True) is None
+    cpu_before = cpu_seconds(source_pid)
+    start_s = time.perf_counter()
+    hits = lookup_l2(client, tokens, request_id, timeout_s=120, poll_s=0.0005)
+    elapsed = time.perf_counter() - start_s
+    cpu_per_gb = (cpu_seconds(source_pid) - cpu_before) / (total / 1e9)
+    if hits != chunks:
+        sys.exit(f"{request_id}: found {hits} of {chunks} chunks")
+    retrieve(client, pool, instance, tokens, chunks, request_id)
+    return total / elapsed / 1e6, cpu_per_gb
 
 
 def worker_of(ctx, server):
@@ -181,28 +201,16 @@ def main():
                 time.sleep(0.05)
         p2p, ucx, via_redis, owner_cpu, redis_cpu = [], [], [], [], []
         for r in range(args.rounds):
-            assert b.call(OP_CLEAR, True) is None
-            cpu_before = cpu_seconds(servers[0].proc.pid)
-            start_s = time.perf_counter()
-            hits = lookup_l2(b, tokens, f"bench-{r}", timeout_s=120, poll_s=0.0005)
-            elapsed = time.perf_counter() - start_s
-            owner_cpu.append((cpu_seconds(servers[0].proc.pid) - cpu_before) / (total / 1e9))
-            if hits != args.chunks:
-                sys.exit(f"round {r}: B found {hits} of {args.chunks} chunks")
-            retrieve(b, b_pool, b_instance, tokens, args.chunks, f"bench-{r}")
-            p2p.append(total / elapsed / 1e6)
+            rate, cpu = timed_load((b, b_instance, b_pool), tokens, args.chunks, f"bench-{r}",
+                                   servers[0].proc.pid, total)
+            p2p.append(rate)
+            owner_cpu.append(cpu)
             ucx.append(perftest_mb_s(chunk_bytes, prefixes[0], prefixes[1], hosts[0], env))
             if use_redis:
-                assert d.call(OP_CLEAR, True) is None
-                cpu_before = cpu_seconds(redis.pid)
-                start_s = time.perf_counter()
-                hits = lookup_l2(d, tokens, f"redis-{r}", timeout_s=120, poll_s=0.0005)
-                elapsed = time.perf_counter() - start_s
-                redis_cpu.append((cpu_seconds(redis.pid) - cpu_before) / (total / 1e9))
-                if hits != args.chunks:
-                    sys.exit(f"round {r}: D found {hits} of {args.chunks} chunks in Redis")
-                retrieve(d, d_pool, d_instance, tokens, args.chunks, f"redis-{r}")
-                via_redis.append(total / elapsed / 1e6)
+                rate, cpu = timed_load((d, d_instance, d_pool), tokens, args.chunks, f"redis-{r}",
+                                       redis.pid, total)
+                via_redis.append(rate)
+                redis_cpu.append(cpu)
         where = "two network namespaces, UCX_TLS=tcp" if namespaces else "loopback, UCX's choice"
         print(f"{where}: {args.chunks} chunks of {chunk_bytes / 2**20:.1f} MiB, {args.rounds} rounds")
         print(f"  P2P load into B's L1, MB/s:        {spread(p2p)}")

@@ -216,18 +216,20 @@ void P2pAdapter::Resolve(Lookup& lookup) {
 }
 
 void P2pAdapter::SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> keys) {
-  peers_->Call(peer, Op::kP2pUnlockObjects, {KeysFrame(keys)},
-               peers_->clock().NowMs() + peers_->lookup_timeout_ms(), [](Result<std::string>) {
-                 // Nothing to do either way: a lock we could not end ends at
-                 // the owner's reaper or read TTL.
-               });
+  SendRelease(peer, Op::kP2pUnlockObjects, KeysFrame(keys));
 }
 
 void P2pAdapter::SendEndTask(fleet::PeerId peer, std::int64_t task) {
-  peers_->Call(peer, Op::kP2pEndTask, {EncodeInt(task)},
-               peers_->clock().NowMs() + peers_->lookup_timeout_ms(), [](Result<std::string>) {
-                 // A reference owner has no such operation: its task ends at
-                 // its own reaper or read TTL, as without this call.
+  // A reference owner has no such operation: it answers an error, and the
+  // task ends at its own reaper or read TTL, as without this call.
+  SendRelease(peer, Op::kP2pEndTask, EncodeInt(task));
+}
+
+void P2pAdapter::SendRelease(fleet::PeerId peer, Op op, std::string frame) {
+  peers_->Call(peer, op, {std::move(frame)}, peers_->clock().NowMs() + peers_->lookup_timeout_ms(),
+               [](Result<std::string>) {
+                 // Nothing to do either way: what the call could not end
+                 // ends at the owner's reaper or read TTL.
                });
 }
 

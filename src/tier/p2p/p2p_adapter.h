@@ -92,6 +92,9 @@ class P2pAdapter final : public L2Adapter {
   void SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> keys);
   // p2p_end_task (ours): `peer` ends `task`, which we will not use, with its locks.
   void SendEndTask(fleet::PeerId peer, std::int64_t task);
+  // Sends `op` with its one `frame` to `peer`, to release what a lookup of
+  // ours holds there; its answer changes nothing.
+  void SendRelease(fleet::PeerId peer, Op op, std::string frame);
 
   const fleet::PeerAccess* const peers_;
   std::span<std::byte> pool_;

@@ -15,6 +15,7 @@
 
 #include <fstream>
 #include <future>
+#include <memory>
 #include <optional>
 #include <thread>
 #include <zmq.hpp>
@@ -75,6 +76,28 @@ Result<std::string> CallAndWait(PeerRpc& rpc, PeerId peer, Op op,
 }
 
 // A spec-shaped ObjectKey (p2p-spec.md 4.2) for a chunk nobody stored.
+// A PeerRpc holding the key of `dir`'s fleet.key, its deadlines on `clock`.
+std::unique_ptr<PeerRpc> StartRpc(const TempDir& dir, const FakeClock& clock) {
+  return std::move(PeerRpc::Start(LoadKey(WriteKeyFile(dir, "fleet.key", 'k')), &clock)).value();
+}
+
+// A call to a peer nobody listens on: the fake clock never reaches its
+// deadline, so it stays unanswered until the RPC stops (checked for 300 ms).
+struct UnansweredCall {
+  PeerId peer = 0;
+  std::future<Result<std::string>> result;
+};
+UnansweredCall CallNobody(PeerRpc& rpc, const FakeClock& clock) {
+  UnansweredCall call;
+  call.peer = rpc.Connect("tcp://127.0.0.1:" + std::to_string(testing::FreeTcpPort()));
+  auto pending = std::make_shared<std::promise<Result<std::string>>>();
+  call.result = pending->get_future();
+  rpc.Call(call.peer, Op::kServerInfo, {}, clock.NowMs() + kLongDeadline,
+           [pending](Result<std::string> r) { pending->set_value(std::move(r)); });
+  EXPECT_EQ(call.result.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  return call;
+}
+
 std::string AbsentKeys() {
   msgpk::Encoder e;
   e.Array(1).Map(5);
@@ -263,22 +286,15 @@ TEST(PeerRpcTest, RepliesThatMatchNoCallAreDroppedAndTheCallEndsAtItsDeadline) {
 TEST(PeerRpcTest, UnknownPeersFailAtOnceAndStoppingEndsCallsInFlight) {
   TempDir dir("lmc_peer_rpc");
   FakeClock clock;
-  auto rpc = std::move(PeerRpc::Start(LoadKey(WriteKeyFile(dir, "fleet.key", 'k')), &clock))
-                 .value();
+  auto rpc = StartRpc(dir, clock);
   auto unknown = CallAndWait(*rpc, 12345, Op::kServerInfo, {}, clock.NowMs() + kLongDeadline);
   EXPECT_EQ(unknown.status().code(), ErrorCode::kUnavailable);
   auto not_a_peer_op = CallAndWait(*rpc, 1, Op::kStore, {}, clock.NowMs() + kLongDeadline);
   EXPECT_EQ(not_a_peer_op.status().code(), ErrorCode::kNotSupported);
 
-  // Nobody listens on this port: the call waits for its deadline until the RPC stops.
-  const PeerId peer = rpc->Connect("tcp://127.0.0.1:" + std::to_string(testing::FreeTcpPort()));
-  std::promise<Result<std::string>> pending;
-  rpc->Call(peer, Op::kServerInfo, {}, clock.NowMs() + kLongDeadline,
-            [&pending](Result<std::string> r) { pending.set_value(std::move(r)); });
-  auto future = pending.get_future();
-  EXPECT_EQ(future.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  UnansweredCall call = CallNobody(*rpc, clock);
   rpc.reset();
-  EXPECT_EQ(future.get().status().code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(call.result.get().status().code(), ErrorCode::kUnavailable);
 }
 
 // A completion that calls again while the RPC stops (a requester going on to
@@ -287,8 +303,7 @@ TEST(PeerRpcTest, UnknownPeersFailAtOnceAndStoppingEndsCallsInFlight) {
 TEST(PeerRpcTest, ACallMadeFromACompletionWhileStoppingEndsAtOnce) {
   TempDir dir("lmc_peer_rpc");
   FakeClock clock;
-  auto rpc = std::move(PeerRpc::Start(LoadKey(WriteKeyFile(dir, "fleet.key", 'k')), &clock))
-                 .value();
+  auto rpc = StartRpc(dir, clock);
   const PeerId peer = rpc->Connect("tcp://127.0.0.1:" + std::to_string(testing::FreeTcpPort()));
   // Three deep: the first is ended with the calls in flight, the second
   // with the queued ones, the third after both.
@@ -317,17 +332,12 @@ TEST(PeerRpcTest, ACallMadeFromACompletionWhileStoppingEndsAtOnce) {
 TEST(PeerRpcTest, StopEndsCallsInFlightNowAndLaterOnesAtOnce) {
   TempDir dir("lmc_peer_rpc");
   FakeClock clock;
-  auto rpc = std::move(PeerRpc::Start(LoadKey(WriteKeyFile(dir, "fleet.key", 'k')), &clock))
-                 .value();
-  const PeerId peer = rpc->Connect("tcp://127.0.0.1:" + std::to_string(testing::FreeTcpPort()));
-  std::promise<Result<std::string>> pending;
-  rpc->Call(peer, Op::kServerInfo, {}, clock.NowMs() + kLongDeadline,
-            [&pending](Result<std::string> r) { pending.set_value(std::move(r)); });
-  auto future = pending.get_future();
-  EXPECT_EQ(future.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  auto rpc = StartRpc(dir, clock);
+  UnansweredCall call = CallNobody(*rpc, clock);
+  const PeerId peer = call.peer;
   rpc->Stop();
-  ASSERT_EQ(future.wait_for(std::chrono::seconds(0)), std::future_status::ready);
-  EXPECT_EQ(future.get().status().code(), ErrorCode::kUnavailable);
+  ASSERT_EQ(call.result.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_EQ(call.result.get().status().code(), ErrorCode::kUnavailable);
   const std::thread::id caller = std::this_thread::get_id();
   std::optional<std::thread::id> ran_on;
   rpc->Call(peer, Op::kServerInfo, {}, clock.NowMs() + kLongDeadline,
