@@ -8,9 +8,11 @@ UCX_TLS=tcp). A worker of A stores a prompt of --chunks chunks; then, per
 round, B's L1 is cleared and a lookup on B is timed from the lookup to the
 prefetch's answer (query_prefetch_status stops answering nil), which is
 when every chunk has landed in B's L1 from A over UCX. Interleaved with
-each round, ucx_perftest -t ucp_am_bw moves messages of one chunk's size
-between two processes over the same transport (UCX_TLS as the servers get
-it): the ceiling this machine's UCX gives; and the same prompt crosses
+each round, ucx_perftest moves messages of one chunk's size between two
+processes over the same transport (UCX_TLS as the servers get it, UCX's own
+settings otherwise), as a one-way stream of active messages (ucp_am_bw, the
+fastest UCX moves them) and as one-sided gets (ucp_get, the issue's
+reference): the ceiling this machine's UCX gives; and the same prompt crosses
 through Redis, the other cross-node path: a redis-server on A's side, a
 server C beside A that stored the prompt there (write-behind, resp L2
 adapter), and a server D beside B whose lookup loads it from Redis (B and D
@@ -111,14 +113,18 @@ def worker_of(ctx, server):
     return client, instance, map_pool(reg["shm_name"], reg["pool_size"])
 
 
-def perftest_mb_s(size, prefix_server, prefix_client, server_host, env, port=13337):
-    """ucx_perftest ucp_am_bw of `size`-byte messages: the overall MB/s."""
+def perftest_mb_s(test, size, prefix_server, prefix_client, server_host, env, port=13337):
+    """ucx_perftest `test` (ucp_am_bw, ucp_get) of `size`-byte messages, UCX's
+    own settings: the overall MB/s. With
+    endpoints that handle a peer's failure (-e), as the servers' do: UCX then
+    picks the same transports for both (on one host TCP over loopback, not
+    shared memory, whose transports do not handle a peer's failure)."""
     server = subprocess.Popen([*prefix_server, "ucx_perftest", "-p", str(port)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         for _ in range(50):  # the server listens within a moment
             out = subprocess.run([*prefix_client, "ucx_perftest", server_host, "-p", str(port),
-                                  "-t", "ucp_am_bw", "-s", str(size), "-n", "64"], env=env,
+                                  "-t", test, "-s", str(size), "-n", "64", "-e"], env=env,
                                  capture_output=True, text=True, timeout=120)
             final = re.search(r"Final:\s+(.*)", out.stdout)
             if final:
@@ -199,13 +205,16 @@ def main():
                 if time.monotonic() > deadline:
                     sys.exit("C never wrote the prompt to Redis")
                 time.sleep(0.05)
-        p2p, ucx, via_redis, owner_cpu, redis_cpu = [], [], [], [], []
+        p2p, ucx, gets, via_redis, owner_cpu, redis_cpu = [], [], [], [], [], []
         for r in range(args.rounds):
             rate, cpu = timed_load((b, b_instance, b_pool), tokens, args.chunks, f"bench-{r}",
                                    servers[0].proc.pid, total)
             p2p.append(rate)
             owner_cpu.append(cpu)
-            ucx.append(perftest_mb_s(chunk_bytes, prefixes[0], prefixes[1], hosts[0], env))
+            ucx.append(perftest_mb_s("ucp_am_bw", chunk_bytes, prefixes[0], prefixes[1], hosts[0],
+                                     env))
+            gets.append(perftest_mb_s("ucp_get", chunk_bytes, prefixes[0], prefixes[1], hosts[0],
+                                      env))
             if use_redis:
                 rate, cpu = timed_load((d, d_instance, d_pool), tokens, args.chunks, f"redis-{r}",
                                        redis.pid, total)
@@ -215,6 +224,7 @@ def main():
         print(f"{where}: {args.chunks} chunks of {chunk_bytes / 2**20:.1f} MiB, {args.rounds} rounds")
         print(f"  P2P load into B's L1, MB/s:        {spread(p2p)}")
         print(f"  ucx_perftest ucp_am_bw, MB/s:      {spread(ucx)}")
+        print(f"  ucx_perftest ucp_get, MB/s:        {spread(gets)}")
         if args.verbose:
             adapter = stats(b)["l2"]["adapters"][0]
             for field in ("lookup_latency", "load_latency"):
@@ -225,9 +235,10 @@ def main():
                 for field in ("lookup_latency", "load_latency"):
                     print(f"  D's resp adapter {field}: {adapter[field]}")
                 print(f"  D's prefetch latency: {stats(d)['l2']['prefetch']['latency']}")
-        ratios = [p / u for p, u in zip(p2p, ucx)]
-        print(f"  ratio P2P / ucx_perftest (paired): {statistics.median(ratios):.2f} "
-              f"({min(ratios):.2f}..{max(ratios):.2f})")
+        for name, raw in (("ucp_am_bw", ucx), ("ucp_get", gets)):
+            ratios = [p / u for p, u in zip(p2p, raw)]
+            print(f"  ratio P2P / {name} (paired):{' ' * (13 - len(name))}"
+                  f"{statistics.median(ratios):.2f} ({min(ratios):.2f}..{max(ratios):.2f})")
         print(f"  owner (A) CPU seconds per GB served: {statistics.median(owner_cpu):.2f} "
               f"({min(owner_cpu):.2f}..{max(owner_cpu):.2f})")
         if use_redis:

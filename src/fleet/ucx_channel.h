@@ -55,8 +55,9 @@ namespace lmcache::fleet {
 
 // Makes UCX's TCP transport send by copy, never zero-copy (UCX 1.13.1
 // aborts the process when a zero-copy send fails: ucx_channel.cc says
-// where), unless the environment already says otherwise (UCX_TCP_PUT_ENABLE).
-// It sets an environment variable, which UCX reads when a channel starts:
+// where), unless the environment already says otherwise (UCX_TCP_PUT_ENABLE),
+// in copied fragments of 64 KiB (UCX_TCP_TX_SEG_SIZE, unless either segment
+// size is set). It sets environment variables, which UCX reads when a channel starts:
 // call it before other threads run (main does, first thing); Create calls
 // it too where it was not called, for programs that make channels directly.
 void PreferCopyingTcp();
