@@ -27,7 +27,7 @@ PACKAGES=(
   libxxhash-dev librust-blake3-dev nlohmann-json3-dev libcpp-httplib-dev libssl-dev libucx-dev prometheus-cpp-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev llvm-14
-  b3sum iproute2 iptables redis-server libhiredis-dev prometheus python3-yaml patchelf
+  b3sum iproute2 iptables ucx-utils redis-server libhiredis-dev prometheus python3-yaml patchelf
   python3-zmq python3-msgpack python3-numpy python3-pytest
 )
 

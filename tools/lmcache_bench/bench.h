@@ -47,6 +47,15 @@ struct BenchOptions {
   std::string l2_dir = "/var/tmp";  // the fs L2 phase works in a fresh directory under it
   std::uint64_t rebuild_objects = 10000;
   std::string json_path;
+  // The p2p phase (p2p_phase.h): a prompt of `p2p_tokens` with Llama-3-8B's
+  // KV per token (32 layers x 8 KV heads x 128 x K,V x bf16 = 128 KiB: a
+  // 32 MiB object per 256-token chunk) loaded from a peer, and the time to
+  // retrievable of a `p2p_ttr_tokens` prompt.
+  bool skip_p2p = false;
+  std::uint64_t p2p_tokens = 131072;
+  std::uint64_t p2p_bytes_per_token = 131072;
+  std::uint64_t p2p_ttr_tokens = 10240;
+  std::string ucx_perftest = "/usr/bin/ucx_perftest";
 
   std::uint64_t chunks_per_prompt() const { return tokens_per_prompt / chunk_size; }
   std::uint64_t object_bytes() const { return chunk_size * bytes_per_token; }

@@ -12,17 +12,12 @@
 #include <thread>
 
 #include "lmcache/client.h"
+#include "phase_support.h"
 #include "support/local_server.h"
 #include "support/server_stats.h"
 
 namespace lmcache::bench {
 namespace {
-
-using SteadyTime = std::chrono::steady_clock;
-
-double Seconds(SteadyTime::time_point since) {
-  return std::chrono::duration<double>(SteadyTime::now() - since).count();
-}
 
 Status Errno(const std::string& what) {
   return Status(ErrorCode::kIoError, what + ": " + std::strerror(errno));
@@ -157,81 +152,6 @@ class RawRedisReference final : public L2Reference {
   std::uint64_t generation_ = 0;  // of the last Write: Read reads its keys
 };
 
-// Page-aligned memory for one round's objects (direct I/O needs it).
-struct RoundMemory {
-  RoundMemory(std::uint64_t objects, std::uint64_t bytes_each)
-      : object_bytes(bytes_each),
-        in(static_cast<std::byte*>(std::aligned_alloc(4096, objects * bytes_each))),
-        out(static_cast<std::byte*>(std::aligned_alloc(4096, objects * bytes_each))),
-        count(objects) {}
-  ~RoundMemory() {
-    std::free(in);
-    std::free(out);
-  }
-  // Prompt `first + p` of `chunks` chunks in its place, for every prompt the memory holds.
-  void Fill(std::uint64_t first, std::uint64_t chunks) {
-    for (std::uint64_t i = 0; i < count; ++i) {
-      FillChunk(in + i * object_bytes, object_bytes, first + i / chunks, i % chunks);
-    }
-  }
-  std::vector<std::span<const std::byte>> Inputs() const {
-    std::vector<std::span<const std::byte>> v;
-    for (std::uint64_t i = 0; i < count; ++i) v.emplace_back(in + i * object_bytes, object_bytes);
-    return v;
-  }
-  std::vector<std::span<std::byte>> Outputs() const {
-    std::vector<std::span<std::byte>> v;
-    for (std::uint64_t i = 0; i < count; ++i) v.emplace_back(out + i * object_bytes, object_bytes);
-    return v;
-  }
-  std::uint64_t object_bytes;
-  std::byte* in;
-  std::byte* out;
-  std::uint64_t count;
-};
-
-Result<std::unique_ptr<client::Client>> Connect(const std::string& url, std::int64_t instance,
-                                                std::int64_t hidden) {
-  client::ClientOptions options;
-  options.url = url;
-  options.request_timeout = std::chrono::milliseconds(120'000);
-  LMC_ASSIGN_OR_RETURN(auto c, client::Client::Connect(options));
-  client::EngineContext context;
-  context.instance_id = instance;
-  context.model_name = "bench-l2";
-  context.num_layers = 1;
-  context.hidden_dim_size = hidden;
-  LMC_RETURN_IF_ERROR(c->Register(context).status());
-  return c;
-}
-
-client::KeySpec PromptKey(const BenchOptions& o, std::uint64_t prompt, std::uint64_t chunks) {
-  client::KeySpec key;
-  key.model_name = "bench-l2";
-  key.token_ids = PromptTokens(chunks * o.chunk_size, prompt);
-  key.end = static_cast<std::int64_t>(chunks * o.chunk_size);
-  key.request_id = "l2-" + std::to_string(prompt);
-  return key;
-}
-
-// Waits until the server has written `objects` objects behind and has nothing queued.
-Status WaitWrittenBehind(client::Client& c, double objects) {
-  for (int i = 0; i < 120'000; ++i) {
-    LMC_ASSIGN_OR_RETURN(const tools::ServerStats stats, tools::ServerStats::Fetch(c));
-    const double stored = stats.Number("l2.store.stored").value_or(0);
-    const double failed = stats.Number("l2.store.failed").value_or(0) +
-                          stats.Number("l2.store.skipped_queue_full").value_or(0);
-    if (failed > 0)
-      return Internal("the L2 adapter failed or skipped objects (see the server log)");
-    if (stored >= objects && stats.Number("l2.store.queued_objects") == 0 &&
-        stats.Number("l2.store.in_flight") == 0) {
-      return Status::Ok();
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(500));
-  }
-  return Status(ErrorCode::kTimeout, "L2 write-behind did not finish in a minute");
-}
-
 // A phase's server: a pool twice one round (at least 1 GiB), quiet logs, `extra`.
 // An object takes at least one 4 KiB slot (--l1-align-bytes): at chunk size 1
 // a 1 KiB object takes four times its bytes, and a pool sized by bytes alone
@@ -275,7 +195,7 @@ Result<L2Figures> MeasureL2Phase(const BenchOptions& o, const std::string& binar
   const std::vector<std::string> args = PhaseServerArgs(o, prompts * chunks, server_args);
   LMC_ASSIGN_OR_RETURN(auto server, tools::LocalServer::Start(binary, "lmcache_bench_l2", args));
   LMC_ASSIGN_OR_RETURN(
-      auto c, Connect(server->url(), 9'000'000, static_cast<std::int64_t>(o.bytes_per_token / 4)));
+      auto c, ConnectRegistered(server->url(), 9'000'000, static_cast<std::int64_t>(o.bytes_per_token / 4)));
   if (c->ObjectBytes() != o.object_bytes()) return Internal("unexpected object size");
 
   RoundMemory memory(prompts * chunks, o.object_bytes());
@@ -340,8 +260,8 @@ Status MeasureCrossNode(const BenchOptions& o, const std::string& binary,
   LMC_ASSIGN_OR_RETURN(auto node_b,
                        tools::LocalServer::Start(binary, "lmcache_bench_node_b", args));
   const auto hidden = static_cast<std::int64_t>(o.bytes_per_token / 4);
-  LMC_ASSIGN_OR_RETURN(auto a, Connect(node_a->url(), 9'100'000, hidden));
-  LMC_ASSIGN_OR_RETURN(auto b, Connect(node_b->url(), 9'100'001, hidden));
+  LMC_ASSIGN_OR_RETURN(auto a, ConnectRegistered(node_a->url(), 9'100'000, hidden));
+  LMC_ASSIGN_OR_RETURN(auto b, ConnectRegistered(node_b->url(), 9'100'001, hidden));
   RoundMemory memory(prompts * chunks, o.object_bytes());
   const auto inputs = memory.Inputs();
   const auto outputs = memory.Outputs();
@@ -392,7 +312,7 @@ Status MeasureFsRebuild(const BenchOptions& o, const std::string& binary, const 
   constexpr std::uint64_t kChunksPerPrompt = 250;
   {
     LMC_ASSIGN_OR_RETURN(auto server, tools::LocalServer::Start(binary, "lmcache_bench_rb", args));
-    LMC_ASSIGN_OR_RETURN(auto c, Connect(server->url(), 9'000'001, 8));  // 8 KiB objects
+    LMC_ASSIGN_OR_RETURN(auto c, ConnectRegistered(server->url(), 9'000'001, 8));  // 8 KiB objects
     std::vector<std::byte> zeros(c->ObjectBytes());
     for (std::uint64_t p = 0; p * kChunksPerPrompt < objects; ++p) {
       const std::uint64_t n = std::min(kChunksPerPrompt, objects - p * kChunksPerPrompt);

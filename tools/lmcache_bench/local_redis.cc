@@ -30,7 +30,8 @@ bool Pings(const std::string& socket_path) {
 }  // namespace
 
 Result<std::unique_ptr<LocalRedis>> LocalRedis::Start(const std::string& binary,
-                                                      const std::string& tag) {
+                                                      const std::string& tag,
+                                                      int tcp_port) {
   if (!std::filesystem::exists(binary)) {
     return Status(ErrorCode::kNotFound, binary + " not found: install redis-server");
   }
@@ -47,8 +48,11 @@ Result<std::unique_ptr<LocalRedis>> LocalRedis::Start(const std::string& binary,
       dup2(fileno(f), STDOUT_FILENO);
       dup2(fileno(f), STDERR_FILENO);
     }
-    // Persistence off, no TCP; values of one chunk fit the default limits.
-    execl(binary.c_str(), binary.c_str(), "--port", "0", "--unixsocket", socket_path.c_str(),
+    // Persistence off, TCP only on loopback where asked; values of one
+    // chunk fit the default limits.
+    const std::string port = std::to_string(tcp_port);
+    execl(binary.c_str(), binary.c_str(), "--port", port.c_str(), "--bind", "127.0.0.1",
+          "--unixsocket", socket_path.c_str(),
           "--unixsocketperm", "700", "--save", "", "--appendonly", "no", "--dir", dir.c_str(),
           "--loglevel", "warning", "--logfile", "", nullptr);
     _exit(127);

@@ -17,8 +17,10 @@ namespace lmcache::bench {
 class LocalRedis {
  public:
   // `tag` names the directory; fails with redis's log when it does not serve.
+  // With `tcp_port`, it also listens on 127.0.0.1 there (as a Redis that
+  // other nodes reach would: the p2p phase's cross-node path).
   static Result<std::unique_ptr<LocalRedis>> Start(const std::string& binary,
-                                                   const std::string& tag);
+                                                   const std::string& tag, int tcp_port = 0);
   ~LocalRedis();
   LocalRedis(const LocalRedis&) = delete;
   LocalRedis& operator=(const LocalRedis&) = delete;

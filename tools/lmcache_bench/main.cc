@@ -18,6 +18,7 @@
 #include "events_phase.h"
 #include "restart_phase.h"
 #include "l2_phase.h"
+#include "p2p_phase.h"
 #include "local_redis.h"
 #include "paths.h"
 #include "report.h"
@@ -126,7 +127,18 @@ Result<L2Figures> MeasureRespL2(const BenchOptions& o, const std::string& server
   return figures;
 }
 
+Status ValidateP2p(const BenchOptions& o) {
+  if (o.p2p_tokens < o.chunk_size || o.p2p_ttr_tokens < o.chunk_size) {
+    return InvalidArgument("--p2p-tokens and --p2p-ttr-tokens must hold a --chunk-size chunk");
+  }
+  if (o.p2p_bytes_per_token == 0 || o.p2p_bytes_per_token % 4 != 0) {
+    return InvalidArgument("--p2p-bytes-per-token must be a positive multiple of 4");
+  }
+  return Status::Ok();
+}
+
 Status Validate(const BenchOptions& o) {
+  LMC_RETURN_IF_ERROR(ValidateP2p(o));
   if (o.chunk_size == 0 || o.tokens_per_prompt < o.chunk_size) {
     return InvalidArgument("--tokens-per-prompt must hold at least one --chunk-size chunk");
   }
@@ -166,6 +178,9 @@ int Run(BenchOptions o) {
     o.latency_samples = 200;
     o.rebuild_objects = 1000;
     o.restart_pool_gb = {1};
+    o.p2p_tokens = 2048;
+    o.p2p_bytes_per_token = 16384;  // 4 MiB chunks
+    o.p2p_ttr_tokens = 1024;
   }
   if (Status s = Validate(o); !s.ok()) {
     std::fprintf(stderr, "lmcache-bench: %s\n", s.message().c_str());
@@ -255,6 +270,14 @@ int Run(BenchOptions o) {
     if (!resp.ok()) return fail(resp.status());
     report.resp = std::move(resp).value();
   }
+  if (!o.skip_p2p && !o.skip_redis && !o.latencies_only) {
+    Progress("p2p: node B loads a " + std::to_string(o.p2p_tokens) +
+             "-token prompt from node A's L1, against ucx_perftest and Redis; lookup to "
+             "retrievable of " + std::to_string(o.p2p_ttr_tokens) + " tokens");
+    auto p2p = MeasureP2pPhase(o, server_binary);
+    if (!p2p.ok()) return fail(p2p.status());
+    report.p2p = std::move(p2p).value();
+  }
   if (!o.skip_events && !o.latencies_only) {
     Progress("KV events: the shm path's stores on a server with them off and one with them on");
     auto events = MeasureEventsPhase(o, server_binary);
@@ -336,6 +359,20 @@ int main(int argc, char** argv) {
   app.add_option("--redis-server", o.redis_binary, "redis-server binary")->capture_default_str();
   app.add_flag("--skip-redis", o.skip_redis, "Do not measure Redis (its fields become null)");
   app.add_flag("--skip-l2", o.skip_l2, "Do not measure the fs L2 tier (its fields become null)");
+  app.add_flag("--skip-p2p", o.skip_p2p,
+               "Do not measure the p2p phase (its fields become null; --skip-redis skips it too)");
+  app.add_option("--p2p-tokens", o.p2p_tokens,
+                 "Tokens of the prompt the p2p phase loads from a peer")
+      ->capture_default_str();
+  app.add_option("--p2p-bytes-per-token", o.p2p_bytes_per_token,
+                 "KV bytes per token in the p2p phase (default: Llama-3-8B's, 32 MiB per "
+                 "256-token chunk)")
+      ->capture_default_str();
+  app.add_option("--p2p-ttr-tokens", o.p2p_ttr_tokens,
+                 "Tokens of the prompt whose lookup-to-retrievable time the p2p phase measures")
+      ->capture_default_str();
+  app.add_option("--ucx-perftest", o.ucx_perftest, "ucx_perftest binary (Debian's ucx-utils)")
+      ->capture_default_str();
   app.add_flag("--skip-events", o.skip_events,
                "Do not measure the store path with KV events on against off (its fields become "
                "null)");

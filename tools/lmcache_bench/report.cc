@@ -144,6 +144,16 @@ PathRatios RatiosOf(const PathResults& p) {
   return r;
 }
 
+// The p2p load over `reference`, per round (the median), when measured.
+std::optional<double> P2pRatio(const BenchReport& r, std::vector<double> P2pFigures::*reference) {
+  if (!r.p2p) return std::nullopt;
+  return PerRound(r.p2p->load_gbps, (*r.p2p).*reference).median;
+}
+
+std::string P2pSpreadJson(const BenchReport& r, std::vector<double> P2pFigures::*reference) {
+  return r.p2p ? SpreadJson(PerRound(r.p2p->load_gbps, (*r.p2p).*reference)) : "null";
+}
+
 std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const BenchReport& r) {
   const PathResults& m = r.main;
   const Latencies& l = r.latencies;
@@ -221,6 +231,17 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"recovery_serve_seconds", LargestRestart(r, &RestartSample::recovery_serve_seconds)},
       {"recovery_seconds", LargestRestart(r, &RestartSample::recovery_seconds)},
       {"recovered_fraction", LeastServed(r, &RestartSample::recovered_fraction)},
+      {"p2p_load_gbps", r.p2p ? Figure(r.p2p->load_gbps) : std::nullopt},
+      {"p2p_ucp_get_gbps", r.p2p ? Figure(r.p2p->ucp_get_gbps) : std::nullopt},
+      {"p2p_ucp_am_bw_gbps", r.p2p ? Figure(r.p2p->ucp_am_bw_gbps) : std::nullopt},
+      {"p2p_redis_load_gbps", r.p2p ? Figure(r.p2p->redis_load_gbps) : std::nullopt},
+      {"p2p_vs_ucp_get", P2pRatio(r, &P2pFigures::ucp_get_gbps)},
+      {"p2p_vs_ucp_am_bw", P2pRatio(r, &P2pFigures::ucp_am_bw_gbps)},
+      {"p2p_vs_redis", P2pRatio(r, &P2pFigures::redis_load_gbps)},
+      {"p2p_owner_cpu_s_per_gb", r.p2p ? Figure(r.p2p->owner_cpu_s_per_gb) : std::nullopt},
+      {"ttr_peer_ms", r.p2p ? Figure(r.p2p->ttr_peer_ms) : std::nullopt},
+      {"ttr_l1_ms", r.p2p ? Figure(r.p2p->ttr_l1_ms) : std::nullopt},
+      {"ttr_fs_ms", r.p2p ? Figure(r.p2p->ttr_fs_ms) : std::nullopt},
   };
 }
 
@@ -303,6 +324,22 @@ void PrintTable(const BenchReport& r) {
     spread("journal_small_on_vs_off",
            PerRound(r.journal->small_on_store_gbps, r.journal->small_off_store_gbps));
   }
+  if (r.p2p) {
+    const P2pFigures& p = *r.p2p;
+    std::printf("  p2p, %llu tokens in %.0f MiB chunks from a peer: %.2f GB/s (ucp_get %.2f, "
+                "ucp_am_bw %.2f, through Redis %.2f); owner %.2f CPU s/GB\n",
+                static_cast<unsigned long long>(p.prompt_tokens),
+                static_cast<double>(p.object_bytes) / (1 << 20), Median(p.load_gbps),
+                Median(p.ucp_get_gbps), Median(p.ucp_am_bw_gbps), Median(p.redis_load_gbps),
+                Median(p.owner_cpu_s_per_gb));
+    spread("p2p_vs_ucp_get", PerRound(p.load_gbps, p.ucp_get_gbps));
+    spread("p2p_vs_ucp_am_bw", PerRound(p.load_gbps, p.ucp_am_bw_gbps));
+    spread("p2p_vs_redis", PerRound(p.load_gbps, p.redis_load_gbps));
+    std::printf("  lookup to retrievable, %llu tokens: from a peer %.1f ms, local L1 %.1f ms, "
+                "fs L2 %.1f ms\n",
+                static_cast<unsigned long long>(p.ttr_tokens), Median(p.ttr_peer_ms),
+                Median(p.ttr_l1_ms), Median(p.ttr_fs_ms));
+  }
   for (const PathResults& p : r.sweep) {
     const PathRatios pr = RatiosOf(p);
     std::printf(
@@ -329,7 +366,10 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << ", \"bytes_per_token\": " << o.bytes_per_token << ", \"chunk_size\": " << o.chunk_size
       << ", \"prompts_per_worker\": " << o.prompts_per_worker << ", \"rounds\": " << o.rounds
       << ", \"pool_gb\": " << o.pool_gb << ", \"lookup_tokens\": " << o.lookup_tokens
-      << ", \"quick\": " << (o.quick ? "true" : "false") << "},\n";
+      << ", \"quick\": " << (o.quick ? "true" : "false")
+      << ", \"p2p_tokens\": " << (r.p2p ? r.p2p->prompt_tokens : 0)
+      << ", \"p2p_object_bytes\": " << (r.p2p ? r.p2p->object_bytes : 0)
+      << ", \"p2p_ttr_tokens\": " << (r.p2p ? r.p2p->ttr_tokens : 0) << "},\n";
   out << "  \"results\": {\n";
   const auto fields = HeadlineFields(r);
   for (std::size_t i = 0; i < fields.size(); ++i) {
@@ -366,7 +406,9 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << (r.journal ? SpreadJson(PerRound(r.journal->small_on_store_gbps,
                                           r.journal->small_off_store_gbps))
                     : "null")
-      << "},\n";
+      << ", \"p2p_vs_ucp_get\": " << P2pSpreadJson(r, &P2pFigures::ucp_get_gbps)
+      << ", \"p2p_vs_ucp_am_bw\": " << P2pSpreadJson(r, &P2pFigures::ucp_am_bw_gbps)
+      << ", \"p2p_vs_redis\": " << P2pSpreadJson(r, &P2pFigures::redis_load_gbps) << "},\n";
   out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
       << ", \"stream_copy_gbps\": " << Samples(r.main.stream_copy_gbps)
       << ", \"store_gbps\": " << Samples(r.main.shm.store_gbps)
@@ -386,6 +428,16 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
         << ", \"journal_on_store_gbps\": " << Samples(r.journal->on_store_gbps)
         << ", \"journal_small_off_store_gbps\": " << Samples(r.journal->small_off_store_gbps)
         << ", \"journal_small_on_store_gbps\": " << Samples(r.journal->small_on_store_gbps);
+  }
+  if (r.p2p) {
+    out << ", \"p2p_load_gbps\": " << Samples(r.p2p->load_gbps)
+        << ", \"p2p_ucp_get_gbps\": " << Samples(r.p2p->ucp_get_gbps)
+        << ", \"p2p_ucp_am_bw_gbps\": " << Samples(r.p2p->ucp_am_bw_gbps)
+        << ", \"p2p_redis_load_gbps\": " << Samples(r.p2p->redis_load_gbps)
+        << ", \"p2p_owner_cpu_s_per_gb\": " << Samples(r.p2p->owner_cpu_s_per_gb)
+        << ", \"ttr_peer_ms\": " << Samples(r.p2p->ttr_peer_ms)
+        << ", \"ttr_l1_ms\": " << Samples(r.p2p->ttr_l1_ms)
+        << ", \"ttr_fs_ms\": " << Samples(r.p2p->ttr_fs_ms);
   }
   out << "},\n";
   out << "  \"restart\": [";

@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "events_phase.h"
 #include "l2_phase.h"
+#include "p2p_phase.h"
 #include "paths.h"
 #include "restart_phase.h"
 
@@ -62,6 +63,7 @@ struct BenchReport {
   std::optional<OnOffFigures> events;         // the KV events phase (absent with --skip-events)
   std::optional<OnOffFigures> journal;        // the journal phase (absent with --skip-journal)
   std::optional<std::vector<RestartSample>> restart;  // absent with --skip-restart
+  std::optional<P2pFigures> p2p;  // absent with --skip-p2p or --skip-redis
   std::vector<PathResults> sweep;
   std::string server_version;
 };
