@@ -52,6 +52,10 @@ namespace lmcache::fleet {
   X(ended_life_tasks, "ended_life_tasks", std::uint64_t, kCounter, "tasks", \
       "p2p_served_ended_life_tasks_total", "Lookups ended with their locks because their " \
       "requester restarted: its new life said hello and no connection of the old one was open.") \
+  X(closed_connection_tasks, "closed_connection_tasks", std::uint64_t, kCounter, "tasks", \
+      "p2p_served_closed_connection_tasks_total", "Lookups ended with their locks because the " \
+      "connection they came on closed without ever saying which requester it speaks for " \
+      "(p2p_hello; a reference requester): no other connection could reach them.") \
   X(unknown_queries, "unknown_queries", std::uint64_t, kCounter, "queries", \
       "p2p_served_unknown_queries_total", "p2p_query_lookup_results for a task the asking " \
       "peer does not have (answered already, reaped, or never its own).") \
@@ -103,6 +107,9 @@ std::span<const stats::Row<MembershipStats>> MembershipStatRows();
       "Calls ended at their deadline unanswered.") \
   X(unsent, "unsent", std::uint64_t, kCounter, "calls", "p2p_rpc_unsent_total", \
       "Calls that could not be queued to their peer (no connection, queue full).") \
+  X(closed_calls, "closed_calls", std::uint64_t, kCounter, "calls", "p2p_rpc_closed_calls_total", \
+      "Calls ended when their peer's connection closed (it died, restarted or refused our " \
+      "key): no reply could come, so none is waited for until the deadline.") \
   X(late_replies, "late_replies", std::uint64_t, kCounter, "replies", \
       "p2p_rpc_late_replies_total", "Replies for calls that had ended (past their deadline): " \
       "dropped.") \

@@ -1,6 +1,7 @@
 #include "fleet/peer_rpc.h"
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <thread>
@@ -86,8 +87,15 @@ struct PeerRpc::Impl {
   // completion that calls again) ends at once instead of never.
   bool closed LMC_GUARDED_BY(mu) = false;
 
+  // A peer's DEALER, and the PAIR its socket monitor reports to: a
+  // DISCONNECTED there means no call sent before can be answered.
+  struct PeerSocket {
+    zmq::socket_t socket;
+    zmq::socket_t monitor;
+  };
+
   // The thread's own.
-  std::map<PeerId, zmq::socket_t> sockets;
+  std::map<PeerId, PeerSocket> sockets;
   std::map<std::uint64_t, Pending> pending;  // by request id
   std::uint64_t next_uid = 1;
 
@@ -143,8 +151,18 @@ struct PeerRpc::Impl {
       socket.set(zmq::sockopt::curve_serverkey, server_public_z85);
       socket.set(zmq::sockopt::curve_publickey, client.public_z85);
       socket.set(zmq::sockopt::curve_secretkey, client.secret_z85);
+      // The monitor first, so that no close of the connection goes unseen.
+      const std::string monitor_url = "inproc://lmc-peer-rpc-" +
+                                      std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" +
+                                      std::to_string(command.peer);
+      if (zmq_socket_monitor(socket.handle(), monitor_url.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+        throw zmq::error_t();
+      }
+      zmq::socket_t monitor(context, zmq::socket_type::pair);
+      monitor.set(zmq::sockopt::linger, 0);
+      monitor.connect(monitor_url);
       socket.connect(command.url);
-      sockets.emplace(command.peer, std::move(socket));
+      sockets.emplace(command.peer, PeerSocket{std::move(socket), std::move(monitor)});
       counters.peers.fetch_add(1, std::memory_order_relaxed);
     } catch (const zmq::error_t& e) {
       // A URL ZMQ refuses: the peer stays unknown and its calls end unsent.
@@ -153,7 +171,11 @@ struct PeerRpc::Impl {
   }
 
   void Close(PeerId peer) {
-    if (sockets.erase(peer) != 0) counters.peers.fetch_sub(1, std::memory_order_relaxed);
+    if (auto it = sockets.find(peer); it != sockets.end()) {
+      zmq_socket_monitor(it->second.socket.handle(), nullptr, 0);
+      sockets.erase(it);
+      counters.peers.fetch_sub(1, std::memory_order_relaxed);
+    }
     EndWhere([peer](const Pending& p) { return p.peer == peer; },
              Status(ErrorCode::kUnavailable, "the peer was disconnected"));
   }
@@ -167,7 +189,8 @@ struct PeerRpc::Impl {
       try {
         std::vector<zmq::const_buffer> frames{zmq::buffer(uid_frame), zmq::buffer(call.op_frame)};
         for (const std::string& p : call.payloads) frames.push_back(zmq::buffer(p));
-        sent = zmq::send_multipart(socket->second, frames, zmq::send_flags::dontwait).has_value();
+        sent = zmq::send_multipart(socket->second.socket, frames, zmq::send_flags::dontwait)
+                   .has_value();
       } catch (const zmq::error_t&) {
         sent = false;
       }
@@ -187,8 +210,9 @@ struct PeerRpc::Impl {
     std::vector<zmq::pollitem_t> items;
     std::vector<PeerId> ids;
     items.push_back({nullptr, wake.fd(), ZMQ_POLLIN, 0});
-    for (auto& [id, socket] : sockets) {
-      items.push_back({socket.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& [id, peer] : sockets) {  // each peer's socket, then its monitor
+      items.push_back({peer.socket.handle(), 0, ZMQ_POLLIN, 0});
+      items.push_back({peer.monitor.handle(), 0, ZMQ_POLLIN, 0});
       ids.push_back(id);
     }
     try {
@@ -197,9 +221,41 @@ struct PeerRpc::Impl {
       return;  // EINTR: the next turn polls again
     }
     if (items[0].revents & ZMQ_POLLIN) wake.Drain();
-    for (std::size_t i = 1; i < items.size(); ++i) {
-      if (items[i].revents & ZMQ_POLLIN) Receive(ids[i - 1]);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (items[1 + 2 * i].revents & ZMQ_POLLIN) Receive(ids[i]);
+      if (items[2 + 2 * i].revents & ZMQ_POLLIN) Disconnected(ids[i]);
     }
+  }
+
+  // `peer`'s connection closed: the peer died, restarted, or refused our
+  // key. A call sent before can never be answered (a new life knows nothing
+  // of it), so each ends now instead of at its deadline, after the replies
+  // that had arrived are taken. ZMQ reconnects in the background; later
+  // calls go to whoever answers there next.
+  void Disconnected(PeerId peer) {
+    auto it = sockets.find(peer);
+    if (it == sockets.end()) return;
+    bool closed = false;
+    while (true) {
+      std::vector<zmq::message_t> event;
+      try {
+        if (!zmq::recv_multipart(it->second.monitor, std::back_inserter(event),
+                                 zmq::recv_flags::dontwait)) {
+          break;
+        }
+      } catch (const zmq::error_t&) {
+        break;
+      }
+      closed = true;  // only DISCONNECTED is asked for
+    }
+    if (!closed) return;
+    Receive(peer);
+    const std::size_t before = pending.size();
+    EndWhere([peer](const Pending& p) { return p.peer == peer; },
+             Status(ErrorCode::kUnavailable,
+                    "the peer's connection closed (it died, restarted or refused our key) "
+                    "before it answered"));
+    counters.closed_calls.fetch_add(before - pending.size(), std::memory_order_relaxed);
   }
 
   // Takes every reply waiting on `peer`'s socket.
@@ -209,7 +265,7 @@ struct PeerRpc::Impl {
     while (true) {
       std::vector<zmq::message_t> frames;
       try {
-        if (!zmq::recv_multipart(socket->second, std::back_inserter(frames),
+        if (!zmq::recv_multipart(socket->second.socket, std::back_inserter(frames),
                                  zmq::recv_flags::dontwait)) {
           return;
         }
@@ -285,6 +341,7 @@ struct PeerRpc::Impl {
     for (Command& command : left) {
       if (auto* call = std::get_if<CallCommand>(&command)) call->done(why);
     }
+    for (auto& [id, peer] : sockets) zmq_socket_monitor(peer.socket.handle(), nullptr, 0);
     sockets.clear();
     counters.peers.store(0, std::memory_order_relaxed);
   }

@@ -8,9 +8,12 @@
 // (fleet/fleet_key.h), so a peer without the key is never connected to. A
 // call never blocks its caller: Call queues the request and returns; the
 // thread sends it and runs `done` with the reply's value frame, the error
-// the peer answered, or kTimeout at the call's deadline (a peer that died,
-// hangs, or does not hold the key: ZMQ reconnects in the background, and a
-// later call reaches the peer once it is back). A reply that comes after
+// the peer answered, kUnavailable when the peer's connection closes first
+// (a peer that died or restarted holding the call, or that refused our key:
+// each socket's monitor reports it, and no reply can come then), or
+// kTimeout at the call's deadline (a peer that hangs, or is down when the
+// call is sent: ZMQ reconnects in the background, and a later call reaches
+// the peer once it is back). A reply that comes after
 // its deadline, or that matches no call of ours (another request id or
 // operation frame), is dropped and counted. A peer is untrusted: each frame
 // of a reply is bounded (kMaxReplyBytes, ZMQ_MAXMSGSIZE: ZMQ drops the

@@ -158,15 +158,28 @@ bool PeerTasks::EndOne(const std::string& peer_name, std::int64_t id) {
   return true;
 }
 
-std::size_t PeerTasks::DropPeer(const std::string& peer_name) {
+std::size_t PeerTasks::DropPeer(const std::string& peer_name, DropReason why) {
   MutexLock lock(&mu_);
   auto peer = peers_.find(peer_name);
   if (peer == peers_.end()) return 0;
   const std::size_t ended = peer->second.tasks.size();
   while (!peer->second.tasks.empty()) EndTask(peer->second, peer->second.tasks.begin());
   peers_.erase(peer);
-  counters_.ended_life_tasks.fetch_add(ended, std::memory_order_relaxed);
+  (why == DropReason::kLifeEnded ? counters_.ended_life_tasks : counters_.closed_connection_tasks)
+      .fetch_add(ended, std::memory_order_relaxed);
   return ended;
+}
+
+std::size_t PeerTasks::Adopt(const std::string& from, const std::string& to) {
+  MutexLock lock(&mu_);
+  auto source = peers_.find(from);
+  if (source == peers_.end() || from == to) return 0;
+  Peer moved = std::move(source->second);
+  peers_.erase(source);
+  Peer& target = peers_[to];
+  for (Task& task : moved.tasks) target.tasks.push_back(std::move(task));
+  target.locked_bytes += moved.locked_bytes;
+  return moved.tasks.size();
 }
 
 std::size_t PeerTasks::Reap() {

@@ -89,7 +89,14 @@ class PeerTasks {
   // will not use it); false when `peer` has no such task.
   bool EndOne(const std::string& peer, std::int64_t task) LMC_EXCLUDES(mu_);
   // Ends every task of `peer` with its locks (the peer went, or restarted).
-  std::size_t DropPeer(const std::string& peer) LMC_EXCLUDES(mu_);
+  // Counted as an ended life, or as a closed connection's.
+  enum class DropReason { kLifeEnded, kConnectionClosed };
+  std::size_t DropPeer(const std::string& peer, DropReason why = DropReason::kLifeEnded)
+      LMC_EXCLUDES(mu_);
+  // Moves every task of `from` to `to` (a connection that said which
+  // requester it speaks for: what it took before is that requester's).
+  // Returns the tasks moved.
+  std::size_t Adopt(const std::string& from, const std::string& to) LMC_EXCLUDES(mu_);
   // Reaps tasks past their query timeout (with their locks) and forgets those
   // past the read TTL; returns the tasks ended.
   std::size_t Reap() LMC_EXCLUDES(mu_);

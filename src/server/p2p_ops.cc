@@ -123,12 +123,25 @@ void P2pOps::AddTo(OpTable* table) {
              Bind([](Payloads p) { return fleet::PeerHello::Decode(p[0]); },
                   [this](const RequestContext& c, const fleet::PeerHello& hello) {
                     // Only a member names a requester (a stranger could end a member's tasks).
-                    if (c.fleet_member) EndLives(lives_.Hello(c.connection, hello));
+                    if (!c.fleet_member) return Result<std::string>(msgpk::Encoder().Nil().Take());
+                    const std::string before = PeerOf(c);
+                    EndLives(lives_.Hello(c.connection, hello));
+                    // What the connection took before it said who it speaks for
+                    // (it came back to this server, restarted, ahead of its
+                    // requester's next hello) is that requester's.
+                    const std::string after = PeerOf(c);
+                    if (before == c.connection && after != before) tasks_->Adopt(before, after);
                     return Result<std::string>(msgpk::Encoder().Nil().Take());
                   }));
 }
 
 void P2pOps::ConnectionClosed(std::string_view connection) {
+  if (lives_.PeerOf(connection) == connection) {
+    // Known by itself alone (it never said hello): nothing else can reach
+    // its tasks now.
+    tasks_->DropPeer(std::string(connection), fleet::PeerTasks::DropReason::kConnectionClosed);
+    return;
+  }
   EndLives(lives_.Closed(connection));
 }
 

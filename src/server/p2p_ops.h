@@ -17,7 +17,11 @@
 // p2p_hello (ours, by name; fleet/requester_lives.h): its connections share
 // its tasks, and a new life of it (a new boot id at its URL) ends the old
 // one's tasks once none of the old one's connections is open
-// (ConnectionClosed). Else the peer is the connection. A connection that did not
+// (ConnectionClosed). Else the peer is the connection: what a connection took
+// before its hello (it reached this server, restarted, ahead of its
+// requester's next probe) becomes its life's at the hello, and the tasks of
+// a connection that closes without ever saying hello (a reference
+// requester) end with it, since no other connection can reach them. A connection that did not
 // prove the fleet key (anything but the fleet endpoint, RequestContext::
 // fleet_member) gets a task of misses and locks nothing, and its unlocks
 // release nothing, unless `serve_unauthenticated` (--p2p-allow-

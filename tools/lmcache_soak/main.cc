@@ -59,7 +59,10 @@ std::map<std::string, double> Balance(const std::string& url) {
         "l1.quarantined_objects", "l1.expired_writes_reclaimed", "l2.prefetch.deadline_expired",
         "l2.prefetch.abandoned_loads", "l2.prefetch.abandoned_in_flight",
         "l2.prefetch.loaded_chunks", "l2.prefetch.refused", "l2.adapters.0.loaded_objects",
-        "l2.adapters.1.loaded_objects"}) {
+        "l2.adapters.1.loaded_objects", "p2p.served.tasks", "p2p.served.locked_objects",
+        "p2p.served.hit_keys", "p2p.served.reaped_tasks", "p2p.served.ended_life_tasks",
+        "p2p.served.abandoned_tasks", "p2p.peers.ready", "p2p.peers.restarts",
+        "p2p.channel.read_bytes", "p2p.channel.served_bytes", "p2p.channel.failed_reads"}) {
     if (auto v = stats->Number(path)) out[path] = *v;
   }
   return out;
@@ -73,17 +76,18 @@ bool Balanced(const std::map<std::string, double>& b) {
     auto it = b.find(zero);
     if (it == b.end() || it->second != 0) return false;
   }
-  // Present only with an L2 tier, or from newer servers.
-  for (const char* zero : {"l1.quarantined_objects", "l2.prefetch.abandoned_in_flight"}) {
+  // Present only with an L2 tier, with P2P, or from newer servers.
+  for (const char* zero : {"l1.quarantined_objects", "l2.prefetch.abandoned_in_flight",
+                           "p2p.served.tasks", "p2p.served.locked_objects"}) {
     if (auto it = b.find(zero); it != b.end() && it->second != 0) return false;
   }
   return b.count("l1.used_bytes") && b.at("l1.used_bytes") == b.at("l1.resident_bytes");
 }
 
 int Run(const SoakOptions& o) {
-  std::unique_ptr<tools::LocalServer> server;
-  std::string url = o.url;
-  if (url.empty()) {
+  std::unique_ptr<SoakNodes> nodes;
+  std::vector<std::string> urls = {o.url};
+  if (o.url.empty()) {
     std::vector<std::string> args = {"--l1-size-gb", std::to_string(o.pool_gb),
                                      "--max-gpu-workers", "2", "--max-cpu-workers", "2",
                                      "--log-level", "warn", "--session-ttl-seconds",
@@ -105,15 +109,19 @@ int Run(const SoakOptions& o) {
       }
       args.insert(args.end(), {"--l2-adapter", adapter});
     }
-    auto started = tools::LocalServer::Start(tools::FindServerBinary(o.server_binary),
-                                             "lmcache_soak_server", args);
+    auto started = SoakNodes::Start(tools::FindServerBinary(o.server_binary), o.nodes, args);
     if (!started.ok()) {
       Say(started.status().ToString());
       return 1;
     }
-    server = std::move(started).value();
-    url = server->url();
+    nodes = std::move(started).value();
+    urls.clear();
+    for (int n = 0; n < nodes->count(); ++n) urls.push_back(nodes->url(n));
   }
+  // Worker slot w works on node w % nodes (its own node's server, as a vLLM worker does).
+  auto url_of = [&urls](int slot) -> const std::string& {
+    return urls[static_cast<std::size_t>(slot) % urls.size()];
+  };
   void* shared = mmap(nullptr, sizeof(SoakCounters), PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shared == MAP_FAILED) return 1;
@@ -125,24 +133,55 @@ int Run(const SoakOptions& o) {
   std::vector<std::int64_t> instances;
   for (int w = 0; w < o.workers; ++w) {
     instances.push_back(next_instance++);
-    pids.push_back(Spawn(o, url, w, instances.back(), counters));
+    pids.push_back(Spawn(o, url_of(w), w, instances.back(), counters));
   }
   // The burst scheduler and the probe run the whole time, never killed.
   std::vector<pid_t> helpers;
   if (o.burst_lookups > 0) {
     for (auto* role : {&RunBurst, &RunProbe}) {
       const pid_t pid = fork();
-      if (pid == 0) _exit(role(o, url, counters));
+      if (pid == 0) _exit(role(o, urls[0], counters));
       helpers.push_back(pid);
     }
   }
-  Say("running " + std::to_string(o.workers) + " workers for " + std::to_string(o.seconds) +
-      " s, killing one every " + std::to_string(o.kill_every_ms) + " ms");
+  Say("running " + std::to_string(o.workers) + " workers on " + std::to_string(urls.size()) +
+      " node(s) for " + std::to_string(o.seconds) + " s, killing a worker every " +
+      std::to_string(o.kill_every_ms) + " ms" +
+      (o.kill_node_every_ms > 0 ? " and a node every " + std::to_string(o.kill_node_every_ms) + " ms"
+                                : std::string()));
   const auto start = Clock::now();
   const auto end = start + std::chrono::duration<double>(o.seconds);
   auto next_kill = start + std::chrono::milliseconds(o.kill_every_ms);
+  auto next_node_kill = start + std::chrono::milliseconds(o.kill_node_every_ms);
+  int failed_restarts = 0;
   while (Clock::now() < end) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (nodes && o.kill_node_every_ms > 0 && Clock::now() >= next_node_kill) {
+      // A node dies with its workers (their server is gone); the others'
+      // requests must go on, whatever they had asked of it. It comes back
+      // as a new boot, with new workers.
+      const int victim = static_cast<int>(rng() % static_cast<unsigned>(nodes->count()));
+      std::vector<int> slots;
+      for (int w = victim; w < o.workers; w += nodes->count()) slots.push_back(w);
+      for (const int w : slots) {
+        kill(pids[static_cast<std::size_t>(w)], SIGKILL);
+        waitpid(pids[static_cast<std::size_t>(w)], nullptr, 0);
+        counters->kills.fetch_add(1);
+      }
+      if (Status restarted = nodes->KillAndRestart(victim); !restarted.ok()) {
+        Say("node " + std::to_string(victim) + " did not come back: " + restarted.ToString());
+        failed_restarts += 1;
+        break;
+      }
+      counters->node_kills.fetch_add(1);
+      urls[static_cast<std::size_t>(victim)] = nodes->url(victim);
+      for (const int w : slots) {
+        instances[static_cast<std::size_t>(w)] = next_instance++;
+        pids[static_cast<std::size_t>(w)] =
+            Spawn(o, url_of(w), w, instances[static_cast<std::size_t>(w)], counters);
+      }
+      next_node_kill = Clock::now() + std::chrono::milliseconds(o.kill_node_every_ms);
+    }
     if (o.kill_every_ms <= 0 || Clock::now() < next_kill) continue;
     next_kill += std::chrono::milliseconds(o.kill_every_ms);
     const int victim = static_cast<int>(rng() % static_cast<unsigned>(o.workers));
@@ -153,7 +192,7 @@ int Run(const SoakOptions& o) {
     // restarted worker), the rest with a new one.
     if (rng() % 3 != 0) instances[static_cast<std::size_t>(victim)] = next_instance++;
     pids[static_cast<std::size_t>(victim)] =
-        Spawn(o, url, victim, instances[static_cast<std::size_t>(victim)], counters);
+        Spawn(o, url_of(victim), victim, instances[static_cast<std::size_t>(victim)], counters);
   }
   counters->stop.store(true);
   int failed_workers = 0;
@@ -168,19 +207,28 @@ int Run(const SoakOptions& o) {
   // Departures are processed asynchronously: give them a moment to land, but
   // far less than a session TTL (--session-ttl-seconds should stay above
   // 10 s): what balances only by expiring was leaked by a closed connection.
-  std::map<std::string, double> balance;
+  std::vector<std::map<std::string, double>> balances(urls.size());
   const auto stopped = Clock::now();
-  for (int i = 0; i < 100; ++i) {
-    balance = Balance(url);
-    if (Balanced(balance)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  bool balanced = false;
+  for (int i = 0; i < 100 && !balanced; ++i) {
+    balanced = true;
+    for (std::size_t n = 0; n < urls.size(); ++n) {
+      balances[n] = Balance(urls[n]);
+      balanced = balanced && Balanced(balances[n]);
+    }
+    if (!balanced) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  const bool balanced = Balanced(balance);
+  // In a fleet, chunks must have crossed between nodes (or nothing here tested P2P).
+  double peer_bytes = 0;
+  for (const auto& b : balances) {
+    if (auto it = b.find("p2p.channel.read_bytes"); it != b.end()) peer_bytes += it->second;
+  }
+  const bool crossed = urls.size() == 1 || peer_bytes > 0;
   const double balance_seconds = std::chrono::duration<double>(Clock::now() - stopped).count();
   if (o.session_ttl_seconds <= 10) {
     Say("note: a session TTL of 10 s or less lets expiry hide a lock a closed connection leaked");
   }
-  const bool ok = balanced && counters->corrupt_chunks.load() == 0 &&
+  const bool ok = balanced && crossed && failed_restarts == 0 && counters->corrupt_chunks.load() == 0 &&
                   counters->unexpected_errors.load() == 0 && failed_workers == 0 &&
                   counters->chunks_verified.load() > 0;
 
@@ -201,6 +249,10 @@ int Run(const SoakOptions& o) {
       {"reregistrations", static_cast<double>(counters->reregistrations.load())},
       {"registrations", static_cast<double>(counters->registrations.load())},
       {"kills", static_cast<double>(counters->kills.load())},
+      {"nodes", static_cast<double>(urls.size())},
+      {"node_kills", static_cast<double>(counters->node_kills.load())},
+      {"failed_node_restarts", failed_restarts},
+      {"gib_loaded_from_peers", peer_bytes / (1u << 30)},
       {"burst_lookups", static_cast<double>(counters->burst_lookups.load())},
       {"probe_samples", static_cast<double>(counters->probe_samples.load())},
       {"probe_lookup_p50_ms", counters->probe_lookup_p50_us.load() / 1000.0},
@@ -212,7 +264,10 @@ int Run(const SoakOptions& o) {
       {"balanced", balanced ? 1 : 0},
       {"balanced_after_seconds", balance_seconds},
   };
-  for (const auto& [name, value] : balance) report["final." + name] = value;
+  for (std::size_t n = 0; n < balances.size(); ++n) {
+    const std::string prefix = urls.size() == 1 ? "final." : "final.node" + std::to_string(n) + ".";
+    for (const auto& [name, value] : balances[n]) report[prefix + name] = value;
+  }
   std::string json = "{";
   for (const auto& [name, value] : report) {
     json += (json.size() > 1 ? ", " : "") + std::string("\"") + name + "\": " + std::to_string(value);
@@ -220,6 +275,7 @@ int Run(const SoakOptions& o) {
   json += "}";
   std::printf("%s\n", json.c_str());
   if (!o.json_path.empty()) std::ofstream(o.json_path) << json << "\n";
+  if (!crossed) Say("no chunk crossed between the nodes: P2P was not exercised");
   Say(ok ? "PASS: no corruption, no unexpected error, every lock and byte balanced"
          : "FAIL: see the report above");
   return ok ? 0 : 1;
@@ -272,7 +328,20 @@ int main(int argc, char** argv) {
   app.add_option("--session-ttl-seconds", o.session_ttl_seconds,
                  "--session-ttl-seconds of the started server (the bursts expire after it)")
       ->capture_default_str();
+  app.add_option("--nodes", o.nodes,
+                 "The fleet case: this many servers sharing over P2P on loopback, workers "
+                 "spread over them (1: one server)")
+      ->capture_default_str();
+  app.add_option("--kill-node-every-ms", o.kill_node_every_ms,
+                 "In the fleet case, SIGKILL a random node (with its workers) this often and "
+                 "start it again; 0: never")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (o.nodes < 1 || o.nodes > 16 || (o.nodes > 1 && (!o.url.empty() || o.burst_lookups > 0))) {
+    std::fprintf(stderr, "lmcache-soak: --nodes must be in [1, 16], and more than 1 starts its "
+                         "own servers (no --url) without --burst-lookups\n");
+    return 2;
+  }
   if (o.workers < 1 || o.groups < 1 || o.prompts < o.groups || o.seconds <= 0) {
     std::fprintf(stderr, "lmcache-soak: need workers >= 1, prompts >= groups >= 1, seconds > 0\n");
     return 2;

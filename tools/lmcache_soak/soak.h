@@ -15,8 +15,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "lmcache/status.h"
+#include "support/local_server.h"
 
 namespace lmcache::soak {
 
@@ -58,6 +62,13 @@ struct SoakOptions {
   // only this many GB (it evicts the oldest), so the prefetches of one
   // prompt load from both adapters at once (0: one adapter).
   double l2_cascade_first_gb = 0;
+  // The fleet case: this many servers on loopback sharing over P2P (each
+  // lists the others; a fleet key), workers spread over them, so a chunk
+  // evicted on one node loads from another's L1; every kill_node_every_ms a
+  // random node is killed with SIGKILL with its workers, and started again
+  // (a new boot) with new workers (0: never).
+  int nodes = 1;
+  int kill_node_every_ms = 0;
 
   int chunks_per_prompt() const { return shared_chunks + unique_chunks; }
   std::uint64_t object_bytes() const {
@@ -83,6 +94,7 @@ struct SoakCounters {
   std::atomic<std::uint64_t> registrations{0};  // answered; a worker killed first has none
   std::atomic<std::uint64_t> unexpected_errors{0};
   std::atomic<std::uint64_t> kills{0};
+  std::atomic<std::uint64_t> node_kills{0};
   std::atomic<std::uint64_t> burst_lookups{0};
   // The probe's figures, written when it stops.
   std::atomic<std::uint64_t> probe_samples{0};
@@ -96,6 +108,31 @@ struct SoakCounters {
 std::vector<std::uint32_t> PromptTokens(const SoakOptions& o, int prompt);
 // The bytes chunk `chunk` of `prompt` must hold.
 void ChunkBytes(const SoakOptions& o, int prompt, int chunk, std::byte* out);
+
+// The servers of a soak (nodes.cc): one, or `count` sharing over P2P on
+// loopback. Each keeps its arguments, so a node killed is started again as
+// itself (the same endpoints; a new boot id).
+class SoakNodes {
+ public:
+  static Result<std::unique_ptr<SoakNodes>> Start(const std::string& binary, int count,
+                                                  const std::vector<std::string>& args);
+  ~SoakNodes();  // stops every node
+  SoakNodes(const SoakNodes&) = delete;
+  SoakNodes& operator=(const SoakNodes&) = delete;
+
+  int count() const { return static_cast<int>(servers_.size()); }
+  const std::string& url(int node) const { return servers_[static_cast<std::size_t>(node)]->url(); }
+  // SIGKILL, then the same node again; waits until it answers.
+  Status KillAndRestart(int node);
+
+ private:
+  SoakNodes() = default;
+  Status StartNode(int node);
+  std::string binary_;
+  std::string dir_;  // the fleet key's (count > 1)
+  std::vector<std::vector<std::string>> args_;
+  std::vector<std::unique_ptr<tools::LocalServer>> servers_;
+};
 
 // The burst scheduler and the latency probe (burst.cc); return exit codes.
 int RunBurst(const SoakOptions& o, const std::string& url, SoakCounters* counters);

@@ -282,6 +282,44 @@ TEST_F(P2pOpsTest, ARestartedRequestersOldLifeLosesItsLocksOnceNoConnectionOfItI
   EXPECT_EQ(Locks(PeerKey('b')), 0u);
 }
 
+// This owner restarted and a requester's connection came back to it before
+// the requester's next probe said hello (up to --p2p-probe-interval later):
+// its lookups and queries on that connection are first known by the
+// connection alone. Its hello then makes them its life's, so the unlock it
+// sends as that life ends them (before, the lock stood until the read TTL
+// and a task never queried under the new name was reaped: lmcache-soak
+// --nodes 3 with node kills found both).
+TEST_F(P2pOpsTest, WhatAConnectionTookBeforeItsHelloIsItsLifesAfter) {
+  Store(PeerKey('a'));
+  Store(PeerKey('b'));
+  LockAnswered("conn", PeerKey('a'));                                      // queried before
+  const std::int64_t unqueried = Lookup("conn", {PeerKey('b')}, Layouts({0}));  // queried after
+  ASSERT_TRUE(Hello("conn", "10.0.0.1:5556", "boot-1").status.ok());
+  auto addresses = Results("conn", unqueried);
+  ASSERT_TRUE(addresses.has_value() && (*addresses)[0].valid());
+  ASSERT_TRUE(Unlock("conn", {PeerKey('a'), PeerKey('b')}).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  EXPECT_EQ(Locks(PeerKey('b')), 0u);
+  EXPECT_EQ(h_.service().Snapshot().p2p_served.tasks, 0u);
+  EXPECT_EQ(h_.service().Snapshot().p2p_served.stale_unlocks, 0u);
+}
+
+// A connection that never said who it speaks for (a reference requester)
+// is the only one that can reach its tasks: when it closes, they end with
+// their locks (before, they stood until the read TTL).
+TEST_F(P2pOpsTest, AnUnnamedConnectionsTasksEndWhenItCloses) {
+  Store(PeerKey('a'));
+  LockAnswered("reference-peer", PeerKey('a'));
+  ASSERT_TRUE(Hello("member", "10.0.0.1:5556", "boot-1").status.ok());
+  LockAnswered("member", PeerKey('a'));
+  EXPECT_EQ(Locks(PeerKey('a')), 2u);
+  Closed("reference-peer");
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);  // the member's stays: its life may come back
+  EXPECT_EQ(h_.service().Snapshot().p2p_served.closed_connection_tasks, 1u);
+  Closed("member");
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+}
+
 // Only a connection that proved the fleet key names a requester: a stranger
 // claiming a member's URL with a new boot id ends nothing.
 TEST_F(P2pOpsTest, AHelloWithoutTheFleetKeyEndsNothing) {
