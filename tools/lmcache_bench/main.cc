@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "bench.h"
+#include "support/fleet_files.h"
 #include "support/local_server.h"
 #include "lmcache/client.h"
 #include "events_phase.h"
@@ -87,17 +88,10 @@ BenchOptions SweepPoint(const BenchOptions& o, double chunk_mib, int workers) {
 
 // The fs L2 phase and the index rebuild, in a fresh directory under --l2-dir.
 Result<L2Figures> MeasureFsL2(const BenchOptions& o, const std::string& server_binary) {
-  const std::filesystem::path dir =
-      std::filesystem::path(o.l2_dir) / ("lmcache_bench_l2_" + std::to_string(getpid()));
-  std::filesystem::remove_all(dir);
+  const tools::ScopedDirectory scratch(std::filesystem::path(o.l2_dir) /
+                                       ("lmcache_bench_l2_" + std::to_string(getpid())));
+  const std::filesystem::path& dir = scratch.path();
   std::filesystem::create_directories(dir / "objects");
-  struct Cleanup {
-    std::filesystem::path dir;
-    ~Cleanup() {
-      std::error_code ignored;
-      std::filesystem::remove_all(dir, ignored);
-    }
-  } cleanup{dir};
   Progress("L2 fs phase in " + dir.string() + ": write-behind and load against direct disk I/O");
   auto reference = MakeDiskReference(dir.string());
   const std::string adapter = std::string(R"({"type":"fs","use_odirect":)") +

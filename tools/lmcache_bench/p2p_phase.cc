@@ -2,10 +2,7 @@
 #include "p2p_phase.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +18,7 @@
 
 #include "local_redis.h"
 #include "phase_support.h"
+#include "support/fleet_files.h"
 #include "support/local_server.h"
 #include "support/server_stats.h"
 
@@ -39,22 +37,6 @@ std::uint64_t ObjectBytes(const BenchOptions& o) { return o.chunk_size * o.p2p_b
 std::string PoolGb(std::uint64_t bytes) {
   const double gb = static_cast<double>(bytes) * kPoolHeadroom / (1ull << 30);
   return std::to_string(std::max(1.0, std::ceil(gb * 4) / 4));  // quarter GiB steps
-}
-
-// A port on 127.0.0.1 free now (bound and closed; a server started on it
-// right after fails clearly in the rare case another process took it).
-Result<int> FreeTcpPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status(ErrorCode::kIoError, "socket failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-                     ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  ::close(fd);
-  if (!bound) return Status(ErrorCode::kIoError, "no free TCP port on 127.0.0.1");
-  return static_cast<int>(ntohs(address.sin_port));
 }
 
 // CPU seconds process `pid`'s live threads have run, in nanoseconds from
@@ -77,7 +59,7 @@ double CpuSeconds(pid_t pid) {
 // (-e) as the servers' do, so UCX picks the same transport: GB/s.
 Result<double> Perftest(const std::string& binary, const std::string& test, std::uint64_t size,
                         std::uint64_t iterations) {
-  LMC_ASSIGN_OR_RETURN(const int port, FreeTcpPort());
+  LMC_ASSIGN_OR_RETURN(const int port, tools::FreeLoopbackTcpPort());
   const pid_t server = ::fork();
   if (server < 0) return Status(ErrorCode::kIoError, "fork failed");
   if (server == 0) {
@@ -148,15 +130,20 @@ client::KeySpec Window(client::KeySpec key, std::uint64_t first, std::uint64_t n
   return key;
 }
 
+// Chunks [first, first + n) of prompt `prompt`, into the window's `in`.
+void FillWindow(RoundMemory& window, std::uint64_t prompt, std::uint64_t first, std::uint64_t n) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    FillChunk(window.in + i * window.object_bytes, window.object_bytes, prompt, first + i);
+  }
+}
+
 // Stores prompt `prompt` of `chunks` chunks through `c`, a window at a time.
 Status StorePrompt(const BenchOptions& o, client::Client& c, RoundMemory& window,
                    std::uint64_t prompt, std::uint64_t chunks) {
   const client::KeySpec key = PromptKey(o, prompt, chunks);
   for (std::uint64_t first = 0; first < chunks; first += kWindowChunks) {
     const std::uint64_t n = std::min(kWindowChunks, chunks - first);
-    for (std::uint64_t i = 0; i < n; ++i) {
-      FillChunk(window.in + i * window.object_bytes, window.object_bytes, prompt, first + i);
-    }
+    FillWindow(window, prompt, first, n);
     const auto inputs = window.Inputs();
     LMC_ASSIGN_OR_RETURN(const client::StoreResult stored,
                          c.Store(Window(key, first, n, o.chunk_size), std::span(inputs.data(), n)));
@@ -185,9 +172,7 @@ Status RetrieveAndVerify(const BenchOptions& o, client::Client& c, RoundMemory& 
   const client::KeySpec key = PromptKey(o, prompt, chunks);
   for (std::uint64_t first = 0; first < chunks; first += kWindowChunks) {
     const std::uint64_t n = std::min(kWindowChunks, chunks - first);
-    for (std::uint64_t i = 0; i < n; ++i) {
-      FillChunk(window.in + i * window.object_bytes, window.object_bytes, prompt, first + i);
-    }
+    FillWindow(window, prompt, first, n);
     const auto outputs = window.Outputs();
     LMC_RETURN_IF_ERROR(c.Retrieve(Window(key, first, n, o.chunk_size),
                                    std::span(outputs.data(), n)));
@@ -204,16 +189,6 @@ Status Release(client::Client& c, const client::KeySpec& key) {
 }
 
 Status Clear(client::Client& c) { return c.Call("clear", {}).status(); }
-
-std::string WriteFleetKey(const std::filesystem::path& dir) {
-  const std::string path = (dir / "fleet.key").string();
-  std::ifstream random("/dev/urandom", std::ios::binary);
-  char key[32];
-  random.read(key, sizeof(key));
-  std::ofstream(path, std::ios::binary).write(key, sizeof(key));
-  ::chmod(path.c_str(), 0600);
-  return path;
-}
 
 // MemAvailable of /proc/meminfo, bytes; 0 when unknown.
 std::uint64_t AvailableMemoryBytes() {
@@ -265,21 +240,14 @@ Result<P2pFigures> MeasureP2pPhase(const BenchOptions& o, const std::string& bin
   const std::uint64_t ttr_chunks = Chunks(o, o.p2p_ttr_tokens);
   const std::uint64_t object = ObjectBytes(o);
   const std::uint64_t prompt_bytes = chunks * object;
-  const std::filesystem::path dir =
-      std::filesystem::path(o.l2_dir) / ("lmcache_bench_p2p_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const tools::ScopedDirectory scratch(std::filesystem::path(o.l2_dir) /
+                                       ("lmcache_bench_p2p_" + std::to_string(::getpid())));
+  const std::filesystem::path& dir = scratch.path();
   std::filesystem::create_directories(dir / "fs");
-  struct Cleanup {
-    std::filesystem::path dir;
-    ~Cleanup() {
-      std::error_code ignored;
-      std::filesystem::remove_all(dir, ignored);
-    }
-  } cleanup{dir};
-  const std::string key_file = WriteFleetKey(dir);
-  LMC_ASSIGN_OR_RETURN(const int port_a, FreeTcpPort());
-  LMC_ASSIGN_OR_RETURN(const int port_b, FreeTcpPort());
-  LMC_ASSIGN_OR_RETURN(const int redis_port, FreeTcpPort());
+  LMC_ASSIGN_OR_RETURN(const std::string key_file, tools::WriteFleetKeyFile(dir));
+  LMC_ASSIGN_OR_RETURN(const int port_a, tools::FreeLoopbackTcpPort());
+  LMC_ASSIGN_OR_RETURN(const int port_b, tools::FreeLoopbackTcpPort());
+  LMC_ASSIGN_OR_RETURN(const int redis_port, tools::FreeLoopbackTcpPort());
   auto fleet = [&](int own, int peer) {
     return std::vector<std::string>{
         "--p2p-advertise-url", "127.0.0.1:" + std::to_string(own), "--p2p-auth-key-file", key_file,

@@ -1,44 +1,12 @@
 // The servers of a soak (soak.h, SoakNodes): one, or a fleet sharing over P2P.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "soak.h"
+#include "support/fleet_files.h"
 
 namespace lmcache::soak {
-namespace {
-
-// A port on 127.0.0.1 free now (bound and closed; a node started on it
-// right after fails clearly in the rare case another process took it).
-Result<int> FreeTcpPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status(ErrorCode::kIoError, "socket failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-                     ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  ::close(fd);
-  if (!bound) return Status(ErrorCode::kIoError, "no free TCP port on 127.0.0.1");
-  return static_cast<int>(ntohs(address.sin_port));
-}
-
-Result<std::string> WriteFleetKey(const std::filesystem::path& dir) {
-  const std::string path = (dir / "fleet.key").string();
-  std::ifstream random("/dev/urandom", std::ios::binary);
-  char key[32];
-  if (!random.read(key, sizeof(key))) return Status(ErrorCode::kIoError, "/dev/urandom");
-  std::ofstream(path, std::ios::binary).write(key, sizeof(key));
-  ::chmod(path.c_str(), 0600);
-  return path;
-}
-
-}  // namespace
 
 SoakNodes::~SoakNodes() {
   servers_.clear();  // stopped first: the key file goes after
@@ -56,10 +24,10 @@ Result<std::unique_ptr<SoakNodes>> SoakNodes::Start(const std::string& binary, i
                    ("lmcache_soak_fleet_" + std::to_string(::getpid())))
                       .string();
     std::filesystem::create_directories(nodes->dir_);
-    LMC_ASSIGN_OR_RETURN(const std::string key_file, WriteFleetKey(nodes->dir_));
+    LMC_ASSIGN_OR_RETURN(const std::string key_file, tools::WriteFleetKeyFile(nodes->dir_));
     std::vector<int> ports;
     for (int n = 0; n < count; ++n) {
-      LMC_ASSIGN_OR_RETURN(const int port, FreeTcpPort());
+      LMC_ASSIGN_OR_RETURN(const int port, tools::FreeLoopbackTcpPort());
       ports.push_back(port);
     }
     // Each node lists every other (its own address would be skipped anyway).

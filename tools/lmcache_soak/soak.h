@@ -1,7 +1,9 @@
-// lmcache-soak: worker processes hammering one server with checksummed
-// stores, lookups, retrieves, abandoned transfers, re-registrations and
-// kill -9, under eviction pressure; at the end every lock, lease and byte
-// must balance (docs/performance.md, "Soak").
+// lmcache-soak: worker processes hammering one server (or, with --nodes, a
+// fleet of servers sharing over P2P, some killed and restarted as it runs)
+// with checksummed stores, lookups, retrieves, abandoned transfers,
+// re-registrations and kill -9, under eviction pressure; at the end every
+// lock, lease and byte must balance on every server (docs/performance.md,
+// "Soak").
 //
 // Prompts: `groups` system prompts of `shared_chunks` chunks each, and
 // `prompts` requests, each a group's system prompt followed by its own
