@@ -53,6 +53,7 @@ struct BenchOptions {
   // retrievable of a `p2p_ttr_tokens` prompt.
   bool skip_p2p = false;
   std::uint64_t p2p_tokens = 131072;
+  bool p2p_tokens_given = false;  // on the command line: used as given, or the phase fails
   std::uint64_t p2p_bytes_per_token = 131072;
   std::uint64_t p2p_ttr_tokens = 10240;
   std::string ucx_perftest = "/usr/bin/ucx_perftest";

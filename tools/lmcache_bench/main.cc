@@ -355,9 +355,11 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-l2", o.skip_l2, "Do not measure the fs L2 tier (its fields become null)");
   app.add_flag("--skip-p2p", o.skip_p2p,
                "Do not measure the p2p phase (its fields become null; --skip-redis skips it too)");
-  app.add_option("--p2p-tokens", o.p2p_tokens,
-                 "Tokens of the prompt the p2p phase loads from a peer")
-      ->capture_default_str();
+  auto* p2p_tokens = app.add_option("--p2p-tokens", o.p2p_tokens,
+                                    "Tokens of the prompt the p2p phase loads from a peer "
+                                    "(not given: the default, halved until this machine's "
+                                    "memory holds the phase)")
+                         ->capture_default_str();
   app.add_option("--p2p-bytes-per-token", o.p2p_bytes_per_token,
                  "KV bytes per token in the p2p phase (default: Llama-3-8B's, 32 MiB per "
                  "256-token chunk)")
@@ -394,5 +396,6 @@ int main(int argc, char** argv) {
                "Small data, 3 rounds: every figure in well under a minute (smoke runs)");
   app.add_option("--json", o.json_path, "Write the results as JSON to this path");
   CLI11_PARSE(app, argc, argv);
+  o.p2p_tokens_given = p2p_tokens->count() > 0;
   return lmcache::bench::Run(o);
 }

@@ -202,6 +202,39 @@ std::uint64_t AvailableMemoryBytes() {
   return 0;
 }
 
+// The options with a prompt this machine can hold: --p2p-tokens as given
+// when it fits (an error when it does not); the default (the issue's
+// 131072 tokens, about 110 GiB with every server and Redis holding it)
+// halved until it fits, said on stderr and in the report's parameters.
+Result<BenchOptions> FitInMemory(BenchOptions o) {
+  const std::uint64_t available = AvailableMemoryBytes();
+  if (available == 0 || P2pPhaseBytes(o) <= available) return o;
+  if (!o.p2p_tokens_given) {
+    const std::uint64_t asked = o.p2p_tokens;
+    const std::uint64_t asked_bytes = P2pPhaseBytes(o);
+    while (o.p2p_tokens / 2 >= std::max(o.chunk_size, o.p2p_ttr_tokens) &&
+           P2pPhaseBytes(o) > available) {
+      o.p2p_tokens /= 2;
+    }
+    if (P2pPhaseBytes(o) <= available) {
+      std::fprintf(stderr,
+                   "[lmcache-bench] the p2p phase's %llu-token prompt needs about %llu MiB and "
+                   "%llu MiB are available: measuring %llu tokens (--p2p-tokens chooses)\n",
+                   static_cast<unsigned long long>(asked),
+                   static_cast<unsigned long long>(asked_bytes >> 20),
+                   static_cast<unsigned long long>(available >> 20),
+                   static_cast<unsigned long long>(o.p2p_tokens));
+      return o;
+    }
+  }
+  return InvalidArgument("the p2p phase needs about " + std::to_string(P2pPhaseBytes(o) >> 20) +
+                         " MiB of memory for its servers and redis (a " +
+                         std::to_string(o.p2p_tokens) + "-token prompt of " +
+                         std::to_string(o.p2p_bytes_per_token) + " bytes per token), and " +
+                         std::to_string(available >> 20) +
+                         " MiB are available: lower --p2p-tokens, or --skip-p2p");
+}
+
 Status WaitPeerReady(client::Client& c) {
   for (int i = 0; i < 1200; ++i) {
     LMC_ASSIGN_OR_RETURN(const tools::ServerStats stats, tools::ServerStats::Fetch(c));
@@ -221,21 +254,13 @@ std::uint64_t P2pPhaseBytes(const BenchOptions& o) {
   return static_cast<std::uint64_t>(pools + 1.2 * prompt) + 4 * kWindowChunks * ObjectBytes(o);
 }
 
-Result<P2pFigures> MeasureP2pPhase(const BenchOptions& o, const std::string& binary) {
-  if (!std::filesystem::exists(o.ucx_perftest)) {
+Result<P2pFigures> MeasureP2pPhase(const BenchOptions& asked, const std::string& binary) {
+  if (!std::filesystem::exists(asked.ucx_perftest)) {
     return Status(ErrorCode::kNotFound,
-                  o.ucx_perftest + " not found: apt-get install ucx-utils, or --skip-p2p");
+                  asked.ucx_perftest + " not found: apt-get install ucx-utils, or --skip-p2p");
   }
-  const std::uint64_t needed = P2pPhaseBytes(o);
-  const std::uint64_t available = AvailableMemoryBytes();
-  if (available != 0 && needed > available) {
-    return InvalidArgument("the p2p phase needs about " + std::to_string(needed >> 20) +
-                           " MiB of memory for its servers and redis (a " +
-                           std::to_string(o.p2p_tokens) + "-token prompt of " +
-                           std::to_string(o.p2p_bytes_per_token) + " bytes per token), and " +
-                           std::to_string(available >> 20) +
-                           " MiB are available: lower --p2p-tokens, or --skip-p2p");
-  }
+  LMC_ASSIGN_OR_RETURN(const BenchOptions fitted, FitInMemory(asked));
+  const BenchOptions& o = fitted;
   const std::uint64_t chunks = Chunks(o, o.p2p_tokens);
   const std::uint64_t ttr_chunks = Chunks(o, o.p2p_ttr_tokens);
   const std::uint64_t object = ObjectBytes(o);
