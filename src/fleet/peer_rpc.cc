@@ -250,12 +250,11 @@ struct PeerRpc::Impl {
     }
     if (!closed) return;
     Receive(peer);
-    const std::size_t before = pending.size();
     EndWhere([peer](const Pending& p) { return p.peer == peer; },
              Status(ErrorCode::kUnavailable,
                     "the peer's connection closed (it died, restarted or refused our key) "
-                    "before it answered"));
-    counters.closed_calls.fetch_add(before - pending.size(), std::memory_order_relaxed);
+                    "before it answered"),
+             &counters.closed_calls);
   }
 
   // Takes every reply waiting on `peer`'s socket.
@@ -310,14 +309,17 @@ struct PeerRpc::Impl {
 
   void ExpireCalls() {
     const TimeMs now = clock->NowMs();
-    const std::size_t before = pending.size();
     EndWhere([now](const Pending& p) { return p.deadline_ms <= now; },
-             Status(ErrorCode::kTimeout, "the peer did not answer by the call's deadline"));
-    counters.timeouts.fetch_add(before - pending.size(), std::memory_order_relaxed);
+             Status(ErrorCode::kTimeout, "the peer did not answer by the call's deadline"),
+             &counters.timeouts);
   }
 
+  // Ends the calls `matches` picks with `why`; adds how many to `counted`
+  // (if given) before any completion runs, so a caller woken by one sees
+  // them counted.
   template <typename Predicate>
-  void EndWhere(Predicate matches, const Status& why) {
+  void EndWhere(Predicate matches, const Status& why,
+                std::atomic<std::uint64_t>* counted = nullptr) {
     std::vector<Done> ended;
     for (auto it = pending.begin(); it != pending.end();) {
       if (matches(it->second)) {
@@ -327,6 +329,7 @@ struct PeerRpc::Impl {
         ++it;
       }
     }
+    if (counted != nullptr) counted->fetch_add(ended.size(), std::memory_order_relaxed);
     for (Done& done : ended) done(why);
   }
 
