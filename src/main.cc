@@ -203,6 +203,14 @@ struct Server {
   std::unique_ptr<restart::TakeoverService> takeover;
   std::thread loop_thread;
 
+  // Members go in reverse order, the service before the data channel, and
+  // the channel's serve guard reads the service's lookup tasks: on a path
+  // that did not stop the channel first (a start that failed), the guard
+  // goes before anything else.
+  ~Server() {
+    if (data_channel) data_channel->SetServeGuard(nullptr);
+  }
+
   lmcache::store::L1Cache& cache() { return *pool.cache; }
 };
 
@@ -272,6 +280,13 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
   s.service = std::make_unique<lmcache::server::Service>(
       &s.cache(), &clock, service_config, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get());
   if (config.p2p.enabled()) {
+    // A peer's read is served only for an object one of its lookup tasks
+    // holds locked now.
+    s.data_channel->SetServeGuard(
+        [tasks = &s.service->state().peer_tasks()](std::int64_t task, std::uint64_t offset,
+                                                   std::uint64_t size) {
+          return tasks->Holds(task, offset, size);
+        });
     const lmcache::fleet::MembershipConfig members{
         .sources = config.p2p.peers,
         .self_url = "tcp://" + config.service.p2p_advertise_url,

@@ -67,6 +67,9 @@ enum class Op : std::uint8_t {
   // Ours, by name: a requester ends one lookup task of its own that it will
   // not use (its answer came too late or was unusable), with its locks.
   kP2pEndTask = 108,
+  // Ours, by name: a requester releases locks one task of its own took
+  // (p2p_unlock_objects by key cannot tell an owner's lives apart).
+  kP2pUnlockTask = 109,
 };
 
 }  // namespace lmcache

@@ -145,6 +145,10 @@ LMC_STATS_COUNTERS(PeerRpcCounters, PeerRpcStats, LMC_PEER_RPC_STATS);
   X(refused_serves, "refused_serves", std::uint64_t, kCounter, "reads", \
       "p2p_channel_refused_serves_total", "Peers' read requests refused: a bad MAC, a range " \
       "outside our pool, or a malformed request.") \
+  X(unheld_serves, "unheld_serves", std::uint64_t, kCounter, "reads", \
+      "p2p_channel_unheld_serves_total", "Peers' read requests refused because the lookup task " \
+      "they name holds no lock on that object now (released, reaped, or a task of our previous " \
+      "life).") \
   X(late_replies, "late_replies", std::uint64_t, kCounter, "replies", \
       "p2p_channel_late_replies_total", "Read replies for reads that had ended: dropped.")
 

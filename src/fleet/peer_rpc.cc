@@ -40,6 +40,8 @@ Result<std::string> OperationFrame(Op op) {
       return msgpk::Encoder().Str("p2p_hello").Take();
     case Op::kP2pEndTask:
       return msgpk::Encoder().Str("p2p_end_task").Take();
+    case Op::kP2pUnlockTask:
+      return msgpk::Encoder().Str("p2p_unlock_task").Take();
     default:
       return Status(ErrorCode::kNotSupported,
                     "operation " + std::to_string(static_cast<int>(op)) +

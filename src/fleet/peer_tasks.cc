@@ -48,6 +48,7 @@ std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const Pee
     }
   }
   peer.tasks.push_back(std::move(task));
+  peer_of_task_.emplace(id, peer_name);
   return id;
 }
 
@@ -82,7 +83,8 @@ void PeerTasks::LockKeys(Peer& peer, Task& task, std::span<const PeerKey> keys) 
           .fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    task.locked.emplace(key, grant.size);
+    task.locked.emplace(key, Range{grant.offset, grant.size});
+    task.sizes_by_offset.emplace(grant.offset, grant.size);
     task.locked_bytes += grant.size;
     peer.locked_bytes += grant.size;
     task.addresses[i] = {static_cast<std::int64_t>(grant.offset),
@@ -129,12 +131,7 @@ std::size_t PeerTasks::Unlock(const std::string& peer_name,
                               [&](const Task& t) { return t.locked.contains(key); });
       }
       if (holder != tasks.end()) {
-        auto held = holder->locked.find(key);
-        table_->ReleaseRead(holder->lease, std::span(&key, 1), 1);
-        holder->locked_bytes -= held->second;
-        peer->second.locked_bytes -= held->second;
-        holder->locked.erase(held);
-        if (holder->locked.empty() && holder->queried) EndTask(peer->second, holder);
+        ReleaseKey(peer->second, holder, key);
         found = true;
         released += 1;
       }
@@ -145,12 +142,60 @@ std::size_t PeerTasks::Unlock(const std::string& peer_name,
   return released;
 }
 
+std::size_t PeerTasks::UnlockTask(const std::string& peer_name, std::int64_t id,
+                                  std::span<const store::ObjectKey> keys) {
+  MutexLock lock(&mu_);
+  std::size_t released = 0;
+  if (auto peer = peers_.find(peer_name); peer != peers_.end()) {
+    for (const store::ObjectKey& key : keys) {
+      // Found anew per key: releasing a task's last lock ends it.
+      auto task = FindTask(peer->second, id);
+      if (task == peer->second.tasks.end()) break;
+      if (!task->locked.contains(key)) continue;
+      ReleaseKey(peer->second, task, key);
+      released += 1;
+    }
+  }
+  counters_.stale_unlocks.fetch_add(keys.size() - released, std::memory_order_relaxed);
+  counters_.unlocked.fetch_add(released, std::memory_order_relaxed);
+  return released;
+}
+
+bool PeerTasks::Holds(std::int64_t id, std::uint64_t offset, std::uint64_t size) const {
+  MutexLock lock(&mu_);
+  auto name = peer_of_task_.find(id);
+  if (name == peer_of_task_.end()) return false;
+  auto peer = peers_.find(name->second);
+  if (peer == peers_.end()) return false;
+  for (const Task& task : peer->second.tasks) {
+    if (task.id != id) continue;
+    auto held = task.sizes_by_offset.find(offset);
+    return held != task.sizes_by_offset.end() && held->second == size;
+  }
+  return false;
+}
+
+void PeerTasks::ReleaseKey(Peer& peer, std::deque<Task>::iterator task,
+                           const store::ObjectKey& key) {
+  auto held = task->locked.find(key);
+  table_->ReleaseRead(task->lease, std::span(&key, 1), 1);
+  task->locked_bytes -= held->second.size;
+  peer.locked_bytes -= held->second.size;
+  task->sizes_by_offset.erase(held->second.offset);
+  task->locked.erase(held);
+  if (task->locked.empty() && task->queried) EndTask(peer, task);
+}
+
+std::deque<PeerTasks::Task>::iterator PeerTasks::FindTask(Peer& peer, std::int64_t id) {
+  return std::find_if(peer.tasks.begin(), peer.tasks.end(),
+                      [id](const Task& t) { return t.id == id; });
+}
+
 bool PeerTasks::EndOne(const std::string& peer_name, std::int64_t id) {
   MutexLock lock(&mu_);
   auto peer = peers_.find(peer_name);
   if (peer == peers_.end()) return false;
-  auto task = std::find_if(peer->second.tasks.begin(), peer->second.tasks.end(),
-                           [id](const Task& t) { return t.id == id; });
+  auto task = FindTask(peer->second, id);
   if (task == peer->second.tasks.end()) return false;
   EndTask(peer->second, task);
   if (peer->second.tasks.empty()) peers_.erase(peer);
@@ -177,7 +222,10 @@ std::size_t PeerTasks::Adopt(const std::string& from, const std::string& to) {
   Peer moved = std::move(source->second);
   peers_.erase(source);
   Peer& target = peers_[to];
-  for (Task& task : moved.tasks) target.tasks.push_back(std::move(task));
+  for (Task& task : moved.tasks) {
+    peer_of_task_[task.id] = to;
+    target.tasks.push_back(std::move(task));
+  }
   target.locked_bytes += moved.locked_bytes;
   return moved.tasks.size();
 }
@@ -214,6 +262,7 @@ std::size_t PeerTasks::EndTasksIf(Peer& peer, TimeMs now) {
 
 void PeerTasks::EndTask(Peer& peer, std::deque<Task>::iterator task) {
   if (task->lease != store::kNoLease) table_->ReleaseRead(task->lease);
+  peer_of_task_.erase(task->id);
   peer.locked_bytes -= task->locked_bytes;
   peer.tasks.erase(task);
 }

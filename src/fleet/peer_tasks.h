@@ -10,7 +10,12 @@
 // peer holds (its oldest answered task's, else its oldest task's: a
 // requester unlocks what a query told it, and a task never queried is the
 // reaper's), so a duplicate or late unlock releases nothing else and never
-// another reader's lock. A task not queried within
+// another reader's lock. Our requesters unlock by task (p2p_unlock_task):
+// task ids start at a base drawn per boot, so an unlock meant for this
+// owner's previous life names no task here and releases nothing, where a
+// by-key unlock would release the same requester's later lock on that key.
+// The data channel serves a read only for an object its task holds locked
+// now (Holds). A task not queried within
 // the query timeout is reaped with its locks; the read TTL ends the rest.
 // Each peer is bounded in tasks and in locked bytes: past a bound its keys
 // are misses, counted, and its oldest task holding no lock gives way to the
@@ -85,6 +90,16 @@ class PeerTasks {
   // task's) is released; returns how many were.
   std::size_t Unlock(const std::string& peer, std::span<const store::ObjectKey> keys)
       LMC_EXCLUDES(mu_);
+  // p2p_unlock_task (ours): for each key, the lock task `task` of `peer`
+  // holds on it is released; returns how many were. A key the task does
+  // not hold (unlocked already, never locked, a task of another life)
+  // releases nothing.
+  std::size_t UnlockTask(const std::string& peer, std::int64_t task,
+                         std::span<const store::ObjectKey> keys) LMC_EXCLUDES(mu_);
+  // Whether task `task` (of any peer: ids are unique) holds locked now the
+  // object at exactly [offset, offset + size) of the pool: the only reads
+  // the data channel serves.
+  bool Holds(std::int64_t task, std::uint64_t offset, std::uint64_t size) const LMC_EXCLUDES(mu_);
   // p2p_end_task: ends `peer`'s task `task` with its locks (its requester
   // will not use it); false when `peer` has no such task.
   bool EndOne(const std::string& peer, std::int64_t task) LMC_EXCLUDES(mu_);
@@ -104,14 +119,20 @@ class PeerTasks {
   PeerTaskStats Stats() const LMC_EXCLUDES(mu_);
 
  private:
+  struct Range {
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;
+  };
   struct Task {
     std::int64_t id = 0;
     store::LeaseId lease = store::kNoLease;
     TimeMs created_ms = 0;
     bool queried = false;
     std::vector<protocol::P2pAddress> addresses;  // until queried
-    // The keys this task holds a lock on, with their sizes.
-    std::unordered_map<store::ObjectKey, std::uint64_t, store::ObjectKeyHash> locked;
+    // The keys this task holds a lock on, with where their objects lie.
+    std::unordered_map<store::ObjectKey, Range, store::ObjectKeyHash> locked;
+    // The same objects by offset (distinct keys lie at distinct offsets).
+    std::unordered_map<std::uint64_t, std::uint64_t> sizes_by_offset;
     std::uint64_t locked_bytes = 0;
   };
   struct Peer {
@@ -122,6 +143,11 @@ class PeerTasks {
   void LockKeys(Peer& peer, Task& task, std::span<const PeerKey> keys) LMC_REQUIRES(mu_);
   // Releases the task's locks and removes it from `peer`.
   void EndTask(Peer& peer, std::deque<Task>::iterator task) LMC_REQUIRES(mu_);
+  // Releases the task's lock on `key` (which it holds); a queried task left
+  // with no lock ends.
+  void ReleaseKey(Peer& peer, std::deque<Task>::iterator task, const store::ObjectKey& key)
+      LMC_REQUIRES(mu_);
+  static std::deque<Task>::iterator FindTask(Peer& peer, std::int64_t id);
   std::size_t EndTasksIf(Peer& peer, TimeMs now) LMC_REQUIRES(mu_);
 
   store::ObjectTable* const table_;
@@ -129,6 +155,8 @@ class PeerTasks {
   const PeerTaskConfig config_;
   mutable Mutex mu_;
   std::map<std::string, Peer, std::less<>> peers_ LMC_GUARDED_BY(mu_);
+  // Which peer each task is of, for the data channel's checks (Holds).
+  std::unordered_map<std::int64_t, std::string> peer_of_task_ LMC_GUARDED_BY(mu_);
   std::int64_t next_task_id_ LMC_GUARDED_BY(mu_);
   std::uint64_t next_serial_ LMC_GUARDED_BY(mu_) = 1;  // of the tasks' lease owners
   PeerTaskCounters counters_;

@@ -121,6 +121,9 @@ void UcxChannel::Impl::RunCommands() {
         peer->second.disconnect_requested = true;
         EndPeer(peer->second);
       }
+    } else if (auto* guard = std::get_if<std::unique_ptr<GuardCommand>>(&command)) {
+      serve_guard = std::move((*guard)->guard);
+      (*guard)->set.set_value();
     } else {
       StartBatch(std::move(std::get<std::unique_ptr<Batch>>(command)));
     }
@@ -217,6 +220,8 @@ void UcxChannel::Impl::Shutdown() {
   for (Command& command : left) {
     if (auto* connect = std::get_if<std::unique_ptr<ConnectCommand>>(&command)) {
       (*connect)->reply.set_value(stopping);
+    } else if (auto* guard = std::get_if<std::unique_ptr<GuardCommand>>(&command)) {
+      (*guard)->set.set_value();
     } else if (auto* batch = std::get_if<std::unique_ptr<Batch>>(&command)) {
       (*batch)->status = stopping;
       batches.push_back(std::move(*batch));
@@ -309,6 +314,14 @@ Result<PeerHandle> UcxChannel::Connect(const UcxDescriptor& descriptor) {
 
 void UcxChannel::Disconnect(PeerHandle peer) { impl_->Post(Impl::DisconnectCommand{peer}); }
 
+void UcxChannel::SetServeGuard(ServeGuard guard) {
+  auto command = std::make_unique<Impl::GuardCommand>();
+  command->guard = std::move(guard);
+  std::future<void> set = command->set.get_future();
+  impl_->Post(std::move(command));
+  set.get();
+}
+
 void UcxChannel::EndReads() {
   impl_->reads_ended.store(true, std::memory_order_release);
   impl_->wake.Wake();
@@ -344,6 +357,7 @@ UcxChannelStats UcxChannel::Stats() const {
   s.served_reads = load(i.served_reads);
   s.served_bytes = load(i.served_bytes);
   s.refused_serves = load(i.refused_serves);
+  s.unheld_serves = load(i.unheld_serves);
   s.late_replies = load(i.late_replies);
   return s;
 }

@@ -2,9 +2,12 @@
 // peer's L1 objects reach ours, and ours reach a peer's.
 //
 // Reads are owner-mediated: the requester sends a read request (an active
-// message: offset, size, an id, and a MAC made with the fleet's data key);
-// the owner checks the MAC (constant time) and that the range lies inside
-// its pool, and answers with the bytes as the active message's data, which
+// message: offset, size, the owner's lookup task it reads through, an id,
+// and a MAC made with the fleet's data key); the owner checks the MAC
+// (constant time), that the range lies inside its pool and that the task
+// holds that object locked now (the ServeGuard: a read through a lock the
+// owner released, or of its previous life, is refused, never served from
+// memory since reused), and answers with the bytes as the active message's data, which
 // UCX moves by rendezvous when large (a zero-copy RDMA read where a NIC has
 // verbs; over TCP or shared memory a copy by the transport); the requester
 // lands them straight in its destination slot (ucp_am_recv_data_nbx). Why
@@ -62,13 +65,20 @@ namespace lmcache::fleet {
 // it too where it was not called, for programs that make channels directly.
 void PreferCopyingTcp();
 
-// One get: `size` bytes at `remote_offset` of the peer's pool into
-// `local_offset` of ours.
+// One read: `size` bytes at `remote_offset` of the peer's pool into
+// `local_offset` of ours, through the lock the peer's lookup task `task`
+// holds on the object there (the owner serves nothing else).
 struct UcxRead {
   std::uint64_t remote_offset = 0;
   std::uint64_t local_offset = 0;
   std::uint64_t size = 0;
+  std::int64_t task = 0;
 };
+
+// The owner's check of each read a peer asks for: whether lookup task
+// `task` holds locked now the object at exactly [offset, offset + size) of
+// our pool (fleet::PeerTasks::Holds in the server).
+using ServeGuard = std::function<bool(std::int64_t task, std::uint64_t offset, std::uint64_t size)>;
 
 
 // The key read requests are authenticated with (fleet::FleetKey::data_key()).
@@ -88,6 +98,10 @@ class UcxChannel {
   UcxChannel& operator=(const UcxChannel&) = delete;
 
   const UcxDescriptor& Descriptor() const { return descriptor_; }
+
+  // The check of every read peers ask of us; until one is set, every read
+  // is refused. Takes effect before any read that arrives after it returns.
+  void SetServeGuard(ServeGuard guard);
 
   // Opens an endpoint to the peer `descriptor` names; blocks until the
   // progress thread has done it. A handle is never reused.

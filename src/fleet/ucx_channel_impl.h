@@ -42,6 +42,7 @@ struct ReadRequest {
   std::uint64_t id = 0;
   std::uint64_t offset = 0;
   std::uint64_t size = 0;
+  std::int64_t task = 0;  // the owner's lookup task whose lock the read goes through
   std::uint8_t mac[kMacBytes] = {};
 };
 struct ReadReply {
@@ -49,7 +50,7 @@ struct ReadReply {
   std::uint32_t status = 0;  // ErrorCode: 0 = the bytes follow as the message's data
   std::uint32_t reserved = 0;
 };
-static_assert(sizeof(ReadRequest) == 40 && sizeof(ReadReply) == 16);
+static_assert(sizeof(ReadRequest) == 48 && sizeof(ReadReply) == 16);
 
 // MAC of a request's fields under the fleet's data key (truncated HMAC-SHA256).
 void MacOf(const UcxDataKey& key, const ReadRequest& request, std::uint8_t* out);
@@ -102,8 +103,12 @@ struct UcxChannel::Impl {
   struct DisconnectCommand {
     PeerHandle peer;
   };
+  struct GuardCommand {
+    ServeGuard guard;
+    std::promise<void> set;
+  };
   using Command = std::variant<std::unique_ptr<ConnectCommand>, DisconnectCommand,
-                               std::unique_ptr<Batch>>;
+                               std::unique_ptr<Batch>, std::unique_ptr<GuardCommand>>;
 
   std::byte* pool = nullptr;
   std::size_t pool_size = 0;
@@ -122,6 +127,7 @@ struct UcxChannel::Impl {
   std::deque<Command> commands LMC_GUARDED_BY(mu);
 
   // The progress thread's own.
+  ServeGuard serve_guard;  // unset: every read refused
   std::map<PeerHandle, Peer> peers;
   std::vector<std::unique_ptr<Batch>> batches;  // with reads in flight, or ended this turn
   std::unordered_map<std::uint64_t, Read> reads_in_flight;  // by request id
@@ -131,7 +137,7 @@ struct UcxChannel::Impl {
 
   std::atomic<std::uint64_t> open_peers{0}, reads{0}, read_bytes{0}, failed_reads{0},
       deadline_reads{0}, refused_reads{0}, served_reads{0}, served_bytes{0}, refused_serves{0},
-      late_replies{0};
+      unheld_serves{0}, late_replies{0};
 
   ~Impl() {
     OPENSSL_cleanse(key.data(), key.size());

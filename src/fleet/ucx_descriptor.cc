@@ -6,7 +6,8 @@ namespace lmcache::fleet {
 namespace {
 
 constexpr char kMagic[4] = {'L', 'U', 'C', 'X'};
-constexpr std::uint8_t kDescriptorVersion = 2;  // 1 carried a remote key (never released)
+// 1 carried a remote key (never released); 2's read requests named no task.
+constexpr std::uint8_t kDescriptorVersion = 3;
 
 }  // namespace
 

@@ -13,10 +13,11 @@
 namespace lmcache::fleet {
 
 void MacOf(const UcxDataKey& key, const ReadRequest& request, std::uint8_t* out) {
-  std::uint8_t fields[24];
+  std::uint8_t fields[32];
   std::memcpy(fields, &request.id, 8);
   std::memcpy(fields + 8, &request.offset, 8);
   std::memcpy(fields + 16, &request.size, 8);
+  std::memcpy(fields + 24, &request.task, 8);
   std::uint8_t digest[32];
   unsigned int length = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), fields, sizeof(fields), digest,
@@ -64,6 +65,7 @@ void UcxChannel::Impl::SendRequest(Peer& peer, Batch* batch, std::size_t index) 
   sending->request.id = id;
   sending->request.offset = read.remote_offset;
   sending->request.size = read.size;
+  sending->request.task = read.task;
   MacOf(key, sending->request, sending->request.mac);
   ucp_request_param_t param{};
   param.op_attr_mask =
@@ -115,8 +117,14 @@ ucs_status_t UcxChannel::Impl::Serve(const void* header, std::size_t header_leng
   } else if (request.size == 0 || request.offset > pool_size ||
              request.size > pool_size - request.offset) {
     verdict = ErrorCode::kInvalidArgument;
+  } else if (!serve_guard || !serve_guard(request.task, request.offset, request.size)) {
+    // The bytes there are no longer (or never were) what the task locked.
+    verdict = ErrorCode::kNotFound;
+    unheld_serves.fetch_add(1, std::memory_order_relaxed);
   }
-  if (verdict != ErrorCode::kOk) refused_serves.fetch_add(1, std::memory_order_relaxed);
+  if (verdict != ErrorCode::kOk && verdict != ErrorCode::kNotFound) {
+    refused_serves.fetch_add(1, std::memory_order_relaxed);
+  }
   Reply(p->reply_ep, request.id, verdict, request.offset, request.size);
   return UCS_OK;
 }

@@ -44,6 +44,18 @@ Result<std::vector<store::ObjectKey>> DecodeUnlock(Payloads p) {
   return out;
 }
 
+struct UnlockTaskArgs {
+  std::int64_t task = 0;
+  std::vector<store::ObjectKey> keys;
+};
+
+Result<UnlockTaskArgs> DecodeUnlockTask(Payloads p) {
+  UnlockTaskArgs args;
+  LMC_ASSIGN_OR_RETURN(args.task, protocol::DecodeInt(p[0], "task_id"));
+  LMC_ASSIGN_OR_RETURN(args.keys, DecodeUnlock(p.subspan(1)));
+  return args;
+}
+
 // The object size each group's layout implies; nullopt for a layout we
 // cannot size (an unknown dtype): its keys never match.
 std::map<std::int64_t, std::optional<std::uint64_t>> GroupBytes(
@@ -111,6 +123,11 @@ void P2pOps::AddTo(OpTable* table) {
              Bind(DecodeUnlock, [this](const RequestContext& c,
                                        const std::vector<store::ObjectKey>& keys) {
                if (Trusted(c)) tasks_->Unlock(PeerOf(c), keys);
+               return Result<std::string>(msgpk::Encoder().Nil().Take());
+             }));
+  table->Add({Op::kP2pUnlockTask, "p2p_unlock_task", false, P::kCpu, 2, 2, kMaxBytes, F::kNil},
+             Bind(DecodeUnlockTask, [this](const RequestContext& c, const UnlockTaskArgs& a) {
+               if (Trusted(c)) tasks_->UnlockTask(PeerOf(c), a.task, a.keys);
                return Result<std::string>(msgpk::Encoder().Nil().Take());
              }));
   table->Add({Op::kP2pEndTask, "p2p_end_task", false, P::kCpu, 1, 1, 64, F::kNil},

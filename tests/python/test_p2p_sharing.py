@@ -200,6 +200,9 @@ def test_a_prompt_stored_on_one_server_is_served_from_its_peer_byte_for_byte(pai
     assert after["loaded_bytes"] - before["loaded_bytes"] == CHUNKS * data[0].nbytes
     assert after["objects"] == 0  # no lock of B's left at A
     assert stats(a_client)["p2p"]["served"]["hit_keys"] == CHUNKS  # A served them, once
+    # Each read named the task whose lock it went through, and A's check of it passed.
+    a_channel = stats(a_client)["p2p"]["channel"]
+    assert a_channel["served_reads"] == CHUNKS and a_channel["unheld_serves"] == 0, a_channel
     # /status says, of peer A, what B loaded from it and how fast.
     (a_seen,) = [p for p in pair.b_status()["p2p"]["peers"] if p["url"] == pair.a_url]
     assert a_seen["loaded_bytes"] == CHUNKS * data[0].nbytes, a_seen

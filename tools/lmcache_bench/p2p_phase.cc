@@ -34,10 +34,13 @@ constexpr double kPoolHeadroom = 1.0 / 0.7;
 std::uint64_t Chunks(const BenchOptions& o, std::uint64_t tokens) { return tokens / o.chunk_size; }
 std::uint64_t ObjectBytes(const BenchOptions& o) { return o.chunk_size * o.p2p_bytes_per_token; }
 
-std::string PoolGb(std::uint64_t bytes) {
+// The pool, in GiB, of a server that must hold `bytes`: the headroom added,
+// rounded up to quarter GiB steps, at least 1 GiB.
+double PoolGibOf(std::uint64_t bytes) {
   const double gb = static_cast<double>(bytes) * kPoolHeadroom / (1ull << 30);
-  return std::to_string(std::max(1.0, std::ceil(gb * 4) / 4));  // quarter GiB steps
+  return std::max(1.0, std::ceil(gb * 4) / 4);
 }
+std::string PoolGb(std::uint64_t bytes) { return std::to_string(PoolGibOf(bytes)); }
 
 // CPU seconds process `pid`'s live threads have run, in nanoseconds from
 // each thread's /proc/<pid>/task/<tid>/schedstat (/proc/<pid>/stat counts
@@ -247,11 +250,13 @@ Status WaitPeerReady(client::Client& c) {
 }  // namespace
 
 std::uint64_t P2pPhaseBytes(const BenchOptions& o) {
-  const double prompt = static_cast<double>(Chunks(o, o.p2p_tokens) * ObjectBytes(o));
-  const double ttr = static_cast<double>(Chunks(o, o.p2p_ttr_tokens) * ObjectBytes(o));
-  // A holds both prompts; B and D the long one; E the short one; redis the long one.
-  const double pools = (prompt + ttr + 2 * prompt + ttr) * kPoolHeadroom;
-  return static_cast<std::uint64_t>(pools + 1.2 * prompt) + 4 * kWindowChunks * ObjectBytes(o);
+  const std::uint64_t prompt = Chunks(o, o.p2p_tokens) * ObjectBytes(o);
+  const std::uint64_t ttr = Chunks(o, o.p2p_ttr_tokens) * ObjectBytes(o);
+  // A holds both prompts; B and D the long one; E the short one (each pool
+  // as StartNode sizes it); redis the long one.
+  const double pools_gib = PoolGibOf(prompt + ttr) + 2 * PoolGibOf(prompt) + PoolGibOf(ttr);
+  return static_cast<std::uint64_t>(pools_gib * (1ull << 30) + 1.2 * static_cast<double>(prompt)) +
+         4 * kWindowChunks * ObjectBytes(o);
 }
 
 Result<P2pFigures> MeasureP2pPhase(const BenchOptions& asked, const std::string& binary) {

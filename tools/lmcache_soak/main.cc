@@ -173,8 +173,7 @@ int Run(const SoakOptions& o) {
         failed_restarts += 1;
         break;
       }
-      counters->node_kills.fetch_add(1);
-      urls[static_cast<std::size_t>(victim)] = nodes->url(victim);
+      counters->node_kills.fetch_add(1);  // same endpoints: urls stand
       for (const int w : slots) {
         instances[static_cast<std::size_t>(w)] = next_instance++;
         pids[static_cast<std::size_t>(w)] =

@@ -4,15 +4,8 @@
 #include <filesystem>
 
 #include "soak.h"
-#include "support/fleet_files.h"
 
 namespace lmcache::soak {
-
-SoakNodes::~SoakNodes() {
-  servers_.clear();  // stopped first: the key file goes after
-  std::error_code ignored;
-  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
-}
 
 Result<std::unique_ptr<SoakNodes>> SoakNodes::Start(const std::string& binary, int count,
                                                     const std::vector<std::string>& args) {
@@ -20,11 +13,11 @@ Result<std::unique_ptr<SoakNodes>> SoakNodes::Start(const std::string& binary, i
   nodes->binary_ = binary;
   nodes->args_.assign(static_cast<std::size_t>(count), args);
   if (count > 1) {
-    nodes->dir_ = (std::filesystem::temp_directory_path() /
-                   ("lmcache_soak_fleet_" + std::to_string(::getpid())))
-                      .string();
-    std::filesystem::create_directories(nodes->dir_);
-    LMC_ASSIGN_OR_RETURN(const std::string key_file, tools::WriteFleetKeyFile(nodes->dir_));
+    nodes->dir_ = std::make_unique<tools::ScopedDirectory>(
+        std::filesystem::temp_directory_path() /
+        ("lmcache_soak_fleet_" + std::to_string(::getpid())));
+    LMC_ASSIGN_OR_RETURN(const std::string key_file,
+                         tools::WriteFleetKeyFile(nodes->dir_->path().string()));
     std::vector<int> ports;
     for (int n = 0; n < count; ++n) {
       LMC_ASSIGN_OR_RETURN(const int port, tools::FreeLoopbackTcpPort());

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "lmcache/status.h"
+#include "support/fleet_files.h"
 #include "support/local_server.h"
 
 namespace lmcache::soak {
@@ -118,7 +119,7 @@ class SoakNodes {
  public:
   static Result<std::unique_ptr<SoakNodes>> Start(const std::string& binary, int count,
                                                   const std::vector<std::string>& args);
-  ~SoakNodes();  // stops every node
+  ~SoakNodes() = default;  // stops every node, then removes the key's directory
   SoakNodes(const SoakNodes&) = delete;
   SoakNodes& operator=(const SoakNodes&) = delete;
 
@@ -131,7 +132,8 @@ class SoakNodes {
   SoakNodes() = default;
   Status StartNode(int node);
   std::string binary_;
-  std::string dir_;  // the fleet key's (count > 1)
+  // The fleet key's (count > 1); declared before the servers, so they stop first.
+  std::unique_ptr<tools::ScopedDirectory> dir_;
   std::vector<std::vector<std::string>> args_;
   std::vector<std::unique_ptr<tools::LocalServer>> servers_;
 };

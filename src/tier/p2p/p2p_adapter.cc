@@ -64,8 +64,10 @@ struct P2pAdapter::Lookup {
   std::vector<std::size_t> request_index;  // per key of the request, its index in `keys`
   std::uint64_t object_bytes = 0;
   std::vector<fleet::ReadyPeer> peers;
-  // Per peer, its addresses (one per key), or nullopt: no usable answer.
+  // Per peer, its addresses (one per key), or nullopt: no usable answer;
+  // and the task that holds them.
   std::vector<std::optional<std::vector<protocol::P2pAddress>>> answers;
+  std::vector<std::int64_t> tasks;
   std::atomic<std::size_t> left{0};
   TimeMs deadline_ms = 0;
   LookupDone done;
@@ -104,6 +106,7 @@ void P2pAdapter::Lookup::Query(std::size_t peer, std::int64_t task, int queries)
                 return Query(peer, task, queries + 1);
               }
               if ((*addresses)->size() != keys.size()) return give_up();
+              tasks[peer] = task;
               Answered(peer, std::move(*addresses));
             });
 }
@@ -164,6 +167,7 @@ void P2pAdapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint6
   }
   lookup->peers = std::move(peers);
   lookup->answers.resize(lookup->peers.size());
+  lookup->tasks.resize(lookup->peers.size());
   lookup->left.store(lookup->peers.size(), std::memory_order_relaxed);
   const std::string keys_frame = KeysFrame(lookup->keys);
   const std::string layouts_frame = LayoutsFrame(lookup->keys, object_bytes);
@@ -194,6 +198,7 @@ void P2pAdapter::Resolve(Lookup& lookup) {
         Location at;
         at.id = next_location_++;
         at.rpc = lookup.peers[p].rpc;
+        at.task = lookup.tasks[p];
         at.channel = lookup.peers[p].channel;
         at.offset = static_cast<std::uint64_t>(address.offset);
         at.size = static_cast<std::uint64_t>(address.size);
@@ -203,7 +208,9 @@ void P2pAdapter::Resolve(Lookup& lookup) {
     }
   }
   for (std::size_t p = 0; p < lookup.peers.size(); ++p) {
-    if (!release[p].empty()) SendUnlock(lookup.peers[p].rpc, std::move(release[p]));
+    if (!release[p].empty()) {
+      SendUnlock(lookup.peers[p].rpc, lookup.tasks[p], std::move(release[p]));
+    }
   }
   // A repeated key was locked once: only its first place in the request holds it.
   std::vector<bool> found(lookup.request_index.size(), false);
@@ -215,25 +222,26 @@ void P2pAdapter::Resolve(Lookup& lookup) {
   lookup.done(std::move(found));
 }
 
-void P2pAdapter::SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> keys) {
-  SendRelease(peer, Op::kP2pUnlockObjects, KeysFrame(keys));
+void P2pAdapter::SendUnlock(fleet::PeerId peer, std::int64_t task,
+                            std::vector<store::ObjectKey> keys) {
+  SendRelease(peer, Op::kP2pUnlockTask, {EncodeInt(task), KeysFrame(keys)});
 }
 
 void P2pAdapter::SendEndTask(fleet::PeerId peer, std::int64_t task) {
   // A reference owner has no such operation: it answers an error, and the
   // task ends at its own reaper or read TTL, as without this call.
-  SendRelease(peer, Op::kP2pEndTask, EncodeInt(task));
+  SendRelease(peer, Op::kP2pEndTask, {EncodeInt(task)});
 }
 
-void P2pAdapter::SendRelease(fleet::PeerId peer, Op op, std::string frame) {
-  peers_->Call(peer, op, {std::move(frame)}, peers_->clock().NowMs() + peers_->lookup_timeout_ms(),
+void P2pAdapter::SendRelease(fleet::PeerId peer, Op op, std::vector<std::string> frames) {
+  peers_->Call(peer, op, std::move(frames), peers_->clock().NowMs() + peers_->lookup_timeout_ms(),
                [](Result<std::string>) {
                  // Nothing to do either way: what the call could not end
                  // ends at the owner's reaper or read TTL.
                });
 }
 
-std::optional<fleet::PeerId> P2pAdapter::EndOneLock(const store::ObjectKey& key) {
+std::optional<P2pAdapter::Location> P2pAdapter::EndOneLock(const store::ObjectKey& key) {
   auto it = locks_.find(key);
   if (it == locks_.end()) return std::nullopt;
   std::list<Location>& held = it->second;
@@ -249,26 +257,26 @@ std::optional<fleet::PeerId> P2pAdapter::EndOneLock(const store::ObjectKey& key)
     if (busy != held.end()) busy->release_after_read += 1;
     return std::nullopt;
   }
-  const fleet::PeerId peer = idle->rpc;
+  const Location ended = *idle;
   held.erase(idle);
   locked_ -= 1;
   if (held.empty()) locks_.erase(it);
-  return peer;
+  return ended;
 }
 
 void P2pAdapter::Unlock(std::span<const store::ObjectKey> keys) {
-  std::map<fleet::PeerId, std::vector<store::ObjectKey>> by_peer;
+  std::map<std::pair<fleet::PeerId, std::int64_t>, std::vector<store::ObjectKey>> by_task;
   {
     MutexLock lock(&mu_);
     for (const store::ObjectKey& key : keys) {
-      if (auto peer = EndOneLock(key)) by_peer[*peer].push_back(key);
+      if (auto at = EndOneLock(key)) by_task[{at->rpc, at->task}].push_back(key);
     }
   }
-  for (auto& [peer, peer_keys] : by_peer) SendUnlock(peer, std::move(peer_keys));
+  for (auto& [task, task_keys] : by_task) SendUnlock(task.first, task.second, std::move(task_keys));
 }
 
 void P2pAdapter::ReadEnded(const store::ObjectKey& key, std::uint64_t location) {
-  std::optional<fleet::PeerId> unlock;
+  std::optional<Location> unlock;
   {
     MutexLock lock(&mu_);
     auto it = locks_.find(key);
@@ -278,12 +286,12 @@ void P2pAdapter::ReadEnded(const store::ObjectKey& key, std::uint64_t location) 
     if (at == it->second.end()) return;
     at->reading -= 1;
     if (at->reading > 0 || at->release_after_read == 0) return;
-    unlock = at->rpc;
+    unlock = *at;
     it->second.erase(at);
     locked_ -= 1;
     if (it->second.empty()) locks_.erase(it);
   }
-  SendUnlock(*unlock, {key});
+  SendUnlock(unlock->rpc, unlock->task, {key});
 }
 
 namespace {
@@ -327,7 +335,7 @@ void P2pAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
       at->reading += 1;
       Batch& batch = batches[at->channel];
       batch.reads.push_back({at->offset, static_cast<std::uint64_t>(out.data() - pool_.data()),
-                             at->size});
+                             at->size, at->task});
       batch.index.push_back(i);
       batch.through.emplace_back(*reads[i].key, at->id);
       call->bytes[i] = at->size;

@@ -11,8 +11,9 @@
 // p2p_lookup_and_lock, then p2p_query_lookup_results until the task is
 // answered, each peer's answer checked (one address per key, the size the
 // lookup asked for). A key found at several peers is kept at the first and
-// unlocked at the others at once; Unlock sends p2p_unlock_objects for the
-// locks the plan did not load from or has loaded. A task given up on after
+// unlocked at the others at once; Unlock sends p2p_unlock_task (ours: that
+// task's locks only) for the locks the plan did not load from or has
+// loaded, and every read names the task whose lock it goes through. A task given up on after
 // its id came back (its answer past our deadline, unusable, or never
 // ready) is ended at its owner with p2p_end_task (ours), so its locks do
 // not stand until the owner's read TTL. Nothing here blocks: the
@@ -74,6 +75,7 @@ class P2pAdapter final : public L2Adapter {
   struct Location {
     std::uint64_t id = 0;  // ours, to find it again when a read ends
     fleet::PeerId rpc = 0;
+    std::int64_t task = 0;  // the peer's lookup task that holds the lock
     fleet::PeerHandle channel = 0;
     std::uint64_t offset = 0;
     std::uint64_t size = 0;
@@ -88,13 +90,16 @@ class P2pAdapter final : public L2Adapter {
   // Every peer of `lookup` answered (or failed): records the locations,
   // unlocks the duplicates and answers.
   void Resolve(Lookup& lookup) LMC_EXCLUDES(mu_);
-  // p2p_unlock_objects of `keys` at `peer`; its answer is only counted.
-  void SendUnlock(fleet::PeerId peer, std::vector<store::ObjectKey> keys);
+  // p2p_unlock_task (ours): `peer` releases the locks its task `task` holds
+  // on `keys`. By task, not by key (p2p_unlock_objects): a peer that
+  // restarted since the lookup has no such task and releases nothing, where
+  // by key it would release a later lookup's lock of ours on that key.
+  void SendUnlock(fleet::PeerId peer, std::int64_t task, std::vector<store::ObjectKey> keys);
   // p2p_end_task (ours): `peer` ends `task`, which we will not use, with its locks.
   void SendEndTask(fleet::PeerId peer, std::int64_t task);
-  // Sends `op` with its one `frame` to `peer`, to release what a lookup of
+  // Sends `op` with its `frames` to `peer`, to release what a lookup of
   // ours holds there; its answer changes nothing.
-  void SendRelease(fleet::PeerId peer, Op op, std::string frame);
+  void SendRelease(fleet::PeerId peer, Op op, std::vector<std::string> frames);
 
   const fleet::PeerAccess* const peers_;
   std::span<std::byte> pool_;
@@ -112,8 +117,8 @@ class P2pAdapter final : public L2Adapter {
 
   // A read through (key, location id) ended: its unlock is sent if one waited.
   void ReadEnded(const store::ObjectKey& key, std::uint64_t location) LMC_EXCLUDES(mu_);
-  // Ends one lock on `key` (see locks_); the peer to unlock it at, if now.
-  std::optional<fleet::PeerId> EndOneLock(const store::ObjectKey& key) LMC_REQUIRES(mu_);
+  // Ends one lock on `key` (see locks_); where to unlock it, if now.
+  std::optional<Location> EndOneLock(const store::ObjectKey& key) LMC_REQUIRES(mu_);
 };
 
 }  // namespace lmcache::tier

@@ -140,8 +140,10 @@ TEST(PeerRpcTest, HandshakesLooksUpAndReadsTheRealServersPoolOverUcx) {
   ours.chunk_size = theirs->chunk_size * 2;
   EXPECT_EQ(CheckCompatible(ours, *theirs).code(), ErrorCode::kLayoutMismatch);
 
-  // The descriptor reaches the peer's data channel: 64 KiB of its pool read
-  // into ours (the pool's first pages; what they hold does not matter here).
+  // The descriptor reaches the peer's data channel, which answers: a read
+  // naming no lookup task of the peer's is refused there (kNotFound; an
+  // unreachable channel would time out), as the server serves only objects
+  // a task of its holds locked (reads that land: test_p2p_sharing.py).
   std::vector<std::byte> pool(1 << 20, std::byte{0x11});
   auto channel = std::move(UcxChannel::Create(pool.data(), pool.size(), &clock, key.data_key()))
                      .value();
@@ -150,7 +152,7 @@ TEST(PeerRpcTest, HandshakesLooksUpAndReadsTheRealServersPoolOverUcx) {
   std::promise<Status> read;
   channel->Read(*handle, {{.remote_offset = 0, .local_offset = 4096, .size = 64 << 10}},
                 clock.NowMs() + kLongDeadline, [&read](Status s) { read.set_value(s); });
-  EXPECT_TRUE(read.get_future().get().ok());
+  EXPECT_EQ(read.get_future().get().code(), ErrorCode::kNotFound);
 
   // Ops 29-31 in the reference's shapes: a task id, one miss, nil.
   auto task = CallAndWait(*rpc, peer, Op::kP2pLookupAndLock, {AbsentKeys(), Layouts()},
@@ -274,8 +276,10 @@ TEST(PeerRpcTest, ACallToAPeerThatDiesEndsWhenItsConnectionCloses) {
                                        zmq::buffer(first[2].data(), first[2].size()),
                                        zmq::buffer(nil)};
   zmq::send_multipart(*router, reply);
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the reply leaves first
-  router.reset();  // the peer dies: its socket closes
+  // The peer dies: its socket closes, once its queued reply has left (a
+  // linger of its own: the reply is not raced against the close).
+  router->set(zmq::sockopt::linger, 5000);
+  router.reset();
 
   auto held_result = held.get_future();
   ASSERT_EQ(held_result.wait_for(std::chrono::seconds(30)), std::future_status::ready)

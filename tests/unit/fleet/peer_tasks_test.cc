@@ -96,6 +96,60 @@ TEST_F(PeerTasksTest, AnUnlockReleasesOnlyThePeersOwnLockAndADuplicateReleasesNo
   l1_.ExpectBalanced();
 }
 
+// Our requesters unlock by task (p2p_unlock_task): an owner that restarted
+// between a requester's lookup and its unlock gets an unlock naming a task
+// of its previous life, which names no task here and releases nothing,
+// though the same requester holds a lock on the same key from a later
+// lookup (a by-key unlock, op 31, releases that one).
+TEST_F(PeerTasksTest, AnUnlockByTaskReleasesOnlyThatTasksLockAndNothingForAnUnknownTask) {
+  l1_.Store(KeyN(1), kObject, 1);
+  auto tasks = Make();
+  const std::int64_t first = tasks->Lookup("a", Ask({KeyN(1)}));
+  const std::int64_t second = tasks->Lookup("a", Ask({KeyN(1)}));
+  ASSERT_TRUE(tasks->Results("a", first).has_value());
+  ASSERT_TRUE(tasks->Results("a", second).has_value());
+  EXPECT_EQ(l1_.Locks(KeyN(1)), 2u);
+  const std::vector<store::ObjectKey> key{KeyN(1)};
+  EXPECT_EQ(tasks->UnlockTask("a", second, key), 1u);
+  EXPECT_EQ(tasks->UnlockTask("a", second, key), 0u);          // a duplicate
+  EXPECT_EQ(tasks->UnlockTask("a", first + 1000, key), 0u);    // a previous life's task
+  EXPECT_EQ(tasks->UnlockTask("b", first, key), 0u);           // another peer's
+  EXPECT_EQ(l1_.Locks(KeyN(1)), 1u);                           // the first task's stands
+  EXPECT_EQ(tasks->Stats().stale_unlocks, 3u);
+  EXPECT_EQ(tasks->UnlockTask("a", first, key), 1u);
+  EXPECT_EQ(tasks->Stats().tasks, 0u);  // a queried task with nothing locked is done
+  l1_.ExpectBalanced();
+}
+
+// The data channel asks, for each read, whether its task holds that exact
+// range locked now: an owner serves nothing else (a range of another
+// object, one its task never locked or has unlocked, a task reaped or of a
+// previous life).
+TEST_F(PeerTasksTest, AReadIsServedOnlyForAnObjectItsTaskHoldsLockedNow) {
+  l1_.Store(KeyN(1), kObject, 1);
+  l1_.Store(KeyN(2), kObject, 2);
+  auto tasks = Make();
+  const std::int64_t task = tasks->Lookup("a", Ask({KeyN(1)}));
+  const protocol::P2pAddress one = AddressOf(KeyN(1));
+  const protocol::P2pAddress two = AddressOf(KeyN(2));
+  auto offset = [](const protocol::P2pAddress& a) { return static_cast<std::uint64_t>(a.offset); };
+  EXPECT_TRUE(tasks->Holds(task, offset(one), kObject));  // before its query, too
+  ASSERT_TRUE(tasks->Results("a", task).has_value());
+  EXPECT_TRUE(tasks->Holds(task, offset(one), kObject));
+  EXPECT_FALSE(tasks->Holds(task, offset(two), kObject));     // not this task's
+  EXPECT_FALSE(tasks->Holds(task, offset(one), kObject - 1));  // not the whole object
+  EXPECT_FALSE(tasks->Holds(task, offset(one) + 1, kObject));
+  EXPECT_FALSE(tasks->Holds(task + 1, offset(one), kObject));  // no such task
+  EXPECT_EQ(tasks->Unlock("a", std::vector{KeyN(1)}), 1u);
+  EXPECT_FALSE(tasks->Holds(task, offset(one), kObject));     // unlocked
+  const std::int64_t reaped = tasks->Lookup("a", Ask({KeyN(2)}));
+  EXPECT_TRUE(tasks->Holds(reaped, offset(two), kObject));
+  clock_.Advance(PeerTaskConfig{}.query_timeout_ms);
+  EXPECT_EQ(tasks->Reap(), 1u);
+  EXPECT_FALSE(tasks->Holds(reaped, offset(two), kObject));
+  l1_.ExpectBalanced();
+}
+
 TEST_F(PeerTasksTest, AnObjectOfAnotherSizeThanTheLayoutsIsAMissAndKeepsNoLock) {
   l1_.Store(KeyN(1), kObject, 1);
   auto tasks = Make();

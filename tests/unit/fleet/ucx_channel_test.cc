@@ -12,8 +12,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <future>
+#include <mutex>
 #include <optional>
 #include <numeric>
+#include <tuple>
 #include <vector>
 
 #include "fakes/fake_clock.h"
@@ -123,10 +125,17 @@ class UcxChannelTest : public ::testing::TestWithParam<const char*> {
     s.ready = true;
   }
 
-  std::unique_ptr<UcxChannel> Make(Pool& pool, const UcxDataKey& key = kKey) {
+  // A channel that, as an owner, serves every range its guard allows (by
+  // default any: these tests are about the transport; the server's guard
+  // is PeerTasks::Holds, tested in peer_tasks_test).
+  static bool AnyRange(std::int64_t, std::uint64_t, std::uint64_t) { return true; }
+  std::unique_ptr<UcxChannel> Make(Pool& pool, const UcxDataKey& key = kKey,
+                                   std::optional<ServeGuard> guard = ServeGuard(AnyRange)) {
     auto channel = UcxChannel::Create(pool.bytes.data(), pool.bytes.size(), &clock_, key);
     EXPECT_TRUE(channel.ok()) << channel.status().ToString();
-    return channel.ok() ? std::move(*channel) : nullptr;
+    if (!channel.ok()) return nullptr;
+    if (guard) (*channel)->SetServeGuard(std::move(*guard));
+    return std::move(*channel);
   }
 
   testing::FakeClock clock_;
@@ -324,6 +333,48 @@ TEST_P(UcxChannelTest, TheOwnerRefusesARequesterWithoutTheKeyAndRangesOutsideIts
   EXPECT_EQ(requester_pool.bytes, before);
   EXPECT_EQ(owner->Stats().refused_serves, 3u);
   EXPECT_EQ(owner->Stats().served_reads, 0u);
+}
+
+// Each read names the owner's lookup task it goes through, and the owner
+// serves it only when its guard says that task holds that object locked
+// now: a read through a released lock (or a lock of the owner's previous
+// life) is refused and lands nothing; a channel given no guard serves
+// nothing at all.
+TEST_P(UcxChannelTest, TheOwnerServesOnlyReadsItsGuardSaysTheirTaskHolds) {
+  Pool owner_pool(12), requester_pool(13), unguarded_pool(14);
+  std::vector<std::tuple<std::int64_t, std::uint64_t, std::uint64_t>> asked;
+  std::mutex asked_mu;
+  ServeGuard task_7_holds_the_first_mib = [&](std::int64_t task, std::uint64_t offset,
+                                              std::uint64_t size) {
+    std::lock_guard lock(asked_mu);
+    asked.emplace_back(task, offset, size);
+    return task == 7 && offset == 0 && size == (1u << 20);
+  };
+  auto owner = Make(owner_pool, kKey, task_7_holds_the_first_mib);
+  auto unguarded = Make(unguarded_pool, kKey, std::nullopt);
+  auto requester = Make(requester_pool);
+  ASSERT_TRUE(owner && unguarded && requester);
+  auto peer = requester->Connect(owner->Descriptor());
+  ASSERT_TRUE(peer.ok());
+  const std::vector<std::byte> before = requester_pool.bytes;
+  EXPECT_EQ(ReadAndWait(*requester, *peer, {{0, 0, 1 << 20, 8}}).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(ReadAndWait(*requester, *peer, {{0, 0, 4096, 7}}).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(requester_pool.bytes, before);
+  ASSERT_TRUE(ReadAndWait(*requester, *peer, {{0, 0, 1 << 20, 7}}).ok());
+  EXPECT_TRUE(std::equal(requester_pool.bytes.begin(), requester_pool.bytes.begin() + (1 << 20),
+                         owner_pool.bytes.begin()));
+  {
+    std::lock_guard lock(asked_mu);
+    EXPECT_EQ(asked.size(), 3u);
+    EXPECT_EQ(asked.front(), std::make_tuple(std::int64_t{8}, std::uint64_t{0}, std::uint64_t{1} << 20));
+  }
+  EXPECT_EQ(owner->Stats().unheld_serves, 2u);
+  EXPECT_EQ(owner->Stats().refused_serves, 0u);
+  EXPECT_EQ(owner->Stats().served_reads, 1u);
+  auto to_unguarded = requester->Connect(unguarded->Descriptor());
+  ASSERT_TRUE(to_unguarded.ok());
+  EXPECT_EQ(ReadAndWait(*requester, *to_unguarded, {{0, 0, 4096, 7}}).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(unguarded->Stats().served_reads, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxChannelTest, ::testing::Values("tcp", "default"),

@@ -372,5 +372,35 @@ TEST_F(P2pOpsTest, ARequesterEndsATaskItWillNotUseAndOnlyThatTasksLocksGo) {
   EXPECT_EQ(Locks(PeerKey('a')), 0u);
 }
 
+// p2p_unlock_task (ours): our requesters unlock by task, so an unlock meant
+// for a task of this owner's previous life (the requester did not see it
+// restart) releases nothing of this life's, where p2p_unlock_objects by key
+// releases the same requester's later lock on that key.
+TEST_F(P2pOpsTest, AnUnlockByTaskReleasesThatTasksLockOnlyAndAStaleTaskNothing) {
+  Store(PeerKey('a'));
+  const std::int64_t task = Lookup("p", {PeerKey('a')}, Layouts({0}));
+  ASSERT_TRUE(Results("p", task).has_value());
+  auto unlock_task = [&](std::string_view peer, std::int64_t id) {
+    return Call(peer, "p2p_unlock_task",
+                {testing::IntFrame(id), protocol::EncodeP2pKeys(std::vector<P2pKey>{PeerKey('a')})});
+  };
+  Reply stale = unlock_task("p", task - 1);  // a task this life never made
+  ASSERT_TRUE(stale.status.ok());
+  EXPECT_EQ(stale.value, msgpk::Encoder().Nil().Take());
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  ASSERT_TRUE(unlock_task("other", task).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);  // not the other peer's task
+  fleet_member_ = false;
+  ASSERT_TRUE(unlock_task("p", task).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 1u);  // a connection without the fleet key
+  fleet_member_ = true;
+  ASSERT_TRUE(unlock_task("p", task).status.ok());
+  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  EXPECT_EQ(h_.service().Snapshot().p2p_served.stale_unlocks, 2u);
+  Reply malformed = Call("p", "p2p_unlock_task", {testing::StrFrame("x"), testing::StrFrame("y")});
+  EXPECT_FALSE(malformed.status.ok());
+  EXPECT_EQ(malformed.value, msgpk::Encoder().Nil().Take());
+}
+
 }  // namespace
 }  // namespace lmcache::server

@@ -74,8 +74,15 @@ class FakeFleet final : public fleet::PeerAccess {
   int Locks(int p) {
     std::lock_guard lock(mu_);
     int n = 0;
-    for (const auto& [key, count] : locks_[p]) n += count;
+    for (const auto& [id, task] : tasks_) n += task.peer == p ? static_cast<int>(task.locked.size()) : 0;
     return n;
+  }
+  // Peer `p` restarted: its tasks and their locks went with its old life,
+  // and its new life's task ids are others.
+  void Restart(int p) {
+    std::lock_guard lock(mu_);
+    std::erase_if(tasks_, [p](const auto& entry) { return entry.second.peer == p; });
+    next_task_ += 1000;
   }
   void UseLocalPool(std::span<std::byte> pool) { local_ = pool; }
 
@@ -108,21 +115,28 @@ class FakeFleet final : public fleet::PeerAccess {
             fleet::UcxChannel::ReadsDone done) const override {
     auto* self = const_cast<FakeFleet*>(this);
     std::size_t whole = reads.size();
+    std::vector<bool> served(reads.size(), false);
     {
       std::lock_guard lock(self->mu_);
       auto dies = die_after_.find(static_cast<int>(peer));
       if (dies != die_after_.end()) whole = std::min(whole, dies->second);
+      for (std::size_t i = 0; i < reads.size(); ++i) served[i] = self->Holds(static_cast<int>(peer), reads[i]);
     }
-    auto land = [self, peer, reads, whole, done = std::move(done)] {
+    auto land = [self, peer, reads, whole, served, done = std::move(done)] {
       std::vector<bool> landed(reads.size(), false);
+      Status status;
       for (std::size_t i = 0; i < whole; ++i) {
+        if (!served[i]) {
+          status = Status(ErrorCode::kNotFound, "the peer refused the read");
+          continue;
+        }
         const fleet::UcxRead& r = reads[i];
         std::memcpy(self->local_.data() + r.local_offset, self->memory_[peer].data() + r.remote_offset,
                     r.size);
         landed[i] = true;
       }
-      done(whole == reads.size() ? Status::Ok() : Status(ErrorCode::kUnavailable, "the peer died"),
-           std::move(landed));
+      if (whole < reads.size()) status = Status(ErrorCode::kUnavailable, "the peer died");
+      done(status, std::move(landed));
     };
     std::unique_lock lock(self->mu_);
     if (hold_reads_) {
@@ -147,43 +161,60 @@ class FakeFleet final : public fleet::PeerAccess {
     if (op == Op::kP2pLookupAndLock) {
       auto keys = protocol::DecodeP2pKeys(payloads.at(0));
       if (!keys.ok()) return keys.status();
-      std::vector<protocol::P2pAddress> addresses;
+      const std::int64_t id = ++next_task_;
+      FakeTask& task = tasks_[id];
+      task.peer = p;
       for (const protocol::P2pKey& wire : *keys) {
         const store::ObjectKey key = fleet::FromPeerKey(wire);
         auto held = holds_[p].find(key);
         if (held == holds_[p].end()) {
-          addresses.push_back({-1, 0});
+          task.answer.push_back({-1, 0});
         } else {
-          addresses.push_back(held->second);
-          locks_[p][key] += 1;
-          task_locks_[next_task_ + 1].push_back(key);
+          task.answer.push_back(held->second);
+          task.locked.emplace(key, held->second);
         }
       }
-      tasks_[++next_task_] = addresses;
-      return Int(next_task_);
+      return Int(id);
     }
     if (op == Op::kP2pEndTask) {
-      auto task = protocol::DecodeInt(payloads.at(0), "task");
-      ended_[p].push_back(*task);
-      tasks_.erase(*task);
-      for (const store::ObjectKey& key : task_locks_[*task]) locks_[p][key] -= 1;
-      task_locks_.erase(*task);
+      auto id = protocol::DecodeInt(payloads.at(0), "task");
+      ended_[p].push_back(*id);
+      if (auto task = tasks_.find(*id); task != tasks_.end() && task->second.peer == p) {
+        tasks_.erase(task);
+      }
       return msgpk::Encoder().Nil().Take();
     }
     if (op == Op::kP2pQueryLookupResults) {
-      auto task = protocol::DecodeInt(payloads.at(0), "task");
-      auto it = tasks_.find(*task);
-      const auto addresses = it->second;
-      tasks_.erase(it);
-      return protocol::EncodeP2pAddresses(addresses);
+      auto id = protocol::DecodeInt(payloads.at(0), "task");
+      FakeTask& task = tasks_.at(*id);
+      return protocol::EncodeP2pAddresses(task.answer);
     }
-    auto keys = protocol::DecodeP2pKeys(payloads.at(0));  // p2p_unlock_objects
+    // p2p_unlock_task (ours: [task, keys]) releases that task's lock on
+    // each key; p2p_unlock_objects (by key) one lock of the peer's on it,
+    // its oldest task's, as our owners do for a requester of the reference.
+    const bool by_task = op == Op::kP2pUnlockTask;
+    std::optional<std::int64_t> id;
+    if (by_task) id = *protocol::DecodeInt(payloads.at(0), "task");
+    auto keys = protocol::DecodeP2pKeys(payloads.at(by_task ? 1 : 0));
     for (const protocol::P2pKey& wire : *keys) {
       const store::ObjectKey key = fleet::FromPeerKey(wire);
       unlocked_[p].push_back(key);
-      if (locks_[p][key] > 0) locks_[p][key] -= 1;
+      for (auto& [task_id, task] : tasks_) {
+        if (task.peer != p || (id && task_id != *id)) continue;
+        if (task.locked.erase(key) > 0) break;
+      }
     }
     return msgpk::Encoder().Nil().Take();
+  }
+  // Whether a task of peer `p` holds the object at `read`'s range locked
+  // (our owners serve no other read).
+  bool Holds(int p, const fleet::UcxRead& read) {
+    auto task = tasks_.find(read.task);
+    if (task == tasks_.end() || task->second.peer != p) return false;
+    return std::any_of(task->second.locked.begin(), task->second.locked.end(), [&](const auto& l) {
+      return static_cast<std::uint64_t>(l.second.offset) == read.remote_offset &&
+             static_cast<std::uint64_t>(l.second.size) == read.size;
+    });
   }
 
   testing::FakeClock clock_;
@@ -194,10 +225,14 @@ class FakeFleet final : public fleet::PeerAccess {
   template <class T>
   using ByKey = std::unordered_map<store::ObjectKey, T, store::ObjectKeyHash>;
   std::map<int, ByKey<protocol::P2pAddress>> holds_;
-  std::map<int, ByKey<int>> locks_;
   std::map<int, std::vector<store::ObjectKey>> unlocked_;
-  std::map<std::int64_t, std::vector<protocol::P2pAddress>> tasks_;
-  std::map<std::int64_t, std::vector<store::ObjectKey>> task_locks_;  // what each task locked
+  // A peer's lookup: its answer, and the locks it holds (by key, where).
+  struct FakeTask {
+    int peer = 0;
+    std::vector<protocol::P2pAddress> answer;
+    ByKey<protocol::P2pAddress> locked;
+  };
+  std::map<std::int64_t, FakeTask> tasks_;  // by id, oldest first
   std::set<int> lost_queries_;
   std::map<int, std::vector<std::int64_t>> ended_;
   std::map<int, std::size_t> die_after_;
@@ -370,6 +405,44 @@ TEST_F(P2pAdapterTest, APeerDyingMidBatchCostsOnlyTheReadsThatHadNotLanded) {
   const L2AdapterStats stats = adapter_.Stats();
   EXPECT_EQ(stats.loaded_objects, 2u);
   EXPECT_EQ(stats.objects, 0u);
+}
+
+// The owner restarted between a lookup and its unlock (its locks went with
+// its old life), and the same key was locked again in its new life. The
+// first lookup's unlock names its task, which the new life never made, and
+// releases nothing there; by key, it released the second lookup's lock,
+// whose read then went through an object the owner was free to evict.
+TEST_F(P2pAdapterTest, AnUnlockMeantForAnOwnersPreviousLifeReleasesNothingOfItsNewOne) {
+  fleet_.Hold(1, 0);
+  ASSERT_EQ(Lookup({KeyN(0)}), std::vector<bool>{true});
+  fleet_.Restart(1);
+  ASSERT_EQ(Lookup({KeyN(0)}), std::vector<bool>{true});
+  ASSERT_EQ(fleet_.Locks(1), 1);
+  adapter_.Unlock(KeysN(0, 1));  // the first lookup is done
+  EXPECT_EQ(fleet_.Locks(1), 1);
+  auto outcomes = Load({0});  // the second one's read
+  ASSERT_TRUE(outcomes->has_value());
+  EXPECT_EQ(**outcomes, std::vector<L2LoadOutcome>{L2LoadOutcome::kLoaded});
+  EXPECT_TRUE(SlotFrom(0, 1));
+  adapter_.Unlock(KeysN(0, 1));
+  EXPECT_EQ(fleet_.Locks(1), 0);
+  EXPECT_EQ(adapter_.Stats().objects, 0u);
+}
+
+// Every read names the task whose lock it goes through, and an owner serves
+// only ranges a live task of its holds: a read through a lock of the
+// owner's previous life fails and lands nothing (it would read whatever the
+// new life keeps at that offset).
+TEST_F(P2pAdapterTest, AReadThroughALockOfAnOwnersPreviousLifeFailsAndLandsNothing) {
+  fleet_.Hold(1, 0);
+  ASSERT_EQ(Lookup({KeyN(0)}), std::vector<bool>{true});
+  fleet_.Restart(1);
+  auto outcomes = Load({0});
+  ASSERT_TRUE(outcomes->has_value());
+  EXPECT_EQ(**outcomes, std::vector<L2LoadOutcome>{L2LoadOutcome::kFailed});
+  EXPECT_FALSE(SlotFrom(0, 1));
+  adapter_.Unlock(KeysN(0, 1));
+  EXPECT_EQ(adapter_.Stats().objects, 0u);
 }
 
 }  // namespace
