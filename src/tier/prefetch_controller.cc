@@ -337,6 +337,7 @@ void PrefetchController::Continue(const std::shared_ptr<Running>& running) {
     loading = Begin(*running);
   } catch (const std::exception& e) {
     spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
+    ReleaseAfterFailure(*running);
   }
   if (!loading) {
     Finish(running->handle, PrefetchResult{});
@@ -375,21 +376,42 @@ PrefetchController::Plan PrefetchController::PlanFrom(const PrefetchRequest& req
   return plan;
 }
 
-PrefetchController::Plan PrefetchController::LookUp(const PrefetchRequest& request,
-                                                    const std::vector<std::vector<bool>>& found) {
-  Plan plan = PlanFrom(request, found);
-  // Keep a lock only where the plan loads the key from.
+void PrefetchController::ReleaseUnplanned(const PrefetchRequest& request, Plan& plan) {
   const std::size_t planned = plan.chunks * std::max<std::size_t>(1, request.ranks);
   for (std::size_t a = 0; a < adapters_.size(); ++a) {
+    std::vector<std::size_t> kept;
     std::vector<store::ObjectKey> release;
-    std::erase_if(plan.locked[a], [&](std::size_t i) {
-      if (i < planned && plan.source[i] == static_cast<int>(a)) return false;
-      release.push_back(request.keys[i]);
-      return true;
-    });
+    for (const std::size_t i : plan.locked[a]) {
+      if (i < planned && plan.source[i] == static_cast<int>(a)) {
+        kept.push_back(i);
+      } else {
+        release.push_back(request.keys[i]);
+      }
+    }
     if (!release.empty()) adapters_[a]->Unlock(release);
+    plan.locked[a] = std::move(kept);
   }
-  return plan;
+}
+
+void PrefetchController::ReleaseAfterFailure(Running& running) {
+  std::vector<std::vector<std::size_t>>& locked = running.plan.locked;
+  for (std::size_t a = 0; a < locked.size(); ++a) {
+    std::vector<store::ObjectKey> release;
+    for (const std::size_t i : locked[a]) release.push_back(running.request.keys[i]);
+    locked[a].clear();
+    if (release.empty()) continue;
+    try {
+      adapters_[a]->Unlock(release);
+    } catch (const std::exception& e) {
+      // Its locks are its own now: released by its own rules (a peer's read
+      // TTL, an index's restart), never by a guess here.
+      spdlog::error("an L2 adapter's unlock threw: {}", e.what());
+    }
+  }
+  if (running.buffers.lease != store::kNoLease) {
+    table_->AbortWrite(running.buffers.lease);
+    running.buffers = {};
+  }
 }
 
 // One batch's loads across the adapters, shared with their completions.
@@ -416,8 +438,10 @@ struct PrefetchController::BatchLoads {
 bool PrefetchController::Begin(Running& running) {
   const PrefetchRequest& request = running.request;
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  running.plan = LookUp(request, running.found);
+  // The plan first: what it holds is what a failure from here on releases.
+  running.plan = PlanFrom(request, running.found);
   Plan& plan = running.plan;
+  ReleaseUnplanned(request, plan);
   counters_.l2_hit_chunks.fetch_add(plan.chunks, std::memory_order_relaxed);
   Publish(running.handle, plan.chunks);
   if (plan.chunks == 0 || request.object_bytes == 0) {
@@ -428,6 +452,7 @@ bool PrefetchController::Begin(Running& running) {
   const auto planned = std::span(request.keys).first(plan.chunks * ranks);
   auto buffers = table_->ReserveWrite(planned, request.object_bytes, LoaderOf(running.handle),
                                       store::AllocationMode::kLongestPrefix);
+  if (buffers.ok()) running.buffers.lease = buffers->lease;  // a failure below aborts it
   // The leading chunks that will be in L1: staged for this load, or resident
   // already because another load brought them in since the lookup (still
   // hits, locked at admission: reference PR #4529 dropped them).
@@ -448,12 +473,19 @@ bool PrefetchController::Begin(Running& running) {
   UnlockFrom(adapters_, request.keys, plan.locked, usable * ranks);
   if (usable == 0) {
     if (buffers.ok() && buffers->lease != store::kNoLease) table_->AbortWrite(buffers->lease);
+    running.buffers = {};
     return false;
   }
   running.buffers = *std::move(buffers);
   running.usable = usable;
   running.next = 0;
   return true;
+}
+
+bool PrefetchController::Cancelled(PrefetchHandle handle) const {
+  MutexLock lock(&mu_);
+  auto it = jobs_.find(handle);
+  return it != jobs_.end() && it->second.cancelled;
 }
 
 void PrefetchController::LoadBatches(const std::shared_ptr<Running>& running) {
@@ -464,6 +496,12 @@ void PrefetchController::LoadBatches(const std::shared_ptr<Running>& running) {
     if (running->next >= running->usable) return Complete(*running, running->usable);
     if (running->deadline && std::chrono::steady_clock::now() >= *running->deadline) {
       counters_.deadline_expired.fetch_add(1, std::memory_order_relaxed);
+      return Complete(*running, running->next);
+    }
+    if (Cancelled(running->handle)) {
+      // Nobody will read it: what landed is admitted (and released by
+      // Finish), the rest is not read.
+      counters_.cancelled_loads.fetch_add(1, std::memory_order_relaxed);
       return Complete(*running, running->next);
     }
     SubmitBatch(running);

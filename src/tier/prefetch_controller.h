@@ -40,7 +40,8 @@
 // is its keys, which its session's memory budget already bounds; the queue's
 // own bounds (max_queued, and max_queued_bytes of keys) answer a request
 // beyond them at once with no L2 chunks, counted as refused. A cancelled
-// request (its session ended) releases what it locked, now or when it lands.
+// request (its session ended) releases what it locked, now or when it lands;
+// one cancelled while it loads stops at its next batch.
 // The loads of one batch from different adapters of a cascade run at once:
 // a blocking adapter after the first on a thread of a second pool; the
 // request goes on once they have all completed (a worker is the tier's
@@ -140,6 +141,7 @@ class PrefetchController final : public Prefetcher {
   // thread (BatchLoaded goes on from there), the prefix ends, or the
   // deadline passes; then Complete.
   void LoadBatches(const std::shared_ptr<Running>& running) LMC_EXCLUDES(mu_);
+  bool Cancelled(PrefetchHandle handle) const LMC_EXCLUDES(mu_);
   struct BatchLoads;
   // Every adapter's reads of the next batch, at once (the first adapter's
   // on this thread, a blocking one after it on the cascade pool).
@@ -163,8 +165,12 @@ class PrefetchController final : public Prefetcher {
   // Each key's source (its first adapter that found it) and the prefix of
   // whole chunks; every lock the lookups took is in `locked`.
   Plan PlanFrom(const PrefetchRequest& request, const std::vector<std::vector<bool>>& found);
-  // The same, keeping only the locks the plan loads from (the rest released).
-  Plan LookUp(const PrefetchRequest& request, const std::vector<std::vector<bool>>& found);
+  // Releases the locks the plan does not load from; a lock leaves
+  // `plan.locked` once its adapter's Unlock returned.
+  void ReleaseUnplanned(const PrefetchRequest& request, Plan& plan);
+  // After Begin threw: releases what the plan still holds (every adapter's
+  // locks, each adapter's Unlock guarded; the L1 buffers).
+  void ReleaseAfterFailure(Running& running);
   void Publish(PrefetchHandle handle, std::size_t lookup_hits) LMC_EXCLUDES(mu_);
   // Answers a running request (it no longer counts as running from the
   // moment its answer can be seen) and runs its landing callbacks.

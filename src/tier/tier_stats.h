@@ -131,6 +131,9 @@ LMC_STATS_COUNTED(StoreControllerCounters, StoreControllerStats, LMC_L2_STORE_ST
       "l2_prefetch_completed_total", "Prefetches finished.") \
   X(cancelled, "cancelled", std::uint64_t, kCounter, "lookups", \
       "l2_prefetch_cancelled_total", "Prefetches cancelled before they finished.") \
+  X(cancelled_loads, "cancelled_loads", std::uint64_t, kCounter, "lookups", \
+      "l2_prefetch_cancelled_loads_total", "Of the cancelled prefetches, those whose load " \
+      "stopped at its next batch (the rest of the prefix never read).") \
   X(refused, "refused", std::uint64_t, kCounter, "lookups", "l2_prefetch_refused_total", \
       "Prefetches answered at once with their L1 hits because the queue for a prefetch " \
       "worker was full (65,536 requests or 1 GiB of their keys).") \

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 
 #include "fakes/gated_adapter.h"
@@ -358,6 +359,72 @@ TEST_F(PrefetchControllerTest, ACancelledRequestReleasesWhatItLockedWhenItLands)
   controller->Cancel(landed);
   l1_.ExpectBalanced();
   EXPECT_EQ(controller->Stats().cancelled, 2u);
+}
+
+// A request cancelled while its load runs stops at the next batch: what
+// landed is admitted and released (nobody reads it), and the rest of the
+// prefix is never read from the adapter (before, a cancelled prefetch of a
+// long prompt went on moving every chunk of it).
+TEST_F(PrefetchControllerTest, ACancelledRequestStopsLoadingAtItsNextBatch) {
+  MockAdapter mock({});
+  testing::GatedAdapter l2(&mock, testing::GatedAdapter::Gated::kLoad);
+  const auto keys = KeysN(0, 12);  // three batches of a blocking adapter's 4
+  PutInL2(mock, keys);
+  auto controller = Start({&l2});
+  const PrefetchHandle running = controller->Submit(Request(keys));
+  ASSERT_TRUE(Eventually([&] { return l2.entered() >= 1; }));
+  controller->Cancel(running);
+  l2.Open();
+  ASSERT_TRUE(Eventually([&] { return controller->Stats().completed >= 1; }));
+  EXPECT_EQ(mock.Stats().loaded_objects, 4u);
+  EXPECT_EQ(controller->Stats().cancelled_loads, 1u);
+  controller->Stop();
+  l1_.ExpectBalanced();
+}
+
+// Counts the locks its lookups took and its unlocks released; told to, its
+// Unlock throws (an adapter's failure the controller must survive).
+class LockCounting final : public ForwardingAdapter {
+ public:
+  explicit LockCounting(bool unlock_throws = false)
+      : ForwardingAdapter(std::make_unique<MockAdapter>(MockAdapterConfig{})),
+        unlock_throws_(unlock_throws) {}
+  void SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
+                    LookupDone done) override {
+    ForwardingAdapter::SubmitLookup(keys, object_bytes,
+                                    [this, done = std::move(done)](std::vector<bool> found) {
+                                      held_ += std::count(found.begin(), found.end(), true);
+                                      done(std::move(found));
+                                    });
+  }
+  void Unlock(std::span<const store::ObjectKey> keys) override {
+    if (unlock_throws_) throw std::runtime_error("this adapter's unlock failed");
+    held_ -= static_cast<int>(keys.size());
+    ForwardingAdapter::Unlock(keys);
+  }
+  int held() const { return held_.load(); }
+
+ private:
+  const bool unlock_throws_;
+  std::atomic<int> held_{0};
+};
+
+// The second adapter of a cascade throws when the controller releases what
+// the plan does not load from it (the first adapter holds every chunk):
+// the request ends with its L1 hits only, and the first adapter's locks are
+// released, not held for ever (before, Begin's exception left them).
+TEST_F(PrefetchControllerTest, AnAdapterThrowingFromUnlockLeavesNoLockAtTheOthers) {
+  LockCounting first, second(/*unlock_throws=*/true);
+  const auto keys = KeysN(0, 4);
+  PutInL2(first, keys);
+  PutInL2(second, {keys[0], keys[1]});
+  auto controller = Start({&first, &second});
+  const auto landed = controller->Wait(controller->Submit(Request(keys)), kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 0u);
+  EXPECT_EQ(first.held(), 0);
+  controller->Stop();
+  l1_.ExpectBalanced();
 }
 
 // Loads the first batch at once and holds each later one until `hold` has
