@@ -220,7 +220,7 @@ Status StartTiers(const daemon::ServerConfig& config, const lmcache::Clock& cloc
   lmcache::tier::L2Environment environment;
   if (config.p2p.enabled()) {
     s.fleet_link = std::make_unique<lmcache::fleet::FleetLink>(
-        &clock, config.p2p.lookup_timeout_ms, config.p2p.load_timeout_ms);
+        &clock, config.p2p.lookup_timeout_ms, config.p2p.load_timeout_ms, config.p2p.keep_loaded);
     environment.fleet = s.fleet_link.get();
   }
   if (!config.l2.adapters.empty()) {

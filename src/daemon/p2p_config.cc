@@ -74,6 +74,13 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
                  "resolves to, re-resolved every 5 s: a headless Service over a DaemonSet); this "
                  "server's own address is skipped")
       ->group(group);
+  app.add_option("--p2p-keep-loaded", p->keep_loaded,
+                 "Keep a chunk loaded from a peer in L1 as an ordinary object, with its KV "
+                 "event, so its next use is local (true); false serves it only to the request "
+                 "that asked for it and frees it with that request's last lock, as the "
+                 "reference does (no second copy in the fleet, every use crosses the wire)")
+      ->capture_default_str()
+      ->group(group);
   app.add_option("--p2p-transfer-engine", p->transfer_engine,
                  "How peers' memory is read: ucx (the reference's nixl, mooncake_te, verbs, cxl "
                  "and tcp are refused)")

@@ -38,6 +38,7 @@ struct P2pFlags {
   double lookup_timeout_seconds = 30;
   double load_timeout_seconds = 30;
   std::string peers_list;  // --p2p-peers as given
+  bool keep_loaded = true;  // a chunk loaded from a peer stays in L1 as our own
 
   // Filled by FinalizeP2p: the peers' sources (tcp:// and dns:// entries),
 

@@ -52,13 +52,20 @@ class PeerAccess {
   // One batch of reads from one peer ends by this long after it was sent
   // (--p2p-load-timeout).
   virtual TimeMs load_timeout_ms() const = 0;
+  // Whether a chunk loaded from a peer stays in L1 as our own, or is served
+  // once (--p2p-keep-loaded).
+  virtual bool keep_loaded() const { return true; }
 };
 
 class FleetLink final : public PeerAccess {
  public:
   // `clock` must outlive the link.
-  FleetLink(const Clock* clock, TimeMs lookup_timeout_ms, TimeMs load_timeout_ms)
-      : clock_(clock), lookup_timeout_ms_(lookup_timeout_ms), load_timeout_ms_(load_timeout_ms) {}
+  FleetLink(const Clock* clock, TimeMs lookup_timeout_ms, TimeMs load_timeout_ms,
+            bool keep_loaded = true)
+      : clock_(clock),
+        lookup_timeout_ms_(lookup_timeout_ms),
+        load_timeout_ms_(load_timeout_ms),
+        keep_loaded_(keep_loaded) {}
 
   // Both must outlive every use through the link (see above).
   void Bind(Membership* membership, UcxChannel* channel) {
@@ -75,6 +82,7 @@ class FleetLink final : public PeerAccess {
   const Clock& clock() const override { return *clock_; }
   TimeMs lookup_timeout_ms() const override { return lookup_timeout_ms_; }
   TimeMs load_timeout_ms() const override { return load_timeout_ms_; }
+  bool keep_loaded() const override { return keep_loaded_; }
 
   // At shutdown, before the L2 tier stops: no peer is ready any more, and
   // every call and read in flight or to come ends now (a read whose bytes
@@ -100,6 +108,7 @@ class FleetLink final : public PeerAccess {
   const Clock* const clock_;
   const TimeMs lookup_timeout_ms_;
   const TimeMs load_timeout_ms_;
+  const bool keep_loaded_;
   std::atomic<Membership*> membership_{nullptr};
   std::atomic<UcxChannel*> channel_{nullptr};
   std::atomic<bool> closed_{false};

@@ -56,7 +56,9 @@ Result<std::unique_ptr<Membership>> Membership::Create(MembershipConfig config,
                                                        const Clock* clock, Resolver resolver) {
   std::unique_ptr<Membership> m(
       new Membership(std::move(config), channel, clock, std::move(resolver)));
-  LMC_ASSIGN_OR_RETURN(m->rpc_, PeerRpc::Start(key, clock));
+  Membership* raw = m.get();  // outlives its rpc_ (~Membership)
+  LMC_ASSIGN_OR_RETURN(m->rpc_,
+                       PeerRpc::Start(key, clock, [raw](PeerId id) { raw->ConnectionClosed(id); }));
   return m;
 }
 
@@ -247,6 +249,23 @@ void Membership::SetState(Peer& peer, PeerState state, std::string reason) {
   }
   peer.view.state = state;
   peer.view.reason = std::move(reason);
+}
+
+void Membership::ConnectionClosed(PeerId id) {
+  MutexLock lock(&mu_);
+  for (auto& [url, peer] : peers_) {
+    if (peer.rpc != id) continue;
+    // Killed, restarted, or a network break: until it answers again no
+    // lookup waits on it (a call queued to a closed connection waits for
+    // its deadline), and it is asked at the next tick, not the next probe.
+    // Only a ready peer: one that never answered (say, a CURVE handshake
+    // refused over and over) keeps its probe schedule.
+    if (peer.view.state != PeerState::kReady) return;
+    SetState(peer, PeerState::kUnreachable,
+             "its connection closed (killed, restarted or cut off); asked again now");
+    peer.next_ask_ms = 0;
+    return;
+  }
 }
 
 void Membership::CloseChannel(Peer& peer) {

@@ -11,10 +11,12 @@
 //     line, the reason in Peers()), or it is this server itself reached by
 //     another address; it is asked again at every probe, so a peer that
 //     is restarted with the right settings joins;
-//   * unreachable: its last handshake or probe was not answered in time
-//     (the circuit breaker: a requester asks only ready peers, so after one
-//     missed deadline nothing waits on it); it is probed in the background
-//     and is ready again when it answers.
+//   * unreachable: its last handshake or probe was not answered in time,
+//     or its connection closed (the circuit breaker: a requester asks only
+//     ready peers, so after one missed deadline, or once the connection to
+//     a killed peer is gone, nothing waits on it); it is probed in the
+//     background (at once after its connection closed, so a restarted peer
+//     rejoins within a tick) and is ready again when it answers.
 // Every peer is probed every probe interval: p2p_hello (who we are: our
 // URL and boot id), then server_info. A new boot id is a new life: the data
 // channel to the old one is closed and opened to the new one's descriptor,
@@ -139,6 +141,9 @@ class Membership {
   void SetState(Peer& peer, PeerState state, std::string reason) LMC_REQUIRES(mu_);
   void Ask(Peer& peer) LMC_REQUIRES(mu_);
   void CloseChannel(Peer& peer) LMC_REQUIRES(mu_);
+  // The peer RPC saw peer `id`'s connection close: it leaves Ready at once
+  // and is asked again at the next tick.
+  void ConnectionClosed(PeerId id) LMC_EXCLUDES(mu_);
 
   const MembershipConfig config_;
   UcxChannel* const channel_;

@@ -76,6 +76,7 @@ struct PeerRpc::Impl {
 
   CurveKeyPair client;
   std::string server_public_z85;
+  ClosedObserver on_closed;
   const Clock* clock = nullptr;
   zmq::context_t context{1};
   WakeFd wake;
@@ -257,6 +258,7 @@ struct PeerRpc::Impl {
                     "the peer's connection closed (it died, restarted or refused our key) "
                     "before it answered"),
              &counters.closed_calls);
+    if (on_closed) on_closed(peer);
   }
 
   // Takes every reply waiting on `peer`'s socket.
@@ -352,8 +354,10 @@ struct PeerRpc::Impl {
   }
 };
 
-Result<std::unique_ptr<PeerRpc>> PeerRpc::Start(const FleetKey& key, const Clock* clock) {
+Result<std::unique_ptr<PeerRpc>> PeerRpc::Start(const FleetKey& key, const Clock* clock,
+                                                ClosedObserver on_closed) {
   auto impl = std::make_unique<Impl>();
+  impl->on_closed = std::move(on_closed);  // before the thread that reads it starts
   impl->client = key.client();
   impl->server_public_z85 = key.server().public_z85;
   impl->clock = clock;

@@ -56,9 +56,14 @@ class PeerRpc {
   // The value frame of a reply (one msgpack value), or why there is none.
   using Done = std::function<void(Result<std::string>)>;
 
+  // Told, on the RPC's thread, that a peer's connection closed (after its
+  // calls in flight ended); it must not block.
+  using ClosedObserver = std::function<void(PeerId)>;
+
   // `key` gives the CURVE pairs; `clock` measures deadlines and must
-  // outlive the PeerRpc.
-  static Result<std::unique_ptr<PeerRpc>> Start(const FleetKey& key, const Clock* clock);
+  // outlive the PeerRpc; `on_closed`, if given, must too.
+  static Result<std::unique_ptr<PeerRpc>> Start(const FleetKey& key, const Clock* clock,
+                                                ClosedObserver on_closed = {});
   ~PeerRpc();  // ends every call in flight with kUnavailable, closes every socket
   PeerRpc(const PeerRpc&) = delete;
   PeerRpc& operator=(const PeerRpc&) = delete;

@@ -178,6 +178,7 @@ bool PeerTasks::Holds(std::int64_t id, std::uint64_t offset, std::uint64_t size)
 void PeerTasks::ReleaseKey(Peer& peer, std::deque<Task>::iterator task,
                            const store::ObjectKey& key) {
   auto held = task->locked.find(key);
+  if (held == task->locked.end()) return;  // callers name a key the task holds
   table_->ReleaseRead(task->lease, std::span(&key, 1), 1);
   task->locked_bytes -= held->second.size;
   peer.locked_bytes -= held->second.size;

@@ -113,6 +113,8 @@ void VisitL1(const S* s, stats::Visitor& v) {
   Fields(Slice(allocator, "capacity_bytes", "usage_ratio"), a, v);
   Fields(Slice(store::TableStatRows(), "resident_bytes", "expired_writes_reclaimed"),
          Of(s, &S::table), v);
+  Fields(Slice(store::TableStatRows(), "served_once_objects", "served_once_dropped"),
+         Of(s, &S::table), v);
   Fields(Slice(store::FlowStatRows(), "admitted_objects", "deleted_bytes"), Of(s, &S::flow), v);
   Fields(Slice(allocator, "largest_allocatable_bytes", "unready_bytes"), a, v);
   Fields(store::PrefaultStatRows(), Of(s, &S::prefault), v);

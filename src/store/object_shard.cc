@@ -22,6 +22,7 @@ ResidentEntry* ObjectShard::AdmitResidentLocked(const ObjectKey& key, Offset off
 void ObjectShard::EraseResidentLocked(const ObjectKey& key, ResidentEntry* entry) {
   // Out of the index, never to be recovered (a lease may still read it).
   if (context_->journal != nullptr) context_->journal->Withdrawn(entry->offset);
+  if (entry->served_once) served_once_.erase(key);
   resident_bytes_ -= Aligned(entry->size);
   RemoveHolderLocked(entry);
   resident_.erase(key);
@@ -165,13 +166,29 @@ bool ObjectShard::LockReadLocked(ResidentEntry* entry, LeaseId lease, const Owne
   return consumed;
 }
 
+void ObjectShard::MarkServedOnceLocked(const ObjectKey& key, ResidentEntry* entry) {
+  entry->served_once = true;
+  served_once_.insert(key);
+}
+
+void ObjectShard::DropServedOnceLocked(const ObjectKey& key, ResidentEntry* entry,
+                                       std::vector<Offset>* to_free) {
+  to_free->push_back(entry->offset);
+  EraseResidentLocked(key, entry);
+  if (context_->served_once_dropped != nullptr) {
+    context_->served_once_dropped->fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 std::uint32_t ObjectShard::UnlockReadLocked(const ObjectKey& key, LeaseId lease,
                                             std::uint32_t count, TimeMs now,
                                             std::vector<Offset>* to_free) {
   if (ResidentEntry* entry = FindResidentLocked(key); entry != nullptr) {
     // Still linked among the lock holders: AddStatsLocked unlinks it
     // (unlinking here would touch its neighbours, two cache misses a key).
-    return entry->locks.Unlock(lease, count, now);
+    const std::uint32_t released = entry->locks.Unlock(lease, count, now);
+    if (entry->served_once && !entry->locks.IsLocked(now)) DropServedOnceLocked(key, entry, to_free);
+    return released;
   }
   // A reader of a force-deleted object releases the retired copy.
   for (auto r = retired_.begin(); r != retired_.end(); ++r) {
@@ -264,6 +281,11 @@ ReclaimStep ObjectShard::ReclaimLocked(TimeMs now, std::vector<Offset>* to_free)
     to_free->push_back(r.offset);
     return true;
   });
+  std::vector<ObjectKey> unread;  // served once, every lease of theirs expired
+  for (const ObjectKey& key : served_once_) {
+    if (!FindResidentLocked(key)->locks.IsLocked(now)) unread.push_back(key);
+  }
+  for (const ObjectKey& key : unread) DropServedOnceLocked(key, FindResidentLocked(key), to_free);
   std::erase_if(abandoned_, [&](const AbandonedCopy& a) {
     if (now < a.expires_ms) return false;
     to_free->push_back(a.offset);
@@ -334,6 +356,7 @@ std::vector<ObjectKey> ObjectShard::KeysLocked() const {
 void ObjectShard::AddStatsLocked(TimeMs now, TableStats* stats) {
   stats->resident_objects += resident_.size();
   stats->resident_bytes += resident_bytes_;
+  stats->served_once_objects += served_once_.size();
   for (ResidentEntry* entry = holders_; entry != nullptr;) {
     ResidentEntry* const next = entry->holder_next;
     const std::uint32_t locks = entry->locks.count(now);

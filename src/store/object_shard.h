@@ -27,11 +27,13 @@
 // Unlock() in ascending shard order, then calls AssertHeld()).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "alloc/slab_allocator.h"
@@ -56,6 +58,8 @@ enum class DeleteOutcome : std::uint8_t;
 struct ShardContext {
   const alloc::SlabAllocator* allocator = nullptr;
   SlotJournal* journal = nullptr;
+  // Counts served-once objects freed (the table's counter).
+  std::atomic<std::uint64_t>* served_once_dropped = nullptr;
 };
 
 struct ResidentEntry {
@@ -68,6 +72,11 @@ struct ResidentEntry {
   ResidentEntry* holder_prev = nullptr;
   ResidentEntry* holder_next = nullptr;
   bool holder = false;
+  // Served once (admitted for the readers that asked for it, not kept: a
+  // peer's chunk with --p2p-keep-loaded false): freed when its last read lock
+  // is released or, its leases expired, at the next reclaim; never in the
+  // eviction policy.
+  bool served_once = false;
 };
 
 struct StagedCopy {
@@ -150,8 +159,11 @@ class ObjectShard {
   bool LockReadLocked(ResidentEntry* entry, LeaseId lease, const Owner& owner, std::uint32_t count,
                       std::span<const LeaseId> consume, TimeMs now, TimeMs ttl_ms)
       LMC_REQUIRES(mu_);
+  // Makes the just admitted `entry` of `key` served once (ResidentEntry).
+  void MarkServedOnceLocked(const ObjectKey& key, ResidentEntry* entry) LMC_REQUIRES(mu_);
   // Releases up to `count` locks of `lease` on `key`, resident or retired (a
-  // retired copy whose last lock went is freed). Returns how many.
+  // retired copy, or a served-once one, whose last lock went is freed).
+  // Returns how many.
   std::uint32_t UnlockReadLocked(const ObjectKey& key, LeaseId lease, std::uint32_t count,
                                  TimeMs now, std::vector<Offset>* to_free) LMC_REQUIRES(mu_);
 
@@ -165,7 +177,8 @@ class ObjectShard {
   EvictStep EvictLocked(const ObjectKey& key, TimeMs now, std::vector<Offset>* to_free)
       LMC_REQUIRES(mu_);
   // Ends what time ended: expired staged copies (a worker's quarantined, the
-  // rest freed), retired copies no longer locked, abandoned ones past their end.
+  // rest freed), retired and served-once copies no longer locked, abandoned
+  // ones past their end.
   ReclaimStep ReclaimLocked(TimeMs now, std::vector<Offset>* to_free) LMC_REQUIRES(mu_);
   // Frees `writer`'s quarantined copies (it can no longer write). Returns how many.
   std::uint64_t ReleaseQuarantinedLocked(const Owner& writer, std::vector<Offset>* to_free)
@@ -221,6 +234,9 @@ class ObjectShard {
   ResidentEntry* AdmitResidentLocked(const ObjectKey& key, Offset offset, std::uint64_t size)
       LMC_REQUIRES(mu_);
   void EraseResidentLocked(const ObjectKey& key, ResidentEntry* entry) LMC_REQUIRES(mu_);
+  // Frees a served-once `entry` of `key` whose last lock went.
+  void DropServedOnceLocked(const ObjectKey& key, ResidentEntry* entry,
+                            std::vector<Offset>* to_free) LMC_REQUIRES(mu_);
   // Removes and returns the staged copy of `key` that `match` selects.
   std::optional<StagedCopy> TakeStagedLocked(const ObjectKey& key,
                                              const std::function<bool(const StagedCopy&)>& match)
@@ -238,6 +254,9 @@ class ObjectShard {
   std::vector<RetiredObject> retired_ LMC_GUARDED_BY(mu_);
   std::vector<AbandonedCopy> abandoned_ LMC_GUARDED_BY(mu_);
   std::vector<QuarantinedCopy> quarantined_ LMC_GUARDED_BY(mu_);
+  // The resident keys served once (few: what peers' loads are being read
+  // for), so a reclaim visits them without walking every resident object.
+  std::unordered_set<ObjectKey, ObjectKeyHash> served_once_ LMC_GUARDED_BY(mu_);
   // What AddStatsLocked reads instead of walking every resident object: their
   // aligned bytes, kept as entries come and go, and the entries given a read
   // lock and not seen unlocked since (a superset of the locked ones), as an

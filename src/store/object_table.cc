@@ -33,7 +33,7 @@ ObjectTable::ObjectTable(alloc::SlabAllocator* allocator, EvictionPolicy* policy
       policy_(policy),
       clock_(clock),
       config_(config),
-      shard_context_{allocator, nullptr} {
+      shard_context_{allocator, nullptr, &counters_.served_once_dropped} {
   shards_.reserve(num_shards());
   for (std::uint32_t i = 0; i < num_shards(); ++i) {
     shards_.push_back(std::make_unique<ObjectShard>(&shard_context_));
@@ -258,9 +258,14 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
 
 Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Owner reader,
                                                         std::uint32_t count,
-                                                        std::span<const ObjectKey> keys) {
+                                                        std::span<const ObjectKey> keys,
+                                                        const std::vector<bool>& served_once) {
   LMC_RETURN_IF_ERROR(CheckLockCount(count));
   LMC_RETURN_IF_ERROR(ValidateKeys(keys, /*require_distinct=*/true));
+  if (!served_once.empty() && served_once.size() != keys.size()) {
+    return InvalidArgument("served_once names " + std::to_string(served_once.size()) +
+                           " keys of " + std::to_string(keys.size()));
+  }
   ReadAcquisition out;
   out.grants.assign(keys.size(), ReadGrant{});
   if (write_lease != kNoLease) {
@@ -287,7 +292,9 @@ Result<ReadAcquisition> ObjectTable::FinishWriteAndRead(LeaseId write_lease, Own
       if (write_lease != kNoLease) {
         const AdmitStep step = shard.AdmitLocked(keys[i], write_lease, now, freed.list());
         resident = step.resident;
-        if (step.outcome == WriteOutcome::kAdmitted) {
+        if (step.outcome == WriteOutcome::kAdmitted && !served_once.empty() && served_once[i]) {
+          shard.MarkServedOnceLocked(keys[i], resident);
+        } else if (step.outcome == WriteOutcome::kAdmitted) {
           admitted.push_back(keys[i]);
           admitted_bytes.push_back(step.aligned_bytes);
         }
@@ -326,14 +333,15 @@ std::size_t ObjectTable::AbortStaged(LeaseId write_lease, std::span<const Object
 }
 
 void ObjectTable::GiveBackShares(const ReadRequest& request,
-                                 const std::vector<ResidentEntry*>& entries, TimeMs now) {
-  std::vector<Offset> none_freed;  // resident copies are never freed by an unlock
+                                 const std::vector<ResidentEntry*>& entries, TimeMs now,
+                                 std::vector<Offset>* to_free) {
+  // (A served-once copy whose last lock this was is freed.)
   for (std::size_t i = 0; i < request.keys.size(); ++i) {
     if (entries[i] == nullptr) continue;
     ObjectShard& shard = ShardOf(request.keys[i]);
     shard.AssertHeld();
     for (const LeaseId from : request.consume) {
-      if (shard.UnlockReadLocked(request.keys[i], from, 1, now, &none_freed) > 0) break;
+      if (shard.UnlockReadLocked(request.keys[i], from, 1, now, to_free) > 0) break;
     }
   }
 }
@@ -350,6 +358,7 @@ Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
   out.grants.assign(keys.size(), ReadGrant{});
   const LeaseId lease = request.extend != kNoLease ? request.extend : leases_.NewId();
   {
+    DeferredFree freed(*this);  // after the shards are unlocked
     ShardSetLock lock(*this, keys);
     const TimeMs now = clock_->NowMs();
     std::vector<ResidentEntry*> entries(keys.size(), nullptr);
@@ -363,7 +372,7 @@ Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
       if (out.missing > 0) {
         // Nothing is locked. A failed retrieve still gives its share of the
         // lookup's locks back on what it found (spec 11.5).
-        if (request.release_share_on_miss) GiveBackShares(request, entries, now);
+        if (request.release_share_on_miss) GiveBackShares(request, entries, now, freed.list());
         return out;
       }
       out.granted = keys.size();

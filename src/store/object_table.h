@@ -264,8 +264,12 @@ class ObjectTable {
   // lease, another writer, or a load that landed before the reservation put it
   // there (an L2 hit another prefetch brought in meanwhile stays a hit).
   // `write_lease` may be kNoLease: nothing was staged, only locks are taken.
+  // Where `served_once[i]` (empty: none), the copy admitted for `keys[i]` is
+  // served once: read like any object while locked, heard of by no listener,
+  // never evicted, freed when its last lock is released or expires.
   Result<ReadAcquisition> FinishWriteAndRead(LeaseId write_lease, Owner reader, std::uint32_t count,
-                                             std::span<const ObjectKey> keys);
+                                             std::span<const ObjectKey> keys,
+                                             const std::vector<bool>& served_once = {});
   // Drops the lease's staged copies; returns how many.
   std::size_t AbortWrite(LeaseId write_lease);
 
@@ -361,9 +365,10 @@ class ObjectTable {
                                        std::span<const std::size_t> pending,
                                        std::span<const Offset> offered, WriteLease* result);
   // Releases one lock of the first of `request.consume` that holds one on
-  // each resident key of `entries` (shards locked by the caller).
+  // each resident key of `entries` (shards locked by the caller); what that
+  // frees goes to `to_free`.
   void GiveBackShares(const ReadRequest& request, const std::vector<ResidentEntry*>& entries,
-                      TimeMs now);
+                      TimeMs now, std::vector<Offset>* to_free);
   // Releases up to `count` locks of `lease` on the keys (shards locked by the caller).
   std::uint64_t ReleaseLocked(LeaseId lease, std::span<const ObjectKey> keys, std::uint32_t count,
                               TimeMs now, std::vector<Offset>* to_free);

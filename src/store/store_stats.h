@@ -52,7 +52,13 @@ namespace lmcache::store {
       "l1_expired_writes_reclaimed_total", "Staged objects freed (or quarantined) because " \
       "their write lease expired.") \
   X(on_demand_evictions, "on_demand_evictions", std::uint64_t, kCounter, "reservations", \
-      "l1_on_demand_evictions_total", "Stores that had to evict to make room.")
+      "l1_on_demand_evictions_total", "Stores that had to evict to make room.") \
+  X(served_once_objects, "served_once_objects", std::uint64_t, kGauge, "objects", \
+      "l1_served_once_objects", "Objects admitted only for the readers that asked for them " \
+      "(chunks loaded from peers with --p2p-keep-loaded false): freed with their last lock.") \
+  X(served_once_dropped, "served_once_dropped", std::uint64_t, kCounter, "objects", \
+      "l1_served_once_dropped_total", "Served-once objects freed once their last lock was " \
+      "released or expired.")
 
 struct TableStats {
   LMC_STATS_MEMBERS(LMC_TABLE_STATS)

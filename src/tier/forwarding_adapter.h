@@ -38,6 +38,7 @@ class ForwardingAdapter : public L2Adapter {
   L2AdapterStats Stats() const override { return inner_->Stats(); }
   bool CompletesAsynchronously() const override { return inner_->CompletesAsynchronously(); }
   bool TakesStores() const override { return inner_->TakesStores(); }
+  bool KeepsLoadedObjects() const override { return inner_->KeepsLoadedObjects(); }
   void ObserveRemovals(RemovalObserver observer) override {
     inner_->ObserveRemovals(std::move(observer));
   }

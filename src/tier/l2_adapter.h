@@ -106,6 +106,10 @@ class L2Adapter {
   // False for a source that is only read (the peers: what they hold is
   // theirs to store): the store controller hands it nothing.
   virtual bool TakesStores() const { return true; }
+  // False for a source whose loads serve only the request that asked for
+  // them (the peers with --p2p-keep-loaded false): the prefetch admits them
+  // served once (store::ObjectTable::FinishWriteAndRead), not as our own.
+  virtual bool KeepsLoadedObjects() const { return true; }
   // Where the adapter reports the objects it drops on its own (its
   // eviction, a corrupt object it deleted), for the KV event log; set once,
   // before any other call. The default drops nothing it could tell of (a

@@ -393,6 +393,18 @@ void PrefetchController::ReleaseUnplanned(const PrefetchRequest& request, Plan& 
   }
 }
 
+std::vector<bool> PrefetchController::ServedOnce(const Plan& plan, std::size_t keys) const {
+  std::vector<bool> once(keys, false);
+  bool any = false;
+  for (std::size_t i = 0; i < keys; ++i) {
+    const int source = plan.source[i];
+    once[i] = source >= 0 && !adapters_[static_cast<std::size_t>(source)]->KeepsLoadedObjects();
+    any = any || once[i];
+  }
+  if (!any) once.clear();
+  return once;
+}
+
 void PrefetchController::ReleaseAfterFailure(Running& running) {
   std::vector<std::vector<std::size_t>>& locked = running.plan.locked;
   for (std::size_t a = 0; a < locked.size(); ++a) {
@@ -622,7 +634,8 @@ PrefetchResult PrefetchController::Admit(Running& running, std::size_t loaded) {
   // Admit the loaded prefix already locked for the readers; free the rest.
   const auto planned = std::span(request.keys).first(running.plan.chunks * ranks);
   auto admitted = table_->FinishWriteAndRead(running.buffers.lease, request.owner, request.readers,
-                                             planned.first(loaded * ranks));
+                                             planned.first(loaded * ranks),
+                                             ServedOnce(running.plan, loaded * ranks));
   if (!admitted.ok()) return {};
   std::size_t chunks = 0;
   while (chunks < loaded &&

@@ -171,6 +171,9 @@ class PrefetchController final : public Prefetcher {
   // After Begin threw: releases what the plan still holds (every adapter's
   // locks, each adapter's Unlock guarded; the L1 buffers).
   void ReleaseAfterFailure(Running& running);
+  // Per key of the first `keys` of the plan, whether its source serves it
+  // once (L2Adapter::KeepsLoadedObjects false); empty when none does.
+  std::vector<bool> ServedOnce(const Plan& plan, std::size_t keys) const;
   void Publish(PrefetchHandle handle, std::size_t lookup_hits) LMC_EXCLUDES(mu_);
   // Answers a running request (it no longer counts as running from the
   // moment its answer can be seen) and runs its landing callbacks.

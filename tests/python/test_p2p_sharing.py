@@ -113,7 +113,7 @@ class Namespaces:
 class Pair:
     """Server A and server B, each listing the other as its peer."""
 
-    def __init__(self, tmp_path, where):
+    def __init__(self, tmp_path, where, b_args=()):
         key_file = write_key(tmp_path / "fleet.key", os.urandom(32))
         self.namespaces = None
         if where == "loopback":
@@ -134,7 +134,7 @@ class Pair:
                             prefix=prefixes[0], env=env)
         self.b_prefix, self.b_http_port = prefixes[1], free_tcp_ports(1)[0]
         self.b = start_peer(tmp_path, "b", key_file, ports[1],
-                            ["--p2p-peers", self.a_url, "--p2p-lookup-timeout", "2"],
+                            ["--p2p-peers", self.a_url, "--p2p-lookup-timeout", "2", *b_args],
                             http_port=self.b_http_port, host=hosts[1], prefix=prefixes[1],
                             env=env)
 
@@ -221,6 +221,40 @@ def test_a_prompt_stored_on_one_server_is_served_from_its_peer_byte_for_byte(pai
     assert p2p_adapter(b_client)["loaded_objects"] == after["loaded_objects"]
 
 
+def test_with_keep_loaded_false_a_peers_chunks_serve_the_request_and_are_not_kept(tmp_path,
+                                                                               zmq_ctx):
+    """--p2p-keep-loaded false (the reference's behaviour): B reads A's chunks
+    for the request that asked, byte for byte, and frees them with its last
+    lock: no KV event, and the next lookup crosses the wire again."""
+    pair = Pair(tmp_path, "loopback", b_args=["--p2p-keep-loaded", "false"])
+    try:
+        rng = np.random.default_rng(4242)
+        a_client, a_instance, a_pool = worker(zmq_ctx, pair.a)
+        b_client, b_instance, b_pool = worker(zmq_ctx, pair.b)
+        pair.wait_until_b_sees_a(b_client, "ready")
+        chunk = chunk_size(a_client)
+        tokens = random_tokens(rng, CHUNKS * chunk)
+        patterns = store_prompt(a_client, a_pool, a_instance, tokens, CHUNKS, "store-on-a", rng)
+        assert lookup_l2(b_client, tokens, "once-on-b", timeout_s=SETTLE_S) == CHUNKS
+        data = retrieve(b_client, b_pool, b_instance, tokens, CHUNKS, "once-on-b")
+        for index in range(CHUNKS):
+            assert np.array_equal(data[index].view(np.uint16).reshape(patterns[index].shape),
+                                  patterns[index]), f"chunk {index} differs"
+        eventually(lambda: stats(b_client)["l1"]["served_once_dropped"] == CHUNKS,
+                   "B freed the peer's chunks with the retrieve's last lock")
+        l1 = stats(b_client)["l1"]
+        assert l1["served_once_objects"] == 0 and l1["resident_objects"] == 0, l1
+        events = b_client.call(OP_POLL_KV_EVENTS, MODEL, 0, 10000)["events"]
+        assert not [e for e in events if e["kind"] == "stored"], events
+        # Not B's own: the next lookup asks A again, and A serves it again.
+        assert lookup_l2(b_client, tokens, "twice-on-b", timeout_s=SETTLE_S) == CHUNKS
+        retrieve(b_client, b_pool, b_instance, tokens, CHUNKS, "twice-on-b")
+        assert stats(a_client)["p2p"]["served"]["hit_keys"] == 2 * CHUNKS
+        assert p2p_adapter(b_client)["loaded_objects"] == 2 * CHUNKS
+    finally:
+        pair.close()
+
+
 def test_with_its_peer_killed_a_lookup_ends_with_what_the_server_holds(netns_pair, zmq_ctx):
     pair = netns_pair
     rng = np.random.default_rng(7)
@@ -230,8 +264,9 @@ def test_with_its_peer_killed_a_lookup_ends_with_what_the_server_holds(netns_pai
     local = random_tokens(rng, 2 * chunk)
     store_prompt(b_client, b_pool, b_instance, local, 2, "store-on-b", rng)
     pair.a.kill()
-    # Before B's probe notices: the lookup asks A, gets no answer, and ends at
-    # B's --p2p-lookup-timeout with B's own two chunks.
+    # Whether B has seen A's connection close yet (A then leaves its lookups
+    # at once) or not (the lookup asks A and ends at B's --p2p-lookup-timeout):
+    # it ends with B's own two chunks.
     assert lookup_l2(b_client, local + random_tokens(rng, 2 * chunk), "while-dying",
                      timeout_s=SETTLE_S) == 2
     pair.wait_until_b_sees_a(b_client, "unreachable")

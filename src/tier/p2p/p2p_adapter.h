@@ -4,7 +4,9 @@
 // chunk from the first peer in the membership's order that holds it,
 // straight into the L1 slot the prefetch reserved, over the UCX data
 // channel (fleet/ucx_channel.h). What a peer served is admitted to our L1 as
-// an ordinary object, with its KV event, so its next touch stays local.
+// an ordinary object, with its KV event, so its next touch stays local; with
+// --p2p-keep-loaded false it is served once (KeepsLoadedObjects): read by
+// the request that asked for it, then freed.
 //
 // A lookup is the reference's three calls (p2p-spec.md section 4), made to
 // every ready peer at once over the fleet endpoint (fleet/peer_rpc.h):
@@ -66,6 +68,7 @@ class P2pAdapter final : public L2Adapter {
   L2AdapterStats Stats() const override;
   bool CompletesAsynchronously() const override { return true; }
   bool TakesStores() const override { return false; }
+  bool KeepsLoadedObjects() const override { return peers_->keep_loaded(); }
 
   // One lock we hold on a key at a peer, and where the key lies there.
   // Locks on one key are interchangeable to the controller (it unlocks a

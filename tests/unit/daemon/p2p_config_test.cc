@@ -47,6 +47,14 @@ TEST_F(P2pConfigTest, OffByDefaultWithTheReferencesTimeout) {
   EXPECT_FALSE(config->router.fleet.has_value());
   EXPECT_EQ(config->service.p2p_lookup_timeout_ms, 30'000);
   EXPECT_FALSE(config->service.p2p_serve_unauthenticated);
+  EXPECT_TRUE(config->p2p.keep_loaded);  // a peer's chunk stays as our own
+}
+
+TEST_F(P2pConfigTest, KeepLoadedTakesABooleanAndRefusesAnythingElse) {
+  auto once = Parse({"--p2p-keep-loaded", "false"});
+  ASSERT_TRUE(once.ok()) << once.status().ToString();
+  EXPECT_FALSE(once->p2p.keep_loaded);
+  Refusal({"--p2p-keep-loaded", "sometimes"});
 }
 
 TEST_F(P2pConfigTest, AnAdvertisedAddressAndAKeyOpenTheFleetEndpoint) {

@@ -192,6 +192,33 @@ TEST_F(MembershipTest, ARestartedPeerIsANewLifeAndADeadOneLeavesReadyAtOnce) {
   EXPECT_NE(m->Ready()[0].channel, first_channel);  // a channel to the new life
 }
 
+// A peer killed between probes: its connection closes, and it leaves Ready
+// at once (before, lookups kept asking it until a probe missed its deadline,
+// up to a probe interval and a call timeout later, each waiting out its own
+// deadline); it is asked again at once, so its restart rejoins without
+// waiting for the next probe. The clock stands still: no probe or deadline
+// is due here.
+TEST_F(MembershipTest, APeerWhoseConnectionClosesLeavesReadyAtOnceAndRejoinsWithoutAProbe) {
+  const int port = testing::FreeTcpPort();
+  auto server = StartPeer(port);
+  auto m = Make({Tcp(port)});
+  ASSERT_TRUE(TickUntil(*m, Url(port), [](const PeerView& p) {
+    return p.state == PeerState::kReady;
+  }));
+  const std::string first_life = Find(*m, Url(port)).boot_id;
+  kill(server->pid(), SIGKILL);
+  server->WaitExit(std::chrono::seconds(30));
+  ASSERT_TRUE(TickUntil(*m, Url(port), [](const PeerView& p) {
+    return p.state == PeerState::kUnreachable;
+  }));
+  EXPECT_TRUE(m->Ready().empty());
+  server = StartPeer(port);
+  ASSERT_TRUE(TickUntil(*m, Url(port), [&](const PeerView& p) {
+    return p.state == PeerState::kReady && p.boot_id != first_life;
+  }));
+  EXPECT_EQ(m->Ready().size(), 1u);
+}
+
 TEST_F(MembershipTest, DnsNamesFollowTheirResolverAndKeepTheLastAnswerWhenItFails) {
   const int port = testing::FreeTcpPort();
   auto server = StartPeer(port);

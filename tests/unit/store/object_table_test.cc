@@ -723,6 +723,70 @@ TEST_F(ObjectTableTest, ListenersHearEvictionsAndDeletionsOnce) {
 }
 
 
+// Served once (a peer's chunk a server does not keep, --p2p-keep-loaded
+// false): admitted already locked, so its readers (a lookup's lease, then
+// the retrieve that takes its share) find and read it as any object, but
+// no listener hears of it (no KV event, no write-behind), eviction never
+// picks it, and it is freed when its last lock is released or, its leases
+// expired, at the next reclaim.
+TEST_F(ObjectTableTest, AServedOnceObjectIsFreedWithItsLastLockAndHeardOfByNobody) {
+  RecordingListener heard;
+  table_->AddListener(&heard);
+  const std::uint64_t used_before = allocator_->Stats().used_bytes;
+  const auto keys = KeysN(0, 3);
+  const WriteLease staged = Reserve(keys, Owner::Internal(9));
+  const std::vector<bool> once = {true, false, true};
+  auto landed = table_->FinishWriteAndRead(staged.lease, kLookup, 1, keys, once);
+  ASSERT_TRUE(landed.ok());
+  ASSERT_EQ(landed->granted, 3u);
+  ASSERT_EQ(heard.events.size(), 1u);  // only the kept one
+  EXPECT_EQ(heard.events[0].key, KeyN(1));
+  EXPECT_TRUE(Resident(KeyN(0)));
+  EXPECT_EQ(table_->Stats().served_once_objects, 2u);
+  // The retrieve takes its share of the lookup's locks: still there while it reads.
+  const ReadAcquisition retrieve = Read({KeyN(0)}, kReader, ReadMode::kAllOrNothing, 1, {landed->lease});
+  ASSERT_EQ(retrieve.granted, 1u);
+  EXPECT_EQ(table_->EvictLru(100 * kMiB).objects, 0u);  // locked, and never a candidate
+  EXPECT_EQ(table_->ReleaseRead(retrieve.lease), 1u);
+  EXPECT_FALSE(Resident(KeyN(0)));  // its last lock went: freed
+  EXPECT_EQ(table_->Stats().served_once_dropped, 1u);
+  // Key 2's lock expires instead: reclaimed, not evicted.
+  table_->ReleaseRead(landed->lease, std::vector{KeyN(1)});
+  clock_.Advance(config_.read_ttl_ms);
+  EXPECT_EQ(table_->EvictLru(100 * kMiB).objects, 1u);  // key 1, kept, unlocked: evictable
+  EXPECT_TRUE(Resident(KeyN(2)));
+  table_->ReclaimExpired();
+  EXPECT_FALSE(Resident(KeyN(2)));
+  EXPECT_EQ(table_->Stats().served_once_dropped, 2u);
+  EXPECT_EQ(table_->Stats().served_once_objects, 0u);
+  EXPECT_EQ(table_->Stats().resident_objects, 0u);
+  EXPECT_EQ(allocator_->Stats().used_bytes, used_before);
+  EXPECT_EQ(heard.Count('d') + heard.Count('e'), 1u);  // key 1's eviction only
+}
+
+// A retrieve that finds part of its keys missing gives its share of the
+// lookup's locks back (spec 11.5): the last lock of a served-once object
+// goes there too, and its memory with it.
+TEST_F(ObjectTableTest, AServedOnceObjectWhoseShareIsGivenBackIsFreed) {
+  const std::uint64_t used_before = allocator_->Stats().used_bytes;
+  const auto keys = KeysN(0, 1);
+  const WriteLease staged = Reserve(keys, Owner::Internal(9));
+  auto landed = table_->FinishWriteAndRead(staged.lease, kLookup, 1, keys, std::vector<bool>{true});
+  ASSERT_TRUE(landed.ok());
+  ReadRequest failing;
+  const std::vector<ObjectKey> asked = {KeyN(0), KeyN(5)};  // key 5 is not there
+  const std::vector<LeaseId> consume = {landed->lease};
+  failing.keys = asked;
+  failing.owner = kReader;
+  failing.consume = consume;
+  failing.release_share_on_miss = true;
+  auto missed = table_->AcquireRead(failing);
+  ASSERT_TRUE(missed.ok());
+  EXPECT_EQ(missed->granted, 0u);
+  EXPECT_FALSE(Resident(KeyN(0)));
+  EXPECT_EQ(allocator_->Stats().used_bytes, used_before);
+}
+
 // Stats keeps running figures instead of walking every object (a walk cost
 // 49 ms at 157k objects, under the shard locks, on every scrape): random
 // stores, reads, releases, deletes, evictions and lock expiries, and after

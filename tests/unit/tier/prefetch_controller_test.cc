@@ -427,6 +427,36 @@ TEST_F(PrefetchControllerTest, AnAdapterThrowingFromUnlockLeavesNoLockAtTheOther
   l1_.ExpectBalanced();
 }
 
+// A source whose loads serve only the request (the peers with
+// --p2p-keep-loaded false): its chunks are read by the request's readers
+// like any, and gone with their last lock; another source's stay.
+class ServesOnce final : public ForwardingAdapter {
+ public:
+  ServesOnce() : ForwardingAdapter(std::make_unique<MockAdapter>(MockAdapterConfig{})) {}
+  bool KeepsLoadedObjects() const override { return false; }
+};
+
+TEST_F(PrefetchControllerTest, ChunksOfASourceThatServesOnceAreFreedWithTheReadersLastLock) {
+  ServesOnce peers;
+  MockAdapter disk({});
+  const auto keys = KeysN(0, 4);
+  PutInL2(peers, {keys[0], keys[1]});
+  PutInL2(disk, {keys[2], keys[3]}, 2);
+  auto controller = Start({&peers, &disk});
+  const auto landed = controller->Wait(controller->Submit(Request(keys)), kWait);
+  ASSERT_TRUE(landed);
+  ASSERT_EQ(landed->chunks, 4u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_TRUE(HasBytes(keys[i], i)) << i;
+  EXPECT_EQ(l1_.table().Stats().served_once_objects, 2u);
+  l1_.table().ReleaseRead(landed->lease);
+  EXPECT_FALSE(l1_.table().Find(keys[0]));
+  EXPECT_FALSE(l1_.table().Find(keys[1]));
+  EXPECT_TRUE(l1_.table().Find(keys[2]));  // the disk's: our own now
+  EXPECT_TRUE(l1_.table().Find(keys[3]));
+  controller->Stop();
+  l1_.ExpectBalanced();
+}
+
 // Loads the first batch at once and holds each later one until `hold` has
 // passed since the first was entered. A request's deadline is load_timeout
 // after it started to run, before its first load: with hold = load_timeout,
