@@ -290,7 +290,9 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
     const lmcache::fleet::MembershipConfig members{
         .sources = config.p2p.peers,
         .self_url = "tcp://" + config.service.p2p_advertise_url,
-        .ours = s.service->OwnPeerInfo()};
+        .ours = s.service->OwnPeerInfo(),
+        .call_timeout_ms = config.p2p.call_timeout_ms,
+        .probe_interval_ms = config.p2p.probe_interval_ms};
     LMC_ASSIGN_OR_RETURN(s.membership,
                          lmcache::fleet::Membership::Create(members, *config.p2p.key,
                                                             s.data_channel.get(), &clock));

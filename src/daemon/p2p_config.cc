@@ -81,6 +81,16 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
                  "reference does (no second copy in the fleet, every use crosses the wire)")
       ->capture_default_str()
       ->group(group);
+  app.add_option("--p2p-probe-interval", p->probe_interval_seconds,
+                 "Seconds between the handshakes that keep each peer's state (ready, excluded, "
+                 "unreachable) current; a peer whose connection closes is asked at once")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--p2p-probe-timeout", p->call_timeout_seconds,
+                 "Seconds a handshake or probe may go unanswered before its peer is unreachable "
+                 "(no lookup waits on it then)")
+      ->capture_default_str()
+      ->group(group);
   app.add_option("--p2p-transfer-engine", p->transfer_engine,
                  "How peers' memory is read: ucx (the reference's nixl, mooncake_te, verbs, cxl "
                  "and tcp are refused)")
@@ -97,6 +107,16 @@ Status FinalizeP2p(ServerConfig* c) {
   if (!(p.load_timeout_seconds > 0) || p.load_timeout_seconds > 3600) {
     return InvalidConfig("--p2p-load-timeout must be in (0, 3600] seconds");
   }
+  if (!(p.probe_interval_seconds >= 0.1) || p.probe_interval_seconds > 3600) {
+    return InvalidConfig("--p2p-probe-interval must be in [0.1, 3600] seconds");
+  }
+  if (!(p.call_timeout_seconds >= 0.1) || p.call_timeout_seconds > p.probe_interval_seconds) {
+    return InvalidConfig("--p2p-probe-timeout must be in [0.1 s, --p2p-probe-interval]: a probe "
+                         "still unanswered when the next is due would never let the peer's "
+                         "state change");
+  }
+  p.probe_interval_ms = std::llround(p.probe_interval_seconds * 1000);
+  p.call_timeout_ms = std::llround(p.call_timeout_seconds * 1000);
   c->service.p2p_lookup_timeout_ms =
       static_cast<TimeMs>(std::llround(p.lookup_timeout_seconds * 1000));
   p.lookup_timeout_ms = c->service.p2p_lookup_timeout_ms;

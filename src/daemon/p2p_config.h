@@ -39,6 +39,8 @@ struct P2pFlags {
   double load_timeout_seconds = 30;
   std::string peers_list;  // --p2p-peers as given
   bool keep_loaded = true;  // a chunk loaded from a peer stays in L1 as our own
+  double probe_interval_seconds = 5;  // each peer asked again this often
+  double call_timeout_seconds = 3;    // a handshake or probe unanswered this long: unreachable
 
   // Filled by FinalizeP2p: the peers' sources (tcp:// and dns:// entries),
 
@@ -49,6 +51,8 @@ struct P2pFlags {
   // The requester's deadlines, in ms (FinalizeP2p).
   std::int64_t lookup_timeout_ms = 0;
   std::int64_t load_timeout_ms = 0;
+  std::int64_t probe_interval_ms = 0;
+  std::int64_t call_timeout_ms = 0;
   bool enabled() const { return !advertise_url.empty(); }
 };
 

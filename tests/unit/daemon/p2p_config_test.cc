@@ -57,6 +57,21 @@ TEST_F(P2pConfigTest, KeepLoadedTakesABooleanAndRefusesAnythingElse) {
   Refusal({"--p2p-keep-loaded", "sometimes"});
 }
 
+TEST_F(P2pConfigTest, ProbesDefaultToFiveSecondsAndTheirTimeoutMustFitTheirInterval) {
+  auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->p2p.probe_interval_ms, 5'000);
+  EXPECT_EQ(defaults->p2p.call_timeout_ms, 3'000);
+  auto quick = Parse({"--p2p-probe-interval", "1", "--p2p-probe-timeout", "0.5"});
+  ASSERT_TRUE(quick.ok()) << quick.status().ToString();
+  EXPECT_EQ(quick->p2p.probe_interval_ms, 1'000);
+  EXPECT_EQ(quick->p2p.call_timeout_ms, 500);
+  EXPECT_NE(Refusal({"--p2p-probe-interval", "1"}).find("--p2p-probe-timeout"), std::string::npos);
+  Refusal({"--p2p-probe-interval", "0"});
+  Refusal({"--p2p-probe-interval", "nan"});
+  Refusal({"--p2p-probe-timeout", "0"});
+}
+
 TEST_F(P2pConfigTest, AnAdvertisedAddressAndAKeyOpenTheFleetEndpoint) {
   auto config = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-listen-url", "0.0.0.0:5556",
                        "--p2p-auth-key-file", key_file_, "--p2p-lookup-timeout", "2.5"});
