@@ -1,5 +1,6 @@
 #include "daemon/config.h"
 
+#include <pwd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "common/logging.h"
 #include "common/system_info.h"
@@ -15,6 +18,38 @@
 #include "shm/shm_name.h"
 
 namespace lmcache::daemon {
+
+namespace {
+
+// --allow-uids: "" (the server's own user only), "all" (nullopt: every
+// local user), or uids and user names, comma-separated.
+Result<std::optional<std::set<uid_t>>> ParseAllowedUids(const std::string& list) {
+  if (list == "all") return std::optional<std::set<uid_t>>{};
+  std::set<uid_t> uids;
+  std::stringstream entries(list);
+  std::string entry;
+  while (std::getline(entries, entry, ',')) {
+    if (entry.empty()) continue;
+    if (std::all_of(entry.begin(), entry.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) &&
+        entry.size() <= 10) {
+      const unsigned long long uid = std::stoull(entry);
+      if (uid > 0xfffffffeULL) {
+        return InvalidConfig("--allow-uids: uid " + entry + " is out of range");
+      }
+      uids.insert(static_cast<uid_t>(uid));
+      continue;
+    }
+    const passwd* user = ::getpwnam(entry.c_str());
+    if (user == nullptr) {
+      return InvalidConfig("--allow-uids: '" + entry + "' is neither a uid nor a user of this "
+                           "host; give uids, user names or 'all'");
+    }
+    uids.insert(user->pw_uid);
+  }
+  return std::optional<std::set<uid_t>>(std::move(uids));
+}
+
+}  // namespace
 
 void AddFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--url", c->urls,
@@ -27,6 +62,12 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--port", c->port, "Port of the tcp endpoint")
       ->capture_default_str()
       ->each([c](const std::string&) { c->host_or_port_given = true; });
+  app.add_option("--allow-uids", c->allow_uids,
+                 "Local users, besides the server's own, whose processes may send requests over "
+                 "a loopback tcp endpoint: comma-separated uids or user names, or 'all' (any "
+                 "local user could otherwise learn which of another user's prompts are cached; "
+                 "docs/security.md). Peers on other hosts reach only an endpoint bound beyond "
+                 "loopback, and ipc endpoints are mode 0600");
   app.add_option("--chunk-size", c->chunk_size, "Tokens per chunk (the unit of caching)")
       ->capture_default_str();
   app.add_option("--max-workers", c->max_workers, "Default size of both request thread pools")
@@ -315,6 +356,7 @@ Status FinalizeTransport(ServerConfig* c) {
     const std::string host = c->host == "localhost" ? "127.0.0.1" : c->host;
     router.urls.push_back("tcp://" + host + ":" + std::to_string(c->port));
   }
+  LMC_ASSIGN_OR_RETURN(router.allowed_uids, ParseAllowedUids(c->allow_uids));
   router.affinity_workers = c->max_gpu_workers == 0 ? c->max_workers : c->max_gpu_workers;
   router.cpu_workers = c->max_cpu_workers == 0 ? c->max_workers : c->max_cpu_workers;
   if (c->max_client_queue_mb < 1 || c->max_queue_mb < c->max_client_queue_mb) {

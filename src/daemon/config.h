@@ -32,6 +32,7 @@ struct ServerConfig {
   std::vector<std::string> urls;  // --url, repeatable
   std::string host = "127.0.0.1";
   std::uint16_t port = 5555;
+  std::string allow_uids;  // --allow-uids as given: uids or user names, or "all"
   std::int64_t chunk_size = 256;
   unsigned max_workers = 1;
   unsigned max_gpu_workers = 0;  // 0 = max_workers

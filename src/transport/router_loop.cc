@@ -1,5 +1,7 @@
 #include "transport/router_loop.h"
 
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
@@ -15,6 +17,7 @@
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
 #include "transport/connection_fds.h"
+#include "transport/tcp_peer_owner.h"
 #include "transport/endpoint_guard.h"
 #include "transport/requests_in_flight.h"
 
@@ -56,6 +59,7 @@ struct RouterLoop::Message {
   RequestContext context;
   std::size_t payload_bytes = 0;
   bool late = false;  // read after its connection's close was reported
+  bool other_user = false;  // over loopback TCP from a user not allowed: refused
 };
 
 // A reply on its way back to the loop thread.
@@ -364,6 +368,10 @@ void RouterLoop::Receive(std::size_t socket_index) {
       // Peer-Address is metadata of every frame received over tcp.
       const char* peer = zmq_msg_gets(message->frames[1].handle(), "Peer-Address");
       message->context.local_peer = peer != nullptr && IsLoopbackAddress(peer);
+      if (!endpoint.fleet) {
+        message->other_user =
+            !FromAllowedUser(*message, zmq_msg_get(message->frames[1].handle(), ZMQ_SRCFD));
+      }
     }
     Dispatch(std::move(message));
   }
@@ -399,7 +407,45 @@ void RouterLoop::ReceiveMonitorEvents(std::size_t socket_index) {
   }
 }
 
+bool RouterLoop::FromAllowedUser(const Message& message, int fd) {
+  if (!config_.allowed_uids) return true;
+  if (auto known = allowed_connections_.find(message.connection);
+      known != allowed_connections_.end()) {
+    return known->second;
+  }
+  // A message read after its connection closed has no socket left to ask
+  // about: refused, as nothing can be proved of it.
+  if (message.late || fd < 0) return false;
+  // Any address of this host, not only loopback: a local user reaching an
+  // endpoint bound beyond loopback through the host's own address is still
+  // a local user. A peer the kernel knows no local socket of is on another
+  // host (or in another network namespace): admitted where the operator
+  // bound the endpoint beyond loopback.
+  Result<uid_t> owner = TcpPeerOwner(fd);
+  if (!owner.ok() && owner.status().code() == ErrorCode::kNotFound &&
+      !message.context.local_peer) {
+    allowed_connections_.emplace(message.connection, true);
+    return true;
+  }
+  const bool allowed = owner.ok() && (*owner == ::geteuid() || config_.allowed_uids->contains(*owner));
+  allowed_connections_.emplace(message.connection, allowed);
+  if (!allowed && (!owner.ok() || refused_uids_.insert(*owner).second)) {
+    if (owner.ok()) {
+      spdlog::warn("refusing requests over loopback TCP from uid {} (this server runs as uid {}): "
+                   "another local user could learn which prompts are cached; give --allow-uids "
+                   "{} to admit it (logged once per uid)",
+                   *owner, ::geteuid(), *owner);
+    } else {
+      spdlog::warn("refusing a loopback TCP connection whose owner cannot be told ({}); give "
+                   "--allow-uids all to admit every local user",
+                   owner.status().ToString());
+    }
+  }
+  return allowed;
+}
+
 void RouterLoop::ConnectionGone(const std::string& connection) {
+  allowed_connections_.erase(connection);
   if (in_flight_->Closed(connection)) {
     handler_->OnDisconnect(connection);
     return;
@@ -486,6 +532,15 @@ void RouterLoop::Dispatch(std::unique_ptr<Message> message) {
   }
   if (refusing_) {
     Refuse(*message, &*route, *final_refusal_);
+    return;
+  }
+  if (message->other_user) {
+    counters_.refused_users.fetch_add(1, std::memory_order_relaxed);
+    Refuse(*message, &*route,
+           Status(ErrorCode::kPermissionDenied,
+                  "this server admits loopback TCP requests only from its own user (and "
+                  "--allow-uids): connect as that user, over its ipc:// endpoint, or ask its "
+                  "operator to allow your uid"));
     return;
   }
   for (std::size_t i = 3; i < frames.size(); ++i) {

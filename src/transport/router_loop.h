@@ -42,6 +42,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <sys/types.h>
+#include <unordered_map>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -93,6 +96,13 @@ struct RouterConfig {
   unsigned cpu_workers = 1;       // --max-cpu-workers
   FairQueueLimits queue_limits;   // per pool, and per lane of the affinity pool
   int high_water_mark = 10000;    // ZMQ messages queued per peer and direction
+  // Which local users may send requests over TCP, whatever address they
+  // connect to (the kernel's socket diagnostics name the owner of a peer
+  // socket on this host): the server's own user and these (--allow-uids),
+  // or every local user when nullopt. Peers on other hosts reach the server
+  // only where it listens beyond loopback; the fleet endpoint admits only
+  // the fleet's key; an ipc endpoint is its socket file's mode (0600).
+  std::optional<std::set<uid_t>> allowed_uids = std::set<uid_t>{};
   // The ZMQ context to use (tests share one to reach inproc:// endpoints);
   // nullptr: the loop makes its own.
   zmq::context_t* context = nullptr;
@@ -152,6 +162,9 @@ class RouterLoop {
   void ReleaseAnswered();
   // A connection closed: the handler hears of it now, or after its last answer.
   void ConnectionGone(const std::string& connection);
+  // Whether `message`, read from descriptor `fd`, comes from a user allowed
+  // to send requests (RouterConfig::allowed_uids); decided once per connection.
+  bool FromAllowedUser(const Message& message, int fd);
 
   const RouterConfig config_;
   RequestHandler* handler_ = nullptr;
@@ -173,6 +186,10 @@ class RouterLoop {
   // Set by StopRefusing before stop_; read by the loop thread once stopped.
   std::optional<Status> final_refusal_;
   bool refusing_ = false;  // the loop thread's: Dispatch refuses everything
+  // The loop thread's: per loopback TCP connection, whether its user is
+  // allowed; and the users refused so far (each logged once).
+  std::unordered_map<std::string, bool> allowed_connections_;
+  std::set<uid_t> refused_uids_;
 
   Mutex outbox_mu_;
   std::deque<Outgoing> outbox_ LMC_GUARDED_BY(outbox_mu_);

@@ -43,6 +43,10 @@ namespace lmcache::transport {
       "Client connections open.") \
   X(disconnects, "disconnects", std::uint64_t, kCounter, "connections", "disconnects_total", \
       "Client connections that closed.") \
+  X(refused_users, "refused_users", std::uint64_t, kCounter, "requests", \
+      "requests_refused_other_user_total", "Requests refused because they came over loopback " \
+      "TCP from a process of another local user than the server's (--allow-uids admits " \
+      "others).") \
   X(fleet_admitted, "fleet_admitted", std::uint64_t, kCounter, "handshakes", \
       "fleet_handshakes_admitted_total", "Connections to the fleet endpoint (--p2p-listen-url) " \
       "that proved the fleet key.") \

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "fakes/parse_flags.h"
 
 namespace lmcache::daemon {
@@ -53,6 +55,24 @@ void ExpectRejected(std::vector<std::string> args, const std::string& flag) {
   auto config = Parse(args);
   ASSERT_FALSE(config.ok()) << "accepted: " << args[0];
   EXPECT_NE(config.status().message().find(flag), std::string::npos) << config.status().message();
+}
+
+// --allow-uids: by default only the server's own user may use a tcp
+// endpoint from this host (an empty set); uids and user names add users;
+// "all" admits every local user (nullopt).
+TEST(ServerConfig, AllowUidsNamesTheLocalUsersBesidesTheServersOwn) {
+  auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok());
+  ASSERT_TRUE(defaults->router.allowed_uids.has_value());
+  EXPECT_TRUE(defaults->router.allowed_uids->empty());
+  auto named = Parse({"--allow-uids", "1000,nobody,,0"});
+  ASSERT_TRUE(named.ok()) << named.status().ToString();
+  EXPECT_EQ(*named->router.allowed_uids, (std::set<uid_t>{0, 1000, 65534}));
+  auto all = Parse({"--allow-uids", "all"});
+  ASSERT_TRUE(all.ok());
+  EXPECT_FALSE(all->router.allowed_uids.has_value());
+  ExpectRejected({"--allow-uids", "no-such-user-here"}, "--allow-uids");
+  ExpectRejected({"--allow-uids", "99999999999"}, "--allow-uids");
 }
 
 TEST(ServerConfig, InvalidValuesNameTheFlag) {

@@ -1,0 +1,124 @@
+"""Who may connect (issue 44, section 6): over a loopback tcp endpoint a
+process of another local user than the server's is refused, each request
+answered with PERMISSION_DENIED (105) and its declared failure value, so it
+cannot learn which of another user's prompts are cached; the server's own
+user is served; --allow-uids admits the users it names. The other user is
+nobody (uid 65534), reached by a child that drops root before it connects;
+its client is inline Python with only zmq and msgpack, so that it reads no
+file of this checkout (which nobody may not be allowed to read)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mp_client import Client, free_tcp_ports, start_server, stats
+
+NOBODY = 65534
+
+# Sends server_info and a lookup by name, prints each reply's error frame
+# (null when served) as JSON.
+CLIENT = r"""
+import json, sys, msgpack, zmq
+sock = zmq.Context().socket(zmq.DEALER)
+sock.setsockopt(zmq.LINGER, 0)
+sock.connect(sys.argv[1])
+out = []
+for uid, op in enumerate(["server_info", "stats"]):
+    sock.send_multipart([msgpack.packb(uid), msgpack.packb(op)])
+    if not sock.poll(30000):
+        out.append("no reply")
+        continue
+    frames = sock.recv_multipart()
+    out.append(msgpack.unpackb(frames[3], raw=False) if len(frames) > 3 else None)
+print(json.dumps(out))
+"""
+
+
+def as_user(uid, url):
+    """The errors of the inline client's two requests, run as `uid`."""
+    def drop():
+        os.setgid(uid)
+        os.setuid(uid)
+    done = subprocess.run([sys.executable, "-c", CLIENT, url], preexec_fn=drop, check=True,
+                          capture_output=True, timeout=90, cwd="/")
+    return json.loads(done.stdout)
+
+
+def needs_root():
+    if os.geteuid() != 0:
+        pytest.skip("connecting as another local user needs root (to become nobody)")
+
+
+def test_another_local_user_is_refused_over_loopback_tcp(binary, tmp_path, zmq_ctx):
+    needs_root()
+    url = f"tcp://127.0.0.1:{free_tcp_ports(1)[0]}"
+    server = start_server(binary, url, tmp_path / "server.log", ["--l1-size-gb", "0.1"])
+    try:
+        errors = as_user(NOBODY, url)
+        assert len(errors) == 2 and all(e is not None for e in errors), errors
+        assert all(e["code"] == 105 for e in errors), errors
+        assert "--allow-uids" in errors[0]["message"], errors
+        own = Client(zmq_ctx, url)
+        assert own.request("server_info").error is None  # the server's own user
+        router = stats(own)["router"]
+        assert router["refused_users"] == 2, router
+        own.close()
+        log = server.wait_for_log("refusing requests over loopback TCP from uid 65534")
+        assert log.count("from uid 65534") == 1, log  # once per uid
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def host_address():
+    """An address of this host beyond loopback, or None."""
+    import socket
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this picks the outgoing address
+        address = probe.getsockname()[0]
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    return None if address.startswith("127.") else address
+
+
+def test_another_local_user_is_refused_through_the_hosts_own_address(binary, tmp_path):
+    """Bound beyond loopback, the endpoint still refuses a local user of
+    another uid who connects to the host's own address: the kernel knows its
+    socket, whatever the address."""
+    needs_root()
+    address = host_address()
+    if address is None:
+        pytest.skip("this host has no address beyond loopback")
+    port = free_tcp_ports(1)[0]
+    server = start_server(binary, f"tcp://0.0.0.0:{port}", tmp_path / "server.log",
+                          ["--l1-size-gb", "0.1"])
+    try:
+        errors = as_user(NOBODY, f"tcp://{address}:{port}")
+        assert [e and e["code"] for e in errors] == [105, 105], errors
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_allow_uids_admits_the_users_it_names(binary, tmp_path):
+    needs_root()
+    url = f"tcp://127.0.0.1:{free_tcp_ports(1)[0]}"
+    for allowed in ("nobody", "all"):
+        server = start_server(binary, url, tmp_path / f"server-{allowed}.log",
+                              ["--l1-size-gb", "0.1", "--allow-uids", allowed])
+        try:
+            assert as_user(NOBODY, url) == [None, None], allowed
+        finally:
+            assert server.stop() == 0, server.log()
+
+
+def test_allow_uids_refuses_a_name_that_is_no_user(binary, tmp_path):
+    done = subprocess.run([binary, "--allow-uids", "no-such-user-here", "--l1-size-gb", "0.1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "--allow-uids: 'no-such-user-here' is neither a uid nor a user" in \
+        done.stdout + done.stderr
