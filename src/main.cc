@@ -26,8 +26,10 @@
 #include "admin_http/http_server.h"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/mask_secrets.h"
 #include "common/version.h"
 #include "daemon/config.h"
+#include "daemon/effective_flags.h"
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
 #include "fleet/fleet_key.h"
@@ -73,6 +75,7 @@ std::optional<int> Configure(int argc, char** argv, daemon::ServerConfig* config
     return 2;
   }
   for (const std::string& notice : config->notices) spdlog::warn("{}", notice);
+  config->effective_flags = daemon::EffectiveFlags(app);
   return std::nullopt;
 }
 
@@ -264,6 +267,16 @@ void WatchHealth(const daemon::ServerConfig& config, Server& s) {
   });
 }
 
+// Each L2 adapter's JSON as given, secrets masked, in cascade order (GET
+// /config/adapters).
+std::vector<std::string> AdapterConfigs(const lmcache::tier::L2Config& l2) {
+  std::vector<std::string> configs;
+  for (const lmcache::tier::L2AdapterSpec& spec : l2.adapters) {
+    configs.push_back(lmcache::MaskSecrets(spec.source));
+  }
+  return configs;
+}
+
 // The service over the pool and the tiers, its stats sources, health, HTTP
 // and the takeover socket (once the pool is this server's); then serving.
 Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& clock, Server& s) {
@@ -334,7 +347,9 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
                                                .port = config.http_port,
                                                .read_only = config.http_read_only,
                                                .admin_token = config.http_admin_token,
-                                               .admin_open = config.http_admin_open};
+                                               .admin_open = config.http_admin_open,
+                                               .flags = config.effective_flags,
+                                               .adapter_configs = AdapterConfigs(config.l2)};
     LMC_ASSIGN_OR_RETURN(s.http,
                          lmcache::admin_http::HttpServer::Start(http, s.service.get(), s.health.get()));
   }

@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
+#include "admin_http/config_json.h"
 #include "common/version.h"
 #include "admin_http/memory_pressure.h"
 #include "admin_http/prometheus.h"
@@ -154,7 +155,13 @@ void HttpServer::AddRoutes() {
                     "text/plain; version=0.0.4; charset=utf-8");
   });
   s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, {{"version", kVersion}});
+    Reply(res, 200, VersionJson());
+  });
+  s.Get("/config", [&config](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, ConfigJson(config.flags));
+  });
+  s.Get("/config/adapters", [&config, &service](const httplib::Request&, httplib::Response& res) {
+    Reply(res, 200, AdaptersJson(config.adapter_configs, service.Snapshot()));
   });
   s.Get("/loglevel", [](const httplib::Request&, httplib::Response& res) {
     Reply(res, 200, {{"level", CurrentLogLevel()}});
@@ -197,7 +204,8 @@ void HttpServer::AddRoutes() {
   static const std::map<std::string, std::string> kAllowed = {
       {"/", "GET"},        {"/healthcheck", "GET"},   {"/status", "GET"},
       {"/status/memory-pressure", "GET"},             {"/metrics", "GET"},
-      {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"}};
+      {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"},
+      {"/config", "GET"},  {"/config/adapters", "GET"}};
   auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
     auto it = kAllowed.find(req.path);
     if (it == kAllowed.end()) return Error(res, 404, "no such route: " + req.path);

@@ -15,6 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/flag_values.h"
 #include "events/kv_events.h"
 #include "daemon/p2p_config.h"
 #include "events/vllm_publisher.h"
@@ -33,6 +34,9 @@ struct ServerConfig {
   std::string host = "127.0.0.1";
   std::uint16_t port = 5555;
   std::string allow_uids;  // --allow-uids as given: uids or user names, or "all"
+  // Every flag's effective value, secrets masked (GET /config; main fills it
+  // from the parsed command line).
+  std::vector<FlagValue> effective_flags;
   std::int64_t chunk_size = 256;
   unsigned max_workers = 1;
   unsigned max_gpu_workers = 0;  // 0 = max_workers

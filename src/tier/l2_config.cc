@@ -63,7 +63,9 @@ Result<L2AdapterSpec> ParseL2AdapterSpec(std::string_view text, int position) {
   const std::string where = "--l2-adapter #" + std::to_string(position);
   json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (object.is_discarded()) return InvalidConfig(where + ": not valid JSON: " + std::string(text));
-  return ParseObject(object, where);
+  LMC_ASSIGN_OR_RETURN(L2AdapterSpec spec, ParseObject(object, where));
+  spec.source = std::string(text);
+  return spec;
 }
 
 Result<std::unique_ptr<L2Adapter>> MakeL2Adapter(const L2AdapterSpec& spec,

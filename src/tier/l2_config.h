@@ -33,6 +33,7 @@ struct L2AdapterSpec {
   const L2AdapterType* kind = nullptr;    // the registered type that parsed it
   std::any config;                        // that type's configuration (FsAdapterConfig, ...)
   std::vector<std::string> ignored_keys;  // reference keys accepted without effect
+  std::string source;  // the JSON as given (GET /config/adapters shows it, secrets masked)
 };
 
 // One --l2-adapter value. `position` (1-based) names it in errors.

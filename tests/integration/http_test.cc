@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "common/version.h"
 #include "fakes/free_port.h"
 #include "fakes/server_process.h"
 #include "lmcache/client.h"
@@ -138,6 +139,67 @@ TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
   EXPECT_TRUE(Json(missing).contains("error"));
   EXPECT_EQ(http_->Put("/loglevel", std::string(200 * 1024, 'x'), "text/plain")->status, 413);
   EXPECT_EQ(http_->Get("/healthcheck")->status, 200);  // still serving after all that
+}
+
+// GET /version says what the build is; GET /config every flag's effective
+// value, given or default, with the secrets in a flag's value masked; GET
+// /config/adapters the L2 cascade in order, each adapter's JSON as given
+// (masked) beside its live state.
+TEST_F(HttpTest, VersionConfigAndAdaptersSayWhatRunsWithSecretsMasked) {
+  const std::filesystem::path l2 = std::filesystem::temp_directory_path() /
+                                   ("lmc_http_config_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(l2);
+  const std::string fs = R"({"type":"fs","base_path":")" + l2.string() + R"(","max_size_gb":0.1})";
+  // Redis behind a password, where nothing listens: the server goes on
+  // without it, and nothing it shows may carry the password.
+  const std::string second = kBuiltWithResp
+                                  ? R"({"type":"resp","url":"redis://admin:hunter2@127.0.0.1:1"})"
+                                  : R"({"type":"mock","max_size_gb":0.1})";
+  StartServer({"--l2-adapter", fs, "--l2-adapter", second, "--chunk-size", "128"});
+  const json version = Json(http_->Get("/version"));
+  EXPECT_FALSE(version["version"].get<std::string>().empty());
+  EXPECT_FALSE(version["commit"].get<std::string>().empty());
+  for (const char* option : {"cuda", "io_uring", "resp"}) {
+    EXPECT_TRUE(version["build"][option].is_boolean()) << option;
+  }
+
+  auto config = http_->Get("/config");
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->status, 200);
+  const json flags = Json(config)["flags"];
+  EXPECT_EQ(flags["--chunk-size"]["value"], "128");
+  EXPECT_EQ(flags["--chunk-size"]["given"], true);
+  EXPECT_EQ(flags["--eviction-ratio"]["given"], false);
+  EXPECT_EQ(flags["--eviction-ratio"]["value"], "0.2");  // its default
+  ASSERT_TRUE(flags["--l2-adapter"]["value"].is_array());
+  ASSERT_EQ(flags["--l2-adapter"]["value"].size(), 2u);
+  EXPECT_EQ(config->body.find("hunter2"), std::string::npos) << config->body;
+  if (kBuiltWithResp) {
+    EXPECT_NE(flags["--l2-adapter"]["value"][1].get<std::string>().find("redis://admin:***@"),
+              std::string::npos);
+  }
+
+  auto adapters = http_->Get("/config/adapters");
+  ASSERT_TRUE(adapters);
+  EXPECT_EQ(adapters->body.find("hunter2"), std::string::npos) << adapters->body;
+  const json cascade = Json(adapters)["adapters"];
+  ASSERT_EQ(cascade.size(), 2u);
+  EXPECT_EQ(cascade[0]["position"], 1);
+  EXPECT_EQ(cascade[0]["type"], "fs");
+  EXPECT_EQ(cascade[0]["config"]["base_path"], l2.string());
+  EXPECT_EQ(cascade[0]["condition"], "ok");
+  if (kBuiltWithResp) {
+    EXPECT_EQ(cascade[1]["type"], "resp");
+    EXPECT_EQ(cascade[1]["config"]["url"], "redis://admin:***@127.0.0.1:1");
+    EXPECT_NE(cascade[1]["condition"], "ok");  // nothing listens there
+  }
+  for (const char* shown : {"/status", "/metrics"}) {
+    const std::string body = http_->Get(shown)->body;
+    EXPECT_EQ(body.find("hunter2"), std::string::npos) << shown;
+  }
+  EXPECT_EQ(server_->Log().find("hunter2"), std::string::npos) << server_->Log();
+  EXPECT_EQ(http_->Post("/config", "", "text/plain")->status, 405);
+  std::filesystem::remove_all(l2);
 }
 
 // GET /status/memory-pressure of the real binary: L1 against its eviction

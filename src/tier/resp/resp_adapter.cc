@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "common/blake3.h"
+#include "common/mask_secrets.h"
 #include "tier/object_format.h"
 
 namespace lmcache::tier {
@@ -75,10 +76,12 @@ Result<std::vector<SlotRange>> ParseClusterSlots(const redisReply& reply,
   return ranges;
 }
 
+// What the adapter is called in its stats, conditions and logs: its URLs,
+// their passwords masked (the description is a /metrics label).
 std::string Describe(const RespAdapterConfig& config) {
   std::string d = "resp:";
   for (std::size_t i = 0; i < config.urls.size(); ++i) d += (i ? "," : "") + config.urls[i];
-  return d;
+  return MaskSecrets(d);
 }
 
 }  // namespace

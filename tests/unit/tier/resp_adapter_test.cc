@@ -55,6 +55,18 @@ class RespAdapterTest : public ::testing::Test {
   }
 };
 
+// A URL's password never reaches what the adapter tells anyone: its
+// description (in /status, a /metrics label and the start log) and its
+// condition show the URL with the password masked (before, both carried it).
+TEST_F(RespAdapterTest, AUrlsPasswordIsMaskedInTheDescriptionAndTheCondition) {
+  auto adapter = Adapter("redis://admin:hunter2@127.0.0.1:" + std::to_string(FreePort()));
+  const L2AdapterStats stats = adapter->Stats();
+  EXPECT_EQ(stats.description.find("hunter2"), std::string::npos) << stats.description;
+  EXPECT_NE(stats.description.find("redis://admin:***@127.0.0.1:"), std::string::npos)
+      << stats.description;
+  EXPECT_EQ(stats.condition.find("hunter2"), std::string::npos) << stats.condition;
+}
+
 TEST_F(RespAdapterTest, KeysNameEveryPartOfTheIdentity) {
   store::ObjectKey key = KeyN(1);
   key.model_name = "org/model";
