@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/mask_secrets.h"
 #include "tier/l2_config_fields.h"
 
 namespace lmcache::tier {
@@ -62,7 +63,7 @@ Result<L2AdapterSpec> ParseObject(const json& object, const std::string& where) 
 Result<L2AdapterSpec> ParseL2AdapterSpec(std::string_view text, int position) {
   const std::string where = "--l2-adapter #" + std::to_string(position);
   json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (object.is_discarded()) return InvalidConfig(where + ": not valid JSON: " + std::string(text));
+  if (object.is_discarded()) return InvalidConfig(where + ": not valid JSON: " + MaskSecrets(text));
   LMC_ASSIGN_OR_RETURN(L2AdapterSpec spec, ParseObject(object, where));
   spec.source = std::string(text);
   return spec;

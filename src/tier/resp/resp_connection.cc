@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "common/host_port.h"
+#include "common/mask_secrets.h"
 
 namespace lmcache::tier {
 namespace {
@@ -26,7 +27,7 @@ timeval ToTimeval(std::chrono::milliseconds ms) {
 Status ParseHostPort(std::string_view hostport, std::string_view url, RespEndpoint* endpoint) {
   auto parsed = lmcache::ParseHostPort(hostport, 6379);
   if (!parsed.ok()) {
-    return InvalidConfig("'" + std::string(url) + "': " + parsed.status().message());
+    return InvalidConfig("'" + MaskSecrets(url) + "': " + parsed.status().message());
   }
   endpoint->host = std::move(parsed->host);
   endpoint->port = parsed->port;
@@ -46,7 +47,7 @@ Result<RespEndpoint> ParseRespUrl(std::string_view url, RespCredentials* credent
   if (url.starts_with("unix://")) {
     endpoint.unix_path = std::string(url.substr(7));
     if (endpoint.unix_path.empty() || endpoint.unix_path.front() != '/') {
-      return InvalidConfig("'" + std::string(url) + "': a unix:// URL names an absolute path");
+      return InvalidConfig("'" + MaskSecrets(url) + "': a unix:// URL names an absolute path");
     }
     return endpoint;
   }
@@ -54,7 +55,7 @@ Result<RespEndpoint> ParseRespUrl(std::string_view url, RespCredentials* credent
   if (rest.starts_with("redis://")) {
     rest.remove_prefix(8);
   } else if (rest.find("://") != std::string_view::npos) {
-    return InvalidConfig("'" + std::string(url) +
+    return InvalidConfig("'" + MaskSecrets(url) +
                          "': the scheme must be redis:// or unix:// (TLS is not supported)");
   }
   if (const std::size_t at = rest.rfind('@'); at != std::string_view::npos) {
@@ -77,7 +78,7 @@ Result<RespEndpoint> ParseRespUrl(std::string_view url, RespCredentials* credent
       int n = -1;
       const auto [end, ec] = std::from_chars(db.data(), db.data() + db.size(), n);
       if (ec != std::errc() || end != db.data() + db.size() || n < 0 || n > 65535) {
-        return InvalidConfig("'" + std::string(url) + "': the database after / must be a number");
+        return InvalidConfig("'" + MaskSecrets(url) + "': the database after / must be a number");
       }
       if (credentials != nullptr) credentials->db = n;
     }

@@ -73,6 +73,22 @@ TEST(L2ConfigTest, EveryErrorNamesTheAdapterAndTheField) {
 // The types come from the build's registrations (src/CMakeLists.txt), not
 // from l2_config: the error lists exactly those, and resp is there only when
 // LMC_L2_RESP built it.
+// A refused --l2-adapter is logged at start: its error never carries a
+// password given in it (a bad URL's, or one in JSON that does not parse).
+TEST(L2ConfigTest, AnErrorNeverCarriesAPasswordFromTheJson) {
+  auto broken = ParseL2AdapterSpec(R"({"type":"resp","url":"redis://u:hunter2@h:1")", 1);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.status().message().find("hunter2"), std::string::npos)
+      << broken.status().message();
+  if (!LMC_L2_RESP) return;
+  auto bad_port = ParseL2AdapterSpec(R"({"type":"resp","url":"redis://u:hunter2@h:port"})", 1);
+  ASSERT_FALSE(bad_port.ok());
+  EXPECT_EQ(bad_port.status().message().find("hunter2"), std::string::npos)
+      << bad_port.status().message();
+  EXPECT_NE(bad_port.status().message().find("redis://u:***@h:port"), std::string::npos)
+      << bad_port.status().message();
+}
+
 TEST(L2AdapterTypesTest, TheUnknownTypeErrorListsTheTypesThisBuildRegistered) {
   const std::string expected = std::string("this server has fs, ") +
                                (LMC_L2_RESP ? "resp (valkey), " : "") + "mock, fault_inject and p2p";
