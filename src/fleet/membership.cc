@@ -261,6 +261,7 @@ void Membership::ConnectionClosed(PeerId id) {
     // Only a ready peer: one that never answered (say, a CURVE handshake
     // refused over and over) keeps its probe schedule.
     if (peer.view.state != PeerState::kReady) return;
+    peer.answer.reset();  // an answer from before the close says nothing of now
     SetState(peer, PeerState::kUnreachable,
              "its connection closed (killed, restarted or cut off); asked again now");
     peer.next_ask_ms = 0;

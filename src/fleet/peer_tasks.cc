@@ -167,8 +167,12 @@ bool PeerTasks::Holds(std::int64_t id, std::uint64_t offset, std::uint64_t size)
   if (name == peer_of_task_.end()) return false;
   auto peer = peers_.find(name->second);
   if (peer == peers_.end()) return false;
+  const TimeMs now = clock_->NowMs();
   for (const Task& task : peer->second.tasks) {
     if (task.id != id) continue;
+    // Past the read TTL the store has ended the task's lease (its memory may
+    // be reused), though the reaper has not forgotten the task yet.
+    if (now >= task.created_ms + config_.read_ttl_ms) return false;
     auto held = task.sizes_by_offset.find(offset);
     return held != task.sizes_by_offset.end() && held->second == size;
   }

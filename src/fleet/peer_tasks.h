@@ -97,8 +97,8 @@ class PeerTasks {
   std::size_t UnlockTask(const std::string& peer, std::int64_t task,
                          std::span<const store::ObjectKey> keys) LMC_EXCLUDES(mu_);
   // Whether task `task` (of any peer: ids are unique) holds locked now the
-  // object at exactly [offset, offset + size) of the pool: the only reads
-  // the data channel serves.
+  // object at exactly [offset, offset + size) of the pool, its lease not
+  // past the read TTL: the only reads the data channel serves.
   bool Holds(std::int64_t task, std::uint64_t offset, std::uint64_t size) const LMC_EXCLUDES(mu_);
   // p2p_end_task: ends `peer`'s task `task` with its locks (its requester
   // will not use it); false when `peer` has no such task.

@@ -6,8 +6,10 @@
 // and a MAC made with the fleet's data key); the owner checks the MAC
 // (constant time), that the range lies inside its pool and that the task
 // holds that object locked now (the ServeGuard: a read through a lock the
-// owner released, or of its previous life, is refused, never served from
-// memory since reused), and answers with the bytes as the active message's data, which
+// owner released, reaped or held in its previous life is refused; the
+// check is made when the request arrives, and the lock is not held until
+// the reply's bytes are sent: docs/architecture.md says what can release
+// it meanwhile), and answers with the bytes as the active message's data, which
 // UCX moves by rendezvous when large (a zero-copy RDMA read where a NIC has
 // verbs; over TCP or shared memory a copy by the transport); the requester
 // lands them straight in its destination slot (ucp_am_recv_data_nbx). Why

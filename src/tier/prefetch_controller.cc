@@ -388,8 +388,10 @@ void PrefetchController::ReleaseUnplanned(const PrefetchRequest& request, Plan& 
         release.push_back(request.keys[i]);
       }
     }
-    if (!release.empty()) adapters_[a]->Unlock(release);
+    // Out of the plan first: an Unlock that throws is not retried, since a
+    // second unlock of a key could end another request's lock on it.
     plan.locked[a] = std::move(kept);
+    if (!release.empty()) adapters_[a]->Unlock(release);
   }
 }
 

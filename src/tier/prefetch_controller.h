@@ -165,8 +165,9 @@ class PrefetchController final : public Prefetcher {
   // Each key's source (its first adapter that found it) and the prefix of
   // whole chunks; every lock the lookups took is in `locked`.
   Plan PlanFrom(const PrefetchRequest& request, const std::vector<std::vector<bool>>& found);
-  // Releases the locks the plan does not load from; a lock leaves
-  // `plan.locked` once its adapter's Unlock returned.
+  // Releases the locks the plan does not load from; they leave
+  // `plan.locked` before their adapter's Unlock is called (one that throws
+  // is never retried: a second unlock could end another request's lock).
   void ReleaseUnplanned(const PrefetchRequest& request, Plan& plan);
   // After Begin threw: releases what the plan still holds (every adapter's
   // locks, each adapter's Unlock guarded; the L1 buffers).

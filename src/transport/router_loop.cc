@@ -413,8 +413,13 @@ bool RouterLoop::FromAllowedUser(const Message& message, int fd) {
       known != allowed_connections_.end()) {
     return known->second;
   }
-  // A message read after its connection closed has no socket left to ask
-  // about: refused, as nothing can be proved of it.
+  // A message read after its connection closed (its last release, say) is
+  // judged as its connection was; one whose connection closed before any
+  // message was judged has no socket left to ask about: refused, as nothing
+  // can be proved of it (its reply goes nowhere anyway).
+  if (auto closed = closed_verdicts_.find(message.connection); closed != closed_verdicts_.end()) {
+    return closed->second;
+  }
   if (message.late || fd < 0) return false;
   // Any address of this host, not only loopback: a local user reaching an
   // endpoint bound beyond loopback through the host's own address is still
@@ -429,23 +434,32 @@ bool RouterLoop::FromAllowedUser(const Message& message, int fd) {
   }
   const bool allowed = owner.ok() && (*owner == ::geteuid() || config_.allowed_uids->contains(*owner));
   allowed_connections_.emplace(message.connection, allowed);
-  if (!allowed && (!owner.ok() || refused_uids_.insert(*owner).second)) {
-    if (owner.ok()) {
-      spdlog::warn("refusing requests over loopback TCP from uid {} (this server runs as uid {}): "
-                   "another local user could learn which prompts are cached; give --allow-uids "
-                   "{} to admit it (logged once per uid)",
-                   *owner, ::geteuid(), *owner);
-    } else {
-      spdlog::warn("refusing a loopback TCP connection whose owner cannot be told ({}); give "
-                   "--allow-uids all to admit every local user",
-                   owner.status().ToString());
-    }
+  if (!allowed && owner.ok() && refused_uids_.insert(*owner).second) {
+    spdlog::warn("refusing requests over TCP from uid {} of this host (this server runs as uid "
+                 "{}): another local user could learn which prompts are cached; give "
+                 "--allow-uids {} to admit it (logged once per uid)",
+                 *owner, ::geteuid(), *owner);
+  } else if (!allowed) {
+    // Any local process can make these (connect, send, reset): rate-limited.
+    static RateLimitedLog unknown_owner(std::chrono::seconds(10));
+    unknown_owner.Warn("refusing a TCP connection of this host whose owner cannot be told ({}); "
+                       "give --allow-uids all to admit every local user",
+                       owner.status().ToString());
   }
   return allowed;
 }
 
 void RouterLoop::ConnectionGone(const std::string& connection) {
-  allowed_connections_.erase(connection);
+  if (auto verdict = allowed_connections_.find(connection); verdict != allowed_connections_.end()) {
+    // Kept a while for its messages still queued in the socket (late).
+    closed_verdicts_.emplace(connection, verdict->second);
+    closed_order_.push_back(connection);
+    if (closed_order_.size() > kClosedVerdicts) {
+      closed_verdicts_.erase(closed_order_.front());
+      closed_order_.pop_front();
+    }
+    allowed_connections_.erase(verdict);
+  }
   if (in_flight_->Closed(connection)) {
     handler_->OnDisconnect(connection);
     return;

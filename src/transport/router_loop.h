@@ -189,6 +189,11 @@ class RouterLoop {
   // The loop thread's: per loopback TCP connection, whether its user is
   // allowed; and the users refused so far (each logged once).
   std::unordered_map<std::string, bool> allowed_connections_;
+  // The verdicts of the last kClosedVerdicts connections that closed, for
+  // their messages read after the close (oldest first in closed_order_).
+  static constexpr std::size_t kClosedVerdicts = 4096;
+  std::unordered_map<std::string, bool> closed_verdicts_;
+  std::deque<std::string> closed_order_;
   std::set<uid_t> refused_uids_;
 
   Mutex outbox_mu_;

@@ -83,8 +83,11 @@ Result<uid_t> TcpPeerOwner(int fd) {
   if (header->nlmsg_type == NLMSG_ERROR) {
     nlmsgerr error{};
     std::memcpy(&error, reply + NLMSG_HDRLEN, std::min<std::size_t>(sizeof(error), n - NLMSG_HDRLEN));
-    return Status(ErrorCode::kNotFound, std::string("no local socket at the other end: ") +
-                                            std::strerror(-error.error));
+    // ENOENT: the kernel knows no such socket (another host, another network
+    // namespace, or it closed). Anything else (no sock_diag, EPERM) says
+    // nothing about the peer.
+    return Status(error.error == -ENOENT ? ErrorCode::kNotFound : ErrorCode::kIoError,
+                  std::string("socket diagnostics: ") + std::strerror(-error.error));
   }
   if (header->nlmsg_type != SOCK_DIAG_BY_FAMILY ||
       header->nlmsg_len < NLMSG_LENGTH(sizeof(inet_diag_msg))) {

@@ -19,7 +19,8 @@ namespace lmcache::transport {
 
 // The uid owning the socket at the other end of the connected TCP socket
 // `fd`, when that socket belongs to this host (kNotFound when the kernel
-// knows no such socket: it closed meanwhile, or it is not local).
+// knows no such socket: it closed meanwhile, or it is not local; kIoError
+// when the diagnostics cannot answer at all).
 Result<uid_t> TcpPeerOwner(int fd);
 
 }  // namespace lmcache::transport

@@ -66,7 +66,7 @@ def test_another_local_user_is_refused_over_loopback_tcp(binary, tmp_path, zmq_c
         router = stats(own)["router"]
         assert router["refused_users"] == 2, router
         own.close()
-        log = server.wait_for_log("refusing requests over loopback TCP from uid 65534")
+        log = server.wait_for_log("refusing requests over TCP from uid 65534")
         assert log.count("from uid 65534") == 1, log  # once per uid
     finally:
         assert server.stop() == 0, server.log()

@@ -15,6 +15,16 @@ TEST(MaskSecretsTest, AUrlsPasswordIsMaskedAndItsUserKept) {
             R"({"type":"resp","url":["redis://a:***@h1:7000","redis://h2:7000"]})");
 }
 
+// The forms a resp URL's parser accepts: a password with no user, one
+// holding '/' or '@' (it splits at the last @); several URLs in one value.
+TEST(MaskSecretsTest, EveryFormOfUserInfoIsMaskedWhole) {
+  EXPECT_EQ(MaskSecrets("redis://SECRET@h:6379"), "redis://***@h:6379");
+  EXPECT_EQ(MaskSecrets("redis://u:pa/ss@h:6379"), "redis://u:***@h:6379");
+  EXPECT_EQ(MaskSecrets("redis://u:p@ss@h:6379"), "redis://u:***@h:6379");
+  EXPECT_EQ(MaskSecrets("resp:redis://a:b@h1:7000,redis://c@h2:7000,redis://h3:7000"),
+            "resp:redis://a:***@h1:7000,redis://***@h2:7000,redis://h3:7000");
+}
+
 TEST(MaskSecretsTest, JsonFieldsNamedAsSecretsAreMasked) {
   EXPECT_EQ(MaskSecrets(R"({"type":"resp","password":"p\"w","Auth_Token": "t", "db": 1})"),
             R"({"type":"resp","password":"***","Auth_Token": "***", "db": 1})");

@@ -147,6 +147,14 @@ TEST_F(PeerTasksTest, AReadIsServedOnlyForAnObjectItsTaskHoldsLockedNow) {
   clock_.Advance(PeerTaskConfig{}.query_timeout_ms);
   EXPECT_EQ(tasks->Reap(), 1u);
   EXPECT_FALSE(tasks->Holds(reaped, offset(two), kObject));
+  // Past the read TTL the store ended the lease: no longer held, though the
+  // reaper has not run yet.
+  const std::int64_t expiring = tasks->Lookup("a", Ask({KeyN(2)}));
+  ASSERT_TRUE(tasks->Results("a", expiring).has_value());
+  EXPECT_TRUE(tasks->Holds(expiring, offset(two), kObject));
+  clock_.Advance(PeerTaskConfig{}.read_ttl_ms);
+  EXPECT_FALSE(tasks->Holds(expiring, offset(two), kObject));
+  tasks->Reap();
   l1_.ExpectBalanced();
 }
 

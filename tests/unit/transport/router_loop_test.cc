@@ -557,6 +557,47 @@ TEST_F(RouterLoopTest, AClosedConnectionIsReportedToTheHandler) {
   EXPECT_EQ(loop_->Stats().disconnects, 1u);
 }
 
+// A client of the server's own user that sends its last requests and closes
+// at once (a worker's final releases): those read after the loop saw the
+// close (late) are judged as their connection was, never refused as from
+// another user (the review found them answered 105 PERMISSION_DENIED, and
+// what they would release held until its TTL). Over tcp, where the owner
+// check applies; many rounds, since which messages are read late is the
+// kernel's and ZMQ's timing.
+TEST_F(RouterLoopTest, RequestsReadAfterTheirTcpConnectionClosedAreJudgedAsItWas) {
+  Start({"tcp://127.0.0.1:0"});
+  const std::string url = loop_->endpoints().at(0);
+  constexpr int kRounds = 100;
+  constexpr int kLast = 20;
+  for (int round = 0; round < kRounds; ++round) {
+    zmq::socket_t client(context_, zmq::socket_type::dealer);
+    client.set(zmq::sockopt::linger, 5000);  // what was sent leaves before the close
+    client.connect(url);
+    Send(client, 0, "echo", {"first-" + std::to_string(round)});
+    ASSERT_EQ(Receive(client).size(), 3u);
+    for (int i = 0; i < kLast; ++i) {
+      Send(client, static_cast<std::uint64_t>(i + 1), "echo",
+           {"last-" + std::to_string(round) + "-" + std::to_string(i)});
+    }
+    client.close();
+  }
+  const std::string final_request = "last-" + std::to_string(kRounds - 1) + "-" +
+                                     std::to_string(kLast - 1);
+  ASSERT_TRUE(WaitFor([&] {
+    const auto handled = handler_.handled();
+    return loop_->Stats().refused_users != 0 ||
+           std::count(handled.begin(), handled.end(), final_request) == 1;
+  }));
+  EXPECT_EQ(loop_->Stats().refused_users, 0u);
+  const auto handled = handler_.handled();
+  for (int round = 0; round < kRounds; ++round) {
+    for (int i = 0; i < kLast; ++i) {
+      const std::string name = "last-" + std::to_string(round) + "-" + std::to_string(i);
+      EXPECT_EQ(std::count(handled.begin(), handled.end(), name), 1) << name;
+    }
+  }
+}
+
 // The soak (lmcache-soak, 28 min, a worker killed every 2 s) ended with 12
 // read leases nobody held: a worker killed while its lookup waited in the CPU
 // pool was reported gone before the lookup ran, so the lookup's session was
