@@ -281,11 +281,14 @@ ReclaimStep ObjectShard::ReclaimLocked(TimeMs now, std::vector<Offset>* to_free)
     to_free->push_back(r.offset);
     return true;
   });
-  std::vector<ObjectKey> unread;  // served once, every lease of theirs expired
+  // Served once, every lease of theirs expired. Collected first (dropping
+  // one erases it from served_once_); entries of resident_ never move.
+  std::vector<std::pair<ObjectKey, ResidentEntry*>> unread;
   for (const ObjectKey& key : served_once_) {
-    if (!FindResidentLocked(key)->locks.IsLocked(now)) unread.push_back(key);
+    ResidentEntry* entry = FindResidentLocked(key);
+    if (!entry->locks.IsLocked(now)) unread.emplace_back(key, entry);
   }
-  for (const ObjectKey& key : unread) DropServedOnceLocked(key, FindResidentLocked(key), to_free);
+  for (auto& [key, entry] : unread) DropServedOnceLocked(key, entry, to_free);
   std::erase_if(abandoned_, [&](const AbandonedCopy& a) {
     if (now < a.expires_ms) return false;
     to_free->push_back(a.offset);

@@ -20,17 +20,27 @@ struct PrefetchController::Plan {
 
 namespace {
 
+// Takes the key indices `releases` picks out of `locked` (what one
+// adapter's lookup locked), then unlocks their keys at `adapter`. Out of the
+// plan first: an Unlock that throws is never retried, since a second unlock
+// of a key could end another request's lock on it.
+template <typename Releases>
+void UnlockAt(L2Adapter& adapter, const std::vector<store::ObjectKey>& keys,
+              std::vector<std::size_t>& locked, Releases releases) {
+  std::vector<store::ObjectKey> release;
+  std::erase_if(locked, [&](std::size_t i) {
+    if (!releases(i)) return false;
+    release.push_back(keys[i]);
+    return true;
+  });
+  if (!release.empty()) adapter.Unlock(release);
+}
+
 // Unlocks, at every adapter, the locked keys with index >= `from`.
 void UnlockFrom(const std::vector<L2Adapter*>& adapters, const std::vector<store::ObjectKey>& keys,
                std::vector<std::vector<std::size_t>>& locked, std::size_t from) {
   for (std::size_t a = 0; a < adapters.size(); ++a) {
-    std::vector<store::ObjectKey> release;
-    std::erase_if(locked[a], [&](std::size_t i) {
-      if (i < from) return false;
-      release.push_back(keys[i]);
-      return true;
-    });
-    if (!release.empty()) adapters[a]->Unlock(release);
+    UnlockAt(*adapters[a], keys, locked[a], [from](std::size_t i) { return i >= from; });
   }
 }
 
@@ -379,19 +389,9 @@ PrefetchController::Plan PrefetchController::PlanFrom(const PrefetchRequest& req
 void PrefetchController::ReleaseUnplanned(const PrefetchRequest& request, Plan& plan) {
   const std::size_t planned = plan.chunks * std::max<std::size_t>(1, request.ranks);
   for (std::size_t a = 0; a < adapters_.size(); ++a) {
-    std::vector<std::size_t> kept;
-    std::vector<store::ObjectKey> release;
-    for (const std::size_t i : plan.locked[a]) {
-      if (i < planned && plan.source[i] == static_cast<int>(a)) {
-        kept.push_back(i);
-      } else {
-        release.push_back(request.keys[i]);
-      }
-    }
-    // Out of the plan first: an Unlock that throws is not retried, since a
-    // second unlock of a key could end another request's lock on it.
-    plan.locked[a] = std::move(kept);
-    if (!release.empty()) adapters_[a]->Unlock(release);
+    UnlockAt(*adapters_[a], request.keys, plan.locked[a], [&](std::size_t i) {
+      return i >= planned || plan.source[i] != static_cast<int>(a);
+    });
   }
 }
 
@@ -410,12 +410,8 @@ std::vector<bool> PrefetchController::ServedOnce(const Plan& plan, std::size_t k
 void PrefetchController::ReleaseAfterFailure(Running& running) {
   std::vector<std::vector<std::size_t>>& locked = running.plan.locked;
   for (std::size_t a = 0; a < locked.size(); ++a) {
-    std::vector<store::ObjectKey> release;
-    for (const std::size_t i : locked[a]) release.push_back(running.request.keys[i]);
-    locked[a].clear();
-    if (release.empty()) continue;
     try {
-      adapters_[a]->Unlock(release);
+      UnlockAt(*adapters_[a], running.request.keys, locked[a], [](std::size_t) { return true; });
     } catch (const std::exception& e) {
       // Its locks are its own now: released by its own rules (a peer's read
       // TTL, an index's restart), never by a guess here.

@@ -44,6 +44,24 @@ def worker(zmq_ctx, server):
     return client, instance_id, map_pool(reg["shm_name"], reg["pool_size"])
 
 
+def prompt_on_a(pair, zmq_ctx, seed):
+    """A worker on each server, B seeing A ready, and a CHUNKS-chunk prompt
+    stored on A: (a_client, b_client, b_instance, b_pool, tokens, patterns)."""
+    rng = np.random.default_rng(seed)
+    a_client, a_instance, a_pool = worker(zmq_ctx, pair.a)
+    b_client, b_instance, b_pool = worker(zmq_ctx, pair.b)
+    pair.wait_until_b_sees_a(b_client, "ready")
+    tokens = random_tokens(rng, CHUNKS * chunk_size(a_client))
+    patterns = store_prompt(a_client, a_pool, a_instance, tokens, CHUNKS, "store-on-a", rng)
+    return a_client, b_client, b_instance, b_pool, tokens, patterns
+
+
+def assert_chunks_are(data, patterns):
+    for index in range(CHUNKS):
+        assert np.array_equal(data[index].view(np.uint16).reshape(patterns[index].shape),
+                              patterns[index]), f"chunk {index} differs"
+
+
 def p2p_adapter(client):
     adapters = stats(client)["l2"]["adapters"]
     assert adapters[0]["type"] == "p2p", adapters  # the peers come first in the cascade
@@ -180,21 +198,14 @@ def netns_pair(tmp_path):
 
 
 def test_a_prompt_stored_on_one_server_is_served_from_its_peer_byte_for_byte(pair, zmq_ctx):
-    rng = np.random.default_rng(2042)
-    a_client, a_instance, a_pool = worker(zmq_ctx, pair.a)
-    b_client, b_instance, b_pool = worker(zmq_ctx, pair.b)
-    pair.wait_until_b_sees_a(b_client, "ready")
+    a_client, b_client, b_instance, b_pool, tokens, patterns = prompt_on_a(pair, zmq_ctx, 2042)
     chunk = chunk_size(a_client)
-    tokens = random_tokens(rng, CHUNKS * chunk)
-    patterns = store_prompt(a_client, a_pool, a_instance, tokens, CHUNKS, "store-on-a", rng)
 
     before = p2p_adapter(b_client)
     assert b_client.call(OP_POLL_KV_EVENTS, MODEL, 0, 1)["enabled"] is True  # B records events
     assert lookup_l2(b_client, tokens, "lookup-on-b", timeout_s=SETTLE_S) == CHUNKS
     data = retrieve(b_client, b_pool, b_instance, tokens, CHUNKS, "lookup-on-b")
-    for index in range(CHUNKS):
-        assert np.array_equal(data[index].view(np.uint16).reshape(patterns[index].shape),
-                              patterns[index]), f"chunk {index} differs"
+    assert_chunks_are(data, patterns)
     after = p2p_adapter(b_client)
     assert after["loaded_objects"] - before["loaded_objects"] == CHUNKS
     assert after["loaded_bytes"] - before["loaded_bytes"] == CHUNKS * data[0].nbytes
@@ -228,18 +239,10 @@ def test_with_keep_loaded_false_a_peers_chunks_serve_the_request_and_are_not_kep
     lock: no KV event, and the next lookup crosses the wire again."""
     pair = Pair(tmp_path, "loopback", b_args=["--p2p-keep-loaded", "false"])
     try:
-        rng = np.random.default_rng(4242)
-        a_client, a_instance, a_pool = worker(zmq_ctx, pair.a)
-        b_client, b_instance, b_pool = worker(zmq_ctx, pair.b)
-        pair.wait_until_b_sees_a(b_client, "ready")
-        chunk = chunk_size(a_client)
-        tokens = random_tokens(rng, CHUNKS * chunk)
-        patterns = store_prompt(a_client, a_pool, a_instance, tokens, CHUNKS, "store-on-a", rng)
+        a_client, b_client, b_instance, b_pool, tokens, patterns = prompt_on_a(pair, zmq_ctx, 4242)
         assert lookup_l2(b_client, tokens, "once-on-b", timeout_s=SETTLE_S) == CHUNKS
         data = retrieve(b_client, b_pool, b_instance, tokens, CHUNKS, "once-on-b")
-        for index in range(CHUNKS):
-            assert np.array_equal(data[index].view(np.uint16).reshape(patterns[index].shape),
-                                  patterns[index]), f"chunk {index} differs"
+        assert_chunks_are(data, patterns)
         eventually(lambda: stats(b_client)["l1"]["served_once_dropped"] == CHUNKS,
                    "B freed the peer's chunks with the retrieve's last lock")
         l1 = stats(b_client)["l1"]
