@@ -17,6 +17,8 @@
 #include "common/version.h"
 #include "admin_http/memory_pressure.h"
 #include "admin_http/prometheus.h"
+#include "admin_http/quota_routes.h"
+#include "admin_http/route_helpers.h"
 #include "admin_http/status_json.h"
 
 namespace lmcache::admin_http {
@@ -34,57 +36,6 @@ Result<std::uint64_t> ClearedObjects(std::string_view reply) {
     LMC_RETURN_IF_ERROR(cursor.Skip());
   }
   return Status(ErrorCode::kInternal, "the clear_cache reply has no cleared_objects");
-}
-
-void Reply(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(body.dump(), "application/json");
-}
-
-void Error(httplib::Response& res, int status, const std::string& message) {
-  Reply(res, status, json{{"error", message}});
-}
-
-// Equal or not, in a time that depends on the lengths only (a token is not
-// guessed byte by byte from response times).
-bool SameToken(std::string_view a, std::string_view b) {
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  const std::size_t n = std::max(a.size(), b.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    const auto x = static_cast<unsigned char>(i < a.size() ? a[i] : 0);
-    const auto y = static_cast<unsigned char>(i < b.size() ? b[i] : 0);
-    diff |= static_cast<unsigned>(x ^ y);
-  }
-  return diff == 0;
-}
-
-// Answers a request to a route that changes something with its refusal, and
-// returns true, unless the configuration lets it through (HttpConfig).
-bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib::Response& res) {
-  if (config.read_only) {
-    Error(res, 403, "this server was started with --http-read-only");
-    return true;
-  }
-  if (config.admin_open) return false;
-  if (config.admin_token.empty()) {
-    Error(res, 403,
-          "routes that change anything are off: every local process reaches this port. Start "
-          "the server with --http-admin-token-file FILE and send 'Authorization: Bearer "
-          "<token>', or with --http-admin-open");
-    return true;
-  }
-  constexpr std::string_view kBearer = "Bearer ";
-  const std::string authorization = req.get_header_value("Authorization");
-  if (!std::string_view(authorization).starts_with(kBearer)) {
-    res.set_header("WWW-Authenticate", "Bearer");
-    Error(res, 401, "this route needs 'Authorization: Bearer <token>' (--http-admin-token-file)");
-    return true;
-  }
-  if (!SameToken(std::string_view(authorization).substr(kBearer.size()), config.admin_token)) {
-    Error(res, 403, "wrong admin token");
-    return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -200,12 +151,14 @@ void HttpServer::AddRoutes() {
     Reply(res, 200, {{"status", "ok"}, {"cleared_objects", *cleared}});
   });
 
+  AddQuotaRoutes(s, config, service.table());
+
   // Every known path answers other methods with 405; unknown paths with 404.
   static const std::map<std::string, std::string> kAllowed = {
       {"/", "GET"},        {"/healthcheck", "GET"},   {"/status", "GET"},
       {"/status/memory-pressure", "GET"},             {"/metrics", "GET"},
       {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"},
-      {"/config", "GET"},  {"/config/adapters", "GET"}};
+      {"/config", "GET"},  {"/config/adapters", "GET"}, {"/quota", "GET"}};
   auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
     auto it = kAllowed.find(req.path);
     if (it == kAllowed.end()) return Error(res, 404, "no such route: " + req.path);

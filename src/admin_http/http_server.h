@@ -18,7 +18,7 @@
 #include <string>
 #include <thread>
 
-#include "common/flag_values.h"
+#include "admin_http/http_config.h"
 #include "lmcache/status.h"
 #include "admin_http/health.h"
 #include "server/service.h"
@@ -28,23 +28,6 @@ class Server;
 }
 
 namespace lmcache::admin_http {
-
-struct HttpConfig {
-  std::string host = "127.0.0.1";  // --http-host
-  int port = 8080;                 // --http-port; 0 = disabled, -1 = any free port (tests)
-  bool read_only = false;          // --http-read-only: mutating routes refused
-  // Mutating routes need 'Authorization: Bearer <admin_token>' when it is set,
-  // are open to every peer with admin_open, and are off otherwise.
-  std::string admin_token;  // --http-admin-token-file's content
-  bool admin_open = false;  // --http-admin-open
-  // What GET /config and GET /config/adapters show: every flag (secrets
-  // masked), and each L2 adapter's JSON as given (masked), in cascade order.
-  std::vector<FlagValue> flags;
-  std::vector<std::string> adapter_configs;
-  std::size_t max_body_bytes = 64 * 1024;
-  int io_timeout_seconds = 5;
-  unsigned threads = 2;
-};
 
 class HttpServer {
  public:

@@ -161,6 +161,15 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
       ->capture_default_str();
   app.add_option("--eviction-policy", c->eviction_policy, "L1 eviction policy: LRU or noop")
       ->capture_default_str();
+  app.add_option("--quota-mode", c->quota_mode,
+                 "Per-tenant (cache_salt) L1 quotas: on (a tenant with a quota is capped at it "
+                 "and evicts its own oldest objects to stay within it; the rest are unbounded), "
+                 "allowlist (a tenant without a quota caches nothing) or off (no accounting)")
+      ->capture_default_str();
+  app.add_option("--quota", c->quotas,
+                 "A tenant's L1 quota from the start, SALT=GB (repeat for more; _default names "
+                 "the empty salt); PUT /quota/{salt} sets them at run time")
+      ->take_all();
   app.add_option("--eviction-trigger-watermark", c->eviction_trigger_watermark,
                  "Fraction of the pool in use, in (0, 1], at which background eviction starts")
       ->capture_default_str();
@@ -602,6 +611,32 @@ std::vector<NamedEndpoint> EndpointsOf(const ServerConfig& c) {
 
 }  // namespace
 
+namespace {
+
+Status ParseQuotas(const std::vector<std::string>& given, store::QuotaMode mode,
+                   std::vector<std::pair<std::string, std::uint64_t>>* quotas) {
+  for (const std::string& item : given) {
+    const std::size_t eq = item.rfind('=');
+    if (eq == std::string::npos) {
+      return InvalidConfig("--quota '" + item + "': expected SALT=GB, for example tenant-a=2.5");
+    }
+    const std::string salt = item.substr(0, eq) == store::kDefaultSaltName ? "" : item.substr(0, eq);
+    const Status valid = store::ValidateCacheSalt(salt);
+    const auto bytes = store::QuotaBytesFromGb(std::string_view(item).substr(eq + 1));
+    if (!valid.ok() || !bytes.ok()) {
+      return InvalidConfig("--quota '" + item + "': " +
+                           (valid.ok() ? bytes.status() : valid).message());
+    }
+    quotas->emplace_back(salt, *bytes);
+  }
+  if (!quotas->empty() && mode == store::QuotaMode::kOff) {
+    return InvalidConfig("--quota needs quotas on: drop --quota-mode off, or the --quota flags");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Finalize(ServerConfig* c, pid_t pid) {
   if (c->l1_size_gb == 0) c->l1_size_gb = DefaultL1SizeGb();
   if (!(c->l1_size_gb > 0) || !std::isfinite(c->l1_size_gb)) {
@@ -650,6 +685,8 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   l1.table.write_ttl_ms = c->l1_write_ttl_seconds * 1000;
   l1.table.read_ttl_ms = c->l1_read_ttl_seconds * 1000;
   l1.table.on_demand_eviction = c->on_demand_eviction;
+  LMC_ASSIGN_OR_RETURN(l1.table.quota_mode, store::ParseQuotaMode(c->quota_mode));
+  LMC_RETURN_IF_ERROR(ParseQuotas(c->quotas, l1.table.quota_mode, &l1.quotas));
   l1.evictor.trigger_watermark = c->eviction_trigger_watermark;
   l1.evictor.eviction_ratio = c->eviction_ratio;
   l1.evictor.interval_ms = c->eviction_interval_ms;

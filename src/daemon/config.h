@@ -65,6 +65,8 @@ struct ServerConfig {
   std::int64_t l1_write_ttl_seconds = 600;
   std::int64_t l1_read_ttl_seconds = 300;
   std::string eviction_policy = "LRU";
+  std::string quota_mode = "on";    // --quota-mode: on, allowlist or off
+  std::vector<std::string> quotas;  // --quota SALT=GB, repeated
   double eviction_trigger_watermark = 0.8;
   double eviction_ratio = 0.2;
   std::uint32_t eviction_interval_ms = 1000;

@@ -272,6 +272,7 @@ void Service::AddOwnStatsSources() {
     s->flow = state->l1().flow();
     s->prefault = state->l1().prefault();
     s->evictor = state->l1().evictor().Stats();
+    s->quota = state->table().tenants().Stats();
     if (store::SlotJournal* journal = state->table().journal(); journal != nullptr) {
       s->journal = journal->Stats();
     }

@@ -156,6 +156,7 @@ struct StatsSnapshot {
   store::JournalStats journal;  // zero without --recover-pool
   store::FlowStats flow;  // admitted, evicted, deleted
   store::EvictorStats evictor;
+  store::QuotaStats quota;  // per-tenant L1 quotas
   transport::TransportStats transport;
   std::vector<OperationStats> operations;  // one per operation row, in table order
   ParkedStats parked;  // requests waiting without a thread

@@ -18,6 +18,9 @@ constexpr Group kL1Group{"l1", GroupForm::kMap, "", "L1 pool"};
 constexpr Group kSizeClassGroup{"size_classes", GroupForm::kArray, "object_bytes",
                                 "L1 size classes (one per object size)"};
 constexpr Group kEvictionGroup{"eviction", GroupForm::kMap, "", "L1 eviction"};
+constexpr Group kQuotaGroup{"quota", GroupForm::kMap, "", "Per-tenant L1 quotas (--quota-mode)"};
+constexpr Group kTenantsGroup{"tenants", GroupForm::kKeyedMap, "tenant",
+                              "Tenants with a quota (tenant: the cache_salt; _default: the empty one)"};
 constexpr Group kOperationsGroup{"operations", GroupForm::kKeyedMap, "operation",
                                  "Requests, by operation (those called at least once)"};
 constexpr Group kRouterGroup{"router", GroupForm::kMap, "", "Transport"};
@@ -174,6 +177,17 @@ void VisitWorkers(const S* s, stats::Visitor& v) {
   v.EndGroup();
 }
 
+void VisitQuota(const S* s, stats::Visitor& v) {
+  const store::QuotaStats* q = Of(s, &S::quota);
+  v.BeginGroup(kQuotaGroup);
+  Fields(store::QuotaStatRows(), q, v);
+  Fields(Slice(store::TableStatRows(), "over_quota_objects", "quota_evictions"),
+         Of(s, &S::table), v);
+  Repeated(kTenantsGroup, store::TenantQuotaStatRows(), q ? &q->tenants : nullptr,
+           [](const store::TenantQuotaStats& t, std::size_t) { return std::pair(t.salt, &t); }, v);
+  v.EndGroup();
+}
+
 void VisitL2(const S* s, stats::Visitor& v) {
   if (s != nullptr && !s->l2) {
     v.AbsentGroup(kL2Group);
@@ -209,6 +223,7 @@ void VisitStats(const S* s, stats::Visitor& v) {
   Fields(Slice(ServiceStatRows(), "version", "uptime_seconds"), s, v);
   VisitL1(s, v);
   VisitEviction(s, v);
+  VisitQuota(s, v);
   VisitTransport(s, v);
   VisitWorkers(s, v);
   VisitL2(s, v);

@@ -6,24 +6,47 @@
 
 namespace lmcache::store {
 
+LruPolicy::TenantOrder* LruPolicy::TenantOrderLocked(const std::string& salt) {
+  auto it = tenants_.find(std::string_view(salt));
+  if (it == tenants_.end()) it = tenants_.try_emplace(salt).first;
+  return &it->second;
+}
+
+void LruPolicy::MoveToBackLocked(Order::iterator node) {
+  order_.splice(order_.end(), order_, node);
+  if (node->tenant != nullptr) {
+    node->tenant->splice(node->tenant->end(), *node->tenant, node->in_tenant);
+  }
+}
+
 void LruPolicy::MakeMostRecentLocked(std::span<const ObjectKey> keys, bool insert_unknown) {
+  // The keys of a batch are almost always one tenant's: one lookup of its order.
+  TenantOrder* tenant = nullptr;
+  const std::string* tenant_salt = nullptr;
   // Walk the batch backwards so its first key (the head of the prompt) ends up
   // most recent and the tail is evicted first.
   for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
-    if (insert_unknown) {
-      // One hash per key: an admission is usually of a key not yet known.
-      auto [found, inserted] = where_.try_emplace(*it, order_.end());
-      if (inserted) {
-        order_.push_back(*it);
-        found->second = std::prev(order_.end());
-      } else {
-        order_.splice(order_.end(), order_, found->second);
-      }
+    if (!insert_unknown) {
+      if (auto found = where_.find(*it); found != where_.end()) MoveToBackLocked(found->second);
       continue;
     }
-    if (auto found = where_.find(*it); found != where_.end()) {
-      order_.splice(order_.end(), order_, found->second);
+    // One hash per key: an admission is usually of a key not yet known.
+    auto [found, inserted] = where_.try_emplace(*it, order_.end());
+    if (!inserted) {
+      MoveToBackLocked(found->second);
+      continue;
     }
+    order_.push_back(Node{*it});
+    found->second = std::prev(order_.end());
+    if (!per_tenant_order_) continue;
+    if (tenant_salt == nullptr || *tenant_salt != it->cache_salt) {
+      tenant = TenantOrderLocked(it->cache_salt);
+      tenant_salt = &it->cache_salt;
+    }
+    Node& node = order_.back();
+    tenant->push_back(&node);
+    node.tenant = tenant;
+    node.in_tenant = std::prev(tenant->end());
   }
 }
 
@@ -42,6 +65,11 @@ void LruPolicy::OnRemoved(std::span<const ObjectKey> keys) {
   for (const ObjectKey& key : keys) {
     auto found = where_.find(key);
     if (found == where_.end()) continue;
+    Node& node = *found->second;
+    if (node.tenant != nullptr) {
+      node.tenant->erase(node.in_tenant);
+      if (node.tenant->empty()) tenants_.erase(node.key.cache_salt);
+    }
     order_.erase(found->second);
     where_.erase(found);
   }
@@ -52,7 +80,30 @@ std::vector<ObjectKey> LruPolicy::Candidates(std::size_t skip, std::size_t max_c
   std::vector<ObjectKey> out;
   if (skip >= order_.size()) return out;
   auto it = std::next(order_.begin(), static_cast<std::ptrdiff_t>(skip));
-  for (; it != order_.end() && out.size() < max_count; ++it) out.push_back(*it);
+  for (; it != order_.end() && out.size() < max_count; ++it) out.push_back(it->key);
+  return out;
+}
+
+std::vector<ObjectKey> LruPolicy::TenantCandidates(std::string_view salt, std::size_t skip,
+                                                   std::size_t max_count) const {
+  MutexLock lock(&mu_);
+  std::vector<ObjectKey> out;
+  if (!per_tenant_order_) {
+    for (const Node& node : order_) {
+      if (out.size() >= max_count) break;
+      if (node.key.cache_salt != salt) continue;
+      if (skip > 0) {
+        skip -= 1;
+        continue;
+      }
+      out.push_back(node.key);
+    }
+    return out;
+  }
+  auto tenant = tenants_.find(salt);
+  if (tenant == tenants_.end() || skip >= tenant->second.size()) return out;
+  auto it = std::next(tenant->second.begin(), static_cast<std::ptrdiff_t>(skip));
+  for (; it != tenant->second.end() && out.size() < max_count; ++it) out.push_back((*it)->key);
   return out;
 }
 
@@ -61,11 +112,12 @@ std::size_t LruPolicy::size() const {
   return order_.size();
 }
 
-Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name) {
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
+                                                           bool per_tenant_order) {
   std::string lower(name);
   std::transform(lower.begin(), lower.end(), lower.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (lower == "lru") return std::unique_ptr<EvictionPolicy>(new LruPolicy());
+  if (lower == "lru") return std::unique_ptr<EvictionPolicy>(new LruPolicy(per_tenant_order));
   if (lower == "noop") return std::unique_ptr<EvictionPolicy>(new NoopPolicy());
   return InvalidConfig("--eviction-policy: unknown policy '" + std::string(name) +
                        "'; use LRU or noop");

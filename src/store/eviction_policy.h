@@ -7,6 +7,10 @@
 // policies that track recency treat the head as the most recent, so the tail
 // of a prefix is evicted before its head (a retained prefix stays usable).
 //
+// Policies that keep an order also keep it per tenant (cache_salt), so a
+// tenant at its quota can be trimmed of its own oldest objects without
+// walking everyone else's (tenant_ledger.h).
+//
 // Thread-safety: implementations are internally synchronised. The table calls
 // them while holding shard mutexes, so a policy must never call back into the
 // table (lock order: table shard -> policy).
@@ -16,6 +20,7 @@
 #include <list>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -36,27 +41,56 @@ class EvictionPolicy {
   // Up to `max_count` candidates starting at position `skip` of the eviction
   // order (skip lets a caller step over candidates it found locked).
   virtual std::vector<ObjectKey> Candidates(std::size_t skip, std::size_t max_count) const = 0;
+  // The same, among the keys of tenant `salt` only.
+  virtual std::vector<ObjectKey> TenantCandidates(std::string_view salt, std::size_t skip,
+                                                  std::size_t max_count) const = 0;
   virtual std::size_t size() const = 0;
 };
 
 // Least recently used first.
 class LruPolicy final : public EvictionPolicy {
  public:
+  // Without `per_tenant_order` (quotas off) no tenant order is kept and
+  // TenantCandidates walks the whole order.
+  explicit LruPolicy(bool per_tenant_order = true) : per_tenant_order_(per_tenant_order) {}
   std::string_view name() const override { return "LRU"; }
   void OnAdmitted(std::span<const ObjectKey> keys) override LMC_EXCLUDES(mu_);
   void OnAccessed(std::span<const ObjectKey> keys) override LMC_EXCLUDES(mu_);
   void OnRemoved(std::span<const ObjectKey> keys) override LMC_EXCLUDES(mu_);
   std::vector<ObjectKey> Candidates(std::size_t skip, std::size_t max_count) const override
       LMC_EXCLUDES(mu_);
+  std::vector<ObjectKey> TenantCandidates(std::string_view salt, std::size_t skip,
+                                          std::size_t max_count) const override LMC_EXCLUDES(mu_);
   std::size_t size() const override LMC_EXCLUDES(mu_);
 
  private:
+  struct Node;
+  using TenantOrder = std::list<Node*>;  // front = least recently used
+  struct Node {
+    ObjectKey key;
+    TenantOrder* tenant = nullptr;  // null without per-tenant order
+    TenantOrder::iterator in_tenant;
+  };
+  using Order = std::list<Node>;
+  struct SaltHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+
   // Moves (or inserts) every key to the most-recent end, the batch's first key last.
   void MakeMostRecentLocked(std::span<const ObjectKey> keys, bool insert_unknown) LMC_REQUIRES(mu_);
+  void MoveToBackLocked(Order::iterator node) LMC_REQUIRES(mu_);
+  // The tenant order of `salt`, made if absent; `last` caches the batch's last lookup.
+  TenantOrder* TenantOrderLocked(const std::string& salt) LMC_REQUIRES(mu_);
 
+  const bool per_tenant_order_;
   mutable Mutex mu_;
-  std::list<ObjectKey> order_ LMC_GUARDED_BY(mu_);  // front = least recently used
-  std::unordered_map<ObjectKey, std::list<ObjectKey>::iterator, ObjectKeyHash> where_
+  Order order_ LMC_GUARDED_BY(mu_);  // front = least recently used
+  std::unordered_map<ObjectKey, Order::iterator, ObjectKeyHash> where_ LMC_GUARDED_BY(mu_);
+  // Lists never move inside the map's nodes, so a Node's pointer stays valid.
+  std::unordered_map<std::string, TenantOrder, SaltHash, std::equal_to<>> tenants_
       LMC_GUARDED_BY(mu_);
 };
 
@@ -68,10 +102,15 @@ class NoopPolicy final : public EvictionPolicy {
   void OnAccessed(std::span<const ObjectKey>) override {}
   void OnRemoved(std::span<const ObjectKey>) override {}
   std::vector<ObjectKey> Candidates(std::size_t, std::size_t) const override { return {}; }
+  std::vector<ObjectKey> TenantCandidates(std::string_view, std::size_t,
+                                          std::size_t) const override {
+    return {};
+  }
   std::size_t size() const override { return 0; }
 };
 
 // "LRU" or "noop" (case-insensitive, as --eviction-policy accepts them).
-Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name);
+Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
+                                                           bool per_tenant_order = true);
 
 }  // namespace lmcache::store

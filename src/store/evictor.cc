@@ -52,6 +52,9 @@ void Evictor::RunPass() {
   counters_.passes.fetch_add(1, std::memory_order_relaxed);
   try {
     counters_.reclaimed_objects.fetch_add(table_->ReclaimExpired(), std::memory_order_relaxed);
+    // A quota lowered below what its tenant holds: the rest of the trim, now
+    // that more of its objects may be unlocked.
+    table_->TrimOverQuota();
     alloc::SlabAllocator& allocator = table_->allocator();
     const std::uint64_t to_evict =
         BytesToEvict(allocator.UsedBytes(), allocator.capacity_bytes(), config_);

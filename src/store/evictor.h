@@ -3,6 +3,7 @@
 // Every `interval_ms`, and at once when an admission takes usage over the
 // trigger (it listens to the table's admissions), it frees staging
 // copies whose write lease expired and retired objects whose leases ended,
+// trims tenants over their quotas (a quota lowered below what was locked),
 // then, if usage >= trigger_watermark, evicts unlocked LRU objects until usage
 // is at or below the low watermark (trigger - ratio, both fractions of the
 // capacity). Unlike the reference (a fraction of the key count per tick, spec

@@ -51,7 +51,7 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Create(const L1Config& config, const C
   if (policy) {
     cache->policy_ = std::move(policy);
   } else {
-    LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy));
+    LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy, config.table.quota_mode != QuotaMode::kOff));
   }
 
   for (const std::string& name : shm::RemoveOrphanedPoolSegments(config.shm_dir)) {
@@ -77,7 +77,7 @@ Result<std::unique_ptr<L1Cache>> L1Cache::Adopt(const L1Config& config, const Cl
                                                 const PoolImage& image, AdoptionReport* report) {
   LMC_RETURN_IF_ERROR(ValidateEvictorConfig(config.evictor));
   std::unique_ptr<L1Cache> cache(new L1Cache());
-  LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy));
+  LMC_ASSIGN_OR_RETURN(cache->policy_, MakeEvictionPolicy(config.eviction_policy, config.table.quota_mode != QuotaMode::kOff));
   cache->segment_ = std::move(segment);
   // Until the adoption succeeds the name stays the predecessor's (ClaimName).
   if (image.ready_bytes > config.size_bytes) {
@@ -127,6 +127,9 @@ Status L1Cache::Assemble(L1Cache* cache, const L1Config& config, const Clock* cl
                                                 clock, config.table);
   cache->table_->AddListener(&cache->flow_);
   if (cache->journal_) cache->table_->SetJournal(cache->journal_.get());
+  for (const auto& [salt, bytes] : config.quotas) {
+    LMC_RETURN_IF_ERROR(cache->table_->SetQuota(salt, bytes));
+  }
   cache->evictor_ = std::make_unique<Evictor>(cache->table_.get(), config.evictor);
   cache->table_->AddListener(cache->evictor_.get());
   if (config.background_eviction) cache->evictor_->Start();

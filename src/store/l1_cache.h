@@ -22,6 +22,8 @@
 #include <memory>
 #include <thread>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "alloc/slab_allocator.h"
 #include "common/clock.h"
@@ -58,6 +60,8 @@ struct L1Config {
   std::function<void(std::uint64_t ready_bytes)> before_prefault_step;
   std::string shm_dir = "/dev/shm";
   shm::HugePageMode huge_pages = shm::HugePageMode::kAuto;
+  // Tenants' quotas from the start (--quota SALT=GB; more are set at run time).
+  std::vector<std::pair<std::string, std::uint64_t>> quotas;
   // Makes the pool's slot journal once the segment exists (--recover-pool:
   // restart/pool_journal.h); empty, the pool is journaled nowhere.
   SlotJournalFactory journal;

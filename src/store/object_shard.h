@@ -43,6 +43,7 @@
 #include "store/owner.h"
 #include "store/slot_journal.h"
 #include "store/read_locks.h"
+#include "store/tenant_ledger.h"
 
 namespace lmcache::store {
 
@@ -60,6 +61,9 @@ struct ShardContext {
   SlotJournal* journal = nullptr;
   // Counts served-once objects freed (the table's counter).
   std::atomic<std::uint64_t>* served_once_dropped = nullptr;
+  // Charged and credited at every staged and resident copy's coming and
+  // going (tenant_ledger.h); null: no accounting.
+  TenantLedger* ledger = nullptr;
 };
 
 struct ResidentEntry {
@@ -92,6 +96,7 @@ enum class ReserveState : std::uint8_t {
   kResident,     // the key is resident: nothing staged (an offered slot is freed)
   kReserved,     // staged under the lease, at `offset`
   kNeedsMemory,  // not staged: offer a slot
+  kOverQuota,    // not staged: the key's tenant is at its quota (the offered slot is freed)
 };
 struct ReserveStep {
   ReserveState state = ReserveState::kNeedsMemory;
@@ -137,8 +142,9 @@ class ObjectShard {
   // One key of `owner`'s reservation under `lease` (expiring at `expires_ms`):
   // a resident key stays so; `owner`'s staged copy of the same size moves to
   // `lease` (a repeated reservation gets its buffer back); one of another
-  // size is freed; otherwise `offered` (a fresh slot, if any) is staged. An
-  // offered slot that is not staged goes to `to_free`.
+  // size is freed; otherwise `offered` (a fresh slot, if any) is staged when
+  // the key's tenant may be charged for it. An offered slot that is not
+  // staged goes to `to_free`.
   ReserveStep ReserveLocked(const ObjectKey& key, const Owner& owner, std::uint64_t size,
                             LeaseId lease, TimeMs expires_ms, std::optional<Offset> offered,
                             std::vector<Offset>* to_free) LMC_REQUIRES(mu_);
@@ -231,6 +237,10 @@ class ObjectShard {
   using StagingMap = std::unordered_map<ObjectKey, std::vector<StagedCopy>, ObjectKeyHash>;
 
   std::uint64_t Aligned(std::uint64_t size) const { return context_->allocator->AlignedSize(size); }
+  // The tenant of `key` no longer holds a copy of `size` bytes (tenant_ledger.h).
+  void CreditLocked(const ObjectKey& key, std::uint64_t size) LMC_REQUIRES(mu_) {
+    if (context_->ledger != nullptr) context_->ledger->Credit(key.cache_salt, Aligned(size));
+  }
   ResidentEntry* AdmitResidentLocked(const ObjectKey& key, Offset offset, std::uint64_t size)
       LMC_REQUIRES(mu_);
   void EraseResidentLocked(const ObjectKey& key, ResidentEntry* entry) LMC_REQUIRES(mu_);

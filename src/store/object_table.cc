@@ -33,7 +33,9 @@ ObjectTable::ObjectTable(alloc::SlabAllocator* allocator, EvictionPolicy* policy
       policy_(policy),
       clock_(clock),
       config_(config),
-      shard_context_{allocator, nullptr, &counters_.served_once_dropped} {
+      ledger_(config.quota_mode),
+      shard_context_{allocator, nullptr, &counters_.served_once_dropped,
+                     config.quota_mode == QuotaMode::kOff ? nullptr : &ledger_} {
   shards_.reserve(num_shards());
   for (std::uint32_t i = 0; i < num_shards(); ++i) {
     shards_.push_back(std::make_unique<ObjectShard>(&shard_context_));
@@ -153,6 +155,10 @@ std::vector<std::size_t> ObjectTable::ReservePass(
         result->offsets[i] = step.offset;
         break;
       case ReserveState::kNeedsMemory: needs_memory.push_back(i); break;
+      case ReserveState::kOverQuota:
+        result->over_quota += 1;
+        counters_.over_quota_objects.fetch_add(1, std::memory_order_relaxed);
+        break;
     }
   }
   return needs_memory;
@@ -171,12 +177,16 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
   for (std::size_t i = 0; i < keys.size(); ++i) all[i] = i;
   // Classify under the shard locks, allocate outside them (on-demand eviction
   // locks other shards), then stage what got memory, re-checking each key.
-  const std::vector<std::size_t> needs_memory =
-      ReservePass(keys, size, owner, lease, all, {}, &result);
+  std::vector<std::size_t> needs_memory = ReservePass(keys, size, owner, lease, all, {}, &result);
   std::vector<Offset> offsets;
   bool pages_pending = false;
   // Read before allocating: pages made ready after it wake the caller at once.
   const std::uint64_t ready_bytes_seen = allocator_->ready_bytes();
+  // Memory only for what the tenants' quotas admit: a refused key must not
+  // cost anyone an eviction.
+  if (ledger_.enabled() && !needs_memory.empty()) {
+    needs_memory = FitToQuotas(keys, size, std::move(needs_memory), mode, &result);
+  }
   if (!needs_memory.empty()) {
     LMC_ASSIGN_OR_RETURN(
         offsets, AllocateWithEviction(size, needs_memory.size(), mode, warming, &pages_pending));
@@ -188,6 +198,16 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
     }
   }
 
+  if (mode == AllocationMode::kAllOrNothing && result.over_quota > 0) {
+    // A racing writer of the same tenant took the room: all or nothing.
+    std::vector<ObjectKey> staged;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (result.outcomes[i] != WriteReservation::kReserved) continue;
+      staged.push_back(keys[i]);
+      result.outcomes[i] = WriteReservation::kOutOfMemory;
+    }
+    AbortStaged(lease, staged);
+  }
   LeaseRecord record{owner, LeaseKind::kWrite, {}, clock_->NowMs() + WriteTtl(owner)};
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (result.outcomes[i] == WriteReservation::kReserved) record.keys.push_back(keys[i]);
@@ -211,6 +231,50 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
     return pending;
   }
   return result;
+}
+
+std::vector<std::size_t> ObjectTable::FitToQuotas(std::span<const ObjectKey> keys,
+                                                   std::uint64_t size,
+                                                   std::vector<std::size_t> needs_memory,
+                                                   AllocationMode mode, WriteLease* result) {
+  const std::uint64_t aligned = allocator_->AlignedSize(size);
+  // Each tenant's room, made first by evicting its own oldest objects.
+  std::unordered_map<std::string_view, std::uint64_t> room;
+  for (const std::size_t i : needs_memory) {
+    const std::string_view salt = keys[i].cache_salt;
+    if (room.contains(salt)) continue;
+    std::uint64_t wanted = 0;
+    for (const std::size_t j : needs_memory) {
+      if (keys[j].cache_salt == salt) wanted += aligned;
+    }
+    std::uint64_t free_room = ledger_.Room(salt);
+    if (free_room < wanted) {
+      EvictTenant(salt, wanted - free_room);
+      free_room = ledger_.Room(salt);
+    }
+    room.emplace(salt, free_room);
+  }
+  std::vector<std::size_t> admitted;
+  std::unordered_set<std::string_view> refused_tenants;
+  for (const std::size_t i : needs_memory) {
+    const std::string_view salt = keys[i].cache_salt;
+    std::uint64_t& left = room[salt];
+    if (!refused_tenants.contains(salt) && left >= aligned) {
+      left -= aligned;
+      admitted.push_back(i);
+      continue;
+    }
+    // In batch order: a tenant's keys after its first refused one are refused too.
+    refused_tenants.insert(salt);
+    ledger_.CountRefused(salt, 1, aligned);
+  }
+  if (admitted.size() < needs_memory.size() && mode == AllocationMode::kAllOrNothing) {
+    admitted.clear();
+  }
+  const std::size_t refused = needs_memory.size() - admitted.size();
+  result->over_quota += refused;
+  counters_.over_quota_objects.fetch_add(refused, std::memory_order_relaxed);
+  return admitted;
 }
 
 WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {

@@ -65,6 +65,7 @@
 #include "store/slot_journal.h"
 #include "store/read_locks.h"
 #include "store/store_stats.h"
+#include "store/tenant_ledger.h"
 
 namespace lmcache::store {
 
@@ -78,6 +79,8 @@ struct ObjectTableConfig {
   // While the pool is still being pre-faulted, a reservation that finds no
   // memory waits up to this long for fresh pages before it evicts or fails.
   std::chrono::milliseconds prefault_wait{30'000};
+  // --quota-mode: how tenants' bytes are counted and capped (tenant_ledger.h).
+  QuotaMode quota_mode = QuotaMode::kOpen;
 };
 
 // How ReserveWrite allocates the keys that need memory.
@@ -108,6 +111,9 @@ struct WriteLease {
   std::vector<Offset> offsets;             // valid where outcomes[i] == kReserved
   std::size_t reserved = 0;
   std::size_t out_of_memory = 0;
+  // Of them, refused because their tenant is at its quota with nothing of
+  // its own left to evict (tenant_ledger.h).
+  std::size_t over_quota = 0;
   // WhilePoolWarms::kReportBusy only: the batch must wait for pre-faulted
   // pages, so nothing was reserved (lease kNoLease). The caller waits for
   // NotifyWhenPagesReady(ready_bytes_seen) and tries again.
@@ -297,6 +303,19 @@ class ObjectTable {
   // Evicts unlocked resident objects in policy order until `bytes` are freed
   // or no candidate is left.
   EvictionReport EvictLru(std::uint64_t bytes);
+  // The same among tenant `salt`'s objects only (counted as its quota's evictions).
+  EvictionReport EvictTenant(std::string_view salt, std::uint64_t bytes);
+
+  // --- quotas (tenant_ledger.h) ---
+  // Caps tenant `salt` at `bytes` and evicts its oldest unlocked objects
+  // beyond it at once (what is locked goes at a later TrimOverQuota).
+  // kWrongState when quotas are off.
+  Status SetQuota(std::string_view salt, std::uint64_t bytes);
+  // False when `salt` had no quota.
+  bool RemoveQuota(std::string_view salt) { return ledger_.RemoveLimit(salt); }
+  // Evicts every tenant's objects beyond its quota (the evictor's pass).
+  EvictionReport TrimOverQuota();
+  const TenantLedger& tenants() const { return ledger_; }
   // Frees staging copies whose write lease expired (a worker's are
   // quarantined instead, until ReleaseOwner of the worker) and retired objects
   // whose leases ended, and forgets expired lease records. Returns objects freed.
@@ -350,6 +369,17 @@ class ObjectTable {
   TimeMs WriteTtl(const Owner& owner) const;
   TimeMs ReadTtl(const Owner& owner) const;
   Status ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const;
+  // Evicts candidates `next_candidates(skip)` hands out until `bytes` are freed.
+  EvictionReport EvictFrom(
+      const std::function<std::vector<ObjectKey>(std::size_t skip)>& next_candidates,
+      std::uint64_t bytes);
+  // The keys of `needs_memory` (indices into `keys`) whose tenants have room
+  // for them, after each tenant short of room evicted its own oldest
+  // objects; kLongestPrefix keeps a tenant's keys up to its first refused
+  // one, kAllOrNothing none if any is refused. Counts the rest in `result`.
+  std::vector<std::size_t> FitToQuotas(std::span<const ObjectKey> keys, std::uint64_t size,
+                                       std::vector<std::size_t> needs_memory, AllocationMode mode,
+                                       WriteLease* result);
   // Allocates up to `count` objects, evicting on demand; fewer than `count`
   // only in kLongestPrefix mode.
   // Sets *pages_pending (and allocates nothing) when `warming` is
@@ -386,6 +416,7 @@ class ObjectTable {
   EvictionPolicy* const policy_;
   const Clock* const clock_;
   const ObjectTableConfig config_;
+  TenantLedger ledger_;  // before the shards, which charge it
   ShardContext shard_context_;
   std::vector<std::unique_ptr<ObjectShard>> shards_;
   mutable LeaseRegistry leases_;

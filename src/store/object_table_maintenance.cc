@@ -82,10 +82,28 @@ OwnerReleaseReport ObjectTable::ReleaseOwner(const Owner& owner) {
 }
 
 EvictionReport ObjectTable::EvictLru(std::uint64_t bytes) {
+  return EvictFrom([this](std::size_t skip) { return policy_->Candidates(skip, kEvictionBatch); },
+                   bytes);
+}
+
+EvictionReport ObjectTable::EvictTenant(std::string_view salt, std::uint64_t bytes) {
+  const EvictionReport report = EvictFrom(
+      [this, salt](std::size_t skip) {
+        return policy_->TenantCandidates(salt, skip, kEvictionBatch);
+      },
+      bytes);
+  ledger_.CountQuotaEviction(salt, report.objects, report.bytes);
+  counters_.quota_evictions.fetch_add(report.objects, std::memory_order_relaxed);
+  return report;
+}
+
+EvictionReport ObjectTable::EvictFrom(
+    const std::function<std::vector<ObjectKey>(std::size_t skip)>& next_candidates,
+    std::uint64_t bytes) {
   EvictionReport report;
   std::size_t skip = 0;  // candidates at the front of the order found locked
   while (report.bytes < bytes) {
-    const std::vector<ObjectKey> candidates = policy_->Candidates(skip, kEvictionBatch);
+    const std::vector<ObjectKey> candidates = next_candidates(skip);
     if (candidates.empty()) break;
     std::vector<ObjectKey> evicted;
     std::vector<std::uint64_t> evicted_bytes;
@@ -115,6 +133,22 @@ EvictionReport ObjectTable::EvictLru(std::uint64_t bytes) {
     NotifyEvicted(evicted, evicted_bytes);
   }
   return report;
+}
+
+Status ObjectTable::SetQuota(std::string_view salt, std::uint64_t bytes) {
+  LMC_RETURN_IF_ERROR(ledger_.SetLimit(salt, bytes));
+  if (const std::uint64_t excess = ledger_.Excess(salt); excess > 0) EvictTenant(salt, excess);
+  return Status::Ok();
+}
+
+EvictionReport ObjectTable::TrimOverQuota() {
+  EvictionReport total;
+  for (const auto& [salt, excess] : ledger_.OverLimit()) {
+    const EvictionReport report = EvictTenant(salt, excess);
+    total.objects += report.objects;
+    total.bytes += report.bytes;
+  }
+  return total;
 }
 
 std::uint64_t ObjectTable::ReclaimExpired() {

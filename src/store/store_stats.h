@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 #include <span>
 
 #include "common/clock.h"
@@ -58,7 +60,13 @@ namespace lmcache::store {
       "(chunks loaded from peers with --p2p-keep-loaded false): freed with their last lock.") \
   X(served_once_dropped, "served_once_dropped", std::uint64_t, kCounter, "objects", \
       "l1_served_once_dropped_total", "Served-once objects freed once their last lock was " \
-      "released or expired.")
+      "released or expired.") \
+  X(over_quota_objects, "over_quota_objects", std::uint64_t, kCounter, "objects", \
+      "l1_over_quota_objects_total", "Copies refused L1 memory because their tenant was at " \
+      "its quota with nothing of its own left to evict (--quota-mode).") \
+  X(quota_evictions, "quota_evictions", std::uint64_t, kCounter, "objects", \
+      "l1_quota_evictions_total", "Objects evicted to keep their own tenant within its quota " \
+      "(never another tenant's).")
 
 struct TableStats {
   LMC_STATS_MEMBERS(LMC_TABLE_STATS)
@@ -171,5 +179,50 @@ struct PrefaultProgress {
   bool failed = false;  // /dev/shm ran out: the pool stays at ready_bytes
 };
 std::span<const stats::Row<PrefaultProgress>> PrefaultStatRows();
+
+// QuotaStats's figures, each declared once (stats/declare.h). Tenants with a
+// quota are named (TenantQuotaStats); every other tenant is counted here
+// together, so the number of series stays bounded by the quotas set.
+#define LMC_QUOTA_STATS(X, D) \
+  X(mode, "mode", std::string, kText, "", "quota_mode_info", \
+    "--quota-mode: on, allowlist or off (always 1).") \
+  X(tenants_with_quota, "tenants_with_quota", std::uint64_t, kGauge, "tenants", \
+    "quota_tenants", "Tenants (cache_salt) with an L1 quota.") \
+  X(other_tenants, "other_tenants", std::uint64_t, kGauge, "tenants", "quota_other_tenants", \
+    "Tenants without a quota that hold L1 bytes.") \
+  X(other_used_bytes, "other_used_bytes", std::uint64_t, kGauge, "bytes", \
+    "quota_other_used_bytes", "L1 bytes, staged and resident, of tenants without a quota.") \
+  X(other_refused_objects, "other_refused_objects", std::uint64_t, kCounter, "objects", \
+    "quota_other_refused_objects_total", "Copies of tenants without a quota refused " \
+    "(--quota-mode allowlist).")
+
+// TenantQuotaStats's figures, each declared once (stats/declare.h).
+#define LMC_TENANT_QUOTA_STATS(X, D) \
+  X(limit_bytes, "limit_bytes", std::uint64_t, kGauge, "bytes", "quota_limit_bytes", \
+    "The tenant's L1 quota.") \
+  X(used_bytes, "used_bytes", std::uint64_t, kGauge, "bytes", "quota_used_bytes", \
+    "L1 bytes the tenant holds, staged and resident.") \
+  X(refused_objects, "refused_objects", std::uint64_t, kCounter, "objects", \
+    "quota_refused_objects_total", "Copies refused because the tenant was at its quota " \
+    "with nothing of its own left to evict.") \
+  X(refused_bytes, "refused_bytes", std::uint64_t, kCounter, "bytes", \
+    "quota_refused_bytes_total", "Bytes of those copies.") \
+  X(quota_evicted_objects, "quota_evicted_objects", std::uint64_t, kCounter, "objects", \
+    "quota_evicted_objects_total", "The tenant's own objects evicted to keep it within its " \
+    "quota.") \
+  X(quota_evicted_bytes, "quota_evicted_bytes", std::uint64_t, kCounter, "bytes", \
+    "quota_evicted_bytes_total", "Bytes of those objects.")
+
+struct TenantQuotaStats {
+  std::string salt;  // "_default" for the empty salt
+  LMC_STATS_MEMBERS(LMC_TENANT_QUOTA_STATS)
+};
+std::span<const stats::Row<TenantQuotaStats>> TenantQuotaStatRows();
+
+struct QuotaStats {
+  LMC_STATS_MEMBERS(LMC_QUOTA_STATS)
+  std::vector<TenantQuotaStats> tenants;  // by salt
+};
+std::span<const stats::Row<QuotaStats>> QuotaStatRows();
 
 }  // namespace lmcache::store

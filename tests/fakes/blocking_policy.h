@@ -20,6 +20,10 @@ class BlockingPolicy final : public store::EvictionPolicy {
   void OnAccessed(std::span<const store::ObjectKey> keys) override { lru_.OnAccessed(keys); }
   void OnRemoved(std::span<const store::ObjectKey> keys) override { lru_.OnRemoved(keys); }
   std::size_t size() const override { return lru_.size(); }
+  std::vector<store::ObjectKey> TenantCandidates(std::string_view salt, std::size_t skip,
+                                                 std::size_t max) const override {
+    return lru_.TenantCandidates(salt, skip, max);
+  }
   std::vector<store::ObjectKey> Candidates(std::size_t skip, std::size_t max) const override {
     {
       std::unique_lock<std::mutex> lock(mu_);

@@ -216,6 +216,26 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
         &s.p2p_channel.late_replies}) {
     *figure = next_later();
   }
+  // Quotas: their own sequence, so the figures above and below keep theirs.
+  std::uint64_t quota_counter = 9000;
+  auto quota_next = [&quota_counter] { return ++quota_counter; };
+  s.quota.mode = "on";
+  s.quota.tenants_with_quota = 2;
+  s.quota.other_tenants = quota_next();
+  s.quota.other_used_bytes = quota_next();
+  s.quota.other_refused_objects = quota_next();
+  s.table.over_quota_objects = quota_next();
+  s.table.quota_evictions = quota_next();
+  for (const char* salt : {"_default", "tenant-a"}) {
+    store::TenantQuotaStats& t = s.quota.tenants.emplace_back();
+    t.salt = salt;
+    t.limit_bytes = quota_next();
+    t.used_bytes = quota_next();
+    t.refused_objects = quota_next();
+    t.refused_bytes = quota_next();
+    t.quota_evicted_objects = quota_next();
+    t.quota_evicted_bytes = quota_next();
+  }
   if (!with_l2) return s;
   tier::L2Stats l;
   for (const char* type : {"fs", "resp"}) {

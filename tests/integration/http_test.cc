@@ -51,16 +51,22 @@ std::unique_ptr<client::Client> Registered(const std::string& url, std::int64_t 
 }
 
 // Stores one 256-token chunk (tokens first_token...) filled with `fill`.
-Status StoreOneChunk(client::Client& worker, std::uint32_t first_token, std::byte fill,
-                     const std::string& request_id) {
+Result<client::StoreResult> StoreChunk(client::Client& worker, std::uint32_t first_token,
+                                       std::byte fill, const std::string& request_id,
+                                       const std::string& cache_salt = "") {
   std::vector<std::byte> chunk(worker.ObjectBytes(), fill);
   client::KeySpec key;
   key.model_name = "http-test-model";
+  key.cache_salt = cache_salt;
   for (std::uint32_t t = 0; t < 256; ++t) key.token_ids.push_back(first_token + t);
   key.end = 256;
   key.request_id = request_id;
   std::vector<std::span<const std::byte>> chunks = {chunk};
-  return worker.Store(key, chunks).status();
+  return worker.Store(key, chunks);
+}
+Status StoreOneChunk(client::Client& worker, std::uint32_t first_token, std::byte fill,
+                     const std::string& request_id) {
+  return StoreChunk(worker, first_token, fill, request_id).status();
 }
 
 class HttpTest : public ::testing::Test {
@@ -433,6 +439,105 @@ TEST_F(HttpTest, JsonLogsAreOneObjectPerLineAndSighupReopensTheFile) {
   EXPECT_NE(text.str().find("ready"), std::string::npos);
   fs::remove(log);
   fs::remove(log.string() + ".1");
+}
+
+}  // namespace
+}  // namespace lmcache
+
+namespace lmcache {
+namespace {
+
+// The reference's quota routes (p2p-spec.md 12.1): their fields, their 400s,
+// _default for the empty salt, the admin gate on what changes, and a tenant
+// capped in L1 at its quota while another is not touched.
+TEST_F(HttpTest, QuotaRoutesCapATenantAsTheReferenceDescribes) {
+  const std::string token = "9a8b7c6d5e4f30211203f4e5d6c7b8a9";
+  const std::string file = TokenFile(token, fs::perms::owner_read | fs::perms::owner_write);
+  StartServer({"--http-admin-token-file", file, "--quota", "_default=0.5"});
+  const httplib::Headers admin = {{"Authorization", "Bearer " + token}};
+  auto worker = Registered(url_, 9);
+  const std::uint64_t object = worker->ObjectBytes();  // a multiple of the 4 KiB alignment
+  const double two_objects_gb = 2.0 * static_cast<double>(object) / (1 << 30);
+  const std::string body = json{{"limit_gb", two_objects_gb}}.dump();
+
+  EXPECT_EQ(http_->Put("/quota/tenant-a", body, "application/json")->status, 401);
+  auto set = http_->Put("/quota/tenant-a", admin, body, "application/json");
+  ASSERT_EQ(set->status, 200) << set->body;
+  EXPECT_EQ(Json(set), (json{{"cache_salt", "tenant-a"}, {"limit_gb", two_objects_gb},
+                             {"status", "ok"}}));
+  for (const char* bad : {"{", "[]", "{}", R"({"limit_gb":"1"})", R"({"limit_gb":-1})",
+                          R"({"limit_gb":true})", R"({"limit_gb":null})", R"({"limit_gb":NaN})",
+                          R"({"limit_gb":1e999})"}) {
+    auto refused = http_->Put("/quota/tenant-a", admin, bad, "application/json");
+    EXPECT_EQ(refused->status, 400) << bad;
+    EXPECT_TRUE(Json(refused).contains("error")) << bad;
+  }
+  EXPECT_EQ(http_->Put("/quota/a@b", admin, body, "application/json")->status, 400);
+  EXPECT_EQ(http_->Post("/quota/tenant-a", admin, body, "application/json")->status, 405);
+
+  // Four chunks of tenant-a: its two newest stay; tenant-b's four all stay.
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    auto stored = StoreChunk(*worker, 1000 * (i + 1), std::byte{1}, "a", "tenant-a");
+    ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+    EXPECT_EQ(stored->stored, 1u);
+    stored = StoreChunk(*worker, 1000 * (i + 1), std::byte{2}, "b", "tenant-b");
+    ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  }
+  const json a = Json(http_->Get("/quota/tenant-a"));
+  EXPECT_EQ(a["cache_salt"], "tenant-a");
+  EXPECT_EQ(a["exists"], true);
+  EXPECT_DOUBLE_EQ(a["limit_gb"].get<double>(), two_objects_gb);
+  EXPECT_DOUBLE_EQ(a["current_usage_gb"].get<double>(), two_objects_gb);
+  EXPECT_EQ(a["usage_bytes"], 2 * object);
+  EXPECT_EQ(a["quota_evicted_objects"], 2);
+  const json b = Json(http_->Get("/quota/tenant-b"));  // never 404
+  EXPECT_EQ(b["exists"], false);
+  EXPECT_EQ(b["limit_gb"], 0.0);
+  EXPECT_EQ(b["usage_bytes"], 4 * object);
+  EXPECT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 6);
+
+  const json all = Json(http_->Get("/quota"));
+  EXPECT_EQ(all["mode"], "on");
+  ASSERT_EQ(all["users"].size(), 2u);  // tenant-b has no quota: counted in "other" only
+  EXPECT_DOUBLE_EQ(all["users"]["_default"]["limit_gb"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(all["users"]["tenant-a"]["current_usage_gb"].get<double>(), two_objects_gb);
+  EXPECT_EQ(all["other"]["tenants"], 1);
+  EXPECT_EQ(all["other"]["usage_bytes"], 4 * object);
+  const std::string metrics = http_->Get("/metrics")->body;
+  EXPECT_NE(metrics.find("lmcache_mp_quota_used_bytes{tenant=\"tenant-a\"} " +
+                         std::to_string(2 * object)),
+            std::string::npos);
+  EXPECT_EQ(metrics.find("tenant=\"tenant-b\""), std::string::npos);
+  const json quota = Json(http_->Get("/status"))["stats"]["quota"];
+  EXPECT_EQ(quota["tenants_with_quota"], 2);
+  EXPECT_EQ(quota["tenants"]["tenant-a"]["used_bytes"], 2 * object);
+  EXPECT_EQ(quota["tenants"]["tenant-a"]["quota_evicted_objects"], 2);
+  EXPECT_EQ(quota["other_used_bytes"], 4 * object);
+
+  EXPECT_EQ(http_->Delete("/quota/tenant-a")->status, 401);
+  EXPECT_EQ(Json(http_->Delete("/quota/tenant-a", admin)),
+            (json{{"cache_salt", "tenant-a"}, {"status", "removed"}}));
+  EXPECT_EQ(Json(http_->Delete("/quota/tenant-a", admin))["status"], "not_found");
+  EXPECT_EQ(Json(http_->Get("/quota/tenant-a"))["exists"], false);
+  EXPECT_EQ(Json(http_->Get("/quota/_default"))["exists"], true);
+  fs::remove(file);
+}
+
+TEST_F(HttpTest, QuotasAreRefusedWhenTurnedOffAndBadQuotaFlagsStopTheStart) {
+  StartServer({"--http-admin-open", "--quota-mode", "off"});
+  auto refused = http_->Put("/quota/t", R"({"limit_gb":1})", "application/json");
+  EXPECT_EQ(refused->status, 409);
+  EXPECT_NE(refused->body.find("--quota-mode"), std::string::npos);
+  EXPECT_EQ(Json(http_->Get("/quota"))["mode"], "off");
+  server_.reset();
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--quota", "tenant"}, {"--quota", "t=-1"},
+        {"--quota", "t=lots"}, {"--quota-mode", "strict"},
+        {"--quota-mode", "off", "--quota", "t=1"}}) {
+    StartServer(bad, /*logs_to_stdout=*/false);
+    EXPECT_NE(server_->WaitExit(std::chrono::seconds(30)), 0) << bad[1];
+    EXPECT_NE(server_->Log().find("--quota"), std::string::npos) << server_->Log();
+  }
 }
 
 }  // namespace

@@ -45,6 +45,40 @@ TEST(LruPolicy, RemoveAndSkip) {
   EXPECT_EQ(lru.Candidates(0, 1).size(), 1u);
 }
 
+ObjectKey SaltedKey(std::uint64_t n, const std::string& salt) {
+  ObjectKey key = KeyN(n);
+  key.cache_salt = salt;
+  return key;
+}
+
+// Each tenant's own order is the global order restricted to its keys, with
+// or without a per-tenant list behind it.
+TEST(LruPolicy, TenantCandidatesFollowTheGlobalOrderOfThatTenantsKeys) {
+  for (const bool per_tenant : {true, false}) {
+    LruPolicy lru(per_tenant);
+    lru.OnAdmitted(std::vector{SaltedKey(0, "a"), SaltedKey(1, "a")});  // 1 is older than 0
+    lru.OnAdmitted(std::vector{SaltedKey(2, "b")});
+    lru.OnAdmitted(std::vector{SaltedKey(3, "a"), SaltedKey(4, "b")});
+    lru.OnAccessed(std::vector{SaltedKey(1, "a")});
+    const auto a = lru.TenantCandidates("a", 0, 10);
+    ASSERT_EQ(a.size(), 3u) << per_tenant;
+    EXPECT_EQ(a[0], SaltedKey(0, "a"));
+    EXPECT_EQ(a[1], SaltedKey(3, "a"));
+    EXPECT_EQ(a[2], SaltedKey(1, "a"));
+    const auto b = lru.TenantCandidates("b", 1, 10);  // skipping the oldest
+    ASSERT_EQ(b.size(), 1u);
+    EXPECT_EQ(b[0], SaltedKey(4, "b"));
+    EXPECT_TRUE(lru.TenantCandidates("nobody", 0, 10).empty());
+    EXPECT_EQ(lru.TenantCandidates("a", 0, 2).size(), 2u);
+    lru.OnRemoved(std::vector{SaltedKey(0, "a"), SaltedKey(3, "a"), SaltedKey(1, "a")});
+    EXPECT_TRUE(lru.TenantCandidates("a", 0, 10).empty());
+    EXPECT_EQ(lru.size(), 2u);
+    lru.OnAdmitted(std::vector{SaltedKey(5, "a")});  // a tenant that emptied comes back
+    ASSERT_EQ(lru.TenantCandidates("a", 0, 10).size(), 1u);
+    EXPECT_EQ(lru.Candidates(0, 10).back(), SaltedKey(5, "a"));
+  }
+}
+
 TEST(EvictionPolicy, FactoryAcceptsKnownNamesOnly) {
   EXPECT_EQ((*MakeEvictionPolicy("LRU"))->name(), "LRU");
   EXPECT_EQ((*MakeEvictionPolicy("lru"))->name(), "LRU");
@@ -52,6 +86,7 @@ TEST(EvictionPolicy, FactoryAcceptsKnownNamesOnly) {
   ASSERT_TRUE(noop.ok());
   (*noop)->OnAdmitted(KeysN(0, 3));
   EXPECT_TRUE((*noop)->Candidates(0, 10).empty());
+  EXPECT_TRUE((*noop)->TenantCandidates("", 0, 10).empty());
   auto bad = MakeEvictionPolicy("ARC");
   EXPECT_EQ(bad.status().code(), ErrorCode::kInvalidConfig);
   EXPECT_NE(bad.status().message().find("--eviction-policy"), std::string::npos);

@@ -845,5 +845,184 @@ TEST_F(ObjectTableTest, StatsFiguresMatchEveryObjectThroughRandomOperations) {
   }
 }
 
+// --- quotas (tenant_ledger.h) ---------------------------------------------------------
+
+ObjectKey TenantKey(std::uint64_t n, const std::string& salt) {
+  ObjectKey key = KeyN(n);
+  key.cache_salt = salt;
+  return key;
+}
+std::vector<ObjectKey> TenantKeys(std::uint64_t first, std::size_t count, const std::string& salt) {
+  std::vector<ObjectKey> keys;
+  for (std::size_t i = 0; i < count; ++i) keys.push_back(TenantKey(first + i, salt));
+  return keys;
+}
+
+TEST_F(ObjectTableTest, ATenantAtItsQuotaEvictsItsOwnOldestObjectsAndNoOneElses) {
+  ASSERT_TRUE(table_->SetQuota("a", 4 * kObject).ok());
+  Store(TenantKeys(100, 4, "b"));  // another tenant, older than all of a's
+  for (std::uint64_t n = 0; n < 10; n += 2) {
+    const WriteLease lease = Reserve(TenantKeys(n, 2, "a"), kWriter, AllocationMode::kLongestPrefix);
+    ASSERT_EQ(lease.reserved, 2u) << n;
+    ASSERT_EQ(table_->FinishWrite(lease.lease).admitted, 2u);
+    EXPECT_LE(table_->tenants().Get("a").used_bytes, 4 * kObject);
+  }
+  // a keeps its 4 newest, b keeps everything.
+  for (std::uint64_t n = 0; n < 6; ++n) EXPECT_FALSE(Resident(TenantKey(n, "a"))) << n;
+  for (std::uint64_t n = 6; n < 10; ++n) EXPECT_TRUE(Resident(TenantKey(n, "a"))) << n;
+  for (std::uint64_t n = 100; n < 104; ++n) EXPECT_TRUE(Resident(TenantKey(n, "b"))) << n;
+  const TenantAccount a = table_->tenants().Get("a");
+  EXPECT_EQ(a.used_bytes, 4 * kObject);
+  EXPECT_EQ(a.quota_evicted_objects, 6u);
+  EXPECT_EQ(a.refused_objects, 0u);
+  EXPECT_EQ(table_->tenants().Get("b").used_bytes, 4 * kObject);
+  EXPECT_EQ(table_->Stats().quota_evictions, 6u);
+}
+
+TEST_F(ObjectTableTest, ATenantWhoseObjectsAreLockedIsRefusedBeyondItsQuota) {
+  ASSERT_TRUE(table_->SetQuota("a", 3 * kObject).ok());
+  Store(TenantKeys(0, 2, "a"));
+  const ReadAcquisition held = Read(TenantKeys(0, 2, "a"));
+  ASSERT_EQ(held.granted, 2u);
+  // Room for one more: the leading key is staged, the rest refused.
+  const WriteLease lease = Reserve(TenantKeys(10, 3, "a"), kWriter, AllocationMode::kLongestPrefix);
+  EXPECT_EQ(lease.reserved, 1u);
+  EXPECT_EQ(lease.outcomes[0], WriteReservation::kReserved);
+  EXPECT_EQ(lease.outcomes[1], WriteReservation::kOutOfMemory);
+  EXPECT_EQ(lease.out_of_memory, 2u);
+  EXPECT_EQ(lease.over_quota, 2u);
+  EXPECT_EQ(table_->tenants().Get("a").used_bytes, 3 * kObject);  // staged bytes count
+  EXPECT_EQ(table_->Stats().over_quota_objects, 2u);
+  EXPECT_EQ(table_->tenants().Get("a").refused_objects, 2u);
+  // All or nothing: nothing.
+  const WriteLease none = Reserve(TenantKeys(20, 2, "a"));
+  EXPECT_EQ(none.reserved, 0u);
+  EXPECT_EQ(none.over_quota, 2u);
+  // Nothing was evicted for them, and the pool had room: the quota refused.
+  EXPECT_EQ(table_->Stats().quota_evictions, 0u);
+  EXPECT_EQ(allocator_->UsedBytes(), 3 * kObject);
+  // Aborting the staged copy and releasing the locks makes room again.
+  table_->AbortWrite(lease.lease);
+  table_->ReleaseRead(held.lease);
+  EXPECT_EQ(table_->tenants().Get("a").used_bytes, 2 * kObject);
+  EXPECT_EQ(Reserve(TenantKeys(20, 3, "a")).reserved, 3u);
+}
+
+TEST_F(ObjectTableTest, LoweringAQuotaEvictsAtOnceAndTrimsWhatWasLockedLater) {
+  Store(TenantKeys(0, 6, "a"));
+  const ReadAcquisition held = Read(TenantKeys(0, 2, "a"));  // the two newest, locked
+  ASSERT_TRUE(table_->SetQuota("a", 1 * kObject).ok());
+  // Four unlocked went at once; the locked two stay over the quota for now.
+  EXPECT_EQ(table_->tenants().Get("a").used_bytes, 2 * kObject);
+  EXPECT_EQ(table_->tenants().Excess("a"), kObject);
+  EXPECT_EQ(table_->TrimOverQuota().objects, 0u);
+  table_->ReleaseRead(held.lease);
+  EXPECT_EQ(table_->TrimOverQuota().objects, 1u);
+  EXPECT_EQ(table_->tenants().Get("a").used_bytes, kObject);
+  EXPECT_TRUE(Resident(TenantKey(0, "a")));  // the head of the prompt stays
+  EXPECT_TRUE(table_->RemoveQuota("a"));
+  EXPECT_EQ(Reserve(TenantKeys(10, 4, "a")).reserved, 4u);
+}
+
+TEST_F(ObjectTableTest, QuotaModeOffChargesNothing) {
+  config_.quota_mode = QuotaMode::kOff;
+  Rebuild();
+  EXPECT_EQ(table_->SetQuota("a", kObject).code(), ErrorCode::kWrongState);
+  Store(TenantKeys(0, 3, "a"));
+  EXPECT_EQ(table_->tenants().Get("a").used_bytes, 0u);
+}
+
+TEST_F(ObjectTableTest, AllowlistModeStoresNothingForATenantWithoutAQuota) {
+  config_.quota_mode = QuotaMode::kAllowlist;
+  Rebuild();
+  const WriteLease refused = Reserve(TenantKeys(0, 2, "stranger"), kWriter,
+                                     AllocationMode::kLongestPrefix);
+  EXPECT_EQ(refused.reserved, 0u);
+  EXPECT_EQ(refused.over_quota, 2u);
+  ASSERT_TRUE(table_->SetQuota("stranger", 2 * kObject).ok());
+  EXPECT_EQ(Reserve(TenantKeys(0, 2, "stranger")).reserved, 2u);
+}
+
+// Every staged and resident byte is charged to its tenant and nothing else,
+// through every way a copy comes and goes (admitted, discarded as a
+// duplicate, aborted, expired, reclaimed, deleted, retired, evicted, released
+// with its owner), and no tenant passes its quota.
+TEST_F(ObjectTableTest, TenantUsageMatchesTheTableThroughRandomOperations) {
+  const std::string salts[] = {"a", "b", ""};
+  ASSERT_TRUE(table_->SetQuota("a", 3 * kObject).ok());
+  ASSERT_TRUE(table_->SetQuota("b", 5 * kObject).ok());
+  constexpr std::uint64_t kKeys = 8;  // per tenant; the 16 MiB pool holds fewer of all
+  std::mt19937_64 rng(44);
+  std::vector<LeaseId> reads;
+  std::vector<LeaseId> writes;
+  const Owner writers[] = {kWriter, kOtherWriter};
+  for (int step = 0; step < 4000; ++step) {
+    const std::string& salt = salts[rng() % 3];
+    const ObjectKey key = TenantKey(rng() % kKeys, salt);
+    switch (rng() % 10) {
+      case 0:
+      case 1: {
+        auto r = table_->ReserveWrite(TenantKeys(rng() % kKeys, 1 + rng() % 3, salt), kObject,
+                                      writers[rng() % 2], AllocationMode::kLongestPrefix);
+        ASSERT_TRUE(r.ok());
+        if (r->lease != kNoLease) writes.push_back(r->lease);
+        break;
+      }
+      case 2:
+        if (!writes.empty()) {
+          const std::size_t i = rng() % writes.size();
+          if (rng() % 4 == 0) {
+            table_->AbortWrite(writes[i]);
+          } else {
+            table_->FinishWrite(writes[i]);
+          }
+          writes.erase(writes.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        break;
+      case 3: {
+        ReadRequest request;
+        const std::vector<ObjectKey> keys{key};
+        request.keys = keys;
+        request.owner = kReader;
+        auto r = table_->AcquireRead(request);
+        if (r.ok() && r->granted > 0) reads.push_back(r->lease);
+        break;
+      }
+      case 4:
+        if (!reads.empty()) {
+          const std::size_t i = rng() % reads.size();
+          table_->ReleaseRead(reads[i]);
+          reads.erase(reads.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        break;
+      case 5: table_->Delete(std::vector<ObjectKey>{key}, /*force=*/rng() % 2 == 0); break;
+      case 6: table_->EvictLru(kObject * (1 + rng() % 3)); break;
+      case 7:
+        clock_.Advance(rng() % 8 == 0 ? config_.write_ttl_ms + 1 : 1000);
+        table_->ReclaimExpired();
+        break;
+      case 8:
+        if (rng() % 8 == 0) table_->ReleaseOwner(writers[rng() % 2]);
+        break;
+      case 9:
+        if (rng() % 16 == 0) ASSERT_TRUE(table_->SetQuota("b", (2 + rng() % 4) * kObject).ok());
+        table_->TrimOverQuota();
+        break;
+    }
+    const TableStats stats = table_->Stats();
+    const TenantTotals totals = table_->tenants().Totals();
+    std::uint64_t charged = totals.other_used_bytes;
+    for (const TenantAccount& t : totals.with_quota) charged += t.used_bytes;
+    ASSERT_EQ(charged, stats.resident_bytes + stats.staging_bytes) << "step " << step;
+    ASSERT_LE(table_->tenants().Get("a").used_bytes, 3 * kObject) << "step " << step;
+  }
+  for (const LeaseId lease : writes) table_->AbortWrite(lease);
+  for (const LeaseId lease : reads) table_->ReleaseRead(lease);
+  table_->Clear(/*force=*/true);
+  table_->ReleaseOwner(kWriter);
+  table_->ReleaseOwner(kOtherWriter);
+  for (const std::string& salt : salts) EXPECT_EQ(table_->tenants().Get(salt).used_bytes, 0u);
+}
+
 }  // namespace
 }  // namespace lmcache::store

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <cstring>
 #include <random>
 #include <thread>
 
 #include "common/clock.h"
+#include "common/mutex.h"
 #include "fakes/aligned_buffer.h"
 #include "fakes/keys.h"
 #include "store/evictor.h"
@@ -163,6 +165,143 @@ TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
   EXPECT_EQ(table.Clear(/*force=*/false), stats.resident_objects);
   EXPECT_EQ(allocator->UsedBytes(), 0u);
   EXPECT_EQ(allocator->Stats().pool_free_bytes, allocator->capacity_bytes());
+}
+
+// Counts evictions per tenant as the table reports them.
+class TenantEvictions final : public StoreListener {
+ public:
+  void OnAdmitted(std::span<const ObjectKey>, std::span<const std::uint64_t>,
+                  AdmissionSource) override {}
+  void OnEvicted(std::span<const ObjectKey> keys, std::span<const std::uint64_t>) override {
+    MutexLock lock(&mu_);
+    for (const ObjectKey& key : keys) evicted_[key.cache_salt] += 1;
+  }
+  void OnDeleted(std::span<const ObjectKey>, std::span<const std::uint64_t>) override {}
+  std::uint64_t Of(const std::string& salt) {
+    MutexLock lock(&mu_);
+    return evicted_[salt];
+  }
+
+ private:
+  Mutex mu_;
+  std::map<std::string, std::uint64_t> evicted_ LMC_GUARDED_BY(mu_);
+};
+
+// Three tenants with quotas store far more than their quotas at once, with
+// readers holding their objects and the evictor running every millisecond
+// (LMCache #4817: the reference's per-tenant LRU on L1 killed its eviction
+// thread). No tenant ever holds more than its quota, every eviction is of
+// the storing tenant's own objects, and the evictor keeps running.
+TEST(TableStress, TenantsUnderQuotaPressureEvictOnlyTheirOwnObjects) {
+  testing::AlignedBuffer buffer(24 * kMiB);  // 96 objects; the quotas take 75
+  alloc::SlabAllocatorConfig alloc_config;
+  alloc_config.slab_target_bytes = 2 * kMiB;
+  auto allocator = std::move(alloc::SlabAllocator::Create(buffer.span(), alloc_config)).value();
+  LruPolicy lru;
+  ObjectTableConfig config;
+  config.num_shards = 16;
+  ObjectTable table(allocator.get(), &lru, &SteadyClock::Instance(), config);
+  TenantEvictions evictions;
+  table.AddListener(&evictions);
+  EvictorConfig evictor_config;
+  evictor_config.interval_ms = 1;
+  Evictor evictor(&table, evictor_config);
+  table.AddListener(&evictor);
+  evictor.Start();
+  const std::string salts[] = {"a", "b", "c"};
+  const std::uint64_t limits[] = {20 * kObject, 25 * kObject, 30 * kObject};
+  for (int t = 0; t < 3; ++t) ASSERT_TRUE(table.SetQuota(salts[t], limits[t]).ok());
+
+  std::atomic<bool> failed{false};
+  std::atomic<int> running{6};
+  auto tenant_key = [](std::uint64_t n, const std::string& salt) {
+    ObjectKey key = testing::KeyN(n);
+    key.cache_salt = salt;
+    return key;
+  };
+  auto writer = [&](int t, std::uint64_t id) {
+    const Owner owner = Owner::Instance(id);
+    std::mt19937 rng(static_cast<unsigned>(id));
+    for (int iter = 0; iter < 400; ++iter) {
+      std::vector<ObjectKey> keys;
+      const std::uint64_t first = rng() % 400;
+      for (std::uint64_t i = 0; i < 1 + rng() % 8; ++i) keys.push_back(tenant_key(first + i, salts[t]));
+      auto r = table.ReserveWrite(keys, kObject, owner, AllocationMode::kLongestPrefix);
+      if (!r.ok()) {
+        failed = true;
+        return;
+      }
+      table.FinishWrite(r->lease);
+    }
+  };
+  auto reader = [&](int t, std::uint64_t id) {
+    const Owner owner = Owner::Instance(id);
+    std::mt19937 rng(static_cast<unsigned>(id));
+    for (int iter = 0; iter < 400; ++iter) {
+      std::vector<ObjectKey> keys;
+      const std::uint64_t first = rng() % 400;
+      for (std::uint64_t i = 0; i < 4; ++i) keys.push_back(tenant_key(first + i, salts[t]));
+      ReadRequest request;
+      request.keys = keys;
+      request.owner = owner;
+      request.mode = ReadMode::kPrefix;
+      auto grants = table.AcquireRead(request);
+      if (!grants.ok()) {
+        failed = true;
+        return;
+      }
+      std::this_thread::yield();
+      if (grants->granted > 0) table.ReleaseRead(grants->lease);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      writer(t, 1 + static_cast<std::uint64_t>(t));
+      running.fetch_sub(1);
+    });
+    threads.emplace_back([&, t] {
+      reader(t, 10 + static_cast<std::uint64_t>(t));
+      running.fetch_sub(1);
+    });
+  }
+  // Samples every tenant's charge while they store: never past its quota.
+  std::uint64_t samples = 0;
+  while (running.load() > 0) {
+    for (int t = 0; t < 3; ++t) {
+      const std::uint64_t used = table.tenants().Get(salts[t]).used_bytes;
+      if (used > limits[t]) {
+        ADD_FAILURE() << salts[t] << " holds " << used << " bytes, over its quota " << limits[t];
+        failed = true;
+      }
+    }
+    samples += 1;
+    std::this_thread::yield();
+  }
+  for (auto& t : threads) t.join();
+  const std::uint64_t passes_before = evictor.Stats().passes;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const EvictorStats evictor_stats = evictor.Stats();
+  evictor.Stop();
+
+  EXPECT_FALSE(failed);
+  EXPECT_GT(samples, 0u);
+  EXPECT_EQ(evictor_stats.errors, 0u);
+  EXPECT_GT(evictor_stats.passes, passes_before);  // still running after the storm
+  EXPECT_EQ(evictor_stats.evicted_objects, 0u);    // the pool was never short: no one's
+  EXPECT_EQ(table.Stats().on_demand_evictions, 0u);  // objects went for anyone else
+  std::uint64_t quota_evicted = 0;
+  for (int t = 0; t < 3; ++t) {
+    const TenantAccount account = table.tenants().Get(salts[t]);
+    EXPECT_GT(account.quota_evicted_objects, 0u) << salts[t];
+    EXPECT_EQ(evictions.Of(salts[t]), account.quota_evicted_objects) << salts[t];
+    // Its quota held all along, and it used it: nobody else took its room.
+    EXPECT_LE(account.used_bytes, limits[t]);
+    EXPECT_GE(account.used_bytes, limits[t] - 8 * kObject) << salts[t];
+    quota_evicted += account.quota_evicted_objects;
+  }
+  EXPECT_EQ(table.Stats().quota_evictions, quota_evicted);
+  EXPECT_EQ(table.Stats().resident_bytes, allocator->UsedBytes());
 }
 
 }  // namespace
