@@ -134,6 +134,13 @@ std::uint64_t TenantLedger::Room(std::string_view salt) const {
   return used >= *limit ? 0 : *limit - used;
 }
 
+std::optional<std::uint64_t> TenantLedger::LimitFor(std::string_view salt) const {
+  if (!enabled()) return std::nullopt;
+  MutexLock lock(&mu_);
+  auto it = accounts_.find(salt);
+  return LimitOf(it == accounts_.end() ? nullptr : &it->second);
+}
+
 std::uint64_t TenantLedger::Excess(std::string_view salt) const {
   if (!enabled()) return 0;
   MutexLock lock(&mu_);

@@ -103,6 +103,9 @@ class TenantLedger {
   // Bytes `salt` may still take (0 when at or over its limit; the maximum
   // when it has none and the mode leaves it unbounded).
   std::uint64_t Room(std::string_view salt) const LMC_EXCLUDES(mu_);
+  // The limit that holds `salt` (its quota; 0 in allowlist mode without
+  // one), or none. For other tiers that enforce the same quotas.
+  std::optional<std::uint64_t> LimitFor(std::string_view salt) const LMC_EXCLUDES(mu_);
   // Bytes over its limit (0 within it).
   std::uint64_t Excess(std::string_view salt) const LMC_EXCLUDES(mu_);
   // The tenants over their limits now (a quota lowered below their usage

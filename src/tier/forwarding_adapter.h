@@ -39,6 +39,7 @@ class ForwardingAdapter : public L2Adapter {
   bool CompletesAsynchronously() const override { return inner_->CompletesAsynchronously(); }
   bool TakesStores() const override { return inner_->TakesStores(); }
   bool KeepsLoadedObjects() const override { return inner_->KeepsLoadedObjects(); }
+  void EnforceQuotas(const store::TenantLedger* ledger) override { inner_->EnforceQuotas(ledger); }
   void ObserveRemovals(RemovalObserver observer) override {
     inner_->ObserveRemovals(std::move(observer));
   }

@@ -35,6 +35,7 @@
 #include "common/histogram.h"
 #include "lmcache/status.h"
 #include "store/object_key.h"
+#include "store/tenant_ledger.h"
 #include "tier/tier_stats.h"
 
 namespace lmcache::tier {
@@ -115,6 +116,11 @@ class L2Adapter {
   // before any other call. The default drops nothing it could tell of (a
   // Redis Cluster evicts without telling its clients).
   virtual void ObserveRemovals(RemovalObserver observer) { (void)observer; }
+  // Holds each tenant's objects in this tier to the quota `ledger` names
+  // (store/tenant_ledger.h; it outlives the adapter), where the adapter
+  // manages its own capacity (fs, mock); others ignore it. Set once, before
+  // any other call.
+  virtual void EnforceQuotas(const store::TenantLedger* ledger) { (void)ledger; }
 
   // Submit and wait: for callers with a thread to spend (the write-behind
   // workers, tests).

@@ -1,6 +1,47 @@
 #include "tier/l2_index.h"
 
+#include <algorithm>
+
 namespace lmcache::tier {
+
+L2Index::Tenant& L2Index::TenantLocked(std::string_view salt) {
+  auto it = tenants_.find(salt);
+  if (it == tenants_.end()) it = tenants_.try_emplace(std::string(salt)).first;
+  return it->second;
+}
+
+void L2Index::ForgetIfIdleLocked(const std::string& salt) {
+  auto it = tenants_.find(std::string_view(salt));
+  if (it == tenants_.end()) return;
+  const Tenant& t = it->second;
+  if (t.held_bytes == 0 && t.reserved_bytes == 0 && t.lru.empty()) tenants_.erase(it);
+}
+
+void L2Index::InsertLocked(const store::ObjectKey& key, std::uint64_t bytes) {
+  lru_.push_front(key);
+  Tenant& tenant = TenantLocked(key.cache_salt);
+  tenant.lru.push_front(lru_.begin());
+  tenant.held_bytes += bytes;
+  entries_.emplace(key, Entry{bytes, 0, lru_.begin(), &tenant, tenant.lru.begin()});
+  held_bytes_ += bytes;
+}
+
+L2Index::Lru::iterator L2Index::RemoveLocked(Entries::iterator entry) {
+  Entry& e = entry->second;
+  held_bytes_ -= e.bytes;
+  e.tenant->held_bytes -= e.bytes;
+  e.tenant->lru.erase(e.in_tenant);
+  const std::string salt = entry->first.cache_salt;
+  const Lru::iterator next = lru_.erase(e.lru);
+  entries_.erase(entry);
+  ForgetIfIdleLocked(salt);
+  return next;
+}
+
+void L2Index::SetLimits(LimitFn limits) {
+  MutexLock lock(&mu_);
+  limits_ = std::move(limits);
+}
 
 bool L2Index::MakeRoomLocked(std::uint64_t wanted, const EvictFn& evict) {
   if (capacity_ == 0) return true;
@@ -23,41 +64,80 @@ bool L2Index::MakeRoomLocked(std::uint64_t wanted, const EvictFn& evict) {
     const std::uint64_t bytes = entry->second.bytes;
     evict(*it, bytes);
     freed += bytes;
-    held_bytes_ -= bytes;
-    entries_.erase(entry);
-    it = lru_.erase(it);
+    it = RemoveLocked(entry);
   }
   return true;
 }
 
-bool L2Index::Reserve(std::uint64_t bytes, const EvictFn& evict) {
-  MutexLock lock(&mu_);
-  if (!MakeRoomLocked(bytes, evict)) return false;
-  reserved_bytes_ += bytes;
+bool L2Index::MakeTenantRoomLocked(std::string_view salt, std::uint64_t wanted,
+                                   const EvictFn& evict) {
+  const std::optional<std::uint64_t> limit = limits_ ? limits_(salt) : std::nullopt;
+  if (!limit) return true;
+  if (wanted > *limit) return false;
+  auto found = tenants_.find(salt);
+  if (found == tenants_.end()) return true;
+  Tenant& tenant = found->second;
+  const std::uint64_t used = tenant.held_bytes + tenant.reserved_bytes;
+  if (used + wanted <= *limit) return true;
+  const std::uint64_t needed = used + wanted - *limit;
+  std::uint64_t evictable = 0;
+  for (auto it = tenant.lru.rbegin(); it != tenant.lru.rend() && evictable < needed; ++it) {
+    const Entry& e = entries_.at(**it);
+    if (e.locks == 0) evictable += e.bytes;
+  }
+  if (evictable < needed) return false;
+  std::uint64_t freed = 0;
+  // Removing the tenant's last object would forget `tenant`: stop first.
+  while (freed < needed) {
+    auto it = std::find_if(tenant.lru.rbegin(), tenant.lru.rend(),
+                           [this](Lru::iterator pos) { return entries_.at(*pos).locks == 0; });
+    auto entry = entries_.find(**it);
+    const std::uint64_t bytes = entry->second.bytes;
+    evict(entry->first, bytes);
+    freed += bytes;
+    const bool last = tenant.lru.size() == 1 && tenant.reserved_bytes == 0;
+    RemoveLocked(entry);
+    if (last) break;
+  }
   return true;
 }
 
-void L2Index::Unreserve(std::uint64_t bytes) {
+L2Index::Reservation L2Index::Reserve(std::string_view salt, std::uint64_t bytes,
+                                      const EvictFn& evict) {
+  MutexLock lock(&mu_);
+  if (!MakeTenantRoomLocked(salt, bytes, evict)) return Reservation::kOverQuota;
+  if (!MakeRoomLocked(bytes, evict)) return Reservation::kNoRoom;
+  reserved_bytes_ += bytes;
+  TenantLocked(salt).reserved_bytes += bytes;
+  return Reservation::kReserved;
+}
+
+void L2Index::Unreserve(std::string_view salt, std::uint64_t bytes) {
   MutexLock lock(&mu_);
   reserved_bytes_ -= std::min(bytes, reserved_bytes_);
+  auto it = tenants_.find(salt);
+  if (it == tenants_.end()) return;
+  it->second.reserved_bytes -= std::min(bytes, it->second.reserved_bytes);
+  ForgetIfIdleLocked(it->first);
 }
 
 bool L2Index::Commit(const store::ObjectKey& key, std::uint64_t bytes) {
   MutexLock lock(&mu_);
   reserved_bytes_ -= std::min(bytes, reserved_bytes_);
-  if (entries_.contains(key)) return false;
-  lru_.push_front(key);
-  entries_.emplace(key, Entry{bytes, 0, lru_.begin()});
-  held_bytes_ += bytes;
+  Tenant& tenant = TenantLocked(key.cache_salt);
+  tenant.reserved_bytes -= std::min(bytes, tenant.reserved_bytes);
+  if (entries_.contains(key)) {
+    ForgetIfIdleLocked(key.cache_salt);
+    return false;
+  }
+  InsertLocked(key, bytes);
   return true;
 }
 
 void L2Index::AddExisting(const store::ObjectKey& key, std::uint64_t bytes) {
   MutexLock lock(&mu_);
   if (entries_.contains(key)) return;
-  lru_.push_front(key);
-  entries_.emplace(key, Entry{bytes, 0, lru_.begin()});
-  held_bytes_ += bytes;
+  InsertLocked(key, bytes);
 }
 
 void L2Index::TrimToCapacity(const EvictFn& evict) {
@@ -68,9 +148,7 @@ void L2Index::TrimToCapacity(const EvictFn& evict) {
     auto entry = entries_.find(*it);
     if (entry->second.locks > 0) continue;
     evict(*it, entry->second.bytes);
-    held_bytes_ -= entry->second.bytes;
-    entries_.erase(entry);
-    it = lru_.erase(it);
+    it = RemoveLocked(entry);
   }
 }
 
@@ -85,8 +163,10 @@ std::vector<bool> L2Index::LookupAndLock(std::span<const store::ObjectKey> keys)
   for (std::size_t i = 0; i < keys.size(); ++i) {
     auto it = entries_.find(keys[i]);
     if (it == entries_.end()) continue;
-    it->second.locks += 1;
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    Entry& e = it->second;
+    e.locks += 1;
+    lru_.splice(lru_.begin(), lru_, e.lru);
+    e.tenant->lru.splice(e.tenant->lru.begin(), e.tenant->lru, e.in_tenant);
     found[i] = true;
   }
   return found;
@@ -105,9 +185,7 @@ std::optional<std::uint64_t> L2Index::Erase(const store::ObjectKey& key) {
   auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   const std::uint64_t bytes = it->second.bytes;
-  held_bytes_ -= bytes;
-  lru_.erase(it->second.lru);
-  entries_.erase(it);
+  RemoveLocked(it);
   return bytes;
 }
 
@@ -126,6 +204,12 @@ std::uint64_t L2Index::objects() const {
 std::uint64_t L2Index::usage_bytes() const {
   MutexLock lock(&mu_);
   return held_bytes_ + reserved_bytes_;
+}
+
+std::uint64_t L2Index::tenant_usage_bytes(std::string_view salt) const {
+  MutexLock lock(&mu_);
+  auto it = tenants_.find(salt);
+  return it == tenants_.end() ? 0 : it->second.held_bytes + it->second.reserved_bytes;
 }
 
 }  // namespace lmcache::tier

@@ -28,6 +28,7 @@ Result<std::unique_ptr<L2Tier>> L2Tier::Create(const L2Config& config, store::Ob
       return Status(attached.code(), "--l2-adapter #" + std::to_string(i + 1) + " (" + spec.type +
                                          ") cannot use the L1 pool: " + attached.message());
     }
+    tier->adapters_.back()->EnforceQuotas(&table->tenants());
     adapters.push_back(tier->adapters_.back().get());
     spdlog::info("L2 adapter #{}: {}", i + 1, tier->adapters_.back()->Stats().description);
   }

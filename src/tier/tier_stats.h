@@ -49,6 +49,9 @@ namespace lmcache::tier {
       stats::kEverywhere, {}, stats::kReference) \
   X(evicted_bytes, "evicted_bytes", std::uint64_t, kCounter, "bytes", \
       "l2_evicted_bytes_total", "Bytes the adapter evicted for capacity.") \
+  X(over_quota_stores, "over_quota_stores", std::uint64_t, kCounter, "objects", \
+      "l2_over_quota_stores_total", "Writes refused because the object's tenant was at its " \
+      "quota here with nothing of its own left to evict (fs, mock).") \
   X(objects, "objects", std::uint64_t, kGauge, "objects", "l2_objects", \
       "Objects the adapter holds.") \
   X(usage_bytes, "usage_bytes", std::uint64_t, kGauge, "bytes", "l2_usage_bytes", \

@@ -209,9 +209,17 @@ std::vector<Status> FsAdapter::StoreNow(std::span<const L2Write> objects) {
   for (std::size_t i = 0; i < objects.size(); ++i) results[i] = WriteTemporary(objects[i], &pending[i]);
   for (std::size_t i = 0; i < objects.size(); ++i) {
     if (results[i].ok() && pending[i].fd.valid()) results[i] = Publish(objects[i], &pending[i]);
-    if (!results[i].ok()) counters_.store_failures.fetch_add(1, std::memory_order_relaxed);
+    // A tenant at its quota is not a failure of the tier (counted apart).
+    if (!results[i].ok() && !pending[i].over_quota) {
+      counters_.store_failures.fetch_add(1, std::memory_order_relaxed);
+    }
   }
   return results;
+}
+
+void FsAdapter::EnforceQuotas(const store::TenantLedger* ledger) {
+  if (ledger == nullptr || !ledger->enabled()) return;
+  index_.SetLimits([ledger](std::string_view salt) { return ledger->LimitFor(salt); });
 }
 
 Status FsAdapter::Fail(int error, std::string what, PendingFile* file) {
@@ -219,7 +227,7 @@ Status FsAdapter::Fail(int error, std::string what, PendingFile* file) {
   NoteFailure(error, what);
   file->fd.Reset();
   if (!file->tmp.empty()) ::unlink(file->tmp.c_str());
-  index_.Unreserve(file->file_bytes);
+  index_.Unreserve(file->salt, file->file_bytes);
   file->file_bytes = 0;
   return Status(ErrorCode::kIoError, "L2 fs: " + what);
 }
@@ -230,16 +238,25 @@ Status FsAdapter::WriteTemporary(const L2Write& object, PendingFile* file) {
   const std::string header = EncodeObjectHeader(
       key, object.bytes, config_.use_odirect ? kDirectIoAlign : kPlainHeaderAlign);
   const std::uint64_t file_bytes = header.size() + object.bytes.size();
-  const bool room = index_.Reserve(file_bytes, [this](const store::ObjectKey& victim,
-                                                      std::uint64_t bytes) {
-    DropEvicted(victim, bytes);
-  });
-  if (!room) {
+  const L2Index::Reservation room =
+      index_.Reserve(key.cache_salt, file_bytes,
+                     [this](const store::ObjectKey& victim, std::uint64_t bytes) {
+                       DropEvicted(victim, bytes);
+                     });
+  if (room == L2Index::Reservation::kOverQuota) {
+    counters_.over_quota_stores.fetch_add(1, std::memory_order_relaxed);
+    file->over_quota = true;
+    return Status(ErrorCode::kResourceExhausted,
+                  "L2 fs: tenant '" + key.cache_salt + "' is at its quota and what it holds here "
+                  "is locked by loads in flight");
+  }
+  if (room == L2Index::Reservation::kNoRoom) {
     return Status(ErrorCode::kResourceExhausted,
                   "L2 fs: max_size_gb cannot hold " + std::to_string(file_bytes) +
                       " more bytes (what it holds is locked by loads in flight)");
   }
   file->file_bytes = file_bytes;
+  file->salt = key.cache_salt;
   file->tmp = tmp_dir_ / (std::to_string(::getpid()) + "-" +
                           std::to_string(next_tmp_.fetch_add(1)) + ".tmp");
   int error = WriteFile(object, header, file);

@@ -7,7 +7,8 @@
 // a crash leaves at most a temporary file, removed at the next start. A load
 // reads the header and payload and verifies both against the key it was
 // asked for; a mismatch is a miss, the file is deleted and counted. Capacity
-// (`max_size_gb`) is kept by evicting least recently used files. At startup
+// (`max_size_gb`) is kept by evicting least recently used files, and each
+// tenant's quota (EnforceQuotas) by evicting that tenant's own. At startup
 // the index is rebuilt from the directory (each file's header is read and
 // checked against its name and size; partial, foreign or corrupt files are
 // removed) and the time it took is logged.
@@ -80,6 +81,7 @@ class FsAdapter final : public L2Adapter {
   L2AdapterStats Stats() const override;
   bool CompletesAsynchronously() const override { return uring_ != nullptr; }
   void ObserveRemovals(RemovalObserver observer) override { removal_observer_ = std::move(observer); }
+  void EnforceQuotas(const store::TenantLedger* ledger) override;
 
   const FsRebuildReport& rebuild_report() const { return rebuild_; }
   // "io_uring" or "sync": how loads are read.
@@ -95,6 +97,8 @@ class FsAdapter final : public L2Adapter {
     std::filesystem::path tmp;
     UniqueFd fd;
     std::uint64_t file_bytes = 0;  // reserved in the index
+    std::string salt;              // the tenant it is reserved for
+    bool over_quota = false;       // refused: the tenant is at its quota here
   };
   Status WriteTemporary(const L2Write& object, PendingFile* file);
   Status Publish(const L2Write& object, PendingFile* file);

@@ -34,16 +34,19 @@ std::vector<Status> MockAdapter::StoreNow(std::span<const L2Write> objects) {
     const std::size_t header = value.size();
     value.resize(header + object.bytes.size());
     std::memcpy(value.data() + header, object.bytes.data(), object.bytes.size());
-    const bool room = index_.Reserve(value.size(), [this](const store::ObjectKey& victim,
+    const L2Index::Reservation reserved = index_.Reserve(key.cache_salt, value.size(), [this](const store::ObjectKey& victim,
                                                           std::uint64_t bytes) {
       MutexLock lock(&mu_);
       objects_.erase(victim);
       counters_.evicted_objects.fetch_add(1, std::memory_order_relaxed);
       counters_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
     });
-    if (!room) {
-      counters_.store_failures.fetch_add(1, std::memory_order_relaxed);
-      results.push_back(Status(ErrorCode::kResourceExhausted, "mock L2 is full"));
+    if (reserved != L2Index::Reservation::kReserved) {
+      const bool over_quota = reserved == L2Index::Reservation::kOverQuota;
+      (over_quota ? counters_.over_quota_stores : counters_.store_failures)
+          .fetch_add(1, std::memory_order_relaxed);
+      results.push_back(Status(ErrorCode::kResourceExhausted,
+                               over_quota ? "the tenant is at its quota" : "mock L2 is full"));
       continue;
     }
     Transfer(value.size());

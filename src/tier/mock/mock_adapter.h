@@ -33,6 +33,11 @@ class MockAdapter final : public BlockingL2Adapter {
   void Unlock(std::span<const store::ObjectKey> keys) override;
   std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads) override;
   L2AdapterStats Stats() const override;
+  void EnforceQuotas(const store::TenantLedger* ledger) override {
+    if (ledger != nullptr && ledger->enabled()) {
+      index_.SetLimits([ledger](std::string_view salt) { return ledger->LimitFor(salt); });
+    }
+  }
 
   // Test hook: flips one payload byte of a held object (false if not held).
   bool CorruptForTest(const store::ObjectKey& key);

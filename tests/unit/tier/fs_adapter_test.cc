@@ -202,6 +202,41 @@ TEST_P(FsAdapterTest, CapacityEvictsTheLeastRecentlyUsedFiles) {
   EXPECT_EQ(smaller->Stats().objects, 1u);
 }
 
+// A tenant's quota holds on disk too: its own oldest files go to keep it
+// within, another tenant's stay, and with its files locked by loads it is
+// refused (counted), not let past its quota.
+TEST_P(FsAdapterTest, ATenantsQuotaEvictsOnlyItsOwnFiles) {
+  auto adapter = Open();
+  store::TenantLedger ledger(store::QuotaMode::kOpen);
+  ASSERT_TRUE(ledger.SetLimit("a", 2 * (kObject + 512)).ok());
+  adapter->EnforceQuotas(&ledger);
+  Buffer in(kObject);
+  auto key = [](std::uint64_t n, const char* salt) {
+    store::ObjectKey k = KeyN(n);
+    k.cache_salt = salt;
+    return k;
+  };
+  ASSERT_TRUE(StoreOne(*adapter, key(100, "b"), in).ok());
+  for (std::uint64_t i = 0; i < 4; ++i) ASSERT_TRUE(StoreOne(*adapter, key(i, "a"), in).ok()) << i;
+  EXPECT_FALSE(fs::exists(dir_ / ObjectFileName(key(0, "a"))));
+  EXPECT_FALSE(fs::exists(dir_ / ObjectFileName(key(1, "a"))));
+  EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(key(3, "a"))));
+  EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(key(100, "b"))));
+  EXPECT_EQ(adapter->Stats().objects, 3u);
+  const std::vector<store::ObjectKey> held = {key(2, "a"), key(3, "a")};
+  ASSERT_EQ(adapter->LookupAndLock(held), (std::vector<bool>{true, true}));
+  const Status refused = StoreOne(*adapter, key(9, "a"), in);
+  EXPECT_EQ(refused.code(), ErrorCode::kResourceExhausted);
+  EXPECT_NE(refused.message().find("quota"), std::string::npos);
+  EXPECT_EQ(adapter->Stats().over_quota_stores, 1u);
+  EXPECT_EQ(adapter->Stats().store_failures, 0u);
+  EXPECT_TRUE(adapter->Stats().condition.empty());  // a quota is not a fault of the disk
+  adapter->Unlock(held);
+  EXPECT_TRUE(StoreOne(*adapter, key(9, "a"), in).ok());
+  EXPECT_TRUE(StoreOne(*adapter, key(101, "b"), in).ok());  // b has no quota
+  EXPECT_EQ(adapter->Stats().objects, 4u);
+}
+
 TEST_P(FsAdapterTest, ADeletedDirectoryIsRecreatedAtTheNextStore) {
   auto adapter = Open();
   Buffer in(kObject);
