@@ -351,7 +351,7 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
                                                .flags = config.effective_flags,
                                                .adapter_configs = AdapterConfigs(config.l2)};
     LMC_ASSIGN_OR_RETURN(s.http,
-                         lmcache::admin_http::HttpServer::Start(http, s.service.get(), s.health.get()));
+                         lmcache::admin_http::HttpServer::Start(http, s.service.get(), s.health.get(), s.l2.get()));
   }
   if (!config.restart.socket_path.empty()) {
     LMC_ASSIGN_OR_RETURN(

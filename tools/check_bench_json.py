@@ -26,7 +26,7 @@ FIELDS = [
     "cross_node_gbps", "store_faults_per_mib", "retrieve_faults_per_mib",
     "stream_copy_gbps", "store_vs_stream_copy", "retrieve_vs_stream_copy",
     "events_off_store_gbps", "events_on_store_gbps", "events_on_vs_off", "events_small_on_vs_off",
-    "journal_on_vs_off", "journal_small_on_vs_off",
+    "journal_on_vs_off", "journal_small_on_vs_off", "quota_on_vs_off", "quota_small_on_vs_off",
     "restart_serve_seconds", "restart_takeover_seconds", "restart_served_fraction",
     "recovery_serve_seconds", "recovery_seconds", "recovered_fraction",
     "p2p_load_gbps", "p2p_ucp_get_gbps", "p2p_ucp_am_bw_gbps", "p2p_redis_load_gbps",
@@ -43,7 +43,8 @@ SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "store_vs_stream_copy",
            "retrieve_vs_stream_copy", "shm_vs_socket", "shm_vs_redis",
            "ping_vs_echo", "l2_store_vs_disk", "l2_load_vs_disk", "resp_store_vs_raw",
            "resp_load_vs_raw", "events_on_vs_off", "events_small_on_vs_off",
-           "journal_on_vs_off", "journal_small_on_vs_off", "p2p_vs_ucp_get", "p2p_vs_ucp_am_bw",
+           "journal_on_vs_off", "journal_small_on_vs_off", "quota_on_vs_off",
+           "quota_small_on_vs_off", "p2p_vs_ucp_get", "p2p_vs_ucp_am_bw",
            "p2p_vs_redis"]
 
 

@@ -24,7 +24,8 @@ struct HttpConfig {
   // masked), and each L2 adapter's JSON as given (masked), in cascade order.
   std::vector<FlagValue> flags;
   std::vector<std::string> adapter_configs;
-  std::size_t max_body_bytes = 64 * 1024;
+  // A DELETE /cache/objects of 10,000 keys is about 2 MiB of JSON.
+  std::size_t max_body_bytes = 4 * 1024 * 1024;
   int io_timeout_seconds = 5;
   unsigned threads = 2;
 };

@@ -17,6 +17,7 @@
 #include "common/version.h"
 #include "admin_http/memory_pressure.h"
 #include "admin_http/prometheus.h"
+#include "admin_http/cache_routes.h"
 #include "admin_http/quota_routes.h"
 #include "admin_http/route_helpers.h"
 #include "admin_http/status_json.h"
@@ -41,11 +42,13 @@ Result<std::uint64_t> ClearedObjects(std::string_view reply) {
 }  // namespace
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpConfig& config,
-                                                      server::Service* service, Health* health) {
+                                                      server::Service* service, Health* health,
+                                                      tier::L2Tier* l2) {
   std::unique_ptr<HttpServer> http(new HttpServer());
   http->config_ = config;
   http->service_ = service;
   http->health_ = health;
+  http->l2_ = l2;
   http->server_ = std::make_unique<httplib::Server>();
   httplib::Server& s = *http->server_;
   const unsigned threads = std::max(1u, config.threads);
@@ -152,13 +155,15 @@ void HttpServer::AddRoutes() {
   });
 
   AddQuotaRoutes(s, config, service.table());
+  AddCacheRoutes(s, config, service, l2_);
 
   // Every known path answers other methods with 405; unknown paths with 404.
   static const std::map<std::string, std::string> kAllowed = {
       {"/", "GET"},        {"/healthcheck", "GET"},   {"/status", "GET"},
       {"/status/memory-pressure", "GET"},             {"/metrics", "GET"},
       {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"},
-      {"/config", "GET"},  {"/config/adapters", "GET"}, {"/quota", "GET"}};
+      {"/config", "GET"},  {"/config/adapters", "GET"}, {"/quota", "GET"},
+      {"/cache/objects", "GET, DELETE"}};
   auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
     auto it = kAllowed.find(req.path);
     if (it == kAllowed.end()) return Error(res, 404, "no such route: " + req.path);
@@ -169,7 +174,7 @@ void HttpServer::AddRoutes() {
     if (allowed.find("GET") == std::string::npos) s.Get(path, wrong_method);
     if (allowed.find("PUT") == std::string::npos) s.Put(path, wrong_method);
     if (allowed.find("POST") == std::string::npos) s.Post(path, wrong_method);
-    s.Delete(path, wrong_method);
+    if (allowed.find("DELETE") == std::string::npos) s.Delete(path, wrong_method);
     s.Patch(path, wrong_method);
   }
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -26,14 +26,19 @@
 namespace httplib {
 class Server;
 }
+namespace lmcache::tier {
+class L2Tier;
+}
 
 namespace lmcache::admin_http {
 
 class HttpServer {
  public:
   // Binds and starts serving; fails (naming the address) when it cannot bind.
+  // `l2` (null: no L2 tier) is what the cache routes list and delete in.
   static Result<std::unique_ptr<HttpServer>> Start(const HttpConfig& config,
-                                                   server::Service* service, Health* health);
+                                                   server::Service* service, Health* health,
+                                                   tier::L2Tier* l2 = nullptr);
   ~HttpServer();  // stops
   void Stop();
   int port() const { return port_; }
@@ -45,6 +50,7 @@ class HttpServer {
   HttpConfig config_;
   server::Service* service_ = nullptr;
   Health* health_ = nullptr;
+  tier::L2Tier* l2_ = nullptr;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;

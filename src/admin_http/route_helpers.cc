@@ -35,15 +35,17 @@ bool SameToken(std::string_view a, std::string_view b) {
 
 }  // namespace
 
-bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib::Response& res) {
-  if (config.read_only) {
+bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib::Response& res,
+                 bool changes_state) {
+  if (changes_state && config.read_only) {
     Error(res, 403, "this server was started with --http-read-only");
     return true;
   }
   if (config.admin_open) return false;
   if (config.admin_token.empty()) {
     Error(res, 403,
-          "routes that change anything are off: every local process reaches this port. Start "
+          "admin routes (those that change anything or show cached keys) are off: every local "
+          "process reaches this port. Start "
           "the server with --http-admin-token-file FILE and send 'Authorization: Bearer "
           "<token>', or with --http-admin-open");
     return true;

@@ -21,8 +21,11 @@ namespace lmcache::admin_http {
 void Reply(httplib::Response& res, int status, const nlohmann::json& body);
 // {"error": message} with `status`.
 void Error(httplib::Response& res, int status, const std::string& message);
-// Answers a request to a route that changes something with its refusal, and
-// returns true, unless the configuration lets it through.
-bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib::Response& res);
+// Answers a request to an admin route with its refusal, and returns true,
+// unless the configuration lets it through. Routes that change something
+// are also refused by --http-read-only; those that only show what other
+// routes keep from every peer (`changes_state` false: keys, salts) are not.
+bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib::Response& res,
+                 bool changes_state = true);
 
 }  // namespace lmcache::admin_http

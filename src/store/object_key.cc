@@ -1,5 +1,7 @@
 #include "store/object_key.h"
 
+#include <tuple>
+
 #include <cstring>
 #include <algorithm>
 #include <functional>
@@ -133,6 +135,16 @@ Result<std::int64_t> PackKvRank(std::int64_t world_size, std::int64_t worker_id)
                   "worker_id must be in [0, world_size), got " + std::to_string(worker_id));
   }
   return (world_size << 24) | (worker_id << 16) | (world_size << 8) | worker_id;
+}
+
+bool ListingLess(const ObjectKey& a, const ObjectKey& b) {
+  const std::size_t ha = ObjectKeyHash{}(a);
+  const std::size_t hb = ObjectKeyHash{}(b);
+  if (ha != hb) return ha < hb;
+  return std::tie(a.chunk_hash, a.model_name, a.kv_rank, a.object_group_id, a.cache_salt,
+                  a.layout_namespace, a.tags) < std::tie(b.chunk_hash, b.model_name, b.kv_rank,
+                                                         b.object_group_id, b.cache_salt,
+                                                         b.layout_namespace, b.tags);
 }
 
 std::size_t ObjectKeyHash::operator()(const ObjectKey& key) const noexcept {

@@ -72,4 +72,10 @@ struct ObjectKeyHash {
   std::size_t operator()(const ObjectKey& key) const noexcept;
 };
 
+// A total order on keys for listings that page (ObjectTable::ListResident,
+// L2Index::List): by ObjectKeyHash, then field by field. A key's position
+// depends on the key alone, so a walk of pages never skips or repeats a key
+// that stays put while others come and go.
+bool ListingLess(const ObjectKey& a, const ObjectKey& b);
+
 }  // namespace lmcache::store

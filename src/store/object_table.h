@@ -184,6 +184,11 @@ struct ObjectInfo {
   std::size_t read_leases = 0;   // leases holding them
 };
 
+struct ListedObject {
+  ObjectKey key;
+  std::uint64_t size_bytes = 0;  // as the writer asked (the slot's length)
+};
+
 struct OwnerReleaseReport {
   std::uint64_t read_locks_released = 0;
   std::uint64_t writes_aborted = 0;
@@ -332,6 +337,13 @@ class ObjectTable {
   Result<AdoptionReport> Adopt(const TableImage& image);
 
   std::optional<ObjectInfo> Find(const ObjectKey& key) const;
+  // Up to `limit` resident objects that `keep` accepts (null: every one),
+  // in listing order (shard by shard, then ListingLess within a shard),
+  // after `after` (null: from the first). An object resident throughout a
+  // walk of pages is listed exactly once. Costs one pass over the shards
+  // it reads, each locked on its own: a page never stops the table.
+  std::vector<ListedObject> ListResident(const ObjectKey* after, std::size_t limit,
+                                         const std::function<bool(const ObjectKey&)>& keep) const;
   TableStats Stats() const;
 
   // The bytes at `offset` of a grant the caller holds (a ReadGrant, or a

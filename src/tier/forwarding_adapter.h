@@ -40,6 +40,14 @@ class ForwardingAdapter : public L2Adapter {
   bool TakesStores() const override { return inner_->TakesStores(); }
   bool KeepsLoadedObjects() const override { return inner_->KeepsLoadedObjects(); }
   void EnforceQuotas(const store::TenantLedger* ledger) override { inner_->EnforceQuotas(ledger); }
+  Result<std::vector<ListedL2Object>> List(const store::ObjectKey* after, std::size_t limit,
+                                           const KeyFilter& keep) const override {
+    return inner_->List(after, limit, keep);
+  }
+  Result<std::vector<L2Deletion>> Delete(std::span<const store::ObjectKey> keys,
+                                         bool force) override {
+    return inner_->Delete(keys, force);
+  }
   void ObserveRemovals(RemovalObserver observer) override {
     inner_->ObserveRemovals(std::move(observer));
   }

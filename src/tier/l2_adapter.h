@@ -59,6 +59,12 @@ enum class L2LoadOutcome : std::uint8_t {
   kFailed,   // the tier could not be read (I/O error, timeout); nothing deleted
 };
 
+struct ListedL2Object {
+  store::ObjectKey key;
+  std::uint64_t size_bytes = 0;  // what the tier holds for it (header included)
+};
+enum class L2Deletion : std::uint8_t { kDeleted, kLocked, kNotFound };
+
 // The counters every adapter keeps (the list's kCounter members); CopyTo()
 // copies them into a stats value, and the adapter measures the rest.
 LMC_STATS_COUNTED(L2AdapterCounted, L2AdapterStats, LMC_L2_ADAPTER_STATS);
@@ -121,6 +127,24 @@ class L2Adapter {
   // manages its own capacity (fs, mock); others ignore it. Set once, before
   // any other call.
   virtual void EnforceQuotas(const store::TenantLedger* ledger) { (void)ledger; }
+
+  // Listing and deleting by key (GET and DELETE /cache/objects), where the
+  // adapter keeps an index of what it holds (fs, mock); kNotSupported
+  // otherwise. List: up to `limit` objects `keep` accepts (null: every one)
+  // after `after` (null: from the first), in store::ListingLess order, with
+  // their sizes in the tier. Delete: one outcome per key; an object a load
+  // holds is left unless `force`.
+  using KeyFilter = std::function<bool(const store::ObjectKey&)>;
+  virtual Result<std::vector<ListedL2Object>> List(const store::ObjectKey* after,
+                                                   std::size_t limit, const KeyFilter& keep) const {
+    (void)after, (void)limit, (void)keep;
+    return Status(ErrorCode::kNotSupported, "this adapter cannot list what it holds");
+  }
+  virtual Result<std::vector<L2Deletion>> Delete(std::span<const store::ObjectKey> keys,
+                                                 bool force) {
+    (void)keys, (void)force;
+    return Status(ErrorCode::kNotSupported, "this adapter cannot delete by key");
+  }
 
   // Submit and wait: for callers with a thread to spend (the write-behind
   // workers, tests).

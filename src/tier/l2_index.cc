@@ -189,6 +189,36 @@ std::optional<std::uint64_t> L2Index::Erase(const store::ObjectKey& key) {
   return bytes;
 }
 
+L2Index::Removal L2Index::Remove(const store::ObjectKey& key, bool force, const EvictFn& remove) {
+  MutexLock lock(&mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return Removal::kAbsent;
+  if (it->second.locks > 0 && !force) return Removal::kLocked;
+  remove(it->first, it->second.bytes);
+  RemoveLocked(it);
+  return Removal::kRemoved;
+}
+
+std::vector<std::pair<store::ObjectKey, std::uint64_t>> L2Index::List(
+    const store::ObjectKey* after, std::size_t limit,
+    const std::function<bool(const store::ObjectKey&)>& keep) const {
+  std::vector<std::pair<store::ObjectKey, std::uint64_t>> found;
+  if (limit == 0) return found;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [key, entry] : entries_) {
+      if (after != nullptr && !store::ListingLess(*after, key)) continue;
+      if (keep && !keep(key)) continue;
+      found.emplace_back(key, entry.bytes);
+    }
+  }
+  const std::size_t take = std::min(found.size(), limit);
+  std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(take), found.end(),
+                    [](const auto& a, const auto& b) { return store::ListingLess(a.first, b.first); });
+  found.resize(take);
+  return found;
+}
+
 std::optional<std::uint64_t> L2Index::SizeOf(const store::ObjectKey& key) const {
   MutexLock lock(&mu_);
   auto it = entries_.find(key);

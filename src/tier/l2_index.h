@@ -75,6 +75,17 @@ class L2Index {
   void Unlock(std::span<const store::ObjectKey> keys) LMC_EXCLUDES(mu_);
   // Forgets `key` (deleted, found missing or corrupt); its size, if it was held.
   std::optional<std::uint64_t> Erase(const store::ObjectKey& key) LMC_EXCLUDES(mu_);
+  enum class Removal : std::uint8_t { kRemoved, kLocked, kAbsent };
+  // Forgets `key` unless a load holds it (or whether it does, with `force`);
+  // `remove` deletes it from the tier first, under the index's lock.
+  Removal Remove(const store::ObjectKey& key, bool force, const EvictFn& remove)
+      LMC_EXCLUDES(mu_);
+  // Up to `limit` held objects `keep` accepts (null: every one) after
+  // `after` (null: from the first), in store::ListingLess order, with their
+  // sizes in the tier.
+  std::vector<std::pair<store::ObjectKey, std::uint64_t>> List(
+      const store::ObjectKey* after, std::size_t limit,
+      const std::function<bool(const store::ObjectKey&)>& keep) const LMC_EXCLUDES(mu_);
   // The object's size, if held.
   std::optional<std::uint64_t> SizeOf(const store::ObjectKey& key) const LMC_EXCLUDES(mu_);
 

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
@@ -538,6 +539,152 @@ TEST_F(HttpTest, QuotasAreRefusedWhenTurnedOffAndBadQuotaFlagsStopTheStart) {
     EXPECT_NE(server_->WaitExit(std::chrono::seconds(30)), 0) << bad[1];
     EXPECT_NE(server_->Log().find("--quota"), std::string::npos) << server_->Log();
   }
+}
+
+}  // namespace
+}  // namespace lmcache
+
+namespace lmcache {
+namespace {
+
+// GET /cache/objects: behind the admin token (read-only mode refuses only
+// DELETE), pages of keys in the reference's encoded form, each object once,
+// filters by salt and model, 400s for what is malformed, and the fs tier's
+// objects under tier=l2.
+TEST_F(HttpTest, CacheObjectsAreListedInPagesBehindTheAdminToken) {
+  const std::string token = "0a1b2c3d4e5f60718293a4b5c6d7e8f9";
+  const std::string file = TokenFile(token, fs::perms::owner_read | fs::perms::owner_write);
+  const fs::path dir = fs::temp_directory_path() / ("lmc_http_cache_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  StartServer({"--http-admin-token-file", file, "--http-read-only", "--l2-adapter",
+               R"({"type":"fs","base_path":")" + dir.string() + R"("})"});
+  const httplib::Headers admin = {{"Authorization", "Bearer " + token}};
+  auto worker = Registered(url_, 11);
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    ASSERT_TRUE(StoreChunk(*worker, 1000 * (i + 1), std::byte{4}, "r", i < 3 ? "" : "t2").ok());
+  }
+  EXPECT_EQ(http_->Get("/cache/objects")->status, 401);
+  // Read-only refuses what changes state, not a listing.
+  EXPECT_EQ(http_->Delete("/cache/objects", admin, R"({"keys":[]})", "application/json")->status,
+            403);
+
+  std::set<std::string> hashes;
+  std::string page_token;
+  int pages = 0;
+  do {
+    std::string path = "/cache/objects?tier=l1&page_size=2";
+    if (!page_token.empty()) path += "&page_token=" + page_token;
+    auto page = http_->Get(path, admin);
+    ASSERT_EQ(page->status, 200) << page->body;
+    const json body = Json(page);
+    EXPECT_EQ(body["adapter"], "l1");
+    for (const json& entry : body["entries"]) {
+      EXPECT_EQ(entry["key"]["model_name"], "http-test-model");
+      EXPECT_EQ(entry["key"]["chunk_hash_hex"].get<std::string>().size(), 64u);
+      EXPECT_EQ(entry["size_bytes"], worker->ObjectBytes());
+      EXPECT_TRUE(hashes.insert(entry["key"]["chunk_hash_hex"]).second);  // once each
+    }
+    page_token = body["next_page_token"].is_null() ? "" : body["next_page_token"].get<std::string>();
+    ++pages;
+  } while (!page_token.empty() && pages < 10);
+  EXPECT_EQ(hashes.size(), 5u);
+  EXPECT_EQ(pages, 3);
+  const json t2 = Json(http_->Get("/cache/objects?cache_salt=t2", admin));
+  EXPECT_EQ(t2["entries"].size(), 2u);
+  EXPECT_EQ(Json(http_->Get("/cache/objects?model_name=other", admin))["entries"].size(), 0u);
+  for (const char* bad : {"?page_size=0", "?page_size=5001", "?page_size=x", "?tier=l3",
+                          "?page_token=zz", "?page_token=00"}) {
+    EXPECT_EQ(http_->Get(std::string("/cache/objects") + bad, admin)->status, 400) << bad;
+  }
+  EXPECT_EQ(http_->Get("/cache/objects?tier=l2&adapter=resp#9", admin)->status, 404);
+  // The fs tier holds what the write-behind wrote there.
+  json l2;
+  for (int i = 0; i < 200; ++i) {
+    l2 = Json(http_->Get("/cache/objects?tier=l2", admin));
+    if (l2["entries"].size() == 5u) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(l2["adapter"], "fs#1");
+  ASSERT_EQ(l2["entries"].size(), 5u);
+  server_.reset();
+  fs::remove(file);
+  fs::remove_all(dir);
+}
+
+// DELETE /cache/objects: by key or by a prompt's tokens, in L1 and in an fs
+// tier, with what a lookup holds left unless forced, and 400s for what is
+// malformed or too many.
+TEST_F(HttpTest, CacheObjectsAreDeletedByKeyOrByPromptAndLockedOnesNeedForce) {
+  const fs::path dir = fs::temp_directory_path() / ("lmc_http_del_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  StartServer({"--http-admin-open", "--l2-adapter",
+               R"({"type":"fs","base_path":")" + dir.string() + R"("})"});
+  auto worker = Registered(url_, 12);
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(StoreChunk(*worker, 1000 * (i + 1), std::byte{6}, "r").ok());
+  }
+  json listed;
+  for (int i = 0; i < 200; ++i) {
+    listed = Json(http_->Get("/cache/objects?tier=l2"));
+    if (listed["entries"].size() == 3u) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(listed["entries"].size(), 3u);
+  const json l1 = Json(http_->Get("/cache/objects"));
+  ASSERT_EQ(l1["entries"].size(), 3u);
+  // A lookup's locks hold the first chunk: left without force.
+  client::KeySpec first;
+  first.model_name = "http-test-model";
+  for (std::uint32_t t = 0; t < 256; ++t) first.token_ids.push_back(1000 + t);
+  first.end = 256;
+  first.request_id = "locker";
+  first.worker_id = std::nullopt;
+  ASSERT_EQ(*worker->Lookup(first), 1u);
+
+  json keys = json::array();
+  for (const json& entry : l1["entries"]) keys.push_back(entry["key"]);
+  auto reply = http_->Delete("/cache/objects", json{{"keys", keys}, {"tier", "l1"}}.dump(),
+                             "application/json");
+  ASSERT_EQ(reply->status, 200) << reply->body;
+  EXPECT_EQ(Json(reply)["deleted"], 2);
+  EXPECT_EQ(Json(reply)["skipped"], 1);
+  EXPECT_EQ(Json(reply)["ok"], true);
+  EXPECT_EQ(Json(reply)["tiers"]["l1"]["locked"], 1);
+  reply = http_->Delete("/cache/objects",
+                        json{{"keys", keys}, {"tier", "l1"}, {"force", true}}.dump(),
+                        "application/json");
+  EXPECT_EQ(Json(reply)["deleted"], 1);
+  EXPECT_EQ(Json(reply)["tiers"]["l1"]["not_found"], 2);
+  EXPECT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 0);
+
+  // By prompt, in L2 (the reference's default tier): the first chunk's tokens.
+  json tokens = json::array();
+  for (std::uint32_t t = 0; t < 256; ++t) tokens.push_back(1000 + t);
+  reply = http_->Delete("/cache/objects",
+                        json{{"token_ids", tokens}, {"model_name", "http-test-model"}}.dump(),
+                        "application/json");
+  ASSERT_EQ(reply->status, 200) << reply->body;
+  EXPECT_EQ(Json(reply)["deleted"], 1);
+  EXPECT_EQ(Json(reply)["tiers"]["fs#1"]["deleted"], 1);
+  EXPECT_EQ(Json(http_->Get("/cache/objects?tier=l2"))["entries"].size(), 2u);
+
+  for (const std::string bad :
+       {std::string("{"), std::string("{}"), std::string(R"({"keys":[],"token_ids":[]})"),
+        std::string(R"({"keys":[{"chunk_hash_hex":"00"}]})"),
+        std::string(R"({"keys":[],"tier":"l9"})"), std::string(R"({"keys":[],"force":1})"),
+        std::string(R"({"token_ids":[1,2],"model_name":"m"})"),
+        std::string(R"({"token_ids":[-1],"model_name":"m"})"),
+        std::string(R"({"token_ids":[1]})")}) {
+    EXPECT_EQ(http_->Delete("/cache/objects", bad, "application/json")->status, 400) << bad;
+  }
+  json too_many = json::array();
+  for (int i = 0; i < 10001; ++i) too_many.push_back(keys[0]);
+  EXPECT_EQ(http_->Delete("/cache/objects", json{{"keys", too_many}}.dump(), "application/json")
+                ->status,
+            400);
+  EXPECT_EQ(http_->Get("/healthcheck")->status, 200);
+  server_.reset();
+  fs::remove_all(dir);
 }
 
 }  // namespace

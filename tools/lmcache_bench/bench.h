@@ -41,6 +41,7 @@ struct BenchOptions {
   bool skip_l2 = false;    // also skips the resp phase
   bool skip_events = false;  // the KV events on/off phase
   bool skip_journal = false;  // the crash-recovery journal on/off phase
+  bool skip_quota = false;    // the quota accounting on/off phase
   bool skip_restart = false;  // the warm-restart phase
   std::vector<double> restart_pool_gb = {1, 5, 16};  // its pool sizes
   bool l2_odirect = true;  // the fs phase's use_odirect

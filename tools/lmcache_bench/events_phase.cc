@@ -93,4 +93,13 @@ Result<OnOffFigures> MeasureJournalPhase(const BenchOptions& o, const std::strin
        {"--recover-pool", "--shm-name", "bench_journal_" + std::to_string(getpid())}});
 }
 
+Result<OnOffFigures> MeasureQuotaPhase(const BenchOptions& o, const std::string& binary) {
+  // The bench stores under the empty salt (_default); a quota of 1 PiB
+  // never binds, so what differs is the accounting alone.
+  return MeasureOnOff(o, binary,
+                      {"quota",
+                       {"--quota-mode", "off"},
+                       {"--quota-mode", "on", "--quota", "_default=1048576"}});
+}
+
 }  // namespace lmcache::bench

@@ -4,7 +4,10 @@
 // small (64 KiB) chunks, where a per-chunk cost is largest against the bytes
 // moved. The features: KV events (off: --kv-event-log-size 0; on: publishing
 // in vLLM's format, --kv-events-url), and the crash-recovery journal (on:
-// --recover-pool, whose sealer also reads every byte stored).
+// --recover-pool, whose sealer also reads every byte stored), and per-tenant
+// quota accounting (off: --quota-mode off; on: a quota on the bench's
+// tenant, as large as the pool, so every copy is charged and checked and
+// none is refused or evicted for it).
 // Thread-safety: single-threaded use by the driver.
 #pragma once
 
@@ -28,5 +31,7 @@ Result<OnOffFigures> MeasureEventsPhase(const BenchOptions& options,
                                         const std::string& server_binary);
 Result<OnOffFigures> MeasureJournalPhase(const BenchOptions& options,
                                          const std::string& server_binary);
+Result<OnOffFigures> MeasureQuotaPhase(const BenchOptions& options,
+                                       const std::string& server_binary);
 
 }  // namespace lmcache::bench

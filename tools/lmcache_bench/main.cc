@@ -284,6 +284,13 @@ int Run(BenchOptions o) {
     if (!journal.ok()) return fail(journal.status());
     report.journal = std::move(journal).value();
   }
+  if (!o.skip_quota && !o.latencies_only) {
+    Progress("quota: the shm path's stores on a server with --quota-mode off and one charging "
+             "every copy to its tenant's quota");
+    auto quota = MeasureQuotaPhase(o, server_binary);
+    if (!quota.ok()) return fail(quota.status());
+    report.quota = std::move(quota).value();
+  }
   if (o.sweep) {
     for (const double chunk_mib : o.sweep_chunk_mib) {
       for (const int workers : o.sweep_workers) {
@@ -375,6 +382,9 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-journal", o.skip_journal,
                "Do not measure the store path with the crash-recovery journal on against off (its "
                "fields become null)");
+  app.add_flag("--skip-quota", o.skip_quota,
+               "Do not measure the store path with quota accounting on against off (its fields "
+               "become null)");
   app.add_flag("--skip-restart", o.skip_restart,
                "Do not measure the warm restart (its fields become null)");
   app.add_option("--restart-pool-gb", o.restart_pool_gb,

@@ -225,6 +225,13 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
        r.journal ? std::optional(PerRound(r.journal->small_on_store_gbps,
                                           r.journal->small_off_store_gbps).median)
                  : std::nullopt},
+      {"quota_on_vs_off", r.quota ? std::optional(PerRound(r.quota->on_store_gbps,
+                                                           r.quota->off_store_gbps).median)
+                                  : std::nullopt},
+      {"quota_small_on_vs_off",
+       r.quota ? std::optional(PerRound(r.quota->small_on_store_gbps,
+                                        r.quota->small_off_store_gbps).median)
+               : std::nullopt},
       {"restart_serve_seconds", LargestRestart(r, &RestartSample::serve_seconds)},
       {"restart_takeover_seconds", LargestRestart(r, &RestartSample::takeover_seconds)},
       {"restart_served_fraction", LeastServed(r, &RestartSample::served_fraction)},
@@ -317,6 +324,13 @@ void PrintTable(const BenchReport& r) {
     spread("events_small_on_vs_off",
            PerRound(r.events->small_on_store_gbps, r.events->small_off_store_gbps));
   }
+  if (r.quota) {
+    std::printf("  quota accounting off / on: store %.2f / %.2f GB/s\n",
+                Median(r.quota->off_store_gbps), Median(r.quota->on_store_gbps));
+    spread("quota_on_vs_off", PerRound(r.quota->on_store_gbps, r.quota->off_store_gbps));
+    spread("quota_small_on_vs_off",
+           PerRound(r.quota->small_on_store_gbps, r.quota->small_off_store_gbps));
+  }
   if (r.journal) {
     std::printf("  crash-recovery journal off / on: store %.2f / %.2f GB/s\n",
                 Median(r.journal->off_store_gbps), Median(r.journal->on_store_gbps));
@@ -406,6 +420,13 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << (r.journal ? SpreadJson(PerRound(r.journal->small_on_store_gbps,
                                           r.journal->small_off_store_gbps))
                     : "null")
+      << ", \"quota_on_vs_off\": "
+      << (r.quota ? SpreadJson(PerRound(r.quota->on_store_gbps, r.quota->off_store_gbps))
+                  : "null")
+      << ", \"quota_small_on_vs_off\": "
+      << (r.quota ? SpreadJson(PerRound(r.quota->small_on_store_gbps,
+                                        r.quota->small_off_store_gbps))
+                  : "null")
       << ", \"p2p_vs_ucp_get\": " << P2pSpreadJson(r, &P2pFigures::ucp_get_gbps)
       << ", \"p2p_vs_ucp_am_bw\": " << P2pSpreadJson(r, &P2pFigures::ucp_am_bw_gbps)
       << ", \"p2p_vs_redis\": " << P2pSpreadJson(r, &P2pFigures::redis_load_gbps) << "},\n";
@@ -428,6 +449,12 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
         << ", \"journal_on_store_gbps\": " << Samples(r.journal->on_store_gbps)
         << ", \"journal_small_off_store_gbps\": " << Samples(r.journal->small_off_store_gbps)
         << ", \"journal_small_on_store_gbps\": " << Samples(r.journal->small_on_store_gbps);
+  }
+  if (r.quota) {
+    out << ", \"quota_off_store_gbps\": " << Samples(r.quota->off_store_gbps)
+        << ", \"quota_on_store_gbps\": " << Samples(r.quota->on_store_gbps)
+        << ", \"quota_small_off_store_gbps\": " << Samples(r.quota->small_off_store_gbps)
+        << ", \"quota_small_on_store_gbps\": " << Samples(r.quota->small_on_store_gbps);
   }
   if (r.p2p) {
     out << ", \"p2p_load_gbps\": " << Samples(r.p2p->load_gbps)

@@ -62,6 +62,7 @@ struct BenchReport {
   std::optional<L2Figures> resp;              // the resp phase (absent with --skip-l2 or --skip-redis)
   std::optional<OnOffFigures> events;         // the KV events phase (absent with --skip-events)
   std::optional<OnOffFigures> journal;        // the journal phase (absent with --skip-journal)
+  std::optional<OnOffFigures> quota;          // the quota phase (absent with --skip-quota)
   std::optional<std::vector<RestartSample>> restart;  // absent with --skip-restart
   std::optional<P2pFigures> p2p;  // absent with --skip-p2p or --skip-redis
   std::vector<PathResults> sweep;

@@ -82,6 +82,10 @@ class FsAdapter final : public L2Adapter {
   bool CompletesAsynchronously() const override { return uring_ != nullptr; }
   void ObserveRemovals(RemovalObserver observer) override { removal_observer_ = std::move(observer); }
   void EnforceQuotas(const store::TenantLedger* ledger) override;
+  Result<std::vector<ListedL2Object>> List(const store::ObjectKey* after, std::size_t limit,
+                                           const KeyFilter& keep) const override;
+  Result<std::vector<L2Deletion>> Delete(std::span<const store::ObjectKey> keys,
+                                         bool force) override;
 
   const FsRebuildReport& rebuild_report() const { return rebuild_; }
   // "io_uring" or "sync": how loads are read.

@@ -33,6 +33,12 @@ class MockAdapter final : public BlockingL2Adapter {
   void Unlock(std::span<const store::ObjectKey> keys) override;
   std::vector<L2LoadOutcome> LoadNow(std::span<const L2Read> reads) override;
   L2AdapterStats Stats() const override;
+  Result<std::vector<ListedL2Object>> List(const store::ObjectKey* after, std::size_t limit,
+                                           const KeyFilter& keep) const override {
+    std::vector<ListedL2Object> out;
+    for (auto& [key, bytes] : index_.List(after, limit, keep)) out.push_back({std::move(key), bytes});
+    return out;
+  }
   void EnforceQuotas(const store::TenantLedger* ledger) override {
     if (ledger != nullptr && ledger->enabled()) {
       index_.SetLimits([ledger](std::string_view salt) { return ledger->LimitFor(salt); });

@@ -157,5 +157,41 @@ TEST(L2IndexTest, TenantUsageFollowsEveryWayAnObjectComesAndGoes) {
   }
 }
 
+TEST(L2IndexTest, ListsInPagesAndRemovesWhatNoLoadHoldsUnlessForced) {
+  L2Index index(0);
+  Evicted evicted;
+  for (std::uint64_t n = 0; n < 10; ++n) {
+    ASSERT_TRUE(Reserved(index, 10 + n, evicted.Fn()));
+    ASSERT_TRUE(index.Commit(TenantKey(n, n % 2 ? "odd" : "even"), 10 + n));
+  }
+  std::vector<store::ObjectKey> listed;
+  const store::ObjectKey* after = nullptr;
+  std::vector<std::pair<store::ObjectKey, std::uint64_t>> page;
+  while (!(page = index.List(after, 4, nullptr)).empty()) {
+    for (std::size_t i = 1; i < page.size(); ++i) {
+      EXPECT_TRUE(store::ListingLess(page[i - 1].first, page[i].first));
+    }
+    for (const auto& [key, bytes] : page) listed.push_back(key);
+    after = &page.back().first;
+  }
+  EXPECT_EQ(listed.size(), 10u);
+  const auto odd = index.List(nullptr, 100, [](const store::ObjectKey& k) {
+    return k.cache_salt == "odd";
+  });
+  EXPECT_EQ(odd.size(), 5u);
+
+  const std::vector<store::ObjectKey> held = {TenantKey(3, "odd")};
+  ASSERT_EQ(index.LookupAndLock(held), std::vector<bool>{true});
+  std::vector<store::ObjectKey> removed;
+  auto remove = [&removed](const store::ObjectKey& k, std::uint64_t) { removed.push_back(k); };
+  EXPECT_EQ(index.Remove(TenantKey(3, "odd"), false, remove), L2Index::Removal::kLocked);
+  EXPECT_EQ(index.Remove(TenantKey(3, "odd"), true, remove), L2Index::Removal::kRemoved);
+  EXPECT_EQ(index.Remove(TenantKey(3, "odd"), true, remove), L2Index::Removal::kAbsent);
+  EXPECT_EQ(index.Remove(TenantKey(4, "even"), false, remove), L2Index::Removal::kRemoved);
+  EXPECT_EQ(removed.size(), 2u);
+  EXPECT_EQ(index.objects(), 8u);
+  EXPECT_EQ(index.tenant_usage_bytes("odd"), 11u + 15 + 17 + 19);
+}
+
 }  // namespace
 }  // namespace lmcache::tier
