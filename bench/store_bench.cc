@@ -34,14 +34,21 @@ std::vector<ObjectKey> Keys(std::size_t first, std::size_t count) {
   return keys;
 }
 
+ObjectTableConfig ConfigWith(QuotaMode mode) {
+  ObjectTableConfig config;
+  config.quota_mode = mode;
+  return config;
+}
+
 struct Fixture {
-  Fixture() {
+  explicit Fixture(QuotaMode quota_mode = QuotaMode::kOpen)
+      : lru(quota_mode != QuotaMode::kOff) {
     void* base = std::aligned_alloc(1 << 21, 1 << 21);
     allocator =
         std::move(alloc::SlabAllocator::Create({static_cast<std::byte*>(base), kPoolBytes}, {}))
             .value();
     table = std::make_unique<ObjectTable>(allocator.get(), &lru, &SteadyClock::Instance(),
-                                          ObjectTableConfig{});
+                                          ConfigWith(quota_mode));
   }
   std::unique_ptr<alloc::SlabAllocator> allocator;
   LruPolicy lru;
@@ -104,6 +111,25 @@ void BM_StoreBatch(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * state.range(0));
 }
 BENCHMARK(BM_StoreBatch)->ArgsProduct({{1, 16, 512}, {0, 1}})->ArgNames({"chunks", "journal"});
+
+// The store path of BM_StoreBatch with quotas off (--quota-mode off: no
+// ledger, no per-tenant order) and on, the keys' tenant given a quota that
+// never binds (range(1) = 1): what per-tenant accounting costs a store,
+// without the copy that dwarfs it on a server (docs/performance.md).
+void BM_StoreBatchQuota(benchmark::State& state) {
+  Fixture fixture(state.range(1) != 0 ? QuotaMode::kOpen : QuotaMode::kOff);
+  if (state.range(1) != 0) (void)fixture.table->SetQuota("", kPoolBytes);
+  ObjectTable& table = *fixture.table;
+  const auto keys = Keys(0, static_cast<std::size_t>(state.range(0)));
+  for (auto _ : state) {
+    auto r = table.ReserveWrite(keys, kChunk, kWriter, AllocationMode::kLongestPrefix);
+    benchmark::DoNotOptimize(r);
+    table.FinishWrite(r->lease);
+    table.Delete(keys, /*force=*/false);
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_StoreBatchQuota)->ArgsProduct({{1, 16, 512}, {0, 1}})->ArgNames({"chunks", "quota"});
 
 // Admits `keys` for kWriter.
 void Admit(ObjectTable& table, const std::vector<ObjectKey>& keys) {

@@ -177,10 +177,16 @@ void HttpServer::AddRoutes() {
     if (allowed.find("DELETE") == std::string::npos) s.Delete(path, wrong_method);
     s.Patch(path, wrong_method);
   }
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  s.set_error_handler([max_body = config.max_body_bytes](const httplib::Request& req,
+                                                         httplib::Response& res) {
     if (!res.body.empty()) return;  // a route already answered (405, 4xx with a body)
     if (res.status == 404) return Error(res, 404, "no such route: " + req.path);
-    if (res.status == 413) return Error(res, 413, "request body too large");
+    if (res.status == 413) {
+      return Error(res, 413,
+                   "request body too large: at most " + std::to_string(max_body >> 10) +
+                       " KiB, and 8 KiB as application/x-www-form-urlencoded (curl -d's "
+                       "default): send JSON with 'Content-Type: application/json'");
+    }
     Error(res, res.status, "request refused");
   });
   s.set_exception_handler([](const httplib::Request& req, httplib::Response& res,

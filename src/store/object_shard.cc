@@ -24,7 +24,7 @@ void ObjectShard::EraseResidentLocked(const ObjectKey& key, ResidentEntry* entry
   if (context_->journal != nullptr) context_->journal->Withdrawn(entry->offset);
   if (entry->served_once) served_once_.erase(key);
   resident_bytes_ -= Aligned(entry->size);
-  CreditLocked(key, entry->size);
+  CreditTenant(key, entry->size);
   RemoveHolderLocked(entry);
   resident_.erase(key);
 }
@@ -104,7 +104,7 @@ ReserveStep ObjectShard::ReserveLocked(const ObjectKey& key, const Owner& owner,
     }
     // Same writer, new size: start over.
     to_free->push_back(mine->offset);
-    CreditLocked(key, mine->size);
+    CreditTenant(key, mine->size);
     (void)TakeStagedLocked(key, [&owner](const StagedCopy& c) { return c.owner == owner; });
   }
   if (!offered) return {ReserveState::kNeedsMemory, 0};
@@ -128,12 +128,12 @@ AdmitStep ObjectShard::AdmitLocked(const ObjectKey& key, LeaseId lease, TimeMs n
   }
   if (now >= copy->expires_ms) {
     to_free->push_back(copy->offset);
-    CreditLocked(key, copy->size);
+    CreditTenant(key, copy->size);
     return {WriteOutcome::kLeaseExpired, resident};
   }
   if (resident != nullptr) {
     to_free->push_back(copy->offset);
-    CreditLocked(key, copy->size);
+    CreditTenant(key, copy->size);
     return {WriteOutcome::kDuplicateDiscarded, resident};
   }
   // Recorded before any reader can learn of it (the shard is locked).
@@ -146,7 +146,7 @@ bool ObjectShard::AbortLocked(const ObjectKey& key, LeaseId lease, std::vector<O
   if (auto copy =
           TakeStagedLocked(key, [lease](const StagedCopy& c) { return c.lease == lease; })) {
     to_free->push_back(copy->offset);
-    CreditLocked(key, copy->size);
+    CreditTenant(key, copy->size);
     return true;
   }
   return FreeAbandonedLocked(key, lease, to_free);
@@ -221,7 +221,7 @@ DeleteStep ObjectShard::DeleteLocked(const ObjectKey& key, bool force, TimeMs no
     std::erase_if(staged->second, [&](const StagedCopy& c) {
       if (now < c.expires_ms) return false;
       to_free->push_back(c.offset);
-      CreditLocked(key, c.size);
+      CreditTenant(key, c.size);
       return true;
     });
     if (staged->second.empty()) {
@@ -248,7 +248,7 @@ DeleteStep ObjectShard::DeleteLocked(const ObjectKey& key, bool force, TimeMs no
   if (staged_live) {
     for (const StagedCopy& c : staged->second) {
       abandoned_.push_back({key, c.offset, c.size, c.lease, c.expires_ms});
-      CreditLocked(key, c.size);
+      CreditTenant(key, c.size);
     }
     staged_.erase(staged);
   }
@@ -275,7 +275,7 @@ ReclaimStep ObjectShard::ReclaimLocked(TimeMs now, std::vector<Offset>* to_free)
         continue;
       }
       step.expired_writes += 1;
-      CreditLocked(it->first, c->size);
+      CreditTenant(it->first, c->size);
       if (c->owner.kind == OwnerKind::kInstance) {
         // Its worker may still be copying into it (fail-stop: fence, then
         // release; here the fence is the worker's own end).

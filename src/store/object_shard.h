@@ -237,8 +237,9 @@ class ObjectShard {
   using StagingMap = std::unordered_map<ObjectKey, std::vector<StagedCopy>, ObjectKeyHash>;
 
   std::uint64_t Aligned(std::uint64_t size) const { return context_->allocator->AlignedSize(size); }
-  // The tenant of `key` no longer holds a copy of `size` bytes (tenant_ledger.h).
-  void CreditLocked(const ObjectKey& key, std::uint64_t size) LMC_REQUIRES(mu_) {
+  // The tenant of `key` no longer holds a copy of `size` bytes (tenant_ledger.h;
+  // called at a transition, under the shard's mutex, but touching only the ledger).
+  void CreditTenant(const ObjectKey& key, std::uint64_t size) const {
     if (context_->ledger != nullptr) context_->ledger->Credit(key.cache_salt, Aligned(size));
   }
   ResidentEntry* AdmitResidentLocked(const ObjectKey& key, Offset offset, std::uint64_t size)

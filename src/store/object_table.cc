@@ -238,6 +238,26 @@ std::vector<std::size_t> ObjectTable::FitToQuotas(std::span<const ObjectKey> key
                                                    std::vector<std::size_t> needs_memory,
                                                    AllocationMode mode, WriteLease* result) {
   const std::uint64_t aligned = allocator_->AlignedSize(size);
+  // A batch is almost always one tenant's: its room, without the maps below.
+  const std::string_view first_salt = keys[needs_memory.front()].cache_salt;
+  const bool one_tenant = std::all_of(needs_memory.begin(), needs_memory.end(),
+                                      [&](std::size_t i) { return keys[i].cache_salt == first_salt; });
+  if (one_tenant) {
+    const std::uint64_t wanted = aligned * needs_memory.size();
+    std::uint64_t room = ledger_.Room(first_salt);
+    if (room < wanted) {
+      EvictTenant(first_salt, wanted - room);
+      room = ledger_.Room(first_salt);
+    }
+    const std::size_t fits = std::min<std::uint64_t>(room / aligned, needs_memory.size());
+    std::size_t refused = needs_memory.size() - fits;
+    if (refused > 0) ledger_.CountRefused(first_salt, refused, refused * aligned);
+    if (refused > 0 && mode == AllocationMode::kAllOrNothing) refused = needs_memory.size();
+    needs_memory.resize(needs_memory.size() - refused);
+    result->over_quota += refused;
+    counters_.over_quota_objects.fetch_add(refused, std::memory_order_relaxed);
+    return needs_memory;
+  }
   // Each tenant's room, made first by evicting its own oldest objects.
   std::unordered_map<std::string_view, std::uint64_t> room;
   for (const std::size_t i : needs_memory) {

@@ -89,8 +89,8 @@ bool L2Index::MakeTenantRoomLocked(std::string_view salt, std::uint64_t wanted,
   std::uint64_t freed = 0;
   // Removing the tenant's last object would forget `tenant`: stop first.
   while (freed < needed) {
-    auto it = std::find_if(tenant.lru.rbegin(), tenant.lru.rend(),
-                           [this](Lru::iterator pos) { return entries_.at(*pos).locks == 0; });
+    auto it = tenant.lru.rbegin();  // the oldest unlocked: one exists, as counted above
+    while (entries_.at(**it).locks > 0) ++it;
     auto entry = entries_.find(**it);
     const std::uint64_t bytes = entry->second.bytes;
     evict(entry->first, bytes);

@@ -26,7 +26,8 @@ PROMPT_CHUNKS = 4
 
 def http(port, method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as reply:
         return json.loads(reply.read())
 
