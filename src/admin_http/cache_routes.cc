@@ -95,25 +95,63 @@ int HttpStatusOf(const Status& status) {
   }
 }
 
+json PinFigures(const store::ObjectTable& table) {
+  const store::TableStats stats = table.Stats();
+  return {{"pinned_objects", stats.pinned_objects},
+          {"pinned_bytes", stats.pinned_bytes},
+          {"limit_bytes", table.pinned_limit_bytes()}};
+}
+
+// A listing's page_size and page_token.
+struct PageRequest {
+  std::size_t size = kDefaultPageSize;
+  std::optional<store::ObjectKey> after;
+  const store::ObjectKey* after_key() const { return after ? &*after : nullptr; }
+};
+
+Result<PageRequest> ParsePage(const httplib::Request& req) {
+  PageRequest page;
+  if (req.has_param("page_size")) {
+    const std::string text = req.get_param_value("page_size");
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), page.size);
+    if (error != std::errc() || end != text.data() + text.size() || page.size < 1 ||
+        page.size > kMaxPageSize) {
+      return InvalidArgument("page_size must be an integer in [1, 5000]");
+    }
+  }
+  if (req.has_param("page_token") && !req.get_param_value("page_token").empty()) {
+    auto key = KeyFromPageToken(req.get_param_value("page_token"));
+    if (!key.ok()) return InvalidArgument("bad page_token: " + key.status().message());
+    page.after = std::move(key).value();
+  }
+  return page;
+}
+
+void ListPins(const httplib::Request& req, httplib::Response& res, server::Service& service) {
+  auto page = ParsePage(req);
+  if (!page.ok()) return Error(res, 400, page.status().message());
+  std::vector<store::ListedObject> found =
+      service.table().ListResident(page->after_key(), page->size + 1, nullptr, /*pinned_only=*/true);
+  const bool more = found.size() > page->size;
+  if (more) found.resize(page->size);
+  json entries = json::array();
+  for (const store::ListedObject& o : found) {
+    entries.push_back({{"key", EncodedObjectKey(o.key)}, {"size_bytes", o.size_bytes}, {"pins", o.pins}});
+  }
+  json reply = PinFigures(service.table());
+  reply.update({{"entries", std::move(entries)},
+                {"next_page_token", more ? json(PageToken(found.back().key)) : json(nullptr)}});
+  Reply(res, 200, reply);
+}
+
 void ListObjects(const httplib::Request& req, httplib::Response& res, server::Service& service,
                  tier::L2Tier* l2) {
   const std::string tier = req.has_param("tier") ? req.get_param_value("tier") : "l1";
   if (tier != "l1" && tier != "l2") return Error(res, 400, "tier must be l1 or l2");
-  std::size_t page_size = kDefaultPageSize;
-  if (req.has_param("page_size")) {
-    const std::string text = req.get_param_value("page_size");
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), page_size);
-    if (error != std::errc() || end != text.data() + text.size() || page_size < 1 ||
-        page_size > kMaxPageSize) {
-      return Error(res, 400, "page_size must be an integer in [1, 5000]");
-    }
-  }
-  std::optional<store::ObjectKey> after;
-  if (req.has_param("page_token") && !req.get_param_value("page_token").empty()) {
-    auto key = KeyFromPageToken(req.get_param_value("page_token"));
-    if (!key.ok()) return Error(res, 400, "bad page_token: " + key.status().message());
-    after = std::move(key).value();
-  }
+  auto parsed_page = ParsePage(req);
+  if (!parsed_page.ok()) return Error(res, 400, parsed_page.status().message());
+  const std::size_t page_size = parsed_page->size;
+  const std::optional<store::ObjectKey>& after = parsed_page->after;
   const std::string model = req.get_param_value("model_name");
   const bool by_salt = req.has_param("cache_salt");
   const std::string salt = req.get_param_value("cache_salt");
@@ -160,34 +198,26 @@ void ListObjects(const httplib::Request& req, httplib::Response& res, server::Se
          {"next_page_token", more ? json(PageToken(found.back().first)) : json(nullptr)}});
 }
 
-// The keys a DELETE names: its `keys`, or every object of the prompt's
-// chunks (any rank, layout and tags) of `model_name` and `cache_salt`.
-struct DeleteRequest {
+// The objects a request names: its `keys`, or every object of the prompt's
+// full chunks (any rank, layout and tags) of `model_name` and `cache_salt`.
+struct KeySelection {
   std::vector<store::ObjectKey> keys;
   std::unordered_set<std::string> chunk_hashes;  // by tokens: the chunks' hashes, raw
   std::string model;
   std::string salt;
-  std::string tier = "l2";
-  bool force = false;
-  std::string adapter;
-  bool by_tokens() const { return !chunk_hashes.empty() || !model.empty(); }
+  bool by_tokens() const { return !chunk_hashes.empty(); }
+  bool OfPrompt(const store::ObjectKey& key) const {
+    return key.model_name == model && key.cache_salt == salt &&
+           chunk_hashes.contains(std::string(reinterpret_cast<const char*>(key.chunk_hash.data()),
+                                             key.chunk_hash.size()));
+  }
+  // At most this many objects of one prompt per tier (every rank, layout
+  // and tag set of each chunk), so a request costs what its size allows.
+  std::size_t bound() const { return chunk_hashes.size() * 4096; }
 };
 
-Result<DeleteRequest> ParseDelete(const std::string& body, worker::ChunkHasher& hasher) {
-  const json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded() || !parsed.is_object()) {
-    return InvalidArgument("expected a JSON object with keys, or token_ids and model_name");
-  }
-  DeleteRequest request;
-  LMC_ASSIGN_OR_RETURN(request.tier, StringField(parsed, "tier", "l2"));
-  if (request.tier != "l1" && request.tier != "l2" && request.tier != "all") {
-    return InvalidArgument("tier must be l1, l2 or all");
-  }
-  if (const auto force = parsed.find("force"); force != parsed.end()) {
-    if (!force->is_boolean()) return InvalidArgument("force must be true or false");
-    request.force = force->get<bool>();
-  }
-  LMC_ASSIGN_OR_RETURN(request.adapter, StringField(parsed, "adapter", ""));
+Result<KeySelection> ParseSelection(const json& parsed, worker::ChunkHasher& hasher) {
+  KeySelection selection;
   const bool has_keys = parsed.contains("keys");
   const bool has_tokens = parsed.contains("token_ids");
   if (has_keys == has_tokens) {
@@ -202,9 +232,9 @@ Result<DeleteRequest> ParseDelete(const std::string& body, worker::ChunkHasher& 
     for (const json& key : keys) {
       auto decoded = DecodeObjectKey(key);
       if (!decoded.ok()) return decoded.status();
-      request.keys.push_back(std::move(decoded).value());
+      selection.keys.push_back(std::move(decoded).value());
     }
-    return request;
+    return selection;
   }
   const json& tokens = parsed["token_ids"];
   if (!tokens.is_array()) return InvalidArgument("token_ids must be an array of integers");
@@ -216,18 +246,64 @@ Result<DeleteRequest> ParseDelete(const std::string& body, worker::ChunkHasher& 
     }
     ids.push_back(t.get<std::uint32_t>());
   }
-  LMC_ASSIGN_OR_RETURN(request.model, StringField(parsed, "model_name", nullptr));
-  LMC_RETURN_IF_ERROR(store::ValidateModelName(request.model));
-  LMC_ASSIGN_OR_RETURN(request.salt, StringField(parsed, "cache_salt", ""));
-  LMC_RETURN_IF_ERROR(store::ValidateCacheSalt(request.salt));
+  LMC_ASSIGN_OR_RETURN(selection.model, StringField(parsed, "model_name", nullptr));
+  LMC_RETURN_IF_ERROR(store::ValidateModelName(selection.model));
+  LMC_ASSIGN_OR_RETURN(selection.salt, StringField(parsed, "cache_salt", ""));
+  LMC_RETURN_IF_ERROR(store::ValidateCacheSalt(selection.salt));
   const std::size_t chunks = ids.size() / hasher.chunk_size();
   if (chunks == 0) {
     return InvalidArgument("token_ids hold no full chunk of " +
                            std::to_string(hasher.chunk_size()) + " tokens");
   }
   for (const auto& hash : hasher.Hashes(ids, chunks)) {
-    request.chunk_hashes.emplace(reinterpret_cast<const char*>(hash.data()), hash.size());
+    selection.chunk_hashes.emplace(reinterpret_cast<const char*>(hash.data()), hash.size());
   }
+  return selection;
+}
+
+// The body of a request that names objects, parsed: 400's message otherwise.
+Result<json> JsonObjectBody(const std::string& body) {
+  json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    return InvalidArgument("expected a JSON object with keys, or token_ids and model_name");
+  }
+  return parsed;
+}
+
+// The L1 objects `selection` names: its keys, and the prompt's resident objects.
+std::vector<store::ObjectKey> L1Keys(const KeySelection& selection, store::ObjectTable& table) {
+  std::vector<store::ObjectKey> keys = selection.keys;
+  if (selection.by_tokens()) {
+    const auto of_prompt = [&selection](const store::ObjectKey& key) {
+      return selection.OfPrompt(key);
+    };
+    for (auto& o : table.ListResident(nullptr, selection.bound(), of_prompt)) {
+      keys.push_back(std::move(o.key));
+    }
+  }
+  return keys;
+}
+
+struct DeleteRequest {
+  KeySelection selection;
+  std::string tier = "l2";
+  bool force = false;
+  std::string adapter;
+};
+
+Result<DeleteRequest> ParseDelete(const std::string& body, worker::ChunkHasher& hasher) {
+  LMC_ASSIGN_OR_RETURN(const json parsed, JsonObjectBody(body));
+  DeleteRequest request;
+  LMC_ASSIGN_OR_RETURN(request.tier, StringField(parsed, "tier", "l2"));
+  if (request.tier != "l1" && request.tier != "l2" && request.tier != "all") {
+    return InvalidArgument("tier must be l1, l2 or all");
+  }
+  if (const auto force = parsed.find("force"); force != parsed.end()) {
+    if (!force->is_boolean()) return InvalidArgument("force must be true or false");
+    request.force = force->get<bool>();
+  }
+  LMC_ASSIGN_OR_RETURN(request.adapter, StringField(parsed, "adapter", ""));
+  LMC_ASSIGN_OR_RETURN(request.selection, ParseSelection(parsed, hasher));
   return request;
 }
 
@@ -244,27 +320,15 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
                    tier::L2Tier* l2) {
   auto parsed = ParseDelete(req.body, service.state().hasher());
   if (!parsed.ok()) return Error(res, 400, parsed.status().message());
-  DeleteRequest& request = *parsed;
-  const tier::L2Adapter::KeyFilter of_prompt = [&request](const store::ObjectKey& key) {
-    return key.model_name == request.model && key.cache_salt == request.salt &&
-           request.chunk_hashes.contains(std::string(
-               reinterpret_cast<const char*>(key.chunk_hash.data()), key.chunk_hash.size()));
-  };
-  // At most this many objects of one prompt per tier (every rank, layout
-  // and tag set of each chunk), so a request costs what its size allows.
-  const std::size_t prompt_bound = request.chunk_hashes.size() * 4096;
+  const DeleteRequest& request = *parsed;
+  const KeySelection& selection = request.selection;
   json tiers = json::object();
   std::uint64_t deleted = 0;
   std::uint64_t skipped = 0;
   if (request.tier != "l2") {
-    std::vector<store::ObjectKey> keys = request.keys;
-    if (request.by_tokens()) {
-      for (auto& o : service.table().ListResident(nullptr, prompt_bound, of_prompt)) {
-        keys.push_back(std::move(o.key));
-      }
-    }
     DeleteTally tally;
-    for (const store::DeleteOutcome outcome : service.table().Delete(keys, request.force)) {
+    for (const store::DeleteOutcome outcome :
+         service.table().Delete(L1Keys(selection, service.table()), request.force)) {
       if (outcome == store::DeleteOutcome::kDeleted) tally.deleted += 1;
       if (outcome == store::DeleteOutcome::kLocked) tally.locked += 1;
       if (outcome == store::DeleteOutcome::kNotFound) tally.not_found += 1;
@@ -276,11 +340,14 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
   if (request.tier != "l1") {
     auto chosen = ChooseAdapters(l2, request.adapter);
     if (!chosen.ok()) return Error(res, HttpStatusOf(chosen.status()), chosen.status().message());
+    const auto of_prompt = [&selection](const store::ObjectKey& key) {
+      return selection.OfPrompt(key);
+    };
     for (const std::size_t i : *chosen) {
       tier::L2Adapter& adapter = l2->adapter(i);
-      std::vector<store::ObjectKey> keys = request.keys;
-      if (request.by_tokens()) {
-        auto listed = adapter.List(nullptr, prompt_bound, of_prompt);
+      std::vector<store::ObjectKey> keys = selection.keys;
+      if (selection.by_tokens()) {
+        auto listed = adapter.List(nullptr, selection.bound(), of_prompt);
         if (listed.ok()) {
           for (auto& o : *listed) keys.push_back(std::move(o.key));
         }
@@ -304,6 +371,44 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
   spdlog::info("DELETE /cache/objects: {} deleted, {} skipped ({})", deleted, skipped,
                tiers.dump());
   Reply(res, 200, {{"deleted", deleted}, {"skipped", skipped}, {"ok", true}, {"tiers", tiers}});
+}
+
+void PinObjects(const httplib::Request& req, httplib::Response& res, server::Service& service) {
+  auto body = JsonObjectBody(req.body);
+  if (!body.ok()) return Error(res, 400, body.status().message());
+  auto selection = ParseSelection(*body, service.state().hasher());
+  if (!selection.ok()) return Error(res, 400, selection.status().message());
+  store::ObjectTable& table = service.table();
+  std::uint64_t pinned = 0, not_resident = 0, over_limit = 0;
+  for (const store::PinOutcome outcome : table.Pin(L1Keys(*selection, table))) {
+    if (outcome == store::PinOutcome::kPinned) pinned += 1;
+    if (outcome == store::PinOutcome::kNotResident) not_resident += 1;
+    if (outcome == store::PinOutcome::kOverLimit) over_limit += 1;
+  }
+  json reply = PinFigures(table);
+  reply.update({{"pinned", pinned}, {"not_resident", not_resident}, {"over_limit", over_limit}});
+  if (over_limit > 0) {
+    reply["error"] = std::to_string(over_limit) +
+                     " objects were not pinned: pinned objects would pass --max-pinned-fraction "
+                     "of the pool; unpin others first";
+    return Reply(res, 409, reply);
+  }
+  Reply(res, 200, reply);
+}
+
+void UnpinObjects(const httplib::Request& req, httplib::Response& res, server::Service& service) {
+  auto body = JsonObjectBody(req.body);
+  if (!body.ok()) return Error(res, 400, body.status().message());
+  auto selection = ParseSelection(*body, service.state().hasher());
+  if (!selection.ok()) return Error(res, 400, selection.status().message());
+  store::ObjectTable& table = service.table();
+  std::uint64_t unpinned = 0, not_pinned = 0;
+  for (const store::UnpinOutcome outcome : table.Unpin(L1Keys(*selection, table))) {
+    (outcome == store::UnpinOutcome::kUnpinned ? unpinned : not_pinned) += 1;
+  }
+  json reply = PinFigures(table);
+  reply.update({{"unpinned", unpinned}, {"not_pinned", not_pinned}});
+  Reply(res, 200, reply);
 }
 
 }  // namespace
@@ -366,6 +471,18 @@ void AddCacheRoutes(httplib::Server& s, const HttpConfig& config, server::Servic
                                                       httplib::Response& res) {
     if (RefuseAdmin(config, req, res)) return;
     DeleteObjects(req, res, service, l2);
+  });
+  s.Get("/cache/pins", [&config, &service](const httplib::Request& req, httplib::Response& res) {
+    if (RefuseAdmin(config, req, res, /*changes_state=*/false)) return;
+    ListPins(req, res, service);
+  });
+  s.Post("/cache/pins", [&config, &service](const httplib::Request& req, httplib::Response& res) {
+    if (RefuseAdmin(config, req, res)) return;
+    PinObjects(req, res, service);
+  });
+  s.Delete("/cache/pins", [&config, &service](const httplib::Request& req, httplib::Response& res) {
+    if (RefuseAdmin(config, req, res)) return;
+    UnpinObjects(req, res, service);
   });
 }
 

@@ -163,7 +163,7 @@ void HttpServer::AddRoutes() {
       {"/status/memory-pressure", "GET"},             {"/metrics", "GET"},
       {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"},
       {"/config", "GET"},  {"/config/adapters", "GET"}, {"/quota", "GET"},
-      {"/cache/objects", "GET, DELETE"}};
+      {"/cache/objects", "GET, DELETE"}, {"/cache/pins", "GET, POST, DELETE"}};
   auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
     auto it = kAllowed.find(req.path);
     if (it == kAllowed.end()) return Error(res, 404, "no such route: " + req.path);

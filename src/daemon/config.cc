@@ -170,6 +170,10 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "A tenant's L1 quota from the start, SALT=GB (repeat for more; _default names "
                  "the empty salt); PUT /quota/{salt} sets them at run time")
       ->take_all();
+  app.add_option("--max-pinned-fraction", c->max_pinned_fraction,
+                 "Fraction of the pool, in [0, 1), that objects pinned over HTTP (POST "
+                 "/cache/pins) may take; a first pin beyond it is refused")
+      ->capture_default_str();
   app.add_option("--eviction-trigger-watermark", c->eviction_trigger_watermark,
                  "Fraction of the pool in use, in (0, 1], at which background eviction starts")
       ->capture_default_str();
@@ -687,6 +691,11 @@ Status Finalize(ServerConfig* c, pid_t pid) {
   l1.table.on_demand_eviction = c->on_demand_eviction;
   LMC_ASSIGN_OR_RETURN(l1.table.quota_mode, store::ParseQuotaMode(c->quota_mode));
   LMC_RETURN_IF_ERROR(ParseQuotas(c->quotas, l1.table.quota_mode, &l1.quotas));
+  if (!(c->max_pinned_fraction >= 0 && c->max_pinned_fraction < 1)) {
+    return InvalidConfig("--max-pinned-fraction must be in [0, 1): pinned objects cannot take "
+                         "the whole pool (0 turns pins off)");
+  }
+  l1.table.max_pinned_fraction = c->max_pinned_fraction;
   l1.evictor.trigger_watermark = c->eviction_trigger_watermark;
   l1.evictor.eviction_ratio = c->eviction_ratio;
   l1.evictor.interval_ms = c->eviction_interval_ms;

@@ -67,6 +67,7 @@ struct ServerConfig {
   std::string eviction_policy = "LRU";
   std::string quota_mode = "on";    // --quota-mode: on, allowlist or off
   std::vector<std::string> quotas;  // --quota SALT=GB, repeated
+  double max_pinned_fraction = 0.5;  // --max-pinned-fraction
   double eviction_trigger_watermark = 0.8;
   double eviction_ratio = 0.2;
   std::uint32_t eviction_interval_ms = 1000;

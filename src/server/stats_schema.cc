@@ -118,6 +118,7 @@ void VisitL1(const S* s, stats::Visitor& v) {
          Of(s, &S::table), v);
   Fields(Slice(store::TableStatRows(), "served_once_objects", "served_once_dropped"),
          Of(s, &S::table), v);
+  Fields(Slice(store::TableStatRows(), "pinned_objects", "pinned_bytes"), Of(s, &S::table), v);
   Fields(Slice(store::FlowStatRows(), "admitted_objects", "deleted_bytes"), Of(s, &S::flow), v);
   Fields(Slice(allocator, "largest_allocatable_bytes", "unready_bytes"), a, v);
   Fields(store::PrefaultStatRows(), Of(s, &S::prefault), v);

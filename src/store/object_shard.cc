@@ -25,6 +25,11 @@ void ObjectShard::EraseResidentLocked(const ObjectKey& key, ResidentEntry* entry
   if (entry->served_once) served_once_.erase(key);
   resident_bytes_ -= Aligned(entry->size);
   CreditTenant(key, entry->size);
+  if (entry->pins > 0) {
+    pinned_objects_ -= 1;
+    pinned_bytes_ -= Aligned(entry->size);
+    context_->pinned_bytes->fetch_sub(Aligned(entry->size), std::memory_order_acq_rel);
+  }
   RemoveHolderLocked(entry);
   resident_.erase(key);
 }
@@ -255,10 +260,42 @@ DeleteStep ObjectShard::DeleteLocked(const ObjectKey& key, bool force, TimeMs no
   return step;
 }
 
+PinOutcome ObjectShard::PinLocked(const ObjectKey& key) {
+  ResidentEntry* entry = FindResidentLocked(key);
+  if (entry == nullptr || entry->served_once) return PinOutcome::kNotResident;
+  if (entry->pins == 0) {
+    const std::uint64_t bytes = Aligned(entry->size);
+    std::uint64_t pinned = context_->pinned_bytes->load(std::memory_order_acquire);
+    do {
+      if (bytes > context_->pinned_limit_bytes - std::min(pinned, context_->pinned_limit_bytes)) {
+        return PinOutcome::kOverLimit;
+      }
+    } while (!context_->pinned_bytes->compare_exchange_weak(pinned, pinned + bytes,
+                                                            std::memory_order_acq_rel));
+    pinned_objects_ += 1;
+    pinned_bytes_ += bytes;
+  }
+  entry->pins += 1;
+  return PinOutcome::kPinned;
+}
+
+UnpinOutcome ObjectShard::UnpinLocked(const ObjectKey& key) {
+  ResidentEntry* entry = FindResidentLocked(key);
+  if (entry == nullptr || entry->pins == 0) return UnpinOutcome::kNotPinned;
+  entry->pins -= 1;
+  if (entry->pins == 0) {
+    const std::uint64_t bytes = Aligned(entry->size);
+    pinned_objects_ -= 1;
+    pinned_bytes_ -= bytes;
+    context_->pinned_bytes->fetch_sub(bytes, std::memory_order_acq_rel);
+  }
+  return UnpinOutcome::kUnpinned;
+}
+
 EvictStep ObjectShard::EvictLocked(const ObjectKey& key, TimeMs now, std::vector<Offset>* to_free) {
   ResidentEntry* entry = FindResidentLocked(key);
   if (entry == nullptr) return {EvictState::kAbsent};
-  if (entry->locks.IsLocked(now)) return {EvictState::kLocked};
+  if (entry->locks.IsLocked(now) || entry->pins > 0) return {EvictState::kLocked};
   const std::uint64_t aligned = Aligned(entry->size);
   to_free->push_back(entry->offset);
   EraseResidentLocked(key, entry);
@@ -376,6 +413,8 @@ std::vector<ObjectKey> ObjectShard::KeysLocked() const {
 void ObjectShard::AddStatsLocked(TimeMs now, TableStats* stats) {
   stats->resident_objects += resident_.size();
   stats->resident_bytes += resident_bytes_;
+  stats->pinned_objects += pinned_objects_;
+  stats->pinned_bytes += pinned_bytes_;
   stats->served_once_objects += served_once_.size();
   for (ResidentEntry* entry = holders_; entry != nullptr;) {
     ResidentEntry* const next = entry->holder_next;

@@ -64,6 +64,10 @@ struct ShardContext {
   // Charged and credited at every staged and resident copy's coming and
   // going (tenant_ledger.h); null: no accounting.
   TenantLedger* ledger = nullptr;
+  // Pinned objects' aligned bytes, all shards together, and their bound
+  // (the table's; ObjectTableConfig::max_pinned_fraction).
+  std::atomic<std::uint64_t>* pinned_bytes = nullptr;
+  std::uint64_t pinned_limit_bytes = 0;
 };
 
 struct ResidentEntry {
@@ -81,6 +85,9 @@ struct ResidentEntry {
   // is released or, its leases expired, at the next reclaim; never in the
   // eviction policy.
   bool served_once = false;
+  // Pins (POST /cache/pins), counted: never evicted while pinned; an
+  // explicit delete or clear still removes it.
+  std::uint32_t pins = 0;
 };
 
 struct StagedCopy {
@@ -118,6 +125,13 @@ struct DeleteStep {
 };
 
 enum class EvictState : std::uint8_t { kEvicted, kLocked, kAbsent };
+
+enum class PinOutcome : std::uint8_t {
+  kPinned,       // one more pin (the first takes the object's bytes from the bound)
+  kNotResident,  // nothing to pin (absent, staged, or served once)
+  kOverLimit,    // a first pin would take the pinned bytes past their bound
+};
+enum class UnpinOutcome : std::uint8_t { kUnpinned, kNotPinned };
 struct EvictStep {
   EvictState state = EvictState::kAbsent;
   std::uint64_t aligned_bytes = 0;  // kEvicted: the slot's bytes
@@ -173,13 +187,17 @@ class ObjectShard {
   std::uint32_t UnlockReadLocked(const ObjectKey& key, LeaseId lease, std::uint32_t count,
                                  TimeMs now, std::vector<Offset>* to_free) LMC_REQUIRES(mu_);
 
+  // --- pins ---
+  PinOutcome PinLocked(const ObjectKey& key) LMC_REQUIRES(mu_);
+  UnpinOutcome UnpinLocked(const ObjectKey& key) LMC_REQUIRES(mu_);
+
   // --- removal ---
   // Deletes `key`'s copies. Expired staged copies go in any case. Without
   // `force` a read-locked or live staged copy leaves the key alone (kLocked);
   // with it, a locked resident copy is retired and live staged ones abandoned.
   DeleteStep DeleteLocked(const ObjectKey& key, bool force, TimeMs now,
                           std::vector<Offset>* to_free) LMC_REQUIRES(mu_);
-  // Evicts `key`'s resident copy if it is not read-locked.
+  // Evicts `key`'s resident copy if it is neither read-locked nor pinned.
   EvictStep EvictLocked(const ObjectKey& key, TimeMs now, std::vector<Offset>* to_free)
       LMC_REQUIRES(mu_);
   // Ends what time ended: expired staged copies (a worker's quarantined, the
@@ -273,6 +291,8 @@ class ObjectShard {
   // lock and not seen unlocked since (a superset of the locked ones), as an
   // intrusive list (membership costs no memory beyond the entry's links).
   std::uint64_t resident_bytes_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t pinned_objects_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t pinned_bytes_ LMC_GUARDED_BY(mu_) = 0;
   ResidentEntry* holders_ LMC_GUARDED_BY(mu_) = nullptr;
 };
 

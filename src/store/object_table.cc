@@ -35,7 +35,9 @@ ObjectTable::ObjectTable(alloc::SlabAllocator* allocator, EvictionPolicy* policy
       config_(config),
       ledger_(config.quota_mode),
       shard_context_{allocator, nullptr, &counters_.served_once_dropped,
-                     config.quota_mode == QuotaMode::kOff ? nullptr : &ledger_} {
+                     config.quota_mode == QuotaMode::kOff ? nullptr : &ledger_, &pinned_bytes_,
+                     static_cast<std::uint64_t>(config.max_pinned_fraction *
+                                                static_cast<double>(allocator->capacity_bytes()))} {
   shards_.reserve(num_shards());
   for (std::uint32_t i = 0; i < num_shards(); ++i) {
     shards_.push_back(std::make_unique<ObjectShard>(&shard_context_));

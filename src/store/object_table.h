@@ -81,6 +81,8 @@ struct ObjectTableConfig {
   std::chrono::milliseconds prefault_wait{30'000};
   // --quota-mode: how tenants' bytes are counted and capped (tenant_ledger.h).
   QuotaMode quota_mode = QuotaMode::kOpen;
+  // --max-pinned-fraction: pinned objects may take at most this fraction of the pool.
+  double max_pinned_fraction = 0.5;
 };
 
 // How ReserveWrite allocates the keys that need memory.
@@ -187,6 +189,7 @@ struct ObjectInfo {
 struct ListedObject {
   ObjectKey key;
   std::uint64_t size_bytes = 0;  // as the writer asked (the slot's length)
+  std::uint32_t pins = 0;
 };
 
 struct OwnerReleaseReport {
@@ -342,8 +345,21 @@ class ObjectTable {
   // after `after` (null: from the first). An object resident throughout a
   // walk of pages is listed exactly once. Costs one pass over the shards
   // it reads, each locked on its own: a page never stops the table.
+  // With `pinned_only`, only objects with a pin.
   std::vector<ListedObject> ListResident(const ObjectKey* after, std::size_t limit,
-                                         const std::function<bool(const ObjectKey&)>& keep) const;
+                                         const std::function<bool(const ObjectKey&)>& keep,
+                                         bool pinned_only = false) const;
+
+  // --- pins (POST and DELETE /cache/pins) ---
+  // Adds one pin to each resident key: a pinned object is never evicted (by
+  // the watermark, on demand or for its tenant's quota) until its last pin
+  // goes; an explicit Delete or Clear still removes it, pins and all. The
+  // first pin of an object is refused (kOverLimit) when it would take the
+  // pinned bytes past max_pinned_fraction of the pool. Pins live with the
+  // process: a restart's successor starts with none.
+  std::vector<PinOutcome> Pin(std::span<const ObjectKey> keys);
+  std::vector<UnpinOutcome> Unpin(std::span<const ObjectKey> keys);
+  std::uint64_t pinned_limit_bytes() const { return shard_context_.pinned_limit_bytes; }
   TableStats Stats() const;
 
   // The bytes at `offset` of a grant the caller holds (a ReadGrant, or a
@@ -437,6 +453,7 @@ class ObjectTable {
 
   TableCounters counters_;  // the table's kCounter figures
   std::atomic<std::uint64_t> quarantined_objects_{0};  // lets ReleaseOwner skip the sweep
+  std::atomic<std::uint64_t> pinned_bytes_{0};         // ShardContext::pinned_bytes
 };
 
 }  // namespace lmcache::store

@@ -1,4 +1,4 @@
-// ObjectTable: listing resident objects page by page.
+// ObjectTable: listing resident objects page by page, and pins.
 #include <algorithm>
 
 #include "store/object_table.h"
@@ -8,7 +8,7 @@ namespace lmcache::store {
 
 std::vector<ListedObject> ObjectTable::ListResident(
     const ObjectKey* after, std::size_t limit,
-    const std::function<bool(const ObjectKey&)>& keep) const {
+    const std::function<bool(const ObjectKey&)>& keep, bool pinned_only) const {
   std::vector<ListedObject> page;
   if (limit == 0) return page;
   const std::uint32_t first = after == nullptr ? 0 : ShardIndex(*after);
@@ -20,9 +20,10 @@ std::vector<ListedObject> ObjectTable::ListResident(
       shard.AssertHeld();
       shard.ForEachResidentLocked([&](const ObjectKey& key, const ResidentEntry& entry) {
         if (entry.served_once) return;  // a peer's chunk on its way through, not cached
+        if (pinned_only && entry.pins == 0) return;
         if (s == first && after != nullptr && !ListingLess(*after, key)) return;
         if (keep && !keep(key)) return;
-        found.push_back({key, entry.size});
+        found.push_back({key, entry.size, entry.pins});
       });
     }
     // The shard's first objects after `after`, in order.
@@ -34,6 +35,30 @@ std::vector<ListedObject> ObjectTable::ListResident(
               std::back_inserter(page));
   }
   return page;
+}
+
+std::vector<PinOutcome> ObjectTable::Pin(std::span<const ObjectKey> keys) {
+  std::vector<PinOutcome> outcomes;
+  outcomes.reserve(keys.size());
+  ShardSetLock lock(*this, keys);
+  for (const ObjectKey& key : keys) {
+    ObjectShard& shard = ShardOf(key);
+    shard.AssertHeld();
+    outcomes.push_back(shard.PinLocked(key));
+  }
+  return outcomes;
+}
+
+std::vector<UnpinOutcome> ObjectTable::Unpin(std::span<const ObjectKey> keys) {
+  std::vector<UnpinOutcome> outcomes;
+  outcomes.reserve(keys.size());
+  ShardSetLock lock(*this, keys);
+  for (const ObjectKey& key : keys) {
+    ObjectShard& shard = ShardOf(key);
+    shard.AssertHeld();
+    outcomes.push_back(shard.UnpinLocked(key));
+  }
+  return outcomes;
 }
 
 }  // namespace lmcache::store

@@ -66,7 +66,11 @@ namespace lmcache::store {
       "its quota with nothing of its own left to evict (--quota-mode).") \
   X(quota_evictions, "quota_evictions", std::uint64_t, kCounter, "objects", \
       "l1_quota_evictions_total", "Objects evicted to keep their own tenant within its quota " \
-      "(never another tenant's).")
+      "(never another tenant's).") \
+  X(pinned_objects, "pinned_objects", std::uint64_t, kGauge, "objects", "l1_pinned_objects", \
+      "Objects with a pin (POST /cache/pins): never evicted until unpinned.") \
+  X(pinned_bytes, "pinned_bytes", std::uint64_t, kGauge, "bytes", "l1_pinned_bytes", \
+      "Aligned bytes of the pinned objects (at most --max-pinned-fraction of the pool).")
 
 struct TableStats {
   LMC_STATS_MEMBERS(LMC_TABLE_STATS)

@@ -226,6 +226,8 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
   s.quota.other_refused_objects = quota_next();
   s.table.over_quota_objects = quota_next();
   s.table.quota_evictions = quota_next();
+  s.table.pinned_objects = quota_next();
+  s.table.pinned_bytes = quota_next();
   for (const char* salt : {"_default", "tenant-a"}) {
     store::TenantQuotaStats& t = s.quota.tenants.emplace_back();
     t.salt = salt;

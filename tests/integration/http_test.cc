@@ -75,7 +75,7 @@ class HttpTest : public ::testing::Test {
   void StartServer(std::vector<std::string> extra = {}, bool logs_to_stdout = true) {
     port_ = FreeTcpPort();
     url_ = Socket("main");
-    std::vector<std::string> args = {"--l1-size-gb", "0.25", "--url", url_, "--port", "0",
+    std::vector<std::string> args = {"--l1-size-gb", l1_size_gb_, "--url", url_, "--port", "0",
                                      "--http-port", std::to_string(port_)};
     args.insert(args.end(), extra.begin(), extra.end());
     server_ = std::make_unique<ServerProcess>(args);
@@ -87,6 +87,7 @@ class HttpTest : public ::testing::Test {
   json Json(const httplib::Result& r) { return json::parse(r->body, nullptr, false); }
 
   int port_ = 0;
+  std::string l1_size_gb_ = "0.25";
   std::string url_;
   std::unique_ptr<ServerProcess> server_;
   std::unique_ptr<httplib::Client> http_;
@@ -687,6 +688,74 @@ TEST_F(HttpTest, CacheObjectsAreDeletedByKeyOrByPromptAndLockedOnesNeedForce) {
   EXPECT_EQ(http_->Get("/healthcheck")->status, 200);
   server_.reset();
   fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lmcache
+
+namespace lmcache {
+namespace {
+
+// Pins (issue 44, section 3): a prompt pinned by its tokens stays through
+// eviction pressure that cycles the pool several times over; pins are
+// listed and counted; first pins past --max-pinned-fraction are refused
+// with 409; unpinning by tokens lets it go.
+TEST_F(HttpTest, APinnedPromptSurvivesEvictionPressureWithinThePinnedBound) {
+  l1_size_gb_ = "0.02";  // 20 MiB: about 160 objects of 128 KiB
+  StartServer({"--http-admin-open", "--max-pinned-fraction", "0.05"});  // 8 objects
+  auto worker = Registered(url_, 13);
+  ASSERT_TRUE(StoreChunk(*worker, 1000, std::byte{7}, "pinned").ok());
+  json tokens = json::array();
+  for (std::uint32_t t = 0; t < 256; ++t) tokens.push_back(1000 + t);
+  const json prompt = {{"token_ids", tokens}, {"model_name", "http-test-model"}};
+  auto pinned = http_->Post("/cache/pins", prompt.dump(), "application/json");
+  ASSERT_EQ(pinned->status, 200) << pinned->body;
+  EXPECT_EQ(Json(pinned)["pinned"], 1);
+  EXPECT_EQ(Json(pinned)["pinned_objects"], 1);
+  EXPECT_EQ(Json(pinned)["limit_bytes"], 1048576);
+
+  // 400 chunks through a pool of about 160: everything else is evicted.
+  for (std::uint32_t i = 0; i < 400; ++i) {
+    ASSERT_TRUE(StoreChunk(*worker, 100000 + 256 * i, std::byte{8}, "fill").ok()) << i;
+  }
+  const json status = Json(http_->Get("/status"));
+  EXPECT_GT(status["stats"]["eviction"]["evicted_objects"].get<std::uint64_t>(), 200u);
+  client::KeySpec key;
+  key.model_name = "http-test-model";
+  for (std::uint32_t t = 0; t < 256; ++t) key.token_ids.push_back(1000 + t);
+  key.end = 256;
+  key.request_id = "check";
+  key.worker_id = std::nullopt;
+  EXPECT_EQ(*worker->Lookup(key), 1u);
+  ASSERT_TRUE(worker->FreeLookupLocks(key).ok());
+  const json pins = Json(http_->Get("/cache/pins"));
+  ASSERT_EQ(pins["entries"].size(), 1u);
+  EXPECT_EQ(pins["entries"][0]["pins"], 1);
+  EXPECT_EQ(pins["pinned_bytes"], worker->ObjectBytes());
+  EXPECT_EQ(status["stats"]["l1"]["pinned_objects"], 1);
+
+  // Ten more first pins: seven fit under the bound, three are refused.
+  json keys = json::array();
+  const json listed = Json(http_->Get("/cache/objects?page_size=20"));
+  for (const json& entry : listed["entries"]) {
+    if (keys.size() < 10 && entry["key"] != pins["entries"][0]["key"]) keys.push_back(entry["key"]);
+  }
+  ASSERT_EQ(keys.size(), 10u);
+  auto refused = http_->Post("/cache/pins", json{{"keys", keys}}.dump(), "application/json");
+  EXPECT_EQ(refused->status, 409);
+  EXPECT_EQ(Json(refused)["pinned"], 7);
+  EXPECT_EQ(Json(refused)["over_limit"], 3);
+  EXPECT_NE(Json(refused)["error"].get<std::string>().find("--max-pinned-fraction"),
+            std::string::npos);
+  EXPECT_EQ(Json(http_->Delete("/cache/pins", json{{"keys", keys}}.dump(), "application/json"))
+                ["unpinned"],
+            7);
+  auto unpinned = http_->Delete("/cache/pins", prompt.dump(), "application/json");
+  EXPECT_EQ(Json(unpinned)["unpinned"], 1);
+  EXPECT_EQ(Json(unpinned)["pinned_objects"], 0);
+  EXPECT_EQ(Json(http_->Delete("/cache/pins", prompt.dump(), "application/json"))["not_pinned"], 1);
+  EXPECT_EQ(http_->Post("/cache/pins", "{}", "application/json")->status, 400);
+  EXPECT_EQ(http_->Patch("/cache/pins", "{}", "application/json")->status, 405);
 }
 
 }  // namespace

@@ -1070,5 +1070,61 @@ TEST_F(ObjectTableTest, AListingKeepsWhatItsFilterAcceptsAndSkipsStagedObjects) 
   table_->AbortWrite(staged.lease);
 }
 
+// --- pins ---------------------------------------------------------------------------------
+
+// A pinned object survives every eviction (the watermark's, a store's on
+// demand, its tenant's quota) until its last pin goes; a delete still takes it.
+TEST_F(ObjectTableTest, PinnedObjectsSurviveEveryEvictionUntilUnpinnedButNotADelete) {
+  Store(KeysN(0, 4));
+  ASSERT_EQ(table_->Pin(KeysN(0, 2)), (std::vector<PinOutcome>(2, PinOutcome::kPinned)));
+  ASSERT_EQ(table_->Pin(KeysN(0, 1)), std::vector<PinOutcome>{PinOutcome::kPinned});  // twice
+  EXPECT_EQ(table_->Stats().pinned_objects, 2u);
+  EXPECT_EQ(table_->Stats().pinned_bytes, 2 * kObject);
+  EXPECT_EQ(table_->EvictLru(16 * kObject).objects, 2u);  // only the unpinned two
+  EXPECT_TRUE(Resident(KeyN(0)));
+  EXPECT_TRUE(Resident(KeyN(1)));
+  // A store that needs the rest of the pool evicts around them, on demand.
+  Store(KeysN(50, 10));
+  const std::uint64_t evictions_before = table_->Stats().on_demand_evictions;
+  const WriteLease big = Reserve(KeysN(100, 14), kWriter, AllocationMode::kLongestPrefix);
+  EXPECT_EQ(big.reserved, 14u);
+  EXPECT_GT(table_->Stats().on_demand_evictions, evictions_before);
+  table_->AbortWrite(big.lease);
+  EXPECT_TRUE(Resident(KeyN(0)));
+  // The tenant's quota cannot evict them either.
+  ASSERT_TRUE(table_->SetQuota("", 2 * kObject).ok());
+  EXPECT_EQ(Reserve(KeysN(200, 1), kWriter, AllocationMode::kLongestPrefix).over_quota, 1u);
+  ASSERT_TRUE(table_->RemoveQuota(""));
+  // Pins are counted: the first unpin of key 0 leaves one.
+  EXPECT_EQ(table_->Unpin(KeysN(0, 2)), (std::vector<UnpinOutcome>(2, UnpinOutcome::kUnpinned)));
+  EXPECT_EQ(table_->Stats().pinned_objects, 1u);
+  EXPECT_EQ(table_->EvictLru(16 * kObject).objects, 1u);  // key 1
+  EXPECT_TRUE(Resident(KeyN(0)));
+  // A delete takes a pinned object, pins and all.
+  EXPECT_EQ(table_->Delete(KeysN(0, 1), /*force=*/false)[0], DeleteOutcome::kDeleted);
+  EXPECT_EQ(table_->Stats().pinned_objects, 0u);
+  EXPECT_EQ(table_->Stats().pinned_bytes, 0u);
+  EXPECT_EQ(table_->Unpin(KeysN(0, 1))[0], UnpinOutcome::kNotPinned);
+}
+
+TEST_F(ObjectTableTest, FirstPinsBeyondTheBoundAreRefusedAndAbsentKeysAreNotPinned) {
+  Store(KeysN(0, 10));  // the 16 MiB pool's bound: 8 MiB of pins
+  const std::vector<PinOutcome> outcomes = table_->Pin(KeysN(0, 10));
+  EXPECT_EQ(std::count(outcomes.begin(), outcomes.end(), PinOutcome::kPinned), 8);
+  EXPECT_EQ(std::count(outcomes.begin(), outcomes.end(), PinOutcome::kOverLimit), 2);
+  EXPECT_EQ(table_->Stats().pinned_bytes, 8 * kObject);
+  EXPECT_EQ(table_->pinned_limit_bytes(), 8 * kObject);
+  // Another pin of a pinned object takes no more bytes: allowed at the bound.
+  EXPECT_EQ(table_->Pin(KeysN(0, 1))[0], PinOutcome::kPinned);
+  EXPECT_EQ(table_->Pin(KeysN(50, 1))[0], PinOutcome::kNotResident);
+  const WriteLease staged = Reserve(KeysN(60, 1));
+  EXPECT_EQ(table_->Pin(KeysN(60, 1))[0], PinOutcome::kNotResident);
+  table_->AbortWrite(staged.lease);
+  EXPECT_EQ(table_->ListResident(nullptr, 100, nullptr, /*pinned_only=*/true).size(), 8u);
+  table_->Clear(/*force=*/false);
+  EXPECT_EQ(table_->Stats().pinned_bytes, 0u);
+  EXPECT_EQ(table_->Stats().resident_objects, 0u);
+}
+
 }  // namespace
 }  // namespace lmcache::store
