@@ -18,6 +18,7 @@
 #include "admin_http/memory_pressure.h"
 #include "admin_http/prometheus.h"
 #include "admin_http/cache_routes.h"
+#include "admin_http/pin_routes.h"
 #include "admin_http/quota_routes.h"
 #include "admin_http/route_helpers.h"
 #include "admin_http/status_json.h"
@@ -156,6 +157,7 @@ void HttpServer::AddRoutes() {
 
   AddQuotaRoutes(s, config, service.table());
   AddCacheRoutes(s, config, service, l2_);
+  AddPinRoutes(s, config, service);
 
   // Every known path answers other methods with 405; unknown paths with 404.
   static const std::map<std::string, std::string> kAllowed = {

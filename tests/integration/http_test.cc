@@ -671,7 +671,7 @@ TEST_F(HttpTest, CacheObjectsAreDeletedByKeyOrByPromptAndLockedOnesNeedForce) {
   EXPECT_EQ(Json(reply)["tiers"]["fs#1"]["deleted"], 1);
   EXPECT_EQ(Json(http_->Get("/cache/objects?tier=l2"))["entries"].size(), 2u);
 
-  for (const std::string bad :
+  for (const std::string& bad :
        {std::string("{"), std::string("{}"), std::string(R"({"keys":[],"token_ids":[]})"),
         std::string(R"({"keys":[{"chunk_hash_hex":"00"}]})"),
         std::string(R"({"keys":[],"tier":"l9"})"), std::string(R"({"keys":[],"force":1})"),
