@@ -19,6 +19,7 @@
 #include "admin_http/prometheus.h"
 #include "admin_http/cache_routes.h"
 #include "admin_http/pin_routes.h"
+#include "admin_http/prefetch_routes.h"
 #include "admin_http/quota_routes.h"
 #include "admin_http/route_helpers.h"
 #include "admin_http/status_json.h"
@@ -158,6 +159,7 @@ void HttpServer::AddRoutes() {
   AddQuotaRoutes(s, config, service.table());
   AddCacheRoutes(s, config, service, l2_);
   AddPinRoutes(s, config, service);
+  AddPrefetchRoutes(s, config, service);
 
   // Every known path answers other methods with 405; unknown paths with 404.
   static const std::map<std::string, std::string> kAllowed = {
@@ -165,7 +167,8 @@ void HttpServer::AddRoutes() {
       {"/status/memory-pressure", "GET"},             {"/metrics", "GET"},
       {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"},
       {"/config", "GET"},  {"/config/adapters", "GET"}, {"/quota", "GET"},
-      {"/cache/objects", "GET, DELETE"}, {"/cache/pins", "GET, POST, DELETE"}};
+      {"/cache/objects", "GET, DELETE"}, {"/cache/pins", "GET, POST, DELETE"},
+      {"/cache/prefetches", "POST"}};
   auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
     auto it = kAllowed.find(req.path);
     if (it == kAllowed.end()) return Error(res, 404, "no such route: " + req.path);

@@ -67,6 +67,8 @@ Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& co
       lookup_ops_(LookupDeps(&state_)),
       admin_ops_(AdminDeps(&state_), [this] { return EncodeStatsMsgpack(Snapshot()); }, Features(modes_)),
       p2p_ops_(&state_.peer_tasks(), config.p2p_serve_unauthenticated),
+      warm_({state_.table(), state_.instances(), state_.hasher(), state_.prefetcher(),
+             state_.token_bindings()}),
       started_(std::chrono::steady_clock::now()),
       // A quarter of the reap timeout (as the reference), at most 5 s so sessions expire promptly.
       maintenance_("maintenance",

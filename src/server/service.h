@@ -40,6 +40,7 @@
 #include "server/server_status.h"
 #include "stats/sources.h"
 #include "server/transfer_mode.h"
+#include "server/warm_prefetches.h"
 
 namespace lmcache::server {
 
@@ -120,6 +121,8 @@ class Service final : public RequestHandler {
   worker::InstanceRegistry& instances() { return state_.instances(); }
   worker::SessionManager& sessions() { return state_.sessions(); }
   store::ObjectTable& table() { return state_.table(); }
+  // POST /cache/prefetches (warm_prefetches.h).
+  WarmPrefetches& warm_prefetches() { return warm_; }
 
  private:
   struct RowStats {
@@ -134,6 +137,7 @@ class Service final : public RequestHandler {
   LookupOps lookup_ops_;
   AdminOps admin_ops_;
   P2pOps p2p_ops_;
+  WarmPrefetches warm_;
   std::function<std::vector<fleet::PeerView>()> p2p_peers_;
   OpTable table_;
   std::unique_ptr<RowStats[]> row_stats_;

@@ -760,3 +760,90 @@ TEST_F(HttpTest, APinnedPromptSurvivesEvictionPressureWithinThePinnedBound) {
 
 }  // namespace
 }  // namespace lmcache
+
+namespace lmcache {
+namespace {
+
+// Warm prefetch (issue 44, section 3): a prompt stored, written behind to an
+// fs tier and cleared from L1 comes back into L1 through POST
+// /cache/prefetches before any lookup, unlocked; its result is read once;
+// what cannot be served answers 400, 404 or 409.
+TEST_F(HttpTest, AWarmPrefetchLoadsAPromptFromTheFsTierIntoL1Unlocked) {
+  const fs::path dir = fs::temp_directory_path() / ("lmc_http_warm_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  StartServer({"--http-admin-open", "--l2-adapter",
+               R"({"type":"fs","base_path":")" + dir.string() + R"("})"});
+  auto worker = Registered(url_, 14);
+  client::KeySpec key;
+  key.model_name = "http-test-model";
+  for (std::uint32_t t = 0; t < 3 * 256; ++t) key.token_ids.push_back(5000 + t);
+  key.end = 3 * 256;
+  key.request_id = "warm";
+  std::vector<std::vector<std::byte>> chunks(3, std::vector<std::byte>(worker->ObjectBytes()));
+  for (std::size_t c = 0; c < 3; ++c) std::fill(chunks[c].begin(), chunks[c].end(), std::byte(c + 1));
+  std::vector<std::span<const std::byte>> spans(chunks.begin(), chunks.end());
+  ASSERT_TRUE(worker->Store(key, spans).ok());
+  for (int i = 0; i < 200 && Json(http_->Get("/cache/objects?tier=l2"))["entries"].size() < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(Json(http_->Get("/cache/objects?tier=l2"))["entries"].size(), 3u);
+  ASSERT_EQ(http_->Post("/clear-cache", "", "text/plain")->status, 200);
+  ASSERT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 0);
+
+  json tokens = json::array();
+  for (const std::uint32_t t : key.token_ids) tokens.push_back(t);
+  const json body = {{"model_name", "http-test-model"}, {"world_size", 1}, {"token_ids", tokens}};
+  auto submitted = http_->Post("/cache/prefetches", body.dump(), "application/json");
+  ASSERT_EQ(submitted->status, 202) << submitted->body;
+  EXPECT_EQ(Json(submitted)["status"], "submitted");
+  EXPECT_EQ(Json(submitted)["chunks"], 3);
+  const std::string id = Json(submitted)["request_id"];
+  json progress;
+  for (int i = 0; i < 500; ++i) {
+    progress = Json(http_->Get("/cache/prefetches/" + id));
+    if (progress["status"] != "pending") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(progress, (json{{"status", "completed"}, {"request_id", id}, {"found_keys", 3},
+                            {"total_keys", 3}}));
+  EXPECT_EQ(http_->Get("/cache/prefetches/" + id)->status, 404);  // read once
+  const json l1 = Json(http_->Get("/status"))["l1"];
+  EXPECT_EQ(l1["resident_objects"], 3);
+  EXPECT_EQ(l1["locked_bytes"], 0);  // warm: retained, not held for anyone
+
+  // Now a lookup finds the whole prompt in L1, and the bytes are the stored ones.
+  client::KeySpec lookup = key;
+  lookup.request_id = "after-warm";
+  lookup.worker_id = std::nullopt;
+  EXPECT_EQ(*worker->Lookup(lookup), 3u);
+  std::vector<std::vector<std::byte>> out(3, std::vector<std::byte>(worker->ObjectBytes()));
+  std::vector<std::span<std::byte>> out_spans(out.begin(), out.end());
+  client::KeySpec retrieve = key;
+  retrieve.request_id = "after-warm";
+  ASSERT_TRUE(worker->Retrieve(retrieve, out_spans).ok());
+  EXPECT_EQ(out, chunks);
+
+  // All in L1 already: nothing to do.
+  auto noop = http_->Post("/cache/prefetches", body.dump(), "application/json");
+  EXPECT_EQ(noop->status, 202);
+  EXPECT_EQ(Json(noop)["status"], "noop");
+  EXPECT_EQ(Json(http_->Get("/cache/prefetches/" + Json(noop)["request_id"].get<std::string>()))
+                ["found_keys"],
+            3);
+  json other = body;
+  other["model_name"] = "not-registered";
+  auto no_layout = http_->Post("/cache/prefetches", other.dump(), "application/json");
+  EXPECT_EQ(no_layout->status, 409);
+  EXPECT_NE(no_layout->body.find("registered"), std::string::npos);
+  for (const char* bad : {"{", "{}", R"({"model_name":"m","token_ids":"x"})",
+                          R"({"model_name":"m","token_ids":[1],"world_size":0})",
+                          R"({"model_name":"http-test-model","token_ids":[1,2]})"}) {
+    EXPECT_EQ(http_->Post("/cache/prefetches", bad, "application/json")->status, 400) << bad;
+  }
+  EXPECT_EQ(http_->Get("/cache/prefetches/abc123")->status, 404);
+  server_.reset();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace lmcache
