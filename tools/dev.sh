@@ -29,6 +29,7 @@ PACKAGES=(
   clang libclang-rt-14-dev llvm-14
   b3sum iproute2 iptables ucx-utils redis-server libhiredis-dev prometheus python3-yaml patchelf
   python3-zmq python3-msgpack python3-numpy python3-pytest
+  chromium
 )
 
 # Each line carries the run's elapsed time (m:ss), so a slow stage shows in the log.

@@ -14,6 +14,7 @@
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
 #include "admin_http/config_json.h"
+#include "admin_http/dashboard.h"
 #include "common/version.h"
 #include "admin_http/memory_pressure.h"
 #include "admin_http/prometheus.h"
@@ -160,6 +161,7 @@ void HttpServer::AddRoutes() {
   AddCacheRoutes(s, config, service, l2_);
   AddPinRoutes(s, config, service);
   AddPrefetchRoutes(s, config, service);
+  AddDashboardRoute(s);
 
   // Every known path answers other methods with 405; unknown paths with 404.
   static const std::map<std::string, std::string> kAllowed = {
@@ -168,7 +170,7 @@ void HttpServer::AddRoutes() {
       {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"},
       {"/config", "GET"},  {"/config/adapters", "GET"}, {"/quota", "GET"},
       {"/cache/objects", "GET, DELETE"}, {"/cache/pins", "GET, POST, DELETE"},
-      {"/cache/prefetches", "POST"}};
+      {"/cache/prefetches", "POST"}, {"/dashboard", "GET"}};
   auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
     auto it = kAllowed.find(req.path);
     if (it == kAllowed.end()) return Error(res, 404, "no such route: " + req.path);

@@ -100,6 +100,23 @@ TEST(ServerConfig, InvalidValuesNameTheFlag) {
   ExpectRejected({"--gpu-event-timeout-ms", "0"}, "--gpu-event-timeout-ms");
   ExpectRejected({"--l2-store-queue-objects", "0"}, "--l2-store-queue-objects");
   ExpectRejected({"--l2-store-queue-objects", "100000000"}, "--l2-store-queue-objects");
+  ExpectRejected({"--max-pinned-fraction", "1"}, "--max-pinned-fraction");
+  ExpectRejected({"--max-pinned-fraction", "-0.1"}, "--max-pinned-fraction");
+  ExpectRejected({"--quota-mode", "soft"}, "--quota-mode");
+  ExpectRejected({"--quota", "a=x"}, "--quota");
+  ExpectRejected({"--quota", "a@b=1"}, "--quota");
+}
+
+TEST(ServerConfig, QuotasAndPinsReachTheTable) {
+  auto config = Parse({"--quota-mode", "allowlist", "--quota", "_default=0.5", "--quota",
+                       "tenant=2", "--max-pinned-fraction", "0.25"});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->l1.table.quota_mode, store::QuotaMode::kAllowlist);
+  EXPECT_EQ(config->l1.table.max_pinned_fraction, 0.25);
+  ASSERT_EQ(config->l1.quotas.size(), 2u);
+  EXPECT_EQ(config->l1.quotas[0], (std::pair<std::string, std::uint64_t>("", 1ull << 29)));
+  EXPECT_EQ(config->l1.quotas[1], (std::pair<std::string, std::uint64_t>("tenant", 2ull << 30)));
+  EXPECT_EQ(Parse({})->l1.table.quota_mode, store::QuotaMode::kOpen);
 }
 
 // Warm restart: every server listens for a successor on a socket named after

@@ -1,0 +1,30 @@
+// The operator's page: GET /dashboard serves one self-contained HTML page
+// (no script, style, font or image from anywhere but the page itself, which
+// its Content-Security-Policy enforces) that reads GET /status every two
+// seconds and shows the pool, lookups and hit rate, each L2 tier with its
+// state and throughput, tenants with their usage against their quotas,
+// peers when P2P is on, what failed since the page opened, and every figure
+// of the stats reply in one table, walked from the reply itself so a field
+// added to the stats schema shows without a change here. Each figure's
+// element carries data-field (its path in the stats reply) and data-value
+// (the number as reported), which tests/python/test_dashboard.py compares
+// with the stats operation's reply in a real headless browser.
+//
+// Read-only and open, as /status is: it shows nothing /status does not.
+//
+// Thread-safety: a constant page; the handler runs on the HTTP threads.
+#pragma once
+
+#include <string_view>
+
+namespace httplib {
+class Server;
+}
+
+namespace lmcache::admin_http {
+
+std::string_view DashboardHtml();
+
+void AddDashboardRoute(httplib::Server& server);
+
+}  // namespace lmcache::admin_http
