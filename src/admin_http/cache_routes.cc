@@ -19,7 +19,10 @@ std::string AdapterName(tier::L2Tier& l2, std::size_t i) {
 
 Result<std::vector<std::size_t>> ChooseAdapters(tier::L2Tier* l2, const std::string& name) {
   std::vector<std::size_t> chosen;
-  if (l2 == nullptr) return chosen;
+  if (l2 == nullptr) {
+    if (name.empty()) return chosen;
+    return Status(ErrorCode::kNotFound, "no L2 adapter '" + name + "': this server has no L2 tier");
+  }
   for (std::size_t i = 0; i < l2->adapter_count(); ++i) {
     if (name.empty() || name == AdapterName(*l2, i) || name == std::to_string(i + 1)) {
       chosen.push_back(i);
@@ -51,7 +54,10 @@ void ListObjects(const httplib::Request& req, httplib::Response& res, server::Se
   const std::optional<store::ObjectKey>& after = parsed_page->after;
   const std::string model = req.get_param_value("model_name");
   const bool by_salt = req.has_param("cache_salt");
-  const std::string salt = req.get_param_value("cache_salt");
+  // `_default` names the empty salt, as in the quota routes.
+  const std::string salt = req.get_param_value("cache_salt") == store::kDefaultSaltName
+                               ? std::string()
+                               : req.get_param_value("cache_salt");
   const tier::L2Adapter::KeyFilter keep = [&](const store::ObjectKey& key) {
     return (model.empty() || key.model_name == model) && (!by_salt || key.cache_salt == salt);
   };
@@ -133,6 +139,9 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
   if (!parsed.ok()) return Error(res, 400, parsed.status().message());
   const DeleteRequest& request = *parsed;
   const KeySelection& selection = request.selection;
+  // The adapters first: a request naming one that does not exist changes nothing.
+  auto chosen = ChooseAdapters(l2, request.tier == "l1" ? "" : request.adapter);
+  if (!chosen.ok()) return Error(res, HttpStatusOf(chosen.status()), chosen.status().message());
   json tiers = json::object();
   std::uint64_t deleted = 0;
   std::uint64_t skipped = 0;
@@ -149,8 +158,6 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
     tiers["l1"] = tally.ToJson();
   }
   if (request.tier != "l1") {
-    auto chosen = ChooseAdapters(l2, request.adapter);
-    if (!chosen.ok()) return Error(res, HttpStatusOf(chosen.status()), chosen.status().message());
     const auto of_prompt = [&selection](const store::ObjectKey& key) {
       return selection.OfPrompt(key);
     };

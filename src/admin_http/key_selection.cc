@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <charconv>
 
 namespace lmcache::admin_http {
@@ -143,6 +144,9 @@ Result<KeySelection> ParseSelection(const json& parsed, worker::ChunkHasher& has
   }
   const json& tokens = parsed["token_ids"];
   if (!tokens.is_array()) return InvalidArgument("token_ids must be an array of integers");
+  if (tokens.size() > kMaxRequestTokens) {
+    return InvalidArgument("at most " + std::to_string(kMaxRequestTokens) + " token_ids per request");
+  }
   std::vector<std::uint32_t> ids;
   ids.reserve(tokens.size());
   for (const json& t : tokens) {
@@ -168,6 +172,11 @@ Result<KeySelection> ParseSelection(const json& parsed, worker::ChunkHasher& has
 
 // The body of a request that names objects, parsed: 400's message otherwise.
 Result<json> JsonObjectBody(const std::string& body) {
+  // Each key is one JSON object: a body of more objects than a request may
+  // name is refused before parsing (parsed, a byte of "{}," costs far more).
+  if (std::count(body.begin(), body.end(), '{') > static_cast<std::ptrdiff_t>(kMaxRequestKeys + 16)) {
+    return InvalidArgument("at most " + std::to_string(kMaxRequestKeys) + " keys per request");
+  }
   json parsed = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object()) {
     return InvalidArgument("expected a JSON object with keys, or token_ids and model_name");

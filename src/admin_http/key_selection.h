@@ -31,6 +31,7 @@ namespace lmcache::admin_http {
 inline constexpr std::size_t kDefaultPageSize = 500;
 inline constexpr std::size_t kMaxPageSize = 5000;
 inline constexpr std::size_t kMaxRequestKeys = 10000;
+inline constexpr std::size_t kMaxRequestTokens = 1 << 20;
 
 nlohmann::json EncodedObjectKey(const store::ObjectKey& key);
 // The key `json` encodes, validated as every key is (kInvalidArgument, or

@@ -80,7 +80,10 @@ void AddQuotaRoutes(httplib::Server& s, const HttpConfig& config, store::ObjectT
   s.Get("/quota", [&table](const httplib::Request&, httplib::Response& res) {
     Reply(res, 200, QuotasJson(table.tenants().Totals(), table.tenants().mode()));
   });
-  s.Get(kOne, [&table](const httplib::Request& req, httplib::Response& res) {
+  // One tenant's figures answer for any salt, quota or not: a probe of a
+  // guessed salt, so behind the admin token (read-only mode does not refuse it).
+  s.Get(kOne, [&config, &table](const httplib::Request& req, httplib::Response& res) {
+    if (RefuseAdmin(config, req, res, /*changes_state=*/false)) return;
     auto salt = SaltFromPath(req.matches[1]);
     if (!salt.ok()) return Error(res, 400, salt.status().message());
     Reply(res, 200, TenantQuotaJson(table.tenants().Get(*salt), table.tenants().mode()));

@@ -1,9 +1,10 @@
 // The per-tenant quota routes, with the reference's paths, fields and
 // validation (p2p-spec.md 12.1): PUT|GET|DELETE /quota/{salt} and GET
-// /quota. `_default` names the empty salt. PUT and DELETE sit behind the
-// admin gate (route_helpers.h); the reads are open, as /status is, and show
-// only the tenants an operator gave a quota (every other tenant is counted
-// in one "other" bucket and never named).
+// /quota. `_default` names the empty salt. PUT, DELETE and GET
+// /quota/{salt} (which answers for any salt: a probe of a guessed one) sit
+// behind the admin gate (route_helpers.h); GET /quota is open, as /status
+// is, and shows only the tenants an operator gave a quota (every other
+// tenant is counted in one "other" bucket and never named).
 //
 // Thread-safety: the handlers run on the HTTP server's threads and call the
 // internally synchronised ObjectTable.

@@ -11,7 +11,9 @@ using nlohmann::json;
 
 void Reply(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  // Text that is not UTF-8 (a key read back from a disk tier) is shown
+  // repaired rather than failing the whole reply.
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
 
 void Error(httplib::Response& res, int status, const std::string& message) {

@@ -154,7 +154,7 @@ void WarmPrefetches::Landed(const std::weak_ptr<State>& weak, store::ObjectTable
   if (result && result->lease != store::kNoLease) table->ReleaseRead(result->lease);
   MutexLock lock(&state->mu);
   auto it = state->entries.find(id);
-  if (it == state->entries.end()) return;
+  if (it == state->entries.end() || it->second.progress.done) return;
   Entry& entry = it->second;
   entry.progress.found_keys = (entry.prefix_chunks + (result ? result->chunks : 0)) * entry.ranks;
   state->pending -= 1;

@@ -36,7 +36,7 @@ void LruPolicy::MakeMostRecentLocked(std::span<const ObjectKey> keys, bool inser
       MoveToBackLocked(found->second);
       continue;
     }
-    order_.push_back(Node{*it});
+    order_.push_back(Node{*it, nullptr, {}});
     found->second = std::prev(order_.end());
     if (!per_tenant_order_) continue;
     if (tenant_salt == nullptr || *tenant_salt != it->cache_salt) {

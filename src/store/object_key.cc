@@ -2,6 +2,8 @@
 
 #include <tuple>
 
+#include "common/utf8.h"
+
 #include <cstring>
 #include <algorithm>
 #include <functional>
@@ -32,6 +34,8 @@ Status ValidateModelName(const std::string& model_name) {
   if (model_name.find('@') != std::string::npos || model_name.find('\0') != std::string::npos) {
     return Status(ErrorCode::kInvalidKey, "model_name must not contain '@' or NUL");
   }
+  // A Python str on the reference's side; and it is shown as JSON text.
+  if (!IsValidUtf8(model_name)) return Status(ErrorCode::kInvalidKey, "model_name is not UTF-8");
   return Status::Ok();
 }
 
@@ -43,6 +47,7 @@ Status ValidateCacheSalt(const std::string& cache_salt) {
   if (cache_salt.find_first_of(std::string("@/\\\0", 4)) != std::string::npos) {
     return Status(ErrorCode::kInvalidKey, "cache_salt must not contain '@', '/', '\\' or NUL");
   }
+  if (!IsValidUtf8(cache_salt)) return Status(ErrorCode::kInvalidKey, "cache_salt is not UTF-8");
   return Status::Ok();
 }
 
@@ -137,14 +142,56 @@ Result<std::int64_t> PackKvRank(std::int64_t world_size, std::int64_t worker_id)
   return (world_size << 24) | (worker_id << 16) | (world_size << 8) | worker_id;
 }
 
-bool ListingLess(const ObjectKey& a, const ObjectKey& b) {
-  const std::size_t ha = ObjectKeyHash{}(a);
-  const std::size_t hb = ObjectKeyHash{}(b);
-  if (ha != hb) return ha < hb;
+namespace {
+
+bool FieldsLess(const ObjectKey& a, const ObjectKey& b) {
   return std::tie(a.chunk_hash, a.model_name, a.kv_rank, a.object_group_id, a.cache_salt,
                   a.layout_namespace, a.tags) < std::tie(b.chunk_hash, b.model_name, b.kv_rank,
                                                          b.object_group_id, b.cache_salt,
                                                          b.layout_namespace, b.tags);
+}
+
+}  // namespace
+
+bool ListingLess(const ObjectKey& a, const ObjectKey& b) {
+  const std::size_t ha = ObjectKeyHash{}(a);
+  const std::size_t hb = ObjectKeyHash{}(b);
+  if (ha != hb) return ha < hb;
+  return FieldsLess(a, b);
+}
+
+ListingWindow::ListingWindow(const ObjectKey* after, std::size_t limit)
+    : after_(after), limit_(limit) {
+  if (after_ != nullptr) after_hash_ = ObjectKeyHash{}(*after_);
+  heap_.reserve(std::min<std::size_t>(limit_, 1 << 16));
+}
+
+bool ListingWindow::Before(const Ranked& a, const Ranked& b) {
+  if (a.hash != b.hash) return a.hash < b.hash;
+  return FieldsLess(*a.key, *b.key);
+}
+
+void ListingWindow::Offer(const ObjectKey& key, std::uint64_t payload) {
+  if (limit_ == 0) return;
+  const Ranked ranked{ObjectKeyHash{}(key), &key, payload};
+  if (after_ != nullptr && !Before(Ranked{after_hash_, after_, 0}, ranked)) return;
+  if (heap_.size() == limit_) {
+    if (!Before(ranked, heap_.front())) return;  // after the whole selection
+    std::pop_heap(heap_.begin(), heap_.end(), Before);
+    heap_.back() = ranked;
+  } else {
+    heap_.push_back(ranked);
+  }
+  std::push_heap(heap_.begin(), heap_.end(), Before);
+}
+
+std::vector<std::pair<ObjectKey, std::uint64_t>> ListingWindow::Take() {
+  std::sort_heap(heap_.begin(), heap_.end(), Before);
+  std::vector<std::pair<ObjectKey, std::uint64_t>> out;
+  out.reserve(heap_.size());
+  for (const Ranked& r : heap_) out.emplace_back(*r.key, r.payload);
+  heap_.clear();
+  return out;
 }
 
 std::size_t ObjectKeyHash::operator()(const ObjectKey& key) const noexcept {

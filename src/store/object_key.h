@@ -20,6 +20,8 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "lmcache/status.h"
 
@@ -77,5 +79,30 @@ struct ObjectKeyHash {
 // depends on the key alone, so a walk of pages never skips or repeats a key
 // that stays put while others come and go.
 bool ListingLess(const ObjectKey& a, const ObjectKey& b);
+
+// A listing's running selection: the `limit` first keys in ListingLess
+// order after `after` (null: from the first) among those offered, in memory
+// bounded by `limit` and each key hashed once. Offer keys while they stay
+// valid (under the lock that guards them), then Take before they may not.
+class ListingWindow {
+ public:
+  ListingWindow(const ObjectKey* after, std::size_t limit);
+  // `payload` rides along (an index, a size): Take returns it with the key.
+  void Offer(const ObjectKey& key, std::uint64_t payload);
+  // The selection in order, copied out; the window is empty afterwards.
+  std::vector<std::pair<ObjectKey, std::uint64_t>> Take();
+
+ private:
+  struct Ranked {
+    std::size_t hash;
+    const ObjectKey* key;
+    std::uint64_t payload;
+  };
+  static bool Before(const Ranked& a, const Ranked& b);
+  const ObjectKey* after_;
+  std::size_t after_hash_ = 0;
+  std::size_t limit_;
+  std::vector<Ranked> heap_;  // a max-heap: the last of the selection on top
+};
 
 }  // namespace lmcache::store

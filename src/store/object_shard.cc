@@ -2,6 +2,7 @@
 #include "store/object_shard.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "store/object_table.h"
 
@@ -260,10 +261,13 @@ DeleteStep ObjectShard::DeleteLocked(const ObjectKey& key, bool force, TimeMs no
   return step;
 }
 
-PinOutcome ObjectShard::PinLocked(const ObjectKey& key) {
+PinOutcome ObjectShard::PinLocked(const ObjectKey& key, bool* first) {
+  *first = false;
   ResidentEntry* entry = FindResidentLocked(key);
   if (entry == nullptr || entry->served_once) return PinOutcome::kNotResident;
+  if (entry->pins == std::numeric_limits<std::uint32_t>::max()) return PinOutcome::kOverLimit;
   if (entry->pins == 0) {
+    *first = true;
     const std::uint64_t bytes = Aligned(entry->size);
     std::uint64_t pinned = context_->pinned_bytes->load(std::memory_order_acquire);
     do {
@@ -279,11 +283,13 @@ PinOutcome ObjectShard::PinLocked(const ObjectKey& key) {
   return PinOutcome::kPinned;
 }
 
-UnpinOutcome ObjectShard::UnpinLocked(const ObjectKey& key) {
+UnpinOutcome ObjectShard::UnpinLocked(const ObjectKey& key, bool* last) {
+  *last = false;
   ResidentEntry* entry = FindResidentLocked(key);
   if (entry == nullptr || entry->pins == 0) return UnpinOutcome::kNotPinned;
   entry->pins -= 1;
   if (entry->pins == 0) {
+    *last = true;
     const std::uint64_t bytes = Aligned(entry->size);
     pinned_objects_ -= 1;
     pinned_bytes_ -= bytes;

@@ -188,8 +188,10 @@ class ObjectShard {
                                  TimeMs now, std::vector<Offset>* to_free) LMC_REQUIRES(mu_);
 
   // --- pins ---
-  PinOutcome PinLocked(const ObjectKey& key) LMC_REQUIRES(mu_);
-  UnpinOutcome UnpinLocked(const ObjectKey& key) LMC_REQUIRES(mu_);
+  // `*first` is set when this pin is the object's first (it leaves the
+  // eviction order), `*last` when this unpin took its last (it returns).
+  PinOutcome PinLocked(const ObjectKey& key, bool* first) LMC_REQUIRES(mu_);
+  UnpinOutcome UnpinLocked(const ObjectKey& key, bool* last) LMC_REQUIRES(mu_);
 
   // --- removal ---
   // Deletes `key`'s copies. Expired staged copies go in any case. Without

@@ -247,7 +247,10 @@ std::vector<std::size_t> ObjectTable::FitToQuotas(std::span<const ObjectKey> key
   if (one_tenant) {
     const std::uint64_t wanted = aligned * needs_memory.size();
     std::uint64_t room = ledger_.Room(first_salt);
-    if (room < wanted) {
+    const std::optional<std::uint64_t> limit = ledger_.LimitFor(first_salt);
+    // All or nothing past the quota itself: refused whatever goes, so nothing goes.
+    const bool hopeless = mode == AllocationMode::kAllOrNothing && limit && wanted > *limit;
+    if (room < wanted && !hopeless) {
       EvictTenant(first_salt, wanted - room);
       room = ledger_.Room(first_salt);
     }

@@ -43,19 +43,27 @@ void L2Index::SetLimits(LimitFn limits) {
   limits_ = std::move(limits);
 }
 
-bool L2Index::MakeRoomLocked(std::uint64_t wanted, const EvictFn& evict) {
+bool L2Index::CanMakeRoomLocked(std::uint64_t wanted) const {
   if (capacity_ == 0) return true;
   if (wanted > capacity_) return false;
   const std::uint64_t used = held_bytes_ + reserved_bytes_;
   if (used + wanted <= capacity_) return true;
-  // Can the unlocked objects free enough? Look before evicting anything.
   std::uint64_t evictable = 0;
   const std::uint64_t needed = used + wanted - capacity_;
   for (auto it = lru_.rbegin(); it != lru_.rend() && evictable < needed; ++it) {
     const Entry& e = entries_.at(*it);
     if (e.locks == 0) evictable += e.bytes;
   }
-  if (evictable < needed) return false;
+  return evictable >= needed;
+}
+
+bool L2Index::MakeRoomLocked(std::uint64_t wanted, const EvictFn& evict) {
+  // Can the unlocked objects free enough? Look before evicting anything.
+  if (!CanMakeRoomLocked(wanted)) return false;
+  if (capacity_ == 0) return true;
+  const std::uint64_t used = held_bytes_ + reserved_bytes_;
+  if (used + wanted <= capacity_) return true;
+  const std::uint64_t needed = used + wanted - capacity_;
   std::uint64_t freed = 0;
   for (auto it = lru_.end(); it != lru_.begin() && freed < needed;) {
     --it;
@@ -105,6 +113,10 @@ bool L2Index::MakeTenantRoomLocked(std::string_view salt, std::uint64_t wanted,
 L2Index::Reservation L2Index::Reserve(std::string_view salt, std::uint64_t bytes,
                                       const EvictFn& evict) {
   MutexLock lock(&mu_);
+  // The capacity first, before the tenant's own objects go: what the tenant
+  // frees counts toward the capacity too, so if the tier can make room now
+  // it still can after, and nothing is evicted for a store that then fails.
+  if (!CanMakeRoomLocked(bytes)) return Reservation::kNoRoom;
   if (!MakeTenantRoomLocked(salt, bytes, evict)) return Reservation::kOverQuota;
   if (!MakeRoomLocked(bytes, evict)) return Reservation::kNoRoom;
   reserved_bytes_ += bytes;
@@ -202,21 +214,14 @@ L2Index::Removal L2Index::Remove(const store::ObjectKey& key, bool force, const 
 std::vector<std::pair<store::ObjectKey, std::uint64_t>> L2Index::List(
     const store::ObjectKey* after, std::size_t limit,
     const std::function<bool(const store::ObjectKey&)>& keep) const {
-  std::vector<std::pair<store::ObjectKey, std::uint64_t>> found;
-  if (limit == 0) return found;
-  {
-    MutexLock lock(&mu_);
-    for (const auto& [key, entry] : entries_) {
-      if (after != nullptr && !store::ListingLess(*after, key)) continue;
-      if (keep && !keep(key)) continue;
-      found.emplace_back(key, entry.bytes);
-    }
+  // One pass under the lock, in memory the page bounds (not the index).
+  store::ListingWindow window(after, limit);
+  MutexLock lock(&mu_);
+  for (const auto& [key, entry] : entries_) {
+    if (keep && !keep(key)) continue;
+    window.Offer(key, entry.bytes);
   }
-  const std::size_t take = std::min(found.size(), limit);
-  std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(take), found.end(),
-                    [](const auto& a, const auto& b) { return store::ListingLess(a.first, b.first); });
-  found.resize(take);
-  return found;
+  return window.Take();
 }
 
 std::optional<std::uint64_t> L2Index::SizeOf(const store::ObjectKey& key) const {

@@ -123,6 +123,8 @@ class L2Index {
   void InsertLocked(const store::ObjectKey& key, std::uint64_t bytes) LMC_REQUIRES(mu_);
   // Forgets a held object; returns the next position in lru_.
   Lru::iterator RemoveLocked(Entries::iterator entry) LMC_REQUIRES(mu_);
+  // Whether `wanted` more bytes fit once unlocked objects are evicted.
+  bool CanMakeRoomLocked(std::uint64_t wanted) const LMC_REQUIRES(mu_);
   // Evicts until `wanted` more bytes fit; false (nothing evicted) if they cannot.
   bool MakeRoomLocked(std::uint64_t wanted, const EvictFn& evict) LMC_REQUIRES(mu_);
   // Evicts `salt`'s own unlocked objects until `wanted` more bytes fit its

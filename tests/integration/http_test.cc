@@ -487,14 +487,15 @@ TEST_F(HttpTest, QuotaRoutesCapATenantAsTheReferenceDescribes) {
     stored = StoreChunk(*worker, 1000 * (i + 1), std::byte{2}, "b", "tenant-b");
     ASSERT_TRUE(stored.ok()) << stored.status().ToString();
   }
-  const json a = Json(http_->Get("/quota/tenant-a"));
+  EXPECT_EQ(http_->Get("/quota/tenant-a")->status, 401);  // any salt's figures: admin only
+  const json a = Json(http_->Get("/quota/tenant-a", admin));
   EXPECT_EQ(a["cache_salt"], "tenant-a");
   EXPECT_EQ(a["exists"], true);
   EXPECT_DOUBLE_EQ(a["limit_gb"].get<double>(), two_objects_gb);
   EXPECT_DOUBLE_EQ(a["current_usage_gb"].get<double>(), two_objects_gb);
   EXPECT_EQ(a["usage_bytes"], 2 * object);
   EXPECT_EQ(a["quota_evicted_objects"], 2);
-  const json b = Json(http_->Get("/quota/tenant-b"));  // never 404
+  const json b = Json(http_->Get("/quota/tenant-b", admin));  // never 404
   EXPECT_EQ(b["exists"], false);
   EXPECT_EQ(b["limit_gb"], 0.0);
   EXPECT_EQ(b["usage_bytes"], 4 * object);
@@ -522,8 +523,8 @@ TEST_F(HttpTest, QuotaRoutesCapATenantAsTheReferenceDescribes) {
   EXPECT_EQ(Json(http_->Delete("/quota/tenant-a", admin)),
             (json{{"cache_salt", "tenant-a"}, {"status", "removed"}}));
   EXPECT_EQ(Json(http_->Delete("/quota/tenant-a", admin))["status"], "not_found");
-  EXPECT_EQ(Json(http_->Get("/quota/tenant-a"))["exists"], false);
-  EXPECT_EQ(Json(http_->Get("/quota/_default"))["exists"], true);
+  EXPECT_EQ(Json(http_->Get("/quota/tenant-a", admin))["exists"], false);
+  EXPECT_EQ(Json(http_->Get("/quota/_default", admin))["exists"], true);
   fs::remove(file);
 }
 
@@ -680,6 +681,17 @@ TEST_F(HttpTest, CacheObjectsAreDeletedByKeyOrByPromptAndLockedOnesNeedForce) {
         std::string(R"({"token_ids":[1]})")}) {
     EXPECT_EQ(http_->Delete("/cache/objects", bad, "application/json")->status, 400) << bad;
   }
+  // A named adapter that does not exist: 404, and nothing deleted anywhere.
+  auto unknown = http_->Delete("/cache/objects",
+                               json{{"keys", keys}, {"tier", "all"}, {"adapter", "resp#7"}}.dump(),
+                               "application/json");
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(Json(http_->Get("/cache/objects?tier=l2"))["entries"].size(), 2u);
+  std::string braces;
+  for (int i = 0; i < 20000; ++i) braces += "{},";
+  EXPECT_EQ(http_->Delete("/cache/objects", R"({"keys":[)" + braces + "{}]}", "application/json")
+                ->status,
+            400);
   json too_many = json::array();
   for (int i = 0; i < 10001; ++i) too_many.push_back(keys[0]);
   EXPECT_EQ(http_->Delete("/cache/objects", json{{"keys", too_many}}.dump(), "application/json")

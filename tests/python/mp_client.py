@@ -324,6 +324,18 @@ def check_slots_disjoint(slots):
         assert end <= start, f"slots overlap: {spans}"
 
 
+def http_json(port, method, path, body=None):
+    """A JSON request to the server's HTTP port on loopback; its JSON answer
+    (urllib raises HTTPError for a 4xx/5xx)."""
+    import json
+    import urllib.request
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.loads(reply.read())
+
+
 def stats(client):
     value = client.call("stats")
     assert isinstance(value, dict) and "l1" in value, value

@@ -4,24 +4,14 @@ object exactly once, also while another worker stores 20,000 more between
 and during the pages (each of those at most once), and its keys are the
 reference's encoded form, which DELETE /cache/objects takes back."""
 
-import json
 import threading
-import urllib.request
 
 from mp_client import (OP_COMMIT_STORE, OP_PREPARE_STORE, Client, free_tcp_ports, make_key,
-                       new_instance_id, random_tokens, register, start_server, stats)
+                       new_instance_id, random_tokens, register, start_server, stats, http_json)
 
 import numpy as np
 
 PROMPT_TOKENS = 1000  # at --chunk-size 1: 1,000 objects of 1 KiB per prompt
-
-
-def http(port, method, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=60) as reply:
-        return json.loads(reply.read())
 
 
 def store_prompts(client, instance_id, rng, prompts, tag, first_done=None):
@@ -43,7 +33,7 @@ def walk(port, page_size):
         path = f"/cache/objects?page_size={page_size}"
         if token:
             path += f"&page_token={token}"
-        page = http(port, "GET", path)
+        page = http_json(port, "GET", path)
         assert page["adapter"] == "l1"
         entries.extend(page["entries"])
         pages += 1
@@ -107,7 +97,7 @@ def test_a_walk_of_pages_lists_100000_objects_once_each_under_concurrent_stores(
         assert stats(client)["eviction"]["evicted_objects"] == 0
 
         # The keys as listed are what DELETE takes.
-        gone = http(http_port, "DELETE", "/cache/objects",
+        gone = http_json(http_port, "DELETE", "/cache/objects",
                     {"keys": [e["key"] for e in first[:10_000]], "tier": "l1"})
         assert gone["deleted"] == 10_000 and gone["skipped"] == 0, gone
         after, _ = walk(http_port, 5000)

@@ -8,28 +8,18 @@ holding about its quota (nobody took its room) with its newest prompt
 intact, byte for byte; the figures of GET /quota, the stats reply and
 /metrics agree."""
 
-import json
 import threading
-import time
 import urllib.request
 
 import numpy as np
 
 from mp_client import (OP_COMMIT_RETRIEVE, OP_COMMIT_STORE, OP_PREPARE_RETRIEVE, OP_PREPARE_STORE,
-                       Client, chunk_size, free_tcp_ports, lookup, make_key, map_pool,
+                       Client, chunk_size, free_tcp_ports, http_json, lookup, make_key, map_pool,
                        new_instance_id, random_tokens, register, slot_view, start_server, stats)
 
 MIB = 1 << 20
 TENANTS = {"tenant-a": 12 * MIB, "tenant-b": 16 * MIB, "tenant-c": 20 * MIB}
 PROMPT_CHUNKS = 4
-
-
-def http(port, method, path, body=None):
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as reply:
-        return json.loads(reply.read())
 
 
 def store_salted(client, pool, instance_id, tokens, salt, rng):
@@ -58,7 +48,7 @@ def test_three_tenants_under_pressure_each_keep_to_their_own_quota(binary, tmp_p
                            "--http-admin-open"])
     try:
         for salt, limit in TENANTS.items():
-            reply = http(http_port, "PUT", f"/quota/{salt}", {"limit_gb": limit / (1 << 30)})
+            reply = http_json(http_port, "PUT", f"/quota/{salt}", {"limit_gb": limit / (1 << 30)})
             assert reply == {"cache_salt": salt, "limit_gb": limit / (1 << 30), "status": "ok"}
 
         failures = []
@@ -87,7 +77,7 @@ def test_three_tenants_under_pressure_each_keep_to_their_own_quota(binary, tmp_p
             t.start()
         samples = 0
         while any(t.is_alive() for t in threads):
-            users = http(http_port, "GET", "/quota")["users"]
+            users = http_json(http_port, "GET", "/quota")["users"]
             for salt, limit in TENANTS.items():
                 used = users[salt]["usage_bytes"]
                 assert used <= limit, f"{salt} holds {used} bytes, over its quota {limit}"
@@ -108,7 +98,7 @@ def test_three_tenants_under_pressure_each_keep_to_their_own_quota(binary, tmp_p
         assert s["eviction"]["evicted_objects"] == quota["quota_evictions"], s["eviction"]
         assert s["eviction"]["on_demand_evictions"] == 0, s["eviction"]
         assert s["eviction"]["background_evicted_objects"] == 0, s["eviction"]
-        users = http(http_port, "GET", "/quota")["users"]
+        users = http_json(http_port, "GET", "/quota")["users"]
         object_bytes = 2 * 2 * chunk_size(client) * 128 * 2
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics").read().decode()
         for salt, limit in TENANTS.items():

@@ -39,6 +39,8 @@ class MockAdapter final : public BlockingL2Adapter {
     for (auto& [key, bytes] : index_.List(after, limit, keep)) out.push_back({std::move(key), bytes});
     return out;
   }
+  Result<std::vector<L2Deletion>> Delete(std::span<const store::ObjectKey> keys,
+                                         bool force) override;
   void EnforceQuotas(const store::TenantLedger* ledger) override {
     if (ledger != nullptr && ledger->enabled()) {
       index_.SetLimits([ledger](std::string_view salt) { return ledger->LimitFor(salt); });

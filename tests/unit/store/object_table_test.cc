@@ -1006,7 +1006,9 @@ TEST_F(ObjectTableTest, TenantUsageMatchesTheTableThroughRandomOperations) {
         if (rng() % 8 == 0) table_->ReleaseOwner(writers[rng() % 2]);
         break;
       case 9:
-        if (rng() % 16 == 0) ASSERT_TRUE(table_->SetQuota("b", (2 + rng() % 4) * kObject).ok());
+        if (rng() % 16 == 0) {
+          ASSERT_TRUE(table_->SetQuota("b", (2 + rng() % 4) * kObject).ok());
+        }
         table_->TrimOverQuota();
         break;
     }
@@ -1095,9 +1097,12 @@ TEST_F(ObjectTableTest, PinnedObjectsSurviveEveryEvictionUntilUnpinnedButNotADel
   ASSERT_TRUE(table_->SetQuota("", 2 * kObject).ok());
   EXPECT_EQ(Reserve(KeysN(200, 1), kWriter, AllocationMode::kLongestPrefix).over_quota, 1u);
   ASSERT_TRUE(table_->RemoveQuota(""));
+  // Pinned objects are out of the eviction order (no eviction steps over them).
+  EXPECT_EQ(lru_.Candidates(0, 100).size(), 0u);
   // Pins are counted: the first unpin of key 0 leaves one.
   EXPECT_EQ(table_->Unpin(KeysN(0, 2)), (std::vector<UnpinOutcome>(2, UnpinOutcome::kUnpinned)));
   EXPECT_EQ(table_->Stats().pinned_objects, 1u);
+  EXPECT_EQ(lru_.Candidates(0, 100), std::vector<ObjectKey>{KeyN(1)});  // back, as the newest
   EXPECT_EQ(table_->EvictLru(16 * kObject).objects, 1u);  // key 1
   EXPECT_TRUE(Resident(KeyN(0)));
   // A delete takes a pinned object, pins and all.

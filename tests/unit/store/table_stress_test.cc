@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <map>
+#include <memory>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -25,18 +26,31 @@ constexpr std::uint64_t kMiB = 1 << 20;
 constexpr std::uint64_t kObject = 256 * 1024;
 constexpr int kKeySpace = 200;
 
-TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
-  testing::AlignedBuffer buffer(24 * kMiB);  // room for 96 objects of a 200-key space
-  alloc::SlabAllocatorConfig alloc_config;
-  alloc_config.slab_target_bytes = 2 * kMiB;
-  auto allocator = std::move(alloc::SlabAllocator::Create(buffer.span(), alloc_config)).value();
+// A 24 MiB pool (96 objects) in 16 shards, with an evictor every millisecond.
+struct StressPool {
+  StressPool() {
+    alloc::SlabAllocatorConfig alloc_config;
+    alloc_config.slab_target_bytes = 2 * kMiB;
+    allocator = std::move(alloc::SlabAllocator::Create(buffer.span(), alloc_config)).value();
+    ObjectTableConfig config;
+    config.num_shards = 16;
+    table = std::make_unique<ObjectTable>(allocator.get(), &lru, &SteadyClock::Instance(), config);
+    EvictorConfig evictor_config;
+    evictor_config.interval_ms = 1;
+    evictor = std::make_unique<Evictor>(table.get(), evictor_config);
+  }
+  testing::AlignedBuffer buffer{24 * kMiB};
+  std::unique_ptr<alloc::SlabAllocator> allocator;
   LruPolicy lru;
-  ObjectTableConfig config;
-  config.num_shards = 16;
-  ObjectTable table(allocator.get(), &lru, &SteadyClock::Instance(), config);
-  EvictorConfig evictor_config;
-  evictor_config.interval_ms = 1;
-  Evictor evictor(&table, evictor_config);
+  std::unique_ptr<ObjectTable> table;
+  std::unique_ptr<Evictor> evictor;
+};
+
+TEST(TableStress, ConcurrentWritersReadersEvictionStayConsistent) {
+  StressPool pool;  // room for 96 objects of a 200-key space
+  auto& allocator = pool.allocator;
+  ObjectTable& table = *pool.table;
+  Evictor& evictor = *pool.evictor;
   evictor.Start();
 
   std::atomic<bool> failed{false};
@@ -193,19 +207,12 @@ class TenantEvictions final : public StoreListener {
 // thread). No tenant ever holds more than its quota, every eviction is of
 // the storing tenant's own objects, and the evictor keeps running.
 TEST(TableStress, TenantsUnderQuotaPressureEvictOnlyTheirOwnObjects) {
-  testing::AlignedBuffer buffer(24 * kMiB);  // 96 objects; the quotas take 75
-  alloc::SlabAllocatorConfig alloc_config;
-  alloc_config.slab_target_bytes = 2 * kMiB;
-  auto allocator = std::move(alloc::SlabAllocator::Create(buffer.span(), alloc_config)).value();
-  LruPolicy lru;
-  ObjectTableConfig config;
-  config.num_shards = 16;
-  ObjectTable table(allocator.get(), &lru, &SteadyClock::Instance(), config);
+  StressPool pool;  // 96 objects; the quotas take 75
+  auto& allocator = pool.allocator;
+  ObjectTable& table = *pool.table;
+  Evictor& evictor = *pool.evictor;
   TenantEvictions evictions;
   table.AddListener(&evictions);
-  EvictorConfig evictor_config;
-  evictor_config.interval_ms = 1;
-  Evictor evictor(&table, evictor_config);
   table.AddListener(&evictor);
   evictor.Start();
   const std::string salts[] = {"a", "b", "c"};

@@ -193,5 +193,30 @@ TEST(L2IndexTest, ListsInPagesAndRemovesWhatNoLoadHoldsUnlessForced) {
   EXPECT_EQ(index.tenant_usage_bytes("odd"), 11u + 15 + 17 + 19);
 }
 
+// A store the tier's capacity cannot take evicts nothing, not even the
+// tenant's own objects its quota would have let go.
+TEST(L2IndexTest, AReservationThatCannotFitEvictsNothingForTheQuotaEither) {
+  L2Index index(100);
+  index.SetLimits([](std::string_view salt) -> std::optional<std::uint64_t> {
+    if (salt == "a") return 50;
+    return std::nullopt;
+  });
+  Evicted evicted;
+  ASSERT_EQ(index.Reserve("a", 20, evicted.Fn()), L2Index::Reservation::kReserved);
+  ASSERT_TRUE(index.Commit(TenantKey(1, "a"), 20));
+  ASSERT_EQ(index.Reserve("b", 70, evicted.Fn()), L2Index::Reservation::kReserved);
+  ASSERT_TRUE(index.Commit(TenantKey(2, "b"), 70));
+  const std::vector<store::ObjectKey> held = {TenantKey(2, "b")};
+  ASSERT_EQ(index.LookupAndLock(held), std::vector<bool>{true});
+  // 35 more for a: its quota alone would let its 20 go, but with b's 70
+  // locked the tier cannot hold 35 more even then: nothing goes.
+  EXPECT_EQ(index.Reserve("a", 35, evicted.Fn()), L2Index::Reservation::kNoRoom);
+  EXPECT_TRUE(evicted.keys.empty());
+  EXPECT_TRUE(index.Contains(TenantKey(1, "a")));
+  // 30 fits the tier once a's own 20 goes, which its quota asks for too.
+  EXPECT_EQ(index.Reserve("a", 30, evicted.Fn()), L2Index::Reservation::kReserved);
+  EXPECT_EQ(evicted.keys, std::vector<store::ObjectKey>{TenantKey(1, "a")});
+}
+
 }  // namespace
 }  // namespace lmcache::tier
