@@ -477,6 +477,10 @@ TEST_F(HttpTest, QuotaRoutesCapATenantAsTheReferenceDescribes) {
     EXPECT_TRUE(Json(refused).contains("error")) << bad;
   }
   EXPECT_EQ(http_->Put("/quota/a@b", admin, body, "application/json")->status, 400);
+  // A salt that is not UTF-8 (percent-decoded from the path) is refused, and
+  // /quota and /status, which name the salts with a quota, keep answering.
+  EXPECT_EQ(http_->Put("/quota/%FF%FE", admin, body, "application/json")->status, 400);
+  EXPECT_EQ(http_->Get("/quota")->status, 200);
   EXPECT_EQ(http_->Post("/quota/tenant-a", admin, body, "application/json")->status, 405);
 
   // Four chunks of tenant-a: its two newest stay; tenant-b's four all stay.
