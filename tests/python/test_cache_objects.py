@@ -11,7 +11,11 @@ from mp_client import (OP_COMMIT_STORE, OP_PREPARE_STORE, Client, free_tcp_ports
 
 import numpy as np
 
-PROMPT_TOKENS = 1000  # at --chunk-size 1: 1,000 objects of 1 KiB per prompt
+# At --chunk-size 1: 40 objects of 1 KiB per prompt. A store locks the
+# shards of its keys at once, and TSan's deadlock detector cannot follow a
+# thread holding 64 locks (the table has 64 shards): a prompt of 1,000
+# objects made the TSan build's server abort.
+PROMPT_TOKENS = 40
 
 
 def store_prompts(client, instance_id, rng, prompts, tag, first_done=None):
@@ -59,7 +63,8 @@ def test_a_walk_of_pages_lists_100000_objects_once_each_under_concurrent_stores(
         client = Client(zmq_ctx, url)
         instance_id = new_instance_id()
         register(client, instance_id)
-        store_prompts(client, instance_id, np.random.default_rng(7), 100, "base")
+        store_prompts(client, instance_id, np.random.default_rng(7), 100_000 // PROMPT_TOKENS,
+                      "base")
         assert stats(client)["l1"]["resident_objects"] == 100_000
 
         first, pages = walk(http_port, 5000)
@@ -77,7 +82,8 @@ def test_a_walk_of_pages_lists_100000_objects_once_each_under_concurrent_stores(
                 other = Client(zmq_ctx, url)
                 other_id = new_instance_id()
                 register(other, other_id)
-                store_prompts(other, other_id, np.random.default_rng(8), 20, "more", storing)
+                store_prompts(other, other_id, np.random.default_rng(8), 20_000 // PROMPT_TOKENS,
+                              "more", storing)
                 other.close()
             except Exception as e:  # reported below
                 failures.append(repr(e))
@@ -92,7 +98,7 @@ def test_a_walk_of_pages_lists_100000_objects_once_each_under_concurrent_stores(
         assert len(set(listed)) == len(listed), "an object was listed twice"
         missing = set(baseline) - set(listed)
         assert not missing, f"{len(missing)} objects that stayed were skipped"
-        assert 101_000 <= len(listed) <= 120_000
+        assert 100_000 + PROMPT_TOKENS <= len(listed) <= 120_000
         assert stats(client)["l1"]["resident_objects"] == 120_000
         assert stats(client)["eviction"]["evicted_objects"] == 0
 
