@@ -607,7 +607,7 @@ TEST_F(HttpTest, CacheObjectsAreListedInPagesBehindTheAdminToken) {
   EXPECT_EQ(http_->Get("/cache/objects?tier=l2&adapter=resp#9", admin)->status, 404);
   // The fs tier holds what the write-behind wrote there.
   json l2;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 1500; ++i) {  // up to 30 s for the write-behind
     l2 = Json(http_->Get("/cache/objects?tier=l2", admin));
     if (l2["entries"].size() == 5u) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -632,7 +632,7 @@ TEST_F(HttpTest, CacheObjectsAreDeletedByKeyOrByPromptAndLockedOnesNeedForce) {
     ASSERT_TRUE(StoreChunk(*worker, 1000 * (i + 1), std::byte{6}, "r").ok());
   }
   json listed;
-  for (int i = 0; i < 200; ++i) {
+  for (int i = 0; i < 1500; ++i) {  // up to 30 s for the write-behind
     listed = Json(http_->Get("/cache/objects?tier=l2"));
     if (listed["entries"].size() == 3u) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -799,7 +799,7 @@ TEST_F(HttpTest, AWarmPrefetchLoadsAPromptFromTheFsTierIntoL1Unlocked) {
   for (std::size_t c = 0; c < 3; ++c) std::fill(chunks[c].begin(), chunks[c].end(), std::byte(c + 1));
   std::vector<std::span<const std::byte>> spans(chunks.begin(), chunks.end());
   ASSERT_TRUE(worker->Store(key, spans).ok());
-  for (int i = 0; i < 200 && Json(http_->Get("/cache/objects?tier=l2"))["entries"].size() < 3; ++i) {
+  for (int i = 0; i < 1500 && Json(http_->Get("/cache/objects?tier=l2"))["entries"].size() < 3; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(Json(http_->Get("/cache/objects?tier=l2"))["entries"].size(), 3u);
@@ -815,7 +815,7 @@ TEST_F(HttpTest, AWarmPrefetchLoadsAPromptFromTheFsTierIntoL1Unlocked) {
   EXPECT_EQ(Json(submitted)["chunks"], 3);
   const std::string id = Json(submitted)["request_id"];
   json progress;
-  for (int i = 0; i < 500; ++i) {
+  for (int i = 0; i < 3000; ++i) {  // up to 30 s for the load
     progress = Json(http_->Get("/cache/prefetches/" + id));
     if (progress["status"] != "pending") break;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -286,8 +286,12 @@ TEST(TableStress, TenantsUnderQuotaPressureEvictOnlyTheirOwnObjects) {
     std::this_thread::yield();
   }
   for (auto& t : threads) t.join();
+  // The evictor still runs after the storm: wait (bounded) for its next pass.
   const std::uint64_t passes_before = evictor.Stats().passes;
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (evictor.Stats().passes <= passes_before && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   const EvictorStats evictor_stats = evictor.Stats();
   evictor.Stop();
 
