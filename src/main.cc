@@ -26,7 +26,6 @@
 #include "admin_http/http_server.h"
 #include "common/clock.h"
 #include "common/logging.h"
-#include "common/mask_secrets.h"
 #include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/effective_flags.h"
@@ -235,7 +234,6 @@ Status StartTiers(const daemon::ServerConfig& config, const lmcache::Clock& cloc
   if (s.kv_events->enabled()) {
     s.cache().table().AddListener(&s.kv_events->recorder());
     if (s.l2) {
-      s.kv_events->recorder().SetL2Locations(s.l2->AdapterDescriptions());
       s.l2->SetEventObserver(&s.kv_events->recorder());
     }
     if (config.kv_publisher) {
@@ -265,16 +263,6 @@ void WatchHealth(const daemon::ServerConfig& config, Server& s) {
     return "pre-faulting the pool: " + std::to_string(static_cast<int>(done * 100)) + "% of " +
            std::to_string(static_cast<int>(fraction * 100)) + "% needed";
   });
-}
-
-// Each L2 adapter's JSON as given, secrets masked, in cascade order (GET
-// /config/adapters).
-std::vector<std::string> AdapterConfigs(const lmcache::tier::L2Config& l2) {
-  std::vector<std::string> configs;
-  for (const lmcache::tier::L2AdapterSpec& spec : l2.adapters) {
-    configs.push_back(lmcache::MaskSecrets(spec.source));
-  }
-  return configs;
 }
 
 // The service over the pool and the tiers, its stats sources, health, HTTP
@@ -348,8 +336,7 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
                                                .read_only = config.http_read_only,
                                                .admin_token = config.http_admin_token,
                                                .admin_open = config.http_admin_open,
-                                               .flags = config.effective_flags,
-                                               .adapter_configs = AdapterConfigs(config.l2)};
+                                               .flags = config.effective_flags};
     LMC_ASSIGN_OR_RETURN(s.http,
                          lmcache::admin_http::HttpServer::Start(http, s.service.get(), s.health.get(), s.l2.get()));
   }

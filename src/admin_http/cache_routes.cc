@@ -13,35 +13,31 @@ namespace {
 
 using nlohmann::json;
 
-std::string AdapterName(tier::L2Tier& l2, std::size_t i) {
-  return l2.adapter(i).Stats().type + "#" + std::to_string(i + 1);
+// The cascade now: held while a request reads or deletes through its
+// adapters (one removed meanwhile finishes the request first).
+tier::L2Cascade::View CascadeOf(tier::L2Tier* l2) {
+  return l2 == nullptr ? tier::L2Cascade::View() : l2->cascade().Current();
 }
 
-Result<std::vector<std::size_t>> ChooseAdapters(tier::L2Tier* l2, const std::string& name) {
+// The positions in `cascade` of the adapters `name` picks: all for "", or
+// the one with that name or (1-based) position.
+Result<std::vector<std::size_t>> ChooseAdapters(const tier::L2Cascade::View& cascade,
+                                                const std::string& name) {
   std::vector<std::size_t> chosen;
-  if (l2 == nullptr) {
-    if (name.empty()) return chosen;
-    return Status(ErrorCode::kNotFound, "no L2 adapter '" + name + "': this server has no L2 tier");
-  }
-  for (std::size_t i = 0; i < l2->adapter_count(); ++i) {
-    if (name.empty() || name == AdapterName(*l2, i) || name == std::to_string(i + 1)) {
+  for (std::size_t i = 0; i < cascade.size(); ++i) {
+    if (name.empty() || name == cascade.member(i).name || name == std::to_string(i + 1)) {
       chosen.push_back(i);
     }
   }
   if (!name.empty() && chosen.empty()) {
+    if (cascade.empty()) {
+      return Status(ErrorCode::kNotFound, "no L2 adapter '" + name + "': this server has none");
+    }
     return Status(ErrorCode::kNotFound, "no L2 adapter '" + name +
                                             "': name one as GET /config/adapters does (fs#1) or "
                                             "by its position (1)");
   }
   return chosen;
-}
-
-int HttpStatusOf(const Status& status) {
-  switch (status.code()) {
-    case ErrorCode::kNotFound: return 404;
-    case ErrorCode::kNotSupported: return 501;
-    default: return 400;
-  }
 }
 
 void ListObjects(const httplib::Request& req, httplib::Response& res, server::Service& service,
@@ -69,17 +65,19 @@ void ListObjects(const httplib::Request& req, httplib::Response& res, server::Se
       found.emplace_back(std::move(o.key), o.size_bytes);
     }
   } else {
-    auto chosen = ChooseAdapters(l2, req.get_param_value("adapter"));
+    const tier::L2Cascade::View cascade = CascadeOf(l2);
+    auto chosen = ChooseAdapters(cascade, req.get_param_value("adapter"));
     if (!chosen.ok()) return Error(res, HttpStatusOf(chosen.status()), chosen.status().message());
     std::optional<Status> refusal;
     bool listed = false;
     for (const std::size_t i : *chosen) {
-      auto page = l2->adapter(i).List(after ? &*after : nullptr, page_size + 1, keep);
+      const std::string& name = cascade.member(i).name;
+      auto page = cascade.adapter(i).List(after ? &*after : nullptr, page_size + 1, keep);
       if (!page.ok()) {
-        refusal = Status(page.status().code(), AdapterName(*l2, i) + ": " + page.status().message());
+        refusal = Status(page.status().code(), name + ": " + page.status().message());
         continue;
       }
-      adapter = AdapterName(*l2, i);
+      adapter = name;
       for (auto& o : *page) found.emplace_back(std::move(o.key), o.size_bytes);
       listed = true;
       break;
@@ -140,7 +138,8 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
   const DeleteRequest& request = *parsed;
   const KeySelection& selection = request.selection;
   // The adapters first: a request naming one that does not exist changes nothing.
-  auto chosen = ChooseAdapters(l2, request.tier == "l1" ? "" : request.adapter);
+  const tier::L2Cascade::View cascade = CascadeOf(l2);
+  auto chosen = ChooseAdapters(cascade, request.tier == "l1" ? "" : request.adapter);
   if (!chosen.ok()) return Error(res, HttpStatusOf(chosen.status()), chosen.status().message());
   json tiers = json::object();
   std::uint64_t deleted = 0;
@@ -162,7 +161,8 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
       return selection.OfPrompt(key);
     };
     for (const std::size_t i : *chosen) {
-      tier::L2Adapter& adapter = l2->adapter(i);
+      tier::L2Adapter& adapter = cascade.adapter(i);
+      const std::string& name = cascade.member(i).name;
       std::vector<store::ObjectKey> keys = selection.keys;
       if (selection.by_tokens()) {
         auto listed = adapter.List(nullptr, selection.bound(), of_prompt);
@@ -172,7 +172,7 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
       }
       auto outcomes = adapter.Delete(keys, request.force);
       if (!outcomes.ok()) {
-        tiers[AdapterName(*l2, i)] = {{"error", outcomes.status().message()}};
+        tiers[name] = {{"error", outcomes.status().message()}};
         continue;
       }
       DeleteTally tally;
@@ -183,7 +183,7 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
       }
       deleted += tally.deleted;
       skipped += tally.locked + tally.not_found;
-      tiers[AdapterName(*l2, i)] = tally.ToJson();
+      tiers[name] = tally.ToJson();
     }
   }
   spdlog::info("DELETE /cache/objects: {} deleted, {} skipped ({})", deleted, skipped,

@@ -1,6 +1,6 @@
-// The bodies of GET /version, GET /config and GET /config/adapters (issue
-// 44, section 4): what this build is, every flag's effective value, and the
-// L2 adapters in cascade order with their configuration and state.
+// The bodies of GET /version and GET /config (issue 44, section 4): what
+// this build is and every flag's effective value (GET /config/adapters is
+// adapter_routes.h's).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "common/flag_values.h"
-#include "server/stats.h"
 
 namespace lmcache::admin_http {
 
@@ -20,10 +19,5 @@ nlohmann::json VersionJson();
 // {flags: {"--name": {value, given}}}: value a string, or an array for a
 // repeatable flag, or null for a flag neither given nor with a default.
 nlohmann::json ConfigJson(const std::vector<FlagValue>& flags);
-// {adapters: [{position, type, config, description, condition, objects,
-// usage_bytes, capacity_bytes}]}: `configs[i]` (masked JSON as given) with
-// the live figures of adapter i; condition "ok" or what is failing.
-nlohmann::json AdaptersJson(const std::vector<std::string>& configs,
-                            const server::StatsSnapshot& snapshot);
 
 }  // namespace lmcache::admin_http

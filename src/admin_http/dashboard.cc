@@ -144,9 +144,11 @@ function renderL2(s, dt) {
   table.appendChild(head);
   adapters.forEach((a, i) => {
     const tr = document.createElement("tr");
-    tr.appendChild(text("td", a.type + "#" + (i + 1) + " " + (a.description || "")));
+    tr.appendChild(text("td", (a.name || a.type + "#" + (i + 1)) + " " + (a.description || "")));
     tr.appendChild(text("td", a.condition ? a.condition : "ok", a.condition ? "bad" : "ok"));
-    const before = previous && previous.stats.l2 && previous.stats.l2.adapters[i];
+    // By name: adapters join and leave the cascade at runtime.
+    const before = previous && previous.stats.l2 &&
+        (previous.stats.l2.adapters || []).find((p) => p.name === a.name);
     const rate = (k) => (before && dt > 0) ? ((a[k] - before[k]) / dt / 1e6).toFixed(1) : "-";
     for (const [k, shown] of [["objects"], ["usage_bytes", bytes(a.usage_bytes)],
                               ["capacity_bytes", a.capacity_bytes ? bytes(a.capacity_bytes) : "unbounded"]]) {

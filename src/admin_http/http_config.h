@@ -20,10 +20,8 @@ struct HttpConfig {
   // are open to every peer with admin_open, and are off otherwise.
   std::string admin_token;  // --http-admin-token-file's content
   bool admin_open = false;  // --http-admin-open
-  // What GET /config and GET /config/adapters show: every flag (secrets
-  // masked), and each L2 adapter's JSON as given (masked), in cascade order.
+  // What GET /config shows: every flag (secrets masked).
   std::vector<FlagValue> flags;
-  std::vector<std::string> adapter_configs;
   // A DELETE /cache/objects of 10,000 keys is about 2 MiB of JSON.
   std::size_t max_body_bytes = 4 * 1024 * 1024;
   int io_timeout_seconds = 5;

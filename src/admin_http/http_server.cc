@@ -13,6 +13,7 @@
 #include "common/logging.h"
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
+#include "admin_http/adapter_routes.h"
 #include "admin_http/config_json.h"
 #include "admin_http/dashboard.h"
 #include "common/version.h"
@@ -117,9 +118,6 @@ void HttpServer::AddRoutes() {
   s.Get("/config", [&config](const httplib::Request&, httplib::Response& res) {
     Reply(res, 200, ConfigJson(config.flags));
   });
-  s.Get("/config/adapters", [&config, &service](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, AdaptersJson(config.adapter_configs, service.Snapshot()));
-  });
   s.Get("/loglevel", [](const httplib::Request&, httplib::Response& res) {
     Reply(res, 200, {{"level", CurrentLogLevel()}});
   });
@@ -157,6 +155,7 @@ void HttpServer::AddRoutes() {
     Reply(res, 200, {{"status", "ok"}, {"cleared_objects", *cleared}});
   });
 
+  AddAdapterRoutes(s, config, l2_, [&service] { return service.Snapshot(); });
   AddQuotaRoutes(s, config, service.table());
   AddCacheRoutes(s, config, service, l2_);
   AddPinRoutes(s, config, service);
@@ -168,7 +167,7 @@ void HttpServer::AddRoutes() {
       {"/", "GET"},        {"/healthcheck", "GET"},   {"/status", "GET"},
       {"/status/memory-pressure", "GET"},             {"/metrics", "GET"},
       {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"},
-      {"/config", "GET"},  {"/config/adapters", "GET"}, {"/quota", "GET"},
+      {"/config", "GET"},  {"/config/adapters", "GET, POST"}, {"/quota", "GET"},
       {"/cache/objects", "GET, DELETE"}, {"/cache/pins", "GET, POST, DELETE"},
       {"/cache/prefetches", "POST"}, {"/dashboard", "GET"}};
   auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {

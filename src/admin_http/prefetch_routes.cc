@@ -13,14 +13,6 @@ namespace {
 
 using nlohmann::json;
 
-int HttpStatusOf(const Status& status) {
-  switch (status.code()) {
-    case ErrorCode::kWrongState: return 409;
-    case ErrorCode::kResourceExhausted: return 429;
-    default: return 400;
-  }
-}
-
 }  // namespace
 
 Result<server::WarmRequest> WarmRequestFromBody(const std::string& body) {

@@ -20,6 +20,17 @@ void Error(httplib::Response& res, int status, const std::string& message) {
   Reply(res, status, json{{"error", message}});
 }
 
+int HttpStatusOf(const Status& status) {
+  switch (status.code()) {
+    case ErrorCode::kNotFound: return 404;
+    case ErrorCode::kAlreadyExists: return 409;
+    case ErrorCode::kWrongState: return 409;
+    case ErrorCode::kResourceExhausted: return 429;
+    case ErrorCode::kNotSupported: return 501;
+    default: return 400;
+  }
+}
+
 namespace {
 
 // Equal or not, in a time that depends on the lengths only (a token is not

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "admin_http/http_config.h"
+#include "lmcache/status.h"
 
 namespace httplib {
 struct Request;
@@ -21,6 +22,10 @@ namespace lmcache::admin_http {
 void Reply(httplib::Response& res, int status, const nlohmann::json& body);
 // {"error": message} with `status`.
 void Error(httplib::Response& res, int status, const std::string& message);
+// The status that answers a request refused with `status`: 404 not found,
+// 409 already exists or the wrong state, 429 resources exhausted, 501 not
+// supported, 400 otherwise (the request's fault).
+int HttpStatusOf(const Status& status);
 // Answers a request to an admin route with its refusal, and returns true,
 // unless the configuration lets it through. Routes that change something
 // are also refused by --http-read-only; those that only show what other

@@ -49,7 +49,8 @@ json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict
   if (s.l2) {
     json adapters = json::array();
     for (const tier::L2AdapterStats& a : s.l2->adapters) {
-      adapters.push_back({{"type", a.type},
+      adapters.push_back({{"name", a.name},
+                          {"type", a.type},
                           {"description", a.description},
                           {"objects", a.objects},
                           {"usage_bytes", a.usage_bytes},

@@ -130,12 +130,14 @@ void KvEventRecorder::OnDeleted(std::span<const store::ObjectKey> keys,
   RecordRemoved(kMediumCpu, kL1Location, keys);
 }
 
-void KvEventRecorder::OnL2Stored(std::size_t adapter, std::span<const store::ObjectKey> keys) {
-  if (adapter < l2_locations_.size()) RecordStored(kMediumStorage, l2_locations_[adapter], keys);
+void KvEventRecorder::OnL2Stored(const std::string& location,
+                                 std::span<const store::ObjectKey> keys) {
+  RecordStored(kMediumStorage, location, keys);
 }
 
-void KvEventRecorder::OnL2Removed(std::size_t adapter, std::span<const store::ObjectKey> keys) {
-  if (adapter < l2_locations_.size()) RecordRemoved(kMediumStorage, l2_locations_[adapter], keys);
+void KvEventRecorder::OnL2Removed(const std::string& location,
+                                  std::span<const store::ObjectKey> keys) {
+  RecordRemoved(kMediumStorage, location, keys);
 }
 
 void KvEventRecorder::OnCleared() {

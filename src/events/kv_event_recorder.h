@@ -34,9 +34,6 @@ class KvEventRecorder final : public store::StoreListener, public tier::L2EventO
  public:
   // `log` and `bindings` must outlive the recorder.
   KvEventRecorder(KvEventLog* log, TokenBindings* bindings, std::uint32_t chunk_size);
-  // Names each L2 adapter in cascade order ("fs:/data/l2"); once, before
-  // the tier reports anything.
-  void SetL2Locations(std::vector<std::string> locations) { l2_locations_ = std::move(locations); }
 
   void OnAdmitted(std::span<const store::ObjectKey> keys, std::span<const std::uint64_t> bytes,
                   store::AdmissionSource source) override;
@@ -44,8 +41,8 @@ class KvEventRecorder final : public store::StoreListener, public tier::L2EventO
                  std::span<const std::uint64_t> bytes) override;
   void OnDeleted(std::span<const store::ObjectKey> keys,
                  std::span<const std::uint64_t> bytes) override;
-  void OnL2Stored(std::size_t adapter, std::span<const store::ObjectKey> keys) override;
-  void OnL2Removed(std::size_t adapter, std::span<const store::ObjectKey> keys) override;
+  void OnL2Stored(const std::string& location, std::span<const store::ObjectKey> keys) override;
+  void OnL2Removed(const std::string& location, std::span<const store::ObjectKey> keys) override;
   // After a clear's deletions: every medium dropped everything.
   void OnCleared();
 
@@ -66,7 +63,6 @@ class KvEventRecorder final : public store::StoreListener, public tier::L2EventO
   KvEventLog* const log_;
   TokenBindings* const bindings_;
   const std::uint32_t chunk_size_;
-  std::vector<std::string> l2_locations_;
   Blake3Digest tenant_key_{};  // drawn at startup
   KvEventRecorderCounters counters_;
 };

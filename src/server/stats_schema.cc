@@ -31,7 +31,10 @@ constexpr Group kParkedOpsGroup{"operations", GroupForm::kKeyedMap, "operation",
                                 "Parked requests, by operation"};
 constexpr Group kL2Group{"l2", GroupForm::kMap, "", "L2 (only with --l2-adapter)"};
 constexpr Group kAdaptersGroup{"adapters", GroupForm::kArray, "l2_name",
-                               "L2 adapters (l2_name: <type>#<position>, e.g. fs#1)"};
+                               "L2 adapters in cascade order (l2_name: the adapter's \"name\", "
+                               "or <type>#<n>, e.g. fs#1)"};
+constexpr Group kCascadeGroup{"cascade", GroupForm::kMap, "",
+                              "L2 adapters added and removed at runtime"};
 constexpr Group kL2StoreGroup{"store", GroupForm::kMap, "", "L2 write-behind"};
 constexpr Group kPrefetchGroup{"prefetch", GroupForm::kMap, "", "L2 prefetch"};
 constexpr Group kLookupGroup{"lookup", GroupForm::kMap, "", "Lookups"};
@@ -198,9 +201,10 @@ void VisitL2(const S* s, stats::Visitor& v) {
   v.BeginGroup(kL2Group);
   Repeated(kAdaptersGroup, tier::L2AdapterStatRows(), l2 ? &l2->adapters : nullptr,
            [](const tier::L2AdapterStats& a, std::size_t i) {
-             return std::pair(a.type + "#" + std::to_string(i + 1), &a);
+             return std::pair(a.name.empty() ? a.type + "#" + std::to_string(i + 1) : a.name, &a);
            },
            v);
+  Map(kCascadeGroup, tier::L2CascadeStatRows(), l2 ? &l2->cascade : nullptr, v);
   Map(kL2StoreGroup, tier::StoreControllerStatRows(), l2 ? &l2->store : nullptr, v);
   Map(kPrefetchGroup, tier::PrefetchControllerStatRows(), l2 ? &l2->prefetch : nullptr, v);
   v.EndGroup();

@@ -20,6 +20,7 @@ std::string FormatNumber(double v) {
 Result<L2AdapterSpec> ParseObject(const json& object, const std::string& where);
 
 Status ParseCommon(L2ConfigFields& f, L2AdapterSpec* spec) {
+  LMC_ASSIGN_OR_RETURN(spec->name, f.String("name", false));
   LMC_ASSIGN_OR_RETURN(const std::string tag, f.String("affinity_tag", false));
   if (!tag.empty() && tag != "_default") {
     return f.Error("affinity_tag", "only \"_default\" (one L1 pool) is served");
@@ -61,7 +62,10 @@ Result<L2AdapterSpec> ParseObject(const json& object, const std::string& where) 
 }  // namespace
 
 Result<L2AdapterSpec> ParseL2AdapterSpec(std::string_view text, int position) {
-  const std::string where = "--l2-adapter #" + std::to_string(position);
+  return ParseL2AdapterSpecAt(text, "--l2-adapter #" + std::to_string(position));
+}
+
+Result<L2AdapterSpec> ParseL2AdapterSpecAt(std::string_view text, const std::string& where) {
   json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (object.is_discarded()) return InvalidConfig(where + ": not valid JSON: " + MaskSecrets(text));
   LMC_ASSIGN_OR_RETURN(L2AdapterSpec spec, ParseObject(object, where));

@@ -34,10 +34,16 @@ struct L2AdapterSpec {
   std::any config;                        // that type's configuration (FsAdapterConfig, ...)
   std::vector<std::string> ignored_keys;  // reference keys accepted without effect
   std::string source;  // the JSON as given (GET /config/adapters shows it, secrets masked)
+  std::string name;    // "name": how the cascade names it (empty: <type>#<n>; l2_cascade.h)
+  // What no two adapters of a cascade may share (an fs directory, set by its
+  // type's parser); empty: nothing.
+  std::string exclusive;
 };
 
 // One --l2-adapter value. `position` (1-based) names it in errors.
 Result<L2AdapterSpec> ParseL2AdapterSpec(std::string_view json, int position);
+// The same, with `where` naming it in errors (a POST /config/adapters).
+Result<L2AdapterSpec> ParseL2AdapterSpecAt(std::string_view json, const std::string& where);
 
 // Builds the adapter (the fs adapter creates its directory and rebuilds its index).
 Result<std::unique_ptr<L2Adapter>> MakeL2Adapter(const L2AdapterSpec& spec,

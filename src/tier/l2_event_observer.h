@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <span>
+#include <string>
 
 #include "store/object_key.h"
 
@@ -19,9 +20,9 @@ namespace lmcache::tier {
 class L2EventObserver {
  public:
   virtual ~L2EventObserver() = default;
-  // `adapter` is the adapter's index in the cascade (L2Tier::adapter(i)).
-  virtual void OnL2Stored(std::size_t adapter, std::span<const store::ObjectKey> keys) = 0;
-  virtual void OnL2Removed(std::size_t adapter, std::span<const store::ObjectKey> keys) = 0;
+  // `location` is what the adapter stores to (L2CascadeMember::description).
+  virtual void OnL2Stored(const std::string& location, std::span<const store::ObjectKey> keys) = 0;
+  virtual void OnL2Removed(const std::string& location, std::span<const store::ObjectKey> keys) = 0;
 };
 
 }  // namespace lmcache::tier

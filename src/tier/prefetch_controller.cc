@@ -52,17 +52,21 @@ std::chrono::milliseconds WatchPeriod(std::chrono::milliseconds load_timeout) {
 
 }  // namespace
 
-PrefetchController::PrefetchController(store::ObjectTable* table,
-                                       std::vector<L2Adapter*> adapters,
+PrefetchController::PrefetchController(store::ObjectTable* table, const L2Cascade* cascade,
                                        const PrefetchControllerConfig& config)
     : table_(table),
-      adapters_(std::move(adapters)),
+      cascade_(cascade),
       config_(config),
-      chunks_per_batch_(std::max<std::size_t>(
-          1, std::all_of(adapters_.begin(), adapters_.end(),
-                         [](L2Adapter* a) { return a->CompletesAsynchronously(); })
-                 ? config.async_chunks_per_batch
-                 : config.chunks_per_batch)),
+      max_running_(config.max_running > 0 ? config.max_running
+                                          : 4 * std::size_t{std::max(1u, config.max_in_flight)}) {}
+
+PrefetchController::PrefetchController(store::ObjectTable* table,
+                                       const std::vector<L2Adapter*>& adapters,
+                                       const PrefetchControllerConfig& config)
+    : table_(table),
+      fixed_(L2Cascade::Borrowing(adapters)),
+      cascade_(fixed_.get()),
+      config_(config),
       max_running_(config.max_running > 0 ? config.max_running
                                           : 4 * std::size_t{std::max(1u, config.max_in_flight)}) {}
 
@@ -78,13 +82,6 @@ void PrefetchController::Start() {
   limits.client_tasks = limits.total_tasks = std::max<std::size_t>(1, config_.max_queued);
   limits.client_bytes = limits.total_bytes = std::max<std::size_t>(1, config_.max_queued_bytes);
   workers_ = std::make_unique<ThreadPool>("l2-prefetch", std::max(1u, config_.max_in_flight), limits);
-  if (adapters_.size() > 1) {
-    // Each running request may wait for every adapter after its first at once.
-    cascade_ = std::make_unique<ThreadPool>(
-        "l2-cascade",
-        std::max(1u, config_.max_in_flight) * static_cast<unsigned>(adapters_.size() - 1),
-        FairQueueLimits{});
-  }
   if (config_.load_timeout.count() > 0) {
     watch_ = std::make_unique<PeriodicThread>("prefetch-watch", WatchPeriod(config_.load_timeout),
                                               [this] { AbandonOverdue(); });
@@ -111,7 +108,9 @@ void PrefetchController::Stop() {
     MutexLock lock(&mu_);
     while (running_ > 0 || finishing_ > 0 || handoffs_ > 0) landed_.Wait(&lock);
   }
-  if (cascade_) cascade_->Stop();
+  // Every request has ended, and with it every call to CascadePool (each
+  // before its request's Finish took mu_ above).
+  if (cascade_pool_) cascade_pool_->Stop();
 }
 
 bool PrefetchController::AnswerUnrun(Job& job, std::vector<std::function<void()>>& landed) {
@@ -252,6 +251,11 @@ struct PrefetchController::Running {
   PrefetchHandle handle = 0;
   PrefetchRequest request;
   Deadline deadline;
+  // The cascade it started with, and its adapters: each lookup, load and
+  // unlock of the request goes to these.
+  L2Cascade::View cascade;
+  std::vector<L2Adapter*> adapters;
+  std::size_t chunks_per_batch = 1;  // chunks per adapter call, for these adapters
   std::vector<std::vector<bool>> found;  // per adapter, one flag per key
   // Lookups outstanding, plus one held by the submitting worker until it
   // has submitted them all: whoever brings it to zero goes on.
@@ -288,12 +292,23 @@ void PrefetchController::RunQueued(PrefetchHandle handle) {
     if (config_.load_timeout.count() > 0) running->deadline = *job.started + config_.load_timeout;
     running_ += 1;
   }
+  // The cascade as it is now, held to the answer: every call of this
+  // request goes to these adapters.
+  running->cascade = cascade_->Current();
+  running->adapters = running->cascade.adapters();
+  const std::vector<L2Adapter*>& adapters = running->adapters;
+  running->chunks_per_batch = std::max<std::size_t>(
+      1, !adapters.empty() && std::all_of(adapters.begin(), adapters.end(), [](L2Adapter* a) {
+           return a->CompletesAsynchronously();
+         })
+             ? config_.async_chunks_per_batch
+             : config_.chunks_per_batch);
   const std::size_t n = running->request.keys.size();
-  running->found.assign(adapters_.size(), std::vector<bool>(n, false));
-  running->left.store(adapters_.size() + 1, std::memory_order_relaxed);
-  for (std::size_t a = 0; a < adapters_.size(); ++a) {
+  running->found.assign(adapters.size(), std::vector<bool>(n, false));
+  running->left.store(adapters.size() + 1, std::memory_order_relaxed);
+  for (std::size_t a = 0; a < adapters.size(); ++a) {
     try {
-      adapters_[a]->SubmitLookup(running->request.keys, running->request.object_bytes,
+      adapters[a]->SubmitLookup(running->request.keys, running->request.object_bytes,
                                  [this, running, a, n](std::vector<bool> found) {
                                    found.resize(n, false);  // an adapter's short answer: misses
                                    running->found[a] = std::move(found);
@@ -319,7 +334,7 @@ void PrefetchController::LookedUp(const std::shared_ptr<Running>& running, bool 
     // Stopping, or the queue is full: nothing is loaded, and what the
     // lookups locked is released.
     Plan plan = PlanFrom(running->request, running->found);
-    UnlockFrom(adapters_, running->request.keys, plan.locked, 0);
+    UnlockFrom(running->adapters, running->request.keys, plan.locked, 0);
     counters_.refused.fetch_add(1, std::memory_order_relaxed);
     Finish(running->handle, PrefetchResult{});
   });
@@ -362,8 +377,9 @@ PrefetchController::Plan PrefetchController::PlanFrom(const PrefetchRequest& req
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
   Plan plan;
   plan.source.assign(n, -1);
+  const std::size_t adapters = found.size();
   for (std::size_t i = 0; i < n; ++i) {
-    for (std::size_t a = 0; a < adapters_.size(); ++a) {
+    for (std::size_t a = 0; a < adapters; ++a) {
       if (found[a][i]) {
         plan.source[i] = static_cast<int>(a);
         break;
@@ -377,8 +393,8 @@ PrefetchController::Plan PrefetchController::PlanFrom(const PrefetchRequest& req
     }
     plan.chunks += 1;
   }
-  plan.locked.resize(adapters_.size());
-  for (std::size_t a = 0; a < adapters_.size(); ++a) {
+  plan.locked.resize(adapters);
+  for (std::size_t a = 0; a < adapters; ++a) {
     for (std::size_t i = 0; i < n; ++i) {
       if (found[a][i]) plan.locked[a].push_back(i);
     }
@@ -386,21 +402,23 @@ PrefetchController::Plan PrefetchController::PlanFrom(const PrefetchRequest& req
   return plan;
 }
 
-void PrefetchController::ReleaseUnplanned(const PrefetchRequest& request, Plan& plan) {
+void PrefetchController::ReleaseUnplanned(const std::vector<L2Adapter*>& adapters,
+                                          const PrefetchRequest& request, Plan& plan) {
   const std::size_t planned = plan.chunks * std::max<std::size_t>(1, request.ranks);
-  for (std::size_t a = 0; a < adapters_.size(); ++a) {
-    UnlockAt(*adapters_[a], request.keys, plan.locked[a], [&](std::size_t i) {
+  for (std::size_t a = 0; a < adapters.size(); ++a) {
+    UnlockAt(*adapters[a], request.keys, plan.locked[a], [&](std::size_t i) {
       return i >= planned || plan.source[i] != static_cast<int>(a);
     });
   }
 }
 
-std::vector<bool> PrefetchController::ServedOnce(const Plan& plan, std::size_t keys) const {
+std::vector<bool> PrefetchController::ServedOnce(const std::vector<L2Adapter*>& adapters,
+                                                const Plan& plan, std::size_t keys) {
   std::vector<bool> once(keys, false);
   bool any = false;
   for (std::size_t i = 0; i < keys; ++i) {
     const int source = plan.source[i];
-    once[i] = source >= 0 && !adapters_[static_cast<std::size_t>(source)]->KeepsLoadedObjects();
+    once[i] = source >= 0 && !adapters[static_cast<std::size_t>(source)]->KeepsLoadedObjects();
     any = any || once[i];
   }
   if (!any) once.clear();
@@ -411,7 +429,8 @@ void PrefetchController::ReleaseAfterFailure(Running& running) {
   std::vector<std::vector<std::size_t>>& locked = running.plan.locked;
   for (std::size_t a = 0; a < locked.size(); ++a) {
     try {
-      UnlockAt(*adapters_[a], running.request.keys, locked[a], [](std::size_t) { return true; });
+      UnlockAt(*running.adapters[a], running.request.keys, locked[a],
+               [](std::size_t) { return true; });
     } catch (const std::exception& e) {
       // Its locks are its own now: released by its own rules (a peer's read
       // TTL, an index's restart), never by a guess here.
@@ -451,11 +470,11 @@ bool PrefetchController::Begin(Running& running) {
   // The plan first: what it holds is what a failure from here on releases.
   running.plan = PlanFrom(request, running.found);
   Plan& plan = running.plan;
-  ReleaseUnplanned(request, plan);
+  ReleaseUnplanned(running.adapters, request, plan);
   counters_.l2_hit_chunks.fetch_add(plan.chunks, std::memory_order_relaxed);
   Publish(running.handle, plan.chunks);
   if (plan.chunks == 0 || request.object_bytes == 0) {
-    UnlockFrom(adapters_, request.keys, plan.locked, 0);
+    UnlockFrom(running.adapters, request.keys, plan.locked, 0);
     return false;
   }
   // L1 buffers for the leading chunks that fit.
@@ -480,7 +499,7 @@ bool PrefetchController::Begin(Running& running) {
     }
   }
   counters_.no_memory_chunks.fetch_add(plan.chunks - usable, std::memory_order_relaxed);
-  UnlockFrom(adapters_, request.keys, plan.locked, usable * ranks);
+  UnlockFrom(running.adapters, request.keys, plan.locked, usable * ranks);
   if (usable == 0) {
     if (buffers.ok() && buffers->lease != store::kNoLease) table_->AbortWrite(buffers->lease);
     running.buffers = {};
@@ -524,10 +543,11 @@ void PrefetchController::SubmitBatch(const std::shared_ptr<Running>& running) {
   const PrefetchRequest& request = running->request;
   const Plan& plan = running->plan;
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  auto batch = std::make_shared<BatchLoads>(adapters_.size());
-  batch->end_chunk = std::min(running->usable, running->next + chunks_per_batch_);
-  batch->reads.resize(adapters_.size());
-  batch->index.resize(adapters_.size());
+  const std::vector<L2Adapter*>& adapters = running->adapters;
+  auto batch = std::make_shared<BatchLoads>(adapters.size());
+  batch->end_chunk = std::min(running->usable, running->next + running->chunks_per_batch);
+  batch->reads.resize(adapters.size());
+  batch->index.resize(adapters.size());
   for (std::size_t i = running->next * ranks; i < batch->end_chunk * ranks; ++i) {
     if (plan.source[i] < 0) continue;
     auto out = table_->LeasedBytes(running->buffers.offsets[i], request.object_bytes);
@@ -550,7 +570,7 @@ void PrefetchController::SubmitBatch(const std::shared_ptr<Running>& running) {
       return;
     }
     try {
-      adapters_[a]->SubmitLoad(batch->reads[a],
+      running->adapters[a]->SubmitLoad(batch->reads[a],
                                [batch, a, complete](std::vector<L2LoadOutcome> result) {
                                  if (!batch->Complete(a)) return;
                                  batch->outcomes[a] = std::move(result);
@@ -564,13 +584,25 @@ void PrefetchController::SubmitBatch(const std::shared_ptr<Running>& running) {
   // A blocking adapter after the first runs on the cascade pool, so the
   // adapters of a cascade read side by side; one that completes on its own
   // needs no thread.
-  for (std::size_t a = 1; a < adapters_.size(); ++a) {
-    if (batch->reads[a].empty() || adapters_[a]->CompletesAsynchronously() || !cascade_ ||
-        cascade_->Submit(a, 0, [submit, a] { submit(a); }) != FairQueue::Admission::kQueued) {
+  for (std::size_t a = 1; a < adapters.size(); ++a) {
+    if (batch->reads[a].empty() || adapters[a]->CompletesAsynchronously() ||
+        CascadePool(adapters.size())->Submit(a, 0, [submit, a] { submit(a); }) !=
+            FairQueue::Admission::kQueued) {
       submit(a);
     }
   }
   submit(0);
+}
+
+ThreadPool* PrefetchController::CascadePool(std::size_t adapters) {
+  std::call_once(cascade_pool_once_, [this, adapters] {
+    // Each running request may wait for every adapter after its first at once.
+    cascade_pool_ = std::make_unique<ThreadPool>(
+        "l2-cascade",
+        std::max(1u, config_.max_in_flight) * static_cast<unsigned>(std::max<std::size_t>(1, adapters - 1)),
+        FairQueueLimits{});
+  });
+  return cascade_pool_.get();
 }
 
 void PrefetchController::BatchLoaded(const std::shared_ptr<Running>& running) {
@@ -594,7 +626,7 @@ bool PrefetchController::TakeBatch(Running& running) {
   const std::size_t end = batch.end_chunk * ranks;
   std::vector<bool> loaded(end - begin, false);
   for (std::size_t i = begin; i < end; ++i) loaded[i - begin] = running.plan.source[i] == Plan::kInL1;
-  for (std::size_t a = 0; a < adapters_.size(); ++a) {
+  for (std::size_t a = 0; a < batch.outcomes.size(); ++a) {
     for (std::size_t j = 0; j < batch.outcomes[a].size() && j < batch.index[a].size(); ++j) {
       loaded[batch.index[a][j] - begin] = batch.outcomes[a][j] == L2LoadOutcome::kLoaded;
     }
@@ -623,7 +655,7 @@ void PrefetchController::Complete(Running& running, std::size_t loaded) {
 PrefetchResult PrefetchController::Admit(Running& running, std::size_t loaded) {
   const PrefetchRequest& request = running.request;
   const std::size_t ranks = std::max<std::size_t>(1, request.ranks);
-  UnlockFrom(adapters_, request.keys, running.plan.locked, 0);
+  UnlockFrom(running.adapters, request.keys, running.plan.locked, 0);
   counters_.load_failed_chunks.fetch_add(running.usable - loaded, std::memory_order_relaxed);
   if (loaded == 0) {
     table_->AbortWrite(running.buffers.lease);
@@ -633,7 +665,8 @@ PrefetchResult PrefetchController::Admit(Running& running, std::size_t loaded) {
   const auto planned = std::span(request.keys).first(running.plan.chunks * ranks);
   auto admitted = table_->FinishWriteAndRead(running.buffers.lease, request.owner, request.readers,
                                              planned.first(loaded * ranks),
-                                             ServedOnce(running.plan, loaded * ranks));
+                                             ServedOnce(running.adapters, running.plan,
+                                                        loaded * ranks));
   if (!admitted.ok()) return {};
   std::size_t chunks = 0;
   while (chunks < loaded &&

@@ -47,6 +47,12 @@
 // request goes on once they have all completed (a worker is the tier's
 // thread, never a request handler's, docs/threading.md).
 //
+// The adapters are the cascade's when a request starts to run (an L2Cascade
+// View the request holds to its answer): its lookups, loads and unlocks all
+// go to the adapters it planned on, so one removed meanwhile finishes the
+// requests that began with it (the removal waits for them), and a request
+// starting after the change looks up the rest of the cascade only.
+//
 // Thread-safety: every Prefetcher method from any thread; Start/Stop from the
 // owning thread.
 #pragma once
@@ -56,6 +62,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <vector>
@@ -66,6 +73,7 @@
 #include "common/thread_pool.h"
 #include "store/object_table.h"
 #include "tier/l2_adapter.h"
+#include "tier/l2_cascade.h"
 #include "tier/prefetcher.h"
 #include "tier/tier_stats.h"
 
@@ -89,8 +97,11 @@ struct PrefetchControllerConfig {
 
 class PrefetchController final : public Prefetcher {
  public:
-  // `table` and `adapters` must outlive the controller.
-  PrefetchController(store::ObjectTable* table, std::vector<L2Adapter*> adapters,
+  // `table` and `cascade` must outlive the controller.
+  PrefetchController(store::ObjectTable* table, const L2Cascade* cascade,
+                     const PrefetchControllerConfig& config);
+  // Over a fixed cascade of `adapters` (which must outlive the controller).
+  PrefetchController(store::ObjectTable* table, const std::vector<L2Adapter*>& adapters,
                      const PrefetchControllerConfig& config);
   ~PrefetchController() override;  // stops
 
@@ -146,6 +157,10 @@ class PrefetchController final : public Prefetcher {
   // Every adapter's reads of the next batch, at once (the first adapter's
   // on this thread, a blocking one after it on the cascade pool).
   void SubmitBatch(const std::shared_ptr<Running>& running);
+  // The pool for a cascade's loads after its first adapter's, made when a
+  // request first needs it: max_in_flight threads per adapter after the
+  // first of that request's cascade.
+  ThreadPool* CascadePool(std::size_t adapters);
   // From an adapter's thread: queues `next` on a worker, or runs `refused`
   // here when it cannot be queued (stopping, the queue full).
   void HandOff(const std::shared_ptr<Running>& running, std::function<void()> next,
@@ -164,17 +179,19 @@ class PrefetchController final : public Prefetcher {
   using Deadline = std::optional<std::chrono::steady_clock::time_point>;
   // Each key's source (its first adapter that found it) and the prefix of
   // whole chunks; every lock the lookups took is in `locked`.
-  Plan PlanFrom(const PrefetchRequest& request, const std::vector<std::vector<bool>>& found);
+  static Plan PlanFrom(const PrefetchRequest& request, const std::vector<std::vector<bool>>& found);
   // Releases the locks the plan does not load from; they leave
   // `plan.locked` before their adapter's Unlock is called (one that throws
   // is never retried: a second unlock could end another request's lock).
-  void ReleaseUnplanned(const PrefetchRequest& request, Plan& plan);
+  static void ReleaseUnplanned(const std::vector<L2Adapter*>& adapters,
+                               const PrefetchRequest& request, Plan& plan);
   // After Begin threw: releases what the plan still holds (every adapter's
   // locks, each adapter's Unlock guarded; the L1 buffers).
   void ReleaseAfterFailure(Running& running);
   // Per key of the first `keys` of the plan, whether its source serves it
   // once (L2Adapter::KeepsLoadedObjects false); empty when none does.
-  std::vector<bool> ServedOnce(const Plan& plan, std::size_t keys) const;
+  static std::vector<bool> ServedOnce(const std::vector<L2Adapter*>& adapters, const Plan& plan,
+                                      std::size_t keys);
   void Publish(PrefetchHandle handle, std::size_t lookup_hits) LMC_EXCLUDES(mu_);
   // Answers a running request (it no longer counts as running from the
   // moment its answer can be seen) and runs its landing callbacks.
@@ -186,11 +203,9 @@ class PrefetchController final : public Prefetcher {
   static void RunLanded(std::vector<std::function<void()>>& landed) LMC_EXCLUDES(mu_);
 
   store::ObjectTable* const table_;
-  const std::vector<L2Adapter*> adapters_;
+  std::unique_ptr<L2Cascade> fixed_;  // the second constructor's
+  const L2Cascade* const cascade_;
   const PrefetchControllerConfig config_;
-  // Chunks per adapter call: the deeper async batch when every adapter
-  // completes on its own (fixed once the adapters are made).
-  const std::size_t chunks_per_batch_;
   const std::size_t max_running_;  // config.max_running, or its default
   // The writer of one request's L1 buffers: internal:<1 + handle>, one per
   // request. Requests must never share one: a re-reservation of a key by the
@@ -215,7 +230,8 @@ class PrefetchController final : public Prefetcher {
   std::uint64_t handoffs_ LMC_GUARDED_BY(mu_) = 0;
   bool stop_ LMC_GUARDED_BY(mu_) = false;
   std::unique_ptr<ThreadPool> workers_;   // max_in_flight threads, from Start
-  std::unique_ptr<ThreadPool> cascade_;   // a cascade's loads after its first adapter's
+  std::once_flag cascade_pool_once_;
+  std::unique_ptr<ThreadPool> cascade_pool_;  // CascadePool's
   std::unique_ptr<PeriodicThread> watch_;  // with a load_timeout only
   // Running requests answered at their deadline (AbandonOverdue): what their
   // Run returns later is released, never published.

@@ -2,11 +2,21 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace lmcache::tier {
 
-StoreController::StoreController(store::ObjectTable* table, std::vector<L2Adapter*> adapters,
+StoreController::StoreController(store::ObjectTable* table, const L2Cascade* cascade,
                                  const StoreControllerConfig& config)
-    : table_(table), adapters_(std::move(adapters)), config_(config) {}
+    : table_(table), cascade_(cascade), config_(config) {}
+
+StoreController::StoreController(store::ObjectTable* table,
+                                 const std::vector<L2Adapter*>& adapters,
+                                 const StoreControllerConfig& config)
+    : table_(table),
+      fixed_(L2Cascade::Borrowing(adapters)),
+      cascade_(fixed_.get()),
+      config_(config) {}
 
 StoreController::~StoreController() { Stop(); }
 
@@ -43,6 +53,9 @@ void StoreController::OnAdmitted(std::span<const store::ObjectKey> keys,
                                  std::span<const std::uint64_t> bytes,
                                  store::AdmissionSource source) {
   if (source == store::AdmissionSource::kTier) return;  // it came from L2
+  // With the peers alone (or no adapter), no object is stored anywhere, so
+  // none may count as stored (nor leave L1 under skip_l1).
+  if (!cascade_->TakesStores()) return;
   MutexLock lock(&mu_);
   if (stop_) return;
   for (std::size_t i = 0; i < keys.size(); ++i) {
@@ -109,10 +122,15 @@ void StoreController::WriteBatch(std::vector<Pending> batch) {
     }
     writes.push_back({&key, *bytes});
   }
+  // The cascade as it is now, held until every adapter has its copy (one
+  // being removed meanwhile finishes this batch).
+  const L2Cascade::View cascade = cascade_->Current();
   std::vector<bool> everywhere(writes.size(), true);
-  for (std::size_t a = 0; a < adapters_.size(); ++a) {
-    if (!adapters_[a]->TakesStores()) continue;  // a source only read (the peers)
-    const std::vector<Status> results = adapters_[a]->Store(writes);
+  bool stored_anywhere = false;
+  for (std::size_t a = 0; a < cascade.size(); ++a) {
+    if (!cascade.adapter(a).TakesStores()) continue;  // a source only read (the peers)
+    stored_anywhere = true;
+    const std::vector<Status> results = cascade.adapter(a).Store(writes);
     std::vector<store::ObjectKey> stored;
     for (std::size_t i = 0; i < writes.size(); ++i) {
       if (!results[i].ok()) {
@@ -121,8 +139,13 @@ void StoreController::WriteBatch(std::vector<Pending> batch) {
         stored.push_back(*writes[i].key);
       }
     }
-    if (observer_ != nullptr && !stored.empty()) observer_->OnL2Stored(a, stored);
+    if (observer_ != nullptr && !stored.empty()) {
+      observer_->OnL2Stored(cascade.member(a).description, stored);
+    }
   }
+  // The last adapter taking stores left since these were queued: they were
+  // stored nowhere.
+  if (!stored_anywhere) std::fill(everywhere.begin(), everywhere.end(), false);
   std::vector<store::ObjectKey> done;
   for (std::size_t i = 0; i < writes.size(); ++i) {
     if (everywhere[i]) {

@@ -1,6 +1,12 @@
 // StoreController: writes objects that clients store into L1 behind, to
 // every L2 adapter (reference spec 13.2).
 //
+// The adapters are the cascade's at the moment a batch is taken (an
+// L2Cascade View held until the batch is written): an adapter added at
+// runtime receives what is admitted from then on, and one being removed
+// finishes the batches that began with it. While no adapter of the cascade
+// takes stores (none, or the peers alone), admissions are not queued.
+//
 // It listens to the table's admissions of client writes (objects that came
 // from L2 are not written back) and queues them, bounded in objects and
 // bytes: when L2 falls behind, new objects are skipped and counted, and the
@@ -33,6 +39,7 @@
 #include "store/listener.h"
 #include "store/object_table.h"
 #include "tier/l2_adapter.h"
+#include "tier/l2_cascade.h"
 #include "tier/l2_event_observer.h"
 #include "tier/tier_stats.h"
 
@@ -53,8 +60,11 @@ struct StoreControllerConfig {
 
 class StoreController final : public store::StoreListener {
  public:
-  // `table` and `adapters` must outlive the controller.
-  StoreController(store::ObjectTable* table, std::vector<L2Adapter*> adapters,
+  // `table` and `cascade` must outlive the controller.
+  StoreController(store::ObjectTable* table, const L2Cascade* cascade,
+                  const StoreControllerConfig& config);
+  // Over a fixed cascade of `adapters` (which must outlive the controller).
+  StoreController(store::ObjectTable* table, const std::vector<L2Adapter*>& adapters,
                   const StoreControllerConfig& config);
   ~StoreController() override;  // stops
 
@@ -84,7 +94,8 @@ class StoreController final : public store::StoreListener {
   void WriteBatch(std::vector<Pending> batch);
 
   store::ObjectTable* const table_;
-  const std::vector<L2Adapter*> adapters_;
+  std::unique_ptr<L2Cascade> fixed_;  // the second constructor's
+  const L2Cascade* const cascade_;
   L2EventObserver* observer_ = nullptr;
   const StoreControllerConfig config_;
   const store::Owner owner_ = store::Owner::Internal(1);

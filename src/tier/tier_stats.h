@@ -19,6 +19,8 @@ namespace lmcache::tier {
 
 // L2AdapterStats's figures, each declared once (stats/declare.h).
 #define LMC_L2_ADAPTER_STATS(X, D) \
+  X(name, "name", std::string, kText, "", "l2_adapter_name_info", \
+      "The adapter's name in the cascade: its \"name\", or <type>#<n> (always 1).") \
   X(type, "type", std::string, kText, "", "l2_adapter_type_info", \
       "The adapter's type (always 1).") \
   X(description, "description", std::string, kText, "", "l2_adapter_description_info", \
@@ -170,10 +172,26 @@ struct PrefetchControllerStats {
 std::span<const stats::Row<PrefetchControllerStats>> PrefetchControllerStatRows();
 LMC_STATS_COUNTED(PrefetchControllerCounters, PrefetchControllerStats, LMC_PREFETCH_STATS);
 
-// What the tier reports: each adapter (in --l2-adapter order), the
-// write-behind and the prefetch.
+// L2CascadeStats's figures: the cascade's changes at runtime
+// (POST and DELETE /config/adapters).
+#define LMC_L2_CASCADE_STATS(X, D) \
+  X(added, "added", std::uint64_t, kCounter, "adapters", "l2_cascade_changes_total", \
+      "L2 adapters added or removed at runtime, by change.", {"change", "added"}) \
+  X(removed, "removed", std::uint64_t, kCounter, "adapters", "l2_cascade_changes_total", "", \
+      {"change", "removed"}) \
+  X(draining, "draining", std::uint64_t, kGauge, "adapters", "l2_draining_adapters", \
+      "Removed L2 adapters still finishing the stores and loads that began on them.")
+
+struct L2CascadeStats {
+  LMC_STATS_MEMBERS(LMC_L2_CASCADE_STATS)
+};
+std::span<const stats::Row<L2CascadeStats>> L2CascadeStatRows();
+
+// What the tier reports: each adapter (in cascade order), the cascade's
+// changes, the write-behind and the prefetch.
 struct L2Stats {
   std::vector<L2AdapterStats> adapters;
+  L2CascadeStats cascade;
   StoreControllerStats store;
   PrefetchControllerStats prefetch;
 };

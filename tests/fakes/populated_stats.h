@@ -240,6 +240,10 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
   }
   if (!with_l2) return s;
   tier::L2Stats l;
+  // The cascade's figures count from their own base, so that adding them
+  // moved no other figure.
+  std::uint64_t cascade_counter = 9500;
+  auto cascade_next = [&cascade_counter] { return ++cascade_counter; };
   for (const char* type : {"fs", "resp"}) {
     tier::L2AdapterStats a;
     a.type = "text-" + std::to_string(next());
@@ -268,9 +272,14 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
     a.lookup_latency = Histogram(next());
     a.load_latency = Histogram(next());
     a.type = type;
+    a.name = a.type + "#" + std::to_string(l.adapters.size() + 1);
+    a.over_quota_stores = cascade_next();
     if (a.type == "fs") a.condition.clear();  // one healthy adapter, one not
     l.adapters.push_back(a);
   }
+  l.cascade.added = cascade_next();
+  l.cascade.removed = cascade_next();
+  l.cascade.draining = cascade_next();
   l.store.queued_objects = next();
   l.store.queued_bytes = next();
   l.store.in_flight = next();

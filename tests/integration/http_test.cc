@@ -138,6 +138,13 @@ TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
                 "lmcache_mp_requests_total{operation=\"clear_cache\"} 1"),
             std::string::npos);
 
+  // No L2 tier at start: none can be added.
+  auto no_tier = http_->Post("/config/adapters", R"({"type":"mock"})", "application/json");
+  EXPECT_EQ(no_tier->status, 409);
+  EXPECT_NE(no_tier->body.find("--l2-adapter"), std::string::npos) << no_tier->body;
+  EXPECT_EQ(http_->Delete("/config/adapters/mock%231")->status, 409);
+  EXPECT_EQ(Json(http_->Get("/config/adapters"))["adapters"], json::array());
+
   auto wrong = http_->Delete("/status");
   EXPECT_EQ(wrong->status, 405);
   EXPECT_EQ(wrong->get_header_value("Allow"), "GET");
@@ -859,6 +866,125 @@ TEST_F(HttpTest, AWarmPrefetchLoadsAPromptFromTheFsTierIntoL1Unlocked) {
   EXPECT_EQ(http_->Get("/cache/prefetches/abc123")->status, 404);
   server_.reset();
   fs::remove_all(dir);
+}
+
+// POST and DELETE /config/adapters on the real binary: an fs tier joins
+// ahead of the configured one behind the admin token, takes what is stored
+// from then on, and serves a prompt byte-exact after the configured tier
+// left; each refusal names what to change.
+TEST_F(HttpTest, AnL2AdapterJoinsAndLeavesTheCascadeAtRuntime) {
+  const fs::path a = fs::temp_directory_path() / ("lmc_http_cascade_a_" + std::to_string(::getpid()));
+  const fs::path b = fs::temp_directory_path() / ("lmc_http_cascade_b_" + std::to_string(::getpid()));
+  fs::remove_all(a);
+  fs::remove_all(b);
+  const std::string token = "5d1e0c9b8a7f6e5d4c3b2a1908f7e6d5";
+  const std::string file = TokenFile(token, fs::perms::owner_read | fs::perms::owner_write);
+  StartServer({"--http-admin-token-file", file, "--l2-adapter",
+               R"({"type":"fs","name":"disk-a","base_path":")" + a.string() + R"("})"});
+  const httplib::Headers admin = {{"Authorization", "Bearer " + token}};
+  const std::string disk_b = R"({"type":"fs","name":"disk-b","base_path":")" + b.string() + R"("})";
+
+  EXPECT_EQ(http_->Post("/config/adapters", disk_b, "application/json")->status, 401);
+  EXPECT_EQ(http_->Delete("/config/adapters/disk-a")->status, 401);
+  auto added = http_->Post("/config/adapters?position=1", admin, disk_b, "application/json");
+  ASSERT_EQ(added->status, 201) << added->body;
+  EXPECT_EQ(Json(added)["name"], "disk-b");
+  EXPECT_EQ(Json(added)["position"], 1);
+  EXPECT_EQ(Json(added)["condition"], "ok");
+  json cascade = Json(http_->Get("/config/adapters"))["adapters"];
+  ASSERT_EQ(cascade.size(), 2u);
+  EXPECT_EQ(cascade[0]["name"], "disk-b");
+  EXPECT_EQ(cascade[0]["config"]["base_path"], b.string());
+  EXPECT_EQ(cascade[1]["name"], "disk-a");
+  EXPECT_EQ(cascade[1]["position"], 2);
+
+  // Refusals: nothing changes.
+  const std::pair<std::string, std::string> refused[] = {
+      {"/config/adapters", disk_b},                                   // the name is taken
+      {"/config/adapters",  // a directory in use
+       R"({"type":"fs","name":"disk-c","base_path":")" + b.string() + R"(/."})"},
+      {"/config/adapters", "{"},                                      // not JSON
+      {"/config/adapters", R"({"type":"tape"})"},                     // no such type
+      {"/config/adapters", R"({"type":"mock","nmae":"x"})"},          // no such field
+      {"/config/adapters", R"({"type":"mock","name":"has space"})"},  // a bad name
+      {"/config/adapters?position=0", R"({"type":"mock"})"},
+      {"/config/adapters?position=4", R"({"type":"mock"})"},
+      {"/config/adapters?position=x", R"({"type":"mock"})"},
+  };
+  for (const auto& [path, body] : refused) {
+    auto r = http_->Post(path, admin, body, "application/json");
+    EXPECT_TRUE(r->status == 400 || r->status == 409) << path << " " << body << ": " << r->status;
+    EXPECT_TRUE(Json(r).contains("error")) << r->body;
+  }
+  EXPECT_EQ(http_->Post("/config/adapters", admin, disk_b, "application/json")->status, 409);
+  EXPECT_EQ(http_->Delete("/config/adapters/nothing", admin)->status, 404);
+  EXPECT_EQ(http_->Delete("/config/adapters/disk-a?drain_timeout_s=x", admin)->status, 400);
+  EXPECT_EQ(Json(http_->Get("/config/adapters"))["adapters"].size(), 2u);
+
+  // A made name (mock#3: the third adapter given), removed by its
+  // percent-encoded name.
+  auto mock = http_->Post("/config/adapters", admin, R"({"type":"mock"})", "application/json");
+  ASSERT_EQ(mock->status, 201) << mock->body;
+  EXPECT_EQ(Json(mock)["name"], "mock#3");
+  EXPECT_EQ(Json(mock)["position"], 3);
+  auto gone = http_->Delete("/config/adapters/mock%233", admin);
+  ASSERT_EQ(gone->status, 200) << gone->body;
+  EXPECT_EQ(Json(gone)["status"], "removed");
+
+  // A prompt stored now reaches both tiers.
+  auto worker = Registered(url_, 21);
+  client::KeySpec key;
+  key.model_name = "http-test-model";
+  for (std::uint32_t t = 0; t < 3 * 256; ++t) key.token_ids.push_back(9000 + t);
+  key.end = 3 * 256;
+  key.request_id = "cascade";
+  std::vector<std::vector<std::byte>> chunks(3, std::vector<std::byte>(worker->ObjectBytes()));
+  for (std::size_t c = 0; c < 3; ++c) std::fill(chunks[c].begin(), chunks[c].end(), std::byte(c + 7));
+  std::vector<std::span<const std::byte>> spans(chunks.begin(), chunks.end());
+  ASSERT_TRUE(worker->Store(key, spans).ok());
+  for (int i = 0; i < 1500; ++i) {  // up to 30 s for the write-behind
+    cascade = Json(http_->Get("/config/adapters"))["adapters"];
+    if (cascade[0]["objects"] == 3 && cascade[1]["objects"] == 3) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(cascade[0]["objects"], 3) << cascade.dump();
+  ASSERT_EQ(cascade[1]["objects"], 3) << cascade.dump();
+
+  // The configured tier leaves; L1 is emptied; the prompt comes back from disk-b.
+  auto removed = http_->Delete("/config/adapters/disk-a", admin);
+  ASSERT_EQ(removed->status, 200) << removed->body;
+  EXPECT_EQ(Json(removed)["status"], "removed");
+  EXPECT_EQ(Json(removed)["description"], "fs:" + a.string());
+  cascade = Json(http_->Get("/config/adapters"))["adapters"];
+  ASSERT_EQ(cascade.size(), 1u);
+  EXPECT_EQ(cascade[0]["name"], "disk-b");
+  ASSERT_EQ(http_->Post("/clear-cache", admin, "", "text/plain")->status, 200);
+  client::KeySpec lookup = key;
+  lookup.request_id = "after-removal";
+  EXPECT_EQ(*worker->Lookup(lookup), 3u);
+  std::vector<std::vector<std::byte>> out(3, std::vector<std::byte>(worker->ObjectBytes()));
+  std::vector<std::span<std::byte>> out_spans(out.begin(), out.end());
+  ASSERT_TRUE(worker->Retrieve(lookup, out_spans).ok());
+  EXPECT_EQ(out, chunks);
+
+  const std::string metrics = http_->Get("/metrics")->body;
+  EXPECT_NE(metrics.find("lmcache_mp_l2_cascade_changes_total{change=\"added\"} 2"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("lmcache_mp_l2_cascade_changes_total{change=\"removed\"} 2"),
+            std::string::npos);
+  EXPECT_NE(metrics.find("l2_name=\"disk-b\""), std::string::npos);
+  EXPECT_EQ(metrics.find("l2_name=\"disk-a\""), std::string::npos);
+  EXPECT_EQ(Json(http_->Get("/status"))["l2"]["adapters"][0]["name"], "disk-b");
+  // The files of the tier that left are untouched: it can join again.
+  auto back = http_->Post("/config/adapters", admin,
+                          R"({"type":"fs","name":"disk-a","base_path":")" + a.string() + R"("})",
+                          "application/json");
+  ASSERT_EQ(back->status, 201) << back->body;
+  EXPECT_EQ(Json(back)["objects"], 3);
+  server_.reset();
+  fs::remove(file);
+  fs::remove_all(a);
+  fs::remove_all(b);
 }
 
 }  // namespace

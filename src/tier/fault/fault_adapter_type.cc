@@ -12,9 +12,10 @@
 namespace lmcache::tier {
 namespace {
 
-Result<FaultSpec> ParseFault(L2ConfigFields& f) {
+Result<FaultSpec> ParseFault(L2ConfigFields& f, L2AdapterSpec* spec) {
   FaultSpec s;
   LMC_ASSIGN_OR_RETURN(L2AdapterSpec inner, f.Adapter("inner", "the adapter whose operations fail"));
+  spec->exclusive = inner.exclusive;  // it stores where its inner adapter does
   s.inner = std::make_shared<L2AdapterSpec>(std::move(inner));
   LMC_ASSIGN_OR_RETURN(s.faults.store_failure_rate, f.Number("store_failure_rate", 0, 0, 1));
   LMC_ASSIGN_OR_RETURN(s.faults.load_failure_rate, f.Number("load_failure_rate", 0, 0, 1));
@@ -31,7 +32,7 @@ Result<FaultSpec> ParseFault(L2ConfigFields& f) {
 
 void RegisterFaultAdapterType(L2AdapterTypes& types) {
   types.Add(TypedL2AdapterType<FaultSpec>(
-      "fault_inject", {}, [](L2ConfigFields& f, L2AdapterSpec*) { return ParseFault(f); },
+      "fault_inject", {}, [](L2ConfigFields& f, L2AdapterSpec* spec) { return ParseFault(f, spec); },
       [](const FaultSpec& fault) -> Result<std::unique_ptr<L2Adapter>> {
         LMC_ASSIGN_OR_RETURN(auto inner, MakeL2Adapter(*fault.inner));
         return std::unique_ptr<L2Adapter>(

@@ -2,6 +2,7 @@
 // (registered through l2_adapter_types.h; src/CMakeLists.txt lists it).
 #include "tier/fs/fs_adapter.h"
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,11 @@ Result<FsAdapterConfig> ParseFs(L2ConfigFields& f, L2AdapterSpec* spec) {
   LMC_ASSIGN_OR_RETURN(const std::string base, f.String("base_path", true));
   if (base.empty()) return f.Error("base_path", "must name a directory");
   c.base_path = base;
+  // Two fs adapters over one directory would each index, evict and rebuild
+  // the other's files: the cascade refuses the second.
+  std::error_code ignored;
+  spec->exclusive = "fs:" + std::filesystem::weakly_canonical(c.base_path, ignored).string();
+  if (ignored) spec->exclusive = "fs:" + c.base_path.lexically_normal().string();
   LMC_ASSIGN_OR_RETURN(const double gb, f.Number("max_size_gb", 0, 0, 1e6));
   c.max_size_bytes = static_cast<std::uint64_t>(gb * kConfigGiB);
   LMC_ASSIGN_OR_RETURN(c.use_odirect, f.Bool("use_odirect", false));

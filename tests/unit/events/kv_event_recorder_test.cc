@@ -145,11 +145,9 @@ TEST(KvEventRecorder, TaggedAndUntaggedObjectsOfOneChunkNameDifferentTenants) {
 TEST(KvEventRecorder, L2WritesAndDropsNameTheirAdapterAsStorage) {
   Fixture f;
   f.BindPrompt();
-  f.recorder.SetL2Locations({"fs:/data/l2", "resp:redis"});
   const std::vector<store::ObjectKey> keys{Key(2, 0)};
-  f.recorder.OnL2Stored(1, keys);
-  f.recorder.OnL2Removed(0, keys);
-  f.recorder.OnL2Removed(7, keys);  // no such adapter: nothing
+  f.recorder.OnL2Stored("resp:redis", keys);
+  f.recorder.OnL2Removed("fs:/data/l2", keys);
   const auto events = f.All();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].kind, KvEventKind::kStored);
