@@ -10,9 +10,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <random>
 #include <thread>
 
+#include "common/mutex.h"
 #include "fakes/keys.h"
 #include "fakes/l1_table.h"
 #include "tier/metered_adapter.h"
@@ -162,7 +164,8 @@ TEST(L2Tier, RemovingAnAdapterFinishesTheLoadsPlannedOnItAndLaterOnesFallBack) {
   // Wait until the request is with the slow adapter (its lookup or its load).
   const auto deadline = std::chrono::steady_clock::now() + kWait;
   while (true) {
-    const L2AdapterStats* slow = Named(tier->Stats(), "slow");
+    const L2Stats stats = tier->Stats();
+    const L2AdapterStats* slow = Named(stats, "slow");
     ASSERT_NE(slow, nullptr);
     if (slow->looking_up_keys + slow->loading_objects > 0) break;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the prefetch never reached the adapter";
@@ -278,6 +281,59 @@ TEST(L2Tier, AdaptersJoinAndLeaveWhileStoresAndPrefetchesRun) {
   EXPECT_EQ(Named(stats, "base")->stored_objects, kPrompts * kChunks) << "every prompt reached base";
   EXPECT_GT(loaded_chunks.load(), 0u);
   tier->Stop();
+  l1.ExpectBalanced();
+}
+
+// What the KV events hear of the tier.
+class RecordingObserver final : public L2EventObserver {
+ public:
+  void OnL2Stored(const std::string& location, std::span<const store::ObjectKey> keys) override {
+    MutexLock lock(&mu_);
+    stored_[location] += keys.size();
+  }
+  void OnL2Removed(const std::string& location, std::span<const store::ObjectKey> keys) override {
+    MutexLock lock(&mu_);
+    removed_[location] += keys.size();
+  }
+  std::map<std::string, std::size_t> stored() const {
+    MutexLock lock(&mu_);
+    return stored_;
+  }
+  std::map<std::string, std::size_t> removed() const {
+    MutexLock lock(&mu_);
+    return removed_;
+  }
+
+ private:
+  mutable Mutex mu_;
+  std::map<std::string, std::size_t> stored_ LMC_GUARDED_BY(mu_);
+  std::map<std::string, std::size_t> removed_ LMC_GUARDED_BY(mu_);
+};
+
+// A router that follows the KV events learns that a removed tier's objects
+// are no longer served here; a tier closed because the server stops
+// announces nothing (its objects are still there for the next start).
+TEST(L2Tier, ATierRemovedAnnouncesWhatItHeldAsRemoved) {
+  testing::L1Table l1(16 << 20);
+  RecordingObserver observer;
+  {
+    auto tier = MakeTier(l1, {R"({"type":"mock","name":"base"})"});
+    ASSERT_NE(tier, nullptr);
+    tier->SetEventObserver(&observer);
+    tier->Start();
+    ASSERT_TRUE(tier->AddAdapter(Spec(R"({"type":"mock","name":"extra"})"), std::nullopt).ok());
+    const auto keys = KeysN(0, 5);
+    for (std::size_t i = 0; i < keys.size(); ++i) l1.Store(keys[i], kObject, i);
+    ASSERT_TRUE(tier->store_controller().WaitIdle(kWait));
+    EXPECT_EQ(observer.stored(), (std::map<std::string, std::size_t>{{"mock", 10}}));
+    const auto removal = tier->RemoveAdapter("extra", kWait);
+    ASSERT_TRUE(removal.ok());
+    EXPECT_EQ(removal->description, "mock");
+    EXPECT_EQ(observer.removed(), (std::map<std::string, std::size_t>{{"mock", 5}}));
+    tier->Stop();
+  }
+  EXPECT_EQ(observer.removed(), (std::map<std::string, std::size_t>{{"mock", 5}}))
+      << "the tier's end announced base's objects";
   l1.ExpectBalanced();
 }
 
