@@ -122,10 +122,23 @@ Result<DeleteRequest> ParseDelete(const std::string& body, worker::ChunkHasher& 
   return request;
 }
 
+// One tier's outcomes of a deletion, counted; `Outcome` is L1's
+// store::DeleteOutcome or an adapter's tier::L2Deletion (the same three).
 struct DeleteTally {
   std::uint64_t deleted = 0;
   std::uint64_t locked = 0;
   std::uint64_t not_found = 0;
+
+  template <typename Outcome>
+  static DeleteTally Of(const std::vector<Outcome>& outcomes) {
+    DeleteTally tally;
+    for (const Outcome outcome : outcomes) {
+      if (outcome == Outcome::kDeleted) tally.deleted += 1;
+      if (outcome == Outcome::kLocked) tally.locked += 1;
+      if (outcome == Outcome::kNotFound) tally.not_found += 1;
+    }
+    return tally;
+  }
   json ToJson() const {
     return {{"deleted", deleted}, {"locked", locked}, {"not_found", not_found}};
   }
@@ -145,13 +158,8 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
   std::uint64_t deleted = 0;
   std::uint64_t skipped = 0;
   if (request.tier != "l2") {
-    DeleteTally tally;
-    for (const store::DeleteOutcome outcome :
-         service.table().Delete(L1Keys(selection, service.table()), request.force)) {
-      if (outcome == store::DeleteOutcome::kDeleted) tally.deleted += 1;
-      if (outcome == store::DeleteOutcome::kLocked) tally.locked += 1;
-      if (outcome == store::DeleteOutcome::kNotFound) tally.not_found += 1;
-    }
+    const DeleteTally tally = DeleteTally::Of(
+        service.table().Delete(L1Keys(selection, service.table()), request.force));
     deleted += tally.deleted;
     skipped += tally.locked + tally.not_found;
     tiers["l1"] = tally.ToJson();
@@ -175,12 +183,7 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
         tiers[name] = {{"error", outcomes.status().message()}};
         continue;
       }
-      DeleteTally tally;
-      for (const tier::L2Deletion outcome : *outcomes) {
-        if (outcome == tier::L2Deletion::kDeleted) tally.deleted += 1;
-        if (outcome == tier::L2Deletion::kLocked) tally.locked += 1;
-        if (outcome == tier::L2Deletion::kNotFound) tally.not_found += 1;
-      }
+      const DeleteTally tally = DeleteTally::Of(*outcomes);
       deleted += tally.deleted;
       skipped += tally.locked + tally.not_found;
       tiers[name] = tally.ToJson();

@@ -886,6 +886,9 @@ TEST_F(HttpTest, AnL2AdapterJoinsAndLeavesTheCascadeAtRuntime) {
 
   EXPECT_EQ(http_->Post("/config/adapters", disk_b, "application/json")->status, 401);
   EXPECT_EQ(http_->Delete("/config/adapters/disk-a")->status, 401);
+  const httplib::Headers wrong = {{"Authorization", "Bearer " + token.substr(0, 31) + "0"}};
+  EXPECT_EQ(http_->Post("/config/adapters", wrong, disk_b, "application/json")->status, 403);
+  EXPECT_EQ(http_->Delete("/config/adapters/disk-a", wrong)->status, 403);
   auto added = http_->Post("/config/adapters?position=1", admin, disk_b, "application/json");
   ASSERT_EQ(added->status, 201) << added->body;
   EXPECT_EQ(Json(added)["name"], "disk-b");

@@ -1,0 +1,219 @@
+#include "fleet/peer_directory.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/blake3.h"
+
+namespace lmcache::fleet {
+
+struct PeerDirectory::Peer {
+  Peer(PeerId peer_id, std::uint64_t capacity)
+      : id(peer_id), capacity_chunks(capacity), filter(capacity) {}
+  const PeerId id;
+  const std::uint64_t capacity_chunks;
+  ChunkFilter filter;  // written under mu, read lock-free
+  // Stale until its feed is in step: from its incarnation's first event,
+  // or from a resync. A stale peer is named for every chunk.
+  std::atomic<bool> stale{true};
+  Mutex mu;                                          // one batch of this peer's events at a time
+  std::uint64_t incarnation LMC_GUARDED_BY(mu) = 0;  // 0: none seen
+  std::uint64_t next_seq LMC_GUARDED_BY(mu) = 1;
+};
+
+ChunkId PeerDirectory::ChunkIdOf(std::string_view model, const store::ChunkHash& hash) {
+  // The hash is a blake3 digest: its first 8 bytes are uniform; the model's
+  // own digest is folded in so that two models' equal token runs differ.
+  Blake3Hasher hasher;
+  hasher.Update(model.data(), model.size());
+  const Blake3Digest digest = hasher.Finalize();
+  ChunkId from_hash = 0;
+  ChunkId from_model = 0;
+  std::memcpy(&from_hash, hash.data(), sizeof(from_hash));
+  std::memcpy(&from_model, digest.data(), sizeof(from_model));
+  return from_hash ^ from_model;
+}
+
+std::shared_ptr<const PeerDirectory::Table> PeerDirectory::Snapshot() const {
+  MutexLock lock(&mu_);
+  return table_;
+}
+
+std::shared_ptr<PeerDirectory::Peer> PeerDirectory::Find(PeerId peer) const {
+  const auto table = Snapshot();
+  for (const auto& p : *table) {
+    if (p->id == peer) return p;
+  }
+  return nullptr;
+}
+
+void PeerDirectory::AddPeer(PeerId peer, std::uint64_t capacity_chunks) {
+  auto added = std::make_shared<Peer>(peer, capacity_chunks);  // allocated outside the lock
+  MutexLock lock(&mu_);
+  auto table = std::make_shared<Table>(*table_);
+  std::erase_if(*table, [peer](const auto& p) { return p->id == peer; });
+  table->push_back(std::move(added));
+  table_ = std::move(table);
+}
+
+void PeerDirectory::ForgetPeer(PeerId peer) {
+  std::shared_ptr<const Table> old;  // freed outside the lock (a large filter)
+  MutexLock lock(&mu_);
+  auto table = std::make_shared<Table>(*table_);
+  std::erase_if(*table, [peer](const auto& p) { return p->id == peer; });
+  old = std::exchange(table_, std::move(table));
+}
+
+void PeerDirectory::Resize(PeerId peer, std::uint64_t capacity_chunks) {
+  auto resized = std::make_shared<Peer>(peer, capacity_chunks);
+  if (const auto current = Find(peer)) {
+    MutexLock peer_lock(&current->mu);
+    MutexLock resized_lock(&resized->mu);
+    resized->incarnation = current->incarnation;
+    resized->next_seq = current->next_seq;
+  }
+  MutexLock lock(&mu_);
+  auto table = std::make_shared<Table>(*table_);
+  for (auto& p : *table) {
+    if (p->id == peer) p = resized;
+  }
+  table_ = std::move(table);
+}
+
+Applied PeerDirectory::Apply(PeerId peer, std::uint64_t incarnation, std::uint64_t seq,
+                             DirectoryChange change, std::span<const ChunkId> chunks) {
+  const auto p = Find(peer);
+  if (!p) return Applied::kUnknownPeer;
+  MutexLock lock(&p->mu);
+  Applied applied = Applied::kApplied;
+  if (p->incarnation != incarnation) {
+    // A new process (or the first seen): what the old one held is gone; its
+    // events count from 1.
+    if (p->incarnation != 0) {
+      incarnations_.fetch_add(1, std::memory_order_relaxed);
+      applied = Applied::kNewIncarnation;
+    }
+    p->filter.Clear();
+    p->incarnation = incarnation;
+    p->next_seq = 1;
+    p->stale.store(false, std::memory_order_release);
+  }
+  if (p->stale.load(std::memory_order_relaxed)) return Applied::kStale;
+  if (seq != p->next_seq) {
+    p->stale.store(true, std::memory_order_release);
+    gaps_.fetch_add(1, std::memory_order_relaxed);
+    return Applied::kGap;
+  }
+  p->next_seq = seq + 1;
+  applied_.fetch_add(1, std::memory_order_relaxed);
+  switch (change) {
+    case DirectoryChange::kCleared: p->filter.Clear(); break;
+    case DirectoryChange::kRemoved:
+      for (const ChunkId chunk : chunks) p->filter.Erase(chunk);
+      break;
+    case DirectoryChange::kStored:
+      for (const ChunkId chunk : chunks) {
+        if (p->filter.Insert(chunk) == ChunkFilter::Inserted::kFull) {
+          full_inserts_.fetch_add(1, std::memory_order_relaxed);
+          // Known incomplete from here: named for every chunk until resized.
+          p->stale.store(true, std::memory_order_release);
+        }
+      }
+      break;
+  }
+  return applied;
+}
+
+void PeerDirectory::Empty(PeerId peer) {
+  if (const auto p = Find(peer)) {
+    MutexLock lock(&p->mu);
+    p->stale.store(true, std::memory_order_release);
+    p->filter.Clear();
+  }
+}
+
+void PeerDirectory::Replay(PeerId peer, DirectoryChange change, std::span<const ChunkId> chunks) {
+  const auto p = Find(peer);
+  if (!p) return;
+  MutexLock lock(&p->mu);
+  for (const ChunkId chunk : chunks) {
+    if (change == DirectoryChange::kCleared) {
+      p->filter.Clear();
+      break;
+    }
+    if (change == DirectoryChange::kRemoved) {
+      p->filter.Erase(chunk);
+    } else if (p->filter.Insert(chunk) == ChunkFilter::Inserted::kFull) {
+      full_inserts_.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void PeerDirectory::Resynced(PeerId peer, std::uint64_t incarnation, std::uint64_t last_seq) {
+  if (const auto p = Find(peer)) {
+    MutexLock lock(&p->mu);
+    p->incarnation = incarnation;
+    p->next_seq = last_seq + 1;
+    p->stale.store(false, std::memory_order_release);
+  }
+}
+
+std::vector<PeerId> PeerDirectory::MayHold(ChunkId chunk) const {
+  const auto table = Snapshot();
+  // Every peer's two buckets asked for at once: the loads overlap.
+  for (const auto& p : *table) p->filter.Prefetch(chunk);
+  std::vector<PeerId> holders;
+  for (const auto& p : *table) {
+    if (p->stale.load(std::memory_order_acquire) || p->filter.MayContain(chunk)) {
+      holders.push_back(p->id);
+    }
+  }
+  return holders;
+}
+
+std::vector<PeerPrefix> PeerDirectory::Prefixes(std::span<const ChunkId> chunks) const {
+  const auto table = Snapshot();
+  std::vector<PeerPrefix> out;
+  std::vector<const Peer*> running;  // peers whose run goes on
+  for (const auto& p : *table) {
+    if (p->stale.load(std::memory_order_acquire)) {
+      out.push_back({p->id, chunks.size(), true});
+    } else {
+      running.push_back(p.get());
+    }
+  }
+  std::vector<PeerPrefix> fresh;
+  // Chunk by chunk, the peers still running: their loads overlap, and a
+  // peer leaves at its first miss (so a prompt costs what its runs are).
+  for (std::size_t i = 0; i < chunks.size() && !running.empty(); ++i) {
+    for (const Peer* p : running) p->filter.Prefetch(chunks[i]);
+    std::erase_if(running, [&](const Peer* p) {
+      if (p->filter.MayContain(chunks[i])) return false;
+      if (i > 0) fresh.push_back({p->id, i, false});
+      return true;
+    });
+  }
+  for (const Peer* p : running) fresh.push_back({p->id, chunks.size(), false});
+  std::stable_sort(fresh.begin(), fresh.end(),
+                   [](const PeerPrefix& a, const PeerPrefix& b) { return a.chunks > b.chunks; });
+  fresh.insert(fresh.end(), out.begin(), out.end());
+  return fresh;
+}
+
+PeerDirectoryStats PeerDirectory::Stats() const {
+  const auto table = Snapshot();
+  PeerDirectoryStats s;
+  s.peers = table->size();
+  for (const auto& p : *table) {
+    s.stale_peers += p->stale.load(std::memory_order_relaxed) ? 1 : 0;
+    s.chunks += p->filter.size();
+    s.memory_bytes += p->filter.memory_bytes();
+  }
+  s.applied_events = applied_.load(std::memory_order_relaxed);
+  s.gaps = gaps_.load(std::memory_order_relaxed);
+  s.incarnations = incarnations_.load(std::memory_order_relaxed);
+  s.full_inserts = full_inserts_.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace lmcache::fleet
