@@ -9,6 +9,7 @@ namespace {
 constexpr std::uint64_t kLanes = 0x0001'0001'0001'0001ull;  // 1 in each 16-bit lane
 constexpr std::uint64_t kHighBits = 0x8000'8000'8000'8000ull;
 constexpr int kMaxKicks = 500;
+__extension__ using Wide = unsigned __int128;  // GCC's and clang's; -Wpedantic knows it so
 
 // A lane of `word` that is zero: its high bit set in the result (exact for
 // the lowest such lane, which is the only one used).
@@ -33,22 +34,25 @@ std::uint64_t PackVictim(std::uint64_t bucket, std::uint16_t fingerprint) {
 }  // namespace
 
 ChunkFilter::ChunkFilter(std::uint64_t capacity)
-    : mask_(std::bit_ceil(std::max<std::uint64_t>(1, (capacity * 100 + 379) / 380)) - 1),
-      buckets_(std::make_unique<std::atomic<std::uint64_t>[]>(mask_ + 1)) {
-  for (std::uint64_t i = 0; i <= mask_; ++i) buckets_[i].store(0, std::memory_order_relaxed);
+    : buckets_count_(std::max<std::uint64_t>(1, (capacity * 10 + 31) / 32)),
+      buckets_(std::make_unique<std::atomic<std::uint64_t>[]>(buckets_count_)) {
+  for (std::uint64_t i = 0; i < buckets_count_; ++i) buckets_[i].store(0, std::memory_order_relaxed);
 }
 
 ChunkFilter::Place ChunkFilter::PlaceOf(std::uint64_t chunk) const {
   // Chunk ids are hashes already (blake3 of tokens): the low bits choose
   // the bucket, the top 16 the fingerprint (0 marks an empty slot).
   const auto fingerprint = static_cast<std::uint16_t>(std::max<std::uint64_t>(1, chunk >> 48));
-  const std::uint64_t first = chunk & mask_;
+  // The low 48 bits scaled onto the buckets (a multiply, no division).
+  const auto first = static_cast<std::uint64_t>(
+      (static_cast<Wide>(chunk << 16) * buckets_count_) >> 64);
   return {first, Alternate(first, fingerprint), fingerprint};
 }
 
 std::uint64_t ChunkFilter::Alternate(std::uint64_t bucket, std::uint16_t fingerprint) const {
-  // An involution: Alternate(Alternate(b, f), f) == b.
-  return (bucket ^ ((fingerprint * 0x5bd1e995ull) >> 5)) & mask_;
+  // An involution: Alternate(Alternate(b, f), f) == b, as (m - b) mod n is.
+  const std::uint64_t m = ((fingerprint * 0x5bd1e995ull) >> 5) % buckets_count_;
+  return m >= bucket ? m - bucket : m + buckets_count_ - bucket;
 }
 
 bool ChunkFilter::BucketHas(std::uint64_t bucket, std::uint16_t fingerprint) const {
@@ -144,7 +148,7 @@ bool ChunkFilter::Erase(std::uint64_t chunk) {
 }
 
 void ChunkFilter::Clear() {
-  for (std::uint64_t i = 0; i <= mask_; ++i) buckets_[i].store(0, std::memory_order_relaxed);
+  for (std::uint64_t i = 0; i < buckets_count_; ++i) buckets_[i].store(0, std::memory_order_relaxed);
   victim_.store(0, std::memory_order_relaxed);
   size_.store(0, std::memory_order_relaxed);
 }

@@ -5,7 +5,9 @@
 //
 // Why this shape: it deletes (a peer's evictions reach the directory as
 // removals, which a Bloom filter cannot take), it costs 2 bytes per slot
-// (2.1 bytes per chunk at the 95 % load it is sized for), and a query reads
+// (2.5 bytes per chunk at the 80 % load it is sized for: it takes 95 %, but
+// near that an insert moves hundreds of fingerprints, and a peer's feed
+// inserts and erases all the time), and a query reads
 // two words, which MayContain's callers prefetch across many filters at once.
 // A chunk is present at most once (Insert of a chunk that may be present
 // does nothing), so a peer's repeated "stored" events cannot pile up
@@ -34,7 +36,7 @@ namespace lmcache::fleet {
 
 class ChunkFilter {
  public:
-  // Room for `capacity` chunks at 95 % load (at least one bucket).
+  // Room for `capacity` chunks at 80 % load (at least one bucket).
   explicit ChunkFilter(std::uint64_t capacity);
   ChunkFilter(const ChunkFilter&) = delete;
   ChunkFilter& operator=(const ChunkFilter&) = delete;
@@ -50,8 +52,8 @@ class ChunkFilter {
   void Prefetch(std::uint64_t chunk) const;
 
   std::uint64_t size() const { return size_.load(std::memory_order_relaxed); }
-  std::uint64_t slots() const { return 4 * (mask_ + 1); }
-  std::uint64_t memory_bytes() const { return 8 * (mask_ + 1); }
+  std::uint64_t slots() const { return 4 * buckets_count_; }
+  std::uint64_t memory_bytes() const { return 8 * buckets_count_; }
 
  private:
   struct Place {
@@ -66,7 +68,9 @@ class ChunkFilter {
   bool BucketHas(std::uint64_t bucket, std::uint16_t fingerprint) const;
   bool RemoveFrom(std::uint64_t bucket, std::uint16_t fingerprint);
 
-  const std::uint64_t mask_;  // buckets - 1 (a power of two)
+  // Any count, not a power of two: rounding up would double a filter's
+  // memory (the alternate bucket is a subtraction modulo the count).
+  const std::uint64_t buckets_count_;
   std::unique_ptr<std::atomic<std::uint64_t>[]> buckets_;
   std::atomic<std::uint64_t> size_{0};
   // The fingerprint a failed relocation left homeless, with a bucket it may

@@ -2,8 +2,8 @@
 // peers likely to have it instead of every peer (issue 43, section 1: the
 // reference broadcasts, p2p-spec.md section 0).
 //
-// One ChunkFilter per peer (chunk_filter.h: 2.1 bytes per chunk, so a
-// peer's 1 M chunks take 2 MiB and 100 such peers about 210 MiB), fed by
+// One ChunkFilter per peer (chunk_filter.h: 2.5 bytes per chunk, so a
+// peer's 1 M chunks take 2.4 MiB and 100 such peers 238 MiB), fed by
 // that peer's KV events of its L1 ("CPU"): stored chunks are inserted,
 // removed ones erased, a clear empties the filter. Each peer's events carry
 // an incarnation (its start) and consecutive sequence numbers:
