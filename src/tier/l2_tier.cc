@@ -43,13 +43,14 @@ Result<std::unique_ptr<L2Adapter>> L2Tier::Build(const L2AdapterSpec& spec) cons
     return Status(attached.code(), "cannot use the L1 pool: " + attached.message());
   }
   adapter->EnforceQuotas(&table_->tenants());
-  if (observer_ != nullptr) {
-    adapter->ObserveRemovals([observer = observer_, location = adapter->Stats().description](
-                                 std::span<const store::ObjectKey> keys) {
-      observer->OnL2Removed(location, keys);
-    });
-  }
+  if (observer_ != nullptr) ReportRemovals(*adapter, adapter->Stats().description);
   return std::unique_ptr<L2Adapter>(std::move(adapter));
+}
+
+void L2Tier::ReportRemovals(L2Adapter& adapter, const std::string& location) const {
+  adapter.ObserveRemovals([observer = observer_, location](std::span<const store::ObjectKey> keys) {
+    observer->OnL2Removed(location, keys);
+  });
 }
 
 void L2Tier::SetEventObserver(L2EventObserver* observer) {
@@ -57,10 +58,7 @@ void L2Tier::SetEventObserver(L2EventObserver* observer) {
   store_->SetEventObserver(observer);
   const L2Cascade::View cascade = cascade_->Current();
   for (std::size_t i = 0; i < cascade.size(); ++i) {
-    cascade.adapter(i).ObserveRemovals(
-        [observer, location = cascade.member(i).description](std::span<const store::ObjectKey> keys) {
-          observer->OnL2Removed(location, keys);
-        });
+    ReportRemovals(cascade.adapter(i), cascade.member(i).description);
   }
 }
 

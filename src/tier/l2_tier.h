@@ -78,6 +78,8 @@ class L2Tier {
   L2Tier(store::ObjectTable* table, const L2Environment& environment);
   // Builds the adapter of `spec`, metered, shown the pool, held to the quotas.
   Result<std::unique_ptr<L2Adapter>> Build(const L2AdapterSpec& spec) const;
+  // Tells observer_ (set) what `adapter` drops on its own, as `location`.
+  void ReportRemovals(L2Adapter& adapter, const std::string& location) const;
   // How the cascade keeps the adapter of `spec`: its name, its masked
   // JSON, its farewell (AnnounceRemoved).
   L2Cascade::Addition AdditionOf(const L2AdapterSpec& spec, std::optional<std::size_t> position);
