@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "admin_http/health.h"
@@ -32,6 +33,8 @@
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
 #include "fleet/fleet_key.h"
+#include "fleet/chunk_log.h"
+#include "fleet/directory_feed.h"
 #include "fleet/fleet_link.h"
 #include "fleet/membership.h"
 #include "fleet/ucx_channel.h"
@@ -195,6 +198,10 @@ struct Server {
   std::unique_ptr<lmcache::fleet::Membership> membership;
   // How the p2p L2 adapter reaches the two above (bound once they exist).
   std::unique_ptr<lmcache::fleet::FleetLink> fleet_link;
+  // Reads the peers' chunk logs into the link's directory (--p2p-lookup directed).
+  std::unique_ptr<lmcache::fleet::DirectoryFeed> directory_feed;
+  // What our L1 gained and lost, for the peers' directories (P2P on).
+  std::unique_ptr<lmcache::fleet::ChunkLog> chunk_log;
   std::unique_ptr<lmcache::transport::RouterLoop> loop;
   std::unique_ptr<lmcache::tier::L2Tier> l2;
   std::unique_ptr<lmcache::events::KvEvents> kv_events;
@@ -222,8 +229,16 @@ Status StartTiers(const daemon::ServerConfig& config, const lmcache::Clock& cloc
   lmcache::tier::L2Environment environment;
   if (config.p2p.enabled()) {
     s.fleet_link = std::make_unique<lmcache::fleet::FleetLink>(
-        &clock, config.p2p.lookup_timeout_ms, config.p2p.load_timeout_ms, config.p2p.keep_loaded);
+        &clock, config.p2p.lookup_timeout_ms, config.p2p.load_timeout_ms, config.p2p.keep_loaded,
+        config.p2p.directed());
     environment.fleet = s.fleet_link.get();
+    // Recorded from before anything is stored; a peer meeting us lists what
+    // a warm restart adopted.
+    std::random_device random;
+    const std::uint64_t incarnation = (std::uint64_t{random()} << 32) | random();
+    s.chunk_log = std::make_unique<lmcache::fleet::ChunkLog>(
+        lmcache::fleet::ChunkLogConfig{config.p2p.chunk_log_chunks}, incarnation);
+    s.cache().table().AddListener(s.chunk_log.get());
   }
   if (!config.l2.adapters.empty()) {
     LMC_ASSIGN_OR_RETURN(s.l2,
@@ -279,7 +294,8 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
     service_config.p2p_data_channel = s.data_channel->Descriptor();
   }
   s.service = std::make_unique<lmcache::server::Service>(
-      &s.cache(), &clock, service_config, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get());
+      &s.cache(), &clock, service_config, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get(),
+      s.chunk_log.get());
   if (config.p2p.enabled()) {
     // A peer's read is served only for an object one of its lookup tasks
     // holds locked now.
@@ -311,6 +327,24 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
         });
     s.fleet_link->Bind(s.membership.get(), s.data_channel.get());
     s.membership->Start();
+    if (config.p2p.directed()) {
+      lmcache::fleet::DirectoryFeedConfig feed;
+      feed.poll_interval_ms = config.p2p.directory_poll_ms;
+      feed.call_timeout_ms = config.p2p.call_timeout_ms;
+      s.directory_feed = std::make_unique<lmcache::fleet::DirectoryFeed>(
+          feed, s.fleet_link.get(), &s.fleet_link->directory_to_feed());
+      s.directory_feed->Start();
+    }
+    s.service->stats_sources().Add(
+        "p2p_directory", [feed = s.directory_feed.get(), log = s.chunk_log.get(),
+                          link = s.fleet_link.get()](lmcache::server::StatsSnapshot* snapshot) {
+          if (feed != nullptr) snapshot->p2p_directory = feed->Stats();
+          const lmcache::fleet::ChunkLogStats own = log->Stats();
+          snapshot->p2p_directory.log_last_seq = own.last_seq;
+          snapshot->p2p_directory.log_chunks = own.chunks;
+          snapshot->p2p_directory.log_dropped_records = own.dropped_records;
+          snapshot->p2p_lookups = link->LookupStats();
+        });
   }
   lmcache::transport::RouterLoop* router = s.loop.get();
   auto& sources = s.service->stats_sources();
@@ -427,6 +461,7 @@ void StopServing(Server& s, bool handing_over) {
   // Before the peers go: the prefetches in flight (some asking peers) end,
   // their calls and reads to peers ended now rather than at a hung peer's
   // deadlines.
+  if (s.directory_feed) s.directory_feed->Stop();  // before its calls are ended
   if (s.fleet_link) s.fleet_link->Close();
   if (s.l2) s.l2->Stop();
   s.membership.reset();    // stops meeting peers; its calls in flight end

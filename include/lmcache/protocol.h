@@ -70,6 +70,10 @@ enum class Op : std::uint8_t {
   // Ours, by name: a requester releases locks one task of its own took
   // (p2p_unlock_objects by key cannot tell an owner's lives apart).
   kP2pUnlockTask = 109,
+  // Ours, by name: a fleet member reads our chunk log (fleet/chunk_log.h),
+  // and lists the chunks of our L1, to keep its directory of us in step.
+  kP2pChunkEvents = 110,
+  kP2pChunkListing = 111,
 };
 
 }  // namespace lmcache

@@ -91,6 +91,24 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
                  "(no lookup waits on it then)")
       ->capture_default_str()
       ->group(group);
+  app.add_option("--p2p-lookup", p->lookup_mode,
+                 "Which peers an L1 miss asks: directed (the peers this server's directory "
+                 "names for the chunk, from the peers' chunk logs: one RPC per peer that may "
+                 "hold it, none when no peer does; a peer whose log is not yet read is asked "
+                 "for everything) or broadcast (every ready peer, every miss: the reference's "
+                 "way)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--p2p-directory-poll", p->directory_poll_seconds,
+                 "Seconds between reads of each peer's chunk log (directed lookups): how long "
+                 "a chunk stored on a peer may go unnamed here")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--p2p-chunk-log-size", p->chunk_log_chunks,
+                 "Chunk ids this server's chunk log keeps for its peers' directories (8 bytes "
+                 "each); a peer that falls further behind lists this server's L1 again")
+      ->capture_default_str()
+      ->group(group);
   app.add_option("--p2p-transfer-engine", p->transfer_engine,
                  "How peers' memory is read: ucx (the reference's nixl, mooncake_te, verbs, cxl "
                  "and tcp are refused)")
@@ -115,6 +133,18 @@ Status FinalizeP2p(ServerConfig* c) {
                          "still unanswered when the next is due would never let the peer's "
                          "state change");
   }
+  if (p.lookup_mode != "directed" && p.lookup_mode != "broadcast") {
+    return InvalidConfig("--p2p-lookup must be directed or broadcast, got '" + p.lookup_mode +
+                         "'");
+  }
+  if (!(p.directory_poll_seconds >= 0.01) || p.directory_poll_seconds > 60) {
+    return InvalidConfig("--p2p-directory-poll must be in [0.01, 60] seconds");
+  }
+  if (p.chunk_log_chunks < 4096 || p.chunk_log_chunks > (1ull << 28)) {
+    return InvalidConfig("--p2p-chunk-log-size must be in [4096, 268435456] chunk ids (8 bytes "
+                         "each)");
+  }
+  p.directory_poll_ms = std::llround(p.directory_poll_seconds * 1000);
   p.probe_interval_ms = std::llround(p.probe_interval_seconds * 1000);
   p.call_timeout_ms = std::llround(p.call_timeout_seconds * 1000);
   c->service.p2p_lookup_timeout_ms =

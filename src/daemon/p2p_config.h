@@ -12,6 +12,7 @@
 // Thread-safety: plain data and functions; used on the main thread at start.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ struct P2pFlags {
   bool keep_loaded = true;  // a chunk loaded from a peer stays in L1 as our own
   double probe_interval_seconds = 5;  // each peer asked again this often
   double call_timeout_seconds = 3;    // a handshake or probe unanswered this long: unreachable
+  std::string lookup_mode = "directed";  // --p2p-lookup: directed | broadcast
+  double directory_poll_seconds = 0.1;   // each peer's chunk log read this often
+  std::uint64_t chunk_log_chunks = 1u << 20;  // --p2p-chunk-log-size
 
   // Filled by FinalizeP2p: the peers' sources (tcp:// and dns:// entries),
 
@@ -53,6 +57,8 @@ struct P2pFlags {
   std::int64_t load_timeout_ms = 0;
   std::int64_t probe_interval_ms = 0;
   std::int64_t call_timeout_ms = 0;
+  std::int64_t directory_poll_ms = 0;
+  bool directed() const { return lookup_mode == "directed"; }
   bool enabled() const { return !advertise_url.empty(); }
 };
 

@@ -28,7 +28,9 @@
 
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "fleet/fleet_stats.h"
 #include "fleet/membership.h"
+#include "fleet/peer_directory.h"
 #include "fleet/peer_rpc.h"
 #include "fleet/ucx_channel.h"
 
@@ -55,17 +57,25 @@ class PeerAccess {
   // Whether a chunk loaded from a peer stays in L1 as our own, or is served
   // once (--p2p-keep-loaded).
   virtual bool keep_loaded() const { return true; }
+  // Which peers may hold which chunks, when lookups ask only the peers it
+  // names (--p2p-lookup directed); null: every ready peer is asked.
+  virtual const PeerDirectory* directory() const { return nullptr; }
+  // What lookups asked and found; null: not counted.
+  virtual P2pLookupCounters* lookup_counters() const { return nullptr; }
 };
 
 class FleetLink final : public PeerAccess {
  public:
   // `clock` must outlive the link.
+  // `directed`: lookups consult the directory (which the server's
+  // DirectoryFeed keeps in step).
   FleetLink(const Clock* clock, TimeMs lookup_timeout_ms, TimeMs load_timeout_ms,
-            bool keep_loaded = true)
+            bool keep_loaded = true, bool directed = false)
       : clock_(clock),
         lookup_timeout_ms_(lookup_timeout_ms),
         load_timeout_ms_(load_timeout_ms),
-        keep_loaded_(keep_loaded) {}
+        keep_loaded_(keep_loaded),
+        directed_(directed) {}
 
   // Both must outlive every use through the link (see above).
   void Bind(Membership* membership, UcxChannel* channel) {
@@ -83,6 +93,17 @@ class FleetLink final : public PeerAccess {
   TimeMs lookup_timeout_ms() const override { return lookup_timeout_ms_; }
   TimeMs load_timeout_ms() const override { return load_timeout_ms_; }
   bool keep_loaded() const override { return keep_loaded_; }
+  const PeerDirectory* directory() const override { return directed_ ? &directory_ : nullptr; }
+  P2pLookupCounters* lookup_counters() const override { return &lookups_; }
+
+  bool directed() const { return directed_; }
+  // The directory, for the feed that fills it.
+  PeerDirectory& directory_to_feed() { return directory_; }
+  P2pLookupStats LookupStats() const {
+    P2pLookupStats s;
+    lookups_.CopyTo(&s);
+    return s;
+  }
 
   // At shutdown, before the L2 tier stops: no peer is ready any more, and
   // every call and read in flight or to come ends now (a read whose bytes
@@ -109,6 +130,9 @@ class FleetLink final : public PeerAccess {
   const TimeMs lookup_timeout_ms_;
   const TimeMs load_timeout_ms_;
   const bool keep_loaded_;
+  const bool directed_;
+  PeerDirectory directory_;
+  mutable P2pLookupCounters lookups_;
   std::atomic<Membership*> membership_{nullptr};
   std::atomic<UcxChannel*> channel_{nullptr};
   std::atomic<bool> closed_{false};

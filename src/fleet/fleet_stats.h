@@ -157,4 +157,80 @@ struct UcxChannelStats {
 };
 std::span<const stats::Row<UcxChannelStats>> UcxChannelStatRows();
 
+// P2pDirectoryStats's figures (issue 43): the directory of which peers may
+// hold which chunks, its feed from the peers' chunk logs, and this
+// server's chunk log that its peers read.
+#define LMC_P2P_DIRECTORY_STATS(X, D) \
+  X(peers, "peers", std::uint64_t, kGauge, "peers", "p2p_directory_peers", \
+      "Peers the directory keeps a filter for.") \
+  X(stale_peers, "stale_peers", std::uint64_t, kGauge, "peers", "p2p_directory_stale_peers", \
+      "Peers whose filter is not in step with their log (being listed, after a gap, a new " \
+      "life or a full filter): asked for every chunk, as under broadcast.") \
+  X(chunks, "chunks", std::uint64_t, kGauge, "chunks", "p2p_directory_chunks", \
+      "Chunks across the peers' filters.") \
+  X(memory_bytes, "memory_bytes", std::uint64_t, kGauge, "bytes", "p2p_directory_memory_bytes", \
+      "Memory of the peers' filters.") \
+  X(applied_events, "applied_records", std::uint64_t, kCounter, "records", \
+      "p2p_directory_applied_records_total", "Records of peers' chunk logs applied in step.") \
+  X(gaps, "gaps", std::uint64_t, kCounter, "gaps", "p2p_directory_gaps_total", \
+      "Records missing from a peer's feed (its log moved past our cursor): the peer is " \
+      "listed again.") \
+  X(incarnations, "new_lives", std::uint64_t, kCounter, "lives", \
+      "p2p_directory_new_lives_total", "Peers' logs seen with a new incarnation (a restart).") \
+  X(full_inserts, "full_inserts", std::uint64_t, kCounter, "chunks", \
+      "p2p_directory_full_inserts_total", "Chunks a peer's full filter could not take: the " \
+      "peer is listed again into a filter twice the size.") \
+  X(resyncs, "resyncs", std::uint64_t, kCounter, "listings", "p2p_directory_resyncs_total", \
+      "Listings of a peer's L1 begun (at first contact, after a gap, a new life, a full " \
+      "filter or a malformed answer).") \
+  X(listed_chunks, "listed_chunks", std::uint64_t, kCounter, "chunks", \
+      "p2p_directory_listed_chunks_total", "Chunks received in listings of peers' L1.") \
+  X(polls, "polls", std::uint64_t, kCounter, "calls", "p2p_directory_polls_total", \
+      "p2p_chunk_events and p2p_chunk_listing calls made to peers.") \
+  X(poll_failures, "poll_failures", std::uint64_t, kCounter, "calls", \
+      "p2p_directory_poll_failures_total", "Of those, the ones unanswered, refused, or " \
+      "answered with what could not be decoded (asked again later).") \
+  X(feed_bytes, "feed_bytes", std::uint64_t, kCounter, "bytes", "p2p_directory_feed_bytes_total", \
+      "Bytes of the answers to those calls: what following the fleet costs this server.") \
+  X(forgotten_peers, "forgotten_peers", std::uint64_t, kCounter, "peers", \
+      "p2p_directory_forgotten_peers_total", "Peers dropped from the directory when they " \
+      "stopped being ready (left, unreachable, excluded).") \
+  X(log_last_seq, "log_last_seq", std::uint64_t, kGauge, "records", "p2p_chunk_log_last_seq", \
+      "The number of the last record of this server's chunk log (what its L1 gained and " \
+      "lost, read by its peers' directories).") \
+  X(log_chunks, "log_chunks", std::uint64_t, kGauge, "chunks", "p2p_chunk_log_chunks", \
+      "Chunk ids kept in this server's chunk log now.") \
+  X(log_dropped_records, "log_dropped_records", std::uint64_t, kCounter, "records", \
+      "p2p_chunk_log_dropped_records_total", "Records dropped from this server's chunk log " \
+      "to keep it within its bound (a peer that had not read them lists our L1 again).")
+
+struct P2pDirectoryStats {
+  LMC_STATS_MEMBERS(LMC_P2P_DIRECTORY_STATS)
+};
+std::span<const stats::Row<P2pDirectoryStats>> P2pDirectoryStatRows();
+
+// P2pLookupStats's figures: what the p2p adapter's lookups asked and found,
+// in either mode (--p2p-lookup), so the two compare on the same figures.
+#define LMC_P2P_LOOKUP_STATS(X, D) \
+  X(lookups, "lookups", std::uint64_t, kCounter, "lookups", "p2p_lookups_total", \
+      "Lookups of the p2p adapter with at least one ready peer.") \
+  X(rpcs, "rpcs", std::uint64_t, kCounter, "calls", "p2p_lookup_rpcs_total", \
+      "p2p_lookup_and_lock calls those lookups made (one per peer asked).") \
+  X(found_chunks, "found_chunks", std::uint64_t, kCounter, "keys", \
+      "p2p_lookup_found_keys_total", "Keys those lookups found locked at a peer.") \
+  X(missed_keys, "missed_keys", std::uint64_t, kCounter, "keys", "p2p_lookup_missed_keys_total", \
+      "Keys those lookups found nowhere.") \
+  X(unnamed_keys, "unnamed_keys", std::uint64_t, kCounter, "keys", \
+      "p2p_lookup_unnamed_keys_total", "Keys no peer was asked for: the directory named none " \
+      "(directed lookups only).") \
+  X(wrong_hints, "wrong_hints", std::uint64_t, kCounter, "keys", "p2p_lookup_wrong_hints_total", \
+      "Keys asked at a peer the directory named (in step), which did not have them: a filter's " \
+      "false positive, or an eviction not yet read.")
+
+struct P2pLookupStats {
+  LMC_STATS_MEMBERS(LMC_P2P_LOOKUP_STATS)
+};
+std::span<const stats::Row<P2pLookupStats>> P2pLookupStatRows();
+LMC_STATS_COUNTERS(P2pLookupCounters, P2pLookupStats, LMC_P2P_LOOKUP_STATS);
+
 }  // namespace lmcache::fleet

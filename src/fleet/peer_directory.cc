@@ -21,17 +21,26 @@ struct PeerDirectory::Peer {
   std::uint64_t next_seq LMC_GUARDED_BY(mu) = 1;
 };
 
-ChunkId PeerDirectory::ChunkIdOf(std::string_view model, const store::ChunkHash& hash) {
-  // The hash is a blake3 digest: its first 8 bytes are uniform; the model's
-  // own digest is folded in so that two models' equal token runs differ.
+ChunkId PeerDirectory::ModelSeed(std::string_view model) {
+  // The model's own digest is folded into each chunk's id, so that two
+  // models' equal token runs differ.
   Blake3Hasher hasher;
   hasher.Update(model.data(), model.size());
   const Blake3Digest digest = hasher.Finalize();
+  ChunkId seed = 0;
+  std::memcpy(&seed, digest.data(), sizeof(seed));
+  return seed;
+}
+
+ChunkId PeerDirectory::ChunkIdOf(ChunkId model_seed, const store::ChunkHash& hash) {
+  // The hash is a blake3 digest: its first 8 bytes are uniform.
   ChunkId from_hash = 0;
-  ChunkId from_model = 0;
   std::memcpy(&from_hash, hash.data(), sizeof(from_hash));
-  std::memcpy(&from_model, digest.data(), sizeof(from_model));
-  return from_hash ^ from_model;
+  return from_hash ^ model_seed;
+}
+
+ChunkId PeerDirectory::ChunkIdOf(std::string_view model, const store::ChunkHash& hash) {
+  return ChunkIdOf(ModelSeed(model), hash);
 }
 
 std::shared_ptr<const PeerDirectory::Table> PeerDirectory::Snapshot() const {
@@ -132,21 +141,25 @@ void PeerDirectory::Empty(PeerId peer) {
   }
 }
 
-void PeerDirectory::Replay(PeerId peer, DirectoryChange change, std::span<const ChunkId> chunks) {
+std::size_t PeerDirectory::Replay(PeerId peer, DirectoryChange change,
+                                  std::span<const ChunkId> chunks) {
   const auto p = Find(peer);
-  if (!p) return;
+  if (!p) return 0;
   MutexLock lock(&p->mu);
-  for (const ChunkId chunk : chunks) {
-    if (change == DirectoryChange::kCleared) {
-      p->filter.Clear();
+  std::size_t refused = 0;
+  switch (change) {
+    case DirectoryChange::kCleared: p->filter.Clear(); break;
+    case DirectoryChange::kRemoved:
+      for (const ChunkId chunk : chunks) p->filter.Erase(chunk);
       break;
-    }
-    if (change == DirectoryChange::kRemoved) {
-      p->filter.Erase(chunk);
-    } else if (p->filter.Insert(chunk) == ChunkFilter::Inserted::kFull) {
-      full_inserts_.fetch_add(1, std::memory_order_relaxed);
-    }
+    case DirectoryChange::kStored:
+      for (const ChunkId chunk : chunks) {
+        if (p->filter.Insert(chunk) == ChunkFilter::Inserted::kFull) refused += 1;
+      }
+      break;
   }
+  full_inserts_.fetch_add(refused, std::memory_order_relaxed);
+  return refused;
 }
 
 void PeerDirectory::Resynced(PeerId peer, std::uint64_t incarnation, std::uint64_t last_seq) {
@@ -198,6 +211,15 @@ std::vector<PeerPrefix> PeerDirectory::Prefixes(std::span<const ChunkId> chunks)
                    [](const PeerPrefix& a, const PeerPrefix& b) { return a.chunks > b.chunks; });
   fresh.insert(fresh.end(), out.begin(), out.end());
   return fresh;
+}
+
+std::vector<PeerId> PeerDirectory::InStepPeers() const {
+  const auto table = Snapshot();
+  std::vector<PeerId> in_step;
+  for (const auto& p : *table) {
+    if (!p->stale.load(std::memory_order_acquire)) in_step.push_back(p->id);
+  }
+  return in_step;
 }
 
 PeerDirectoryStats PeerDirectory::Stats() const {

@@ -82,6 +82,10 @@ struct PeerDirectoryStats {
 class PeerDirectory {
  public:
   static ChunkId ChunkIdOf(std::string_view model, const store::ChunkHash& hash);
+  // The same in two steps, for many chunks of one model: the model's part
+  // once, then each chunk's.
+  static ChunkId ModelSeed(std::string_view model);
+  static ChunkId ChunkIdOf(ChunkId model_seed, const store::ChunkHash& hash);
 
   // A peer joined (or rejoined: its filter starts empty), holding up to
   // `capacity_chunks` chunks; its events are taken from its first batch on.
@@ -101,7 +105,9 @@ class PeerDirectory {
   // listing of what it holds) with no sequence check; Resynced trusts it
   // again from `last_seq + 1` of `incarnation`.
   void Empty(PeerId peer) LMC_EXCLUDES(mu_);
-  void Replay(PeerId peer, DirectoryChange change, std::span<const ChunkId> chunks)
+  // Answers how many stored chunks a full filter could not take (the feed
+  // lists the peer again into a bigger one).
+  std::size_t Replay(PeerId peer, DirectoryChange change, std::span<const ChunkId> chunks)
       LMC_EXCLUDES(mu_);
 
   // The peers that may hold `chunk` (stale ones always), in the table's order.
@@ -110,6 +116,10 @@ class PeerDirectory {
   // of them, with its length, longest first (stale peers last, with the
   // whole prompt). Peers whose run is empty are left out.
   std::vector<PeerPrefix> Prefixes(std::span<const ChunkId> chunks) const LMC_EXCLUDES(mu_);
+
+  // The peers whose filters are in step (known and not stale): any other
+  // peer, unknown to the directory yet or stale, may hold anything.
+  std::vector<PeerId> InStepPeers() const LMC_EXCLUDES(mu_);
 
   PeerDirectoryStats Stats() const LMC_EXCLUDES(mu_);
 

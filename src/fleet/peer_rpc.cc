@@ -42,6 +42,10 @@ Result<std::string> OperationFrame(Op op) {
       return msgpk::Encoder().Str("p2p_end_task").Take();
     case Op::kP2pUnlockTask:
       return msgpk::Encoder().Str("p2p_unlock_task").Take();
+    case Op::kP2pChunkEvents:
+      return msgpk::Encoder().Str("p2p_chunk_events").Take();
+    case Op::kP2pChunkListing:
+      return msgpk::Encoder().Str("p2p_chunk_listing").Take();
     default:
       return Status(ErrorCode::kNotSupported,
                     "operation " + std::to_string(static_cast<int>(op)) +

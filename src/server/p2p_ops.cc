@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/msgpack_codec.h"
+#include "fleet/chunk_feed_codec.h"
 #include "fleet/peer_info.h"
 #include "fleet/peer_key_codec.h"
 #include "protocol/wire_codec.h"
@@ -77,7 +78,89 @@ bool GroupsEven(const std::vector<protocol::P2pKey>& keys) {
   });
 }
 
+// p2p_chunk_events' arguments: the reader's cursor and page size.
+struct ChunkEventsArgs {
+  std::int64_t cursor = 0;
+  std::int64_t max_records = 0;
+};
+
+Result<ChunkEventsArgs> DecodeChunkEvents(Payloads p) {
+  ChunkEventsArgs args;
+  LMC_ASSIGN_OR_RETURN(args.cursor, protocol::DecodeInt(p[0], "cursor"));
+  LMC_ASSIGN_OR_RETURN(args.max_records, protocol::DecodeInt(p[1], "max_records"));
+  if (args.cursor < 0 || args.max_records <= 0) {
+    return InvalidArgument("cursor must be >= 0 and max_records >= 1");
+  }
+  return args;
+}
+
+struct ChunkListingArgs {
+  std::string after;
+  std::int64_t limit = 0;
+};
+
+Result<ChunkListingArgs> DecodeChunkListingArgs(Payloads p) {
+  ChunkListingArgs args;
+  LMC_ASSIGN_OR_RETURN(args.after, protocol::DecodeBytes(p[0], "after"));
+  LMC_ASSIGN_OR_RETURN(args.limit, protocol::DecodeInt(p[1], "limit"));
+  if (args.limit <= 0) return InvalidArgument("limit must be >= 1");
+  return args;
+}
+
+// A page is at most this long, whatever the reader asks: its reply stays
+// far inside a peer's reply bound (fleet/peer_rpc.h).
+constexpr std::int64_t kMaxChunkRecords = 4096;
+constexpr std::int64_t kMaxListedObjects = 65'536;
+// Without resident objects to average, a chunk is taken as this large
+// (the estimate only sizes a peer's filter; a short one grows).
+constexpr std::uint64_t kAssumedObjectBytes = 1u << 20;
+
 }  // namespace
+
+Result<std::string> P2pOps::ChunkEvents(std::int64_t cursor, std::int64_t max_records) const {
+  if (chunks_.log == nullptr) {
+    return Status(ErrorCode::kNotSupported, "p2p_chunk_events needs P2P on (--p2p-advertise-url)");
+  }
+  const fleet::ChunkPage page = chunks_.log->ReadAfter(
+      static_cast<std::uint64_t>(cursor),
+      static_cast<std::size_t>(std::min(max_records, kMaxChunkRecords)), fleet::ChunkFeedLimits{}.max_chunks);
+  return fleet::EncodeChunkPage(page);
+}
+
+Result<std::string> P2pOps::ChunkListingPage(const std::string& after, std::int64_t limit) const {
+  if (chunks_.log == nullptr || chunks_.table == nullptr) {
+    return Status(ErrorCode::kNotSupported, "p2p_chunk_listing needs P2P on (--p2p-advertise-url)");
+  }
+  std::optional<store::ObjectKey> after_key;
+  if (!after.empty()) {
+    LMC_ASSIGN_OR_RETURN(const std::vector<protocol::P2pKey> keys, protocol::DecodeP2pKeys(after));
+    if (keys.size() != 1) return InvalidArgument("after: not one key");
+    after_key = fleet::FromPeerKey(keys[0]);  // a position only: any key orders
+  }
+  fleet::ChunkListing listing;
+  listing.incarnation = chunks_.log->incarnation();
+  // Before the walk: what changes during it is in the log after this.
+  listing.log_cursor = chunks_.log->last_seq();
+  if (!after_key) {  // the first page: how many chunks L1 may hold
+    const store::TableStats table = chunks_.table->Stats();
+    const std::uint64_t object_bytes =
+        table.resident_objects > 0 ? std::max<std::uint64_t>(1, table.resident_bytes / table.resident_objects)
+                                   : kAssumedObjectBytes;
+    listing.capacity_chunks = chunks_.pool_bytes / object_bytes;
+  }
+  const std::vector<store::ListedObject> listed = chunks_.table->ListResident(
+      after_key ? &*after_key : nullptr,
+      static_cast<std::size_t>(std::min(limit, kMaxListedObjects)), nullptr);
+  std::vector<store::ObjectKey> keys;
+  keys.reserve(listed.size());
+  for (const store::ListedObject& object : listed) keys.push_back(object.key);
+  listing.chunks = fleet::DistinctChunkIds(keys);
+  if (!listed.empty() && listed.size() == static_cast<std::size_t>(std::min(limit, kMaxListedObjects))) {
+    const protocol::P2pKey last = fleet::ToPeerKey(listed.back().key);
+    listing.next = protocol::EncodeP2pKeys(std::span<const protocol::P2pKey>(&last, 1));
+  }
+  return fleet::EncodeChunkListing(listing);
+}
 
 std::vector<fleet::PeerKey> P2pOps::PeerKeys(const std::vector<protocol::P2pKey>& keys,
                                              const protocol::P2pLayouts& layouts) {
@@ -136,6 +219,18 @@ void P2pOps::AddTo(OpTable* table) {
                     if (Trusted(c)) tasks_->EndOne(PeerOf(c), task);
                     return Result<std::string>(msgpk::Encoder().Nil().Take());
                   }));
+  // Ours: a member's directory reads what our L1 gained and lost, and
+  // lists it (issue 43). Inline: a page is a copy out of the log, a listing
+  // page one pass over the shards, each locked on its own.
+  table->Add({Op::kP2pChunkEvents, "p2p_chunk_events", false, P::kInline, 2, 2, 64, F::kNil},
+             Bind(DecodeChunkEvents, [this](const RequestContext&, const ChunkEventsArgs& a) {
+               return ChunkEvents(a.cursor, a.max_records);
+             }));
+  table->Add({Op::kP2pChunkListing, "p2p_chunk_listing", false, P::kCpu, 2, 2, 64u << 10,
+              F::kNil},
+             Bind(DecodeChunkListingArgs, [this](const RequestContext&, const ChunkListingArgs& a) {
+               return ChunkListingPage(a.after, a.limit);
+             }));
   table->Add({Op::kP2pHello, "p2p_hello", false, P::kInline, 1, 1, 4096, F::kNil},
              Bind([](Payloads p) { return fleet::PeerHello::Decode(p[0]); },
                   [this](const RequestContext& c, const fleet::PeerHello& hello) {

@@ -36,17 +36,28 @@
 #include <string_view>
 #include <vector>
 
+#include "fleet/chunk_log.h"
 #include "fleet/peer_tasks.h"
 #include "fleet/requester_lives.h"
 #include "protocol/p2p_codec.h"
 #include "server/op_table.h"
+#include "store/object_table.h"
 
 namespace lmcache::server {
 
+// What p2p_chunk_events and p2p_chunk_listing read (issue 43): this
+// server's chunk log (null: P2P off, both operations refused), its table
+// and its pool's size (to estimate how many chunks L1 may hold).
+struct P2pChunkSource {
+  const fleet::ChunkLog* log = nullptr;
+  const store::ObjectTable* table = nullptr;
+  std::uint64_t pool_bytes = 0;
+};
+
 class P2pOps {
  public:
-  P2pOps(fleet::PeerTasks* tasks, bool serve_unauthenticated)
-      : tasks_(tasks), serve_unauthenticated_(serve_unauthenticated) {}
+  P2pOps(fleet::PeerTasks* tasks, bool serve_unauthenticated, P2pChunkSource chunks = {})
+      : tasks_(tasks), serve_unauthenticated_(serve_unauthenticated), chunks_(chunks) {}
   // Adds the three rows and p2p_hello (replacing nothing: AdminOps no
   // longer adds them).
   void AddTo(OpTable* table);
@@ -68,11 +79,17 @@ class P2pOps {
   std::string PeerOf(const RequestContext& context) const {
     return lives_.PeerOf(context.connection);
   }
+  // p2p_chunk_events: the chunk log's records after `cursor`.
+  Result<std::string> ChunkEvents(std::int64_t cursor, std::int64_t max_records) const;
+  // p2p_chunk_listing: a page of our L1's chunk ids after the key `after`
+  // encodes (empty: from the start).
+  Result<std::string> ChunkListingPage(const std::string& after, std::int64_t limit) const;
   // Ends the tasks of the lives in `names` (ended by a newer life).
   void EndLives(const std::vector<std::string>& names);
 
   fleet::PeerTasks* const tasks_;
   const bool serve_unauthenticated_;
+  const P2pChunkSource chunks_;
   fleet::RequesterLives lives_;
 };
 

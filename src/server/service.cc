@@ -61,12 +61,14 @@ std::vector<std::string> Features(const std::vector<std::unique_ptr<TransferMode
 }  // namespace
 
 Service::Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
-                 tier::Prefetcher* prefetcher, events::KvEvents* events)
+                 tier::Prefetcher* prefetcher, events::KvEvents* events,
+                 const fleet::ChunkLog* chunk_log)
     : state_(l1, clock, config, prefetcher, events),
       modes_(MakeModes(&state_, config.transfer_mode)),
       lookup_ops_(LookupDeps(&state_)),
       admin_ops_(AdminDeps(&state_), [this] { return EncodeStatsMsgpack(Snapshot()); }, Features(modes_)),
-      p2p_ops_(&state_.peer_tasks(), config.p2p_serve_unauthenticated),
+      p2p_ops_(&state_.peer_tasks(), config.p2p_serve_unauthenticated,
+               {chunk_log, &l1->table(), l1->segment().size()}),
       warm_({state_.table(), state_.instances(), state_.hasher(), state_.prefetcher(),
              state_.token_bindings()}),
       started_(std::chrono::steady_clock::now()),

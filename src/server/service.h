@@ -56,7 +56,8 @@ class Service final : public RequestHandler {
   // null: no KV events; otherwise its recorder already listens to the
   // table) must outlive the service.
   Service(store::L1Cache* l1, const Clock* clock, const ServiceConfig& config,
-          tier::Prefetcher* prefetcher = nullptr, events::KvEvents* events = nullptr);
+          tier::Prefetcher* prefetcher = nullptr, events::KvEvents* events = nullptr,
+          const fleet::ChunkLog* chunk_log = nullptr);
   ~Service() override;
   Service(const Service&) = delete;
   Service& operator=(const Service&) = delete;

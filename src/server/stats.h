@@ -175,6 +175,8 @@ struct StatsSnapshot {
   fleet::MembershipStats p2p_peers;   // the peers of --p2p-peers by state
   fleet::PeerRpcStats p2p_rpc;        // our calls to peers
   fleet::UcxChannelStats p2p_channel;  // the data channel
+  fleet::P2pDirectoryStats p2p_directory;  // the directory, its feed, our chunk log
+  fleet::P2pLookupStats p2p_lookups;       // what the p2p adapter's lookups asked and found
 };
 std::span<const stats::Row<StatsSnapshot>> ServiceStatRows();
 std::span<const stats::Row<StatsSnapshot>> ServiceCountedStatRows();

@@ -45,6 +45,10 @@ constexpr Group kP2pServedGroup{"served", GroupForm::kMap, "", "Peers' lookups o
 constexpr Group kP2pPeersGroup{"peers", GroupForm::kMap, "", "The peers of --p2p-peers"};
 constexpr Group kP2pRpcGroup{"rpc", GroupForm::kMap, "", "Calls to peers"};
 constexpr Group kP2pChannelGroup{"channel", GroupForm::kMap, "", "The UCX data channel"};
+constexpr Group kP2pDirectoryGroup{"directory", GroupForm::kMap, "",
+                                   "Which peers may hold which chunks, and our chunk log"};
+constexpr Group kP2pLookupsGroup{"lookups", GroupForm::kMap, "",
+                                 "What the p2p adapter's lookups asked and found"};
 constexpr Group kRestartGroup{"restart", GroupForm::kMap, "",
                               "Warm restart (--takeover) and crash recovery (--recover-pool)"};
 
@@ -251,6 +255,8 @@ void VisitStats(const S* s, stats::Visitor& v) {
   Map(kP2pPeersGroup, fleet::MembershipStatRows(), Of(s, &S::p2p_peers), v);
   Map(kP2pRpcGroup, fleet::PeerRpcStatRows(), Of(s, &S::p2p_rpc), v);
   Map(kP2pChannelGroup, fleet::UcxChannelStatRows(), Of(s, &S::p2p_channel), v);
+  Map(kP2pDirectoryGroup, fleet::P2pDirectoryStatRows(), Of(s, &S::p2p_directory), v);
+  Map(kP2pLookupsGroup, fleet::P2pLookupStatRows(), Of(s, &S::p2p_lookups), v);
   v.EndGroup();
 }
 

@@ -342,6 +342,23 @@ def stats(client):
     return value
 
 
+def wait_until_directory_holds(client, chunks, timeout_s=60):
+    """Directed lookups (--p2p-lookup directed, the default) ask only the
+    peers this server's directory names, and a chunk stored on a peer is
+    named once this server's feed has read the peer's chunk log (every
+    --p2p-directory-poll, 0.1 s): waits until the directory's filters hold at
+    least `chunks` chunks, as a requester would be some time after a prompt
+    was computed elsewhere. Fails after `timeout_s` (a bound, not a measure)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        held = stats(client)["p2p"]["directory"]["chunks"]
+        if held >= chunks:
+            return held
+        assert time.monotonic() < deadline, \
+            f"the directory holds {held} chunks after {timeout_s} s, not {chunks}"
+        time.sleep(0.02)
+
+
 def store_prompt(client, pool, instance_id, tokens, chunks, request_id, rng):
     """prepare_store + write random patterns + commit_store for chunks [0, chunks).
     Returns the patterns by chunk index."""

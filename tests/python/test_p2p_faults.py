@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from mp_client import (OP_LOOKUP, OP_QUERY_PREFETCH_STATUS, chunk_size, lookup_l2, make_key,
-                       random_tokens, retrieve, stats, store_prompt)
+                       random_tokens, retrieve, stats, store_prompt, wait_until_directory_holds)
 from test_p2p_membership import start_peer
 from test_p2p_owner import write_key
 from test_p2p_sharing import SETTLE_S, Namespaces, eventually, namespaces_possible, worker
@@ -150,6 +150,7 @@ def test_a_slow_lossy_link_still_delivers_every_byte_and_ends_every_lock(tmp_pat
         chunks = 16
         tokens = random_tokens(rng, chunks * chunk_size(a[0]))
         patterns = store_prompt(a[0], a[2], a[1], tokens, chunks, "on-a", rng)
+        wait_until_directory_holds(b[0], chunks)
 
         assert lookup_l2(b[0], tokens, "through-loss", timeout_s=SETTLE_S) == chunks
         expect_patterns(retrieve(b[0], b[2], b[1], tokens, chunks, "through-loss"), patterns)
@@ -176,6 +177,8 @@ def test_a_peer_killed_mid_load_costs_only_its_chunks_and_its_restart_ends_its_l
         on_b = random_tokens(rng, chunks * chunk)
         a_patterns = store_prompt(a[0], a[2], a[1], on_a, chunks, "on-a", rng)
         b_patterns = store_prompt(b[0], b[2], b[1], on_b, chunks, "on-b", rng)
+        wait_until_directory_holds(a[0], chunks)
+        wait_until_directory_holds(b[0], chunks)
         for i in (0, 1):
             print(f"node {'ab'[i]}'s link: {shape(fleet.namespaces, i, rate_mbit=20)}")
 
@@ -230,6 +233,7 @@ def test_a_peer_killed_mid_load_costs_only_its_chunks_and_its_restart_ends_its_l
         assert p2p(b[0])["peers"]["restarts"] >= 1
         assert p2p(b[0])["served"]["ended_life_tasks"] >= 1
         again = store_prompt(a[0], a[2], a[1], on_a, chunks, "on-a-again", rng)
+        wait_until_directory_holds(b[0], chunks)  # A's new life, listed and read again
         assert lookup_l2(b[0], on_a, "after-restart", timeout_s=SETTLE_S) == chunks
         data = retrieve(b[0], b[2], b[1], on_a, chunks, "after-restart")
         # The first `hits` chunks B had from A's first life; the rest from its second.
@@ -244,8 +248,10 @@ def test_a_peer_killed_mid_load_costs_only_its_chunks_and_its_restart_ends_its_l
 
 def test_a_server_stopping_while_a_lookup_waits_on_a_hung_peer_exits_at_once(tmp_path, zmq_ctx):
     deadline_s = 120  # far past what the test allows the stop
+    # Broadcast: a lookup of a prompt nobody holds still asks A (directed
+    # lookups would ask nobody, and there would be no call to wait on).
     fleet = Fleet(tmp_path, ["--p2p-lookup-timeout", str(deadline_s), "--p2p-load-timeout",
-                             str(deadline_s)])
+                             str(deadline_s), "--p2p-lookup", "broadcast"])
     try:
         b_client = worker(zmq_ctx, fleet.servers[1])[0]
         eventually(lambda: p2p(b_client)["peers"]["ready"] == 1, "B sees A ready")

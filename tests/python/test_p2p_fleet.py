@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from mp_client import (chunk_size, free_tcp_ports, lookup_l2, random_tokens, retrieve, stats,
-                       store_prompt)
+                       store_prompt, wait_until_directory_holds)
 from test_p2p_membership import start_peer
 from test_p2p_owner import write_key
 from test_p2p_sharing import SETTLE_S, Namespaces, eventually, namespaces_possible, worker
@@ -31,7 +31,7 @@ class Nodes:
     """Servers 0..n-1; `peers_of[i]` lists the servers i asks; `key_of[i]`
     picks its fleet key (0 or 1)."""
 
-    def __init__(self, tmp_path, where, peers_of, key_of=None):
+    def __init__(self, tmp_path, where, peers_of, key_of=None, extra_args=()):
         count = len(peers_of)
         keys = [write_key(tmp_path / f"fleet{k}.key", os.urandom(32)) for k in (0, 1)]
         key_of = key_of or [0] * count
@@ -51,7 +51,8 @@ class Nodes:
         try:
             for i in range(count):
                 peers = ",".join(self.urls[j] for j in peers_of[i])
-                extra = ["--p2p-lookup-timeout", "2"] + (["--p2p-peers", peers] if peers else [])
+                extra = ["--p2p-lookup-timeout", "2", *extra_args] + \
+                    (["--p2p-peers", peers] if peers else [])
                 self.servers.append(start_peer(tmp_path, f"n{i}", keys[key_of[i]], ports[i], extra,
                                                host=self.hosts[i], prefix=prefixes[i], env=env))
         except BaseException:
@@ -93,9 +94,18 @@ def where(request):
     return request.param
 
 
-def test_a_prompt_on_two_peers_is_served_from_both_first_peer_first(tmp_path, zmq_ctx, where):
+def lookups(client):
+    return stats(client)["p2p"]["lookups"]
+
+
+@pytest.mark.parametrize("mode", ["directed", "broadcast"])
+def test_a_prompt_on_two_peers_is_served_from_both_first_peer_first(tmp_path, zmq_ctx, where,
+                                                                    mode):
+    """Broadcast asks both peers, and each chunk comes from the first (in the
+    membership's order) that holds it. Directed asks only the peer with the
+    longest run of the prompt's chunks, which holds them all: one RPC."""
     # 0 = A (the first half), 1 = B (the requester), 2 = C (the whole prompt).
-    nodes = Nodes(tmp_path, where, peers_of=[[], [0, 2], []])
+    nodes = Nodes(tmp_path, where, peers_of=[[], [0, 2], []], extra_args=["--p2p-lookup", mode])
     try:
         a, b, c = (worker(zmq_ctx, s) for s in nodes.servers)
         eventually(lambda: peers_in(b[0], "ready") == 2, "B sees A and C ready")
@@ -104,18 +114,82 @@ def test_a_prompt_on_two_peers_is_served_from_both_first_peer_first(tmp_path, zm
         tokens = random_tokens(rng, CHUNKS * chunk)
         on_a = store_prompt(a[0], a[2], a[1], tokens, 2, "half-on-a", rng)
         on_c = store_prompt(c[0], c[2], c[1], tokens, CHUNKS, "whole-on-c", rng)
-        # The membership asks peers in the order of their URLs: the first
-        # that holds a chunk serves it.
-        a_first = nodes.urls[0] < nodes.urls[2]
-        expected = [on_a[i] if a_first else on_c[i] for i in range(2)] + [on_c[2], on_c[3]]
+        if mode == "directed":
+            wait_until_directory_holds(b[0], 2 + CHUNKS)
+            expected = on_c
+        else:
+            # The membership asks peers in the order of their URLs: the
+            # first that holds a chunk serves it.
+            a_first = nodes.urls[0] < nodes.urls[2]
+            expected = [on_a[i] if a_first else on_c[i] for i in range(2)] + [on_c[2], on_c[3]]
+        before = lookups(b[0])
 
         assert lookup_l2(b[0], tokens, "from-both", timeout_s=SETTLE_S) == CHUNKS
         data = retrieve(b[0], b[2], b[1], tokens, CHUNKS, "from-both")
         for index in range(CHUNKS):
             assert np.array_equal(as_pattern(data[index], expected[index]), expected[index]), \
-                f"chunk {index} is not the first holder's"
-        assert served(a[0])["hit_keys"] == 2 and served(c[0])["hit_keys"] == CHUNKS
+                f"chunk {index} is not the expected holder's"
+        after = lookups(b[0])
+        assert after["found_chunks"] - before["found_chunks"] == CHUNKS
+        if mode == "directed":
+            assert after["rpcs"] - before["rpcs"] == 1, (before, after)
+            assert served(a[0])["lookups"] == 0 and served(c[0])["hit_keys"] == CHUNKS
+        else:
+            assert after["rpcs"] - before["rpcs"] == 2, (before, after)
+            assert served(a[0])["hit_keys"] == 2 and served(c[0])["hit_keys"] == CHUNKS
         expect_balanced([a[0], c[0]], b[0])
+    finally:
+        nodes.close()
+
+
+def test_directed_lookups_ask_only_a_holder_and_nobody_for_what_no_peer_holds(tmp_path, zmq_ctx):
+    """Three peers of B, each holding its own prompt: a lookup of one asks
+    only its holder (one RPC for its four chunks); a prompt nobody holds,
+    and one its holder has since dropped, ask nobody (the removal reached
+    B's directory through the holder's chunk log)."""
+    nodes = Nodes(tmp_path, "loopback", peers_of=[[], [0, 2, 3], [], []])
+    try:
+        a, b, c, d = (worker(zmq_ctx, s) for s in nodes.servers)
+        eventually(lambda: peers_in(b[0], "ready") == 3, "B sees A, C and D ready")
+        rng = np.random.default_rng(77)
+        chunk = chunk_size(a[0])
+        prompts = [random_tokens(rng, CHUNKS * chunk) for _ in range(3)]
+        holders = [a, c, d]
+        patterns = [store_prompt(h[0], h[2], h[1], p, CHUNKS, f"own-{i}", rng)
+                    for i, (h, p) in enumerate(zip(holders, prompts))]
+        wait_until_directory_holds(b[0], 3 * CHUNKS)
+        assert stats(b[0])["p2p"]["directory"]["stale_peers"] == 0
+
+        before = lookups(b[0])
+        assert lookup_l2(b[0], prompts[1], "from-c", timeout_s=SETTLE_S) == CHUNKS
+        data = retrieve(b[0], b[2], b[1], prompts[1], CHUNKS, "from-c")
+        for index in range(CHUNKS):
+            assert np.array_equal(as_pattern(data[index], patterns[1][index]), patterns[1][index])
+        after = lookups(b[0])
+        assert after["rpcs"] - before["rpcs"] == 1 and after["found_chunks"] - before[
+            "found_chunks"] == CHUNKS, (before, after)
+        assert served(a[0])["lookups"] == 0 and served(d[0])["lookups"] == 0
+        assert served(c[0])["lookups"] == 1
+
+        # Nobody holds it: nobody is asked.
+        before = after
+        assert lookup_l2(b[0], random_tokens(rng, CHUNKS * chunk), "nowhere",
+                         timeout_s=SETTLE_S) == 0
+        after = lookups(b[0])
+        assert after["rpcs"] == before["rpcs"] and \
+            after["unnamed_keys"] - before["unnamed_keys"] == CHUNKS, (before, after)
+
+        # D drops its prompt: once B's directory read that, nobody is asked for it.
+        held = stats(b[0])["p2p"]["directory"]["chunks"]
+        assert d[0].call("clear") is None
+        eventually(lambda: stats(b[0])["p2p"]["directory"]["chunks"] <= held - CHUNKS,
+                   "B's directory dropped D's chunks")
+        before = lookups(b[0])
+        assert lookup_l2(b[0], prompts[2], "dropped", timeout_s=SETTLE_S) == 0
+        after = lookups(b[0])
+        assert after["rpcs"] == before["rpcs"], (before, after)
+        assert served(d[0])["lookups"] == 0
+        expect_balanced([a[0], c[0], d[0]], b[0])
     finally:
         nodes.close()
 
@@ -147,6 +221,7 @@ def test_a_partition_costs_lookups_their_deadline_and_the_peer_serves_again_once
         rng = np.random.default_rng(9)
         tokens = random_tokens(rng, CHUNKS * chunk_size(a[0]))
         patterns = store_prompt(a[0], a[2], a[1], tokens, CHUNKS, "on-a", rng)
+        wait_until_directory_holds(b[0], CHUNKS)
 
         nodes.namespaces.cut(0)
         # Asked before B's probe notices: no answer by B's 2 s lookup deadline.

@@ -29,7 +29,8 @@ import numpy as np
 import pytest
 
 from mp_client import (MODEL, Client, chunk_size, free_tcp_ports, lookup_l2, map_pool,
-                       new_instance_id, random_tokens, register, retrieve, stats, store_prompt)
+                       new_instance_id, random_tokens, register, retrieve, stats, store_prompt,
+                       wait_until_directory_holds)
 from test_p2p_membership import start_peer
 from test_p2p_owner import OP_POLL_KV_EVENTS, write_key
 
@@ -53,6 +54,7 @@ def prompt_on_a(pair, zmq_ctx, seed):
     pair.wait_until_b_sees_a(b_client, "ready")
     tokens = random_tokens(rng, CHUNKS * chunk_size(a_client))
     patterns = store_prompt(a_client, a_pool, a_instance, tokens, CHUNKS, "store-on-a", rng)
+    wait_until_directory_holds(b_client, CHUNKS)
     return a_client, b_client, b_instance, b_pool, tokens, patterns
 
 
@@ -202,8 +204,13 @@ def test_a_prompt_stored_on_one_server_is_served_from_its_peer_byte_for_byte(pai
     chunk = chunk_size(a_client)
 
     before = p2p_adapter(b_client)
+    asked_before = stats(b_client)["p2p"]["lookups"]
     assert b_client.call(OP_POLL_KV_EVENTS, MODEL, 0, 1)["enabled"] is True  # B records events
     assert lookup_l2(b_client, tokens, "lookup-on-b", timeout_s=SETTLE_S) == CHUNKS
+    # Directed (the default): one p2p_lookup_and_lock, to A, for the 4 chunks A holds.
+    asked = stats(b_client)["p2p"]["lookups"]
+    assert asked["rpcs"] - asked_before["rpcs"] == 1, (asked_before, asked)
+    assert asked["found_chunks"] - asked_before["found_chunks"] == CHUNKS, asked
     data = retrieve(b_client, b_pool, b_instance, tokens, CHUNKS, "lookup-on-b")
     assert_chunks_are(data, patterns)
     after = p2p_adapter(b_client)

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "common/msgpack_codec.h"
+#include "fleet/chunk_log.h"
 #include "fleet/peer_key_codec.h"
 #include "protocol/p2p_codec.h"
 #include "protocol/wire_codec.h"
@@ -64,8 +65,12 @@ struct P2pAdapter::Lookup {
   std::vector<std::size_t> request_index;  // per key of the request, its index in `keys`
   std::uint64_t object_bytes = 0;
   std::vector<fleet::ReadyPeer> peers;
-  // Per peer, its addresses (one per key), or nullopt: no usable answer;
-  // and the task that holds them.
+  // Per peer, the keys it is asked for (indices into `keys`), and whether
+  // the directory named it in step (a miss there is a wrong hint).
+  std::vector<std::vector<std::size_t>> asked;
+  std::vector<bool> named;
+  // Per peer, its addresses (one per key asked), or nullopt: no usable
+  // answer; and the task that holds them.
   std::vector<std::optional<std::vector<protocol::P2pAddress>>> answers;
   std::vector<std::int64_t> tasks;
   std::atomic<std::size_t> left{0};
@@ -105,7 +110,7 @@ void P2pAdapter::Lookup::Query(std::size_t peer, std::int64_t task, int queries)
                 if (queries >= kMaxQueries || clock->NowMs() >= deadline_ms) return give_up();
                 return Query(peer, task, queries + 1);
               }
-              if ((*addresses)->size() != keys.size()) return give_up();
+              if ((*addresses)->size() != asked[peer].size()) return give_up();
               tasks[peer] = task;
               Answered(peer, std::move(*addresses));
             });
@@ -166,17 +171,138 @@ void P2pAdapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint6
     lookup->request_index.push_back(it->second);
   }
   lookup->peers = std::move(peers);
+  Plan(*lookup);
+  if (fleet::P2pLookupCounters* counts = peers_->lookup_counters()) {
+    counts->lookups.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::vector<std::size_t> asking;  // the peers asked for at least one key
+  for (std::size_t p = 0; p < lookup->peers.size(); ++p) {
+    if (!lookup->asked[p].empty()) asking.push_back(p);
+  }
   lookup->answers.resize(lookup->peers.size());
   lookup->tasks.resize(lookup->peers.size());
-  lookup->left.store(lookup->peers.size(), std::memory_order_relaxed);
-  const std::string keys_frame = KeysFrame(lookup->keys);
-  const std::string layouts_frame = LayoutsFrame(lookup->keys, object_bytes);
+  if (asking.empty()) {  // the directory named nobody
+    std::vector<bool> held(lookup->keys.size(), false);
+    CountOutcome(*lookup, held);
+    lookup->done(std::vector<bool>(keys.size(), false));
+    return;
+  }
+  if (fleet::P2pLookupCounters* counts = peers_->lookup_counters()) {
+    counts->rpcs.fetch_add(asking.size(), std::memory_order_relaxed);
+  }
+  lookup->left.store(asking.size(), std::memory_order_relaxed);
+  std::vector<std::pair<std::string, std::string>> frames;  // per peer asked
+  for (const std::size_t p : asking) {
+    std::vector<store::ObjectKey> subset;
+    subset.reserve(lookup->asked[p].size());
+    for (const std::size_t k : lookup->asked[p]) subset.push_back(lookup->keys[k]);
+    frames.emplace_back(KeysFrame(subset), LayoutsFrame(subset, object_bytes));
+  }
   Lookup* raw = lookup.get();
   raw->self = std::move(lookup);
-  const std::size_t peer_count = raw->peers.size();
   // `raw` may be resolved and freed by the last peer's answer: nothing of
   // it is read after the last Ask.
-  for (std::size_t i = 0; i < peer_count; ++i) raw->Ask(i, keys_frame, layouts_frame);
+  for (std::size_t i = 0; i < asking.size(); ++i) {
+    raw->Ask(asking[i], std::move(frames[i].first), std::move(frames[i].second));
+  }
+}
+
+void P2pAdapter::Plan(Lookup& lookup) const {
+  const std::size_t peer_count = lookup.peers.size();
+  lookup.asked.assign(peer_count, {});
+  lookup.named.assign(peer_count, false);
+  const fleet::PeerDirectory* directory = peers_->directory();
+  if (directory == nullptr) {  // broadcast: every ready peer, every key
+    std::vector<std::size_t> all(lookup.keys.size());
+    for (std::size_t k = 0; k < all.size(); ++k) all[k] = k;
+    lookup.asked.assign(peer_count, all);
+    return;
+  }
+  // Directed: each key at one peer the directory names in step, the one
+  // with the longest leading run of this lookup's chunks first (and the
+  // previous key's peer when it is named too, so a prompt's keys go to as
+  // few peers as may hold them); a key no peer in step names goes to every
+  // stale peer (its filter is not to be trusted, as under broadcast); a key
+  // nobody names is asked nowhere.
+  const std::vector<fleet::ChunkId> ids = fleet::DistinctChunkIds(lookup.keys);
+  std::vector<fleet::ChunkId> per_key;  // each key's id (DistinctChunkIds folds ranks)
+  per_key.reserve(lookup.keys.size());
+  fleet::ChunkId seed = 0;
+  const std::string* model = nullptr;
+  for (const store::ObjectKey& key : lookup.keys) {
+    if (model == nullptr || *model != key.model_name) {
+      model = &key.model_name;
+      seed = fleet::PeerDirectory::ModelSeed(key.model_name);
+    }
+    per_key.push_back(fleet::PeerDirectory::ChunkIdOf(seed, key.chunk_hash));
+  }
+  std::unordered_map<fleet::PeerId, std::size_t> index;  // ready peer -> position
+  for (std::size_t p = 0; p < peer_count; ++p) index.emplace(lookup.peers[p].rpc, p);
+  // Ready peers not in step (stale, or not yet known to the directory: a
+  // peer that just joined or came back) may hold anything.
+  std::vector<bool> in_step(peer_count, false);
+  for (const fleet::PeerId peer : directory->InStepPeers()) {
+    if (auto at = index.find(peer); at != index.end()) in_step[at->second] = true;
+  }
+  std::vector<std::size_t> stale;
+  for (std::size_t p = 0; p < peer_count; ++p) {
+    if (!in_step[p]) stale.push_back(p);
+  }
+  std::unordered_map<fleet::PeerId, std::size_t> rank;  // longest run first
+  for (const fleet::PeerPrefix& prefix : directory->Prefixes(ids)) {
+    auto at = index.find(prefix.peer);
+    if (at != index.end() && in_step[at->second]) rank.emplace(prefix.peer, rank.size());
+  }
+  std::optional<std::size_t> previous;
+  for (std::size_t k = 0; k < lookup.keys.size(); ++k) {
+    std::optional<std::size_t> chosen;
+    std::size_t chosen_rank = SIZE_MAX;
+    for (const fleet::PeerId holder : directory->MayHold(per_key[k])) {
+      auto at = index.find(holder);
+      if (at == index.end()) continue;
+      if (!in_step[at->second]) continue;
+      if (previous && at->second == *previous) {
+        chosen = previous;
+        break;
+      }
+      auto r = rank.find(holder);
+      const std::size_t holder_rank = r == rank.end() ? rank.size() : r->second;
+      if (holder_rank < chosen_rank) {
+        chosen = at->second;
+        chosen_rank = holder_rank;
+      }
+    }
+    if (chosen) {
+      lookup.asked[*chosen].push_back(k);
+      lookup.named[*chosen] = true;
+      previous = chosen;
+      continue;
+    }
+    for (const std::size_t p : stale) lookup.asked[p].push_back(k);
+  }
+}
+
+void P2pAdapter::CountOutcome(const Lookup& lookup, const std::vector<bool>& held) const {
+  fleet::P2pLookupCounters* counts = peers_->lookup_counters();
+  if (counts == nullptr) return;
+  std::uint64_t found = 0;
+  std::uint64_t unnamed = 0;
+  std::vector<bool> asked_anywhere(lookup.keys.size(), false);
+  std::uint64_t wrong = 0;
+  for (std::size_t p = 0; p < lookup.asked.size(); ++p) {
+    for (const std::size_t k : lookup.asked[p]) {
+      asked_anywhere[k] = true;
+      if (lookup.named[p] && !held[k]) wrong += 1;
+    }
+  }
+  for (std::size_t k = 0; k < held.size(); ++k) {
+    found += held[k] ? 1 : 0;
+    unnamed += asked_anywhere[k] ? 0 : 1;
+  }
+  counts->found_chunks.fetch_add(found, std::memory_order_relaxed);
+  counts->missed_keys.fetch_add(held.size() - found, std::memory_order_relaxed);
+  counts->unnamed_keys.fetch_add(unnamed, std::memory_order_relaxed);
+  counts->wrong_hints.fetch_add(wrong, std::memory_order_relaxed);
 }
 
 void P2pAdapter::Resolve(Lookup& lookup) {
@@ -184,10 +310,11 @@ void P2pAdapter::Resolve(Lookup& lookup) {
   std::vector<std::vector<store::ObjectKey>> release(lookup.peers.size());
   {
     MutexLock lock(&mu_);
-    for (std::size_t k = 0; k < lookup.keys.size(); ++k) {
-      for (std::size_t p = 0; p < lookup.peers.size(); ++p) {
-        if (!lookup.answers[p]) continue;
-        const protocol::P2pAddress& address = (*lookup.answers[p])[k];
+    for (std::size_t p = 0; p < lookup.peers.size(); ++p) {
+      if (!lookup.answers[p]) continue;
+      for (std::size_t j = 0; j < lookup.asked[p].size(); ++j) {
+        const std::size_t k = lookup.asked[p][j];
+        const protocol::P2pAddress& address = (*lookup.answers[p])[j];
         if (!address.valid()) continue;  // a miss: nothing locked there
         const bool usable = static_cast<std::uint64_t>(address.size) == lookup.object_bytes;
         if (held[k] || !usable) {  // held at an earlier peer, or not what we asked for
@@ -212,6 +339,7 @@ void P2pAdapter::Resolve(Lookup& lookup) {
       SendUnlock(lookup.peers[p].rpc, lookup.tasks[p], std::move(release[p]));
     }
   }
+  CountOutcome(lookup, held);
   // A repeated key was locked once: only its first place in the request holds it.
   std::vector<bool> found(lookup.request_index.size(), false);
   for (std::size_t i = 0; i < found.size(); ++i) {

@@ -90,6 +90,11 @@ class P2pAdapter final : public L2Adapter {
   struct Lookup;
   struct Shared;
 
+  // Which keys of `lookup` each ready peer is asked for: all of them
+  // (broadcast), or those the directory names it for (directed).
+  void Plan(Lookup& lookup) const;
+  // Counts what `lookup` asked and found (`held`: per key).
+  void CountOutcome(const Lookup& lookup, const std::vector<bool>& held) const;
   // Every peer of `lookup` answered (or failed): records the locations,
   // unlocks the duplicates and answers.
   void Resolve(Lookup& lookup) LMC_EXCLUDES(mu_);

@@ -1,0 +1,103 @@
+#include "fleet/chunk_log.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_set>
+
+namespace lmcache::fleet {
+
+std::vector<ChunkId> DistinctChunkIds(std::span<const store::ObjectKey> keys) {
+  std::vector<ChunkId> ids;
+  ids.reserve(keys.size());
+  std::unordered_set<ChunkId> seen;
+  // One model's digest per run of keys of that model (a callback's keys
+  // are almost always one model's).
+  const std::string* model = nullptr;
+  ChunkId seed = 0;
+  for (const store::ObjectKey& key : keys) {
+    if (model == nullptr || *model != key.model_name) {
+      model = &key.model_name;
+      seed = PeerDirectory::ModelSeed(key.model_name);
+    }
+    const ChunkId id = PeerDirectory::ChunkIdOf(seed, key.chunk_hash);
+    if (seen.insert(id).second) ids.push_back(id);
+  }
+  return ids;
+}
+
+ChunkLog::ChunkLog(const ChunkLogConfig& config, std::uint64_t incarnation)
+    : config_(config), incarnation_(incarnation == 0 ? 1 : incarnation) {}
+
+void ChunkLog::OnAdmitted(std::span<const store::ObjectKey> keys, std::span<const std::uint64_t>,
+                          store::AdmissionSource) {
+  Append(DirectoryChange::kStored, keys);
+}
+
+void ChunkLog::OnEvicted(std::span<const store::ObjectKey> keys, std::span<const std::uint64_t>) {
+  Append(DirectoryChange::kRemoved, keys);
+}
+
+void ChunkLog::OnDeleted(std::span<const store::ObjectKey> keys, std::span<const std::uint64_t>) {
+  Append(DirectoryChange::kRemoved, keys);
+}
+
+void ChunkLog::Append(DirectoryChange change, std::span<const store::ObjectKey> keys) {
+  if (keys.empty()) return;
+  std::vector<ChunkId> ids = DistinctChunkIds(keys);  // hashed outside the lock
+  std::vector<ChunkRecord> dropped;                   // freed outside it
+  MutexLock lock(&mu_);
+  for (std::size_t at = 0; at < ids.size(); at += kMaxRecordChunks) {
+    const std::size_t end = std::min(ids.size(), at + kMaxRecordChunks);
+    ChunkRecord& record = records_.emplace_back();
+    record.seq = next_seq_++;
+    record.change = change;
+    record.chunks.assign(ids.begin() + static_cast<std::ptrdiff_t>(at),
+                         ids.begin() + static_cast<std::ptrdiff_t>(end));
+    chunks_ += record.chunks.size();
+  }
+  // The newest record stays even when it alone is past the bound.
+  while (records_.size() > 1 && chunks_ > config_.max_chunks) {
+    chunks_ -= records_.front().chunks.size();
+    dropped.push_back(std::move(records_.front()));
+    records_.pop_front();
+    dropped_ += 1;
+  }
+}
+
+std::uint64_t ChunkLog::last_seq() const {
+  MutexLock lock(&mu_);
+  return next_seq_ - 1;
+}
+
+ChunkPage ChunkLog::ReadAfter(std::uint64_t cursor, std::size_t max_records,
+                              std::size_t max_chunks) const {
+  ChunkPage page;
+  page.incarnation = incarnation_;
+  page.next_cursor = cursor;
+  MutexLock lock(&mu_);
+  const std::uint64_t last = next_seq_ - 1;
+  if (cursor > last) {  // a previous life's cursor
+    page.lost = true;
+    page.next_cursor = last;
+    return page;
+  }
+  const std::uint64_t first = records_.empty() ? next_seq_ : records_.front().seq;
+  if (cursor + 1 < first) page.lost = true;  // what it had not read was dropped
+  std::size_t index = cursor + 1 >= first ? static_cast<std::size_t>(cursor + 1 - first) : 0;
+  std::size_t chunks = 0;
+  for (; index < records_.size() && page.records.size() < max_records; ++index) {
+    const ChunkRecord& record = records_[index];
+    if (!page.records.empty() && chunks + record.chunks.size() > max_chunks) break;
+    chunks += record.chunks.size();
+    page.records.push_back(record);
+    page.next_cursor = record.seq;
+  }
+  return page;
+}
+
+ChunkLogStats ChunkLog::Stats() const {
+  MutexLock lock(&mu_);
+  return {next_seq_ - 1, records_.size(), chunks_, dropped_};
+}
+
+}  // namespace lmcache::fleet

@@ -1,0 +1,115 @@
+// DirectoryFeed: keeps the PeerDirectory (peer_directory.h) in step with
+// what each ready peer's L1 holds, by reading the peers' chunk logs
+// (chunk_log.h) over the fleet endpoint (issue 43, section 1).
+//
+// Each ready peer goes through:
+//   * listing: p2p_chunk_listing pages of its L1 into an emptied filter
+//     (sized from the peer's own estimate of its capacity), starting at its
+//     log position of the first page;
+//   * catching up: p2p_chunk_events from that position, replayed (a chunk
+//     stored and listed is held once; one removed after it was listed is
+//     erased), until a page comes back short;
+//   * following: p2p_chunk_events every poll interval (at once after a full
+//     page), each record applied with its sequence checked.
+// A gap (the peer's log dropped what we had not read: `lost`), a new
+// incarnation (the peer restarted: a warm restart's adopted objects were
+// never announced), a full filter (it is listed again into one twice the
+// size) or an answer that cannot be decoded starts the listing again. Until
+// a peer is following it is stale in the directory: asked for every chunk,
+// as under broadcast, so a peer is never missed for being new. A peer that
+// leaves the ready set (it left, is unreachable or excluded) is forgotten:
+// its filter freed at once, listed again if it comes back. A call that
+// fails is retried after `retry_ms`; a peer that does not serve the
+// operations (an older build) stays stale.
+//
+// Thread-safety: Tick on the feed's thread (Start) or a test's; Stats from
+// any thread. Completions run on the RPC thread and take `mu_`, never held
+// across a call (a call after the RPC stopped completes on the caller's
+// thread). After Stop returns nothing touches the directory.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/mutex.h"
+#include "common/periodic_thread.h"
+#include "fleet/chunk_feed_codec.h"
+#include "fleet/fleet_link.h"
+#include "fleet/fleet_stats.h"
+#include "fleet/peer_directory.h"
+
+namespace lmcache::fleet {
+
+struct DirectoryFeedConfig {
+  TimeMs poll_interval_ms = 100;  // a peer in step is asked again this often
+  TimeMs retry_ms = 2'000;        // after a failed call
+  TimeMs call_timeout_ms = 3'000;
+  std::size_t page_records = 1024;
+  std::size_t listing_chunks = 65'536;
+  std::uint64_t min_capacity_chunks = 16'384;
+};
+
+class DirectoryFeed {
+ public:
+  // `peers`, `directory` and the peers' clock must outlive the feed.
+  DirectoryFeed(DirectoryFeedConfig config, const PeerAccess* peers, PeerDirectory* directory);
+  ~DirectoryFeed();  // stops
+
+  void Start();
+  // Joins the thread; completions that come later change nothing.
+  void Stop() LMC_EXCLUDES(mu_);
+  // One pass: adds the ready peers not yet known, forgets those no longer
+  // ready, and sends each idle peer's next call that is due.
+  void Tick() LMC_EXCLUDES(mu_);
+
+  // The feed's counters (the directory's own figures are filled in too).
+  P2pDirectoryStats Stats() const LMC_EXCLUDES(mu_);
+
+ private:
+  enum class Phase : std::uint8_t { kListing, kCatchingUp, kFollowing };
+  struct PeerFeed {
+    std::uint64_t generation = 0;  // a completion of another generation is ignored
+    Phase phase = Phase::kListing;
+    bool in_flight = false;
+    TimeMs next_ms = 0;
+    std::uint64_t incarnation = 0;
+    std::uint64_t cursor = 0;
+    bool listing_started = false;
+    std::string listing_next;
+    std::uint64_t capacity = 0;  // of its filter now
+    bool grow = false;           // its filter filled: the next listing doubles it
+  };
+  struct Request {
+    PeerId peer = 0;
+    std::uint64_t generation = 0;
+    Op op = Op::kP2pChunkEvents;
+    std::vector<std::string> payloads;
+  };
+
+  // The call `feed` makes next (marks it in flight).
+  Request NextCall(PeerId peer, PeerFeed& feed) LMC_REQUIRES(mu_);
+  void Send(Request request) LMC_EXCLUDES(mu_);
+  void OnReply(const Request& request, Result<std::string> reply) LMC_EXCLUDES(mu_);
+  // The reply handled; whether to ask again at once.
+  bool OnListing(PeerId peer, PeerFeed& feed, const ChunkListing& listing) LMC_REQUIRES(mu_);
+  bool OnPage(PeerId peer, PeerFeed& feed, const ChunkPage& page) LMC_REQUIRES(mu_);
+  void Relist(PeerId peer, PeerFeed& feed) LMC_REQUIRES(mu_);
+
+  const DirectoryFeedConfig config_;
+  const PeerAccess* const peers_;
+  PeerDirectory* const directory_;
+  mutable Mutex mu_;
+  bool stopped_ LMC_GUARDED_BY(mu_) = false;
+  std::map<PeerId, PeerFeed> feeds_ LMC_GUARDED_BY(mu_);
+  std::uint64_t next_generation_ LMC_GUARDED_BY(mu_) = 1;
+  P2pDirectoryStats counts_ LMC_GUARDED_BY(mu_);  // the feed's own counters
+  std::unique_ptr<PeriodicThread> thread_;
+};
+
+}  // namespace lmcache::fleet
