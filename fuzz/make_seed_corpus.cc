@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "fleet/chunk_feed_codec.h"
 #include "fleet/peer_info.h"
 #include "fleet/ucx_channel.h"
 #include "fuzz_input.h"
@@ -201,6 +202,11 @@ int main(int argc, char** argv) {
     info.Encode(reply.Field(fleet::kPeerInfoField));
     Write(handshakes / "server-info", '\1' + reply.Take());
     Write(handshakes / "hello", '\2' + fleet::PeerHello{"10.0.0.1:5557", "boot"}.Encode());
+    fleet::ChunkPage page{7, 3, false, {{2, fleet::DirectoryChange::kStored, {1, 2}},
+                                        {3, fleet::DirectoryChange::kRemoved, {2}}}};
+    Write(handshakes / "chunk-page", '\3' + fleet::EncodeChunkPage(page));
+    Write(handshakes / "chunk-listing",
+          '\4' + fleet::EncodeChunkListing({7, 3, 65536, {1, 2, 3}, "next"}));
   }
   Write(handover / "verdict", '\1' + restart::EncodeVerdict({restart::Verdict::kRefused, "no"}));
   std::vector<store::ObjectKey> keys(3, object_key);

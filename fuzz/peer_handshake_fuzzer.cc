@@ -1,16 +1,21 @@
-// libFuzzer target: what a peer sends in the P2P handshake, untrusted input
-// from another server. The first byte picks the decoder: 0, a UCX
-// descriptor (fleet/ucx_descriptor.h); 1, a server_info reply carrying the
-// handshake's map (fleet/peer_info.h); 2, a p2p_hello frame (PeerHello).
+// libFuzzer target: what a peer sends in the P2P handshake and its directory
+// feed, untrusted input from another server. The first byte picks the
+// decoder: 0, a UCX descriptor (fleet/ucx_descriptor.h); 1, a server_info
+// reply carrying the handshake's map (fleet/peer_info.h); 2, a p2p_hello
+// frame (PeerHello); 3, a p2p_chunk_events page; 4, a p2p_chunk_listing page
+// (fleet/chunk_feed_codec.h).
 // Beyond "no crash, no sanitizer report": a descriptor that parses has a
 // bounded address and a pool, and re-encodes to exactly the bytes it came
 // from; a handshake or hello that parses has every field within its bounds,
-// and a hello reads back the same from its own encoding.
+// and a hello reads back the same from its own encoding; a page or listing
+// that parses is within the limits, its records numbered consecutively, and
+// reads back the same from its own encoding.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
+#include "fleet/chunk_feed_codec.h"
 #include "fleet/peer_info.h"
 #include "fleet/ucx_descriptor.h"
 
@@ -49,15 +54,47 @@ void Hello(std::string_view bytes) {
   }
 }
 
+void ChunkPage(std::string_view bytes) {
+  const lmcache::fleet::ChunkFeedLimits limits;
+  auto page = lmcache::fleet::DecodeChunkPage(bytes, limits);
+  if (!page.ok()) return;
+  std::size_t chunks = 0;
+  for (std::size_t i = 0; i < page->records.size(); ++i) {
+    chunks += page->records[i].chunks.size();
+    if (i > 0 && page->records[i].seq != page->records[i - 1].seq + 1) std::abort();
+  }
+  if (page->records.size() > limits.max_records || chunks > limits.max_chunks ||
+      page->incarnation == 0) {
+    std::abort();
+  }
+  auto again = lmcache::fleet::DecodeChunkPage(lmcache::fleet::EncodeChunkPage(*page), limits);
+  if (!again.ok() || !(*again == *page)) std::abort();
+}
+
+void ChunkListing(std::string_view bytes) {
+  const lmcache::fleet::ChunkFeedLimits limits;
+  auto listing = lmcache::fleet::DecodeChunkListing(bytes, limits);
+  if (!listing.ok()) return;
+  if (listing->chunks.size() > limits.max_chunks || listing->next.size() > limits.max_next_bytes ||
+      listing->incarnation == 0) {
+    std::abort();
+  }
+  auto again =
+      lmcache::fleet::DecodeChunkListing(lmcache::fleet::EncodeChunkListing(*listing), limits);
+  if (!again.ok() || !(*again == *listing)) std::abort();
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   const std::string_view bytes(reinterpret_cast<const char*>(data) + 1, size - 1);
-  switch (data[0] % 3) {
+  switch (data[0] % 5) {
     case 0: Descriptor(bytes); break;
     case 1: Handshake(bytes); break;
-    default: Hello(bytes); break;
+    case 2: Hello(bytes); break;
+    case 3: ChunkPage(bytes); break;
+    default: ChunkListing(bytes); break;
   }
   return 0;
 }

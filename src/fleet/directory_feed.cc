@@ -196,9 +196,8 @@ bool DirectoryFeed::OnPage(PeerId peer, PeerFeed& feed, const ChunkPage& page) {
   for (const ChunkRecord& record : page.records) {
     const Applied applied =
         directory_->Apply(peer, feed.incarnation, record.seq, record.change, record.chunks);
-    if (applied == Applied::kGap || applied == Applied::kStale) {
-      // Stale while in step: its filter filled (Apply marks it so).
-      feed.grow = applied == Applied::kStale;
+    if (applied == Applied::kGap || applied == Applied::kStale || applied == Applied::kFull) {
+      feed.grow = applied == Applied::kFull;
       Relist(peer, feed);
       return true;
     }

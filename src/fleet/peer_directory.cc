@@ -33,10 +33,18 @@ ChunkId PeerDirectory::ModelSeed(std::string_view model) {
 }
 
 ChunkId PeerDirectory::ChunkIdOf(ChunkId model_seed, const store::ChunkHash& hash) {
-  // The hash is a blake3 digest: its first 8 bytes are uniform.
-  ChunkId from_hash = 0;
-  std::memcpy(&from_hash, hash.data(), sizeof(from_hash));
-  return from_hash ^ model_seed;
+  // A chunk hash is a digest (blake3 of tokens), but the filters take the
+  // id's bits as uniform (bucket and fingerprint): a finaliser (MurmurHash3's
+  // fmix64) keeps them so for any hash a client sends, at ~1 ns.
+  ChunkId id = 0;
+  std::memcpy(&id, hash.data(), sizeof(id));
+  id ^= model_seed;
+  id ^= id >> 33;
+  id *= 0xff51afd7ed558ccdull;
+  id ^= id >> 33;
+  id *= 0xc4ceb9fe1a85ec53ull;
+  id ^= id >> 33;
+  return id;
 }
 
 ChunkId PeerDirectory::ChunkIdOf(std::string_view model, const store::ChunkHash& hash) {
@@ -126,6 +134,7 @@ Applied PeerDirectory::Apply(PeerId peer, std::uint64_t incarnation, std::uint64
           full_inserts_.fetch_add(1, std::memory_order_relaxed);
           // Known incomplete from here: named for every chunk until resized.
           p->stale.store(true, std::memory_order_release);
+          applied = Applied::kFull;
         }
       }
       break;

@@ -59,6 +59,7 @@ enum class Applied : std::uint8_t {
   kNewIncarnation,  // applied, after emptying the peer's filter
   kGap,             // not applied: the peer is stale until Resynced
   kStale,           // not applied: the peer was stale already
+  kFull,            // applied in part: the filter filled, and the peer is stale until resized
   kUnknownPeer,     // not applied: no such peer (forgotten)
 };
 

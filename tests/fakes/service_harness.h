@@ -18,6 +18,7 @@
 #include "common/msgpack_codec.h"
 #include "common/msgpack_tree.h"
 #include "events/kv_events.h"
+#include "fleet/chunk_log.h"
 #include "fakes/fake_clock.h"
 #include "protocol/wire_codec.h"
 #include "server/service.h"
@@ -86,7 +87,8 @@ class ServiceHarness {
                           bool on_demand_eviction = true, tier::Prefetcher* prefetcher = nullptr,
                           std::unique_ptr<store::EvictionPolicy> policy = nullptr,
                           const std::function<void(store::L1Config&)>& tune_l1 = nullptr,
-                          events::KvEvents* events = nullptr) {
+                          events::KvEvents* events = nullptr,
+                          fleet::ChunkLog* chunk_log = nullptr) {
     store::L1Config l1;
     l1.shm_name =
         "lmcache_l1_pool_svc_test_" + std::to_string(getpid()) + "_" + std::to_string(counter_++);
@@ -102,7 +104,9 @@ class ServiceHarness {
     // As main: the recorder listens before anything is stored. `events`
     // outlives the harness.
     if (events != nullptr) cache_->table().AddListener(&events->recorder());
-    service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher, events);
+    if (chunk_log != nullptr) cache_->table().AddListener(chunk_log);
+    service_ = std::make_unique<server::Service>(cache_.get(), &clock_, config, prefetcher, events,
+                                                 chunk_log);
   }
 
   // Runs `op` (a name) as sent from `connection` (over ipc) and returns the

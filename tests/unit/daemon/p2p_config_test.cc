@@ -72,6 +72,26 @@ TEST_F(P2pConfigTest, ProbesDefaultToFiveSecondsAndTheirTimeoutMustFitTheirInter
   Refusal({"--p2p-probe-timeout", "0"});
 }
 
+TEST_F(P2pConfigTest, LookupsAreDirectedByDefaultAndTheDirectoryFlagsAreChecked) {
+  auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_TRUE(defaults->p2p.directed());
+  EXPECT_EQ(defaults->p2p.directory_poll_ms, 100);
+  EXPECT_EQ(defaults->p2p.chunk_log_chunks, 1u << 20);
+  auto broadcast = Parse({"--p2p-lookup", "broadcast", "--p2p-directory-poll", "0.5",
+                          "--p2p-chunk-log-size", "4096"});
+  ASSERT_TRUE(broadcast.ok()) << broadcast.status().ToString();
+  EXPECT_FALSE(broadcast->p2p.directed());
+  EXPECT_EQ(broadcast->p2p.directory_poll_ms, 500);
+  EXPECT_EQ(broadcast->p2p.chunk_log_chunks, 4096u);
+  EXPECT_NE(Refusal({"--p2p-lookup", "everyone"}).find("directed or broadcast"), std::string::npos);
+  EXPECT_NE(Refusal({"--p2p-directory-poll", "0"}).find("--p2p-directory-poll"), std::string::npos);
+  Refusal({"--p2p-directory-poll", "nan"});
+  Refusal({"--p2p-directory-poll", "61"});
+  EXPECT_NE(Refusal({"--p2p-chunk-log-size", "100"}).find("--p2p-chunk-log-size"),
+            std::string::npos);
+}
+
 TEST_F(P2pConfigTest, AnAdvertisedAddressAndAKeyOpenTheFleetEndpoint) {
   auto config = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-listen-url", "0.0.0.0:5556",
                        "--p2p-auth-key-file", key_file_, "--p2p-lookup-timeout", "2.5"});

@@ -121,11 +121,11 @@ TEST(PeerDirectory, AFullFilterMakesThePeerStaleUntilResizedAndResynced) {
   PeerDirectory directory;
   directory.AddPeer(9, 4);  // room for a handful
   const auto many = Prompt(6, 64);
-  ASSERT_EQ(directory.Apply(9, 1, 1, DirectoryChange::kStored, many), Applied::kApplied);
+  ASSERT_EQ(directory.Apply(9, 1, 1, DirectoryChange::kStored, many), Applied::kFull);
   EXPECT_GT(directory.Stats().full_inserts, 0u);
   EXPECT_EQ(directory.Stats().stale_peers, 1u) << "incomplete: named for every chunk";
   directory.Resize(9, 1000);
-  directory.Replay(9, DirectoryChange::kStored, many);
+  EXPECT_EQ(directory.Replay(9, DirectoryChange::kStored, many), 0u);
   directory.Resynced(9, 1, 1);
   EXPECT_EQ(directory.Stats().stale_peers, 0u);
   for (const auto chunk : many) EXPECT_EQ(directory.MayHold(chunk), std::vector<PeerId>{9});

@@ -7,11 +7,13 @@
 // fleet endpoint (they proved the fleet key) unless a test says otherwise.
 #include "server/p2p_ops.h"
 
+#include "fleet/chunk_feed_codec.h"
 #include "fleet/peer_info.h"
 #include "fleet/peer_key_codec.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "fakes/service_harness.h"
@@ -224,6 +226,87 @@ TEST_F(P2pOpsTest, MalformedFramesAreRefusedWithTheDeclaredFailureValues) {
   Reply unlock = h_.CallAs("p", "p2p_unlock_objects", {"\x91\xc0"});
   EXPECT_FALSE(unlock.status.ok());
   EXPECT_EQ(unlock.value, msgpk::Encoder().Nil().Take());
+}
+
+std::string BinFrame(std::string_view bytes) {
+  msgpk::Encoder e;
+  e.Bin(bytes);
+  return e.Take();
+}
+
+fleet::ChunkId IdOf(const P2pKey& key) {
+  return fleet::PeerDirectory::ChunkIdOf(key.model_name, StoreKeyOf(key).chunk_hash);
+}
+
+// p2p_chunk_events and p2p_chunk_listing (ours, issue 43): a member's
+// directory reads what this L1 gained and lost, and lists what it holds in
+// pages, with the log position the listing began at and an estimate of
+// how many chunks L1 may hold. Without a chunk log (P2P off) both refuse.
+TEST_F(P2pOpsTest, WithoutAChunkLogTheDirectoryOperationsRefuse) {
+  Reply events = Call("p", "p2p_chunk_events", {testing::IntFrame(0), testing::IntFrame(10)});
+  EXPECT_FALSE(events.status.ok());
+  EXPECT_EQ(events.value, msgpk::Encoder().Nil().Take());
+  EXPECT_FALSE(Call("p", "p2p_chunk_listing", {BinFrame(""), testing::IntFrame(10)}).status.ok());
+}
+
+TEST(P2pOpsChunkLogTest, AMembersDirectoryReadsTheLogAndListsL1InPages) {
+  fleet::ChunkLog log({}, 42);
+  testing::ServiceHarness h(64ull << 20, {}, true, nullptr, nullptr, nullptr, nullptr, &log);
+  std::vector<fleet::ChunkId> stored;
+  for (char fill : {'a', 'b', 'c'}) {
+    const store::ObjectKey k = StoreKeyOf(PeerKey(fill));
+    auto lease = h.l1().table().ReserveWrite(std::span(&k, 1), kObjectBytes,
+                                             store::Owner::Instance(1),
+                                             store::AllocationMode::kAllOrNothing);
+    ASSERT_TRUE(lease.ok() && lease->reserved == 1);
+    ASSERT_EQ(h.l1().table().FinishWrite(lease->lease).admitted, 1u);
+    stored.push_back(IdOf(PeerKey(fill)));
+  }
+  auto call = [&h](std::string_view op, std::vector<std::string> frames) {
+    return h.CallAs("peer", op, std::move(frames), Transport::kTcp, true);
+  };
+
+  Reply events = call("p2p_chunk_events", {testing::IntFrame(1), testing::IntFrame(10)});
+  ASSERT_TRUE(events.status.ok()) << events.status.ToString();
+  auto page = fleet::DecodeChunkPage(events.value);
+  ASSERT_TRUE(page.ok()) << page.status().ToString();
+  EXPECT_EQ(page->incarnation, 42u);
+  ASSERT_EQ(page->records.size(), 2u);  // after record 1: the second and third stores
+  EXPECT_EQ(page->records[0].seq, 2u);
+  EXPECT_EQ(page->records[1].chunks, std::vector<fleet::ChunkId>{stored[2]});
+  EXPECT_EQ(page->next_cursor, 3u);
+
+  Reply first = call("p2p_chunk_listing", {BinFrame(""), testing::IntFrame(2)});
+  ASSERT_TRUE(first.status.ok()) << first.status.ToString();
+  auto listing = fleet::DecodeChunkListing(first.value);
+  ASSERT_TRUE(listing.ok()) << listing.status().ToString();
+  EXPECT_EQ(listing->incarnation, 42u);
+  EXPECT_EQ(listing->log_cursor, 3u);
+  // The pool over the mean resident object's (aligned) bytes.
+  const std::uint64_t mean = h.l1().table().Stats().resident_bytes / 3;
+  EXPECT_GE(mean, kObjectBytes);
+  EXPECT_EQ(listing->capacity_chunks, (64ull << 20) / mean);
+  ASSERT_EQ(listing->chunks.size(), 2u);
+  ASSERT_FALSE(listing->next.empty());
+  Reply second = call("p2p_chunk_listing", {BinFrame(listing->next), testing::IntFrame(2)});
+  auto rest = fleet::DecodeChunkListing(second.value);
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  EXPECT_TRUE(rest->next.empty());
+  std::vector<fleet::ChunkId> listed = listing->chunks;
+  listed.insert(listed.end(), rest->chunks.begin(), rest->chunks.end());
+  std::sort(listed.begin(), listed.end());
+  std::sort(stored.begin(), stored.end());
+  EXPECT_EQ(listed, stored);
+
+  // What a peer could send wrong: refused, with the declared nil.
+  for (auto frames : {std::vector<std::string>{testing::IntFrame(-1), testing::IntFrame(10)},
+                      std::vector<std::string>{testing::IntFrame(0), testing::IntFrame(0)}}) {
+    Reply bad = call("p2p_chunk_events", frames);
+    EXPECT_FALSE(bad.status.ok());
+    EXPECT_EQ(bad.value, msgpk::Encoder().Nil().Take());
+  }
+  EXPECT_FALSE(call("p2p_chunk_listing", {BinFrame("\xc1"), testing::IntFrame(2)}).status.ok());
+  EXPECT_FALSE(call("p2p_chunk_listing", {BinFrame(""), testing::IntFrame(0)}).status.ok());
 }
 
 TEST_F(P2pOpsTest, ATaskNeverQueriedIsReapedByTheMaintenancePass) {

@@ -85,6 +85,20 @@ class FakeFleet final : public fleet::PeerAccess {
     next_task_ += 1000;
   }
   void UseLocalPool(std::span<std::byte> pool) { local_ = pool; }
+  // Directed lookups: the adapter asks the peers `directory` names.
+  void UseDirectory(const fleet::PeerDirectory* directory) { directory_ = directory; }
+  // How many p2p_lookup_and_lock calls peer `p` received.
+  int LookupsAt(int p) {
+    std::lock_guard lock(mu_);
+    return lookups_at_[p];
+  }
+  const fleet::PeerDirectory* directory() const override { return directory_; }
+  fleet::P2pLookupCounters* lookup_counters() const override { return &counters_; }
+  fleet::P2pLookupStats Counted() const {
+    fleet::P2pLookupStats s;
+    counters_.CopyTo(&s);
+    return s;
+  }
 
   std::vector<fleet::ReadyPeer> Ready() const override {
     std::vector<fleet::ReadyPeer> ready;
@@ -159,6 +173,7 @@ class FakeFleet final : public fleet::PeerAccess {
   Result<std::string> Answer(int p, Op op, const std::vector<std::string>& payloads) {
     std::lock_guard lock(mu_);
     if (op == Op::kP2pLookupAndLock) {
+      lookups_at_[p] += 1;
       auto keys = protocol::DecodeP2pKeys(payloads.at(0));
       if (!keys.ok()) return keys.status();
       const std::int64_t id = ++next_task_;
@@ -218,6 +233,9 @@ class FakeFleet final : public fleet::PeerAccess {
   }
 
   testing::FakeClock clock_;
+  const fleet::PeerDirectory* directory_ = nullptr;
+  mutable fleet::P2pLookupCounters counters_;
+  std::map<int, int> lookups_at_;
   std::set<int> silent_;
   std::mutex mu_;
   std::vector<std::vector<std::byte>> memory_;
@@ -443,6 +461,94 @@ TEST_F(P2pAdapterTest, AReadThroughALockOfAnOwnersPreviousLifeFailsAndLandsNothi
   EXPECT_FALSE(SlotFrom(0, 1));
   adapter_.Unlock(KeysN(0, 1));
   EXPECT_EQ(adapter_.Stats().objects, 0u);
+}
+
+// Directed lookups (--p2p-lookup directed): each key goes to one peer in
+// step that the directory names (the one with the longest run of the
+// lookup's chunks first), a key no peer in step names to every peer not in
+// step (stale, or not known to the directory yet), and a key nobody names
+// nowhere; the counters say what was asked and found.
+class DirectedP2pAdapterTest : public P2pAdapterTest {
+ protected:
+  DirectedP2pAdapterTest() : P2pAdapterTest(3) {
+    fleet_.UseDirectory(&directory_);
+    for (fleet::PeerId p : {1, 2}) directory_.AddPeer(p, 1024);  // peer 3: not yet known
+  }
+  static fleet::ChunkId Id(int i) {
+    const store::ObjectKey key = KeyN(static_cast<std::uint64_t>(i));
+    return fleet::PeerDirectory::ChunkIdOf(key.model_name, key.chunk_hash);
+  }
+  // Peer `p` holds keys `held` (in our fake and in step in the directory).
+  void Holds(int p, std::initializer_list<int> held) {
+    std::vector<fleet::ChunkId> ids;
+    for (int i : held) {
+      fleet_.Hold(p, i);
+      ids.push_back(Id(i));
+    }
+    directory_.Empty(static_cast<fleet::PeerId>(p));
+    directory_.Replay(static_cast<fleet::PeerId>(p), fleet::DirectoryChange::kStored, ids);
+    directory_.Resynced(static_cast<fleet::PeerId>(p), 1, 0);
+  }
+  fleet::PeerDirectory directory_;
+};
+
+TEST_F(DirectedP2pAdapterTest, EachKeyIsAskedOnlyAtThePeerWithTheLongestRunThatMayHoldIt) {
+  directory_.AddPeer(3, 1024);
+  Holds(1, {0, 1});
+  Holds(2, {0, 1, 2, 3});
+  Holds(3, {});
+  EXPECT_EQ(Lookup(KeysN(0, 5)), (std::vector<bool>{true, true, true, true, false}));
+  // One call, to peer 2 (it may hold the longest run): none to peers 1 and 3.
+  EXPECT_EQ(fleet_.LookupsAt(1), 0);
+  EXPECT_EQ(fleet_.LookupsAt(2), 1);
+  EXPECT_EQ(fleet_.LookupsAt(3), 0);
+  fleet::P2pLookupStats counted = fleet_.Counted();
+  EXPECT_EQ(counted.lookups, 1u);
+  EXPECT_EQ(counted.rpcs, 1u);
+  EXPECT_EQ(counted.found_chunks, 4u);
+  EXPECT_EQ(counted.missed_keys, 1u);
+  EXPECT_EQ(counted.unnamed_keys, 1u);  // key 4: nobody named
+  EXPECT_EQ(counted.wrong_hints, 0u);
+  auto outcomes = Load({0, 1, 2, 3});
+  ASSERT_TRUE(outcomes->has_value());
+  EXPECT_EQ(**outcomes, std::vector<L2LoadOutcome>(4, L2LoadOutcome::kLoaded));
+  EXPECT_TRUE(SlotFrom(0, 2) && SlotFrom(3, 2));
+  adapter_.Unlock(KeysN(0, 4));
+  EXPECT_EQ(fleet_.Locks(2), 0);
+
+  // Nothing any peer in step may hold, and every peer in step: no call at all.
+  EXPECT_EQ(Lookup(KeysN(8, 2)), (std::vector<bool>{false, false}));
+  EXPECT_EQ(fleet_.Counted().rpcs, 1u);
+  EXPECT_EQ(fleet_.Counted().unnamed_keys, 3u);
+}
+
+TEST_F(DirectedP2pAdapterTest, APeerNotInStepIsAskedForWhatNoPeerInStepNames) {
+  Holds(1, {0, 1});
+  fleet_.Hold(3, 2);  // peer 3 is ready but the directory has not met it yet
+  directory_.Empty(2);  // peer 2 went stale (a gap): its filter is not trusted
+  fleet_.Hold(2, 3);
+  EXPECT_EQ(Lookup(KeysN(0, 5)), (std::vector<bool>{true, true, true, true, false}));
+  EXPECT_EQ(fleet_.LookupsAt(1), 1);  // keys 0 and 1, named
+  EXPECT_EQ(fleet_.LookupsAt(2), 1);  // keys 2 to 4, not named by anyone in step
+  EXPECT_EQ(fleet_.LookupsAt(3), 1);  // the same
+  EXPECT_EQ(fleet_.Unlocked(1), std::vector<store::ObjectKey>{});  // never asked for 2 to 4
+  EXPECT_EQ(fleet_.Counted().rpcs, 3u);
+  EXPECT_EQ(fleet_.Counted().unnamed_keys, 0u);
+  adapter_.Unlock(KeysN(0, 4));
+  for (int p : {1, 2, 3}) EXPECT_EQ(fleet_.Locks(p), 0);
+}
+
+TEST_F(DirectedP2pAdapterTest, AHintThePeerDoesNotBearOutIsCountedAndCostsOneCall) {
+  directory_.AddPeer(3, 1024);
+  Holds(3, {});
+  Holds(1, {0, 1});
+  fleet_.Drop(1, 1);  // evicted at peer 1, its removal not read yet
+  EXPECT_EQ(Lookup(KeysN(0, 2)), (std::vector<bool>{true, false}));
+  EXPECT_EQ(fleet_.LookupsAt(1), 1);
+  EXPECT_EQ(fleet_.LookupsAt(2), 0);
+  EXPECT_EQ(fleet_.Counted().wrong_hints, 1u);
+  adapter_.Unlock(KeysN(0, 1));
+  EXPECT_EQ(fleet_.Locks(1), 0);
 }
 
 }  // namespace
