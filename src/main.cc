@@ -309,7 +309,8 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
         .self_url = "tcp://" + config.service.p2p_advertise_url,
         .ours = s.service->OwnPeerInfo(),
         .call_timeout_ms = config.p2p.call_timeout_ms,
-        .probe_interval_ms = config.p2p.probe_interval_ms};
+        .probe_interval_ms = config.p2p.probe_interval_ms,
+        .etcd_ttl_ms = config.p2p.etcd_ttl_ms};
     LMC_ASSIGN_OR_RETURN(s.membership,
                          lmcache::fleet::Membership::Create(members, *config.p2p.key,
                                                             s.data_channel.get(), &clock));
@@ -324,7 +325,9 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
           snapshot->p2p_peers = m->Stats();
           snapshot->p2p_rpc = m->rpc().Stats();
           snapshot->p2p_channel = channel->Stats();
+          snapshot->p2p_etcd = m->EtcdTotals();
         });
+    s.service->SetP2pEtcd([m = s.membership.get()] { return m->Etcd(); });
     s.fleet_link->Bind(s.membership.get(), s.data_channel.get());
     s.membership->Start();
     if (config.p2p.directed()) {

@@ -28,6 +28,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev llvm-14
   b3sum iproute2 iptables ucx-utils redis-server libhiredis-dev prometheus python3-yaml patchelf
+  etcd-server
   python3-zmq python3-msgpack python3-numpy python3-pytest
   chromium
 )

@@ -26,6 +26,19 @@ json P2pPeersJson(const std::vector<server::P2pPeerStatus>& peers) {
   return out;
 }
 
+json P2pEtcdJson(const std::vector<server::P2pEtcdStatus>& registrations) {
+  json out = json::array();
+  for (const server::P2pEtcdStatus& etcd : registrations) {
+    out.push_back({{"prefix", etcd.prefix},
+                   {"endpoints", etcd.endpoints},
+                   {"reachable", etcd.reachable},
+                   {"registered", etcd.registered},
+                   {"last_error", etcd.last_error},
+                   {"peers", etcd.peers}});
+  }
+  return out;
+}
+
 }  // namespace
 
 json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict, Phase phase,
@@ -102,7 +115,8 @@ json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict
             {"served_tasks", s.p2p_served.tasks},
             {"locked_objects", s.p2p_served.locked_objects},
             {"locked_bytes", s.p2p_served.locked_bytes},
-            {"peers", P2pPeersJson(status.p2p.peers)}}},
+            {"peers", P2pPeersJson(status.p2p.peers)},
+            {"etcd", P2pEtcdJson(status.p2p.etcd)}}},
           {"stats", StatsJson(s)}};
 }
 

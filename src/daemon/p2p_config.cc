@@ -70,9 +70,11 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
       ->group(group);
   app.add_option("--p2p-peers", p->peers_list,
                  "The peers to share with, comma-separated: tcp://HOST:PORT (a peer's fleet "
-                 "endpoint, as it advertises it), or dns://NAME:PORT (every address NAME "
-                 "resolves to, re-resolved every 5 s: a headless Service over a DaemonSet); this "
-                 "server's own address is skipped")
+                 "endpoint, as it advertises it), dns://NAME:PORT (every address NAME "
+                 "resolves to, re-resolved every 5 s: a headless Service over a DaemonSet), or "
+                 "etcd://HOST:PORT/PREFIX (the servers registered under PREFIX in etcd, where "
+                 "this one registers too; entries of one PREFIX are one cluster's members, "
+                 "tried in turn); this server's own address is skipped")
       ->group(group);
   app.add_option("--p2p-keep-loaded", p->keep_loaded,
                  "Keep a chunk loaded from a peer in L1 as an ordinary object, with its KV "
@@ -89,6 +91,11 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
   app.add_option("--p2p-probe-timeout", p->call_timeout_seconds,
                  "Seconds a handshake or probe may go unanswered before its peer is unreachable "
                  "(no lookup waits on it then)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--p2p-etcd-ttl", p->etcd_ttl_seconds,
+                 "Seconds of the etcd lease this server registers under (etcd:// peers): a "
+                 "server that dies, or loses etcd for longer, leaves its peers' lists within it")
       ->capture_default_str()
       ->group(group);
   app.add_option("--p2p-lookup", p->lookup_mode,
@@ -144,6 +151,10 @@ Status FinalizeP2p(ServerConfig* c) {
     return InvalidConfig("--p2p-chunk-log-size must be in [4096, 268435456] chunk ids (8 bytes "
                          "each)");
   }
+  if (!(p.etcd_ttl_seconds >= 2) || p.etcd_ttl_seconds > 300) {
+    return InvalidConfig("--p2p-etcd-ttl must be in [2, 300] seconds");
+  }
+  p.etcd_ttl_ms = std::llround(p.etcd_ttl_seconds * 1000);
   p.directory_poll_ms = std::llround(p.directory_poll_seconds * 1000);
   p.probe_interval_ms = std::llround(p.probe_interval_seconds * 1000);
   p.call_timeout_ms = std::llround(p.call_timeout_seconds * 1000);
@@ -178,13 +189,6 @@ Status FinalizeP2p(ServerConfig* c) {
   }
   auto peers = fleet::ParsePeerSources(p.peers_list);
   if (!peers.ok()) return InvalidConfig("--p2p-peers: " + peers.status().message());
-  for (const fleet::PeerSource& source : *peers) {
-    if (source.kind == fleet::PeerSourceKind::kEtcd) {
-      return InvalidConfig("--p2p-peers " + source.ToString() +
-                           ": etcd membership is not in this build yet; list the peers with "
-                           "tcp://HOST:PORT entries or a dns://NAME:PORT name");
-    }
-  }
   p.peers = *std::move(peers);
   LMC_ASSIGN_OR_RETURN(const HostPort advertised,
                        ParseUrlFlag("--p2p-advertise-url", p.advertise_url));

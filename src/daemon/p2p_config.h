@@ -43,6 +43,7 @@ struct P2pFlags {
   double probe_interval_seconds = 5;  // each peer asked again this often
   double call_timeout_seconds = 3;    // a handshake or probe unanswered this long: unreachable
   std::string lookup_mode = "directed";  // --p2p-lookup: directed | broadcast
+  double etcd_ttl_seconds = 10;          // etcd:// registrations' lease
   double directory_poll_seconds = 0.1;   // each peer's chunk log read this often
   std::uint64_t chunk_log_chunks = 1u << 20;  // --p2p-chunk-log-size
 
@@ -58,6 +59,7 @@ struct P2pFlags {
   std::int64_t probe_interval_ms = 0;
   std::int64_t call_timeout_ms = 0;
   std::int64_t directory_poll_ms = 0;
+  std::int64_t etcd_ttl_ms = 0;
   bool directed() const { return lookup_mode == "directed"; }
   bool enabled() const { return !advertise_url.empty(); }
 };

@@ -233,4 +233,30 @@ struct P2pLookupStats {
 std::span<const stats::Row<P2pLookupStats>> P2pLookupStatRows();
 LMC_STATS_COUNTERS(P2pLookupCounters, P2pLookupStats, LMC_P2P_LOOKUP_STATS);
 
+// EtcdStats's figures: membership through etcd (--p2p-peers etcd://...),
+// summed over the etcd prefixes listed (usually one).
+#define LMC_ETCD_STATS(X, D) \
+  X(reachable, "reachable", std::uint64_t, kGauge, "prefixes", "p2p_etcd_reachable", \
+      "etcd prefixes whose last call was answered (0 while etcd is out of reach: the last " \
+      "membership stands).") \
+  X(registered, "registered", std::uint64_t, kGauge, "prefixes", "p2p_etcd_registered", \
+      "etcd prefixes this server is registered under with a live lease.") \
+  X(peers, "peers", std::uint64_t, kGauge, "peers", "p2p_etcd_peers", \
+      "Peers in the last listings of the etcd prefixes (this server excluded).") \
+  X(failures, "failures", std::uint64_t, kCounter, "calls", "p2p_etcd_failures_total", \
+      "etcd calls that failed at every endpoint of their cluster.") \
+  X(lease_grants, "lease_grants", std::uint64_t, kCounter, "leases", \
+      "p2p_etcd_lease_grants_total", "Leases granted: one at start, one more each time the " \
+      "last lapsed (etcd out of reach past the TTL).") \
+  X(listings, "listings", std::uint64_t, kCounter, "listings", "p2p_etcd_listings_total", \
+      "Listings of the etcd prefixes that succeeded.") \
+  X(bad_entries, "bad_entries", std::uint64_t, kCounter, "entries", \
+      "p2p_etcd_bad_entries_total", "Values under an etcd prefix that were not a tcp:// fleet " \
+      "URL: skipped.")
+
+struct EtcdStats {
+  LMC_STATS_MEMBERS(LMC_ETCD_STATS)
+};
+std::span<const stats::Row<EtcdStats>> EtcdStatRows();
+
 }  // namespace lmcache::fleet

@@ -1,5 +1,7 @@
 #include "fleet/membership.h"
 
+#include <map>
+
 #include <netdb.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -59,6 +61,24 @@ Result<std::unique_ptr<Membership>> Membership::Create(MembershipConfig config,
   Membership* raw = m.get();  // outlives its rpc_ (~Membership)
   LMC_ASSIGN_OR_RETURN(m->rpc_,
                        PeerRpc::Start(key, clock, [raw](PeerId id) { raw->ConnectionClosed(id); }));
+  // Entries naming one etcd prefix are one cluster's endpoints.
+  std::map<std::string, EtcdConfig> clusters;
+  for (const PeerSource& source : m->config_.sources) {
+    if (source.kind != PeerSourceKind::kEtcd) continue;
+    EtcdConfig& cluster = clusters[source.prefix];
+    cluster.prefix = source.prefix;
+    cluster.self_url = m->config_.self_url;
+    cluster.ttl_ms = m->config_.etcd_ttl_ms;
+    cluster.call_timeout_ms = std::min<TimeMs>(m->config_.call_timeout_ms, cluster.ttl_ms / 3);
+    // HOST:PORT as the entry wrote it (IPv6 bracketed), without scheme and prefix.
+    const std::string entry = source.ToString();
+    cluster.endpoints.push_back(entry.substr(7, entry.size() - 7 - source.prefix.size()));
+  }
+  for (auto& [prefix, cluster] : clusters) {
+    LMC_ASSIGN_OR_RETURN(std::unique_ptr<EtcdRegistry> registry,
+                         EtcdRegistry::Create(std::move(cluster), clock));
+    m->etcd_.push_back(std::move(registry));
+  }
   return m;
 }
 
@@ -72,12 +92,36 @@ Membership::~Membership() {
 }
 
 void Membership::Start(std::chrono::milliseconds period) {
+  // Registered (or etcd's absence known) before the first tick lists peers.
+  for (const auto& registry : etcd_) registry->Start();
   thread_ = std::make_unique<PeriodicThread>("p2p-members", period, [this] { Tick(); });
   thread_->Start();
 }
 
 void Membership::Stop() {
   if (thread_) thread_->Stop();
+  for (const auto& registry : etcd_) registry->Stop();  // our keys revoked: peers drop us
+}
+
+std::vector<EtcdView> Membership::Etcd() const {
+  std::vector<EtcdView> views;
+  for (const auto& registry : etcd_) views.push_back(registry->View());
+  return views;
+}
+
+EtcdStats Membership::EtcdTotals() const {
+  EtcdStats total;
+  for (const auto& registry : etcd_) {
+    const EtcdStats s = registry->Stats();
+    total.reachable += s.reachable;
+    total.registered += s.registered;
+    total.peers += s.peers;
+    total.failures += s.failures;
+    total.lease_grants += s.lease_grants;
+    total.listings += s.listings;
+    total.bad_entries += s.bad_entries;
+  }
+  return total;
 }
 
 void Membership::StopCalls() {
@@ -100,7 +144,7 @@ std::vector<std::string> Membership::CurrentUrls() {
       urls.insert(TcpUrl(source.host, source.port));
       continue;
     }
-    if (source.kind != PeerSourceKind::kDns) continue;  // etcd: refused at start (issue 43)
+    if (source.kind != PeerSourceKind::kDns) continue;  // etcd: the registries' listings below
     const std::string name = source.ToString();
     if (resolve) {
       // Resolved outside the lock: getaddrinfo may wait on a DNS server.
@@ -119,6 +163,10 @@ std::vector<std::string> Membership::CurrentUrls() {
     }
     MutexLock lock(&mu_);
     urls.insert(resolved_[name].begin(), resolved_[name].end());
+  }
+  for (const auto& registry : etcd_) {
+    // The last listing: while etcd is out of reach it stands.
+    for (std::string& url : registry->Urls()) urls.insert(std::move(url));
   }
   urls.erase(config_.self_url);
   return std::vector<std::string>(urls.begin(), urls.end());

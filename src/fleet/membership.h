@@ -1,6 +1,7 @@
 // Membership: the peers this server shares its cache with, and the state of
-// each (issue 42, section 4): from `--p2p-peers` (fixed fleet endpoints, or
-// every address a DNS name resolves to, re-resolved), each met with the
+// each (issue 42, section 4): from `--p2p-peers` (fixed fleet endpoints,
+// every address a DNS name resolves to, re-resolved, or the servers
+// registered under an etcd prefix, etcd_registry.h), each met with the
 // handshake (server_info over its fleet endpoint, fleet/peer_info.h) and
 // connected over the UCX data channel.
 //
@@ -44,6 +45,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "common/periodic_thread.h"
+#include "fleet/etcd_registry.h"
 #include "fleet/peer_info.h"
 #include "fleet/peer_rpc.h"
 #include "fleet/peer_source.h"
@@ -89,6 +91,7 @@ struct MembershipConfig {
   TimeMs call_timeout_ms = 3'000;      // a handshake or probe unanswered this long: unreachable
   TimeMs probe_interval_ms = 5'000;    // each peer asked again this often
   TimeMs resolve_interval_ms = 5'000;  // dns:// names resolved again this often
+  TimeMs etcd_ttl_ms = 10'000;         // etcd:// registrations' lease (etcd_registry.h)
 };
 
 
@@ -118,6 +121,9 @@ class Membership {
   std::vector<PeerView> Peers() const LMC_EXCLUDES(mu_);
   std::vector<ReadyPeer> Ready() const LMC_EXCLUDES(mu_);
   MembershipStats Stats() const LMC_EXCLUDES(mu_);
+  // The etcd:// registrations, one per prefix (none without etcd:// entries).
+  std::vector<EtcdView> Etcd() const;
+  EtcdStats EtcdTotals() const;
   PeerRpc& rpc() { return *rpc_; }
 
  private:
@@ -157,6 +163,9 @@ class Membership {
   TimeMs next_resolve_ms_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t new_lives_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t resolve_failures_ LMC_GUARDED_BY(mu_) = 0;
+  // One per etcd:// prefix; their own threads keep the lease and list the
+  // prefix, Tick reads their last listings.
+  std::vector<std::unique_ptr<EtcdRegistry>> etcd_;
   std::unique_ptr<PeriodicThread> thread_;
 };
 

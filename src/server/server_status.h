@@ -28,6 +28,16 @@ struct P2pPeerStatus {
   double load_gbps = 0;              // its recent batches' throughput (moving average)
 };
 
+// One etcd:// registration (fleet/etcd_registry.h).
+struct P2pEtcdStatus {
+  std::string prefix;
+  std::vector<std::string> endpoints;
+  bool reachable = false;
+  bool registered = false;
+  std::string last_error;
+  std::uint64_t peers = 0;
+};
+
 // Cross-node sharing as configured (the figures are in stats.p2p_served).
 struct P2pStatus {
   bool enabled = false;            // --p2p-advertise-url given
@@ -35,6 +45,7 @@ struct P2pStatus {
   std::string key_fingerprint;     // fleet::FleetKey::fingerprint()
   bool serves_unauthenticated = false;  // --p2p-allow-unauthenticated
   std::vector<P2pPeerStatus> peers;
+  std::vector<P2pEtcdStatus> etcd;
 };
 
 // What GET /status shows: the stats snapshot and the server's identity and

@@ -332,7 +332,13 @@ ServerStatus Service::CollectStatus() {
   status.eviction_trigger_watermark = state_.l1().evictor().config().trigger_watermark;
   const ServiceConfig& config = state_.config();
   status.p2p = {!config.p2p_advertise_url.empty(), config.p2p_advertise_url,
-                config.p2p_key_fingerprint, config.p2p_serve_unauthenticated, {}};
+                config.p2p_key_fingerprint, config.p2p_serve_unauthenticated, {}, {}};
+  if (p2p_etcd_) {
+    for (fleet::EtcdView& etcd : p2p_etcd_()) {
+      status.p2p.etcd.push_back({std::move(etcd.prefix), std::move(etcd.endpoints), etcd.reachable,
+                                 etcd.registered, std::move(etcd.last_error), etcd.peers});
+    }
+  }
   if (p2p_peers_) {
     const TimeMs now = state_.clock().NowMs();
     for (const fleet::PeerView& peer : p2p_peers_()) {

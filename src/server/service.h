@@ -114,6 +114,9 @@ class Service final : public RequestHandler {
   // workers are served until they leave.
   void SetDraining(bool draining) { state_.instance_rules().set_draining(draining); }
   // Where /status reads the peers of --p2p-peers from (set once, before serving).
+  void SetP2pEtcd(std::function<std::vector<fleet::EtcdView>()> etcd) {
+    p2p_etcd_ = std::move(etcd);
+  }
   void SetP2pPeers(std::function<std::vector<fleet::PeerView>()> peers) {
     p2p_peers_ = std::move(peers);
   }
@@ -140,6 +143,7 @@ class Service final : public RequestHandler {
   P2pOps p2p_ops_;
   WarmPrefetches warm_;
   std::function<std::vector<fleet::PeerView>()> p2p_peers_;
+  std::function<std::vector<fleet::EtcdView>()> p2p_etcd_;
   OpTable table_;
   std::unique_ptr<RowStats[]> row_stats_;
   const std::chrono::steady_clock::time_point started_;

@@ -177,6 +177,7 @@ struct StatsSnapshot {
   fleet::UcxChannelStats p2p_channel;  // the data channel
   fleet::P2pDirectoryStats p2p_directory;  // the directory, its feed, our chunk log
   fleet::P2pLookupStats p2p_lookups;       // what the p2p adapter's lookups asked and found
+  fleet::EtcdStats p2p_etcd;               // membership through etcd
 };
 std::span<const stats::Row<StatsSnapshot>> ServiceStatRows();
 std::span<const stats::Row<StatsSnapshot>> ServiceCountedStatRows();

@@ -49,6 +49,8 @@ constexpr Group kP2pDirectoryGroup{"directory", GroupForm::kMap, "",
                                    "Which peers may hold which chunks, and our chunk log"};
 constexpr Group kP2pLookupsGroup{"lookups", GroupForm::kMap, "",
                                  "What the p2p adapter's lookups asked and found"};
+constexpr Group kP2pEtcdGroup{"etcd", GroupForm::kMap, "",
+                              "Membership through etcd (etcd:// peers)"};
 constexpr Group kRestartGroup{"restart", GroupForm::kMap, "",
                               "Warm restart (--takeover) and crash recovery (--recover-pool)"};
 
@@ -257,6 +259,7 @@ void VisitStats(const S* s, stats::Visitor& v) {
   Map(kP2pChannelGroup, fleet::UcxChannelStatRows(), Of(s, &S::p2p_channel), v);
   Map(kP2pDirectoryGroup, fleet::P2pDirectoryStatRows(), Of(s, &S::p2p_directory), v);
   Map(kP2pLookupsGroup, fleet::P2pLookupStatRows(), Of(s, &S::p2p_lookups), v);
+  Map(kP2pEtcdGroup, fleet::EtcdStatRows(), Of(s, &S::p2p_etcd), v);
   v.EndGroup();
 }
 

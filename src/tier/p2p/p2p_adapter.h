@@ -1,15 +1,22 @@
 // P2pAdapter: the peers of this server as a source of the L2 cascade (issue
-// 42, section 3): on an L1 miss the prefetch path asks every ready peer
-// (fleet/membership.h) which keys it holds in its L1, and loads each found
-// chunk from the first peer in the membership's order that holds it,
-// straight into the L1 slot the prefetch reserved, over the UCX data
-// channel (fleet/ucx_channel.h). What a peer served is admitted to our L1 as
-// an ordinary object, with its KV event, so its next touch stays local; with
-// --p2p-keep-loaded false it is served once (KeepsLoadedObjects): read by
-// the request that asked for it, then freed.
+// 42, section 3): on an L1 miss the prefetch path asks peers which keys they
+// hold in their L1, and loads each found chunk from the first peer in the
+// membership's order that holds it, straight into the L1 slot the prefetch
+// reserved, over the UCX data channel (fleet/ucx_channel.h). What a peer
+// served is admitted to our L1 as an ordinary object, with its KV event, so
+// its next touch stays local; with --p2p-keep-loaded false it is served once
+// (KeepsLoadedObjects): read by the request that asked for it, then freed.
+//
+// Which peers (Plan): every ready peer, for every key (broadcast, the
+// reference's way, when PeerAccess::directory() is null), or, directed
+// (issue 43), each key at one peer in step that the directory names (the
+// one that may hold the longest run of the lookup's chunks first), a key
+// no peer in step names at every ready peer not in step (stale or not yet
+// met: it may hold anything), and a key nobody names nowhere. What each
+// lookup asked and found is counted (PeerAccess::lookup_counters).
 //
 // A lookup is the reference's three calls (p2p-spec.md section 4), made to
-// every ready peer at once over the fleet endpoint (fleet/peer_rpc.h):
+// the planned peers at once over the fleet endpoint (fleet/peer_rpc.h):
 // p2p_lookup_and_lock, then p2p_query_lookup_results until the task is
 // answered, each peer's answer checked (one address per key, the size the
 // lookup asked for). A key found at several peers is kept at the first and

@@ -120,7 +120,7 @@ TEST_F(P2pConfigTest, AnAdvertisedAddressAndAKeyOpenTheFleetEndpoint) {
   EXPECT_EQ(peers->p2p.peers[1].kind, fleet::PeerSourceKind::kDns);
 }
 
-TEST_F(P2pConfigTest, PeersAreRefusedWithoutP2pOrWhenMalformedOrEtcd) {
+TEST_F(P2pConfigTest, PeersAreRefusedWithoutP2pOrWhenMalformed) {
   EXPECT_NE(Refusal({"--p2p-peers", "tcp://10.0.0.3:5556"}).find("--p2p-advertise-url"),
             std::string::npos);
   const std::vector<std::string> on{"--p2p-advertise-url", "10.0.0.2:5556",
@@ -132,7 +132,21 @@ TEST_F(P2pConfigTest, PeersAreRefusedWithoutP2pOrWhenMalformedOrEtcd) {
   };
   EXPECT_NE(with("tcp://10.0.0.3").find("--p2p-peers"), std::string::npos);
   EXPECT_NE(with("http://10.0.0.3:5556").find("--p2p-peers"), std::string::npos);
-  EXPECT_NE(with("etcd://10.0.0.9:2379/lmcache").find("dns://NAME:PORT"), std::string::npos);
+  EXPECT_NE(with("etcd://10.0.0.9:2379").find("PREFIX"), std::string::npos);
+}
+
+TEST_F(P2pConfigTest, EtcdPeersAreTakenWithTheirTtlChecked) {
+  auto config = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file", key_file_,
+                       "--p2p-peers", "etcd://10.0.0.9:2379/lmcache,etcd://10.0.0.8:2379/lmcache",
+                       "--p2p-etcd-ttl", "4"});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_EQ(config->p2p.peers.size(), 2u);
+  EXPECT_EQ(config->p2p.peers[0].kind, fleet::PeerSourceKind::kEtcd);
+  EXPECT_EQ(config->p2p.peers[1].prefix, "/lmcache");
+  EXPECT_EQ(config->p2p.etcd_ttl_ms, 4'000);
+  EXPECT_EQ(Parse({}).value().p2p.etcd_ttl_ms, 10'000);
+  EXPECT_NE(Refusal({"--p2p-etcd-ttl", "1"}).find("--p2p-etcd-ttl"), std::string::npos);
+  Refusal({"--p2p-etcd-ttl", "301"});
 }
 
 TEST_F(P2pConfigTest, RefusalsNameWhatToChange) {

@@ -62,9 +62,9 @@ TEST(ChunkFeedCodec, WhatAPeerCouldSendWrongIsRefused) {
   EXPECT_FALSE(DecodeChunkPage(PageWith(3, Record(1, 0, id) + Record(3, 0, id), 2)).ok());
   EXPECT_FALSE(DecodeChunkPage(PageWith(5, Record(1, 0, id), 1)).ok());
   // More records, or chunks, than the limits.
-  EXPECT_FALSE(DecodeChunkPage(PageWith(2, Record(1, 0, id) + Record(2, 0, id), 2),
-                               {.max_records = 1})
-                   .ok());
+  EXPECT_FALSE(
+      DecodeChunkPage(PageWith(2, Record(1, 0, id) + Record(2, 0, id), 2), {.max_records = 1})
+          .ok());
   EXPECT_FALSE(DecodeChunkPage(PageWith(1, Record(1, 0, id + id), 1), {.max_chunks = 1}).ok());
   // Trailing bytes, a truncated frame, a missing field, incarnation 0.
   const std::string whole = EncodeChunkPage(APage());

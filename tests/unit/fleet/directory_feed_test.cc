@@ -46,7 +46,8 @@ class FakePeers final : public PeerAccess {
  public:
   FakePeer& Add(PeerId id, std::uint64_t incarnation = 100, std::size_t log_chunks = 1u << 20) {
     std::lock_guard lock(mu_);
-    auto [it, added] = peers_.insert_or_assign(id, std::make_shared<FakePeer>(incarnation, log_chunks));
+    auto [it, added] =
+        peers_.insert_or_assign(id, std::make_shared<FakePeer>(incarnation, log_chunks));
     ready_.insert(id);
     return *it->second;
   }
@@ -106,7 +107,8 @@ class FakePeers final : public PeerAccess {
     listing.log_cursor = peer->log->last_seq();
     listing.capacity_chunks = peer->capacity;
     auto it = after->empty() ? peer->held.begin() : peer->held.upper_bound(std::stoull(*after));
-    for (; it != peer->held.end() && static_cast<std::int64_t>(listing.chunks.size()) < *limit; ++it) {
+    for (; it != peer->held.end() && static_cast<std::int64_t>(listing.chunks.size()) < *limit;
+         ++it) {
       listing.chunks.push_back(Id(*it));
     }
     if (it != peer->held.end()) listing.next = std::to_string(*std::prev(it));

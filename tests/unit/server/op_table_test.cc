@@ -224,11 +224,15 @@ TEST(OpTable, EveryFrozenIdHasItsReferenceName) {
     EXPECT_EQ(row->spec.name, kNames[id - 1]) << id;
     EXPECT_EQ(ServiceOps().FindByName(kNames[id - 1]), row);
   }
-  // + server_info, stats, clear_cache, p2p_hello, p2p_end_task, p2p_unlock_task (ours),
-  // store_with_chunk_events,
+  // + server_info, stats, clear_cache, p2p_hello, p2p_end_task, p2p_unlock_task,
+  // p2p_chunk_events, p2p_chunk_listing (ours), store_with_chunk_events,
   // release_chunk_store_events, subscribe_kv_events, abort_store (the reference's,
   // by name only).
-  EXPECT_EQ(ServiceOps().rows().size(), 44u);
+  EXPECT_EQ(ServiceOps().rows().size(), 46u);
+  for (const char* name : {"p2p_chunk_events", "p2p_chunk_listing"}) {
+    ASSERT_NE(ServiceOps().FindByName(name), nullptr) << name;
+    EXPECT_FALSE(ServiceOps().FindByName(name)->spec.frozen_id) << name;
+  }
   ASSERT_NE(ServiceOps().FindByName("p2p_end_task"), nullptr);
   ASSERT_NE(ServiceOps().FindByName("p2p_unlock_task"), nullptr);
   ASSERT_NE(ServiceOps().FindByName("p2p_hello"), nullptr);

@@ -62,7 +62,9 @@ ServerStatus PopulatedStatus(bool with_l2) {
   status.instance_id = "node-7";
   status.eviction_policy = "LRU";
   status.eviction_trigger_watermark = 0.8;
-  status.p2p = {true, "10.0.0.7:5556", "0123456789abcdef", false};
+  status.p2p.enabled = true;
+  status.p2p.advertise_url = "10.0.0.7:5556";
+  status.p2p.key_fingerprint = "0123456789abcdef";
   worker::InstanceInfo info;
   info.instance_id = 3;
   info.model_name = "llama";
