@@ -43,7 +43,8 @@ import zmq  # noqa: E402
 
 import mp_client  # noqa: E402
 from mp_client import (OP_CLEAR, Client, chunk_size, lookup_l2, map_pool,  # noqa: E402
-                       new_instance_id, random_tokens, register, retrieve, stats, store_prompt)
+                       new_instance_id, random_tokens, register, retrieve, stats, store_prompt,
+                       wait_until_directory_holds)
 from test_p2p_owner import write_key  # noqa: E402
 from test_p2p_sharing import Namespaces  # noqa: E402
 
@@ -187,6 +188,9 @@ def main():
         chunk = chunk_size(a)
         tokens = random_tokens(rng, args.chunks * chunk)
         store_prompt(a, a_pool, a_instance, tokens, args.chunks, "bench-store", rng)
+        # B's directory names A for the prompt once it read A's chunk log
+        # (directed lookups, the default); the timed rounds start after that.
+        wait_until_directory_holds(b, args.chunks)
         chunk_bytes = 2 * args.layers * chunk * args.hidden * mp_client.ITEM_SIZE
         total = chunk_bytes * args.chunks
         if use_redis:
