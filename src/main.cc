@@ -218,6 +218,11 @@ struct Server {
   // goes before anything else.
   ~Server() {
     if (data_channel) data_channel->SetServeGuard(nullptr);
+    // On a path that did not stop them first (a start that failed): the
+    // feed's thread stops, then every peer call in flight ends now, while
+    // the feed its completions reach is still alive.
+    if (directory_feed) directory_feed->Stop();
+    if (membership) membership->StopCalls();
   }
 
   lmcache::store::L1Cache& cache() { return *pool.cache; }

@@ -123,23 +123,30 @@ Applied PeerDirectory::Apply(PeerId peer, std::uint64_t incarnation, std::uint64
   }
   p->next_seq = seq + 1;
   applied_.fetch_add(1, std::memory_order_relaxed);
+  if (ChangeFilter(*p, change, chunks) > 0) {
+    // Known incomplete from here: named for every chunk until resized.
+    p->stale.store(true, std::memory_order_release);
+    applied = Applied::kFull;
+  }
+  return applied;
+}
+
+std::size_t PeerDirectory::ChangeFilter(Peer& p, DirectoryChange change,
+                                        std::span<const ChunkId> chunks) {
+  std::size_t refused = 0;
   switch (change) {
-    case DirectoryChange::kCleared: p->filter.Clear(); break;
+    case DirectoryChange::kCleared: p.filter.Clear(); break;
     case DirectoryChange::kRemoved:
-      for (const ChunkId chunk : chunks) p->filter.Erase(chunk);
+      for (const ChunkId chunk : chunks) p.filter.Erase(chunk);
       break;
     case DirectoryChange::kStored:
       for (const ChunkId chunk : chunks) {
-        if (p->filter.Insert(chunk) == ChunkFilter::Inserted::kFull) {
-          full_inserts_.fetch_add(1, std::memory_order_relaxed);
-          // Known incomplete from here: named for every chunk until resized.
-          p->stale.store(true, std::memory_order_release);
-          applied = Applied::kFull;
-        }
+        if (p.filter.Insert(chunk) == ChunkFilter::Inserted::kFull) refused += 1;
       }
       break;
   }
-  return applied;
+  full_inserts_.fetch_add(refused, std::memory_order_relaxed);
+  return refused;
 }
 
 void PeerDirectory::Empty(PeerId peer) {
@@ -155,20 +162,7 @@ std::size_t PeerDirectory::Replay(PeerId peer, DirectoryChange change,
   const auto p = Find(peer);
   if (!p) return 0;
   MutexLock lock(&p->mu);
-  std::size_t refused = 0;
-  switch (change) {
-    case DirectoryChange::kCleared: p->filter.Clear(); break;
-    case DirectoryChange::kRemoved:
-      for (const ChunkId chunk : chunks) p->filter.Erase(chunk);
-      break;
-    case DirectoryChange::kStored:
-      for (const ChunkId chunk : chunks) {
-        if (p->filter.Insert(chunk) == ChunkFilter::Inserted::kFull) refused += 1;
-      }
-      break;
-  }
-  full_inserts_.fetch_add(refused, std::memory_order_relaxed);
-  return refused;
+  return ChangeFilter(*p, change, chunks);
 }
 
 void PeerDirectory::Resynced(PeerId peer, std::uint64_t incarnation, std::uint64_t last_seq) {

@@ -129,6 +129,9 @@ class PeerDirectory {
   using Table = std::vector<std::shared_ptr<Peer>>;
   std::shared_ptr<Peer> Find(PeerId peer) const LMC_EXCLUDES(mu_);
   std::shared_ptr<const Table> Snapshot() const LMC_EXCLUDES(mu_);
+  // Applies `change` to `p`'s filter (its `mu` held); how many stored
+  // chunks a full filter could not take.
+  std::size_t ChangeFilter(Peer& p, DirectoryChange change, std::span<const ChunkId> chunks);
 
   mutable Mutex mu_;  // a leaf
   std::shared_ptr<const Table> table_ LMC_GUARDED_BY(mu_) = std::make_shared<const Table>();
