@@ -244,6 +244,18 @@ Status StartTiers(const daemon::ServerConfig& config, const lmcache::Clock& cloc
     s.chunk_log = std::make_unique<lmcache::fleet::ChunkLog>(
         lmcache::fleet::ChunkLogConfig{config.p2p.chunk_log_chunks}, incarnation);
     s.cache().table().AddListener(s.chunk_log.get());
+    // What a warm restart adopted is resident already: counted, not logged
+    // (a peer meeting us lists it).
+    const lmcache::store::ObjectTable& table = s.cache().table();
+    std::vector<lmcache::store::ListedObject> page = table.ListResident(nullptr, 65'536, nullptr);
+    while (!page.empty()) {
+      std::vector<lmcache::store::ObjectKey> keys;
+      keys.reserve(page.size());
+      for (const auto& object : page) keys.push_back(object.key);
+      s.chunk_log->Seed(keys);
+      const lmcache::store::ObjectKey last = page.back().key;
+      page = table.ListResident(&last, 65'536, nullptr);
+    }
   }
   if (!config.l2.adapters.empty()) {
     LMC_ASSIGN_OR_RETURN(s.l2,

@@ -40,6 +40,25 @@ Result<ChunkRecord> ReadRecord(msgpk::MsgpackCursor& in, std::size_t* budget) {
   return record;
 }
 
+// Each field's bit in a decoder's `seen` (0: a field it skips): a field
+// named twice (a second `records` would pass max_records) is refused.
+std::uint32_t PageFieldBit(std::string_view name) {
+  if (name == "incarnation") return 1;
+  if (name == "next_cursor") return 2;
+  if (name == "lost") return 4;
+  if (name == "records") return 8;
+  return 0;
+}
+
+std::uint32_t ListingFieldBit(std::string_view name) {
+  if (name == "incarnation") return 1;
+  if (name == "log_cursor") return 2;
+  if (name == "capacity_chunks") return 4;
+  if (name == "chunks") return 8;
+  if (name == "next") return 16;
+  return 0;
+}
+
 }  // namespace
 
 std::string EncodeChunkPage(const ChunkPage& page) {
@@ -62,6 +81,9 @@ Result<ChunkPage> DecodeChunkPage(std::string_view frame, const ChunkFeedLimits&
   std::uint32_t seen = 0;
   std::size_t budget = limits.max_chunks;
   LMC_RETURN_IF_ERROR(in.ReadFields("chunk page", [&](std::string_view name) -> Result<bool> {
+    if (const std::uint32_t bit = PageFieldBit(name); (seen & bit) != 0) {
+      return msgpk::Malformed("chunk page", "names a field twice");
+    }
     if (name == "incarnation") {
       LMC_ASSIGN_OR_RETURN(page.incarnation, in.ReadUint("chunk page incarnation"));
       seen |= 1;
@@ -120,6 +142,9 @@ Result<ChunkListing> DecodeChunkListing(std::string_view frame, const ChunkFeedL
   std::uint32_t seen = 0;
   std::size_t budget = limits.max_chunks;
   LMC_RETURN_IF_ERROR(in.ReadFields("chunk listing", [&](std::string_view name) -> Result<bool> {
+    if (const std::uint32_t bit = ListingFieldBit(name); (seen & bit) != 0) {
+      return msgpk::Malformed("chunk listing", "names a field twice");
+    }
     if (name == "incarnation") {
       LMC_ASSIGN_OR_RETURN(listing.incarnation, in.ReadUint("chunk listing incarnation"));
       seen |= 1;

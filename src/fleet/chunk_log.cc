@@ -6,10 +6,9 @@
 
 namespace lmcache::fleet {
 
-std::vector<ChunkId> DistinctChunkIds(std::span<const store::ObjectKey> keys) {
+std::vector<ChunkId> ChunkIdsOf(std::span<const store::ObjectKey> keys) {
   std::vector<ChunkId> ids;
   ids.reserve(keys.size());
-  std::unordered_set<ChunkId> seen;
   // One model's digest per run of keys of that model (a callback's keys
   // are almost always one model's).
   const std::string* model = nullptr;
@@ -19,9 +18,15 @@ std::vector<ChunkId> DistinctChunkIds(std::span<const store::ObjectKey> keys) {
       model = &key.model_name;
       seed = PeerDirectory::ModelSeed(key.model_name);
     }
-    const ChunkId id = PeerDirectory::ChunkIdOf(seed, key.chunk_hash);
-    if (seen.insert(id).second) ids.push_back(id);
+    ids.push_back(PeerDirectory::ChunkIdOf(seed, key.chunk_hash));
   }
+  return ids;
+}
+
+std::vector<ChunkId> DistinctChunkIds(std::span<const store::ObjectKey> keys) {
+  std::vector<ChunkId> ids = ChunkIdsOf(keys);
+  std::unordered_set<ChunkId> seen;
+  std::erase_if(ids, [&seen](ChunkId id) { return !seen.insert(id).second; });
   return ids;
 }
 
@@ -41,11 +46,33 @@ void ChunkLog::OnDeleted(std::span<const store::ObjectKey> keys, std::span<const
   Append(DirectoryChange::kRemoved, keys);
 }
 
+void ChunkLog::Seed(std::span<const store::ObjectKey> keys) {
+  const std::vector<ChunkId> ids = ChunkIdsOf(keys);
+  MutexLock lock(&mu_);
+  for (const ChunkId id : ids) resident_[id] += 1;
+}
+
 void ChunkLog::Append(DirectoryChange change, std::span<const store::ObjectKey> keys) {
   if (keys.empty()) return;
-  std::vector<ChunkId> ids = DistinctChunkIds(keys);  // hashed outside the lock
-  std::vector<ChunkRecord> dropped;                   // freed outside it
+  const std::vector<ChunkId> objects = ChunkIdsOf(keys);  // hashed outside the lock
+  std::vector<ChunkRecord> dropped;                       // freed outside it
   MutexLock lock(&mu_);
+  // Only a chunk's first object in, or its last out, changes what a peer
+  // should be asked for.
+  std::vector<ChunkId> ids;
+  for (const ChunkId id : objects) {
+    if (change == DirectoryChange::kStored) {
+      if (resident_[id]++ == 0) ids.push_back(id);
+      continue;
+    }
+    auto it = resident_.find(id);
+    // An object the log never counted (none should be) is taken as the last.
+    if (it == resident_.end() || --it->second == 0) {
+      if (it != resident_.end()) resident_.erase(it);
+      ids.push_back(id);
+    }
+  }
+  if (ids.empty()) return;
   for (std::size_t at = 0; at < ids.size(); at += kMaxRecordChunks) {
     const std::size_t end = std::min(ids.size(), at + kMaxRecordChunks);
     ChunkRecord& record = records_.emplace_back();

@@ -11,9 +11,19 @@
 // together, and carries tokens a directory does not need. This one is
 // recorded from startup, L1 only, 8 bytes per chunk.
 //
-// A record is one table callback's chunks of one change (the KV ranks and
-// object groups of a chunk collapse into one id; a callback's chunks past
-// kMaxRecordChunks go in further records), numbered consecutively from 1.
+// A chunk id stands for every object of that model and chunk hash (its KV
+// ranks, object groups, tenants, layouts): the log counts the resident
+// objects of each id, and records a chunk as stored when its first object
+// arrives and as removed when its last one goes. So evicting one rank of a
+// chunk whose other ranks stay announces nothing, and an eviction and a
+// re-admission whose callbacks reach the log in the other order (they run
+// after the table's locks) still leave the chunk held. Objects resident
+// before the log listened (a warm restart's) are counted with Seed. The
+// counts cost about 40 bytes per resident chunk.
+//
+// A record is one table callback's chunks of one change (a callback's
+// chunks past kMaxRecordChunks go in further records), numbered
+// consecutively from 1.
 // The log keeps the newest records up to `max_chunks` chunks in all; a
 // reader whose cursor fell behind them gets `lost` (and resynchronises from
 // a listing), and one whose cursor is ahead (it read a previous life: the
@@ -27,6 +37,7 @@
 #include <cstdint>
 #include <deque>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "common/mutex.h"
@@ -76,6 +87,10 @@ class ChunkLog final : public store::StoreListener {
   void OnDeleted(std::span<const store::ObjectKey> keys,
                  std::span<const std::uint64_t> bytes) override;
 
+  // Counts objects already resident when the log started listening (before
+  // any is served), without recording them: a peer lists them.
+  void Seed(std::span<const store::ObjectKey> keys) LMC_EXCLUDES(mu_);
+
   std::uint64_t incarnation() const { return incarnation_; }
   // The last record's number (0: none yet).
   std::uint64_t last_seq() const LMC_EXCLUDES(mu_);
@@ -92,11 +107,15 @@ class ChunkLog final : public store::StoreListener {
   const std::uint64_t incarnation_;
   mutable Mutex mu_;
   std::deque<ChunkRecord> records_ LMC_GUARDED_BY(mu_);
+  // Resident objects per chunk id (absent: none).
+  std::unordered_map<ChunkId, std::uint32_t> resident_ LMC_GUARDED_BY(mu_);
   std::uint64_t chunks_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t next_seq_ LMC_GUARDED_BY(mu_) = 1;
   std::uint64_t dropped_ LMC_GUARDED_BY(mu_) = 0;
 };
 
+// The chunk id of each of `keys`, in order.
+std::vector<ChunkId> ChunkIdsOf(std::span<const store::ObjectKey> keys);
 // The chunk ids of `keys`, each once, in first-seen order.
 std::vector<ChunkId> DistinctChunkIds(std::span<const store::ObjectKey> keys);
 

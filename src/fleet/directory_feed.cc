@@ -110,108 +110,110 @@ void DirectoryFeed::OnReply(const Request& request, Result<std::string> reply) {
     PeerFeed& feed = it->second;
     feed.in_flight = false;
     const TimeMs now = peers_->clock().NowMs();
-    bool again = false;
-    bool decoded = false;
+    std::optional<Next> handled;
     if (reply.ok()) {
       counts_.feed_bytes += reply->size();
       if (request.op == Op::kP2pChunkListing) {
         if (auto listing = DecodeChunkListing(*reply); listing.ok()) {
-          decoded = true;
-          again = OnListing(request.peer, feed, *listing);
+          handled = OnListing(request.peer, feed, *listing);
         }
       } else if (auto page = DecodeChunkPage(*reply); page.ok()) {
-        decoded = true;
-        again = OnPage(request.peer, feed, *page);
+        handled = OnPage(request.peer, feed, *page);
       }
     }
-    if (!decoded) {
-      // Unanswered or refused: asked again later, where it was. Malformed:
-      // nothing of it is trusted, and the peer is listed again.
+    if (!handled) {
+      // Malformed: nothing of it is trusted, and the peer is listed again.
+      // Unanswered or refused: asked again later, where it was; after
+      // max_failures in a row its filter is no longer trusted either.
       counts_.poll_failures += 1;
-      if (reply.ok()) Relist(request.peer, feed);
-      feed.next_ms = now + config_.retry_ms;
-    } else if (again) {
-      next = NextCall(request.peer, feed);
+      feed.failures += 1;
+      if (reply.ok() || (feed.phase != Phase::kListing && feed.failures >= config_.max_failures)) {
+        Relist(request.peer, feed);
+      }
+      handled = Next::kLater;
     } else {
-      feed.next_ms = now + config_.poll_interval_ms;
+      feed.failures = 0;
+    }
+    switch (*handled) {
+      case Next::kAgain: next = NextCall(request.peer, feed); break;
+      case Next::kPoll: feed.next_ms = now + config_.poll_interval_ms; break;
+      case Next::kLater: feed.next_ms = now + config_.retry_ms; break;
     }
   }
   if (next) Send(std::move(*next));
 }
 
-bool DirectoryFeed::OnListing(PeerId peer, PeerFeed& feed, const ChunkListing& listing) {
+DirectoryFeed::Next DirectoryFeed::OnListing(PeerId peer, PeerFeed& feed,
+                                             const ChunkListing& listing) {
   if (!feed.listing_started) {
     // The listing's first page: the peer's life, and the log position the
     // rest of it and the catching up go on from.
     feed.incarnation = listing.incarnation;
     feed.cursor = listing.log_cursor;
-    feed.capacity = std::max(
+    const std::uint64_t wanted = std::max(
         {config_.min_capacity_chunks, listing.capacity_chunks, feed.grow ? 2 * feed.capacity : 0});
+    feed.capacity = std::min(wanted, config_.max_capacity_chunks);
     feed.grow = false;
     directory_->AddPeer(peer, feed.capacity);  // a fresh, empty, stale filter
     feed.listing_started = true;
   } else if (listing.incarnation != feed.incarnation) {  // it restarted meanwhile
     counts_.incarnations += 1;
-    Relist(peer, feed);
-    return true;
+    return Relist(peer, feed);
   }
   counts_.listed_chunks += listing.chunks.size();
   if (directory_->Replay(peer, DirectoryChange::kStored, listing.chunks) > 0) {
     feed.grow = true;  // the peer's estimate of its capacity was short
-    Relist(peer, feed);
-    return true;
+    return Relist(peer, feed);
   }
   if (listing.next.empty()) {
     feed.phase = Phase::kCatchingUp;
   } else {
     feed.listing_next = listing.next;
   }
-  return true;
+  return Next::kAgain;
 }
 
-bool DirectoryFeed::OnPage(PeerId peer, PeerFeed& feed, const ChunkPage& page) {
+DirectoryFeed::Next DirectoryFeed::OnPage(PeerId peer, PeerFeed& feed, const ChunkPage& page) {
   if (page.incarnation != feed.incarnation || page.lost) {
     // Restarted (a warm restart's adopted objects were never announced), or
     // its log dropped what we had not read.
     if (page.incarnation != feed.incarnation) counts_.incarnations += 1;
     if (page.lost) counts_.gaps += 1;
-    Relist(peer, feed);
-    return true;
+    return Relist(peer, feed);
   }
   const bool full_page = page.records.size() >= config_.page_records;
   if (feed.phase == Phase::kCatchingUp) {
     for (const ChunkRecord& record : page.records) {
       if (directory_->Replay(peer, record.change, record.chunks) > 0) {
         feed.grow = true;
-        Relist(peer, feed);
-        return true;
+        return Relist(peer, feed);
       }
     }
     feed.cursor = page.next_cursor;
-    if (full_page) return true;
+    if (full_page) return Next::kAgain;
     directory_->Resynced(peer, feed.incarnation, feed.cursor);
     feed.phase = Phase::kFollowing;
-    return false;
+    return Next::kPoll;
   }
   for (const ChunkRecord& record : page.records) {
     const Applied applied =
         directory_->Apply(peer, feed.incarnation, record.seq, record.change, record.chunks);
     if (applied == Applied::kGap || applied == Applied::kStale || applied == Applied::kFull) {
       feed.grow = applied == Applied::kFull;
-      Relist(peer, feed);
-      return true;
+      return Relist(peer, feed);
     }
   }
   feed.cursor = page.next_cursor;
-  return full_page;
+  return full_page ? Next::kAgain : Next::kPoll;
 }
 
-void DirectoryFeed::Relist(PeerId peer, PeerFeed& feed) {
+DirectoryFeed::Next DirectoryFeed::Relist(PeerId peer, PeerFeed& feed) {
   directory_->Empty(peer);  // stale (asked for everything) until listed again
   feed.phase = Phase::kListing;
   feed.listing_started = false;
   feed.listing_next.clear();
   counts_.resyncs += 1;
+  return Next::kLater;
 }
 
 P2pDirectoryStats DirectoryFeed::Stats() const {

@@ -16,7 +16,12 @@
 // never announced), a full filter (it is listed again into one twice the
 // size) or an answer that cannot be decoded starts the listing again. Until
 // a peer is following it is stale in the directory: asked for every chunk,
-// as under broadcast, so a peer is never missed for being new. A peer that
+// as under broadcast, so a peer is never missed for being new; a listing
+// begun again waits retry_ms, so a peer whose log cannot outlast a listing
+// is not listed in a tight loop. A peer in step whose calls fail
+// max_failures times in a row goes stale too (its filter may be missing what
+// it stored meanwhile). A peer's filter is sized from its own estimate,
+// bounded by max_capacity_chunks (a peer is untrusted). A peer that
 // leaves the ready set (it left, is unreachable or excluded) is forgotten:
 // its filter freed at once, listed again if it comes back. A call that
 // fails is retried after `retry_ms`; a peer that does not serve the
@@ -53,6 +58,13 @@ struct DirectoryFeedConfig {
   std::size_t page_records = 1024;
   std::size_t listing_chunks = 65'536;
   std::uint64_t min_capacity_chunks = 16'384;
+  // A peer's filter grows no further (2.5 bytes a chunk: 40 MiB): a peer
+  // that holds more stays stale (asked for everything), listed again
+  // every retry only.
+  std::uint64_t max_capacity_chunks = 1u << 24;
+  // Calls to a peer in step that fail in a row before its filter is no
+  // longer trusted (stale until listed again).
+  int max_failures = 3;
 };
 
 class DirectoryFeed {
@@ -84,6 +96,13 @@ class DirectoryFeed {
     std::string listing_next;
     std::uint64_t capacity = 0;  // of its filter now
     bool grow = false;           // its filter filled: the next listing doubles it
+    int failures = 0;            // calls failed in a row
+  };
+  // What a handled reply asks for next.
+  enum class Next : std::uint8_t {
+    kAgain,  // the next call at once (a listing's next page, a full page's successor)
+    kPoll,   // the next poll, one interval on
+    kLater,  // after retry_ms (listed again: not in a tight loop)
   };
   struct Request {
     PeerId peer = 0;
@@ -96,10 +115,10 @@ class DirectoryFeed {
   Request NextCall(PeerId peer, PeerFeed& feed) LMC_REQUIRES(mu_);
   void Send(Request request) LMC_EXCLUDES(mu_);
   void OnReply(const Request& request, Result<std::string> reply) LMC_EXCLUDES(mu_);
-  // The reply handled; whether to ask again at once.
-  bool OnListing(PeerId peer, PeerFeed& feed, const ChunkListing& listing) LMC_REQUIRES(mu_);
-  bool OnPage(PeerId peer, PeerFeed& feed, const ChunkPage& page) LMC_REQUIRES(mu_);
-  void Relist(PeerId peer, PeerFeed& feed) LMC_REQUIRES(mu_);
+  Next OnListing(PeerId peer, PeerFeed& feed, const ChunkListing& listing) LMC_REQUIRES(mu_);
+  Next OnPage(PeerId peer, PeerFeed& feed, const ChunkPage& page) LMC_REQUIRES(mu_);
+  // The peer is stale (asked for everything) until listed again.
+  Next Relist(PeerId peer, PeerFeed& feed) LMC_REQUIRES(mu_);
 
   const DirectoryFeedConfig config_;
   const PeerAccess* const peers_;

@@ -117,6 +117,14 @@ constexpr std::uint64_t kAssumedObjectBytes = 1u << 20;
 
 }  // namespace
 
+Status P2pOps::MemberOnly(const RequestContext& context, std::string_view op) const {
+  // What L1 holds is the fleet's to know, and a listing walks the table:
+  // only a connection that proved the fleet key asks.
+  if (Trusted(context)) return Status::Ok();
+  return Status(ErrorCode::kPermissionDenied,
+                std::string(op) + " is served to fleet members only (over the fleet endpoint)");
+}
+
 Result<std::string> P2pOps::ChunkEvents(std::int64_t cursor, std::int64_t max_records) const {
   if (chunks_.log == nullptr) {
     return Status(ErrorCode::kNotSupported, "p2p_chunk_events needs P2P on (--p2p-advertise-url)");
@@ -223,12 +231,16 @@ void P2pOps::AddTo(OpTable* table) {
   // lists it (issue 43). Inline: a page is a copy out of the log, a listing
   // page one pass over the shards, each locked on its own.
   table->Add({Op::kP2pChunkEvents, "p2p_chunk_events", false, P::kInline, 2, 2, 64, F::kNil},
-             Bind(DecodeChunkEvents, [this](const RequestContext&, const ChunkEventsArgs& a) {
+             Bind(DecodeChunkEvents,
+                  [this](const RequestContext& c, const ChunkEventsArgs& a) -> Result<std::string> {
+               LMC_RETURN_IF_ERROR(MemberOnly(c, "p2p_chunk_events"));
                return ChunkEvents(a.cursor, a.max_records);
              }));
   table->Add({Op::kP2pChunkListing, "p2p_chunk_listing", false, P::kCpu, 2, 2, 64u << 10,
               F::kNil},
-             Bind(DecodeChunkListingArgs, [this](const RequestContext&, const ChunkListingArgs& a) {
+             Bind(DecodeChunkListingArgs,
+                  [this](const RequestContext& c, const ChunkListingArgs& a) -> Result<std::string> {
+               LMC_RETURN_IF_ERROR(MemberOnly(c, "p2p_chunk_listing"));
                return ChunkListingPage(a.after, a.limit);
              }));
   table->Add({Op::kP2pHello, "p2p_hello", false, P::kInline, 1, 1, 4096, F::kNil},

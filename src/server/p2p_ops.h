@@ -79,6 +79,8 @@ class P2pOps {
   std::string PeerOf(const RequestContext& context) const {
     return lives_.PeerOf(context.connection);
   }
+  // The directory operations are a member's: refused to anyone else.
+  Status MemberOnly(const RequestContext& context, std::string_view op) const;
   // p2p_chunk_events: the chunk log's records after `cursor`.
   Result<std::string> ChunkEvents(std::int64_t cursor, std::int64_t max_records) const;
   // p2p_chunk_listing: a page of our L1's chunk ids after the key `after`

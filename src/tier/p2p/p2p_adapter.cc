@@ -224,18 +224,9 @@ void P2pAdapter::Plan(Lookup& lookup) const {
   // few peers as may hold them); a key no peer in step names goes to every
   // stale peer (its filter is not to be trusted, as under broadcast); a key
   // nobody names is asked nowhere.
+  const std::vector<fleet::ChunkId> per_key = fleet::ChunkIdsOf(lookup.keys);
+  // The prompt's chunks in order, once each (a chunk's ranks and groups share an id).
   const std::vector<fleet::ChunkId> ids = fleet::DistinctChunkIds(lookup.keys);
-  std::vector<fleet::ChunkId> per_key;  // each key's id (DistinctChunkIds folds ranks)
-  per_key.reserve(lookup.keys.size());
-  fleet::ChunkId seed = 0;
-  const std::string* model = nullptr;
-  for (const store::ObjectKey& key : lookup.keys) {
-    if (model == nullptr || *model != key.model_name) {
-      model = &key.model_name;
-      seed = fleet::PeerDirectory::ModelSeed(key.model_name);
-    }
-    per_key.push_back(fleet::PeerDirectory::ChunkIdOf(seed, key.chunk_hash));
-  }
   std::unordered_map<fleet::PeerId, std::size_t> index;  // ready peer -> position
   for (std::size_t p = 0; p < peer_count; ++p) index.emplace(lookup.peers[p].rpc, p);
   // Ready peers not in step (stale, or not yet known to the directory: a

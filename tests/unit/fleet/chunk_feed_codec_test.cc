@@ -66,6 +66,14 @@ TEST(ChunkFeedCodec, WhatAPeerCouldSendWrongIsRefused) {
       DecodeChunkPage(PageWith(2, Record(1, 0, id) + Record(2, 0, id), 2), {.max_records = 1})
           .ok());
   EXPECT_FALSE(DecodeChunkPage(PageWith(1, Record(1, 0, id + id), 1), {.max_chunks = 1}).ok());
+  // A field named twice (a second `records` would pass max_records).
+  EXPECT_FALSE(DecodeChunkPage(PageWith(1, Record(1, 0, id), 1) + "\xa7records\x90").ok());
+  {
+    msgpk::Encoder twice;
+    twice.Map(5).Str("incarnation").Uint(9).Str("next_cursor").Uint(0).Str("lost").Bool(false);
+    twice.Str("records").Array(0).Str("records").Array(0);
+    EXPECT_FALSE(DecodeChunkPage(twice.Take()).ok());
+  }
   // Trailing bytes, a truncated frame, a missing field, incarnation 0.
   const std::string whole = EncodeChunkPage(APage());
   EXPECT_FALSE(DecodeChunkPage(whole + "\xc0").ok());

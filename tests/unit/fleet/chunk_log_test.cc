@@ -23,13 +23,15 @@ ChunkId Id(std::uint64_t n) {
 
 std::vector<std::uint64_t> Bytes(std::size_t n) { return std::vector<std::uint64_t>(n, 4096); }
 
-TEST(ChunkLog, AdmissionsEvictionsAndDeletionsAreNumberedRecordsOfDistinctChunks) {
+TEST(ChunkLog, AChunkIsStoredWithItsFirstObjectAndRemovedWithItsLast) {
   ChunkLog log({}, 77);
-  // Two ranks of chunk 0 and one of chunk 1: two chunks.
+  // Two ranks of chunk 0 and one of chunk 1: two chunks stored.
   const std::vector<store::ObjectKey> admitted = {KeyN(0, "m", 0), KeyN(0, "m", 1), KeyN(1)};
   log.OnAdmitted(admitted, Bytes(3), store::AdmissionSource::kWriter);
-  log.OnEvicted(KeysN(0, 1), Bytes(1));
-  log.OnDeleted(KeysN(1, 1), Bytes(1));
+  log.OnEvicted(KeysN(0, 1), Bytes(1));  // rank 0 of chunk 0: rank 1 stays, nothing to say
+  log.OnDeleted(KeysN(1, 1), Bytes(1));  // chunk 1's only object
+  const store::ObjectKey rank1 = KeyN(0, "m", 1);
+  log.OnEvicted({&rank1, 1}, Bytes(1));                     // chunk 0's last object
   log.OnAdmitted({}, {}, store::AdmissionSource::kWriter);  // nothing: no record
   EXPECT_EQ(log.last_seq(), 3u);
 
@@ -39,8 +41,8 @@ TEST(ChunkLog, AdmissionsEvictionsAndDeletionsAreNumberedRecordsOfDistinctChunks
   EXPECT_EQ(all.next_cursor, 3u);
   ASSERT_EQ(all.records.size(), 3u);
   EXPECT_EQ(all.records[0], (ChunkRecord{1, DirectoryChange::kStored, {Id(0), Id(1)}}));
-  EXPECT_EQ(all.records[1], (ChunkRecord{2, DirectoryChange::kRemoved, {Id(0)}}));
-  EXPECT_EQ(all.records[2], (ChunkRecord{3, DirectoryChange::kRemoved, {Id(1)}}));
+  EXPECT_EQ(all.records[1], (ChunkRecord{2, DirectoryChange::kRemoved, {Id(1)}}));
+  EXPECT_EQ(all.records[2], (ChunkRecord{3, DirectoryChange::kRemoved, {Id(0)}}));
 
   const ChunkPage rest = log.ReadAfter(1, 100, 1000);
   ASSERT_EQ(rest.records.size(), 2u);
@@ -49,6 +51,22 @@ TEST(ChunkLog, AdmissionsEvictionsAndDeletionsAreNumberedRecordsOfDistinctChunks
   EXPECT_TRUE(none.records.empty());
   EXPECT_FALSE(none.lost);
   EXPECT_EQ(none.next_cursor, 3u);
+}
+
+TEST(ChunkLog, CallbacksOutOfOrderOrObjectsSeededBeforeListeningKeepTheChunkRight) {
+  ChunkLog log({}, 1);
+  // Evicted, then admitted again; the admission's callback comes first.
+  log.OnAdmitted(KeysN(0, 1), Bytes(1), store::AdmissionSource::kWriter);  // seq 1: stored
+  log.OnAdmitted(KeysN(0, 1), Bytes(1), store::AdmissionSource::kTier);    // the re-admission
+  log.OnEvicted(KeysN(0, 1), Bytes(1));                                    // the eviction
+  EXPECT_EQ(log.last_seq(), 1u) << "still held: nothing to announce";
+  // Adopted at a warm restart (seeded, not logged): its removal is announced.
+  log.Seed(KeysN(5, 1));
+  EXPECT_EQ(log.last_seq(), 1u);
+  log.OnDeleted(KeysN(5, 1), Bytes(1));
+  const ChunkPage page = log.ReadAfter(1, 10, 100);
+  ASSERT_EQ(page.records.size(), 1u);
+  EXPECT_EQ(page.records[0], (ChunkRecord{2, DirectoryChange::kRemoved, {Id(5)}}));
 }
 
 TEST(ChunkLog, ACallbackPastTheRecordBoundIsSplitIntoConsecutiveRecords) {

@@ -223,6 +223,9 @@ TEST_F(DirectoryFeedTest, AGapANewLifeOrAMalformedAnswerListsThePeerAgain) {
   // Its log drops records we had not read (a bound of 8 chunks).
   for (std::uint64_t i = 0; i < 6; ++i) peers_.Store(1, 10 + 4 * i, 4);
   peers_.Drop(1, 1);
+  Poll();  // the gap: stale, listed again a retry later (never in a tight loop)
+  EXPECT_FALSE(InStep(1));
+  EXPECT_TRUE(Named(777, 1)) << "stale: named for everything";
   Poll();
   EXPECT_TRUE(InStep(1));
   EXPECT_GE(feed_.Stats().gaps, 1u);
@@ -233,6 +236,7 @@ TEST_F(DirectoryFeedTest, AGapANewLifeOrAMalformedAnswerListsThePeerAgain) {
   // A new life (a restart), holding other chunks: the old ones are gone.
   FakePeer& reborn = peers_.Add(1, 200);
   reborn.held = {500, 501};
+  Poll();
   Poll();
   EXPECT_TRUE(InStep(1));
   EXPECT_TRUE(Named(500, 1));
@@ -282,6 +286,33 @@ TEST_F(DirectoryFeedTest, AFullFilterIsListedAgainIntoOneTwiceTheSize) {
   EXPECT_GT(stats.full_inserts, 0u);
   EXPECT_GE(stats.resyncs, 2u);
   EXPECT_GE(stats.chunks, 250u);
+}
+
+TEST_F(DirectoryFeedTest, APeerInStepWhoseCallsKeepFailingGoesStale) {
+  peers_.Add(1);
+  peers_.Store(1, 0, 4);
+  feed_.Tick();
+  ASSERT_TRUE(InStep(1));
+  peers_.Find(1)->silent = true;
+  Poll();
+  Poll();
+  EXPECT_TRUE(InStep(1)) << "two failures: asked again where it was";
+  Poll();
+  EXPECT_FALSE(InStep(1)) << "the third in a row: not trusted until listed again";
+  peers_.Find(1)->silent = false;
+  peers_.Store(1, 4, 1);
+  Poll();
+  EXPECT_TRUE(InStep(1));
+  EXPECT_TRUE(Named(4, 1));
+}
+
+TEST_F(DirectoryFeedTest, APeersOwnEstimateOfItsCapacityIsBounded) {
+  FakePeer& peer = peers_.Add(1);
+  peer.capacity = 1ull << 40;  // untrusted: would be terabytes of filter
+  peers_.Store(1, 0, 4);
+  feed_.Tick();
+  ASSERT_TRUE(InStep(1));
+  EXPECT_LE(feed_.Stats().memory_bytes, (1u << 24) * 3u);
 }
 
 TEST_F(DirectoryFeedTest, AfterStopNothingIsCalledOrChanged) {

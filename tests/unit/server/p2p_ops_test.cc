@@ -298,6 +298,18 @@ TEST(P2pOpsChunkLogTest, AMembersDirectoryReadsTheLogAndListsL1InPages) {
   std::sort(stored.begin(), stored.end());
   EXPECT_EQ(listed, stored);
 
+  // Not a fleet member (it did not prove the fleet key): refused, nothing listed.
+  for (std::string_view op : {"p2p_chunk_events", "p2p_chunk_listing"}) {
+    std::vector<std::string> frames = op == "p2p_chunk_events"
+                                          ? std::vector<std::string>{testing::IntFrame(0),
+                                                                     testing::IntFrame(10)}
+                                          : std::vector<std::string>{BinFrame(""),
+                                                                     testing::IntFrame(10)};
+    Reply stranger = h.CallAs("stranger", op, frames, Transport::kTcp, false);
+    EXPECT_EQ(stranger.status.code(), ErrorCode::kPermissionDenied) << op;
+    EXPECT_EQ(stranger.value, msgpk::Encoder().Nil().Take()) << op;
+  }
+
   // What a peer could send wrong: refused, with the declared nil.
   for (auto frames : {std::vector<std::string>{testing::IntFrame(-1), testing::IntFrame(10)},
                       std::vector<std::string>{testing::IntFrame(0), testing::IntFrame(0)}}) {
