@@ -24,7 +24,10 @@ std::vector<ChunkId> ChunkIdsOf(std::span<const store::ObjectKey> keys) {
 }
 
 std::vector<ChunkId> DistinctChunkIds(std::span<const store::ObjectKey> keys) {
-  std::vector<ChunkId> ids = ChunkIdsOf(keys);
+  return Distinct(ChunkIdsOf(keys));
+}
+
+std::vector<ChunkId> Distinct(std::vector<ChunkId> ids) {
   std::unordered_set<ChunkId> seen;
   std::erase_if(ids, [&seen](ChunkId id) { return !seen.insert(id).second; });
   return ids;

@@ -116,6 +116,8 @@ class ChunkLog final : public store::StoreListener {
 
 // The chunk id of each of `keys`, in order.
 std::vector<ChunkId> ChunkIdsOf(std::span<const store::ObjectKey> keys);
+// `ids` each once, in first-seen order.
+std::vector<ChunkId> Distinct(std::vector<ChunkId> ids);
 // The chunk ids of `keys`, each once, in first-seen order.
 std::vector<ChunkId> DistinctChunkIds(std::span<const store::ObjectKey> keys);
 

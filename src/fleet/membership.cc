@@ -70,9 +70,7 @@ Result<std::unique_ptr<Membership>> Membership::Create(MembershipConfig config,
     cluster.self_url = m->config_.self_url;
     cluster.ttl_ms = m->config_.etcd_ttl_ms;
     cluster.call_timeout_ms = std::min<TimeMs>(m->config_.call_timeout_ms, cluster.ttl_ms / 3);
-    // HOST:PORT as the entry wrote it (IPv6 bracketed), without scheme and prefix.
-    const std::string entry = source.ToString();
-    cluster.endpoints.push_back(entry.substr(7, entry.size() - 7 - source.prefix.size()));
+    cluster.endpoints.push_back(HostPort{source.host, source.port}.ToString());  // v6 bracketed
   }
   for (auto& [prefix, cluster] : clusters) {
     LMC_ASSIGN_OR_RETURN(std::unique_ptr<EtcdRegistry> registry,

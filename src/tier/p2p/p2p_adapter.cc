@@ -226,7 +226,7 @@ void P2pAdapter::Plan(Lookup& lookup) const {
   // nobody names is asked nowhere.
   const std::vector<fleet::ChunkId> per_key = fleet::ChunkIdsOf(lookup.keys);
   // The prompt's chunks in order, once each (a chunk's ranks and groups share an id).
-  const std::vector<fleet::ChunkId> ids = fleet::DistinctChunkIds(lookup.keys);
+  const std::vector<fleet::ChunkId> ids = fleet::Distinct(per_key);
   std::unordered_map<fleet::PeerId, std::size_t> index;  // ready peer -> position
   for (std::size_t p = 0; p < peer_count; ++p) index.emplace(lookup.peers[p].rpc, p);
   // Ready peers not in step (stale, or not yet known to the directory: a
