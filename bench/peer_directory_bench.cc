@@ -1,10 +1,12 @@
 // The peer directory at fleet scale (issue 43's targets): 100 peers x 1 M
 // resident chunks each. Memory of the filters (the "filter_MiB" counter),
 // the time to name the peers that may hold one chunk (every peer asked),
-// a 64-chunk prompt's prefixes, one peer's stored event applied, and a
-// departed peer forgotten. docs/performance.md ("Peer directory") quotes it.
+// a 64-chunk prompt's prefixes, the last-copy bias's window of 256, one
+// peer's stored event applied, and a departed peer forgotten.
+// docs/performance.md ("Peer directory") quotes it.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <vector>
@@ -99,6 +101,28 @@ void BM_DirectoryPrefixes64(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 64);  // items: chunks
 }
 BENCHMARK(BM_DirectoryPrefixes64)->Repetitions(5)->ReportAggregatesOnly(true);
+
+// The evictor's last-copy bias (issue 43, section 3): a window of 256 of
+// our eviction candidates, half held by one of the peers, half by none;
+// whether a peer keeps each (every peer in step consulted), per chunk.
+void BM_DirectoryKeptElsewhere256(benchmark::State& state) {
+  PeerDirectory& d = Full();
+  std::mt19937_64 random(5);
+  std::vector<ChunkId> window(256);
+  std::uint64_t kept = 0;
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < window.size(); ++i) {
+      window[i] = i % 2 == 0 ? Id(1 + random() % kPeers, random() % kChunksPerPeer)
+                             : Id(kPeers + 1 + random() % 1000, random());
+    }
+    const std::vector<bool> out = d.KeptElsewhere(window, /*own_incarnation=*/7);
+    kept += static_cast<std::uint64_t>(std::count(out.begin(), out.end(), true));
+  }
+  state.SetItemsProcessed(state.iterations() * 256);  // items: chunks
+  state.counters["kept_elsewhere_fraction"] =
+      static_cast<double>(kept) / static_cast<double>(state.iterations() * 256);
+}
+BENCHMARK(BM_DirectoryKeptElsewhere256)->Repetitions(5)->ReportAggregatesOnly(true);
 
 // One stored event of one chunk (vLLM's BlockStored per chunk), peers in
 // turn, into the full directory (each peer's filter at its sized load).

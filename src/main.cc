@@ -36,6 +36,7 @@
 #include "fleet/chunk_log.h"
 #include "fleet/directory_feed.h"
 #include "fleet/fleet_link.h"
+#include "fleet/last_copy_bias.h"
 #include "fleet/membership.h"
 #include "fleet/ucx_channel.h"
 #include "restart/open_pool.h"
@@ -202,6 +203,10 @@ struct Server {
   std::unique_ptr<lmcache::fleet::DirectoryFeed> directory_feed;
   // What our L1 gained and lost, for the peers' directories (P2P on).
   std::unique_ptr<lmcache::fleet::ChunkLog> chunk_log;
+  // The evictor's view of the fleet's copies (--p2p-last-copy-bias): it
+  // reads the link's directory, so it is taken off the evictor (~Server)
+  // before the link goes.
+  std::unique_ptr<lmcache::fleet::LastCopyBias> last_copy_bias;
   std::unique_ptr<lmcache::transport::RouterLoop> loop;
   std::unique_ptr<lmcache::tier::L2Tier> l2;
   std::unique_ptr<lmcache::events::KvEvents> kv_events;
@@ -217,6 +222,9 @@ struct Server {
   // that did not stop the channel first (a start that failed), the guard
   // goes before anything else.
   ~Server() {
+    // The evictor (the pool's, which may outlive the link) stops reading
+    // the directory; a pass using it is waited for.
+    if (last_copy_bias && pool.cache) cache().evictor().SetBias(nullptr, 0);
     if (data_channel) data_channel->SetServeGuard(nullptr);
     // On a path that did not stop them first (a start that failed): the
     // feed's thread stops, then every peer call in flight ends now, while
@@ -354,6 +362,11 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
       s.directory_feed = std::make_unique<lmcache::fleet::DirectoryFeed>(
           feed, s.fleet_link.get(), &s.fleet_link->directory_to_feed());
       s.directory_feed->Start();
+      if (config.p2p.last_copy_bias > 0) {
+        s.last_copy_bias = std::make_unique<lmcache::fleet::LastCopyBias>(
+            &s.fleet_link->directory_to_feed(), s.chunk_log->incarnation());
+        s.cache().evictor().SetBias(s.last_copy_bias.get(), config.p2p.last_copy_bias);
+      }
     }
     s.service->stats_sources().Add(
         "p2p_directory", [feed = s.directory_feed.get(), log = s.chunk_log.get(),

@@ -81,19 +81,20 @@ def model(nodes, chunks_per_node=1_000_000, admissions_per_s=10_000, poll_s=0.1,
 
 
 class Fleet:
-    """N real servers on loopback, each listing every other."""
+    """N real servers on loopback, each listing every other (`extra`: more flags)."""
 
-    def __init__(self, tmp, nodes, mode, ctx):
+    def __init__(self, tmp, nodes, mode, ctx, extra=()):
         key = write_key(tmp / "fleet.key", os.urandom(32))
         ports = free_tcp_ports(nodes)
         urls = [f"tcp://127.0.0.1:{p}" for p in ports]
         self.servers, self.workers = [], []
         for i, port in enumerate(ports):
             others = ",".join(u for j, u in enumerate(urls) if j != i)
-            args = ["--l1-size-gb", "0.05", "--drain-timeout-seconds", "0", "--http-port", "0",
+            args = ["--drain-timeout-seconds", "0", "--http-port", "0",
                     "--p2p-advertise-url", f"127.0.0.1:{port}", "--p2p-auth-key-file", key,
                     "--p2p-peers", others, "--p2p-lookup", mode,
-                    "--p2p-probe-interval", "1", "--p2p-probe-timeout", "0.5"]
+                    "--p2p-probe-interval", "1", "--p2p-probe-timeout", "0.5",
+                    *(extra if "--l1-size-gb" in extra else ["--l1-size-gb", "0.05", *extra])]
             self.servers.append(mp_client.start_server(
                 mp_client.server_binary(), f"ipc://{tmp / f'{mode}{i}.sock'}",
                 tmp / f"{mode}{i}.log", args))

@@ -116,6 +116,13 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
                  "each); a peer that falls further behind lists this server's L1 again")
       ->capture_default_str()
       ->group(group);
+  app.add_option("--p2p-last-copy-bias", p->last_copy_bias,
+                 "With directed lookups, eviction takes first the L1 objects whose chunks "
+                 "another node keeps, and keeps the fleet's last copies longer: a last copy "
+                 "outlives copies held elsewhere that were last used up to this fraction of "
+                 "L1's object count uses after it (0: plain LRU)")
+      ->capture_default_str()
+      ->group(group);
   app.add_option("--p2p-transfer-engine", p->transfer_engine,
                  "How peers' memory is read: ucx (the reference's nixl, mooncake_te, verbs, cxl "
                  "and tcp are refused)")
@@ -150,6 +157,10 @@ Status FinalizeP2p(ServerConfig* c) {
   if (p.chunk_log_chunks < 4096 || p.chunk_log_chunks > (1ull << 28)) {
     return InvalidConfig("--p2p-chunk-log-size must be in [4096, 268435456] chunk ids (8 bytes "
                          "each)");
+  }
+  if (!(p.last_copy_bias >= 0) || p.last_copy_bias > 10) {
+    return InvalidConfig("--p2p-last-copy-bias must be in [0, 10] (a fraction of L1's objects; "
+                         "0 turns the bias off)");
   }
   if (!(p.etcd_ttl_seconds >= 2) || p.etcd_ttl_seconds > 300) {
     return InvalidConfig("--p2p-etcd-ttl must be in [2, 300] seconds");

@@ -46,6 +46,9 @@ struct P2pFlags {
   double etcd_ttl_seconds = 10;          // etcd:// registrations' lease
   double directory_poll_seconds = 0.1;   // each peer's chunk log read this often
   std::uint64_t chunk_log_chunks = 1u << 20;  // --p2p-chunk-log-size
+  // --p2p-last-copy-bias: how far eviction keeps the fleet's last copies
+  // before copies other nodes keep, as a fraction of L1's objects (0: off).
+  double last_copy_bias = 4;
 
   // Filled by FinalizeP2p: the peers' sources (tcp:// and dns:// entries),
 

@@ -19,7 +19,35 @@ struct PeerDirectory::Peer {
   Mutex mu;                                          // one batch of this peer's events at a time
   std::uint64_t incarnation LMC_GUARDED_BY(mu) = 0;  // 0: none seen
   std::uint64_t next_seq LMC_GUARDED_BY(mu) = 1;
+  // The incarnation, for KeptElsewhere's lock-free reads.
+  std::atomic<std::uint64_t> life{0};
+
+  void SetIncarnation(std::uint64_t value) LMC_REQUIRES(mu) {
+    incarnation = value;
+    life.store(value, std::memory_order_release);
+  }
 };
+
+namespace {
+
+// MurmurHash3's 64-bit finaliser: every input bit reaches every output bit.
+std::uint64_t Fmix64(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+// A holder's rank for a chunk: of the holders, the highest keeps it.
+// `life_seed` is KeeperSeed of the holder's incarnation.
+std::uint64_t KeeperSeed(std::uint64_t incarnation) { return Fmix64(incarnation); }
+std::uint64_t KeeperRank(ChunkId chunk, std::uint64_t life_seed) {
+  return Fmix64(chunk ^ life_seed);
+}
+
+}  // namespace
 
 ChunkId PeerDirectory::ModelSeed(std::string_view model) {
   // The model's own digest is folded into each chunk's id, so that two
@@ -38,13 +66,7 @@ ChunkId PeerDirectory::ChunkIdOf(ChunkId model_seed, const store::ChunkHash& has
   // fmix64) keeps them so for any hash a client sends, at ~1 ns.
   ChunkId id = 0;
   std::memcpy(&id, hash.data(), sizeof(id));
-  id ^= model_seed;
-  id ^= id >> 33;
-  id *= 0xff51afd7ed558ccdull;
-  id ^= id >> 33;
-  id *= 0xc4ceb9fe1a85ec53ull;
-  id ^= id >> 33;
-  return id;
+  return Fmix64(id ^ model_seed);
 }
 
 ChunkId PeerDirectory::ChunkIdOf(std::string_view model, const store::ChunkHash& hash) {
@@ -86,7 +108,7 @@ void PeerDirectory::Resize(PeerId peer, std::uint64_t capacity_chunks) {
   if (const auto current = Find(peer)) {
     MutexLock peer_lock(&current->mu);
     MutexLock resized_lock(&resized->mu);
-    resized->incarnation = current->incarnation;
+    resized->SetIncarnation(current->incarnation);
     resized->next_seq = current->next_seq;
   }
   MutexLock lock(&mu_);
@@ -111,7 +133,7 @@ Applied PeerDirectory::Apply(PeerId peer, std::uint64_t incarnation, std::uint64
       applied = Applied::kNewIncarnation;
     }
     p->filter.Clear();
-    p->incarnation = incarnation;
+    p->SetIncarnation(incarnation);
     p->next_seq = 1;
     p->stale.store(false, std::memory_order_release);
   }
@@ -168,7 +190,7 @@ std::size_t PeerDirectory::Replay(PeerId peer, DirectoryChange change,
 void PeerDirectory::Resynced(PeerId peer, std::uint64_t incarnation, std::uint64_t last_seq) {
   if (const auto p = Find(peer)) {
     MutexLock lock(&p->mu);
-    p->incarnation = incarnation;
+    p->SetIncarnation(incarnation);
     p->next_seq = last_seq + 1;
     p->stale.store(false, std::memory_order_release);
   }
@@ -223,6 +245,35 @@ std::vector<PeerId> PeerDirectory::InStepPeers() const {
     if (!p->stale.load(std::memory_order_acquire)) in_step.push_back(p->id);
   }
   return in_step;
+}
+
+std::vector<bool> PeerDirectory::KeptElsewhere(std::span<const ChunkId> chunks,
+                                               std::uint64_t own_incarnation) const {
+  const auto table = Snapshot();
+  struct Holder {
+    const Peer* peer;
+    std::uint64_t seed;
+  };
+  std::vector<Holder> in_step;
+  for (const auto& p : *table) {
+    const std::uint64_t life = p->life.load(std::memory_order_acquire);
+    if (!p->stale.load(std::memory_order_acquire) && life != 0) {
+      in_step.push_back({p.get(), KeeperSeed(life)});
+    }
+  }
+  const std::uint64_t own_seed = KeeperSeed(own_incarnation);
+  std::vector<bool> kept(chunks.size(), false);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    const std::uint64_t ours = KeeperRank(chunks[i], own_seed);
+    // Only a peer that outranks us is probed: about half of them.
+    for (const Holder& h : in_step) {
+      if (KeeperRank(chunks[i], h.seed) > ours && h.peer->filter.MayContain(chunks[i])) {
+        kept[i] = true;
+        break;
+      }
+    }
+  }
+  return kept;
 }
 
 PeerDirectoryStats PeerDirectory::Stats() const {

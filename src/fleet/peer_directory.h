@@ -122,6 +122,16 @@ class PeerDirectory {
   // peer, unknown to the directory yet or stale, may hold anything.
   std::vector<PeerId> InStepPeers() const LMC_EXCLUDES(mu_);
 
+  // For each chunk, whether an in-step peer may hold it and is the one of
+  // its holders the fleet keeps it on, rather than us (`own_incarnation`,
+  // our chunk log's, as the peers know us): the evictor's last-copy bias
+  // evicts such a copy of ours first. Of a chunk's holders the keeper is the
+  // one whose incarnation ranks highest for that chunk (a rendezvous hash),
+  // so two holders that see each other never both take their copy for the
+  // spare one, and keepers spread evenly over the fleet.
+  std::vector<bool> KeptElsewhere(std::span<const ChunkId> chunks,
+                                  std::uint64_t own_incarnation) const LMC_EXCLUDES(mu_);
+
   PeerDirectoryStats Stats() const LMC_EXCLUDES(mu_);
 
  private:

@@ -150,6 +150,7 @@ void VisitEviction(const S* s, stats::Visitor& v) {
   Fields(Slice(store::TableStatRows(), "on_demand_evictions", "on_demand_evictions"),
          Of(s, &S::table), v);
   Fields(Slice(evictor, "last_success_unix_seconds", "last_success_unix_seconds"), e, v);
+  Fields(Slice(evictor, "last_copy_checked", "last_copies_spared"), e, v);
   v.EndGroup();
 }
 

@@ -13,6 +13,7 @@ LruPolicy::TenantOrder* LruPolicy::TenantOrderLocked(const std::string& salt) {
 }
 
 void LruPolicy::MoveToBackLocked(Order::iterator node) {
+  node->last_use = ++uses_;
   order_.splice(order_.end(), order_, node);
   if (node->tenant != nullptr) {
     node->tenant->splice(node->tenant->end(), *node->tenant, node->in_tenant);
@@ -36,7 +37,7 @@ void LruPolicy::MakeMostRecentLocked(std::span<const ObjectKey> keys, bool inser
       MoveToBackLocked(found->second);
       continue;
     }
-    order_.push_back(Node{*it, nullptr, {}});
+    order_.push_back(Node{*it, ++uses_, nullptr, {}});
     found->second = std::prev(order_.end());
     if (!per_tenant_order_) continue;
     if (tenant_salt == nullptr || *tenant_salt != it->cache_salt) {
@@ -75,12 +76,26 @@ void LruPolicy::OnRemoved(std::span<const ObjectKey> keys) {
   }
 }
 
+template <typename Visit>
+void LruPolicy::WalkLocked(std::size_t skip, std::size_t max_count, Visit visit) const {
+  if (skip >= order_.size()) return;
+  auto it = std::next(order_.begin(), static_cast<std::ptrdiff_t>(skip));
+  for (std::size_t n = 0; it != order_.end() && n < max_count; ++it, ++n) visit(*it);
+}
+
 std::vector<ObjectKey> LruPolicy::Candidates(std::size_t skip, std::size_t max_count) const {
   MutexLock lock(&mu_);
   std::vector<ObjectKey> out;
-  if (skip >= order_.size()) return out;
-  auto it = std::next(order_.begin(), static_cast<std::ptrdiff_t>(skip));
-  for (; it != order_.end() && out.size() < max_count; ++it) out.push_back(it->key);
+  WalkLocked(skip, max_count, [&out](const Node& node) { out.push_back(node.key); });
+  return out;
+}
+
+std::vector<UsedCandidate> LruPolicy::UsedCandidates(std::size_t skip,
+                                                     std::size_t max_count) const {
+  MutexLock lock(&mu_);
+  std::vector<UsedCandidate> out;
+  WalkLocked(skip, max_count,
+             [&out](const Node& node) { out.push_back({node.key, node.last_use}); });
   return out;
 }
 

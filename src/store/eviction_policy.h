@@ -11,6 +11,11 @@
 // tenant at its quota can be trimmed of its own oldest objects without
 // walking everyone else's (tenant_ledger.h).
 //
+// A policy that tracks recency also stamps each key with its last use (a
+// count of the uses it saw: admissions and accesses, one per key), so a
+// caller that reorders candidates (the evictor's last-copy bias, evictor.h)
+// can bound how far out of order it goes.
+//
 // Thread-safety: implementations are internally synchronised. The table calls
 // them while holding shard mutexes, so a policy must never call back into the
 // table (lock order: table shard -> policy).
@@ -31,6 +36,12 @@
 
 namespace lmcache::store {
 
+// A candidate and its last use (uses count up; 0: the policy keeps no recency).
+struct UsedCandidate {
+  ObjectKey key;
+  std::uint64_t last_use = 0;
+};
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
@@ -41,6 +52,9 @@ class EvictionPolicy {
   // Up to `max_count` candidates starting at position `skip` of the eviction
   // order (skip lets a caller step over candidates it found locked).
   virtual std::vector<ObjectKey> Candidates(std::size_t skip, std::size_t max_count) const = 0;
+  // The same, with each candidate's last use.
+  virtual std::vector<UsedCandidate> UsedCandidates(std::size_t skip,
+                                                    std::size_t max_count) const = 0;
   // The same, among the keys of tenant `salt` only.
   virtual std::vector<ObjectKey> TenantCandidates(std::string_view salt, std::size_t skip,
                                                   std::size_t max_count) const = 0;
@@ -59,6 +73,8 @@ class LruPolicy final : public EvictionPolicy {
   void OnRemoved(std::span<const ObjectKey> keys) override LMC_EXCLUDES(mu_);
   std::vector<ObjectKey> Candidates(std::size_t skip, std::size_t max_count) const override
       LMC_EXCLUDES(mu_);
+  std::vector<UsedCandidate> UsedCandidates(std::size_t skip, std::size_t max_count) const override
+      LMC_EXCLUDES(mu_);
   std::vector<ObjectKey> TenantCandidates(std::string_view salt, std::size_t skip,
                                           std::size_t max_count) const override LMC_EXCLUDES(mu_);
   std::size_t size() const override LMC_EXCLUDES(mu_);
@@ -68,6 +84,7 @@ class LruPolicy final : public EvictionPolicy {
   using TenantOrder = std::list<Node*>;  // front = least recently used
   struct Node {
     ObjectKey key;
+    std::uint64_t last_use = 0;
     TenantOrder* tenant = nullptr;  // null without per-tenant order
     TenantOrder::iterator in_tenant;
   };
@@ -82,12 +99,16 @@ class LruPolicy final : public EvictionPolicy {
   // Moves (or inserts) every key to the most-recent end, the batch's first key last.
   void MakeMostRecentLocked(std::span<const ObjectKey> keys, bool insert_unknown) LMC_REQUIRES(mu_);
   void MoveToBackLocked(Order::iterator node) LMC_REQUIRES(mu_);
+  // Walks `max_count` nodes of the order from position `skip`.
+  template <typename Visit>
+  void WalkLocked(std::size_t skip, std::size_t max_count, Visit visit) const LMC_REQUIRES(mu_);
   // The tenant order of `salt`, made if absent; `last` caches the batch's last lookup.
   TenantOrder* TenantOrderLocked(const std::string& salt) LMC_REQUIRES(mu_);
 
   const bool per_tenant_order_;
   mutable Mutex mu_;
   Order order_ LMC_GUARDED_BY(mu_);  // front = least recently used
+  std::uint64_t uses_ LMC_GUARDED_BY(mu_) = 0;  // the last use stamped
   std::unordered_map<ObjectKey, Order::iterator, ObjectKeyHash> where_ LMC_GUARDED_BY(mu_);
   // Lists never move inside the map's nodes, so a Node's pointer stays valid.
   std::unordered_map<std::string, TenantOrder, SaltHash, std::equal_to<>> tenants_
@@ -102,6 +123,9 @@ class NoopPolicy final : public EvictionPolicy {
   void OnAccessed(std::span<const ObjectKey>) override {}
   void OnRemoved(std::span<const ObjectKey>) override {}
   std::vector<ObjectKey> Candidates(std::size_t, std::size_t) const override { return {}; }
+  std::vector<UsedCandidate> UsedCandidates(std::size_t, std::size_t) const override {
+    return {};
+  }
   std::vector<ObjectKey> TenantCandidates(std::string_view, std::size_t,
                                           std::size_t) const override {
     return {};

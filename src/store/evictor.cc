@@ -2,7 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <unordered_set>
 #include <exception>
 #include <string>
 
@@ -60,7 +63,9 @@ void Evictor::RunPass() {
         BytesToEvict(allocator.UsedBytes(), allocator.capacity_bytes(), config_);
     if (to_evict > 0) {
       counters_.triggered_passes.fetch_add(1, std::memory_order_relaxed);
-      const EvictionReport report = table_->EvictLru(to_evict);
+      MutexLock lock(&bias_mu_);
+      const EvictionReport report =
+          bias_ != nullptr ? EvictBiased(to_evict) : table_->EvictLru(to_evict);
       counters_.evicted_objects.fetch_add(report.objects, std::memory_order_relaxed);
       counters_.evicted_bytes.fetch_add(report.bytes, std::memory_order_relaxed);
       if (report.bytes < to_evict) {
@@ -76,6 +81,72 @@ void Evictor::RunPass() {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("eviction pass failed with an unknown exception (the loop goes on)");
   }
+}
+
+void Evictor::SetBias(const EvictionBias* bias, double horizon_fraction) {
+  MutexLock lock(&bias_mu_);
+  bias_ = bias;
+  bias_horizon_ = horizon_fraction;
+}
+
+std::vector<std::size_t> Evictor::LastCopyOrder(std::span<const UsedCandidate> window,
+                                                const std::vector<bool>& expendable,
+                                                std::uint64_t horizon) {
+  // A last copy is ranked as if used `horizon` uses later than it was.
+  std::vector<std::uint64_t> rank(window.size());
+  for (std::size_t i = 0; i < window.size(); ++i) {
+    rank[i] = window[i].last_use + (expendable[i] ? 0 : horizon);
+  }
+  std::vector<std::size_t> order(window.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&rank](std::size_t a, std::size_t b) { return rank[a] < rank[b]; });
+  return order;
+}
+
+EvictionReport Evictor::EvictBiased(std::uint64_t bytes) {
+  std::vector<std::vector<ObjectKey>> rounds;  // each round's window, oldest first
+  std::uint64_t expendable_count = 0;
+  const EvictionBias& bias = *bias_;
+  const double horizon_fraction = bias_horizon_;
+  const auto order = [&](std::span<const UsedCandidate> window, std::size_t resident) {
+    std::vector<ObjectKey>& keys = rounds.emplace_back();
+    keys.reserve(window.size());
+    for (const UsedCandidate& c : window) keys.push_back(c.key);
+    std::vector<bool> expendable = bias.Expendable(keys);
+    expendable.resize(window.size(), false);
+    expendable_count +=
+        static_cast<std::uint64_t>(std::count(expendable.begin(), expendable.end(), true));
+    const auto horizon =
+        static_cast<std::uint64_t>(horizon_fraction * static_cast<double>(resident));
+    std::vector<ObjectKey> ordered;
+    ordered.reserve(window.size());
+    for (const std::size_t i : LastCopyOrder(window, expendable, horizon)) {
+      ordered.push_back(keys[i]);
+    }
+    return ordered;
+  };
+  std::vector<ObjectKey> evicted;
+  const EvictionReport report = table_->EvictReordered(bytes, kBiasWindow, order, &evicted);
+  const std::unordered_set<ObjectKey, ObjectKeyHash> gone(evicted.begin(), evicted.end());
+  std::uint64_t checked = 0;
+  std::uint64_t spared = 0;
+  for (const std::vector<ObjectKey>& keys : rounds) {
+    checked += keys.size();
+    // Spared: left in L1 (or found locked) while a younger candidate of its
+    // round was evicted, which plain LRU would not have done.
+    std::size_t youngest_gone = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (gone.contains(keys[i])) youngest_gone = i + 1;
+    }
+    for (std::size_t i = 0; i + 1 < youngest_gone; ++i) {
+      if (!gone.contains(keys[i])) spared += 1;
+    }
+  }
+  counters_.last_copy_checked.fetch_add(checked, std::memory_order_relaxed);
+  counters_.last_copy_expendable.fetch_add(expendable_count, std::memory_order_relaxed);
+  counters_.last_copies_spared.fetch_add(spared, std::memory_order_relaxed);
+  return report;
 }
 
 EvictorStats Evictor::Stats() const {

@@ -10,15 +10,30 @@
 // 12.1) this frees a predictable number of bytes. The loop never dies: an
 // exception in a pass is logged and counted, and the next pass runs as usual.
 //
+// With a bias (SetBias: P2P's directory, issue 43 section 3) a pass keeps
+// the fleet's last copies longest: each round takes the oldest kBiasWindow
+// candidates and evicts them in order of last use, a last copy's counted
+// `horizon` uses later than it was (a copy another node also holds and
+// keeps, EvictionBias::Expendable, counts as it is). So a last copy outlives
+// only copies held elsewhere that were used less than `horizon` uses after
+// it, and once `horizon` uses have passed since its own last use nothing
+// used since can go before it: the bias is bounded, not a change of policy
+// (horizon = --p2p-last-copy-bias x the resident objects).
+// The store path's on-demand eviction (a full pool) stays plain LRU.
+//
 // Its thread is a PeriodicThread, whose last run is the evictor's heartbeat.
-// Thread-safety: Start/Stop from one controlling thread; Nudge, Stats and the
-// listener callbacks from any thread.
+// Thread-safety: Start/Stop from one controlling thread; Nudge, Stats,
+// SetBias and the listener callbacks from any thread. SetBias waits for a
+// pass in progress, so a bias it replaced is no longer used when it returns.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <thread>
+#include <vector>
 
+#include "common/mutex.h"
 #include "common/periodic_thread.h"
 #include "lmcache/status.h"
 #include "store/listener.h"
@@ -26,6 +41,17 @@
 #include "store/store_stats.h"
 
 namespace lmcache::store {
+
+// Which eviction candidates have another copy in the fleet that outlives ours.
+// Thread-safety: called from the evictor's thread (a pass), never under a
+// table lock.
+class EvictionBias {
+ public:
+  virtual ~EvictionBias() = default;
+  // For each of `keys`, whether our copy may go before older ones: another
+  // node holds the chunk, and of its holders it is not ours the fleet keeps.
+  virtual std::vector<bool> Expendable(std::span<const ObjectKey> keys) const = 0;
+};
 
 struct EvictorConfig {
   double trigger_watermark = 0.8;    // --eviction-trigger-watermark: fraction of capacity, (0, 1]
@@ -50,6 +76,19 @@ class Evictor final : public StoreListener {
   // One pass on the caller's thread (what the thread runs each interval).
   void RunPass();
   EvictorStats Stats() const;
+  // Passes from now on keep the fleet's last copies longest, within a
+  // `horizon_fraction` x resident objects bound (see above); null: plain
+  // LRU. `bias` must outlive its use: until SetBias(nullptr) returns.
+  void SetBias(const EvictionBias* bias, double horizon_fraction) LMC_EXCLUDES(bias_mu_);
+
+  // Candidates a biased round reorders.
+  static constexpr std::size_t kBiasWindow = 256;
+  // One round's order, as indices into `window` (oldest first): by last
+  // use, a last copy's (not `expendable`) counted `horizon` uses later;
+  // ties keep LRU order.
+  static std::vector<std::size_t> LastCopyOrder(std::span<const UsedCandidate> window,
+                                                const std::vector<bool>& expendable,
+                                                std::uint64_t horizon);
 
   // An admission that leaves usage at or over the trigger starts a pass now
   // instead of at the next interval. At most one nudge is outstanding, so a
@@ -64,8 +103,15 @@ class Evictor final : public StoreListener {
                                     const EvictorConfig& config);
 
  private:
+  // Evicts `bytes` with the bias: the fleet's last copies last.
+  EvictionReport EvictBiased(std::uint64_t bytes) LMC_REQUIRES(bias_mu_);
+
   ObjectTable* const table_;
   const EvictorConfig config_;
+  // Held across a pass's eviction, so SetBias never pulls a bias from under it.
+  Mutex bias_mu_;
+  const EvictionBias* bias_ LMC_GUARDED_BY(bias_mu_) = nullptr;
+  double bias_horizon_ LMC_GUARDED_BY(bias_mu_) = 0;
   PeriodicThread thread_;
 
   EvictorCounters counters_;

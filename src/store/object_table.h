@@ -313,6 +313,17 @@ class ObjectTable {
   EvictionReport EvictLru(std::uint64_t bytes);
   // The same among tenant `salt`'s objects only (counted as its quota's evictions).
   EvictionReport EvictTenant(std::string_view salt, std::uint64_t bytes);
+  // Reorders one round's candidates: `window` holds the policy's oldest
+  // (oldest first, with their last uses), `resident` the objects the
+  // policy orders; it answers the same keys in the order to evict them.
+  using CandidateOrder = std::function<std::vector<ObjectKey>(
+      std::span<const UsedCandidate> window, std::size_t resident)>;
+  // EvictLru with each round's `window` oldest candidates evicted in the
+  // order `order` gives them (the evictor's last-copy bias). The keys
+  // evicted are appended to `evicted` when given.
+  EvictionReport EvictReordered(std::uint64_t bytes, std::size_t window,
+                                const CandidateOrder& order,
+                                std::vector<ObjectKey>* evicted = nullptr);
 
   // --- quotas (tenant_ledger.h) ---
   // Caps tenant `salt` at `bytes` and evicts its oldest unlocked objects
@@ -398,9 +409,10 @@ class ObjectTable {
   TimeMs ReadTtl(const Owner& owner) const;
   Status ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const;
   // Evicts candidates `next_candidates(skip)` hands out until `bytes` are freed.
+  // The keys evicted are appended to `evicted` when given.
   EvictionReport EvictFrom(
       const std::function<std::vector<ObjectKey>(std::size_t skip)>& next_candidates,
-      std::uint64_t bytes);
+      std::uint64_t bytes, std::vector<ObjectKey>* evicted_keys = nullptr);
   // The keys of `needs_memory` (indices into `keys`) whose tenants have room
   // for them, after each tenant short of room evicted its own oldest
   // objects; kLongestPrefix keeps a tenant's keys up to its first refused

@@ -97,9 +97,24 @@ EvictionReport ObjectTable::EvictTenant(std::string_view salt, std::uint64_t byt
   return report;
 }
 
+EvictionReport ObjectTable::EvictReordered(std::uint64_t bytes, std::size_t window,
+                                           const CandidateOrder& order,
+                                           std::vector<ObjectKey>* evicted) {
+  // Reordering inside a round keeps EvictFrom's skip right: a round evicts
+  // its whole window unless the bytes are freed first, and what stays is
+  // what was locked.
+  return EvictFrom(
+      [this, window, &order](std::size_t skip) {
+        const std::vector<UsedCandidate> candidates = policy_->UsedCandidates(skip, window);
+        if (candidates.empty()) return std::vector<ObjectKey>{};
+        return order(candidates, policy_->size());
+      },
+      bytes, evicted);
+}
+
 EvictionReport ObjectTable::EvictFrom(
     const std::function<std::vector<ObjectKey>(std::size_t skip)>& next_candidates,
-    std::uint64_t bytes) {
+    std::uint64_t bytes, std::vector<ObjectKey>* evicted_keys) {
   EvictionReport report;
   std::size_t skip = 0;  // candidates at the front of the order found locked
   while (report.bytes < bytes) {
@@ -129,6 +144,9 @@ EvictionReport ObjectTable::EvictFrom(
         evicted_bytes.push_back(step.aligned_bytes);
       }
       if (!removed.empty()) policy_->OnRemoved(removed);
+    }
+    if (evicted_keys != nullptr) {
+      evicted_keys->insert(evicted_keys->end(), evicted.begin(), evicted.end());
     }
     NotifyEvicted(evicted, evicted_bytes);
   }

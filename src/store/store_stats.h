@@ -126,6 +126,15 @@ LMC_STATS_COUNTERS(FlowCounterSet, FlowStats, LMC_FLOW_STATS);
   X(reclaimed_objects, "reclaimed_objects", std::uint64_t, kCounter, "objects", \
       "l1_reclaimed_total", "Objects the passes freed from expired write leases and ended " \
       "retirements.") \
+  X(last_copy_checked, "last_copy_checked", std::uint64_t, kCounter, "objects", \
+      "l1_last_copy_checked_total", "Eviction candidates the last-copy bias looked up in the " \
+      "P2P directory (--p2p-last-copy-bias).") \
+  X(last_copy_expendable, "last_copy_expendable", std::uint64_t, kCounter, "objects", \
+      "l1_last_copy_expendable_total", "Of those, candidates another node holds and keeps " \
+      "longer: evicted before older ones.") \
+  X(last_copies_spared, "last_copies_spared", std::uint64_t, kCounter, "objects", \
+      "l1_last_copies_spared_total", "Candidates no other node keeps that a pass left in L1 " \
+      "while it evicted a younger copy held elsewhere.") \
   X(last_success_wall_seconds, "last_success_unix_seconds", double, kGauge, "seconds", \
       "l1_eviction_last_success_timestamp_seconds", "Unix time of the last completed " \
       "eviction pass (0: none yet).")

@@ -36,6 +36,10 @@ class BlockingPolicy final : public store::EvictionPolicy {
     }
     return lru_.Candidates(skip, max);
   }
+  std::vector<store::UsedCandidate> UsedCandidates(std::size_t skip,
+                                                   std::size_t max) const override {
+    return lru_.UsedCandidates(skip, max);
+  }
 
   void Arm() {
     std::lock_guard<std::mutex> lock(mu_);

@@ -194,6 +194,58 @@ def test_directed_lookups_ask_only_a_holder_and_nobody_for_what_no_peer_holds(tm
         nodes.close()
 
 
+@pytest.mark.parametrize("bias", ["4", "0"])
+def test_the_last_copy_bias_evicts_copies_a_peer_keeps_before_older_last_copies(tmp_path, zmq_ctx,
+                                                                               bias):
+    """Issue 43, section 3. B stores five prompts of its own (the fleet's
+    only copies: the oldest in its L1), then loads thirty of A's (copies A
+    holds too), then stores new prompts until its evictor runs a pass (from
+    160 of its 200 objects down to 120). Of each loaded chunk the keeper is
+    A or B (a rendezvous hash of their incarnations: about half each), and
+    with the bias B evicts first the loaded copies A keeps (about 60 of 120,
+    at least 32 unless the hash is 5 standard deviations off), so its own
+    prompts stay whole; with --p2p-last-copy-bias 0 (plain LRU) they are the
+    oldest and go first."""
+    nodes = Nodes(tmp_path, "loopback", peers_of=[[1], [0]],
+                  extra_args=["--p2p-last-copy-bias", bias])
+    try:
+        a, b = (worker(zmq_ctx, s) for s in nodes.servers)
+        eventually(lambda: peers_in(b[0], "ready") == 1, "B sees A ready")
+        rng = np.random.default_rng(43)
+        chunk = chunk_size(a[0])
+        own = [random_tokens(rng, CHUNKS * chunk) for _ in range(5)]
+        for i, tokens in enumerate(own):
+            store_prompt(b[0], b[2], b[1], tokens, CHUNKS, f"own-{i}", rng)
+        shared = [random_tokens(rng, CHUNKS * chunk) for _ in range(30)]
+        for i, tokens in enumerate(shared):
+            store_prompt(a[0], a[2], a[1], tokens, CHUNKS, f"shared-{i}", rng)
+        wait_until_directory_holds(b[0], len(shared) * CHUNKS)
+        for i, tokens in enumerate(shared):
+            assert lookup_l2(b[0], tokens, f"load-{i}", timeout_s=SETTLE_S) == CHUNKS
+            retrieve(b[0], b[2], b[1], tokens, CHUNKS, f"load-{i}")
+        assert stats(b[0])["l1"]["resident_objects"] == (len(own) + len(shared)) * CHUNKS
+        assert stats(b[0])["eviction"]["background_evicted_objects"] == 0
+
+        more = 0
+        while stats(b[0])["eviction"]["background_evicted_objects"] == 0:
+            assert more < 20, "B's evictor never ran"
+            store_prompt(b[0], b[2], b[1], random_tokens(rng, CHUNKS * chunk), CHUNKS,
+                         f"more-{more}", rng)
+            more += 1
+        eviction = stats(b[0])["eviction"]
+        own_found = sum(lookup_l2(b[0], tokens, f"own-again-{i}", timeout_s=SETTLE_S)
+                        for i, tokens in enumerate(own))
+        if bias == "0":
+            assert own_found == 0, eviction
+            assert eviction["last_copy_checked"] == 0, eviction
+        else:
+            assert own_found == len(own) * CHUNKS, eviction
+            assert eviction["last_copy_expendable"] >= 32, eviction
+            assert eviction["last_copies_spared"] >= len(own) * CHUNKS, eviction
+    finally:
+        nodes.close()
+
+
 def test_a_server_with_another_key_gets_nothing_and_leaves_no_lock(tmp_path, zmq_ctx):
     where = "netns" if namespaces_possible() else "loopback"  # one run: it waits on a deadline
     # 0 = A holds the prompt; 1 = D lists A but holds another fleet key.

@@ -92,6 +92,19 @@ TEST_F(P2pConfigTest, LookupsAreDirectedByDefaultAndTheDirectoryFlagsAreChecked)
             std::string::npos);
 }
 
+TEST_F(P2pConfigTest, TheLastCopyBiasIsOnByDefaultAndChecked) {
+  auto defaults = Parse({});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_DOUBLE_EQ(defaults->p2p.last_copy_bias, 4);
+  auto off = Parse({"--p2p-last-copy-bias", "0"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_DOUBLE_EQ(off->p2p.last_copy_bias, 0);
+  EXPECT_NE(Refusal({"--p2p-last-copy-bias", "-0.1"}).find("--p2p-last-copy-bias"),
+            std::string::npos);
+  Refusal({"--p2p-last-copy-bias", "nan"});
+  Refusal({"--p2p-last-copy-bias", "11"});
+}
+
 TEST_F(P2pConfigTest, AnAdvertisedAddressAndAKeyOpenTheFleetEndpoint) {
   auto config = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-listen-url", "0.0.0.0:5556",
                        "--p2p-auth-key-file", key_file_, "--p2p-lookup-timeout", "2.5"});

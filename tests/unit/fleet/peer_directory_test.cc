@@ -1,15 +1,20 @@
 // PeerDirectory: the peers a miss should ask. A peer's stored chunks name
 // it; its removals and clear stop naming it; a new incarnation forgets the
 // old process's chunks; a gap makes it stale (named for every chunk) until
-// a resync; a forgotten peer is never named; prefixes come longest first.
+// a resync; a forgotten peer is never named; prefixes come longest first;
+// of a chunk's holders exactly one keeps it (the last-copy bias).
 #include "fleet/peer_directory.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
 #include <vector>
+
+#include "fleet/chunk_log.h"
+#include "fleet/last_copy_bias.h"
 
 namespace lmcache::fleet {
 namespace {
@@ -156,6 +161,7 @@ TEST(PeerDirectory, FeedsLookupsAndChurnRunTogether) {
     const auto prompt = Prompt(1000, 16);
     while (!stop.load()) {
       for (const auto& prefix : directory.Prefixes(prompt)) ASSERT_LE(prefix.chunks, 16u);
+      ASSERT_EQ(directory.KeptElsewhere(prompt, 99).size(), 16u);
     }
   });
   for (int i = 0; i < 50; ++i) {
@@ -170,6 +176,112 @@ TEST(PeerDirectory, FeedsLookupsAndChurnRunTogether) {
   EXPECT_EQ(s.applied_events, kPeers * (200u + 67u));
   // Peer 1's first prompt was stored (batch 0) then removed.
   EXPECT_EQ(directory.Prefixes(Prompt(1000, 16)).size(), 1u) << "only the churned, stale peer";
+}
+
+// ---- the fleet's last copy evicted last (issue 43, section 3) ----
+
+// Two nodes holding the same chunks, each knowing the other through its
+// directory: for every chunk exactly one of them takes its copy for the
+// spare one, and the keepers split the chunks about evenly.
+TEST(PeerDirectory, OfTwoHoldersExactlyOneKeepsEachChunk) {
+  constexpr std::uint64_t kLifeA = 0x1111, kLifeB = 0x2222;
+  const auto chunks = Prompt(5, 1000);
+  PeerDirectory at_a;  // A's view: B holds the chunks
+  at_a.AddPeer(2, 4000);
+  ASSERT_EQ(at_a.Apply(2, kLifeB, 1, DirectoryChange::kStored, chunks), Applied::kApplied);
+  PeerDirectory at_b;
+  at_b.AddPeer(1, 4000);
+  ASSERT_EQ(at_b.Apply(1, kLifeA, 1, DirectoryChange::kStored, chunks), Applied::kApplied);
+  const std::vector<bool> a_spare = at_a.KeptElsewhere(chunks, kLifeA);
+  const std::vector<bool> b_spare = at_b.KeptElsewhere(chunks, kLifeB);
+  std::size_t a_count = 0;
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
+    EXPECT_NE(a_spare[i], b_spare[i]) << i;
+    a_count += a_spare[i] ? 1 : 0;
+  }
+  EXPECT_GT(a_count, 400u);
+  EXPECT_LT(a_count, 600u);
+}
+
+TEST(PeerDirectory, OfThreeHoldersTwoTakeTheirCopyForTheSpareOne) {
+  const std::vector<std::uint64_t> lives = {0xa, 0xb, 0xc};
+  const auto chunks = Prompt(6, 200);
+  std::vector<std::size_t> spare_views(chunks.size(), 0);
+  for (std::size_t self = 0; self < lives.size(); ++self) {
+    PeerDirectory directory;
+    std::uint64_t peer = 0;
+    for (std::size_t other = 0; other < lives.size(); ++other) {
+      if (other == self) continue;
+      directory.AddPeer(++peer, 1000);
+      ASSERT_EQ(directory.Apply(peer, lives[other], 1, DirectoryChange::kStored, chunks),
+                Applied::kApplied);
+    }
+    const auto spare = directory.KeptElsewhere(chunks, lives[self]);
+    for (std::size_t i = 0; i < chunks.size(); ++i) spare_views[i] += spare[i] ? 1 : 0;
+  }
+  for (std::size_t i = 0; i < chunks.size(); ++i) EXPECT_EQ(spare_views[i], 2u) << i;
+}
+
+// Only what a peer in step holds counts: a stale peer (whose filter is not
+// trusted), a removed chunk, a forgotten peer and an unknown chunk keep
+// nothing, so the bias falls back to plain LRU.
+TEST(PeerDirectory, OnlyAPeerInStepHoldingTheChunkKeepsIt) {
+  const auto chunks = Prompt(7, 64);
+  PeerDirectory directory;
+  directory.AddPeer(3, 1000);
+  // Ranked for this test: of the chunks, those peer 3 would keep over us.
+  ASSERT_EQ(directory.Apply(3, 77, 1, DirectoryChange::kStored, chunks), Applied::kApplied);
+  const std::vector<bool> kept = directory.KeptElsewhere(chunks, 1);
+  const auto kept_count = std::count(kept.begin(), kept.end(), true);
+  ASSERT_GT(kept_count, 0);
+  ASSERT_LT(kept_count, 64);
+  EXPECT_EQ(directory.KeptElsewhere(Prompt(8, 64), 1), std::vector<bool>(64, false))
+      << "chunks nobody holds";
+  // Removed: no longer kept there.
+  ASSERT_EQ(directory.Apply(3, 77, 2, DirectoryChange::kRemoved, std::span(chunks).first(32)),
+            Applied::kApplied);
+  const std::vector<bool> after = directory.KeptElsewhere(chunks, 1);
+  for (std::size_t i = 0; i < 32; ++i) EXPECT_FALSE(after[i]) << i;
+  for (std::size_t i = 32; i < 64; ++i) EXPECT_EQ(after[i], kept[i]) << i;
+  // Stale (a gap): its filter is kept but not trusted.
+  ASSERT_EQ(directory.Apply(3, 77, 9, DirectoryChange::kStored, chunks), Applied::kGap);
+  EXPECT_EQ(directory.KeptElsewhere(chunks, 1), std::vector<bool>(64, false));
+  directory.Resynced(3, 77, 9);
+  EXPECT_EQ(directory.KeptElsewhere(chunks, 1), after);
+  directory.ForgetPeer(3);
+  EXPECT_EQ(directory.KeptElsewhere(chunks, 1), std::vector<bool>(64, false));
+}
+
+// What the evictor asks: object keys, through their chunk ids.
+TEST(LastCopyBias, AnObjectIsExpendableWhenItsChunksKeeperIsAPeer) {
+  std::vector<store::ObjectKey> keys;
+  for (std::uint8_t n = 0; n < 32; ++n) {
+    store::ObjectKey key;
+    key.model_name = "m";
+    key.chunk_hash[0] = n;
+    key.chunk_hash[1] = 0x5a;
+    keys.push_back(key);
+  }
+  const std::vector<ChunkId> ids = ChunkIdsOf(keys);
+  PeerDirectory directory;
+  directory.AddPeer(4, 1000);
+  // The peer holds the first half.
+  ASSERT_EQ(directory.Apply(4, 0xbeef, 1, DirectoryChange::kStored, std::span(ids).first(16)),
+            Applied::kApplied);
+  const LastCopyBias bias(&directory, 0xcafe);
+  const std::vector<bool> expendable = bias.Expendable(keys);
+  const std::vector<bool> kept = directory.KeptElsewhere(ids, 0xcafe);
+  ASSERT_EQ(expendable.size(), keys.size());
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    EXPECT_EQ(expendable[i], kept[i]) << i;
+    if (i >= 16) {
+      EXPECT_FALSE(expendable[i]) << i;
+    }
+    count += expendable[i] ? 1 : 0;
+  }
+  EXPECT_GT(count, 0u) << "some of the 16 held are the peer's to keep";
+  EXPECT_LT(count, 16u) << "and some are ours";
 }
 
 }  // namespace

@@ -79,6 +79,28 @@ TEST(LruPolicy, TenantCandidatesFollowTheGlobalOrderOfThatTenantsKeys) {
   }
 }
 
+// The last uses the evictor's last-copy bias bounds itself by: one use per
+// key admitted or accessed, increasing along the order.
+TEST(LruPolicy, UsedCandidatesCarryEachKeysLastUse) {
+  LruPolicy lru;
+  lru.OnAdmitted(KeysN(0, 3));  // uses 1..3, the batch's head last: 2, 1, 0
+  lru.OnAdmitted(KeysN(3, 1));  // use 4
+  lru.OnAccessed(std::vector{KeyN(1), KeyN(77)});  // use 5; the unknown key uses nothing
+  const auto used = lru.UsedCandidates(0, 10);
+  ASSERT_EQ(used.size(), 4u);
+  const std::vector<ObjectKey> keys = {KeyN(2), KeyN(0), KeyN(3), KeyN(1)};
+  const std::vector<std::uint64_t> uses = {1, 3, 4, 5};
+  for (std::size_t i = 0; i < used.size(); ++i) {
+    EXPECT_EQ(used[i].key, keys[i]) << i;
+    EXPECT_EQ(used[i].last_use, uses[i]) << i;
+  }
+  const auto skipped = lru.UsedCandidates(2, 1);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].key, KeyN(3));
+  EXPECT_TRUE(lru.UsedCandidates(4, 10).empty());
+  EXPECT_TRUE(NoopPolicy().UsedCandidates(0, 10).empty());
+}
+
 TEST(EvictionPolicy, FactoryAcceptsKnownNamesOnly) {
   EXPECT_EQ((*MakeEvictionPolicy("LRU"))->name(), "LRU");
   EXPECT_EQ((*MakeEvictionPolicy("lru"))->name(), "LRU");

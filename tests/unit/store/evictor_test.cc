@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -151,6 +153,145 @@ TEST_F(EvictorTest, AnAdmissionOverTheTriggerStartsAPassWithoutWaitingForTheInte
   EXPECT_EQ(allocator_->UsedBytes(), 12 * kMiB);
   EXPECT_EQ(evictor.Stats().nudges, 1u);
   EXPECT_EQ(evictor.Stats().triggered_passes, 1u);
+}
+
+// ---- the last-copy bias (issue 43, section 3) ----
+
+std::vector<UsedCandidate> Window(std::vector<std::uint64_t> last_uses) {
+  std::vector<UsedCandidate> window;
+  for (std::size_t i = 0; i < last_uses.size(); ++i) {
+    window.push_back({testing::KeyN(i), last_uses[i]});
+  }
+  return window;
+}
+
+TEST(LastCopyOrder, ALastCopyRanksAsIfUsedTheHorizonLater) {
+  // Uses 1..6; 2 and 4 (uses 3 and 5) are held elsewhere. With a horizon of
+  // 100 every last copy ranks after them.
+  const auto window = Window({1, 2, 3, 4, 5, 6});
+  const std::vector<bool> expendable = {false, false, true, false, true, false};
+  EXPECT_EQ(Evictor::LastCopyOrder(window, expendable, /*horizon=*/100),
+            (std::vector<std::size_t>{2, 4, 0, 1, 3, 5}));
+  // With a horizon of 3 the last copies rank 4, 5, 7, 9: the one used at 1
+  // goes after the spare copy used at 3, and the one used at 2 ties with
+  // the spare copy used at 5 (ties keep LRU order).
+  EXPECT_EQ(Evictor::LastCopyOrder(window, expendable, /*horizon=*/3),
+            (std::vector<std::size_t>{2, 0, 1, 4, 3, 5}));
+  // Nothing held elsewhere, or no horizon: plain LRU.
+  EXPECT_EQ(Evictor::LastCopyOrder(window, std::vector<bool>(6, false), 100),
+            (std::vector<std::size_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(Evictor::LastCopyOrder(window, expendable, 0),
+            (std::vector<std::size_t>{0, 1, 2, 3, 4, 5}));
+  EXPECT_TRUE(Evictor::LastCopyOrder({}, {}, 4).empty());
+}
+
+TEST(LastCopyOrder, ALastCopyUnusedForTheHorizonGoesBeforeAnythingUsedSince) {
+  // The last copy used at 1, horizon 4: it goes before what was used after
+  // 5, held elsewhere or not.
+  const auto window = Window({1, 6, 7, 8});
+  const std::vector<bool> expendable = {false, true, true, true};
+  EXPECT_EQ(Evictor::LastCopyOrder(window, expendable, 4),
+            (std::vector<std::size_t>{0, 1, 2, 3}));
+}
+
+// Names as expendable the keys of a set; can hold a caller inside Expendable.
+class FakeBias final : public EvictionBias {
+ public:
+  explicit FakeBias(std::vector<ObjectKey> held_elsewhere) : held_(std::move(held_elsewhere)) {}
+  std::vector<bool> Expendable(std::span<const ObjectKey> keys) const override {
+    calls_.fetch_add(1);
+    while (hold_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<bool> out;
+    for (const ObjectKey& key : keys) {
+      out.push_back(std::find(held_.begin(), held_.end(), key) != held_.end());
+    }
+    return out;
+  }
+  std::vector<ObjectKey> held_;
+  mutable std::atomic<int> calls_{0};
+  std::atomic<bool> hold_{false};
+};
+
+class BiasedEvictorTest : public EvictorTest {
+ protected:
+  // Objects 0..n-1, each admitted alone: 0 is the least recently used.
+  void FillInOrder(std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) Fill(1);
+  }
+  bool Resident(std::uint64_t n) { return table_->Find(testing::KeyN(n)).has_value(); }
+};
+
+TEST_F(BiasedEvictorTest, APassEvictsCopiesHeldElsewhereBeforeOlderLastCopies) {
+  FillInOrder(17);  // 85 %: a pass frees 5 MiB, down to 60 %
+  std::vector<ObjectKey> even;
+  for (std::uint64_t n = 0; n < 17; n += 2) even.push_back(testing::KeyN(n));
+  FakeBias bias(even);
+  Evictor evictor(table_.get(), EvictorConfig{});
+  evictor.SetBias(&bias, /*horizon_fraction=*/1.0);
+  evictor.RunPass();
+  EXPECT_EQ(allocator_->UsedBytes(), 12 * kMiB);
+  // The five oldest held elsewhere went; every last copy stayed.
+  for (std::uint64_t n = 0; n < 17; ++n) {
+    const bool gone = n % 2 == 0 && n <= 8;
+    EXPECT_EQ(Resident(n), !gone) << n;
+  }
+  const EvictorStats stats = evictor.Stats();
+  EXPECT_EQ(stats.last_copy_checked, 17u);
+  EXPECT_EQ(stats.last_copy_expendable, 9u);
+  EXPECT_EQ(stats.last_copies_spared, 4u);  // 1, 3, 5, 7: older than 8, which went
+  EXPECT_EQ(stats.evicted_objects, 5u);
+}
+
+TEST_F(BiasedEvictorTest, TheBiasIsBoundedByTheHorizon) {
+  FillInOrder(17);  // object n last used at use n + 1
+  FakeBias bias({testing::KeyN(6), testing::KeyN(15), testing::KeyN(16)});
+  Evictor evictor(table_.get(), EvictorConfig{});
+  // 17 resident x 0.25: a horizon of 4 uses. Ranks: last copies n + 5, the
+  // spare copies n + 1 (7, 16, 17). Five go: 0 (5), 1 (6), 6 (7), 2 (7),
+  // 3 (8). The spare copies used long after (15, 16) stay.
+  evictor.SetBias(&bias, 0.25);
+  evictor.RunPass();
+  for (std::uint64_t n = 0; n < 17; ++n) {
+    const bool gone = n <= 3 || n == 6;
+    EXPECT_EQ(Resident(n), !gone) << n;
+  }
+  EXPECT_EQ(evictor.Stats().last_copies_spared, 2u);  // 4 and 5, older than 6
+}
+
+TEST_F(BiasedEvictorTest, WithoutABiasAPassIsPlainLru) {
+  FillInOrder(17);
+  FakeBias bias({testing::KeyN(16)});
+  Evictor evictor(table_.get(), EvictorConfig{});
+  evictor.SetBias(&bias, 1.0);
+  evictor.SetBias(nullptr, 1.0);
+  evictor.RunPass();
+  for (std::uint64_t n = 0; n < 17; ++n) EXPECT_EQ(Resident(n), n >= 5) << n;
+  EXPECT_EQ(bias.calls_.load(), 0);
+  EXPECT_EQ(evictor.Stats().last_copy_checked, 0u);
+}
+
+// The server removes its bias before the directory behind it goes: the
+// removal must wait for a pass that is using it.
+TEST_F(BiasedEvictorTest, RemovingTheBiasWaitsForThePassUsingIt) {
+  FillInOrder(17);
+  FakeBias bias({});
+  bias.hold_ = true;
+  Evictor evictor(table_.get(), EvictorConfig{});
+  evictor.SetBias(&bias, 1.0);
+  std::thread pass([&] { evictor.RunPass(); });
+  WaitUntil([&] { return bias.calls_.load() > 0; });
+  std::atomic<bool> removed{false};
+  std::thread remover([&] {
+    evictor.SetBias(nullptr, 0);
+    removed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(removed.load());  // the pass still holds the bias
+  bias.hold_ = false;
+  pass.join();
+  remover.join();
+  EXPECT_TRUE(removed.load());
+  EXPECT_EQ(allocator_->UsedBytes(), 12 * kMiB);
 }
 
 }  // namespace
