@@ -31,6 +31,17 @@ endif()
 if(LMC_IO_URING)
   pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
 endif()
+# lld: each build links about 150 test, fuzz and tool binaries, and GNU ld
+# is slow at it on two cores; lld is about ten times faster (five TSan test
+# binaries: 28.9 s against 2.8 s). Used only where the compiler links with
+# it (a machine without lld links with its default linker).
+if(LMC_USE_LLD)
+  include(CheckLinkerFlag)
+  check_linker_flag(CXX "-fuse-ld=lld" LMC_LINKER_LLD)
+  if(LMC_LINKER_LLD)
+    add_link_options("$<$<LINK_LANGUAGE:C,CXX>:-fuse-ld=lld>")
+  endif()
+endif()
 # Debian 12's libmsgpack-cxx-dev ships its config as "msgpack" (target msgpackc-cxx).
 find_package(msgpack REQUIRED CONFIG PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/cmake/msgpackc-cxx)
 if(LMC_BUILD_TESTS)

@@ -495,6 +495,9 @@ void StopServing(Server& s, bool handing_over) {
   // their calls and reads to peers ended now rather than at a hung peer's
   // deadlines.
   if (s.directory_feed) s.directory_feed->Stop();  // before its calls are ended
+  // The directory is no longer followed: eviction from here on (a drain, a
+  // wait after a handover) is plain LRU.
+  if (s.last_copy_bias) s.cache().evictor().SetBias(nullptr, 0);
   if (s.fleet_link) s.fleet_link->Close();
   if (s.l2) s.l2->Stop();
   s.membership.reset();    // stops meeting peers; its calls in flight end

@@ -19,7 +19,7 @@ the summary gives each trial's rates, the medians and the spread of the
 difference.
 
   tools/last_copy_bench.py [--trials 3] [--requests 3000] [--warmup 1000]
-                           [--working-set 2.0] [--zipf 0] [--bias 4]
+                           [--working-set 2.0] [--zipf 0] [--bias 4] [--l1-gb 0.05]
 """
 
 import argparse
@@ -40,9 +40,6 @@ from fleet_scale import Fleet  # noqa: E402
 from mp_client import (OP_COMMIT_RETRIEVE, OP_COMMIT_STORE, OP_PREPARE_RETRIEVE,  # noqa: E402
                        OP_PREPARE_STORE, chunk_size, lookup_l2, make_key, random_tokens,
                        slot_view, stats)
-
-L1_GB = 0.05
-
 
 def store_missing(client, pool, instance, tokens, chunks, request_id, rng):
     """prepare_store of the whole prompt: the server stages only the chunks
@@ -115,7 +112,7 @@ def trace(args, rng, prompts):
 def trial(args, seed, ctx):
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory() as da, tempfile.TemporaryDirectory() as db:
-        common = ["--l1-size-gb", str(L1_GB)]
+        common = ["--l1-size-gb", str(args.l1_gb)]
         arms = [Arm("bias", Fleet(Path(da), args.nodes, "directed", ctx,
                                   extra=common + ["--p2p-last-copy-bias", str(args.bias)])),
                 Arm("lru", Fleet(Path(db), args.nodes, "directed", ctx,
@@ -157,6 +154,8 @@ def main():
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--warmup", type=int, default=1000)
     parser.add_argument("--chunks", type=int, default=4)
+    parser.add_argument("--l1-gb", type=float, default=0.05,
+                        help="each server's L1 (--l1-size-gb); objects are 256 KiB")
     parser.add_argument("--working-set", type=float, default=2.0,
                         help="distinct chunks of the trace, in multiples of one node's L1")
     parser.add_argument("--zipf", type=float, default=0.0,

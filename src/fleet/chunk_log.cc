@@ -9,14 +9,15 @@ namespace lmcache::fleet {
 std::vector<ChunkId> ChunkIdsOf(std::span<const store::ObjectKey> keys) {
   std::vector<ChunkId> ids;
   ids.reserve(keys.size());
-  // One model's digest per run of keys of that model (a callback's keys
-  // are almost always one model's).
-  const std::string* model = nullptr;
+  // One digest per run of keys of one model and tenant (a callback's keys
+  // are almost always one model's and one tenant's).
+  const store::ObjectKey* run = nullptr;
   ChunkId seed = 0;
   for (const store::ObjectKey& key : keys) {
-    if (model == nullptr || *model != key.model_name) {
-      model = &key.model_name;
-      seed = PeerDirectory::ModelSeed(key.model_name);
+    if (run == nullptr || run->model_name != key.model_name ||
+        run->cache_salt != key.cache_salt) {
+      run = &key;
+      seed = PeerDirectory::ModelSeed(key.model_name, key.cache_salt);
     }
     ids.push_back(PeerDirectory::ChunkIdOf(seed, key.chunk_hash));
   }

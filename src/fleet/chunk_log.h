@@ -11,8 +11,8 @@
 // together, and carries tokens a directory does not need. This one is
 // recorded from startup, L1 only, 8 bytes per chunk.
 //
-// A chunk id stands for every object of that model and chunk hash (its KV
-// ranks, object groups, tenants, layouts): the log counts the resident
+// A chunk id stands for every object of that model, tenant and chunk hash
+// (its KV ranks, object groups, layouts): the log counts the resident
 // objects of each id, and records a chunk as stored when its first object
 // arrives and as removed when its last one goes. So evicting one rank of a
 // chunk whose other ranks stay announces nothing, and an eviction and a

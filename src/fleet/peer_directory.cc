@@ -49,11 +49,17 @@ std::uint64_t KeeperRank(ChunkId chunk, std::uint64_t life_seed) {
 
 }  // namespace
 
-ChunkId PeerDirectory::ModelSeed(std::string_view model) {
-  // The model's own digest is folded into each chunk's id, so that two
-  // models' equal token runs differ.
+ChunkId PeerDirectory::ModelSeed(std::string_view model, std::string_view cache_salt) {
+  // The model's own digest (and the tenant's, when there is one) is folded
+  // into each chunk's id, so that two models' or tenants' equal token runs
+  // differ.
   Blake3Hasher hasher;
   hasher.Update(model.data(), model.size());
+  if (!cache_salt.empty()) {
+    const char separator = '\0';  // a model name holds no NUL: "ab"+"c" != "a"+"bc"
+    hasher.Update(&separator, 1);
+    hasher.Update(cache_salt.data(), cache_salt.size());
+  }
   const Blake3Digest digest = hasher.Finalize();
   ChunkId seed = 0;
   std::memcpy(&seed, digest.data(), sizeof(seed));

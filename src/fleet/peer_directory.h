@@ -18,10 +18,12 @@
 //     the peer says it can hold; Resize gives it a bigger one to fill).
 // A departed peer is forgotten at once: its filter is freed (ForgetPeer).
 //
-// A chunk id folds the model into the chunk hash (ChunkIdOf): the events
-// name a chunk by model and hash, and a tenant only by a keyed hash the
-// requester cannot compute, so two tenants' equal chunks share an id (a
-// hint that costs one RPC when the peer holds the other tenant's).
+// A chunk id folds the model and the tenant (cache_salt, which a lookup's
+// keys carry as the holder's do) into the chunk hash (ModelSeed, ChunkIdOf),
+// so two models' or two tenants' equal chunks have different ids. Not the
+// KV rank, object group or layout: one id stands for all of a chunk's
+// objects (chunk_log.h), so a fleet's directory grows with its chunks, not
+// with its tensor-parallel degree.
 //
 // Thread-safety: every method from any thread. Lookups (MayHold, Prefixes)
 // read the filters lock-free after copying the peer table's pointer under
@@ -83,9 +85,10 @@ struct PeerDirectoryStats {
 class PeerDirectory {
  public:
   static ChunkId ChunkIdOf(std::string_view model, const store::ChunkHash& hash);
-  // The same in two steps, for many chunks of one model: the model's part
-  // once, then each chunk's.
-  static ChunkId ModelSeed(std::string_view model);
+  // The same in two steps, for many chunks of one model and tenant: their
+  // part once, then each chunk's. ChunkIdOf(model, hash) is a chunk's id
+  // with no cache_salt.
+  static ChunkId ModelSeed(std::string_view model, std::string_view cache_salt = {});
   static ChunkId ChunkIdOf(ChunkId model_seed, const store::ChunkHash& hash);
 
   // A peer joined (or rejoined: its filter starts empty), holding up to

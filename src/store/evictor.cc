@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <exception>
 #include <string>
 
@@ -63,9 +65,8 @@ void Evictor::RunPass() {
         BytesToEvict(allocator.UsedBytes(), allocator.capacity_bytes(), config_);
     if (to_evict > 0) {
       counters_.triggered_passes.fetch_add(1, std::memory_order_relaxed);
-      MutexLock lock(&bias_mu_);
       const EvictionReport report =
-          bias_ != nullptr ? EvictBiased(to_evict) : table_->EvictLru(to_evict);
+          Biased() ? EvictBiased(to_evict) : table_->EvictLru(to_evict);
       counters_.evicted_objects.fetch_add(report.objects, std::memory_order_relaxed);
       counters_.evicted_bytes.fetch_add(report.bytes, std::memory_order_relaxed);
       if (report.bytes < to_evict) {
@@ -81,6 +82,11 @@ void Evictor::RunPass() {
     counters_.errors.fetch_add(1, std::memory_order_relaxed);
     spdlog::error("eviction pass failed with an unknown exception (the loop goes on)");
   }
+}
+
+bool Evictor::Biased() const {
+  MutexLock lock(&bias_mu_);
+  return bias_ != nullptr;
 }
 
 void Evictor::SetBias(const EvictionBias* bias, double horizon_fraction) {
@@ -105,16 +111,31 @@ std::vector<std::size_t> Evictor::LastCopyOrder(std::span<const UsedCandidate> w
 }
 
 EvictionReport Evictor::EvictBiased(std::uint64_t bytes) {
-  std::vector<std::vector<ObjectKey>> rounds;  // each round's window, oldest first
+  // Every candidate a round looked at, with its last use: what plain LRU
+  // would have evicted is the oldest of them.
+  std::unordered_map<ObjectKey, std::uint64_t, ObjectKeyHash> seen;
+  std::uint64_t checked = 0;
   std::uint64_t expendable_count = 0;
-  const EvictionBias& bias = *bias_;
-  const double horizon_fraction = bias_horizon_;
   const auto order = [&](std::span<const UsedCandidate> window, std::size_t resident) {
-    std::vector<ObjectKey>& keys = rounds.emplace_back();
+    std::vector<ObjectKey> keys;
     keys.reserve(window.size());
-    for (const UsedCandidate& c : window) keys.push_back(c.key);
-    std::vector<bool> expendable = bias.Expendable(keys);
+    for (const UsedCandidate& c : window) {
+      keys.push_back(c.key);
+      seen.emplace(c.key, c.last_use);
+    }
+    // The bias is read under its lock for each round, never across the
+    // table's shard locks (EvictFrom asks for a round before it locks):
+    // removed meanwhile, the rest of the pass is plain LRU.
+    std::vector<bool> expendable;
+    double horizon_fraction = 0;
+    {
+      MutexLock lock(&bias_mu_);
+      if (bias_ == nullptr) return keys;
+      expendable = bias_->Expendable(keys);
+      horizon_fraction = bias_horizon_;
+    }
     expendable.resize(window.size(), false);
+    checked += window.size();
     expendable_count +=
         static_cast<std::uint64_t>(std::count(expendable.begin(), expendable.end(), true));
     const auto horizon =
@@ -127,21 +148,20 @@ EvictionReport Evictor::EvictBiased(std::uint64_t bytes) {
     return ordered;
   };
   std::vector<ObjectKey> evicted;
-  const EvictionReport report = table_->EvictReordered(bytes, kBiasWindow, order, &evicted);
+  const EvictionReport report = table_->EvictReordered(bytes, order, &evicted);
+  // Spared: of the oldest candidates, as many as the pass evicted (what
+  // plain LRU would have evicted), those still in L1 (or found locked).
   const std::unordered_set<ObjectKey, ObjectKeyHash> gone(evicted.begin(), evicted.end());
-  std::uint64_t checked = 0;
+  std::vector<std::pair<std::uint64_t, const ObjectKey*>> by_use;
+  by_use.reserve(seen.size());
+  for (const auto& [key, last_use] : seen) by_use.emplace_back(last_use, &key);
+  const std::size_t went = std::min(gone.size(), by_use.size());
+  std::partial_sort(by_use.begin(), by_use.begin() + static_cast<std::ptrdiff_t>(went),
+                    by_use.end(),
+                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::uint64_t spared = 0;
-  for (const std::vector<ObjectKey>& keys : rounds) {
-    checked += keys.size();
-    // Spared: left in L1 (or found locked) while a younger candidate of its
-    // round was evicted, which plain LRU would not have done.
-    std::size_t youngest_gone = 0;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (gone.contains(keys[i])) youngest_gone = i + 1;
-    }
-    for (std::size_t i = 0; i + 1 < youngest_gone; ++i) {
-      if (!gone.contains(keys[i])) spared += 1;
-    }
+  for (std::size_t i = 0; i < went; ++i) {
+    if (!gone.contains(*by_use[i].second)) spared += 1;
   }
   counters_.last_copy_checked.fetch_add(checked, std::memory_order_relaxed);
   counters_.last_copy_expendable.fetch_add(expendable_count, std::memory_order_relaxed);

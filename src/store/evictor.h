@@ -11,20 +11,22 @@
 // exception in a pass is logged and counted, and the next pass runs as usual.
 //
 // With a bias (SetBias: P2P's directory, issue 43 section 3) a pass keeps
-// the fleet's last copies longest: each round takes the oldest kBiasWindow
-// candidates and evicts them in order of last use, a last copy's counted
-// `horizon` uses later than it was (a copy another node also holds and
-// keeps, EvictionBias::Expendable, counts as it is). So a last copy outlives
-// only copies held elsewhere that were used less than `horizon` uses after
-// it, and once `horizon` uses have passed since its own last use nothing
-// used since can go before it: the bias is bounded, not a change of policy
-// (horizon = --p2p-last-copy-bias x the resident objects).
+// the fleet's last copies longest. It takes the oldest candidates, about
+// twice as many as it evicts (ObjectTable::EvictReordered), and evicts them
+// in order of last use, a last copy's counted `horizon` uses later than it
+// was (a copy another node also holds and keeps, EvictionBias::Expendable,
+// counts as it is). So a last copy outlives only copies held elsewhere that
+// were used less than `horizon` uses after it, and once `horizon` uses have
+// passed since its own last use nothing used since can go before it: the
+// bias is bounded, not a change of policy (horizon = --p2p-last-copy-bias x
+// the resident objects).
 // The store path's on-demand eviction (a full pool) stays plain LRU.
 //
 // Its thread is a PeriodicThread, whose last run is the evictor's heartbeat.
 // Thread-safety: Start/Stop from one controlling thread; Nudge, Stats,
 // SetBias and the listener callbacks from any thread. SetBias waits for a
-// pass in progress, so a bias it replaced is no longer used when it returns.
+// round asking the bias, so a bias it replaced is no longer used when it
+// returns (the rest of that pass is plain LRU).
 #pragma once
 
 #include <atomic>
@@ -81,8 +83,6 @@ class Evictor final : public StoreListener {
   // LRU. `bias` must outlive its use: until SetBias(nullptr) returns.
   void SetBias(const EvictionBias* bias, double horizon_fraction) LMC_EXCLUDES(bias_mu_);
 
-  // Candidates a biased round reorders.
-  static constexpr std::size_t kBiasWindow = 256;
   // One round's order, as indices into `window` (oldest first): by last
   // use, a last copy's (not `expendable`) counted `horizon` uses later;
   // ties keep LRU order.
@@ -104,12 +104,14 @@ class Evictor final : public StoreListener {
 
  private:
   // Evicts `bytes` with the bias: the fleet's last copies last.
-  EvictionReport EvictBiased(std::uint64_t bytes) LMC_REQUIRES(bias_mu_);
+  EvictionReport EvictBiased(std::uint64_t bytes) LMC_EXCLUDES(bias_mu_);
+  bool Biased() const LMC_EXCLUDES(bias_mu_);
 
   ObjectTable* const table_;
   const EvictorConfig config_;
-  // Held across a pass's eviction, so SetBias never pulls a bias from under it.
-  Mutex bias_mu_;
+  // Held while a round asks the bias (never with a table lock), so SetBias
+  // never pulls a bias from under it.
+  mutable Mutex bias_mu_;
   const EvictionBias* bias_ LMC_GUARDED_BY(bias_mu_) = nullptr;
   double bias_horizon_ LMC_GUARDED_BY(bias_mu_) = 0;
   PeriodicThread thread_;

@@ -318,12 +318,25 @@ class ObjectTable {
   // policy orders; it answers the same keys in the order to evict them.
   using CandidateOrder = std::function<std::vector<ObjectKey>(
       std::span<const UsedCandidate> window, std::size_t resident)>;
-  // EvictLru with each round's `window` oldest candidates evicted in the
-  // order `order` gives them (the evictor's last-copy bias). The keys
-  // evicted are appended to `evicted` when given.
-  EvictionReport EvictReordered(std::uint64_t bytes, std::size_t window,
-                                const CandidateOrder& order,
-                                std::vector<ObjectKey>* evicted = nullptr);
+  // EvictLru with candidates chosen in the order `order` gives them (the
+  // evictor's last-copy bias). A round's window is the policy's oldest
+  // candidates: twice as many as `bytes` takes at the average object size
+  // plus kMinReorderWindow, at most `max_window`. A round evicts (up to
+  // `bytes`) from the first half of its window in that order; the rest
+  // stays oldest and is in the next round's window again, with the
+  // next-oldest. So each object a pass evicts is chosen among about twice
+  // as many candidates, however large the pass, and an order that changes
+  // nothing is plain LRU. The keys evicted are appended to `evicted` when
+  // given.
+  static constexpr std::size_t kMinReorderWindow = 256;
+  static constexpr std::size_t kMaxReorderWindow = std::size_t{1} << 16;
+  EvictionReport EvictReordered(std::uint64_t bytes, const CandidateOrder& order,
+                                std::vector<ObjectKey>* evicted = nullptr,
+                                std::size_t max_window = kMaxReorderWindow);
+  // The window EvictReordered takes for `bytes` of `used_bytes` held by
+  // `resident` objects.
+  static std::size_t ReorderWindow(std::uint64_t bytes, std::uint64_t used_bytes,
+                                   std::size_t resident);
 
   // --- quotas (tenant_ledger.h) ---
   // Caps tenant `salt` at `bytes` and evicts its oldest unlocked objects
@@ -413,6 +426,10 @@ class ObjectTable {
   EvictionReport EvictFrom(
       const std::function<std::vector<ObjectKey>(std::size_t skip)>& next_candidates,
       std::uint64_t bytes, std::vector<ObjectKey>* evicted_keys = nullptr);
+  // One batch of a round, under its shards' locks, until `report` reaches
+  // `bytes`; counts the locked candidates in `skip`.
+  void EvictBatch(std::span<const ObjectKey> batch, std::uint64_t bytes, EvictionReport* report,
+                  std::size_t* skip, std::vector<ObjectKey>* evicted_keys);
   // The keys of `needs_memory` (indices into `keys`) whose tenants have room
   // for them, after each tenant short of room evicted its own oldest
   // objects; kLongestPrefix keeps a tenant's keys up to its first refused

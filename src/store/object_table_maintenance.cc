@@ -1,6 +1,9 @@
 // ObjectTable: deletion, owner release, eviction, reclamation and statistics.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "common/logging.h"
 #include "store/object_table.h"
 #include "store/object_table_internal.h"
@@ -97,17 +100,32 @@ EvictionReport ObjectTable::EvictTenant(std::string_view salt, std::uint64_t byt
   return report;
 }
 
-EvictionReport ObjectTable::EvictReordered(std::uint64_t bytes, std::size_t window,
-                                           const CandidateOrder& order,
-                                           std::vector<ObjectKey>* evicted) {
-  // Reordering inside a round keeps EvictFrom's skip right: a round evicts
-  // its whole window unless the bytes are freed first, and what stays is
-  // what was locked.
+std::size_t ObjectTable::ReorderWindow(std::uint64_t bytes, std::uint64_t used_bytes,
+                                       std::size_t resident) {
+  if (used_bytes == 0 || resident == 0) return kMinReorderWindow;
+  // Objects the bytes take at the average size, rounded up.
+  const long double objects = static_cast<long double>(bytes) * static_cast<long double>(resident) /
+                              static_cast<long double>(used_bytes);
+  const long double window = 2 * std::ceil(objects) + kMinReorderWindow;
+  return window >= kMaxReorderWindow ? kMaxReorderWindow : static_cast<std::size_t>(window);
+}
+
+EvictionReport ObjectTable::EvictReordered(std::uint64_t bytes, const CandidateOrder& order,
+                                           std::vector<ObjectKey>* evicted,
+                                           std::size_t max_window) {
+  const std::size_t window =
+      std::min(ReorderWindow(bytes, allocator_->UsedBytes(), policy_->size()), max_window);
+  // A round hands EvictFrom the first half of its reordered window: what it
+  // does not evict (locked ones aside, which skip counts) stays at the
+  // front of the order, so the next round's window holds it again with the
+  // next-oldest candidates. With nothing reordered that is plain LRU.
   return EvictFrom(
       [this, window, &order](std::size_t skip) {
         const std::vector<UsedCandidate> candidates = policy_->UsedCandidates(skip, window);
         if (candidates.empty()) return std::vector<ObjectKey>{};
-        return order(candidates, policy_->size());
+        std::vector<ObjectKey> ordered = order(candidates, policy_->size());
+        ordered.resize((ordered.size() + 1) / 2);
+        return ordered;
       },
       bytes, evicted);
 }
@@ -120,37 +138,50 @@ EvictionReport ObjectTable::EvictFrom(
   while (report.bytes < bytes) {
     const std::vector<ObjectKey> candidates = next_candidates(skip);
     if (candidates.empty()) break;
-    std::vector<ObjectKey> evicted;
-    std::vector<std::uint64_t> evicted_bytes;
-    {
-      DeferredFree freed(*this);
-      ShardSetLock lock(*this, candidates);
-      const TimeMs now = clock_->NowMs();
-      std::vector<ObjectKey> removed;
-      for (const ObjectKey& key : candidates) {
-        if (report.bytes >= bytes) break;
-        ObjectShard& shard = ShardOf(key);
-        shard.AssertHeld();
-        const EvictStep step = shard.EvictLocked(key, now, freed.list());
-        if (step.state == EvictState::kLocked) {
-          skip += 1;
-          continue;
-        }
-        removed.push_back(key);  // evicted, or the policy lagged behind a delete: forget it
-        if (step.state == EvictState::kAbsent) continue;
-        report.bytes += step.aligned_bytes;
-        report.objects += 1;
-        evicted.push_back(key);
-        evicted_bytes.push_back(step.aligned_bytes);
-      }
-      if (!removed.empty()) policy_->OnRemoved(removed);
+    // A few shards locked at a time, however long the round: stores wait on
+    // one batch at most (and TSan's deadlock detector tracks 64 locks).
+    for (std::size_t first = 0; first < candidates.size() && report.bytes < bytes;
+         first += kEvictionBatch) {
+      const std::size_t count = std::min(kEvictionBatch, candidates.size() - first);
+      EvictBatch(std::span(candidates).subspan(first, count), bytes, &report, &skip,
+                 evicted_keys);
     }
-    if (evicted_keys != nullptr) {
-      evicted_keys->insert(evicted_keys->end(), evicted.begin(), evicted.end());
-    }
-    NotifyEvicted(evicted, evicted_bytes);
   }
   return report;
+}
+
+void ObjectTable::EvictBatch(std::span<const ObjectKey> batch, std::uint64_t bytes,
+                             EvictionReport* report, std::size_t* skip,
+                             std::vector<ObjectKey>* evicted_keys) {
+  std::vector<ObjectKey> evicted;
+  std::vector<std::uint64_t> evicted_bytes;
+  {
+    DeferredFree freed(*this);
+    ShardSetLock lock(*this, batch);
+    const TimeMs now = clock_->NowMs();
+    std::vector<ObjectKey> removed;
+    for (const ObjectKey& key : batch) {
+      if (report->bytes >= bytes) break;
+      ObjectShard& shard = ShardOf(key);
+      shard.AssertHeld();
+      const EvictStep step = shard.EvictLocked(key, now, freed.list());
+      if (step.state == EvictState::kLocked) {
+        *skip += 1;
+        continue;
+      }
+      removed.push_back(key);  // evicted, or the policy lagged behind a delete: forget it
+      if (step.state == EvictState::kAbsent) continue;
+      report->bytes += step.aligned_bytes;
+      report->objects += 1;
+      evicted.push_back(key);
+      evicted_bytes.push_back(step.aligned_bytes);
+    }
+    if (!removed.empty()) policy_->OnRemoved(removed);
+  }
+  if (evicted_keys != nullptr) {
+    evicted_keys->insert(evicted_keys->end(), evicted.begin(), evicted.end());
+  }
+  NotifyEvicted(evicted, evicted_bytes);
 }
 
 Status ObjectTable::SetQuota(std::string_view salt, std::uint64_t bytes) {

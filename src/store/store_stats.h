@@ -133,8 +133,8 @@ LMC_STATS_COUNTERS(FlowCounterSet, FlowStats, LMC_FLOW_STATS);
       "l1_last_copy_expendable_total", "Of those, candidates another node holds and keeps " \
       "longer: evicted before older ones.") \
   X(last_copies_spared, "last_copies_spared", std::uint64_t, kCounter, "objects", \
-      "l1_last_copies_spared_total", "Candidates no other node keeps that a pass left in L1 " \
-      "while it evicted a younger copy held elsewhere.") \
+      "l1_last_copies_spared_total", "Objects plain LRU would have evicted that a pass kept " \
+      "(the fleet's last copies; one kept through several passes counts in each).") \
   X(last_success_wall_seconds, "last_success_unix_seconds", double, kGauge, "seconds", \
       "l1_eviction_last_success_timestamp_seconds", "Unix time of the last completed " \
       "eviction pass (0: none yet).")

@@ -53,6 +53,28 @@ TEST(ChunkLog, AChunkIsStoredWithItsFirstObjectAndRemovedWithItsLast) {
   EXPECT_EQ(none.next_cursor, 3u);
 }
 
+// Two tenants' equal chunks are two chunks (a peer's hint names the
+// tenant's own); a chunk's ranks are one.
+TEST(ChunkLog, AChunkIdFoldsInTheTenantButNotTheRank) {
+  store::ObjectKey plain = KeyN(3);
+  store::ObjectKey salted = KeyN(3);
+  salted.cache_salt = "tenant-a";
+  store::ObjectKey other = KeyN(3);
+  other.cache_salt = "tenant-b";
+  const store::ObjectKey rank1 = KeyN(3, "m", 1);
+  const std::vector<store::ObjectKey> keys = {plain, salted, other, rank1, salted};
+  const std::vector<ChunkId> ids = ChunkIdsOf(keys);
+  EXPECT_EQ(ids[0], Id(3)) << "no salt: ChunkIdOf(model, hash)";
+  EXPECT_NE(ids[1], ids[0]);
+  EXPECT_NE(ids[2], ids[1]);
+  EXPECT_EQ(ids[3], ids[0]) << "the ranks of a chunk share its id";
+  EXPECT_EQ(ids[4], ids[1]);
+  EXPECT_EQ(ids[1], PeerDirectory::ChunkIdOf(PeerDirectory::ModelSeed("m", "tenant-a"),
+                                             salted.chunk_hash));
+  // The salt is not a suffix of the model name.
+  EXPECT_NE(PeerDirectory::ModelSeed("mt", ""), PeerDirectory::ModelSeed("m", "t"));
+}
+
 TEST(ChunkLog, CallbacksOutOfOrderOrObjectsSeededBeforeListeningKeepTheChunkRight) {
   ChunkLog log({}, 1);
   // Evicted, then admitted again; the admission's callback comes first.
