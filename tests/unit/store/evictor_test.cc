@@ -63,6 +63,17 @@ class EvictorTest : public ::testing::Test {
               objects);
     table_->FinishWrite(lease->lease);
   }
+  // Objects n .. n + count - 1 of kSmallObject bytes, each admitted alone
+  // (the first is the least recently used).
+  void FillSmall(std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) {
+      auto lease = table_->ReserveWrite(testing::KeysN(next_++, 1), kSmallObject,
+                                        Owner::Instance(1), AllocationMode::kAllOrNothing);
+      ASSERT_EQ(lease->reserved, 1u);
+      table_->FinishWrite(lease->lease);
+    }
+  }
+  static constexpr std::uint64_t kSmallObject = 16 << 10;
   testing::AlignedBuffer buffer_;
   std::unique_ptr<alloc::SlabAllocator> allocator_;
   testing::FakeClock clock_;
@@ -246,14 +257,8 @@ TEST_F(BiasedEvictorTest, APassEvictsCopiesHeldElsewhereBeforeOlderLastCopies) {
 // copies held elsewhere are chosen among about twice what it evicts, not
 // 256 at a time (the oldest 256 here are all last copies).
 TEST_F(EvictorTest, APassChoosesAmongAboutTwiceWhatItEvicts) {
-  constexpr std::uint64_t kSmall = 16 << 10;
   constexpr std::size_t kObjects = 1100;  // 17.2 MiB of 20: a pass frees 332 of them
-  for (std::size_t n = 0; n < kObjects; ++n) {
-    auto lease = table_->ReserveWrite(testing::KeysN(n, 1), kSmall, Owner::Instance(1),
-                                      AllocationMode::kAllOrNothing);
-    ASSERT_EQ(lease->reserved, 1u);
-    table_->FinishWrite(lease->lease);
-  }
+  FillSmall(kObjects);
   std::vector<ObjectKey> held_elsewhere;  // all but the 300 oldest
   for (std::uint64_t n = 300; n < kObjects; ++n) held_elsewhere.push_back(testing::KeyN(n));
   FakeBias bias(held_elsewhere);
@@ -274,13 +279,7 @@ TEST_F(EvictorTest, APassChoosesAmongAboutTwiceWhatItEvicts) {
 // staying oldest for the next: with an order that changes nothing, exactly
 // what plain LRU evicts.
 TEST_F(EvictorTest, SmallReorderedRoundsWithNothingReorderedAreLru) {
-  constexpr std::uint64_t kSmall = 16 << 10;
-  for (std::size_t n = 0; n < 1100; ++n) {
-    auto lease = table_->ReserveWrite(testing::KeysN(n, 1), kSmall, Owner::Instance(1),
-                                      AllocationMode::kAllOrNothing);
-    ASSERT_EQ(lease->reserved, 1u);
-    table_->FinishWrite(lease->lease);
-  }
+  FillSmall(1100);
   std::size_t rounds = 0;
   const auto same_order = [&rounds](std::span<const UsedCandidate> window, std::size_t) {
     rounds += 1;
@@ -289,7 +288,7 @@ TEST_F(EvictorTest, SmallReorderedRoundsWithNothingReorderedAreLru) {
     return keys;
   };
   std::vector<ObjectKey> evicted;
-  const EvictionReport report = table_->EvictReordered(332 * kSmall, same_order, &evicted, 64);
+  const EvictionReport report = table_->EvictReordered(332 * kSmallObject, same_order, &evicted, 64);
   EXPECT_EQ(report.objects, 332u);
   ASSERT_EQ(evicted.size(), 332u);
   for (std::uint64_t n = 0; n < 332; ++n) EXPECT_EQ(evicted[n], testing::KeyN(n)) << n;
