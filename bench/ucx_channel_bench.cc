@@ -1,7 +1,10 @@
 // UcxChannel's read rate between two channels of this process (two UCX
 // workers, two progress threads), isolated from the server: one batch of
 // `chunks` reads of `chunk` bytes, as a P2P load of one prompt is. Args:
-// chunk bytes, chunks per batch. UCX_TLS in the environment picks the
+// chunk bytes, chunks per batch, whether the requester checks each read's
+// keyed digest (--p2p-verify-bytes: the owner digests, the requester checks;
+// run with --benchmark_enable_random_interleaving=true
+// --benchmark_repetitions=N to compare the two side by side). UCX_TLS in the environment picks the
 // transport (tcp for what crosses nodes without RDMA). Counter: GB/s.
 // Compare with `ucx_perftest -t ucp_am_bw` over the same transport
 // (tools/p2p_bench.py does both in one run); docs/performance.md has both.
@@ -36,6 +39,7 @@ struct TouchedPool {
 void BM_ReadBatch(benchmark::State& state) {
   const auto chunk = static_cast<std::uint64_t>(state.range(0));
   const auto chunks = static_cast<std::uint64_t>(state.range(1));
+  const bool verify = state.range(2) != 0;
   if (chunk * chunks > kPoolBytes) {
     state.SkipWithError("batch larger than the pool");
     return;
@@ -45,7 +49,8 @@ void BM_ReadBatch(benchmark::State& state) {
   TouchedPool owner_pool, requester_pool;
   const Clock& clock = SteadyClock::Instance();
   auto owner = UcxChannel::Create(owner_pool.bytes, kPoolBytes, &clock, key);
-  auto requester = UcxChannel::Create(requester_pool.bytes, kPoolBytes, &clock, key);
+  auto requester = UcxChannel::Create(requester_pool.bytes, kPoolBytes, &clock, key,
+                                      {.verify_bytes = verify});
   if (!owner.ok() || !requester.ok()) {
     state.SkipWithError("UCX channel did not start");
     return;
@@ -73,10 +78,15 @@ void BM_ReadBatch(benchmark::State& state) {
   (*requester)->Disconnect(*peer);
 }
 BENCHMARK(BM_ReadBatch)
-    ->Args({8 << 20, 16})
-    ->Args({32 << 20, 8})
-    ->Args({1 << 20, 128})
-    ->Args({8 << 20, 64})
+    ->ArgNames({"chunk", "chunks", "verify"})
+    ->Args({8 << 20, 16, 1})
+    ->Args({8 << 20, 16, 0})
+    ->Args({32 << 20, 8, 1})
+    ->Args({32 << 20, 8, 0})
+    ->Args({1 << 20, 128, 1})
+    ->Args({1 << 20, 128, 0})
+    ->Args({8 << 20, 64, 1})
+    ->Args({8 << 20, 64, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

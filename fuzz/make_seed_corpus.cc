@@ -17,6 +17,7 @@
 #include "fleet/chunk_feed_codec.h"
 #include "fleet/peer_info.h"
 #include "fleet/ucx_channel.h"
+#include "fleet/ucx_wire.h"
 #include "fuzz_input.h"
 #include "protocol/p2p_codec.h"
 #include "protocol/wire_codec.h"
@@ -65,7 +66,9 @@ int main(int argc, char** argv) {
   const std::filesystem::path handover = root / "handover_fuzzer-seed";
   const std::filesystem::path journal = root / "journal_fuzzer-seed";
   const std::filesystem::path handshakes = root / "peer_handshake_fuzzer-seed";
-  for (const auto& dir : {requests, frames, objects, replies, handover, journal, handshakes}) {
+  const std::filesystem::path channel_replies = root / "ucx_reply_fuzzer-seed";
+  for (const auto& dir :
+       {requests, frames, objects, replies, handover, journal, handshakes, channel_replies}) {
     std::filesystem::create_directories(dir);
   }
 
@@ -207,6 +210,27 @@ int main(int argc, char** argv) {
     Write(handshakes / "chunk-page", '\3' + fleet::EncodeChunkPage(page));
     Write(handshakes / "chunk-listing",
           '\4' + fleet::EncodeChunkListing({7, 3, 65536, {1, 2, 3}, "next"}));
+  }
+  {
+    // Data channel replies signed under ucx_reply_fuzzer's key (bytes 0..31):
+    // one with bytes and their digest, one refusal.
+    fleet::UcxDataKey key;
+    for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(i);
+    const fleet::DataChannelKeys channel_keys = fleet::DataChannelKeys::From(key);
+    const std::string bytes(300, 'k');
+    fleet::ReadReply with_bytes;
+    with_bytes.id = fleet::NewReadId();
+    with_bytes.size = bytes.size();
+    with_bytes.flags = fleet::kHasDigest;
+    fleet::SignReply(channel_keys, std::as_bytes(std::span(bytes)), &with_bytes);
+    Write(channel_replies / "reply-with-bytes",
+          std::string(reinterpret_cast<const char*>(&with_bytes), sizeof(with_bytes)) + bytes);
+    fleet::ReadReply refusal;
+    refusal.id = fleet::NewReadId();
+    refusal.status = static_cast<std::uint32_t>(ErrorCode::kNotFound);
+    fleet::SignReply(channel_keys, {}, &refusal);
+    Write(channel_replies / "refusal",
+          std::string(reinterpret_cast<const char*>(&refusal), sizeof(refusal)));
   }
   Write(handover / "verdict", '\1' + restart::EncodeVerdict({restart::Verdict::kRefused, "no"}));
   std::vector<store::ObjectKey> keys(3, object_key);

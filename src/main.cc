@@ -11,13 +11,16 @@
 // once; SIGHUP reopens the log file. SIGUSR1 is raised by the takeover
 // service: a successor asked for the pool (warm restart).
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <random>
@@ -187,6 +190,16 @@ void WatchLoops(lmcache::admin_http::Health& health, lmcache::transport::RouterL
                maintenance_silence);
   // A transfer mode that cannot work (the L1 pool could not be pinned for the GPU).
   health.Require([&service] { return service.TransferProblem(); });
+  // An endpoint that cannot accept connections (out of descriptors) cannot
+  // take a new worker: not healthy until it has accepted again for 10 s.
+  health.Require([router]() -> std::optional<std::string> {
+    const TimeMs failed = router->last_accept_failure_ms();
+    if (failed == 0 || lmcache::SteadyClock::Instance().NowMs() - failed > 10'000) {
+      return std::nullopt;
+    }
+    return "an endpoint failed to accept a connection in the last 10 s (out of file "
+           "descriptors?): see accept_failures in /status";
+  });
 }
 
 // What a serving server holds, declared in the order it is built (and so
@@ -313,9 +326,13 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
     // UCX registers the whole pool once; peers learn the descriptor in the
     // handshake (server_info over the fleet endpoint).
     const lmcache::shm::ShmSegment& segment = s.cache().segment();
+    LMC_ASSIGN_OR_RETURN(const std::string devices,
+                         daemon::DataChannelDevices(config.p2p.listen_host));
     LMC_ASSIGN_OR_RETURN(s.data_channel,
-                         lmcache::fleet::UcxChannel::Create(segment.base(), segment.size(), &clock,
-                                                            config.p2p.key->data_key()));
+                         lmcache::fleet::UcxChannel::Create(
+                             segment.base(), segment.size(), &clock, config.p2p.key->data_key(),
+                             {.verify_bytes = config.p2p.verify_bytes,
+                              .net_devices = devices}));
     service_config.p2p_data_channel = s.data_channel->Descriptor();
   }
   s.service = std::make_unique<lmcache::server::Service>(
@@ -335,7 +352,8 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
         .ours = s.service->OwnPeerInfo(),
         .call_timeout_ms = config.p2p.call_timeout_ms,
         .probe_interval_ms = config.p2p.probe_interval_ms,
-        .etcd_ttl_ms = config.p2p.etcd_ttl_ms};
+        .etcd_ttl_ms = config.p2p.etcd_ttl_ms,
+        .max_peers = config.p2p.max_peers};
     LMC_ASSIGN_OR_RETURN(s.membership,
                          lmcache::fleet::Membership::Create(members, *config.p2p.key,
                                                             s.data_channel.get(), &clock));
@@ -403,6 +421,7 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
                                                .read_only = config.http_read_only,
                                                .admin_token = config.http_admin_token,
                                                .admin_open = config.http_admin_open,
+                                               .l2_fs_root = config.l2_fs_root,
                                                .flags = config.effective_flags};
     LMC_ASSIGN_OR_RETURN(s.http,
                          lmcache::admin_http::HttpServer::Start(http, s.service.get(), s.health.get(), s.l2.get()));
@@ -508,9 +527,30 @@ void StopServing(Server& s, bool handing_over) {
 
 }  // namespace
 
+// Every connection a client, a peer or a stranger holds costs a descriptor:
+// the soft limit (1024 on many systems) goes up to the hard one at start.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) {
+    spdlog::info("file descriptors: {} (the hard limit)", static_cast<std::uint64_t>(limit.rlim_cur));
+    return;
+  }
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("file descriptors: cannot raise the soft limit {} to the hard limit {}: {}",
+                 static_cast<std::uint64_t>(before), static_cast<std::uint64_t>(limit.rlim_max),
+                 std::strerror(errno));
+    return;
+  }
+  spdlog::info("file descriptors: the soft limit raised from {} to the hard limit {}",
+               static_cast<std::uint64_t>(before), static_cast<std::uint64_t>(limit.rlim_max));
+}
+
 int main(int argc, char** argv) {
   daemon::ServerConfig config;
   if (const std::optional<int> exit_code = Configure(argc, argv, &config)) return *exit_code;
+  RaiseDescriptorLimit();
   // Before any thread runs: it sets an environment variable UCX reads later.
   if (config.p2p.enabled()) lmcache::fleet::PreferCopyingTcp();
   const sigset_t signals = BlockHandledSignals();

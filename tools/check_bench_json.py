@@ -30,6 +30,7 @@ FIELDS = [
     "restart_serve_seconds", "restart_takeover_seconds", "restart_served_fraction",
     "recovery_serve_seconds", "recovery_seconds", "recovered_fraction",
     "p2p_load_gbps", "p2p_ucp_get_gbps", "p2p_ucp_am_bw_gbps", "p2p_redis_load_gbps",
+    "p2p_unverified_load_gbps", "p2p_verified_vs_unverified",
     "p2p_vs_ucp_get", "p2p_vs_ucp_am_bw", "p2p_vs_redis", "p2p_owner_cpu_s_per_gb",
     "ttr_peer_ms", "ttr_l1_ms", "ttr_fs_ms",
 ]
@@ -45,7 +46,7 @@ SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "store_vs_stream_copy",
            "resp_load_vs_raw", "events_on_vs_off", "events_small_on_vs_off",
            "journal_on_vs_off", "journal_small_on_vs_off", "quota_on_vs_off",
            "quota_small_on_vs_off", "p2p_vs_ucp_get", "p2p_vs_ucp_am_bw",
-           "p2p_vs_redis"]
+           "p2p_vs_redis", "p2p_verified_vs_unverified"]
 
 
 def check(path):

@@ -3,7 +3,9 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
+#include <filesystem>
 
 #include "admin_http/route_helpers.h"
 #include "common/mask_secrets.h"
@@ -49,12 +51,45 @@ Result<std::chrono::milliseconds> DrainTimeoutOf(const httplib::Request& req) {
   return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
 }
 
+// An fs adapter added at runtime writes and deletes in its base_path as the
+// server's user: only under the operator's --l2-fs-root (symbolic links
+// resolved, so a link inside the root cannot lead out of it).
+Status CheckFsRoot(const tier::L2AdapterSpec& spec, const std::string& root) {
+  if (spec.type != "fs") return Status::Ok();
+  if (root.empty()) {
+    return Status(ErrorCode::kPermissionDenied,
+                  "fs adapters are added at runtime only under --l2-fs-root, which this server "
+                  "was not given: restart it with --l2-fs-root DIR, or give the adapter as "
+                  "--l2-adapter at start");
+  }
+  const auto config = nlohmann::json::parse(spec.source, nullptr, /*allow_exceptions=*/false);
+  const std::string base = config.is_object() && config.contains("base_path") &&
+                                   config["base_path"].is_string()
+                               ? config["base_path"].get<std::string>()
+                               : std::string();
+  std::error_code error;
+  const std::filesystem::path real_root = std::filesystem::weakly_canonical(root, error);
+  const std::filesystem::path real_base = std::filesystem::weakly_canonical(base, error);
+  const auto [root_end, base_at] =
+      std::mismatch(real_root.begin(), real_root.end(), real_base.begin(), real_base.end());
+  if (base.empty() || error || root_end != real_root.end() || real_base == real_root) {
+    return Status(ErrorCode::kPermissionDenied,
+                  "base_path '" + base + "' is not inside --l2-fs-root " + root +
+                      " (as resolved: " + real_base.string() + "): give a directory under it");
+  }
+  return Status::Ok();
+}
+
 void AddAdapter(const httplib::Request& req, httplib::Response& res, tier::L2Tier& l2,
-                const std::function<server::StatsSnapshot()>& snapshot) {
+                const std::function<server::StatsSnapshot()>& snapshot,
+                const std::string& fs_root) {
   auto position = PositionOf(req);
   if (!position.ok()) return Error(res, 400, position.status().message());
   auto spec = tier::ParseL2AdapterSpecAt(req.body, "POST /config/adapters");
   if (!spec.ok()) return Error(res, 400, spec.status().message());
+  if (Status inside = CheckFsRoot(*spec, fs_root); !inside.ok()) {
+    return Error(res, 403, inside.message());
+  }
   auto name = l2.AddAdapter(*spec, *position);
   if (!name.ok()) return Error(res, HttpStatusOf(name.status()), name.status().message());
   spdlog::warn("L2 adapter {} added over HTTP: {}", *name, MaskSecrets(req.body));
@@ -127,7 +162,7 @@ void AddAdapterRoutes(httplib::Server& s, const HttpConfig& config, tier::L2Tier
          [&config, l2, snapshot](const httplib::Request& req, httplib::Response& res) {
            if (RefuseAdmin(config, req, res)) return;
            if (l2 == nullptr) return Error(res, 409, kNoTier);
-           AddAdapter(req, res, *l2, snapshot);
+           AddAdapter(req, res, *l2, snapshot, config.l2_fs_root);
          });
   s.Delete(R"(/config/adapters/([^/]+))",
            [&config, l2](const httplib::Request& req, httplib::Response& res) {

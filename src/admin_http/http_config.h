@@ -20,12 +20,14 @@ struct HttpConfig {
   // are open to every peer with admin_open, and are off otherwise.
   std::string admin_token;  // --http-admin-token-file's content
   bool admin_open = false;  // --http-admin-open
+  // --l2-fs-root: fs adapters added at runtime must lie under it ("" = none may be added).
+  std::string l2_fs_root;
   // What GET /config shows: every flag (secrets masked).
   std::vector<FlagValue> flags;
   // A DELETE /cache/objects of 10,000 keys is about 2 MiB of JSON.
   std::size_t max_body_bytes = 4 * 1024 * 1024;
+  // Reads and writes of one request (its deadlines: admin_http/guarded_http.h).
   int io_timeout_seconds = 5;
-  unsigned threads = 2;
 };
 
 }  // namespace lmcache::admin_http

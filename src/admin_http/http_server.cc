@@ -16,6 +16,7 @@
 #include "admin_http/adapter_routes.h"
 #include "admin_http/config_json.h"
 #include "admin_http/dashboard.h"
+#include "admin_http/guarded_http.h"
 #include "common/version.h"
 #include "admin_http/memory_pressure.h"
 #include "admin_http/prometheus.h"
@@ -53,10 +54,15 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpConfig& config,
   http->service_ = service;
   http->health_ = health;
   http->l2_ = l2;
-  http->server_ = std::make_unique<httplib::Server>();
+  HttpGuardConfig guard;
+  guard.request_deadline = std::chrono::seconds(2 * std::max(1, config.io_timeout_seconds));
+  auto guarded = std::make_unique<GuardedHttpServer>(guard);
+  http->guarded_ = guarded.get();
+  http->server_ = std::move(guarded);
   httplib::Server& s = *http->server_;
-  const unsigned threads = std::max(1u, config.threads);
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // A thread per connection (GuardedHttpServer bounds them): a slow client
+  // never queues a probe behind it.
+  s.new_task_queue = [] { return NewThreadPerConnectionQueue(); };
   s.set_payload_max_length(config.max_body_bytes);
   s.set_read_timeout(config.io_timeout_seconds, 0);
   s.set_write_timeout(config.io_timeout_seconds, 0);
@@ -99,8 +105,18 @@ void HttpServer::AddRoutes() {
       Reply(res, 503, {{"status", "unhealthy"}, {"reason", verdict.reason}});
     }
   });
-  s.Get("/status", [&service, &health](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, StatusJson(service.CollectStatus(), health.Check(), health.phase(), ::getpid()));
+  s.Get("/status", [this, &service, &health, &config](const httplib::Request& req,
+                                                       httplib::Response& res) {
+    json status = StatusJson(service.CollectStatus(), health.Check(), health.phase(), ::getpid());
+    // 64 bits of an HMAC of the fleet key let anyone test guessed keys
+    // offline: shown to admins only (issue 62, section 8).
+    if (!IsAdmin(config, req) && status.contains("p2p")) status["p2p"].erase("key_fingerprint");
+    const HttpGuardStats guard = guarded_->GuardStats();
+    status["http"] = {{"open_connections", guard.open_connections},
+                      {"refused_connections", guard.refused_connections},
+                      {"fast_only_connections", guard.fast_only_connections},
+                      {"deadline_closes", guard.deadline_closes}};
+    Reply(res, 200, status);
   });
   s.Get("/status/memory-pressure", [&service](const httplib::Request&, httplib::Response& res) {
     const auto now = std::chrono::system_clock::now().time_since_epoch();

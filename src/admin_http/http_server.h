@@ -8,7 +8,9 @@
 // /clear-cache. Mutating routes answer 403 with --http-read-only. A wrong
 // method gets 405 with Allow, an unknown path 404, an oversized body 413, a
 // bad body 400, every one a JSON error; a handler that throws costs its
-// request (500), never the server. Bodies are capped and reads time out.
+// request (500), never the server. Bodies are capped; each request has a
+// deadline to arrive and its reply one to leave, and slow or flooding
+// clients cannot hold the probes off (admin_http/guarded_http.h).
 //
 // Thread-safety: Start/Stop from the controlling thread; handlers run on
 // the server's own small pool and read internally synchronised state.
@@ -32,6 +34,8 @@ class L2Tier;
 
 namespace lmcache::admin_http {
 
+class GuardedHttpServer;
+
 class HttpServer {
  public:
   // Binds and starts serving; fails (naming the address) when it cannot bind.
@@ -52,6 +56,7 @@ class HttpServer {
   Health* health_ = nullptr;
   tier::L2Tier* l2_ = nullptr;
   std::unique_ptr<httplib::Server> server_;
+  GuardedHttpServer* guarded_ = nullptr;  // server_, with its guard's figures
   std::thread thread_;
   int port_ = 0;
 };

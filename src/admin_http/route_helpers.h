@@ -30,7 +30,14 @@ int HttpStatusOf(const Status& status);
 // unless the configuration lets it through. Routes that change something
 // are also refused by --http-read-only; those that only show what other
 // routes keep from every peer (`changes_state` false: keys, salts) are not.
+// Every admin route refuses what looks like a browser's cross-site request
+// (a Host that does not name this server, another Origin, a Sec-Fetch-Site
+// of cross-site, a text/plain or form body), with a token or with
+// --http-admin-open: a web page cannot drive it, nor reach it by DNS rebinding.
 bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib::Response& res,
                  bool changes_state = true);
+// Whether `req` would pass an admin route (for open routes that show an
+// admin more: the fleet key's fingerprint in /status).
+bool IsAdmin(const HttpConfig& config, const httplib::Request& req);
 
 }  // namespace lmcache::admin_http

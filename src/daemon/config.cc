@@ -1,6 +1,8 @@
 #include "daemon/config.h"
 
+#include <fcntl.h>
 #include <pwd.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/unique_fd.h"
 #include "common/system_info.h"
 #include "daemon/endpoints.h"
 #include "shm/shm_name.h"
@@ -199,6 +202,9 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "An L2 tier behind L1, as JSON (repeatable; the order is the cascade), e.g. "
                  "'{\"type\":\"fs\",\"base_path\":\"/data/l2\",\"max_size_gb\":500}'. "
                  "Types: fs, mock, fault_inject");
+  app.add_option("--l2-fs-root", c->l2_fs_root,
+                 "The directory under which POST /config/adapters may add fs adapters (their "
+                 "base_path must lie inside it); without it, fs adapters are added only at start");
   app.add_option("--l2-store-policy", c->l2_store_policy,
                  "default: write every new object to every L2 adapter and keep it in L1; skip_l1: "
                  "then delete it from L1")
@@ -474,17 +480,31 @@ Status FinalizeHttpAdmin(ServerConfig* c) {
         "--http-admin-open turns the token of --http-admin-token-file off; keep one of them");
   }
   const std::string& path = c->http_admin_token_file;
+  // Judged on the file as opened (fstat), not on a path that can be
+  // swapped between a stat and an open.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  if (!fd.valid() || ::fstat(fd.get(), &st) != 0) {
     return InvalidConfig("--http-admin-token-file " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return InvalidConfig("--http-admin-token-file " + path + " is not a regular file");
+  }
+  if (st.st_uid != ::geteuid() && st.st_uid != 0) {
+    return InvalidConfig("--http-admin-token-file " + path + " is owned by uid " +
+                         std::to_string(st.st_uid) + ", who could choose the token: it must be "
+                         "owned by this server's user (uid " + std::to_string(::geteuid()) +
+                         ") or root");
   }
   if ((st.st_mode & 077) != 0) {
     return InvalidConfig("--http-admin-token-file " + path +
                          " is readable by group or others: chmod 600 " + path);
   }
-  std::ifstream file(path);
-  std::string token;
-  if (!std::getline(file, token)) {
+  std::string content(4097 + 2, '\0');
+  const ssize_t n = ::read(fd.get(), content.data(), content.size());
+  content.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  std::string token = content.substr(0, content.find('\n'));
+  if (token.empty()) {
     return InvalidConfig("--http-admin-token-file " + path + ": cannot read a token from it");
   }
   while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();

@@ -85,6 +85,7 @@ struct ServerConfig {
   std::string http_admin_token_file;
   std::string http_admin_token;  // read from the file by Finalize
   bool http_admin_open = false;
+  std::string l2_fs_root;  // --l2-fs-root: where runtime fs adapters may live ("" = none)
   double drain_timeout_seconds = 30;
   // Warm restart (docs/architecture.md, "Restarts and upgrades").
   std::string takeover = "off";          // off | on | if-compatible

@@ -1,10 +1,13 @@
 #include "daemon/p2p_config.h"
 
-#include <algorithm>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "common/host_port.h"
+#include "common/net_interfaces.h"
 #include "daemon/config.h"
 #include "fleet/fleet_key.h"
 
@@ -37,6 +40,29 @@ Result<HostPort> ParseUrlFlag(const char* flag, const std::string& text) {
 }
 
 }  // namespace
+
+// The data channel listens where the fleet endpoint does: on the interface
+// of the listen address, or where the operator's UCX_NET_DEVICES says.
+Result<std::string> DataChannelDevices(const std::string& listen_host) {
+  if (const char* chosen = std::getenv("UCX_NET_DEVICES"); chosen != nullptr) {
+    spdlog::info("the data channel uses UCX_NET_DEVICES={} (as set)", chosen);
+    return std::string();
+  }
+  if (listen_host == "0.0.0.0" || listen_host == "::" || listen_host == "*") {
+    spdlog::warn("the fleet endpoint listens on every interface ({}): so does the data "
+                 "channel; name one address in --p2p-listen-url, or set UCX_NET_DEVICES",
+                 listen_host);
+    return std::string();
+  }
+  Result<std::string> device = InterfaceOfHost(listen_host);
+  if (!device.ok()) {
+    return InvalidConfig("the fleet listens on '" + listen_host + "' (--p2p-listen-url, or "
+                         "--p2p-advertise-url without it), and the data channel must listen "
+                         "on that address's interface: " + device.status().message() +
+                         "; listen on an address of this host, or set UCX_NET_DEVICES");
+  }
+  return *device;
+}
 
 void AddP2pFlags(CLI::App& app, P2pFlags* p) {
   const char* group = "P2P (cross-node sharing)";
@@ -82,6 +108,32 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
                  "that asked for it and frees it with that request's last lock, as the "
                  "reference does (no second copy in the fleet, every use crosses the wire)")
       ->capture_default_str()
+      ->group(group);
+  app.add_option("--p2p-verify-bytes", p->verify_bytes,
+                 "Check every chunk read from a peer against the owner's keyed digest of it "
+                 "(BLAKE3 under the fleet key) before it is admitted (true); false trusts the "
+                 "transport for the bytes after an authenticated header (docs/security.md: "
+                 "what that gives up)")
+      ->capture_default_str()
+      ->group(group);
+  app.add_option("--p2p-max-connections-per-source", p->max_connections_per_source,
+                 "Connections one source address may hold to the fleet endpoint; those beyond "
+                 "are closed as they arrive (a member holds a few; every server of a fleet run "
+                 "on one host shares its loopback address)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20))
+      ->group(group);
+  app.add_option("--p2p-max-locked-fraction", p->max_locked_fraction,
+                 "The fraction of the L1 pool that peers' lookups may hold locked together; "
+                 "keys past it are answered as misses (counted as refused_keys)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0))
+      ->group(group);
+  app.add_option("--p2p-max-peers", p->max_peers,
+                 "The most peers this server meets; peers its sources list beyond it are "
+                 "refused, logged and counted (p2p.peers.refused)")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
       ->group(group);
   app.add_option("--p2p-probe-interval", p->probe_interval_seconds,
                  "Seconds between the handshakes that keep each peer's state (ready, excluded, "
@@ -174,6 +226,7 @@ Status FinalizeP2p(ServerConfig* c) {
   p.lookup_timeout_ms = c->service.p2p_lookup_timeout_ms;
   p.load_timeout_ms = static_cast<TimeMs>(std::llround(p.load_timeout_seconds * 1000));
   c->service.p2p_serve_unauthenticated = p.allow_unauthenticated;
+  c->service.p2p_max_locked_fraction = p.max_locked_fraction;
   if (p.allow_unauthenticated) {
     c->notices.push_back(
         "--p2p-allow-unauthenticated: any client that reaches the main endpoint can lock "
@@ -219,7 +272,14 @@ Status FinalizeP2p(ServerConfig* c) {
   }
   LMC_ASSIGN_OR_RETURN(fleet::FleetKey key, fleet::FleetKey::Load(p.auth_key_file));
   p.key = std::make_shared<const fleet::FleetKey>(std::move(key));
+  if (p.key->looks_like_passphrase()) {
+    c->notices.push_back("--p2p-auth-key-file " + p.auth_key_file +
+                         " holds only printable text, like a passphrase: a guessable key lets "
+                         "anyone who sees a handshake test guesses offline; write random bytes "
+                         "instead (head -c 32 /dev/urandom > FILE) and copy it to every server");
+  }
   p.fleet_endpoint = "tcp://" + listen.ToString();
+  p.listen_host = listen.host;
   c->service.p2p_advertise_url = advertised.ToString();
   c->service.p2p_key_fingerprint = p.key->fingerprint();
   transport::FleetEndpointConfig& endpoint = c->router.fleet.emplace();
@@ -228,6 +288,7 @@ Status FinalizeP2p(ServerConfig* c) {
   endpoint.is_member = [key = p.key](std::span<const std::uint8_t> public_key) {
     return key->IsMemberKey(public_key);
   };
+  endpoint.max_connections_per_source = p.max_connections_per_source;
   return Status::Ok();
 }
 

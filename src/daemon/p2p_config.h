@@ -40,6 +40,10 @@ struct P2pFlags {
   double load_timeout_seconds = 30;
   std::string peers_list;  // --p2p-peers as given
   bool keep_loaded = true;  // a chunk loaded from a peer stays in L1 as our own
+  bool verify_bytes = true;  // --p2p-verify-bytes: a keyed digest checks each read's bytes
+  std::size_t max_connections_per_source = 64;  // --p2p-max-connections-per-source
+  double max_locked_fraction = 0.5;  // --p2p-max-locked-fraction
+  std::size_t max_peers = 256;       // --p2p-max-peers
   double probe_interval_seconds = 5;  // each peer asked again this often
   double call_timeout_seconds = 3;    // a handshake or probe unanswered this long: unreachable
   std::string lookup_mode = "directed";  // --p2p-lookup: directed | broadcast
@@ -56,6 +60,7 @@ struct P2pFlags {
   std::vector<fleet::PeerSource> peers;
   std::shared_ptr<const fleet::FleetKey> key;
   std::string fleet_endpoint;
+  std::string listen_host;  // the fleet endpoint's (FinalizeP2p)
   // The requester's deadlines, in ms (FinalizeP2p).
   std::int64_t lookup_timeout_ms = 0;
   std::int64_t load_timeout_ms = 0;
@@ -74,5 +79,11 @@ void AddP2pFlags(CLI::App& app, P2pFlags* flags);
 // entry among the --l2-adapter values, puts the peers first in the L2
 // cascade. Refusals name the flag.
 Status FinalizeP2p(ServerConfig* config);
+
+// The UCX network devices the data channel may use, so that it listens
+// where the fleet endpoint does: the interface holding `listen_host`; ""
+// (UCX's choice: every device) when the operator set UCX_NET_DEVICES or the
+// host is a wildcard. Refused when no interface of this host holds it.
+Result<std::string> DataChannelDevices(const std::string& listen_host);
 
 }  // namespace lmcache::daemon

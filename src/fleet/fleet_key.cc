@@ -1,5 +1,7 @@
 #include "fleet/fleet_key.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -65,6 +67,9 @@ Result<FleetKey> FleetKey::FromBytes(std::span<const std::uint8_t> key) {
                          " bytes; it must have 32 to 65536 (e.g. head -c 32 /dev/urandom)");
   }
   FleetKey fleet_key;
+  fleet_key.passphrase_ = std::all_of(key.begin(), key.end(), [](std::uint8_t b) {
+    return (b >= 0x20 && b < 0x7f) || b == '\n' || b == '\r' || b == '\t';
+  });
   LMC_ASSIGN_OR_RETURN(fleet_key.server_, PairFromSecret(Hmac(key, kServerLabel)));
   LMC_ASSIGN_OR_RETURN(fleet_key.client_, PairFromSecret(Hmac(key, kClientLabel)));
   zmq_z85_decode(fleet_key.client_public_.data(), fleet_key.client_.public_z85.c_str());

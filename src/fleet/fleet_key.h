@@ -56,6 +56,10 @@ class FleetKey {
   // A short fingerprint of the key (hex of the first 8 bytes of an HMAC over
   // a label of its own): lets two operators compare keys without showing them.
   const std::string& fingerprint() const { return fingerprint_; }
+  // Whether every byte is printable text: a passphrase, far weaker than 32
+  // random bytes (anyone who holds a fingerprint or a handshake can test
+  // guesses offline). The server warns at start.
+  bool looks_like_passphrase() const { return passphrase_; }
 
  private:
   FleetKey() = default;
@@ -64,6 +68,7 @@ class FleetKey {
   std::array<std::uint8_t, 32> client_public_{};
   std::array<std::uint8_t, 32> data_key_{};
   std::string fingerprint_;
+  bool passphrase_ = false;
 };
 
 }  // namespace lmcache::fleet

@@ -88,7 +88,10 @@ LMC_STATS_COUNTED(PeerTaskCounters, PeerTaskStats, LMC_PEER_TASK_STATS);
       "Peers seen with a new boot id (restarted): what we knew of the old life dropped.") \
   X(resolve_failures, "resolve_failures", std::uint64_t, kCounter, "resolutions", \
       "p2p_peer_resolve_failures_total", "dns:// peer names that did not resolve (the last " \
-      "answer was kept).")
+      "answer was kept).") \
+  X(refused, "refused", std::uint64_t, kGauge, "peers", "p2p_peers_refused", \
+      "Peers the sources list beyond --p2p-max-peers: not met (logged; a flooded etcd " \
+      "prefix shows here).")
 
 struct MembershipStats {
   LMC_STATS_MEMBERS(LMC_MEMBERSHIP_STATS)
@@ -150,7 +153,17 @@ LMC_STATS_COUNTERS(PeerRpcCounters, PeerRpcStats, LMC_PEER_RPC_STATS);
       "they name holds no lock on that object now (released, reaped, or a task of our previous " \
       "life).") \
   X(late_replies, "late_replies", std::uint64_t, kCounter, "replies", \
-      "p2p_channel_late_replies_total", "Read replies for reads that had ended: dropped.")
+      "p2p_channel_late_replies_total", "Read replies for reads that had ended (or that no " \
+      "read of ours had in flight): dropped.") \
+  X(forged_replies, "forged_replies", std::uint64_t, kCounter, "replies", \
+      "p2p_channel_forged_replies_total", "Read replies whose header was malformed or whose MAC " \
+      "did not hold under the fleet's data key: dropped, the read goes on waiting.") \
+  X(foreign_replies, "foreign_replies", std::uint64_t, kCounter, "replies", \
+      "p2p_channel_foreign_replies_total", "Read replies that came on another endpoint than " \
+      "the one their read was sent on: dropped, the read goes on waiting.") \
+  X(corrupt_replies, "corrupt_replies", std::uint64_t, kCounter, "replies", \
+      "p2p_channel_corrupt_replies_total", "Read replies whose bytes did not match the owner's " \
+      "digest of them (or that carried none when asked): the read failed, its slot unused.")
 
 struct UcxChannelStats {
   LMC_STATS_MEMBERS(LMC_UCX_CHANNEL_STATS)

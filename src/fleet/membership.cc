@@ -1,5 +1,7 @@
 #include "fleet/membership.h"
 
+#include "common/logging.h"
+
 #include <map>
 
 #include <netdb.h>
@@ -60,7 +62,8 @@ Result<std::unique_ptr<Membership>> Membership::Create(MembershipConfig config,
       new Membership(std::move(config), channel, clock, std::move(resolver)));
   Membership* raw = m.get();  // outlives its rpc_ (~Membership)
   LMC_ASSIGN_OR_RETURN(m->rpc_,
-                       PeerRpc::Start(key, clock, [raw](PeerId id) { raw->ConnectionClosed(id); }));
+                       PeerRpc::Start(key, clock, [raw](PeerId id) { raw->ConnectionClosed(id); },
+                                      m->config_.max_peers));
   // Entries naming one etcd prefix are one cluster's endpoints.
   std::map<std::string, EtcdConfig> clusters;
   for (const PeerSource& source : m->config_.sources) {
@@ -171,13 +174,7 @@ std::vector<std::string> Membership::CurrentUrls() {
 }
 
 void Membership::Reconcile(const std::vector<std::string>& urls) {
-  for (const std::string& url : urls) {
-    if (peers_.count(url) != 0) continue;
-    Peer& peer = peers_[url];
-    peer.view.url = url;
-    peer.rpc = rpc_->Connect(url);
-    spdlog::info("p2p: peer {} joined the list; meeting it", url);
-  }
+  // Those that left first, so that their places are free for the new.
   for (auto it = peers_.begin(); it != peers_.end();) {
     if (std::binary_search(urls.begin(), urls.end(), it->first)) {
       ++it;
@@ -187,6 +184,27 @@ void Membership::Reconcile(const std::vector<std::string>& urls) {
     CloseChannel(it->second);
     rpc_->Disconnect(it->second.rpc);
     it = peers_.erase(it);
+  }
+  std::size_t beyond = 0;
+  std::string first_beyond;
+  for (const std::string& url : urls) {
+    if (peers_.count(url) != 0) continue;
+    if (peers_.size() >= config_.max_peers) {
+      if (beyond++ == 0) first_beyond = url;
+      continue;
+    }
+    Peer& peer = peers_[url];
+    peer.view.url = url;
+    peer.rpc = rpc_->Connect(url);
+    spdlog::info("p2p: peer {} joined the list; meeting it", url);
+  }
+  refused_peers_ = beyond;
+  if (beyond > 0) {
+    static RateLimitedLog log(std::chrono::seconds(30));
+    log.Warn("p2p: {} listed peers refused past --p2p-max-peers {} (the first: {}): raise it if "
+             "the fleet is that large, or find out who writes to the peers' source (an etcd "
+             "prefix open to others?)",
+             beyond, config_.max_peers, first_beyond);
   }
 }
 
@@ -352,6 +370,7 @@ MembershipStats Membership::Stats() const {
   }
   s.new_lives = new_lives_;
   s.resolve_failures = resolve_failures_;
+  s.refused = refused_peers_;
   return s;
 }
 

@@ -92,6 +92,10 @@ struct MembershipConfig {
   TimeMs probe_interval_ms = 5'000;    // each peer asked again this often
   TimeMs resolve_interval_ms = 5'000;  // dns:// names resolved again this often
   TimeMs etcd_ttl_ms = 10'000;         // etcd:// registrations' lease (etcd_registry.h)
+  // At most this many peers (--p2p-max-peers): a source listing more (an
+  // etcd prefix flooded with bogus entries) has the rest refused, counted
+  // and logged; the peers already met keep their places.
+  std::size_t max_peers = 256;
 };
 
 
@@ -163,6 +167,7 @@ class Membership {
   TimeMs next_resolve_ms_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t new_lives_ LMC_GUARDED_BY(mu_) = 0;
   std::uint64_t resolve_failures_ LMC_GUARDED_BY(mu_) = 0;
+  std::uint64_t refused_peers_ LMC_GUARDED_BY(mu_) = 0;  // listed past max_peers, last Tick
   // One per etcd:// prefix; their own threads keep the lease and list the
   // prefix, Tick reads their last listings.
   std::vector<std::unique_ptr<EtcdRegistry>> etcd_;

@@ -1,5 +1,7 @@
 #include "fleet/peer_rpc.h"
 
+#include "common/logging.h"
+
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -103,6 +105,7 @@ struct PeerRpc::Impl {
 
   // The thread's own.
   std::map<PeerId, PeerSocket> sockets;
+  std::map<PeerId, std::string> open_errors;  // why a peer has no socket
   std::map<std::uint64_t, Pending> pending;  // by request id
   std::uint64_t next_uid = 1;
 
@@ -172,12 +175,16 @@ struct PeerRpc::Impl {
       sockets.emplace(command.peer, PeerSocket{std::move(socket), std::move(monitor)});
       counters.peers.fetch_add(1, std::memory_order_relaxed);
     } catch (const zmq::error_t& e) {
-      // A URL ZMQ refuses: the peer stays unknown and its calls end unsent.
-      (void)e;
+      // A URL ZMQ refuses, or the context's socket limit: the peer stays
+      // unknown and its calls end unsent, with this cause.
+      open_errors.insert_or_assign(command.peer, std::string(e.what()));
+      static RateLimitedLog log(std::chrono::seconds(10));
+      log.Warn("p2p: cannot open a connection to {}: {}", command.url, e.what());
     }
   }
 
   void Close(PeerId peer) {
+    open_errors.erase(peer);
     if (auto it = sockets.find(peer); it != sockets.end()) {
       zmq_socket_monitor(it->second.socket.handle(), nullptr, 0);
       sockets.erase(it);
@@ -204,9 +211,14 @@ struct PeerRpc::Impl {
     }
     if (!sent) {
       counters.unsent.fetch_add(1, std::memory_order_relaxed);
-      call.done(Status(ErrorCode::kUnavailable,
-                       socket == sockets.end() ? "no connection to that peer"
-                                               : "the peer's send queue is full"));
+      std::string why = "the peer's send queue is full";
+      if (socket == sockets.end()) {
+        auto failed = open_errors.find(call.peer);
+        why = failed == open_errors.end()
+                  ? "no connection to that peer"
+                  : "no connection to that peer: opening it failed: " + failed->second;
+      }
+      call.done(Status(ErrorCode::kUnavailable, why));
       return;
     }
     pending.emplace(uid, Pending{call.peer, std::move(call.op_frame), call.deadline_ms,
@@ -359,8 +371,11 @@ struct PeerRpc::Impl {
 };
 
 Result<std::unique_ptr<PeerRpc>> PeerRpc::Start(const FleetKey& key, const Clock* clock,
-                                                ClosedObserver on_closed) {
+                                                ClosedObserver on_closed, std::size_t max_peers) {
   auto impl = std::make_unique<Impl>();
+  // Two sockets a peer (its DEALER, its monitor's PAIR), and room for the
+  // monitors' inproc ends (ZMQ's default is 1,023 in all).
+  impl->context.set(zmq::ctxopt::max_sockets, static_cast<int>(4 * max_peers + 64));
   impl->on_closed = std::move(on_closed);  // before the thread that reads it starts
   impl->client = key.client();
   impl->server_public_z85 = key.server().public_z85;

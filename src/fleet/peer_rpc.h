@@ -62,8 +62,12 @@ class PeerRpc {
 
   // `key` gives the CURVE pairs; `clock` measures deadlines and must
   // outlive the PeerRpc; `on_closed`, if given, must too.
+  // `max_peers` sizes the ZMQ context's socket limit (a peer costs a
+  // DEALER and its monitor's PAIR): a connection past it fails, and its
+  // calls end with the cause.
   static Result<std::unique_ptr<PeerRpc>> Start(const FleetKey& key, const Clock* clock,
-                                                ClosedObserver on_closed = {});
+                                                ClosedObserver on_closed = {},
+                                                std::size_t max_peers = 256);
   ~PeerRpc();  // ends every call in flight with kUnavailable, closes every socket
   PeerRpc(const PeerRpc&) = delete;
   PeerRpc& operator=(const PeerRpc&) = delete;

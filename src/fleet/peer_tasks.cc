@@ -27,15 +27,18 @@ std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const Pee
   Task task;
   task.id = next_task_id_++;
   task.created_ms = clock_->NowMs();
-  task.addresses.assign(keys.size(), protocol::P2pAddress{});
+  task.key_count = keys.size();
+  const std::int64_t id = task.id;
   if (!trusted) {
+    // Nothing kept per key for a caller that did not prove the key.
     counters_.untrusted_keys.fetch_add(keys.size(), std::memory_order_relaxed);
-  } else if (peer.tasks.size() >= config_.max_tasks_per_peer) {
+  } else if (peer.tasks.size() >= config_.max_tasks_per_peer || tasks_ >= config_.max_tasks_total) {
     counters_.refused_keys.fetch_add(keys.size(), std::memory_order_relaxed);
   } else {
+    task.addresses.assign(keys.size(), protocol::P2pAddress{});
     LockKeys(peer, task, keys);
+    if (task.locked.empty()) task.addresses = {};  // all misses: made again when queried
   }
-  const std::int64_t id = task.id;
   // The table stays bounded even for a peer that never queries: past its
   // bound, its oldest task holding no lock makes room (its results are then
   // unknown to that peer, as a reaped task's are).
@@ -47,7 +50,15 @@ std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const Pee
       counters_.displaced_tasks.fetch_add(1, std::memory_order_relaxed);
     }
   }
+  if (tasks_ >= config_.max_tasks_total) {
+    // Every peer together at the bound: this task is not kept (its query
+    // answers that it is unknown, as for a reaped one).
+    counters_.displaced_tasks.fetch_add(1, std::memory_order_relaxed);
+    if (peer.tasks.empty()) peers_.erase(peer_name);
+    return id;
+  }
   peer.tasks.push_back(std::move(task));
+  tasks_ += 1;
   peer_of_task_.emplace(id, peer_name);
   return id;
 }
@@ -76,7 +87,8 @@ void PeerTasks::LockKeys(Peer& peer, Task& task, std::span<const PeerKey> keys) 
     task.lease = read->lease;
     const store::ReadGrant& grant = read->grants[0];
     const bool wrong_size = keys[i].expected_bytes != 0 && grant.size != keys[i].expected_bytes;
-    const bool over_bound = peer.locked_bytes + grant.size > config_.max_locked_bytes_per_peer;
+    const bool over_bound = peer.locked_bytes + grant.size > config_.max_locked_bytes_per_peer ||
+                            locked_bytes_ + grant.size > config_.max_locked_bytes_total;
     if (wrong_size || over_bound) {
       table_->ReleaseRead(task.lease, request.keys, 1);
       (wrong_size ? counters_.size_mismatches : counters_.refused_keys)
@@ -87,6 +99,7 @@ void PeerTasks::LockKeys(Peer& peer, Task& task, std::span<const PeerKey> keys) 
     task.sizes_by_offset.emplace(grant.offset, grant.size);
     task.locked_bytes += grant.size;
     peer.locked_bytes += grant.size;
+    locked_bytes_ += grant.size;
     task.addresses[i] = {static_cast<std::int64_t>(grant.offset),
                          static_cast<std::int64_t>(grant.size)};
     counters_.hit_keys.fetch_add(1, std::memory_order_relaxed);
@@ -103,6 +116,7 @@ std::optional<std::vector<protocol::P2pAddress>> PeerTasks::Results(const std::s
       task->queried = true;
       std::vector<protocol::P2pAddress> addresses = std::move(task->addresses);
       task->addresses = {};
+      if (addresses.empty()) addresses.assign(task->key_count, protocol::P2pAddress{});
       if (task->locked.empty()) EndTask(peer->second, task);
       return addresses;
     }
@@ -186,6 +200,7 @@ void PeerTasks::ReleaseKey(Peer& peer, std::deque<Task>::iterator task,
   table_->ReleaseRead(task->lease, std::span(&key, 1), 1);
   task->locked_bytes -= held->second.size;
   peer.locked_bytes -= held->second.size;
+  locked_bytes_ -= held->second.size;
   task->sizes_by_offset.erase(held->second.offset);
   task->locked.erase(held);
   if (task->locked.empty() && task->queried) EndTask(peer, task);
@@ -269,6 +284,8 @@ void PeerTasks::EndTask(Peer& peer, std::deque<Task>::iterator task) {
   if (task->lease != store::kNoLease) table_->ReleaseRead(task->lease);
   peer_of_task_.erase(task->id);
   peer.locked_bytes -= task->locked_bytes;
+  locked_bytes_ -= task->locked_bytes;
+  tasks_ -= 1;
   peer.tasks.erase(task);
 }
 

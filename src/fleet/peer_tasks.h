@@ -52,6 +52,12 @@ struct PeerTaskConfig {
   TimeMs read_ttl_ms = 300'000;
   std::size_t max_tasks_per_peer = 256;
   std::uint64_t max_locked_bytes_per_peer = std::uint64_t{16} << 30;
+  // Across every peer (issue 62, section 8): the bytes peers may hold
+  // locked together (--p2p-max-locked-fraction of the pool), and the tasks
+  // kept at once (a connection that did not prove the key is a peer of its
+  // own, so per-peer bounds alone do not bound the table).
+  std::uint64_t max_locked_bytes_total = ~std::uint64_t{0};
+  std::size_t max_tasks_total = std::size_t{1} << 16;
   // The first task id (the reference counts from 0; a base drawn per boot
   // makes an id held across an owner's restart name no task of the new one).
   std::int64_t first_task_id = 0;
@@ -128,7 +134,10 @@ class PeerTasks {
     store::LeaseId lease = store::kNoLease;
     TimeMs created_ms = 0;
     bool queried = false;
-    std::vector<protocol::P2pAddress> addresses;  // until queried
+    std::size_t key_count = 0;
+    // Until queried; none kept for a task that locked nothing (all misses,
+    // as an untrusted caller's always are): Results makes them from key_count.
+    std::vector<protocol::P2pAddress> addresses;
     // The keys this task holds a lock on, with where their objects lie.
     std::unordered_map<store::ObjectKey, Range, store::ObjectKeyHash> locked;
     // The same objects by offset (distinct keys lie at distinct offsets).
@@ -159,6 +168,8 @@ class PeerTasks {
   std::unordered_map<std::int64_t, std::string> peer_of_task_ LMC_GUARDED_BY(mu_);
   std::int64_t next_task_id_ LMC_GUARDED_BY(mu_);
   std::uint64_t next_serial_ LMC_GUARDED_BY(mu_) = 1;  // of the tasks' lease owners
+  std::size_t tasks_ LMC_GUARDED_BY(mu_) = 0;            // of every peer
+  std::uint64_t locked_bytes_ LMC_GUARDED_BY(mu_) = 0;   // of every peer
   PeerTaskCounters counters_;
 };
 

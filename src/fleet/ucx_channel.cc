@@ -46,6 +46,15 @@ Status UcxChannel::Impl::Init(std::byte* base, std::size_t size, UcxDescriptor* 
   // Eager messages and rendezvous fragments by copy, never zero-copy (see
   // PreferCopyingTcp); RDMA's rendezvous gets and puts are not fragments and
   // stay zero-copy. An operator's own UCX_ZCOPY_THRESH wins.
+  // Only the devices the operator's listen address is on (main resolves
+  // it): UCX's TCP transport listens on every device it uses.
+  if (!options.net_devices.empty()) {
+    if (ucs_status_t s = ucp_config_modify(config, "NET_DEVICES", options.net_devices.c_str());
+        s != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError("ucp_config_modify(NET_DEVICES)", s);
+    }
+  }
   if (std::getenv("UCX_ZCOPY_THRESH") == nullptr) {
     if (ucs_status_t s = ucp_config_modify(config, "ZCOPY_THRESH", "inf"); s != UCS_OK) {
       ucp_config_release(config);
@@ -245,7 +254,8 @@ void UcxChannel::Impl::Shutdown() {
     ReapPeers();
     if (std::chrono::steady_clock::now() < give_up) continue;
     while (!reads_in_flight.empty()) {
-      EndRead(reads_in_flight.begin()->first,
+      const ReadId id = reads_in_flight.begin()->first;
+      EndRead(id,
               Status(ErrorCode::kUnavailable, "abandoned at stop: the peer stopped answering"));
     }
     break;
@@ -284,11 +294,13 @@ void PreferCopyingTcp() {
 UcxChannel::UcxChannel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<UcxChannel>> UcxChannel::Create(std::byte* pool, std::size_t size,
-                                                       const Clock* clock, const UcxDataKey& key) {
+                                                       const Clock* clock, const UcxDataKey& key,
+                                                       UcxChannelOptions options) {
   if (std::getenv("UCX_TCP_PUT_ENABLE") == nullptr) PreferCopyingTcp();  // main did it already
   auto impl = std::make_unique<Impl>();
   impl->clock = clock;
-  impl->key = key;
+  impl->keys = DataChannelKeys::From(key);
+  impl->options = std::move(options);
   UcxDescriptor descriptor;
   LMC_RETURN_IF_ERROR(impl->Init(pool, size, &descriptor));
   std::unique_ptr<UcxChannel> channel(new UcxChannel(std::move(impl)));
@@ -359,6 +371,9 @@ UcxChannelStats UcxChannel::Stats() const {
   s.refused_serves = load(i.refused_serves);
   s.unheld_serves = load(i.unheld_serves);
   s.late_replies = load(i.late_replies);
+  s.forged_replies = load(i.forged_replies);
+  s.foreign_replies = load(i.foreign_replies);
+  s.corrupt_replies = load(i.corrupt_replies);
   return s;
 }
 

@@ -2,8 +2,9 @@
 // peer's L1 objects reach ours, and ours reach a peer's.
 //
 // Reads are owner-mediated: the requester sends a read request (an active
-// message: offset, size, the owner's lookup task it reads through, an id,
-// and a MAC made with the fleet's data key); the owner checks the MAC
+// message: offset, size, the owner's lookup task it reads through, an id of
+// 128 random bits, and a MAC made with the fleet's data key: the wire form
+// is fleet/ucx_wire.h); the owner checks the MAC
 // (constant time), that the range lies inside its pool and that the task
 // holds that object locked now (the ServeGuard: a read through a lock the
 // owner released, reaped or held in its previous life is refused; the
@@ -12,7 +13,14 @@
 // it meanwhile), and answers with the bytes as the active message's data, which
 // UCX moves by rendezvous when large (a zero-copy RDMA read where a NIC has
 // verbs; over TCP or shared memory a copy by the transport); the requester
-// lands them straight in its destination slot (ucp_am_recv_data_nbx). Why
+// lands them straight in its destination slot (ucp_am_recv_data_nbx). The
+// reply is accepted only when its header's MAC holds under the data key,
+// its id names a read in flight, and it came on the endpoint that read's
+// request went to; its bytes count as landed only when they match the
+// owner's keyed digest of them (unless the channel was made without
+// digests: docs/security.md says what that gives up). A reply failing any
+// check is counted (forged, foreign, corrupt) and writes no slot that is
+// then reported landed. Why
 // not one-sided gets with a remote key: with UCX 1.13's TCP and
 // shared-memory transports a get is served for any address of the owner's
 // process, whatever region the key names, and its software get aborts the
@@ -54,6 +62,7 @@
 #include "common/clock.h"
 #include "fleet/fleet_stats.h"
 #include "fleet/ucx_descriptor.h"
+#include "fleet/ucx_wire.h"
 #include "lmcache/status.h"
 
 namespace lmcache::fleet {
@@ -83,8 +92,15 @@ struct UcxRead {
 using ServeGuard = std::function<bool(std::int64_t task, std::uint64_t offset, std::uint64_t size)>;
 
 
-// The key read requests are authenticated with (fleet::FleetKey::data_key()).
-using UcxDataKey = std::array<std::uint8_t, 32>;
+// How a channel is made beyond its pool and key.
+struct UcxChannelOptions {
+  // Ask owners for a keyed digest of every reply's bytes and check it
+  // before a read counts as landed (--p2p-verify-bytes).
+  bool verify_bytes = true;
+  // UCX's NET_DEVICES: the network devices the channel uses, and so the
+  // only interfaces its TCP transport listens on ("" = UCX's choice: all).
+  std::string net_devices;
+};
 
 using PeerHandle = std::uint64_t;
 
@@ -94,7 +110,8 @@ class UcxChannel {
   // `clock` (the steady clock in the server) measures deadlines; it must
   // outlive the channel. Requests made and accepted carry MACs under `key`.
   static Result<std::unique_ptr<UcxChannel>> Create(std::byte* pool, std::size_t size,
-                                                    const Clock* clock, const UcxDataKey& key);
+                                                    const Clock* clock, const UcxDataKey& key,
+                                                    UcxChannelOptions options = {});
   ~UcxChannel();  // fails every queued read, closes every endpoint, joins the thread
   UcxChannel(const UcxChannel&) = delete;
   UcxChannel& operator=(const UcxChannel&) = delete;

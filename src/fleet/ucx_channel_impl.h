@@ -7,12 +7,12 @@
 // everything else belongs to the progress thread, except the atomic counters.
 #pragma once
 
-#include <openssl/crypto.h>
 #include <poll.h>
 #include <ucp/api/ucp.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <future>
 #include <map>
@@ -25,35 +25,22 @@
 #include "common/mutex.h"
 #include "common/wake_fd.h"
 #include "fleet/ucx_channel.h"
+#include "fleet/ucx_wire.h"
 
 namespace lmcache::fleet {
 
-// Active message ids: a read request, and its reply carrying the bytes.
-inline constexpr unsigned kReadRequestId = 0x4c31;  // "L1"
-inline constexpr unsigned kReadReplyId = 0x4c32;
-inline constexpr std::size_t kMacBytes = 16;
 inline constexpr int kIdleWaitMs = 100;  // the progress thread's longest sleep
 // How long a stopping channel waits for reads whose bytes are landing.
 inline constexpr std::chrono::seconds kShutdownWait{10};
 
-// The wire form of a read request and its reply (little-endian hosts only:
-// the fleet's members run the same build on x86-64 or arm64).
-struct ReadRequest {
-  std::uint64_t id = 0;
-  std::uint64_t offset = 0;
-  std::uint64_t size = 0;
-  std::int64_t task = 0;  // the owner's lookup task whose lock the read goes through
-  std::uint8_t mac[kMacBytes] = {};
+// Read ids are 128 random bits: any 8 of them hash a table well.
+struct ReadIdHash {
+  std::size_t operator()(const ReadId& id) const {
+    std::size_t h;
+    std::memcpy(&h, id.data(), sizeof(h));
+    return h;
+  }
 };
-struct ReadReply {
-  std::uint64_t id = 0;
-  std::uint32_t status = 0;  // ErrorCode: 0 = the bytes follow as the message's data
-  std::uint32_t reserved = 0;
-};
-static_assert(sizeof(ReadRequest) == 48 && sizeof(ReadReply) == 16);
-
-// MAC of a request's fields under the fleet's data key (truncated HMAC-SHA256).
-void MacOf(const UcxDataKey& key, const ReadRequest& request, std::uint8_t* out);
 
 Status UcxError(const char* what, ucs_status_t status);
 
@@ -83,18 +70,19 @@ struct UcxChannel::Impl {
     std::uint64_t local_offset = 0;
     std::uint64_t size = 0;
     bool landing = false;  // its bytes are being received into the slot
+    ReadReply reply;       // while landing: the header its bytes are checked against
   };
   // A message being sent: its header lives until the send completes.
   struct Sending {
     Impl* impl = nullptr;
     ReadRequest request;
     ReadReply reply;
-    std::uint64_t read_id = 0;  // a request's: which read fails if it cannot be sent
+    bool is_request = false;  // a request: its read fails if it cannot be sent
   };
   // A rendezvous receive landing bytes in a slot.
   struct Landing {
     Impl* impl = nullptr;
-    std::uint64_t read_id = 0;
+    ReadId read_id;
   };
   struct ConnectCommand {
     UcxDescriptor descriptor;
@@ -113,7 +101,8 @@ struct UcxChannel::Impl {
   std::byte* pool = nullptr;
   std::size_t pool_size = 0;
   const Clock* clock = nullptr;
-  UcxDataKey key{};
+  DataChannelKeys keys{};
+  UcxChannelOptions options;
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   ucp_mem_h memh = nullptr;
@@ -130,17 +119,17 @@ struct UcxChannel::Impl {
   ServeGuard serve_guard;  // unset: every read refused
   std::map<PeerHandle, Peer> peers;
   std::vector<std::unique_ptr<Batch>> batches;  // with reads in flight, or ended this turn
-  std::unordered_map<std::uint64_t, Read> reads_in_flight;  // by request id
+  std::unordered_map<ReadId, Read, ReadIdHash> reads_in_flight;  // by request id
   PeerHandle next_peer = 1;
-  std::uint64_t next_read_id = 1;
   std::size_t sends_in_flight = 0;
 
   std::atomic<std::uint64_t> open_peers{0}, reads{0}, read_bytes{0}, failed_reads{0},
       deadline_reads{0}, refused_reads{0}, served_reads{0}, served_bytes{0}, refused_serves{0},
-      unheld_serves{0}, late_replies{0};
+      unheld_serves{0}, late_replies{0}, forged_replies{0}, foreign_replies{0},
+      corrupt_replies{0};
 
   ~Impl() {
-    OPENSSL_cleanse(key.data(), key.size());
+    keys.Wipe();
     if (memh != nullptr) ucp_mem_unmap(context, memh);
     if (worker != nullptr) ucp_worker_destroy(worker);
     if (context != nullptr) ucp_cleanup(context);
@@ -161,7 +150,12 @@ struct UcxChannel::Impl {
   void StartBatch(std::unique_ptr<Batch> batch);
   void SendRequest(Peer& peer, Batch* batch, std::size_t index);
   // Ends read `id` (if still in flight) with `status`.
-  void EndRead(std::uint64_t id, const Status& status);
+  void EndRead(const ReadId& id, const Status& status);
+  // Whether a reply came on the endpoint `read`'s request went to.
+  bool FromItsOwner(const Read& read, const ucp_am_recv_param_t* p) const;
+  // A reply's bytes landed in `read`'s slot: ends it, Ok only if they are
+  // the bytes the owner digested.
+  void Landed(const ReadId& id, ucs_status_t status);
   void EndPeer(Peer& peer);
   void ReapPeers();
   void CheckDeadlines();
@@ -171,8 +165,7 @@ struct UcxChannel::Impl {
   ucs_status_t Serve(const void* header, std::size_t header_length, const ucp_am_recv_param_t* p);
   ucs_status_t Land(const void* header, std::size_t header_length, void* data, std::size_t length,
                     const ucp_am_recv_param_t* p);
-  void Reply(ucp_ep_h ep, std::uint64_t id, ErrorCode status, std::uint64_t offset,
-             std::uint64_t size);
+  void Reply(ucp_ep_h ep, const ReadRequest& request, ErrorCode status);
 
   static ucs_status_t OnReadRequest(void* arg, const void* header, std::size_t header_length,
                                     void*, std::size_t, const ucp_am_recv_param_t* param) {

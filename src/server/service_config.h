@@ -46,6 +46,9 @@ struct ServiceConfig {
   // A peer's lookup it never queried within this is reaped with its locks
   // (--p2p-lookup-timeout, the reference's name and default).
   TimeMs p2p_lookup_timeout_ms = 30'000;
+  // The fraction of the pool that peers' lookups may hold locked together
+  // (--p2p-max-locked-fraction): one member cannot lock the whole pool.
+  double p2p_max_locked_fraction = 0.5;
   // Whether p2p_lookup_and_lock from a connection that did not prove the
   // fleet key (every connection but the fleet endpoint's) is served: the
   // reference's open behaviour, for fleets mixed with reference servers

@@ -31,6 +31,8 @@ fleet::PeerTaskConfig PeerTaskConfigOf(const ServiceConfig& config,
   fleet::PeerTaskConfig peers;
   peers.query_timeout_ms = config.p2p_lookup_timeout_ms;
   peers.read_ttl_ms = table.config().read_ttl_ms;
+  peers.max_locked_bytes_total = static_cast<std::uint64_t>(
+      config.p2p_max_locked_fraction * static_cast<double>(table.allocator().capacity_bytes()));
   // Drawn per boot: a task id a peer holds across this server's restart
   // names no task of the new one (the reference counts from 0 every time).
   peers.first_task_id = static_cast<std::int64_t>(std::random_device{}() & 0x3fffffff) << 16;

@@ -166,7 +166,7 @@ void VisitTransport(const S* s, stats::Visitor& v) {
   v.BeginGroup(kRouterGroup);
   Fields(Slice(counted, "received", "overloaded"), t, v);
   Fields(transport::TransportQueueStatRows(), t, v);
-  Fields(Slice(counted, "connections", "refused_users"), t, v);
+  Fields(Slice(counted, "connections", "capped_connections"), t, v);
   v.EndGroup();
 }
 

@@ -78,6 +78,10 @@ std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std:
   return out;
 }
 
+bool HasObjectMagic(std::span<const std::byte> bytes) {
+  return bytes.size() >= sizeof(kMagic) && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0;
+}
+
 Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
   if (bytes.size() < kHeaderFixedBytesV1) return Corrupt("shorter than a header (truncated)");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return Corrupt("bad magic");

@@ -63,6 +63,10 @@ struct ObjectHeader {
 std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std::byte> payload,
                                std::size_t alignment);
 
+// Whether `bytes` begin with this format's magic: the file or value was
+// written by a server of ours (whole or not), never someone else's.
+bool HasObjectMagic(std::span<const std::byte> bytes);
+
 // The header at the start of `bytes`, which may hold more (the payload) or
 // less (then kCorrupt: truncated). kCorrupt names what is wrong.
 Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -17,6 +18,7 @@
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
 #include "transport/connection_fds.h"
+#include "transport/source_cap.h"
 #include "transport/tcp_peer_owner.h"
 #include "transport/endpoint_guard.h"
 #include "transport/requests_in_flight.h"
@@ -30,6 +32,7 @@ struct RouterLoop::Endpoint {
   std::unique_ptr<zmq::socket_t> monitor;  // PAIR receiving the socket's events
   Transport transport = Transport::kTcp;
   bool fleet = false;  // the fleet endpoint: every connection proved the fleet key
+  std::unique_ptr<SourceCap> source_cap;  // the fleet endpoint's: connections per source
   // The connection seen on each file descriptor (a closed descriptor's
   // connection is gone).
   ConnectionFds fds;
@@ -214,6 +217,8 @@ Status RouterLoop::Bind(const std::string& url, zmq::context_t& context,
       socket.set(zmq::sockopt::curve_server, 1);
       socket.set(zmq::sockopt::curve_secretkey, fleet->server_secret_z85);
       socket.set(zmq::sockopt::zap_domain, "lmcache-fleet");
+      // A connection that does not prove the key soon holds nothing long.
+      socket.set(zmq::sockopt::handshake_ivl, fleet->handshake_timeout_ms);
     }
     socket.set(zmq::sockopt::router_mandatory, 1);
     socket.set(zmq::sockopt::linger, 0);
@@ -239,7 +244,8 @@ Status RouterLoop::Bind(const std::string& url, zmq::context_t& context,
   const std::string monitor_url =
       "inproc://lmc-monitor-" + std::to_string(monitors.fetch_add(1, std::memory_order_relaxed));
   if (zmq_socket_monitor(socket.handle(), monitor_url.c_str(),
-                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+                         ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_ACCEPT_FAILED | ZMQ_EVENT_DISCONNECTED) !=
+      0) {
     return Status(ErrorCode::kIoError, "cannot monitor " + url + ": " + zmq_strerror(zmq_errno()));
   }
   endpoint->monitor = std::make_unique<zmq::socket_t>(context, zmq::socket_type::pair);
@@ -248,6 +254,11 @@ Status RouterLoop::Bind(const std::string& url, zmq::context_t& context,
   endpoint->monitor->set(zmq::sockopt::rcvhwm, 0);
   endpoint->monitor->connect(monitor_url);
   std::string bound = socket.get(zmq::sockopt::last_endpoint);
+  if (fleet != nullptr) {
+    // The bound port (a port 0 resolved): tcp://HOST:PORT.
+    const auto port = static_cast<std::uint16_t>(std::stoi(bound.substr(bound.rfind(':') + 1)));
+    endpoint->source_cap = std::make_unique<SourceCap>(fleet->max_connections_per_source, port);
+  }
   if (ipc) {
     // Only the server's user may connect: the socket grants access to the pool.
     const std::string path = bound.substr(6);
@@ -398,9 +409,25 @@ void RouterLoop::ReceiveMonitorEvents(std::size_t socket_index) {
     if (id == ZMQ_EVENT_ACCEPTED) {
       counters_.connections.fetch_add(1, std::memory_order_relaxed);
       endpoint.fds.Accepted(static_cast<int>(fd));
+      if (endpoint.source_cap && !endpoint.source_cap->Accepted(static_cast<int>(fd))) {
+        // Past its source's cap: ZMQ sees the shut socket fail and closes it.
+        ::shutdown(static_cast<int>(fd), SHUT_RDWR);
+        counters_.capped_connections.fetch_add(1, std::memory_order_relaxed);
+      }
+      continue;
+    }
+    if (id == ZMQ_EVENT_ACCEPT_FAILED) {
+      // The value is the errno (EMFILE: out of descriptors).
+      counters_.accept_failures.fetch_add(1, std::memory_order_relaxed);
+      accept_failure_ms_.store(SteadyClock::Instance().NowMs(), std::memory_order_relaxed);
+      static RateLimitedLog log(std::chrono::seconds(10));
+      log.Warn("an endpoint could not accept a connection: {} (raise the descriptor limit, "
+               "ulimit -n, or find who holds so many connections)",
+               std::strerror(static_cast<int>(fd)));
       continue;
     }
     if (id != ZMQ_EVENT_DISCONNECTED) continue;
+    if (endpoint.source_cap) endpoint.source_cap->Closed(static_cast<int>(fd));
     counters_.connections.fetch_sub(1, std::memory_order_relaxed);
     counters_.disconnects.fetch_add(1, std::memory_order_relaxed);
     if (auto gone = endpoint.fds.Closed(static_cast<int>(fd))) ConnectionGone(*gone);

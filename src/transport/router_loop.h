@@ -83,10 +83,18 @@ class RequestsInFlight;
 // a connection (its refusal is counted). The endpoint has its own ZMQ
 // context: its ZAP handler answers for it alone, never for the clients'
 // endpoints, which speak ZMQ's NULL mechanism as the reference does.
+//
+// Against idle and flooding connections (issue 62, section 4): a connection
+// that has not completed its handshake within `handshake_timeout_ms` is
+// dropped (ZMQ_HANDSHAKE_IVL; 30 s by default in ZMQ), and one source
+// address holds at most `max_connections_per_source` connections to it
+// (SourceCap): the ones beyond are shut down as they are accepted, counted.
 struct FleetEndpointConfig {
   std::string url;  // tcp://host:port
   std::string server_secret_z85;
   std::function<bool(std::span<const std::uint8_t>)> is_member;
+  int handshake_timeout_ms = 3000;
+  std::size_t max_connections_per_source = 64;
 };
 
 struct RouterConfig {
@@ -130,6 +138,11 @@ class RouterLoop {
   // SteadyClock time of the loop's last turn (it turns at least every second,
   // idle or not): its heartbeat for the health watchdog. 0 before Run().
   TimeMs last_heartbeat_ms() const { return heartbeat_ms_.load(std::memory_order_relaxed); }
+  // SteadyClock time of the last connection an endpoint failed to accept
+  // (out of descriptors, say); 0 if none has failed.
+  TimeMs last_accept_failure_ms() const {
+    return accept_failure_ms_.load(std::memory_order_relaxed);
+  }
 
  private:
   struct Endpoint;
@@ -201,6 +214,7 @@ class RouterLoop {
 
   TransportCounters counters_;
   std::atomic<TimeMs> heartbeat_ms_{0};
+  std::atomic<TimeMs> accept_failure_ms_{0};
 };
 
 }  // namespace lmcache::transport

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -33,6 +34,10 @@ void Fill(const sockaddr_storage& address, __be16* port, __be32* words) {
     std::memcpy(words, &in6.sin6_addr, sizeof(in6.sin6_addr));
   }
 }
+
+// The kernel's TCP states (include/net/tcp_states.h).
+constexpr std::uint8_t kTcpEstablished = 1;
+constexpr std::uint8_t kTcpCloseWait = 8;
 
 }  // namespace
 
@@ -95,6 +100,15 @@ Result<uid_t> TcpPeerOwner(int fd) {
   }
   inet_diag_msg found{};
   std::memcpy(&found, reply + NLMSG_HDRLEN, sizeof(found));
+  // Only a socket some process still holds has an owner. One its process
+  // closed is an orphan (inode 0: FIN-WAIT, TIME-WAIT) that the kernel
+  // reports as uid 0, which would pass any client as root.
+  if (found.idiag_inode == 0 ||
+      (found.idiag_state != kTcpEstablished && found.idiag_state != kTcpCloseWait)) {
+    return Status(ErrorCode::kUnavailable,
+                  "the peer's socket is closed (TCP state " + std::to_string(found.idiag_state) +
+                      ", no process holds it): its owner cannot be told");
+  }
   return static_cast<uid_t>(found.idiag_uid);
 }
 

@@ -19,8 +19,10 @@ namespace lmcache::transport {
 
 // The uid owning the socket at the other end of the connected TCP socket
 // `fd`, when that socket belongs to this host (kNotFound when the kernel
-// knows no such socket: it closed meanwhile, or it is not local; kIoError
-// when the diagnostics cannot answer at all).
+// knows no such socket: it closed meanwhile, or it is not local;
+// kUnavailable when it is local but no process holds it any more (closed:
+// the kernel reports such orphans as uid 0, so they have no owner to tell;
+// issue 62); kIoError when the diagnostics cannot answer at all).
 Result<uid_t> TcpPeerOwner(int fd);
 
 }  // namespace lmcache::transport

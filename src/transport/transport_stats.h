@@ -47,6 +47,12 @@ namespace lmcache::transport {
       "requests_refused_other_user_total", "Requests refused because they came over loopback " \
       "TCP from a process of another local user than the server's (--allow-uids admits " \
       "others).") \
+  X(accept_failures, "accept_failures", std::uint64_t, kCounter, "connections", \
+      "accept_failures_total", "Connections an endpoint could not accept (out of file " \
+      "descriptors, EMFILE): /healthcheck fails for 10 s after each.") \
+  X(capped_connections, "capped_connections", std::uint64_t, kCounter, "connections", \
+      "connections_capped_total", "Connections to the fleet endpoint shut at once because " \
+      "their source address already held --p2p-max-connections-per-source.") \
   X(fleet_admitted, "fleet_admitted", std::uint64_t, kCounter, "handshakes", \
       "fleet_handshakes_admitted_total", "Connections to the fleet endpoint (--p2p-listen-url) " \
       "that proved the fleet key.") \

@@ -126,10 +126,35 @@ TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
   auto set = http_->Put("/loglevel", R"({"level":"debug"})", "application/json");
   EXPECT_EQ(set->status, 200);
   EXPECT_EQ(Json(http_->Get("/loglevel"))["level"], "debug");
-  EXPECT_EQ(http_->Put("/loglevel", "junk", "text/plain")->status, 400);
-  EXPECT_EQ(http_->Put("/loglevel?level=loud", "", "text/plain")->status, 400);
+  EXPECT_EQ(http_->Put("/loglevel", "junk", "application/json")->status, 400);
+  EXPECT_EQ(http_->Put("/loglevel?level=loud", "", "application/json")->status, 400);
 
-  auto cleared = http_->Post("/clear-cache", "", "text/plain");
+  // What a web page could send (issue 62, section 8) is refused, and the
+  // cache stays as it is: a text/plain or form body, another Origin, a
+  // cross-site fetch, a Host that is no name of this server (DNS rebinding).
+  const std::vector<std::pair<httplib::Headers, std::string>> cross_site = {
+      {{}, "text/plain"},
+      {{}, "application/x-www-form-urlencoded"},
+      {{{"Origin", "http://evil.example"}}, "application/json"},
+      {{{"Origin", "null"}}, "application/json"},
+      {{{"Sec-Fetch-Site", "cross-site"}}, "application/json"},
+      {{{"Host", "rebound.evil.example:" + std::to_string(port_)}}, "application/json"},
+  };
+  for (const auto& [headers, type] : cross_site) {
+    auto refused = http_->Post("/clear-cache", headers, "", type);
+    EXPECT_EQ(refused->status, 403) << type << " " << refused->body;
+  }
+  EXPECT_EQ(http_->Put("/loglevel", {{"Origin", "http://evil.example"}}, R"({"level":"info"})",
+                       "application/json")->status,
+            403);
+  EXPECT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 1);
+  // The page's own origin (this server's address) is fine.
+  const std::string own = "http://127.0.0.1:" + std::to_string(port_);
+  EXPECT_EQ(http_->Put("/loglevel", {{"Origin", own}}, R"({"level":"debug"})",
+                       "application/json")->status,
+            200);
+
+  auto cleared = http_->Post("/clear-cache", "", "application/json");
   EXPECT_EQ(cleared->status, 200);
   EXPECT_EQ(Json(cleared)["cleared_objects"], 1);
   EXPECT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 0);
@@ -267,7 +292,7 @@ TEST_F(HttpTest, MemoryPressureReportsEachTierAgainstItsOwnBound) {
 // probes and scrapes stay open.
 TEST_F(HttpTest, RoutesThatChangeAnythingAreOffByDefaultWhileProbesAndScrapesWork) {
   StartServer();
-  auto cleared = http_->Post("/clear-cache", "", "text/plain");
+  auto cleared = http_->Post("/clear-cache", "", "application/json");
   EXPECT_EQ(cleared->status, 403);
   EXPECT_NE(cleared->body.find("--http-admin-token-file"), std::string::npos) << cleared->body;
   EXPECT_EQ(http_->Put("/loglevel", R"({"level":"debug"})", "application/json")->status, 403);
@@ -290,15 +315,15 @@ TEST_F(HttpTest, AnAdminTokenOpensThoseRoutesToItsBearerOnly) {
   const std::string token = "3f9c2a7be1d04c6f8a5b9e0d7c1f2a3b";
   const std::string file = TokenFile(token, fs::perms::owner_read | fs::perms::owner_write);
   StartServer({"--http-admin-token-file", file});
-  auto anonymous = http_->Post("/clear-cache", "", "text/plain");
+  auto anonymous = http_->Post("/clear-cache", "", "application/json");
   EXPECT_EQ(anonymous->status, 401);
   EXPECT_EQ(anonymous->get_header_value("WWW-Authenticate"), "Bearer");
   httplib::Headers wrong = {{"Authorization", "Bearer " + token.substr(0, 31) + "0"}};
-  EXPECT_EQ(http_->Post("/clear-cache", wrong, "", "text/plain")->status, 403);
+  EXPECT_EQ(http_->Post("/clear-cache", wrong, "", "application/json")->status, 403);
   httplib::Headers shorter = {{"Authorization", "Bearer " + token.substr(0, 16)}};
-  EXPECT_EQ(http_->Post("/clear-cache", shorter, "", "text/plain")->status, 403);
+  EXPECT_EQ(http_->Post("/clear-cache", shorter, "", "application/json")->status, 403);
   httplib::Headers right = {{"Authorization", "Bearer " + token}};
-  EXPECT_EQ(http_->Post("/clear-cache", right, "", "text/plain")->status, 200);
+  EXPECT_EQ(http_->Post("/clear-cache", right, "", "application/json")->status, 200);
   EXPECT_EQ(http_->Put("/loglevel", right, R"({"level":"debug"})", "application/json")->status,
             200);
   EXPECT_EQ(Json(http_->Get("/loglevel"))["level"], "debug");
@@ -321,7 +346,7 @@ TEST_F(HttpTest, AdminOpsOffRefusesTheHttpClearToo) {
   StartServer({"--http-admin-open", "--admin-ops", "off"});
   auto worker = Registered(url_, 8);
   ASSERT_TRUE(StoreOneChunk(*worker, 1000, std::byte{5}, "r").ok());
-  auto cleared = http_->Post("/clear-cache", "", "text/plain");
+  auto cleared = http_->Post("/clear-cache", "", "application/json");
   EXPECT_EQ(cleared->status, 403);
   EXPECT_NE(cleared->body.find("--admin-ops"), std::string::npos) << cleared->body;
   EXPECT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 1);
@@ -331,7 +356,7 @@ TEST_F(HttpTest, AdminOpsOffRefusesTheHttpClearToo) {
 
 TEST_F(HttpTest, ReadOnlyRefusesWhatChangesState) {
   StartServer({"--http-read-only"});
-  EXPECT_EQ(http_->Post("/clear-cache", "", "text/plain")->status, 403);
+  EXPECT_EQ(http_->Post("/clear-cache", "", "application/json")->status, 403);
   EXPECT_EQ(http_->Put("/loglevel", R"({"level":"debug"})", "application/json")->status, 403);
   EXPECT_EQ(http_->Get("/metrics")->status, 200);
 }
@@ -810,7 +835,7 @@ TEST_F(HttpTest, AWarmPrefetchLoadsAPromptFromTheFsTierIntoL1Unlocked) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(Json(http_->Get("/cache/objects?tier=l2"))["entries"].size(), 3u);
-  ASSERT_EQ(http_->Post("/clear-cache", "", "text/plain")->status, 200);
+  ASSERT_EQ(http_->Post("/clear-cache", "", "application/json")->status, 200);
   ASSERT_EQ(Json(http_->Get("/status"))["l1"]["resident_objects"], 0);
 
   json tokens = json::array();
@@ -879,10 +904,27 @@ TEST_F(HttpTest, AnL2AdapterJoinsAndLeavesTheCascadeAtRuntime) {
   fs::remove_all(b);
   const std::string token = "5d1e0c9b8a7f6e5d4c3b2a1908f7e6d5";
   const std::string file = TokenFile(token, fs::perms::owner_read | fs::perms::owner_write);
-  StartServer({"--http-admin-token-file", file, "--l2-adapter",
+  StartServer({"--http-admin-token-file", file, "--l2-fs-root", fs::temp_directory_path().string(),
+               "--l2-adapter",
                R"({"type":"fs","name":"disk-a","base_path":")" + a.string() + R"("})"});
   const httplib::Headers admin = {{"Authorization", "Bearer " + token}};
   const std::string disk_b = R"({"type":"fs","name":"disk-b","base_path":")" + b.string() + R"("})";
+  // Outside --l2-fs-root (here through a '..' and a symbolic link out of it): refused,
+  // nothing is created (issue 62, section 3).
+  const fs::path outside = fs::path("/var/tmp") / ("lmc_http_outside_" + std::to_string(::getpid()));
+  const fs::path link = fs::temp_directory_path() / ("lmc_http_link_" + std::to_string(::getpid()));
+  fs::remove(link);
+  fs::create_directory_symlink("/var/tmp", link);
+  for (const std::string& base : {outside.string(),
+                                  (fs::temp_directory_path() / ".." / "var" / "tmp" / "x").string(),
+                                  (link / "x").string(), fs::temp_directory_path().string()}) {
+    auto r = http_->Post("/config/adapters", admin,
+                         R"({"type":"fs","base_path":")" + base + R"("})", "application/json");
+    EXPECT_EQ(r->status, 403) << base << ": " << r->body;
+    EXPECT_NE(r->body.find("--l2-fs-root"), std::string::npos) << r->body;
+  }
+  fs::remove(link);
+  EXPECT_FALSE(fs::exists(outside));
 
   EXPECT_EQ(http_->Post("/config/adapters", disk_b, "application/json")->status, 401);
   EXPECT_EQ(http_->Delete("/config/adapters/disk-a")->status, 401);
@@ -961,7 +1003,7 @@ TEST_F(HttpTest, AnL2AdapterJoinsAndLeavesTheCascadeAtRuntime) {
   cascade = Json(http_->Get("/config/adapters"))["adapters"];
   ASSERT_EQ(cascade.size(), 1u);
   EXPECT_EQ(cascade[0]["name"], "disk-b");
-  ASSERT_EQ(http_->Post("/clear-cache", admin, "", "text/plain")->status, 200);
+  ASSERT_EQ(http_->Post("/clear-cache", admin, "", "application/json")->status, 200);
   client::KeySpec lookup = key;
   lookup.request_id = "after-removal";
   EXPECT_EQ(*worker->Lookup(lookup), 3u);

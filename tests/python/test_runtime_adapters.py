@@ -31,7 +31,7 @@ def test_tiers_swapped_under_traffic_lose_and_corrupt_nothing(binary, tmp_path, 
     # 24 MiB of L1 against 2 x 96 prompts of 1 MiB: most reads come from L2.
     server = start_server(binary, url, tmp_path / "server.log",
                           ["--l1-size-gb", str(24 / 1024), "--http-port", str(http_port),
-                           "--http-admin-open", "--l2-adapter",
+                           "--http-admin-open", "--l2-fs-root", str(tmp_path), "--l2-adapter",
                            '{"type":"fs","name":"disk-a","base_path":"%s"}' % disk_a])
     try:
         failures = []

@@ -252,9 +252,9 @@ Status WaitPeerReady(client::Client& c) {
 std::uint64_t P2pPhaseBytes(const BenchOptions& o) {
   const std::uint64_t prompt = Chunks(o, o.p2p_tokens) * ObjectBytes(o);
   const std::uint64_t ttr = Chunks(o, o.p2p_ttr_tokens) * ObjectBytes(o);
-  // A holds both prompts; B and D the long one; E the short one (each pool
-  // as StartNode sizes it); redis the long one.
-  const double pools_gib = PoolGibOf(prompt + ttr) + 2 * PoolGibOf(prompt) + PoolGibOf(ttr);
+  // A holds both prompts; B, C and D the long one; E the short one (each
+  // pool as StartNode sizes it); redis the long one.
+  const double pools_gib = PoolGibOf(prompt + ttr) + 3 * PoolGibOf(prompt) + PoolGibOf(ttr);
   return static_cast<std::uint64_t>(pools_gib * (1ull << 30) + 1.2 * static_cast<double>(prompt)) +
          4 * kWindowChunks * ObjectBytes(o);
 }
@@ -277,6 +277,7 @@ Result<P2pFigures> MeasureP2pPhase(const BenchOptions& asked, const std::string&
   LMC_ASSIGN_OR_RETURN(const std::string key_file, tools::WriteFleetKeyFile(dir));
   LMC_ASSIGN_OR_RETURN(const int port_a, tools::FreeLoopbackTcpPort());
   LMC_ASSIGN_OR_RETURN(const int port_b, tools::FreeLoopbackTcpPort());
+  LMC_ASSIGN_OR_RETURN(const int port_c, tools::FreeLoopbackTcpPort());
   LMC_ASSIGN_OR_RETURN(const int redis_port, tools::FreeLoopbackTcpPort());
   auto fleet = [&](int own, int peer) {
     return std::vector<std::string>{
@@ -293,11 +294,17 @@ Result<P2pFigures> MeasureP2pPhase(const BenchOptions& asked, const std::string&
                                          fleet(port_a, port_b)));
   LMC_ASSIGN_OR_RETURN(Node b, StartNode(o, binary, "lmcache_bench_p2p_b", prompt_bytes,
                                          9'200'001, fleet(port_b, port_a)));
+  // C reads from A as B does, without the payload digest (--p2p-verify-bytes false).
+  std::vector<std::string> unverified = fleet(port_c, port_a);
+  unverified.insert(unverified.end(), {"--p2p-verify-bytes", "false"});
+  LMC_ASSIGN_OR_RETURN(Node c, StartNode(o, binary, "lmcache_bench_p2p_c", prompt_bytes,
+                                         9'200'004, unverified));
   LMC_ASSIGN_OR_RETURN(Node d, StartNode(o, binary, "lmcache_bench_p2p_redis_node", prompt_bytes,
                                          9'200'002, {"--l2-adapter", resp}));
   LMC_ASSIGN_OR_RETURN(Node e, StartNode(o, binary, "lmcache_bench_p2p_fs_node",
                                          ttr_chunks * object, 9'200'003, {"--l2-adapter", fs}));
   LMC_RETURN_IF_ERROR(WaitPeerReady(*b.client));
+  LMC_RETURN_IF_ERROR(WaitPeerReady(*c.client));
 
   // The prompts: the long one on A and, through D, in Redis; the short one on A and in E's fs tier.
   constexpr std::uint64_t kPrompt = 7'000'001, kShortPrompt = 7'000'002;
@@ -326,6 +333,12 @@ Result<P2pFigures> MeasureP2pPhase(const BenchOptions& asked, const std::string&
                          TimedLookup(*b.client, long_key, chunks, "node B, from its peer A,"));
     const double owner_cpu = CpuSeconds(a.server->pid()) - cpu_before;
     LMC_RETURN_IF_ERROR(RetrieveAndVerify(o, *b.client, window, kPrompt, chunks, "on B"));
+    // The same load without the digest, right after (alternating which goes
+    // first would need A to hold the prompt twice; the rounds interleave).
+    LMC_RETURN_IF_ERROR(Clear(*c.client));
+    LMC_ASSIGN_OR_RETURN(const double unverified_s,
+                         TimedLookup(*c.client, long_key, chunks, "node C, from A undigested,"));
+    LMC_RETURN_IF_ERROR(RetrieveAndVerify(o, *c.client, window, kPrompt, chunks, "on C"));
     LMC_ASSIGN_OR_RETURN(const double get,
                          Perftest(o.ucx_perftest, "ucp_get", object, perftest_messages));
     LMC_ASSIGN_OR_RETURN(const double am,
@@ -348,6 +361,7 @@ Result<P2pFigures> MeasureP2pPhase(const BenchOptions& asked, const std::string&
     if (!timed) continue;
     const double gb = static_cast<double>(prompt_bytes) / 1e9;
     f.load_gbps.push_back(gb / load_s);
+    f.unverified_load_gbps.push_back(gb / unverified_s);
     f.owner_cpu_s_per_gb.push_back(owner_cpu / gb);
     f.ucp_get_gbps.push_back(get);
     f.ucp_am_bw_gbps.push_back(am);
@@ -356,7 +370,7 @@ Result<P2pFigures> MeasureP2pPhase(const BenchOptions& asked, const std::string&
     f.ttr_l1_ms.push_back(l1_s * 1e3);
     f.ttr_fs_ms.push_back(fs_s * 1e3);
   }
-  for (Node* node : {&a, &b, &d, &e}) (void)node->client->Unregister();
+  for (Node* node : {&a, &b, &c, &d, &e}) (void)node->client->Unregister();
   return f;
 }
 

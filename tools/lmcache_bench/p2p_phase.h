@@ -26,6 +26,9 @@ struct P2pFigures {
   std::uint64_t ttr_tokens = 0;
   // Per round, in round order (round r of each taken back to back).
   std::vector<double> load_gbps;           // B's lookup until every chunk is in its L1
+  // C's, the same from A with --p2p-verify-bytes false (no payload digest):
+  // load_gbps against it is what the digest costs.
+  std::vector<double> unverified_load_gbps;
   std::vector<double> ucp_get_gbps;        // ucx_perftest -t ucp_get
   std::vector<double> ucp_am_bw_gbps;      // ucx_perftest -t ucp_am_bw
   std::vector<double> redis_load_gbps;     // D's lookup, loading from Redis

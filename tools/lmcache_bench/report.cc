@@ -242,6 +242,8 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"p2p_ucp_get_gbps", r.p2p ? Figure(r.p2p->ucp_get_gbps) : std::nullopt},
       {"p2p_ucp_am_bw_gbps", r.p2p ? Figure(r.p2p->ucp_am_bw_gbps) : std::nullopt},
       {"p2p_redis_load_gbps", r.p2p ? Figure(r.p2p->redis_load_gbps) : std::nullopt},
+      {"p2p_unverified_load_gbps", r.p2p ? Figure(r.p2p->unverified_load_gbps) : std::nullopt},
+      {"p2p_verified_vs_unverified", P2pRatio(r, &P2pFigures::unverified_load_gbps)},
       {"p2p_vs_ucp_get", P2pRatio(r, &P2pFigures::ucp_get_gbps)},
       {"p2p_vs_ucp_am_bw", P2pRatio(r, &P2pFigures::ucp_am_bw_gbps)},
       {"p2p_vs_redis", P2pRatio(r, &P2pFigures::redis_load_gbps)},
@@ -349,6 +351,7 @@ void PrintTable(const BenchReport& r) {
     spread("p2p_vs_ucp_get", PerRound(p.load_gbps, p.ucp_get_gbps));
     spread("p2p_vs_ucp_am_bw", PerRound(p.load_gbps, p.ucp_am_bw_gbps));
     spread("p2p_vs_redis", PerRound(p.load_gbps, p.redis_load_gbps));
+    spread("p2p_verified_vs_unverified", PerRound(p.load_gbps, p.unverified_load_gbps));
     std::printf("  lookup to retrievable, %llu tokens: from a peer %.1f ms, local L1 %.1f ms, "
                 "fs L2 %.1f ms\n",
                 static_cast<unsigned long long>(p.ttr_tokens), Median(p.ttr_peer_ms),
@@ -429,7 +432,9 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
                   : "null")
       << ", \"p2p_vs_ucp_get\": " << P2pSpreadJson(r, &P2pFigures::ucp_get_gbps)
       << ", \"p2p_vs_ucp_am_bw\": " << P2pSpreadJson(r, &P2pFigures::ucp_am_bw_gbps)
-      << ", \"p2p_vs_redis\": " << P2pSpreadJson(r, &P2pFigures::redis_load_gbps) << "},\n";
+      << ", \"p2p_vs_redis\": " << P2pSpreadJson(r, &P2pFigures::redis_load_gbps)
+      << ", \"p2p_verified_vs_unverified\": "
+      << P2pSpreadJson(r, &P2pFigures::unverified_load_gbps) << "},\n";
   out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
       << ", \"stream_copy_gbps\": " << Samples(r.main.stream_copy_gbps)
       << ", \"store_gbps\": " << Samples(r.main.shm.store_gbps)

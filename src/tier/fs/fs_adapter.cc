@@ -1,5 +1,6 @@
 #include "tier/fs/fs_adapter.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -9,7 +10,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <tuple>
 
 #include "common/logging.h"
 #include "common/unique_fd.h"
@@ -114,55 +117,194 @@ fs::path FsAdapter::PathOf(const store::ObjectKey& key) const {
   return config_.base_path / ObjectFileName(key);
 }
 
+namespace {
+
+// Opens `name` under `at` as a directory this process may own: not a
+// symbolic link, owned by our user, not writable by others (who could plant
+// or swap files in it).
+Result<UniqueFd> OpenOwnDirectory(int at, const std::string& name, const std::string& shown) {
+  UniqueFd fd(::openat(at, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd.valid()) {
+    const int error = errno;
+    if (error == ELOOP || error == ENOTDIR) {
+      return InvalidConfig("fs adapter: " + shown + " is a symbolic link or not a directory: "
+                           "give base_path as the real directory");
+    }
+    return InvalidConfig("fs adapter: cannot open " + shown + ": " + std::strerror(error) +
+                         " (check base_path and its permissions)");
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) {
+    return InvalidConfig("fs adapter: cannot stat " + shown + ": " + std::strerror(errno));
+  }
+  if (st.st_uid != ::geteuid()) {
+    return InvalidConfig("fs adapter: " + shown + " is owned by uid " + std::to_string(st.st_uid) +
+                         ", not by this server's user (uid " + std::to_string(::geteuid()) +
+                         "): give base_path a directory of the server's own");
+  }
+  if (st.st_mode & S_IWOTH) {
+    char mode[8];
+    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return InvalidConfig("fs adapter: " + shown + " is writable by others (mode " + mode +
+                         "): chmod o-w it, or give another directory");
+  }
+  return fd;
+}
+
+struct CloseDir {
+  void operator()(DIR* dir) const { ::closedir(dir); }
+};
+using DirPtr = std::unique_ptr<DIR, CloseDir>;
+
+// A listing of directory `fd` from its start, on a descriptor of its own
+// (fdopendir takes the descriptor it is given; `fd` stays open).
+DirPtr ReadDirectory(int fd) {
+  const int copy = ::openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (copy < 0) return nullptr;
+  DIR* dir = ::fdopendir(copy);
+  if (dir == nullptr) ::close(copy);
+  return DirPtr(dir);
+}
+
+// Marks directory `fd` as an fs tier's own; false with errno set.
+bool WriteMarker(int fd) {
+  UniqueFd written(
+      ::openat(fd, kFsMarkerName, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  static constexpr char kMarkerText[] =
+      "This directory is an lmcache-server fs L2 tier: it writes and deletes its object files "
+      "(*.data) and temporary files (.tmp/<pid>-<n>.tmp) here, and nothing else.\n";
+  return written.valid() && ::write(written.get(), kMarkerText, sizeof(kMarkerText) - 1) >= 0;
+}
+
+// Whether directory `fd` holds anything but `.`, `..`, the marker and an
+// empty .tmp.
+bool HoldsFiles(int fd) {
+  const DirPtr dir = ReadDirectory(fd);
+  if (!dir) return true;  // cannot tell: treated as not empty
+  bool holds = false;
+  while (const dirent* entry = ::readdir(dir.get())) {
+    const std::string_view name = entry->d_name;
+    if (name == "." || name == ".." || name == kFsMarkerName) continue;
+    if (name == kTmpDirName) {
+      UniqueFd tmp(::openat(fd, kTmpDirName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (tmp.valid() && !HoldsFiles(tmp.get())) continue;
+    }
+    holds = true;
+    break;
+  }
+  return holds;
+}
+
+// The names in directory `fd` (a snapshot, so entries may be removed while walking it).
+std::vector<std::string> NamesIn(int fd) {
+  std::vector<std::string> names;
+  const DirPtr dir = ReadDirectory(fd);
+  if (!dir) return names;
+  while (const dirent* entry = ::readdir(dir.get())) {
+    const std::string_view name = entry->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+Result<UniqueFd> FsAdapter::OpenBase() {
+  const fs::path& base = config_.base_path;
+  std::error_code error;
+  const bool existed = fs::exists(fs::symlink_status(base, error));
+  if (!existed) {
+    fs::create_directories(base, error);
+    if (error) {
+      return InvalidConfig("fs adapter: cannot create " + base.string() + ": " + error.message() +
+                           " (check base_path and its permissions)");
+    }
+    ::chmod(base.c_str(), 0700);
+  }
+  LMC_ASSIGN_OR_RETURN(UniqueFd base_fd, OpenOwnDirectory(AT_FDCWD, base.string(), base.string()));
+  struct stat marker {};
+  const bool marked = ::fstatat(base_fd.get(), kFsMarkerName, &marker, AT_SYMLINK_NOFOLLOW) == 0 &&
+                      S_ISREG(marker.st_mode);
+  if (!marked) {
+    if (existed && !config_.adopt && HoldsFiles(base_fd.get())) {
+      return InvalidConfig(
+          "fs adapter: " + base.string() + " holds files but is not marked as an fs tier's "
+          "directory (no " + std::string(kFsMarkerName) + "): give base_path a new or empty "
+          "directory, or add \"adopt\": true to take this one over (its object files are then "
+          "indexed; nothing else in it is touched)");
+    }
+    if (!WriteMarker(base_fd.get())) {
+      return InvalidConfig("fs adapter: cannot write " + (base / kFsMarkerName).string() + ": " +
+                           std::strerror(errno));
+    }
+  }
+  if (::mkdirat(base_fd.get(), kTmpDirName, 0700) != 0 && errno != EEXIST) {
+    return InvalidConfig("fs adapter: cannot create " + tmp_dir_.string() + ": " +
+                         std::strerror(errno) + " (check base_path and its permissions)");
+  }
+  LMC_RETURN_IF_ERROR(OpenOwnDirectory(base_fd.get(), kTmpDirName, tmp_dir_.string()).status());
+  LMC_RETURN_IF_ERROR(CleanTemporaries(base_fd.get()));
+  return base_fd;
+}
+
+// Writes a crash cut short: only regular files of our temporary names.
+Status FsAdapter::CleanTemporaries(int base_fd) {
+  LMC_ASSIGN_OR_RETURN(UniqueFd tmp, OpenOwnDirectory(base_fd, kTmpDirName, tmp_dir_.string()));
+  for (const std::string& name : NamesIn(tmp.get())) {
+    struct stat st {};
+    if (!IsTemporaryFileName(name) || ::fstatat(tmp.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode)) {
+      rebuild_.foreign += 1;
+      continue;
+    }
+    if (::unlinkat(tmp.get(), name.c_str(), 0) == 0) rebuild_.removed += 1;
+  }
+  return Status::Ok();
+}
+
 Status FsAdapter::Rebuild() {
   const auto start = std::chrono::steady_clock::now();
-  std::error_code error;
-  fs::create_directories(tmp_dir_, error);
-  if (error) {
-    return Status(ErrorCode::kInvalidConfig, "fs adapter: cannot create " + tmp_dir_.string() +
-                                                 ": " + error.message() +
-                                                 " (check base_path and its permissions)");
-  }
-  for (const auto& entry : fs::directory_iterator(tmp_dir_, error)) {
-    if (fs::remove(entry.path(), error)) rebuild_.removed += 1;  // a write a crash cut short
-  }
+  LMC_ASSIGN_OR_RETURN(UniqueFd base, OpenBase());
   struct Found {
-    fs::file_time_type mtime;
+    timespec mtime;
     store::ObjectKey key;
     std::uint64_t bytes;
   };
   std::vector<Found> found;
   std::vector<std::byte> head(kMaxHeaderBytes);
-  for (const auto& entry : fs::directory_iterator(config_.base_path, error)) {
-    const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file() || !name.ends_with(kObjectFileSuffix)) continue;
-    UniqueFd fd(::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC));
-    struct stat st {};
-    bool good = fd.valid() && ::fstat(fd.get(), &st) == 0;
-    std::optional<ObjectHeader> header;
-    if (good) {
-      const std::size_t want = std::min<std::size_t>(head.size(), static_cast<std::size_t>(st.st_size));
-      const ssize_t n = ::pread(fd.get(), head.data(), want, 0);
-      auto parsed = ParseObjectHeader(std::span(head.data(), n > 0 ? static_cast<std::size_t>(n) : 0));
-      if (parsed.ok()) header = std::move(parsed).value();
-    }
-    // Complete, and under the name of the key it holds.
-    good = header && static_cast<std::uint64_t>(st.st_size) ==
-                         header->header_bytes + header->payload_bytes &&
-           ObjectFileName(header->key) == name;
-    if (!good) {
-      if (fs::remove(entry.path(), error)) rebuild_.removed += 1;
+  for (const std::string& name : NamesIn(base.get())) {
+    if (!IsObjectFileName(name)) {
+      if (name != kFsMarkerName && name != kTmpDirName) rebuild_.foreign += 1;
       continue;
     }
-    found.push_back({entry.last_write_time(error), std::move(header->key),
-                     static_cast<std::uint64_t>(st.st_size)});
+    UniqueFd fd(::openat(base.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st {};
+    if (!fd.valid() || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      rebuild_.foreign += 1;  // a link, a directory, a device under our name: not ours
+      continue;
+    }
+    const std::size_t want = std::min<std::size_t>(head.size(), static_cast<std::size_t>(st.st_size));
+    const ssize_t n = ::pread(fd.get(), head.data(), want, 0);
+    const std::span<const std::byte> read(head.data(), n > 0 ? static_cast<std::size_t>(n) : 0);
+    if (!HasObjectMagic(read)) {
+      rebuild_.foreign += 1;  // named like ours, but not our content: left alone
+      continue;
+    }
+    auto header = ParseObjectHeader(read);
+    // Complete, and under the name of the key it holds.
+    const bool good = header.ok() &&
+                      static_cast<std::uint64_t>(st.st_size) ==
+                          header->header_bytes + header->payload_bytes &&
+                      ObjectFileName(header->key) == name;
+    if (!good) {
+      if (::unlinkat(base.get(), name.c_str(), 0) == 0) rebuild_.removed += 1;
+      continue;
+    }
+    found.push_back({st.st_mtim, std::move(header->key), static_cast<std::uint64_t>(st.st_size)});
   }
-  if (error) {
-    return Status(ErrorCode::kInvalidConfig,
-                  "fs adapter: cannot read " + config_.base_path.string() + ": " + error.message());
-  }
-  std::sort(found.begin(), found.end(),
-            [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return std::tie(a.mtime.tv_sec, a.mtime.tv_nsec) < std::tie(b.mtime.tv_sec, b.mtime.tv_nsec);
+  });
   for (const Found& f : found) {
     index_.AddExisting(f.key, f.bytes);
     rebuild_.bytes += f.bytes;
@@ -173,9 +315,10 @@ Status FsAdapter::Rebuild() {
   rebuild_.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("L2 fs {}: index rebuilt in {:.3f} s: {} objects, {:.2f} GiB; {} partial or corrupt "
-               "files removed",
+               "files of ours removed; {} other files left alone",
                config_.base_path.string(), rebuild_.seconds, rebuild_.objects,
-               static_cast<double>(rebuild_.bytes) / (1ull << 30), rebuild_.removed);
+               static_cast<double>(rebuild_.bytes) / (1ull << 30), rebuild_.removed,
+               rebuild_.foreign);
   return Status::Ok();
 }
 
@@ -284,13 +427,15 @@ Status FsAdapter::WriteTemporary(const L2Write& object, PendingFile* file) {
   }
   file->file_bytes = file_bytes;
   file->salt = key.cache_salt;
-  file->tmp = tmp_dir_ / (std::to_string(::getpid()) + "-" +
-                          std::to_string(next_tmp_.fetch_add(1)) + ".tmp");
+  file->tmp = tmp_dir_ / TemporaryFileName(::getpid(), next_tmp_.fetch_add(1));
   int error = WriteFile(object, header, file);
   if (error == ENOENT) {
-    // The directory went away under us: recreate it once and try again.
+    // The directory went away under us: recreate it (marked) once and try again.
     std::error_code ignored;
-    fs::create_directories(tmp_dir_, ignored);
+    if (fs::create_directories(tmp_dir_, ignored)) {
+      UniqueFd base(::open(config_.base_path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (base.valid()) (void)WriteMarker(base.get());
+    }
     error = WriteFile(object, header, file);
   }
   if (error != 0) return Fail(error, "write " + file->tmp.string(), file);

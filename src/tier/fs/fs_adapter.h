@@ -58,12 +58,20 @@ struct FsAdapterConfig {
   bool use_odirect = false;
   bool fsync = true;  // fsync each file before its rename (durability across power loss)
   FsIoEngine io_engine = FsIoEngine::kAuto;
+  // Take over a non-empty directory that has no marker of ours ("adopt":
+  // true): its object files are indexed, nothing else in it is touched.
+  bool adopt = false;
 };
+
+// The file that marks a directory as an fs adapter's own, written when the
+// adapter first takes it.
+inline constexpr const char* kFsMarkerName = ".lmcache-l2-fs";
 
 struct FsRebuildReport {
   std::uint64_t objects = 0;
   std::uint64_t bytes = 0;
-  std::uint64_t removed = 0;  // partial, foreign, corrupt or temporary files
+  std::uint64_t removed = 0;  // our partial, corrupt or temporary files
+  std::uint64_t foreign = 0;  // files not of ours, left alone
   double seconds = 0;
 };
 
@@ -71,7 +79,15 @@ class FsAdapter final : public L2Adapter {
  public:
   // Creates base_path if missing, rebuilds the index from it and sets up
   // io_uring as configured. Fails when the directory cannot be created or
-  // read, or io_uring was demanded and is not available.
+  // read, or io_uring was demanded and is not available; and, so that it
+  // never deletes what it did not write (issue 62, section 3), when
+  // base_path or its .tmp is a symbolic link, is not owned by this
+  // process's user or is writable by others, or when base_path holds
+  // files but no marker of ours (kFsMarkerName) and "adopt" is not set.
+  // It removes only files it names itself whose content is ours: a
+  // temporary file (<pid>-<n>.tmp in .tmp) and an object file (its name's
+  // shape, and our header's magic) that is partial, corrupt or under
+  // another key's name.
   static Result<std::unique_ptr<FsAdapter>> Create(const FsAdapterConfig& config);
 
   void SubmitStore(std::span<const L2Write> objects, StoreDone done) override;
@@ -95,6 +111,10 @@ class FsAdapter final : public L2Adapter {
  private:
   explicit FsAdapter(const FsAdapterConfig& config);
   Status Rebuild();
+  // Opens base_path (created if missing) and its .tmp, checks they are ours,
+  // marks or refuses base_path; then empties .tmp of our temporary files.
+  Result<UniqueFd> OpenBase();
+  Status CleanTemporaries(int base_fd);
   Status SetUpIo();
   // An object written to its temporary file, not yet synced and renamed.
   struct PendingFile {

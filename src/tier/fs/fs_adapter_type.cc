@@ -27,6 +27,7 @@ Result<FsAdapterConfig> ParseFs(L2ConfigFields& f, L2AdapterSpec* spec) {
   c.max_size_bytes = static_cast<std::uint64_t>(gb * kConfigGiB);
   LMC_ASSIGN_OR_RETURN(c.use_odirect, f.Bool("use_odirect", false));
   LMC_ASSIGN_OR_RETURN(c.fsync, f.Bool("fsync", true));
+  LMC_ASSIGN_OR_RETURN(c.adopt, f.Bool("adopt", false));
   LMC_ASSIGN_OR_RETURN(const std::string engine, f.String("io_engine", false));
   if (engine.empty() || engine == "auto") {
     c.io_engine = FsIoEngine::kAuto;

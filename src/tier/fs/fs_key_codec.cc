@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <cstdio>
+#include <regex>
 
 namespace lmcache::tier {
 namespace {
@@ -51,6 +52,25 @@ std::string ObjectFileName(const store::ObjectKey& key) {
   if (name.size() <= kMaxFileName) return name;
   const XXH128_hash_t digest = XXH3_128bits(name.data(), name.size());
   return "h-" + Hex(&digest.high64, 8) + Hex(&digest.low64, 8) + std::string(kObjectFileSuffix);
+}
+
+bool IsObjectFileName(std::string_view name) {
+  // <model>@0x<rank, 8 to 16 hex>@<group, hex>@<hash, 64 hex>[@...].data, or
+  // h-<32 hex>.data; never a path.
+  static const std::regex kLong(R"(h-[0-9a-f]{32}\.data)");
+  static const std::regex kKeyed(R"([^/]*@0x[0-9a-f]{8,16}@[0-9a-f]{1,8}@[0-9a-f]{64}(@[^/]*)?\.data)");
+  if (name.size() > kMaxFileName || name.find('/') != std::string_view::npos) return false;
+  return std::regex_match(name.begin(), name.end(), kLong) ||
+         std::regex_match(name.begin(), name.end(), kKeyed);
+}
+
+std::string TemporaryFileName(long pid, std::uint64_t n) {
+  return std::to_string(pid) + "-" + std::to_string(n) + ".tmp";
+}
+
+bool IsTemporaryFileName(std::string_view name) {
+  static const std::regex kTemporary(R"([0-9]{1,10}-[0-9]{1,20}\.tmp)");
+  return std::regex_match(name.begin(), name.end(), kTemporary);
 }
 
 }  // namespace lmcache::tier

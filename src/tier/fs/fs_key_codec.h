@@ -11,6 +11,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -21,5 +22,14 @@ namespace lmcache::tier {
 inline constexpr std::string_view kObjectFileSuffix = ".data";
 
 std::string ObjectFileName(const store::ObjectKey& key);
+
+// Whether `name` has the shape of a name ObjectFileName makes (any key's):
+// the fs adapter deletes nothing else in its directory.
+bool IsObjectFileName(std::string_view name);
+
+// A temporary file's name: "<pid>-<n>.tmp" (the only names the adapter
+// removes from its .tmp directory).
+std::string TemporaryFileName(long pid, std::uint64_t n);
+bool IsTemporaryFileName(std::string_view name);
 
 }  // namespace lmcache::tier

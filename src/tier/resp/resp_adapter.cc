@@ -80,8 +80,10 @@ Result<std::vector<SlotRange>> ParseClusterSlots(const redisReply& reply,
 // their passwords masked (the description is a /metrics label).
 std::string Describe(const RespAdapterConfig& config) {
   std::string d = "resp:";
-  for (std::size_t i = 0; i < config.urls.size(); ++i) d += (i ? "," : "") + config.urls[i];
-  return MaskSecrets(d);
+  for (std::size_t i = 0; i < config.urls.size(); ++i) {
+    d += (i ? "," : "") + MaskSecrets(config.urls[i]);  // each URL whole, before joining
+  }
+  return d;
 }
 
 }  // namespace

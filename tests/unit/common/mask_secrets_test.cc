@@ -16,13 +16,28 @@ TEST(MaskSecretsTest, AUrlsPasswordIsMaskedAndItsUserKept) {
 }
 
 // The forms a resp URL's parser accepts: a password with no user, one
-// holding '/' or '@' (it splits at the last @); several URLs in one value.
+// holding '/', '@', ',', a space or a quote (it splits at the last @). A
+// value is one URL: several joined into one text are masked as one, never
+// less (the resp adapter masks each before joining them).
 TEST(MaskSecretsTest, EveryFormOfUserInfoIsMaskedWhole) {
   EXPECT_EQ(MaskSecrets("redis://SECRET@h:6379"), "redis://***@h:6379");
   EXPECT_EQ(MaskSecrets("redis://u:pa/ss@h:6379"), "redis://u:***@h:6379");
   EXPECT_EQ(MaskSecrets("redis://u:p@ss@h:6379"), "redis://u:***@h:6379");
+  EXPECT_EQ(MaskSecrets("redis://u:Tr0ub4dor,3@h:6379"), "redis://u:***@h:6379");
+  EXPECT_EQ(MaskSecrets("redis://u:a b'c@h:6379/2"), "redis://u:***@h:6379/2");
   EXPECT_EQ(MaskSecrets("resp:redis://a:b@h1:7000,redis://c@h2:7000,redis://h3:7000"),
-            "resp:redis://a:***@h1:7000,redis://***@h2:7000,redis://h3:7000");
+            "resp:redis://a:***@h2:7000,redis://h3:7000");
+}
+
+// In JSON the strings are JSON's own: a ',' or an escaped quote inside a
+// URL does not end it.
+TEST(MaskSecretsTest, JsonStringsAreMaskedAsWholeUrls) {
+  EXPECT_EQ(MaskSecrets(R"({"type":"resp","url":"redis://u:Tr0ub4dor,3@h:6379"})"),
+            R"({"type":"resp","url":"redis://u:***@h:6379"})");
+  EXPECT_EQ(MaskSecrets(R"({"url": ["redis://u:a\"b, c@h1:7000", "redis://x,y@h2"]})"),
+            R"({"url": ["redis://u:***@h1:7000", "redis://***@h2"]})");
+  EXPECT_EQ(MaskSecrets(R"({"token": ["a", "b"], "nested": {"url": "redis://p@h"}})"),
+            R"({"token": ["***", "***"], "nested": {"url": "redis://***@h"}})");
 }
 
 TEST(MaskSecretsTest, JsonFieldsNamedAsSecretsAreMasked) {

@@ -234,5 +234,23 @@ TEST_F(P2pConfigTest, AllowingUnauthenticatedPeersIsAnnounced) {
   EXPECT_NE(config->notices.back().find("--p2p-allow-unauthenticated"), std::string::npos);
 }
 
+// A key of printable text (the fixture's: 32 'k's) is a passphrase: the
+// server starts, and says why it should not be used (issue 62, section 8);
+// 32 random bytes are not announced.
+TEST_F(P2pConfigTest, APassphraseForAKeyIsAnnounced) {
+  auto config = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file", key_file_});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  ASSERT_FALSE(config->notices.empty());
+  EXPECT_NE(config->notices.back().find("passphrase"), std::string::npos);
+  std::string random(32, '\0');
+  for (std::size_t i = 0; i < random.size(); ++i) random[i] = static_cast<char>(i * 37 + 1);
+  std::ofstream(key_file_, std::ios::binary | std::ios::trunc) << random;
+  auto strong = Parse({"--p2p-advertise-url", "10.0.0.2:5556", "--p2p-auth-key-file", key_file_});
+  ASSERT_TRUE(strong.ok()) << strong.status().ToString();
+  for (const std::string& notice : strong->notices) {
+    EXPECT_EQ(notice.find("passphrase"), std::string::npos) << notice;
+  }
+}
+
 }  // namespace
 }  // namespace lmcache::daemon

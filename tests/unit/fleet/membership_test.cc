@@ -76,13 +76,15 @@ class MembershipTest : public ::testing::Test {
   }
 
   std::unique_ptr<Membership> Make(std::vector<PeerSource> sources,
-                                   Membership::Resolver resolver = Membership::SystemResolve) {
+                                   Membership::Resolver resolver = Membership::SystemResolve,
+                                   std::size_t max_peers = 256) {
     MembershipConfig config{.sources = std::move(sources),
                             .self_url = "tcp://127.0.0.1:1",
                             .ours = Ours(),
                             .call_timeout_ms = 3'000,
                             .probe_interval_ms = 5'000,
-                            .resolve_interval_ms = 5'000};
+                            .resolve_interval_ms = 5'000,
+                            .max_peers = max_peers};
     return std::move(Membership::Create(config, *key_, channel_.get(), &clock_, resolver)).value();
   }
 
@@ -250,6 +252,35 @@ TEST_F(MembershipTest, DnsNamesFollowTheirResolverAndKeepTheLastAnswerWhenItFail
   ASSERT_EQ(m->Peers().size(), 1u);
   EXPECT_EQ(m->Peers()[0].url, "tcp://[::1]:" + std::to_string(port));
   EXPECT_TRUE(m->Ready().empty());
+}
+
+// A source listing more peers than --p2p-max-peers (a flooded etcd prefix,
+// here a name resolving to 600 addresses) costs at most that many peers; the
+// rest are refused and counted, and a place that frees is taken again
+// (issue 62, section 6: 400 bogus entries kept a real member out, silently).
+TEST_F(MembershipTest, PeersBeyondTheBoundAreRefusedCountedAndLaterAdmitted) {
+  std::mutex mu;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < 600; ++i) {
+    addresses.push_back("10.255." + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1));
+  }
+  auto m = Make({{PeerSourceKind::kDns, "flooded.test", 5556, ""}},
+                [&](const std::string&) {
+                  std::lock_guard lock(mu);
+                  return Result<std::vector<std::string>>(addresses);
+                },
+                /*max_peers=*/8);
+  m->Tick();
+  EXPECT_EQ(m->Peers().size(), 8u);
+  EXPECT_EQ(m->Stats().refused, 592u);
+  {
+    std::lock_guard lock(mu);
+    addresses.resize(5);
+  }
+  clock_.Advance(5'000);
+  m->Tick();
+  EXPECT_EQ(m->Peers().size(), 5u);
+  EXPECT_EQ(m->Stats().refused, 0u);
 }
 
 TEST_F(MembershipTest, AServerReachedAtAnotherAddressIsExcludedAsItself) {

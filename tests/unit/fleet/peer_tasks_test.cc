@@ -282,6 +282,34 @@ TEST_F(PeerTasksTest, AnUntrustedPeerGetsATaskOfMissesAndLocksNothing) {
   EXPECT_EQ(tasks->Stats().tasks, 0u);
 }
 
+// Every peer together (issue 62, section 8): one member cannot lock more
+// than the pool's fraction, and connections that did not prove the key,
+// each a peer of its own, cannot grow the table of tasks past its bound
+// (before, 16 lookups of 900k keys held 449 MiB).
+TEST_F(PeerTasksTest, EveryPeerTogetherIsBoundedInLockedBytesAndInTasks) {
+  for (std::uint64_t i = 1; i <= 3; ++i) l1_.Store(KeyN(i), kObject, static_cast<int>(i));
+  PeerTaskConfig config;
+  config.max_locked_bytes_total = 2 * kObject;
+  config.max_tasks_total = 10;
+  auto tasks = Make(config);
+  const std::int64_t a = tasks->Lookup("a", Ask({KeyN(1), KeyN(2)}));
+  const std::int64_t b = tasks->Lookup("b", Ask({KeyN(3)}));
+  auto a_results = tasks->Results("a", a);
+  auto b_results = tasks->Results("b", b);
+  ASSERT_TRUE(a_results && b_results);
+  EXPECT_TRUE((*a_results)[0].valid() && (*a_results)[1].valid());
+  EXPECT_FALSE((*b_results)[0].valid());  // past every peer's bytes together
+  EXPECT_EQ(tasks->Stats().locked_bytes, 2 * kObject);
+  EXPECT_EQ(tasks->Stats().refused_keys, 1u);
+  std::vector<PeerKey> many(10'000, PeerKey{KeyN(1), kObject});
+  for (int i = 0; i < 100; ++i) {
+    tasks->Lookup("stranger-" + std::to_string(i), many, /*trusted=*/false);
+  }
+  EXPECT_LE(tasks->Stats().tasks, 10u);
+  EXPECT_EQ(tasks->Unlock("a", std::vector{KeyN(1), KeyN(2)}), 2u);
+  EXPECT_EQ(tasks->Stats().locked_bytes, 0u);
+}
+
 TEST_F(PeerTasksTest, DroppingAPeerOrDestroyingTheTableOfTasksReleasesEverything) {
   l1_.Store(KeyN(1), kObject, 1);
   l1_.Store(KeyN(2), kObject, 2);

@@ -6,10 +6,13 @@
 // missed deadline fails a batch without hanging it, and a late reply writes
 // nothing.
 #include "fleet/ucx_channel.h"
+#include "fleet/ucx_wire.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdlib>
 #include <future>
 #include <mutex>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "fakes/fake_clock.h"
+#include "unit/fleet/raw_ucx_worker.h"
 
 namespace lmcache::fleet {
 namespace {
@@ -319,9 +323,15 @@ TEST_P(UcxChannelTest, TheOwnerRefusesARequesterWithoutTheKeyAndRangesOutsideIts
   const std::vector<std::byte> stranger_before = stranger_pool.bytes;
   auto from_stranger = stranger->Connect(owner->Descriptor());
   ASSERT_TRUE(from_stranger.ok());
-  EXPECT_EQ(ReadAndWait(*stranger, *from_stranger, {{0, 0, 4096}, {1 << 20, 1 << 20, 1 << 20}})
-                .code(),
-            ErrorCode::kPermissionDenied);
+  // The owner refuses both reads; its refusals carry a MAC under the fleet
+  // key, which the stranger cannot check: to it they are forged, and its
+  // batch ends at its deadline with nothing landed.
+  std::promise<Status> refused;
+  stranger->Read(*from_stranger, {{0, 0, 4096}, {1 << 20, 1 << 20, 1 << 20}},
+                 clock_.NowMs() + 1000, [&refused](Status s) { refused.set_value(std::move(s)); });
+  ASSERT_TRUE(WaitFor([&] { return stranger->Stats().forged_replies == 2; }));
+  clock_.Advance(2000);
+  EXPECT_EQ(refused.get_future().get().code(), ErrorCode::kTimeout);
   EXPECT_EQ(stranger_pool.bytes, stranger_before);
   UcxDescriptor lying = owner->Descriptor();
   lying.size *= 2;
@@ -376,6 +386,192 @@ TEST_P(UcxChannelTest, TheOwnerServesOnlyReadsItsGuardSaysTheirTaskHolds) {
   EXPECT_EQ(ReadAndWait(*requester, *to_unguarded, {{0, 0, 4096, 7}}).code(), ErrorCode::kNotFound);
   EXPECT_EQ(unguarded->Stats().served_reads, 0u);
 }
+
+// A host without the fleet key that knows only the requester's worker
+// address sprays answers to the read ids it guesses while the owner is
+// slow: none of its bytes lands, and the batch still gets the owner's.
+// (On the channel before issue 62, whose ids counted up from 1 and whose
+// replies carried no MAC, the batch landed the attacker's bytes.)
+TEST_P(UcxChannelTest, AnswersSprayedByAHostWithoutTheKeyNeverLand) {
+  StalledOwner s;
+  StartStalled(s, 3'600'000);
+  ASSERT_TRUE(s.ready);
+  testing::RawUcxWorker attacker;
+  ucp_ep_h ep = attacker.Connect(s.requester->Descriptor().worker_address);
+  const std::vector<std::uint8_t> poison(64 << 10, 0xab);
+  for (std::uint64_t guess = 1; guess <= 64; ++guess) {
+    ReadReply reply;  // the id it guesses, status 0 ("the bytes follow"), no valid MAC
+    std::memcpy(reply.id.data(), &guess, sizeof(guess));
+    reply.size = poison.size();
+    reply.flags = kHasDigest;
+    attacker.Send(ep, kReadReplyId, &reply, sizeof(reply), poison.data(), poison.size(),
+                  /*offer_reply_ep=*/true);
+  }
+  ASSERT_TRUE(WaitFor([&] { return s.requester->Stats().forged_replies >= 64; }));
+  EXPECT_EQ(s.result.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+  s.release.set_value();
+  ASSERT_EQ(s.result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  const Status status = s.result.get();
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  EXPECT_TRUE(std::equal(s.requester_pool.bytes.begin() + (1 << 20),
+                         s.requester_pool.bytes.begin() + (1 << 20) + (64 << 10),
+                         s.owner_pool.bytes.begin() + (1 << 20)))
+      << "the requester's slot holds bytes its owner did not send";
+  EXPECT_EQ(s.requester->Stats().forged_replies, 64u);
+}
+
+// A party the requester sent its read to (a raw UCX worker playing the
+// owner) answers it in each way a liar could. Sizes: one eager, one by
+// rendezvous.
+class LyingOwnerTest : public UcxChannelTest {
+ protected:
+  struct Setup {
+    Pool requester_pool{21};
+    std::vector<std::byte> before;
+    std::unique_ptr<UcxChannel> requester;
+    testing::RawUcxWorker owner;
+    PeerHandle to_owner = 0;
+    std::promise<Status> done;
+    std::future<Status> result;
+    testing::RawUcxWorker::Received request;
+    ReadRequest asked;
+  };
+  // The requester reads `size` bytes from the raw owner; returns once the
+  // owner holds the request.
+  void Ask(Setup& s, std::uint64_t size) {
+    s.requester = Make(s.requester_pool);
+    ASSERT_TRUE(s.requester);
+    s.owner.Listen(kReadRequestId);
+    UcxDescriptor descriptor;
+    descriptor.worker_address = s.owner.Address();
+    descriptor.size = kPoolBytes;
+    auto peer = s.requester->Connect(descriptor);
+    ASSERT_TRUE(peer.ok());
+    s.to_owner = *peer;
+    s.before = s.requester_pool.bytes;
+    s.result = s.done.get_future();
+    s.requester->Read(s.to_owner, {{0, 4096, size}}, clock_.NowMs() + 1000,
+                      [&s](Status status) { s.done.set_value(std::move(status)); });
+    ASSERT_TRUE(s.owner.NextMessage(&s.request));
+    ASSERT_EQ(s.request.header.size(), sizeof(ReadRequest));
+    ASSERT_NE(s.request.reply_ep, nullptr);
+    std::memcpy(&s.asked, s.request.header.data(), sizeof(ReadRequest));
+    EXPECT_TRUE(RequestSigned(DataChannelKeys::From(kKey), s.asked));
+    EXPECT_EQ(s.asked.flags, kWantDigest);
+  }
+  // A reply to `s.asked` with `bytes`, signed under `key`.
+  static ReadReply Answer(const Setup& s, const std::vector<std::byte>& bytes,
+                          const UcxDataKey& key = kKey) {
+    ReadReply reply;
+    reply.id = s.asked.id;
+    reply.size = bytes.size();
+    reply.flags = kHasDigest;
+    SignReply(DataChannelKeys::From(key), bytes, &reply);
+    return reply;
+  }
+  void Send(Setup& s, ucp_ep_h ep, const ReadReply& reply, const std::vector<std::byte>& bytes) {
+    s.owner.Send(ep, kReadReplyId, &reply, sizeof(reply), bytes.data(), bytes.size(),
+                 /*offer_reply_ep=*/true);
+  }
+  // The read is still waiting: nothing the liar sent ended it.
+  void ExpectStillWaiting(Setup& s) {
+    s.owner.Progress(std::chrono::milliseconds(200));
+    EXPECT_EQ(s.result.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
+    EXPECT_EQ(s.requester_pool.bytes, s.before);
+  }
+};
+
+TEST_P(LyingOwnerTest, AReplySignedWithAnotherKeyIsDroppedAndTheReadTimesOut) {
+  for (std::uint64_t size : {std::uint64_t{256}, std::uint64_t{1} << 20}) {
+    Setup s;
+    Ask(s, size);
+    const std::vector<std::byte> poison(size, std::byte{0xab});
+    UcxDataKey other = kKey;
+    other[5] ^= 1;
+    Send(s, s.request.reply_ep, Answer(s, poison, other), poison);
+    ASSERT_TRUE(WaitFor([&] { return s.requester->Stats().forged_replies == 1; }));
+    ExpectStillWaiting(s);
+    clock_.Advance(2000);
+    ASSERT_EQ(s.result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    EXPECT_EQ(s.result.get().code(), ErrorCode::kTimeout);
+    EXPECT_EQ(s.requester_pool.bytes, s.before) << size << " bytes";
+  }
+}
+
+TEST_P(LyingOwnerTest, AMembersReplyOnAnotherEndpointIsDroppedAndTheOwnersLands) {
+  for (std::uint64_t size : {std::uint64_t{256}, std::uint64_t{1} << 20}) {
+    Setup s;
+    Ask(s, size);
+    std::vector<std::byte> good(size);
+    for (std::size_t i = 0; i < good.size(); ++i) good[i] = static_cast<std::byte>(i * 31 + 5);
+    const ReadReply reply = Answer(s, good);
+    // The same valid reply, from a member that is not the read's owner: it
+    // knows the key (and here even the id), but its endpoint is its own.
+    testing::RawUcxWorker other_member;
+    other_member.Send(other_member.Connect(s.requester->Descriptor().worker_address),
+                      kReadReplyId, &reply, sizeof(reply), good.data(), good.size(),
+                      /*offer_reply_ep=*/true);
+    ASSERT_TRUE(WaitFor([&] { return s.requester->Stats().foreign_replies == 1; }));
+    ExpectStillWaiting(s);
+    // Without a reply endpoint at all, the same.
+    s.owner.Send(s.request.reply_ep, kReadReplyId, &reply, sizeof(reply), good.data(),
+                 good.size(), /*offer_reply_ep=*/false);
+    ASSERT_TRUE(WaitFor([&] { return s.requester->Stats().foreign_replies == 2; }));
+    ExpectStillWaiting(s);
+    // The owner's own reply, on the endpoint the read went to, lands.
+    Send(s, s.request.reply_ep, reply, good);
+    ASSERT_EQ(s.result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    ASSERT_TRUE(s.result.get().ok()) << size << " bytes";
+    EXPECT_TRUE(std::equal(good.begin(), good.end(), s.requester_pool.bytes.begin() + 4096));
+  }
+}
+
+TEST_P(LyingOwnerTest, BytesThatDoNotMatchTheDigestFailTheRead) {
+  for (std::uint64_t size : {std::uint64_t{256}, std::uint64_t{1} << 20}) {
+    Setup s;
+    Ask(s, size);
+    std::vector<std::byte> digested(size, std::byte{1});
+    std::vector<std::byte> sent = digested;
+    sent[size / 2] = std::byte{2};  // one byte changed after the digest
+    Send(s, s.request.reply_ep, Answer(s, digested), sent);
+    ASSERT_EQ(s.result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+    EXPECT_EQ(s.result.get().code(), ErrorCode::kCorrupt) << size << " bytes";
+    EXPECT_EQ(s.requester->Stats().corrupt_replies, 1u);
+    EXPECT_EQ(s.requester->Stats().failed_reads, 1u);
+  }
+  // A reply that carries no digest when one was asked for fails too.
+  Setup s;
+  Ask(s, 256);
+  const std::vector<std::byte> bytes(256, std::byte{3});
+  ReadReply bare;
+  bare.id = s.asked.id;
+  bare.size = bytes.size();
+  SignReply(DataChannelKeys::From(kKey), bytes, &bare);
+  Send(s, s.request.reply_ep, bare, bytes);
+  ASSERT_EQ(s.result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(s.result.get().code(), ErrorCode::kCorrupt);
+  EXPECT_EQ(s.requester_pool.bytes, s.before);
+}
+
+// Without digests (--p2p-verify-bytes false) reads still land, the owner
+// sends none, and headers are still authenticated.
+TEST_P(UcxChannelTest, AChannelWithoutDigestsStillReadsAndStillChecksHeaders) {
+  Pool owner_pool(31), requester_pool(32);
+  auto owner = Make(owner_pool);
+  auto made = UcxChannel::Create(requester_pool.bytes.data(), requester_pool.bytes.size(),
+                                 &clock_, kKey, {.verify_bytes = false});
+  ASSERT_TRUE(made.ok());
+  auto& requester = *made;
+  auto peer = requester->Connect(owner->Descriptor());
+  ASSERT_TRUE(peer.ok());
+  ASSERT_TRUE(ReadAndWait(*requester, *peer, {{0, 0, 1 << 20}, {0, 2 << 20, 100}}).ok());
+  EXPECT_TRUE(std::equal(requester_pool.bytes.begin(), requester_pool.bytes.begin() + (1 << 20),
+                         owner_pool.bytes.begin()));
+  EXPECT_EQ(requester->Stats().corrupt_replies, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, LyingOwnerTest, ::testing::Values("tcp", "default"),
+                         [](const auto& param_info) { return std::string(param_info.param); });
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxChannelTest, ::testing::Values("tcp", "default"),
                          [](const auto& param_info) { return std::string(param_info.param); });

@@ -163,7 +163,11 @@ TEST_P(FsAdapterTest, FlippedOrTruncatedFilesAreMissesAndAreDeletedNeverServed) 
   EXPECT_EQ(adapter->Stats().checksum_failures, 2u);
 }
 
-TEST_P(FsAdapterTest, StartupRemovesPartialForeignAndTemporaryFiles) {
+// At startup the adapter removes what a crash or a tool left of its own
+// files (a cut object, one under another key's name, a temporary file), and
+// nothing else: a file named like an object but not holding one, and an
+// operator's note, stay (issue 62, section 3).
+TEST_P(FsAdapterTest, StartupRemovesOnlyItsOwnPartialAndTemporaryFiles) {
   const auto good = KeyN(1);
   const auto cut = KeyN(2);
   const auto moved = KeyN(3);
@@ -176,14 +180,97 @@ TEST_P(FsAdapterTest, StartupRemovesPartialForeignAndTemporaryFiles) {
   fs::rename(dir_ / ObjectFileName(moved), dir_ / ObjectFileName(KeyN(4)));  // wrong name
   std::ofstream(dir_ / ".tmp" / "123-7.tmp") << "half a write";
   std::ofstream(dir_ / "garbage.data") << "not an object";
+  std::ofstream(dir_ / ObjectFileName(KeyN(5))) << "named like an object, not one";
   std::ofstream(dir_ / "README") << "an operator's note stays";
   auto adapter = Open();
   EXPECT_EQ(adapter->rebuild_report().objects, 1u);
-  EXPECT_EQ(adapter->rebuild_report().removed, 4u);
+  EXPECT_EQ(adapter->rebuild_report().removed, 3u);
+  EXPECT_EQ(adapter->rebuild_report().foreign, 3u);
   EXPECT_TRUE(fs::exists(dir_ / "README"));
+  EXPECT_TRUE(fs::exists(dir_ / "garbage.data"));
+  EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(KeyN(5))));
   EXPECT_TRUE(fs::is_empty(dir_ / ".tmp"));
-  const std::vector<store::ObjectKey> keys = {good, cut, moved, KeyN(4)};
-  EXPECT_EQ(adapter->LookupAndLock(keys), (std::vector<bool>{true, false, false, false}));
+  const std::vector<store::ObjectKey> keys = {good, cut, moved, KeyN(4), KeyN(5)};
+  EXPECT_EQ(adapter->LookupAndLock(keys), (std::vector<bool>{true, false, false, false, false}));
+}
+
+// A directory that holds files but was never an fs tier's (no marker) is
+// refused, and nothing in it is touched; told to adopt it, the adapter
+// indexes its objects and still touches nothing else. (Before issue 62 it
+// deleted .tmp/precious.txt and results.data.)
+TEST_P(FsAdapterTest, AnUnmarkedDirectoryIsRefusedUntouchedAndAdoptedOnlyWhenTold) {
+  fs::create_directories(dir_ / ".tmp");
+  std::ofstream(dir_ / ".tmp" / "precious.txt") << "an operator's file";
+  std::ofstream(dir_ / "results.data") << "someone's results";
+  auto refused = FsAdapter::Create(config_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), ErrorCode::kInvalidConfig);
+  EXPECT_NE(refused.status().message().find("\"adopt\": true"), std::string::npos)
+      << refused.status().message();
+  EXPECT_TRUE(fs::exists(dir_ / ".tmp" / "precious.txt"));
+  EXPECT_TRUE(fs::exists(dir_ / "results.data"));
+  EXPECT_FALSE(fs::exists(dir_ / kFsMarkerName));
+  config_.adopt = true;
+  auto adopted = Open();
+  ASSERT_TRUE(adopted);
+  EXPECT_TRUE(fs::exists(dir_ / ".tmp" / "precious.txt"));
+  EXPECT_TRUE(fs::exists(dir_ / "results.data"));
+  EXPECT_TRUE(fs::exists(dir_ / kFsMarkerName));
+  // Marked now: it opens again without being told.
+  adopted.reset();
+  config_.adopt = false;
+  EXPECT_TRUE(Open());
+  // An empty directory is taken (and marked) as a new one would be.
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  EXPECT_TRUE(Open());
+  EXPECT_TRUE(fs::exists(dir_ / kFsMarkerName));
+}
+
+// A .tmp, or a base path, that is a symbolic link is refused: the adapter
+// never follows one to delete or write elsewhere (before, a root server
+// emptied the directory another user's .tmp pointed at).
+TEST_P(FsAdapterTest, SymbolicLinksForTheDirectoryOrItsTmpAreRefused) {
+  { ASSERT_TRUE(Open()); }  // a marked directory of ours
+  const fs::path elsewhere = dir_.string() + "_elsewhere";
+  fs::remove_all(elsewhere);
+  fs::create_directories(elsewhere);
+  std::ofstream(elsewhere / "1-1.tmp") << "another's file, named like a temporary";
+  std::ofstream(elsewhere / "victim") << "another's file";
+  fs::remove_all(dir_ / ".tmp");
+  fs::create_directory_symlink(elsewhere, dir_ / ".tmp");
+  auto through_tmp = FsAdapter::Create(config_);
+  EXPECT_EQ(through_tmp.status().code(), ErrorCode::kInvalidConfig);
+  EXPECT_NE(through_tmp.status().message().find("symbolic link"), std::string::npos)
+      << through_tmp.status().message();
+  EXPECT_TRUE(fs::exists(elsewhere / "1-1.tmp"));
+  EXPECT_TRUE(fs::exists(elsewhere / "victim"));
+  const fs::path link = dir_.string() + "_link";
+  fs::remove(link);
+  fs::create_directory_symlink(dir_, link);
+  FsAdapterConfig linked = config_;
+  linked.base_path = link;
+  EXPECT_EQ(FsAdapter::Create(linked).status().code(), ErrorCode::kInvalidConfig);
+  fs::remove(link);
+  fs::remove_all(elsewhere);
+}
+
+// A directory others can write, or another user's, is not the server's to
+// delete in.
+TEST_P(FsAdapterTest, ADirectoryOthersCanWriteOrAnotherUserOwnsIsRefused) {
+  fs::create_directories(dir_);
+  fs::permissions(dir_, fs::perms::others_write, fs::perm_options::add);
+  auto writable = FsAdapter::Create(config_);
+  EXPECT_EQ(writable.status().code(), ErrorCode::kInvalidConfig);
+  EXPECT_NE(writable.status().message().find("writable by others"), std::string::npos)
+      << writable.status().message();
+  fs::permissions(dir_, fs::perms::others_write, fs::perm_options::remove);
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to give the directory to another user";
+  ASSERT_EQ(::chown(dir_.c_str(), 65534, 65534), 0);
+  auto foreign = FsAdapter::Create(config_);
+  EXPECT_EQ(foreign.status().code(), ErrorCode::kInvalidConfig);
+  EXPECT_NE(foreign.status().message().find("not by this server's user"), std::string::npos)
+      << foreign.status().message();
 }
 
 TEST_P(FsAdapterTest, CapacityEvictsTheLeastRecentlyUsedFiles) {
@@ -254,7 +341,7 @@ class FsConditionTest : public FsAdapterTest {
  protected:
   void SetUp() override {
     fs::create_directories(dir_);
-    if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    if (::mount("tmpfs", dir_.c_str(), "tmpfs", 0, "size=256k,mode=0700") != 0) {
       GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno)
                    << "): the full-disk and read-only checks need root with mount rights";
     }

@@ -17,6 +17,10 @@
 #include "fakes/keys.h"
 #include "fakes/redis_process.h"
 #include "tier/l2_config.h"
+#include "tier/resp/resp_connection.h"
+#include "common/mask_secrets.h"
+
+#include <nlohmann/json.hpp>
 
 namespace lmcache::tier {
 namespace {
@@ -65,6 +69,42 @@ TEST_F(RespAdapterTest, AUrlsPasswordIsMaskedInTheDescriptionAndTheCondition) {
   EXPECT_NE(stats.description.find("redis://admin:***@127.0.0.1:"), std::string::npos)
       << stats.description;
   EXPECT_EQ(stats.condition.find("hunter2"), std::string::npos) << stats.condition;
+}
+
+// Every form of URL the adapter's own parser accepts, with passwords
+// holding each character the old masker ended a URL at (',', ' ', quotes)
+// and those the parser splits on ('@', ':', '/'): the password the parser
+// takes out of it never appears in what MaskSecrets shows, as a plain value
+// or inside JSON (issue 62, section 7: "Tr0ub4dor,3" was shown in clear).
+TEST(RespUrlMaskingTest, NoPasswordTheParserAcceptsIsShown) {
+  const std::vector<std::string> passwords = {"Tr0ub4dor,3", "two words", "q\"uote", "it's",
+                                              "p@ss:w/rd", "a,b c\"d'e@f", "tab\there", "x"};
+  for (const std::string& password : passwords) {
+    for (const std::string& url :
+         {"redis://" + password + "@10.0.0.5:6379", "redis://app:" + password + "@h:6379/1",
+          "redis://:" + password + "@[::1]:7000", "redis://app:" + password + "@h"}) {
+      RespCredentials credentials;
+      auto parsed = ParseRespUrl(url, &credentials);
+      ASSERT_TRUE(parsed.ok()) << url << ": " << parsed.status().ToString();
+      // The secret is what the parser takes (in the password-only form a
+      // ':' makes what precedes it a user name, which is not masked).
+      if (url.find("app:") != std::string::npos || password.find(':') == std::string::npos) {
+        ASSERT_EQ(credentials.password, password) << url;
+      }
+      ASSERT_FALSE(credentials.password.empty()) << url;
+      const std::string json_value = nlohmann::json(url).dump();  // escaped as JSON writes it
+      for (const std::string& shown :
+           {MaskSecrets(url), MaskSecrets(R"({"type": "resp", "url": )" + json_value + "}"),
+            MaskSecrets(R"({"url": [)" + json_value + ", " + json_value + "]}")}) {
+        EXPECT_EQ(shown.find(credentials.password), std::string::npos) << url << " -> " << shown;
+        const std::string escaped_password = nlohmann::json(credentials.password).dump();
+        EXPECT_EQ(shown.find(escaped_password.substr(1, escaped_password.size() - 2)),
+                  std::string::npos)
+            << url << " -> " << shown;
+        EXPECT_NE(shown.find("***"), std::string::npos) << shown;
+      }
+    }
+  }
 }
 
 TEST_F(RespAdapterTest, KeysNameEveryPartOfTheIdentity) {

@@ -102,6 +102,48 @@ TEST(TcpPeerOwnerTest, AConnectionOfAnotherUsersProcessIsOwnedByThatUser) {
   EXPECT_EQ(*owner, kNobody);
 }
 
+// A client that closed its end at once (issue 62, section 2): the kernel
+// keeps its socket only as an orphan in FIN-WAIT-2, inode 0, and reports uid
+// 0 for it. Taken as the owner, that let a client running as nobody pass as
+// root when the server runs as root; its owner cannot be told, so it is an
+// error, never a uid.
+TEST(TcpPeerOwnerTest, AClientThatClosedAtOnceHasNoOwnerNotRoot) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to connect as another uid (nobody)";
+  Listener listener(AF_INET);
+  ASSERT_TRUE(listener.bound);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) _exit(2);
+    UniqueFd client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(client.get(), reinterpret_cast<const sockaddr*>(&listener.address),
+                  listener.length) != 0) {
+      _exit(3);
+    }
+    const char request[] = "clear";
+    (void)::write(client.get(), request, sizeof(request));
+    _exit(0);  // closes the socket: a FIN, and the socket is an orphan
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  UniqueFd accepted = listener.Accept();
+  ASSERT_TRUE(accepted.valid());
+  // The request is there to read, and then the end of the stream.
+  char buffer[16];
+  ASSERT_EQ(::read(accepted.get(), buffer, sizeof(buffer)), 6);
+  ASSERT_EQ(::read(accepted.get(), buffer, sizeof(buffer)), 0);
+  // Once our ACK of its FIN reached it, the orphan is a time-wait socket
+  // (FIN-WAIT-2, uid 0, inode 0); until then a full one in FIN-WAIT-1.
+  Result<uid_t> owner = TcpPeerOwner(accepted.get());
+  for (int i = 0; i < 200 && owner.ok() && *owner == kNobody; ++i) {
+    ::usleep(10'000);
+    owner = TcpPeerOwner(accepted.get());
+  }
+  ASSERT_FALSE(owner.ok()) << "owner reported as uid " << *owner;
+  EXPECT_EQ(owner.status().code(), ErrorCode::kUnavailable) << owner.status().ToString();
+}
+
 TEST(TcpPeerOwnerTest, ASocketThatIsNotConnectedHasNoOwner) {
   Listener listener(AF_INET);
   ASSERT_TRUE(listener.bound);

@@ -1,0 +1,81 @@
+// GuardedHttpServer: cpp-httplib's server with the connection handling an
+// operator's port needs against slow and flooding clients (issue 62,
+// section 5). httplib serves each connection on a pool thread for as long
+// as the client keeps it, and times out each read, never a whole request:
+// four clients sending a byte every 3 s held both threads of a pool of two,
+// and no /healthcheck was answered for 20 s (a liveness probe would have
+// restarted the pod and lost the cache).
+//
+// Here each connection gets a thread of its own (never queued behind a slow
+// one), up to `max_connections`, and each request a deadline for reading
+// it (from its first byte to its last) and one for writing its reply: a
+// client slower than that loses its connection. Admission is by deadline:
+// a connection from an address that already holds `fast_only_per_address`
+// connections, or arriving while three quarters of `max_connections` are
+// taken, gets `fast_deadline` instead (a probe, which sends its request at
+// once, is still answered; a trickling client is cut within it); only past
+// `max_connections` is a connection closed unanswered. Every connection
+// closed early is counted.
+//
+// Thread-safety: as httplib::Server (Start/Stop from the controlling
+// thread); the guard's counters are synchronised.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "common/mutex.h"
+
+namespace lmcache::admin_http {
+
+struct HttpGuardConfig {
+  std::size_t max_connections = 256;
+  std::size_t fast_only_per_address = 16;
+  std::chrono::milliseconds request_deadline{10'000};
+  std::chrono::milliseconds fast_deadline{1'000};
+  std::chrono::milliseconds idle_timeout{5'000};  // between requests of a kept-alive connection
+  std::size_t max_requests_per_connection = 100;
+};
+
+struct HttpGuardStats {
+  std::uint64_t open_connections = 0;
+  std::uint64_t refused_connections = 0;  // past max_connections: closed unanswered
+  std::uint64_t fast_only_connections = 0;  // admitted with the fast deadline
+  std::uint64_t deadline_closes = 0;        // a request not read or written in time
+};
+
+class GuardedHttpServer : public httplib::Server {
+ public:
+  explicit GuardedHttpServer(HttpGuardConfig config);
+  ~GuardedHttpServer() override;
+  HttpGuardStats GuardStats() const;
+
+ private:
+  struct Admission {
+    bool admitted = false;
+    std::chrono::milliseconds deadline{0};
+    std::string address;
+  };
+  bool process_and_close_socket(socket_t sock) override;
+  Admission Admit(socket_t sock) LMC_EXCLUDES(mu_);
+  void Release(const std::string& address) LMC_EXCLUDES(mu_);
+
+  const HttpGuardConfig config_;
+  mutable Mutex mu_;
+  std::size_t open_ LMC_GUARDED_BY(mu_) = 0;
+  std::unordered_map<std::string, std::size_t> per_address_ LMC_GUARDED_BY(mu_);
+  std::atomic<std::uint64_t> refused_{0}, fast_only_{0}, deadline_closes_{0};
+};
+
+// A TaskQueue that runs each task (a connection) on a thread of its own;
+// shutdown() waits for every one to end.
+httplib::TaskQueue* NewThreadPerConnectionQueue();
+
+}  // namespace lmcache::admin_http
