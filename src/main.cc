@@ -353,6 +353,8 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
         .call_timeout_ms = config.p2p.call_timeout_ms,
         .probe_interval_ms = config.p2p.probe_interval_ms,
         .etcd_ttl_ms = config.p2p.etcd_ttl_ms,
+        .etcd_user = config.p2p.etcd_user,
+        .etcd_password = config.p2p.etcd_password,
         .max_peers = config.p2p.max_peers};
     LMC_ASSIGN_OR_RETURN(s.membership,
                          lmcache::fleet::Membership::Create(members, *config.p2p.key,

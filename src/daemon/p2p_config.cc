@@ -5,6 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/host_port.h"
 #include "common/net_interfaces.h"
@@ -62,6 +66,32 @@ Result<std::string> DataChannelDevices(const std::string& listen_host) {
                          "; listen on an address of this host, or set UCX_NET_DEVICES");
   }
   return *device;
+}
+
+// --p2p-etcd-user needs --p2p-etcd-password-file (and the other way): a
+// regular file of the server's user (or root), closed to group and others.
+static Status LoadEtcdPassword(P2pFlags* p) {
+  if (p->etcd_user.empty() != p->etcd_password_file.empty()) {
+    return InvalidConfig("--p2p-etcd-user and --p2p-etcd-password-file go together: give both "
+                         "for etcd's own authentication, or neither");
+  }
+  if (p->etcd_user.empty()) return Status::Ok();
+  const std::string& path = p->etcd_password_file;
+  std::ifstream file(path);
+  struct stat st {};
+  if (!file || ::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    return InvalidConfig("--p2p-etcd-password-file " + path + ": cannot read it as a file");
+  }
+  if ((st.st_mode & 077) != 0 || (st.st_uid != ::geteuid() && st.st_uid != 0)) {
+    return InvalidConfig("--p2p-etcd-password-file " + path +
+                         " must be the server's user's (or root's) and closed to group and "
+                         "others: chmod 600 " + path);
+  }
+  std::getline(file, p->etcd_password);
+  if (p->etcd_password.empty()) {
+    return InvalidConfig("--p2p-etcd-password-file " + path + " holds no password");
+  }
+  return Status::Ok();
 }
 
 void AddP2pFlags(CLI::App& app, P2pFlags* p) {
@@ -134,6 +164,14 @@ void AddP2pFlags(CLI::App& app, P2pFlags* p) {
                  "refused, logged and counted (p2p.peers.refused)")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{100000}))
+      ->group(group);
+  app.add_option("--p2p-etcd-user", p->etcd_user,
+                 "etcd's own authentication for etcd:// peers: the user this server "
+                 "authenticates as (needs --p2p-etcd-password-file); its role should allow "
+                 "reading and writing the prefix only")
+      ->group(group);
+  app.add_option("--p2p-etcd-password-file", p->etcd_password_file,
+                 "The password of --p2p-etcd-user: a file of one line, mode 0600")
       ->group(group);
   app.add_option("--p2p-probe-interval", p->probe_interval_seconds,
                  "Seconds between the handshakes that keep each peer's state (ready, excluded, "
@@ -227,6 +265,7 @@ Status FinalizeP2p(ServerConfig* c) {
   p.load_timeout_ms = static_cast<TimeMs>(std::llround(p.load_timeout_seconds * 1000));
   c->service.p2p_serve_unauthenticated = p.allow_unauthenticated;
   c->service.p2p_max_locked_fraction = p.max_locked_fraction;
+  LMC_RETURN_IF_ERROR(LoadEtcdPassword(&p));
   if (p.allow_unauthenticated) {
     c->notices.push_back(
         "--p2p-allow-unauthenticated: any client that reaches the main endpoint can lock "

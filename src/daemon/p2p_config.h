@@ -44,6 +44,9 @@ struct P2pFlags {
   std::size_t max_connections_per_source = 64;  // --p2p-max-connections-per-source
   double max_locked_fraction = 0.5;  // --p2p-max-locked-fraction
   std::size_t max_peers = 256;       // --p2p-max-peers
+  std::string etcd_user;             // --p2p-etcd-user
+  std::string etcd_password_file;    // --p2p-etcd-password-file
+  std::string etcd_password;         // its content (FinalizeP2p)
   double probe_interval_seconds = 5;  // each peer asked again this often
   double call_timeout_seconds = 3;    // a handshake or probe unanswered this long: unreachable
   std::string lookup_mode = "directed";  // --p2p-lookup: directed | broadcast

@@ -108,44 +108,84 @@ void EtcdRegistry::Stop() {
   }
 }
 
+Result<std::string> EtcdRegistry::Post(std::size_t at, const std::string& path,
+                                       const std::string& body, int* status) {
+  const auto timeout = std::chrono::milliseconds(config_.call_timeout_ms);
+  // A client per call: a member killed mid-connection leaves nothing behind.
+  httplib::Client client("http://" + config_.endpoints[at]);
+  client.set_connection_timeout(timeout);
+  client.set_read_timeout(timeout);
+  client.set_write_timeout(timeout);
+  std::string reply;
+  bool too_large = false;
+  httplib::Request request;
+  request.method = "POST";
+  request.path = path;
+  request.body = body;
+  request.set_header("Content-Type", "application/json");
+  if (!token_.empty() && path != "/v3/auth/authenticate") {
+    request.set_header("Authorization", token_);
+  }
+  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
+                                 std::uint64_t) {
+    if (reply.size() + size > kMaxReplyBytes) {
+      too_large = true;
+      return false;
+    }
+    reply.append(data, size);
+    return true;
+  };
+  httplib::Response response;
+  httplib::Error error = httplib::Error::Success;
+  const bool sent = client.send(request, response, error);
+  *status = sent ? response.status : 0;
+  if (sent && response.status == 200 && !too_large) return reply;
+  const std::string why = too_large ? "a reply past 4 MiB"
+                          : !sent   ? httplib::to_string(error)
+                                    : "HTTP " + std::to_string(response.status) + " " +
+                                        reply.substr(0, 200);
+  return Status(ErrorCode::kUnavailable, "etcd " + config_.endpoints[at] + path + ": " + why);
+}
+
+Status EtcdRegistry::Authenticate(std::size_t at) {
+  token_.clear();
+  int status = 0;
+  LMC_ASSIGN_OR_RETURN(
+      const std::string reply,
+      Post(at, "/v3/auth/authenticate",
+           Json{{"name", config_.user}, {"password", config_.password}}.dump(), &status));
+  const Json answer = Json::parse(reply, nullptr, false);
+  if (answer.is_discarded() || !answer.contains("token") || !answer["token"].is_string()) {
+    return Status(ErrorCode::kUnavailable, "etcd " + config_.endpoints[at] +
+                                               " answered the authentication without a token");
+  }
+  token_ = answer["token"].get<std::string>();
+  return Status::Ok();
+}
+
 Result<std::string> EtcdRegistry::Call(const std::string& path, const std::string& body) {
   Status last;
-  const auto timeout = std::chrono::milliseconds(config_.call_timeout_ms);
   for (std::size_t tried = 0; tried < config_.endpoints.size(); ++tried) {
     const std::size_t at = (endpoint_ + tried) % config_.endpoints.size();
-    // A client per call: a member killed mid-connection leaves nothing behind.
-    httplib::Client client("http://" + config_.endpoints[at]);
-    client.set_connection_timeout(timeout);
-    client.set_read_timeout(timeout);
-    client.set_write_timeout(timeout);
-    std::string reply;
-    bool too_large = false;
-    httplib::Request request;
-    request.method = "POST";
-    request.path = path;
-    request.body = body;
-    request.set_header("Content-Type", "application/json");
-    request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
-                                   std::uint64_t) {
-      if (reply.size() + size > kMaxReplyBytes) {
-        too_large = true;
-        return false;
+    if (!config_.user.empty() && token_.empty()) {
+      if (Status authenticated = Authenticate(at); !authenticated.ok()) {
+        last = authenticated;
+        continue;
       }
-      reply.append(data, size);
-      return true;
-    };
-    httplib::Response response;
-    httplib::Error error = httplib::Error::Success;
-    const bool sent = client.send(request, response, error);
-    if (sent && response.status == 200 && !too_large) {
+    }
+    int status = 0;
+    Result<std::string> reply = Post(at, path, body, &status);
+    if (!reply.ok() && !config_.user.empty() && (status == 401 || status == 403)) {
+      // The token expired (or this member does not know it): once more, anew.
+      if (Status authenticated = Authenticate(at); authenticated.ok()) {
+        reply = Post(at, path, body, &status);
+      }
+    }
+    if (reply.ok()) {
       endpoint_ = at;
       return reply;
     }
-    std::string why = too_large ? "a reply past 4 MiB"
-                      : !sent
-                          ? httplib::to_string(error)
-                          : "HTTP " + std::to_string(response.status) + " " + reply.substr(0, 200);
-    last = Status(ErrorCode::kUnavailable, "etcd " + config_.endpoints[at] + path + ": " + why);
+    last = reply.status();
   }
   return last;
 }

@@ -10,7 +10,8 @@
 // How it talks to etcd: its v3 API through the JSON gateway etcd serves on
 // its client port (`/v3/lease/grant`, `/v3/lease/keepalive`, `/v3/kv/put`,
 // `/v3/kv/range`, `/v3/lease/revoke`; keys and values base64, 64-bit
-// integers as strings), over HTTP with cpp-httplib's client (the library
+// integers as strings; with `user`, etcd's own authentication: a token in
+// each call's Authorization header), over HTTP with cpp-httplib's client (the library
 // the admin endpoint already links). Why not gRPC: Debian ships
 // gRPC, but not etcd's .proto files; generating stubs would mean carrying
 // a copy of them. The gateway is the same API, and etcd 3.4 (Debian 12's
@@ -48,6 +49,11 @@ struct EtcdConfig {
   TimeMs ttl_ms = 10'000;              // the lease's TTL; kept alive every TTL / 3
   TimeMs poll_ms = 1'000;              // the prefix listed this often
   TimeMs call_timeout_ms = 2'000;      // one HTTP call, connection included
+  // etcd's own authentication (`--p2p-etcd-user`, `--p2p-etcd-password-file`):
+  // with a user, every call carries a token from /v3/auth/authenticate,
+  // fetched again when etcd refuses it (expired). Empty: no authentication.
+  std::string user;
+  std::string password;
 };
 
 // What /status shows of one registry.
@@ -89,6 +95,11 @@ class EtcdRegistry {
   EtcdRegistry(EtcdConfig config, const Clock* clock);
   // POSTs `body` (JSON) to `path` at the endpoints in turn; the parsed reply.
   Result<std::string> Call(const std::string& path, const std::string& body);
+  // One POST to one endpoint; `status` gets the HTTP status (0: no answer).
+  Result<std::string> Post(std::size_t at, const std::string& path, const std::string& body,
+                           int* status);
+  // A token for config_.user from the endpoint `at`.
+  Status Authenticate(std::size_t at);
   Status Register();
   // Puts our key under the lease (again: a key deleted by hand, or a put
   // that failed, comes back at the next keep-alive).
@@ -101,6 +112,7 @@ class EtcdRegistry {
   const Clock* const clock_;
   std::size_t endpoint_ = 0;  // the one that answered last
   std::string lease_;         // the lease's id, as etcd writes it; empty: none
+  std::string token_;         // etcd's auth token for config_.user; empty: none yet
   TimeMs next_keepalive_ms_ = 0;
   TimeMs next_list_ms_ = 0;
   std::unique_ptr<PeriodicThread> thread_;

@@ -72,6 +72,8 @@ Result<std::unique_ptr<Membership>> Membership::Create(MembershipConfig config,
     cluster.prefix = source.prefix;
     cluster.self_url = m->config_.self_url;
     cluster.ttl_ms = m->config_.etcd_ttl_ms;
+    cluster.user = m->config_.etcd_user;
+    cluster.password = m->config_.etcd_password;
     cluster.call_timeout_ms = std::min<TimeMs>(m->config_.call_timeout_ms, cluster.ttl_ms / 3);
     cluster.endpoints.push_back(HostPort{source.host, source.port}.ToString());  // v6 bracketed
   }

@@ -92,6 +92,8 @@ struct MembershipConfig {
   TimeMs probe_interval_ms = 5'000;    // each peer asked again this often
   TimeMs resolve_interval_ms = 5'000;  // dns:// names resolved again this often
   TimeMs etcd_ttl_ms = 10'000;         // etcd:// registrations' lease (etcd_registry.h)
+  std::string etcd_user;               // etcd's own authentication ("" = none)
+  std::string etcd_password;
   // At most this many peers (--p2p-max-peers): a source listing more (an
   // etcd prefix flooded with bogus entries) has the rest refused, counted
   // and logged; the peers already met keep their places.

@@ -10,6 +10,7 @@ etcd is Debian's etcd-server (3.4), started by the tests on loopback, each
 member with its own data directory; tools/dev.sh deps installs it.
 """
 
+import base64
 import json
 import os
 import shutil
@@ -86,16 +87,49 @@ class Etcd:
                 p.wait(timeout=30)
 
 
+def etcd_call(port, path, body, token=None):
+    """One call to etcd's JSON gateway, as an operator's tool would make it."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = token
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
+                                     data=json.dumps(body).encode(), method="POST",
+                                     headers=headers)
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return json.load(reply)
+
+
+def b64(text):
+    return base64.b64encode(text.encode()).decode()
+
+
+def enable_auth(etcd, prefix, user, password):
+    """etcd's own authentication on, with `user` allowed to read and write
+    `prefix` only (what an operator restricting the membership prefix does)."""
+    port = etcd.client_ports[0]
+    etcd_call(port, "/v3/auth/role/add", {"name": "root"})
+    etcd_call(port, "/v3/auth/user/add", {"name": "root", "password": "root-secret"})
+    etcd_call(port, "/v3/auth/user/grant", {"user": "root", "role": "root"})
+    etcd_call(port, "/v3/auth/role/add", {"name": "fleet"})
+    end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    etcd_call(port, "/v3/auth/role/grant",
+              {"name": "fleet", "perm": {"permType": "READWRITE", "key": b64(prefix),
+                                         "range_end": b64(end)}})
+    etcd_call(port, "/v3/auth/user/add", {"name": user, "password": password})
+    etcd_call(port, "/v3/auth/user/grant", {"user": user, "role": "fleet"})
+    etcd_call(port, "/v3/auth/enable", {})
+
+
 @pytest.fixture
 def key_file(tmp_path):
     return write_key(tmp_path / "fleet.key", os.urandom(32))
 
 
-def start_member(tmp_path, name, key_file, peers_list):
+def start_member(tmp_path, name, key_file, peers_list, extra=()):
     port, http_port = free_tcp_ports(2)
     server = start_peer(tmp_path, name, key_file, port,
                         ["--p2p-peers", peers_list, "--p2p-etcd-ttl", str(TTL_S),
-                         "--p2p-probe-interval", "1", "--p2p-probe-timeout", "0.5"],
+                         "--p2p-probe-interval", "1", "--p2p-probe-timeout", "0.5", *extra],
                         http_port=http_port)
     server.fleet_url, server.http_port = f"tcp://127.0.0.1:{port}", http_port
     return server
@@ -215,6 +249,42 @@ def test_in_a_three_member_cluster_a_killed_member_is_failed_over(tmp_path, key_
         for s in servers:
             view = status_p2p(s)["etcd"][0]
             assert view["reachable"] and view["registered"], view
+    finally:
+        stop_all(servers)
+        etcd.close()
+
+
+def test_with_etcds_authentication_only_servers_given_its_credentials_join(tmp_path, key_file):
+    """Whoever can write the membership prefix chooses the fleet's members
+    (issue 62, section 6): with etcd's own authentication on, servers given
+    --p2p-etcd-user and its password register and meet; one without them
+    cannot register, says why in /status, and is met by nobody."""
+    etcd = Etcd(tmp_path)
+    servers = []
+    try:
+        prefix = "/lmcache/fleet-auth"
+        enable_auth(etcd, prefix, "fleet-member", "m3mber-pw")
+        password_file = tmp_path / "etcd.password"
+        password_file.write_text("m3mber-pw\n")
+        os.chmod(password_file, 0o600)
+        credentials = ["--p2p-etcd-user", "fleet-member",
+                       "--p2p-etcd-password-file", str(password_file)]
+        peers_list = etcd.peers_entries(prefix)
+        a = start_member(tmp_path, "auth-a", key_file, peers_list, credentials)
+        b = start_member(tmp_path, "auth-b", key_file, peers_list, credentials)
+        stranger = start_member(tmp_path, "auth-stranger", key_file, peers_list)
+        servers = [a, b, stranger]
+        eventually(lambda: listed_peers(a) == {b.fleet_url}, "A lists B")
+        eventually(lambda: listed_peers(b) == {a.fleet_url}, "B lists A")
+        (view,) = status_p2p(stranger)["etcd"]
+        eventually(lambda: status_p2p(stranger)["etcd"][0]["last_error"] != "",
+                   "the stranger says why")
+        (view,) = status_p2p(stranger)["etcd"]
+        assert not view["registered"], view
+        print("without credentials:", view["last_error"])
+        time.sleep(2 * TTL_S)
+        assert stranger.fleet_url not in listed_peers(a)
+        assert listed_peers(stranger) == set()
     finally:
         stop_all(servers)
         etcd.close()

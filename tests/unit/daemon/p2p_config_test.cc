@@ -234,6 +234,30 @@ TEST_F(P2pConfigTest, AllowingUnauthenticatedPeersIsAnnounced) {
   EXPECT_NE(config->notices.back().find("--p2p-allow-unauthenticated"), std::string::npos);
 }
 
+// etcd's own authentication: a user needs its password file, the file must
+// be closed to others, and its first line is the password.
+TEST_F(P2pConfigTest, EtcdCredentialsGoTogetherAndTheirFileIsChecked) {
+  const std::vector<std::string> base = {"--p2p-advertise-url", "10.0.0.2:5556",
+                                         "--p2p-auth-key-file", key_file_};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Parse(args);
+  };
+  EXPECT_FALSE(with({"--p2p-etcd-user", "fleet"}).ok());
+  const std::string password = key_file_ + ".etcd";
+  std::ofstream(password) << "s3cret\nignored\n";
+  ::chmod(password.c_str(), 0644);
+  auto open_file = with({"--p2p-etcd-user", "fleet", "--p2p-etcd-password-file", password});
+  ASSERT_FALSE(open_file.ok());
+  EXPECT_NE(open_file.status().message().find("chmod 600"), std::string::npos);
+  ::chmod(password.c_str(), 0600);
+  auto good = with({"--p2p-etcd-user", "fleet", "--p2p-etcd-password-file", password});
+  ASSERT_TRUE(good.ok()) << good.status().ToString();
+  EXPECT_EQ(good->p2p.etcd_password, "s3cret");
+  std::filesystem::remove(password);
+}
+
 // A key of printable text (the fixture's: 32 'k's) is a passphrase: the
 // server starts, and says why it should not be used (issue 62, section 8);
 // 32 random bytes are not announced.
