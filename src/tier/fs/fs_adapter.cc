@@ -176,25 +176,6 @@ bool WriteMarker(int fd) {
   return written.valid() && ::write(written.get(), kMarkerText, sizeof(kMarkerText) - 1) >= 0;
 }
 
-// Whether directory `fd` holds anything but `.`, `..`, the marker and an
-// empty .tmp.
-bool HoldsFiles(int fd) {
-  const DirPtr dir = ReadDirectory(fd);
-  if (!dir) return true;  // cannot tell: treated as not empty
-  bool holds = false;
-  while (const dirent* entry = ::readdir(dir.get())) {
-    const std::string_view name = entry->d_name;
-    if (name == "." || name == ".." || name == kFsMarkerName) continue;
-    if (name == kTmpDirName) {
-      UniqueFd tmp(::openat(fd, kTmpDirName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-      if (tmp.valid() && !HoldsFiles(tmp.get())) continue;
-    }
-    holds = true;
-    break;
-  }
-  return holds;
-}
-
 // The names in directory `fd` (a snapshot, so entries may be removed while walking it).
 std::vector<std::string> NamesIn(int fd) {
   std::vector<std::string> names;
@@ -208,6 +189,39 @@ std::vector<std::string> NamesIn(int fd) {
 }
 
 }  // namespace
+
+// Whether directory `fd` (an fs tier's, or one about to be) holds anything
+// this adapter did not write: only the marker, object files (our names, our
+// header's magic) and .tmp with temporary files (our names) are ours. A
+// directory an earlier version left unmarked holds nothing else.
+static bool HoldsForeignFiles(int fd) {
+  std::vector<std::byte> magic(16);
+  for (const std::string& name : NamesIn(fd)) {
+    if (name == kFsMarkerName) continue;
+    if (name == kTmpDirName) {
+      UniqueFd tmp(::openat(fd, kTmpDirName, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (!tmp.valid()) return true;
+      for (const std::string& temporary : NamesIn(tmp.get())) {
+        struct stat st {};
+        if (!IsTemporaryFileName(temporary) ||
+            ::fstatat(tmp.get(), temporary.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode)) {
+          return true;
+        }
+      }
+      continue;
+    }
+    if (!IsObjectFileName(name)) return true;
+    UniqueFd file(::openat(fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st {};
+    if (!file.valid() || ::fstat(file.get(), &st) != 0 || !S_ISREG(st.st_mode)) return true;
+    const ssize_t n = ::pread(file.get(), magic.data(), magic.size(), 0);
+    if (!HasObjectMagic(std::span(magic.data(), n > 0 ? static_cast<std::size_t>(n) : 0))) {
+      return true;
+    }
+  }
+  return false;
+}
 
 Result<UniqueFd> FsAdapter::OpenBase() {
   const fs::path& base = config_.base_path;
@@ -226,12 +240,12 @@ Result<UniqueFd> FsAdapter::OpenBase() {
   const bool marked = ::fstatat(base_fd.get(), kFsMarkerName, &marker, AT_SYMLINK_NOFOLLOW) == 0 &&
                       S_ISREG(marker.st_mode);
   if (!marked) {
-    if (existed && !config_.adopt && HoldsFiles(base_fd.get())) {
+    if (existed && !config_.adopt && HoldsForeignFiles(base_fd.get())) {
       return InvalidConfig(
-          "fs adapter: " + base.string() + " holds files but is not marked as an fs tier's "
-          "directory (no " + std::string(kFsMarkerName) + "): give base_path a new or empty "
-          "directory, or add \"adopt\": true to take this one over (its object files are then "
-          "indexed; nothing else in it is touched)");
+          "fs adapter: " + base.string() + " holds files an fs tier did not write and is not "
+          "marked as an fs tier's directory (no " + std::string(kFsMarkerName) + "): give "
+          "base_path a new or empty directory, or add \"adopt\": true to take this one over "
+          "(its object files are then indexed; nothing else in it is touched)");
     }
     if (!WriteMarker(base_fd.get())) {
       return InvalidConfig("fs adapter: cannot write " + (base / kFsMarkerName).string() + ": " +

@@ -82,8 +82,10 @@ class FsAdapter final : public L2Adapter {
   // read, or io_uring was demanded and is not available; and, so that it
   // never deletes what it did not write (issue 62, section 3), when
   // base_path or its .tmp is a symbolic link, is not owned by this
-  // process's user or is writable by others, or when base_path holds
-  // files but no marker of ours (kFsMarkerName) and "adopt" is not set.
+  // process's user or is writable by others, or when base_path has no
+  // marker of ours (kFsMarkerName), holds files an fs tier did not write,
+  // and "adopt" is not set (an unmarked directory of only our files, as an
+  // earlier version left it, is marked and taken).
   // It removes only files it names itself whose content is ours: a
   // temporary file (<pid>-<n>.tmp in .tmp) and an object file (its name's
   // shape, and our header's magic) that is partial, corrupt or under

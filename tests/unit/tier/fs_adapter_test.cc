@@ -227,6 +227,23 @@ TEST_P(FsAdapterTest, AnUnmarkedDirectoryIsRefusedUntouchedAndAdoptedOnlyWhenTol
   EXPECT_TRUE(fs::exists(dir_ / kFsMarkerName));
 }
 
+// A directory an earlier version wrote (its objects and temporary files, no
+// marker) is taken and marked without being told: upgrading needs no change.
+TEST_P(FsAdapterTest, AnUnmarkedDirectoryOfOnlyOurFilesIsTakenOnUpgrade) {
+  {
+    auto adapter = Open();
+    Buffer in(kObject);
+    ASSERT_TRUE(StoreOne(*adapter, KeyN(1), in).ok());
+  }
+  fs::remove(dir_ / kFsMarkerName);
+  std::ofstream(dir_ / ".tmp" / "77-3.tmp") << "a write cut short";
+  auto adapter = Open();
+  ASSERT_TRUE(adapter);
+  EXPECT_EQ(adapter->rebuild_report().objects, 1u);
+  EXPECT_TRUE(fs::exists(dir_ / kFsMarkerName));
+  EXPECT_TRUE(fs::is_empty(dir_ / ".tmp"));
+}
+
 // A .tmp, or a base path, that is a symbolic link is refused: the adapter
 // never follows one to delete or write elsewhere (before, a root server
 // emptied the directory another user's .tmp pointed at).
