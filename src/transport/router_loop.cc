@@ -409,6 +409,10 @@ void RouterLoop::ReceiveMonitorEvents(std::size_t socket_index) {
     if (id == ZMQ_EVENT_ACCEPTED) {
       counters_.connections.fetch_add(1, std::memory_order_relaxed);
       endpoint.fds.Accepted(static_cast<int>(fd));
+      if (config_.allowed_uids && endpoint.transport == Transport::kTcp && !endpoint.fleet) {
+        // Its owner is told now, while the client's socket surely exists.
+        accepted_owners_.Accepted(static_cast<int>(fd));
+      }
       if (endpoint.source_cap && !endpoint.source_cap->Accepted(static_cast<int>(fd))) {
         // Past its source's cap: ZMQ sees the shut socket fail and closes it.
         ::shutdown(static_cast<int>(fd), SHUT_RDWR);
@@ -428,6 +432,9 @@ void RouterLoop::ReceiveMonitorEvents(std::size_t socket_index) {
     }
     if (id != ZMQ_EVENT_DISCONNECTED) continue;
     if (endpoint.source_cap) endpoint.source_cap->Closed(static_cast<int>(fd));
+    if (endpoint.transport == Transport::kTcp && !endpoint.fleet) {
+      accepted_owners_.Closed(static_cast<int>(fd));
+    }
     counters_.connections.fetch_sub(1, std::memory_order_relaxed);
     counters_.disconnects.fetch_add(1, std::memory_order_relaxed);
     if (auto gone = endpoint.fds.Closed(static_cast<int>(fd))) ConnectionGone(*gone);
@@ -453,7 +460,9 @@ bool RouterLoop::FromAllowedUser(const Message& message, int fd) {
   // a local user. A peer the kernel knows no local socket of is on another
   // host (or in another network namespace): admitted where the operator
   // bound the endpoint beyond loopback.
-  Result<uid_t> owner = TcpPeerOwner(fd);
+  // As the kernel named it when the connection was accepted, or now.
+  std::optional<Result<uid_t>> at_accept = accepted_owners_.Take(fd);
+  Result<uid_t> owner = at_accept ? *std::move(at_accept) : TcpPeerOwner(fd);
   if (!owner.ok() && owner.status().code() == ErrorCode::kNotFound &&
       !message.context.local_peer) {
     allowed_connections_.emplace(message.connection, true);

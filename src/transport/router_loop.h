@@ -56,6 +56,7 @@
 #include "common/thread_pool.h"
 #include "common/wake_fd.h"
 #include "lmcache/status.h"
+#include "transport/accepted_owners.h"
 #include "transport/request_handler.h"
 
 namespace zmq {
@@ -202,6 +203,8 @@ class RouterLoop {
   // The loop thread's: per loopback TCP connection, whether its user is
   // allowed; and the users refused so far (each logged once).
   std::unordered_map<std::string, bool> allowed_connections_;
+  // Each tcp connection's owner as the kernel named it at the accept.
+  AcceptedOwners accepted_owners_;
   // The verdicts of the last kClosedVerdicts connections that closed, for
   // their messages read after the close (oldest first in closed_order_).
   static constexpr std::size_t kClosedVerdicts = 4096;

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -34,6 +35,26 @@ for uid, op in enumerate(["server_info", "stats"]):
     frames = sock.recv_multipart()
     out.append(msgpack.unpackb(frames[3], raw=False) if len(frames) > 3 else None)
 print(json.dumps(out))
+"""
+
+
+# The review's attack (issue 62, section 2): `clear` behind 16 MiB of
+# padding and 12,000 pings, the socket closed at once, so that the server
+# reads the clear after the client's socket is gone (an orphan the kernel
+# reports as uid 0: root, when the server runs as root).
+CLEAR_AND_CLOSE = r"""
+import sys, msgpack, zmq
+ctx = zmq.Context()
+sock = ctx.socket(zmq.DEALER)
+sock.setsockopt(zmq.LINGER, -1)
+sock.setsockopt(zmq.SNDHWM, 0)
+sock.connect(sys.argv[1])
+sock.send_multipart([msgpack.packb(0), msgpack.packb("ping"), b"x" * (16 << 20)])
+sock.send_multipart([msgpack.packb(1), msgpack.packb("clear")])
+for uid in range(12000):
+    sock.send_multipart([msgpack.packb(uid + 2), msgpack.packb("ping")])
+sock.close()
+ctx.term()
 """
 
 
@@ -68,6 +89,30 @@ def test_another_local_user_is_refused_over_loopback_tcp(binary, tmp_path, zmq_c
         own.close()
         log = server.wait_for_log("refusing requests over TCP from uid 65534")
         assert log.count("from uid 65534") == 1, log  # once per uid
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_a_request_read_after_its_client_closed_is_not_taken_as_roots(binary, tmp_path,
+                                                                      zmq_ctx):
+    needs_root()
+    url = f"tcp://127.0.0.1:{free_tcp_ports(1)[0]}"
+    server = start_server(binary, url, tmp_path / "server.log",
+                          ["--l1-size-gb", "0.1", "--admin-ops", "local"])
+    try:
+        def drop():
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+        subprocess.run([sys.executable, "-c", CLEAR_AND_CLOSE, url], preexec_fn=drop, check=True,
+                       capture_output=True, timeout=120, cwd="/")
+        own = Client(zmq_ctx, url)
+        deadline = time.monotonic() + 60
+        while stats(own)["router"]["refused_users"] < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        router = stats(own)["router"]
+        assert router["refused_users"] >= 2, router  # the padding's ping and the clear at least
+        assert "clear(" not in server.log(), "a clear sent by nobody was executed"
+        own.close()
     finally:
         assert server.stop() == 0, server.log()
 
