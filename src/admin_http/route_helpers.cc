@@ -78,13 +78,16 @@ bool OwnHost(const HttpConfig& config, std::string_view host) {
   return ::gethostname(name, sizeof(name) - 1) == 0 && host == name;
 }
 
-// Why a request that changes state looks like a browser's cross-site one
-// (issue 62, section 8), or nullopt: a foreign Host, an Origin other than
-// this server's own, or a body of a type a page may send without asking
-// (text/plain, a form).
+// Why a request to an admin route looks like a browser's cross-site one
+// (issue 62, section 8), or nullopt: with --http-admin-open a foreign Host;
+// an Origin other than the one the Host names; Sec-Fetch-Site cross-site;
+// or a body of a type a page may send without asking (text/plain, a form).
 std::optional<std::string> CrossSite(const HttpConfig& config, const httplib::Request& req) {
   const std::string host = req.get_header_value("Host");
-  if (!OwnHost(config, HostPart(host))) {
+  // With a token a rebound page has nothing to send; operators reach the
+  // port by names of their own (a Service's DNS name). Without one
+  // (--http-admin-open) only this server's own names are taken.
+  if (config.admin_open && !OwnHost(config, HostPart(host))) {
     return "the Host header '" + host + "' does not name this server: send the request to "
            "one of its addresses (a name only DNS rebinding would point here is refused)";
   }

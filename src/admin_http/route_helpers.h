@@ -31,9 +31,10 @@ int HttpStatusOf(const Status& status);
 // are also refused by --http-read-only; those that only show what other
 // routes keep from every peer (`changes_state` false: keys, salts) are not.
 // Every admin route refuses what looks like a browser's cross-site request
-// (a Host that does not name this server, another Origin, a Sec-Fetch-Site
-// of cross-site, a text/plain or form body), with a token or with
-// --http-admin-open: a web page cannot drive it, nor reach it by DNS rebinding.
+// (another Origin, a Sec-Fetch-Site of cross-site, a text/plain or form
+// body; and, with --http-admin-open, where no token stands in the way, a
+// Host that does not name this server): a web page cannot drive it, nor
+// reach it by DNS rebinding.
 bool RefuseAdmin(const HttpConfig& config, const httplib::Request& req, httplib::Response& res,
                  bool changes_state = true);
 // Whether `req` would pass an admin route (for open routes that show an

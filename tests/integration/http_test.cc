@@ -324,6 +324,14 @@ TEST_F(HttpTest, AnAdminTokenOpensThoseRoutesToItsBearerOnly) {
   EXPECT_EQ(http_->Post("/clear-cache", shorter, "", "application/json")->status, 403);
   httplib::Headers right = {{"Authorization", "Bearer " + token}};
   EXPECT_EQ(http_->Post("/clear-cache", right, "", "application/json")->status, 200);
+  // With a token, an operator's own name for the server (a Service's DNS
+  // name) is fine; a page of another origin is not, token or not.
+  httplib::Headers by_name = right;
+  by_name.emplace("Host", "lmcache.default.svc:" + std::to_string(port_));
+  EXPECT_EQ(http_->Post("/clear-cache", by_name, "", "application/json")->status, 200);
+  httplib::Headers from_a_page = right;
+  from_a_page.emplace("Origin", "http://evil.example");
+  EXPECT_EQ(http_->Post("/clear-cache", from_a_page, "", "application/json")->status, 403);
   EXPECT_EQ(http_->Put("/loglevel", right, R"({"level":"debug"})", "application/json")->status,
             200);
   EXPECT_EQ(Json(http_->Get("/loglevel"))["level"], "debug");
