@@ -7,7 +7,9 @@ namespace {
 
 constexpr char kMagic[4] = {'L', 'U', 'C', 'X'};
 // 1 carried a remote key (never released); 2's read requests named no task.
-constexpr std::uint8_t kDescriptorVersion = 3;
+// 4: read replies authenticated (issue 62; fleet/ucx_wire.h). A member of
+// another version speaks another data channel: it is excluded at the handshake.
+constexpr std::uint8_t kDescriptorVersion = 4;
 
 }  // namespace
 

@@ -200,10 +200,10 @@ def test_a_member_gets_the_handshake_in_server_info_and_nobody_else_does(fleet, 
     assert shake["advertise_url"] == fleet.fleet_url.removeprefix("tcp://")
     assert shake["key_fingerprint"] == hmac.new(fleet.key, FINGERPRINT_LABEL,
                                                 hashlib.sha256).hexdigest()[:16]
-    # The UCX descriptor (docs/protocol.md): "LUCX", version 3, a u32
+    # The UCX descriptor (docs/protocol.md): "LUCX", version 4, a u32
     # little-endian address length, the worker's address, the pool's size.
     channel = shake["data_channel"]
-    assert channel[:5] == b"LUCX\x03"
+    assert channel[:5] == b"LUCX\x04"
     length = int.from_bytes(channel[5:9], "little")
     assert 0 < length == len(channel) - 9 - 8
     assert int.from_bytes(channel[9 + length:], "little") == info["pool_size"]

@@ -24,6 +24,8 @@ TEST(UcxDescriptorTest, ParsesWhatItEncodesAndRefusesEverythingElse) {
   std::string version = bytes;
   version[4] = 1;  // the one-sided form, never released
   EXPECT_EQ(UcxDescriptor::Parse(version).status().code(), ErrorCode::kNotSupported);
+  version[4] = 3;  // unauthenticated replies (before issue 62)
+  EXPECT_EQ(UcxDescriptor::Parse(version).status().code(), ErrorCode::kNotSupported);
   std::string huge = bytes;
   huge[5] = huge[6] = huge[7] = '\xff';  // a worker address of ~16 MiB
   EXPECT_FALSE(UcxDescriptor::Parse(huge).ok());
