@@ -288,3 +288,40 @@ def test_with_etcds_authentication_only_servers_given_its_credentials_join(tmp_p
     finally:
         stop_all(servers)
         etcd.close()
+
+
+def test_a_flooded_prefix_costs_at_most_the_bound_and_real_members_still_meet(
+        tmp_path, key_file, zmq_ctx):
+    """Issue 62, section 6: 400 bogus entries under the prefix (addresses
+    nobody answers at) kept a new real member unreachable, silently: each
+    peer costs sockets in a context capped at 1,023. Now the members meet
+    beside the flood, and a server bounded below it refuses the rest, counts
+    them and says so."""
+    etcd = Etcd(tmp_path)
+    servers = []
+    try:
+        prefix = "/lmcache/flooded"
+        port = etcd.client_ports[0]
+        for i in range(400):
+            url = f"tcp://10.255.{i // 200}.{i % 200 + 1}:5556"
+            etcd_call(port, "/v3/kv/put", {"key": b64(f"{prefix}/{url}"), "value": b64(url)})
+        peers_list = etcd.peers_entries(prefix)
+        a = start_member(tmp_path, "flood-a", key_file, peers_list, ["--p2p-max-peers", "512"])
+        b = start_member(tmp_path, "flood-b", key_file, peers_list, ["--p2p-max-peers", "512"])
+        bounded = start_member(tmp_path, "flood-c", key_file, peers_list,
+                               ["--p2p-max-peers", "100"])
+        servers = [a, b, bounded]
+        clients = [worker(zmq_ctx, s) for s in (a, b, bounded)]
+        for client, _, _ in clients[:2]:
+            eventually(lambda client=client: stats(client)["p2p"]["peers"]["ready"] >= 1,
+                       "each real member ready with another beside 400 bogus peers")
+        peers = stats(clients[2][0])["p2p"]["peers"]
+        eventually(lambda: stats(clients[2][0])["p2p"]["peers"]["refused"] > 0,
+                   "the bounded server refuses the peers past its bound")
+        peers = stats(clients[2][0])["p2p"]["peers"]
+        listed = peers["connecting"] + peers["ready"] + peers["unreachable"] + peers["excluded"]
+        assert listed == 100 and peers["refused"] == 402 - 100, peers
+        assert "--p2p-max-peers 100" in bounded.log()
+    finally:
+        stop_all(servers)
+        etcd.close()
