@@ -348,6 +348,19 @@ TEST_F(HttpTest, ATokenFileOthersCanReadIsRefusedAtStartup) {
   fs::remove(file);
 }
 
+// A token file another user owns is refused, mode 0600 or not: its owner
+// chooses the token (issue 62, section 8; before, a file of nobody's was taken).
+TEST_F(HttpTest, ATokenFileAnotherUserOwnsIsRefusedAtStartup) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root, to give the file to another user";
+  const std::string file = TokenFile("3f9c2a7be1d04c6f8a5b9e0d7c1f2a3b",
+                                     fs::perms::owner_read | fs::perms::owner_write);
+  ASSERT_EQ(::chown(file.c_str(), 65534, 65534), 0);
+  StartServer({"--http-admin-token-file", file}, /*logs_to_stdout=*/false);
+  EXPECT_NE(server_->WaitExit(std::chrono::seconds(30)), 0);
+  EXPECT_NE(server_->Log().find("owned by uid 65534"), std::string::npos) << server_->Log();
+  fs::remove(file);
+}
+
 // --admin-ops governs the HTTP clear as it governs the ZMQ one: off refuses
 // both, even to an HTTP endpoint opened to admin routes.
 TEST_F(HttpTest, AdminOpsOffRefusesTheHttpClearToo) {
