@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/unique_fd.h"
+#include "fakes/loopback_listener.h"
 #include "transport/tcp_peer_owner.h"
 
 namespace lmcache::transport {
@@ -20,26 +21,7 @@ namespace {
 
 constexpr uid_t kNobody = 65534;
 
-struct Listener {
-  Listener() : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    bound = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-            ::listen(fd.get(), 4) == 0 &&
-            ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  }
-  UniqueFd Connect() const {
-    UniqueFd client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    EXPECT_EQ(::connect(client.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
-              0);
-    return client;
-  }
-  UniqueFd Accept() const { return UniqueFd(::accept4(fd.get(), nullptr, nullptr, SOCK_CLOEXEC)); }
-  UniqueFd fd;
-  sockaddr_in address{};
-  bool bound = false;
-};
+using Listener = testing::LoopbackListener;
 
 TEST(AcceptedOwnersTest, TheOwnerToldAtTheAcceptOutlivesTheClientsClose) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root, to connect as another uid (nobody)";

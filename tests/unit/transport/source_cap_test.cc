@@ -12,31 +12,18 @@
 #include <vector>
 
 #include "common/unique_fd.h"
+#include "fakes/loopback_listener.h"
 
 namespace lmcache::transport {
 namespace {
 
-struct Listener {
-  Listener() : fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof(address);
-    bound = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-            ::listen(fd.get(), 16) == 0 &&
-            ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  }
-  std::uint16_t port() const { return ntohs(address.sin_port); }
-  // A client connected from 127.0.0.1, and the accepted end.
-  std::pair<UniqueFd, UniqueFd> Connect() const {
-    UniqueFd client(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    EXPECT_EQ(::connect(client.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
-              0);
-    return {std::move(client), UniqueFd(::accept4(fd.get(), nullptr, nullptr, SOCK_CLOEXEC))};
-  }
-  UniqueFd fd;
-  sockaddr_in address{};
-  bool bound = false;
-};
+using Listener = testing::LoopbackListener;
+
+// A client connected from 127.0.0.1, and the accepted end.
+std::pair<UniqueFd, UniqueFd> Connected(const Listener& listener) {
+  UniqueFd client = listener.Connect();
+  return {std::move(client), listener.Accept()};
+}
 
 TEST(SourceCapTest, OneSourceHoldsAtMostItsCapAndAClosedConnectionFreesItsPlace) {
   Listener listener;
@@ -45,7 +32,7 @@ TEST(SourceCapTest, OneSourceHoldsAtMostItsCapAndAClosedConnectionFreesItsPlace)
   std::vector<std::pair<UniqueFd, UniqueFd>> connections;
   std::vector<bool> admitted;
   for (int i = 0; i < 5; ++i) {
-    connections.push_back(listener.Connect());
+    connections.push_back(Connected(listener));
     admitted.push_back(cap.Accepted(connections.back().second.get()));
   }
   EXPECT_EQ(admitted, (std::vector<bool>{true, true, true, false, false}));
@@ -53,7 +40,7 @@ TEST(SourceCapTest, OneSourceHoldsAtMostItsCapAndAClosedConnectionFreesItsPlace)
   cap.Closed(connections[0].second.get());
   cap.Closed(connections[4].second.get());  // never recorded: nothing
   EXPECT_EQ(cap.ConnectionsFrom("127.0.0.1"), 2u);
-  connections.push_back(listener.Connect());
+  connections.push_back(Connected(listener));
   EXPECT_TRUE(cap.Accepted(connections.back().second.get()));
   EXPECT_EQ(cap.ConnectionsFrom("127.0.0.1"), 3u);
 }
@@ -62,9 +49,9 @@ TEST(SourceCapTest, ADescriptorOnAnotherPortIsNeitherCountedNorRefused) {
   Listener ours, other;
   ASSERT_TRUE(ours.bound && other.bound);
   SourceCap cap(1, ours.port());
-  auto first = ours.Connect();
+  auto first = Connected(ours);
   ASSERT_TRUE(cap.Accepted(first.second.get()));
-  auto elsewhere = other.Connect();
+  auto elsewhere = Connected(other);
   EXPECT_TRUE(cap.Accepted(elsewhere.second.get()));
   EXPECT_EQ(cap.ConnectionsFrom("127.0.0.1"), 1u);
   EXPECT_TRUE(cap.Accepted(-1));  // not a socket: let through, uncounted
