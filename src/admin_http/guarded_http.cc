@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -118,6 +119,34 @@ class DeadlineStream final : public httplib::Stream {
   bool late_ = false;
 };
 
+// A request read from memory, its reply written nowhere (Prime).
+class MemoryStream final : public httplib::Stream {
+ public:
+  explicit MemoryStream(std::string request) : request_(std::move(request)) {}
+  bool is_readable() const override { return at_ < request_.size(); }
+  bool is_writable() const override { return true; }
+  ssize_t read(char* ptr, size_t size) override {
+    const std::size_t n = std::min(size, request_.size() - at_);
+    std::memcpy(ptr, request_.data() + at_, n);
+    at_ += n;
+    return static_cast<ssize_t>(n);
+  }
+  ssize_t write(const char*, size_t size) override { return static_cast<ssize_t>(size); }
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 0;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    ip = "127.0.0.1";
+    port = 0;
+  }
+  socket_t socket() const override { return -1; }
+
+ private:
+  const std::string request_;
+  std::size_t at_ = 0;
+};
+
 class ThreadPerConnection final : public httplib::TaskQueue {
  public:
   void enqueue(std::function<void()> fn) override {
@@ -206,6 +235,19 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);
   return ok;
+}
+
+void GuardedHttpServer::Prime() {
+  // Paths no route serves: only httplib's own parsing and its 404 run.
+  for (const char* request :
+       {"GET /.lmcache-prime HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
+        "POST /.lmcache-prime HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        "Content-Length: 2\r\nConnection: close\r\n\r\n{}",
+        "HEAD /.lmcache-prime?a=b HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"}) {
+    MemoryStream stream(request);
+    bool closed = false;
+    (void)process_request(stream, true, closed, [](httplib::Request&) {});
+  }
 }
 
 HttpGuardStats GuardedHttpServer::GuardStats() const {

@@ -57,6 +57,16 @@ class GuardedHttpServer : public httplib::Server {
   ~GuardedHttpServer() override;
   HttpGuardStats GuardStats() const;
 
+  // Runs a few requests through httplib on the calling thread (their
+  // replies discarded), so that the statics httplib builds on first use
+  // (its method table, its parsers) exist before any connection thread
+  // starts: starting a thread orders them before that thread's use. Call it
+  // after the routes are added and before listening. Without it two
+  // connection threads' first use of such a static are unordered for
+  // ThreadSanitizer (httplib is not instrumented), where a pool's queue
+  // mutex used to order them.
+  void Prime();
+
  private:
   struct Admission {
     bool admitted = false;

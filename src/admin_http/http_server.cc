@@ -68,6 +68,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpConfig& config,
   s.set_write_timeout(config.io_timeout_seconds, 0);
   s.set_keep_alive_max_count(100);
   http->AddRoutes();
+  http->guarded_->Prime();
   const int port = config.port < 0 ? s.bind_to_any_port(config.host)
                                    : (s.bind_to_port(config.host, config.port) ? config.port : -1);
   if (port < 0) {

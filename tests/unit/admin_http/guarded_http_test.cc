@@ -30,6 +30,7 @@ class GuardedHttpTest : public ::testing::Test {
     server_->Get("/healthcheck", [](const httplib::Request&, httplib::Response& res) {
       res.set_content("{\"status\":\"healthy\"}", "application/json");
     });
+    server_->Prime();
     port_ = server_->bind_to_any_port("127.0.0.1");
     ASSERT_GT(port_, 0);
     thread_ = std::thread([this] { server_->listen_after_bind(); });
