@@ -1,7 +1,7 @@
 #include "admin_http/guarded_http.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
+#include "common/socket_address.h"
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,30 +18,6 @@ namespace lmcache::admin_http {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string AddressOf(const sockaddr_storage& address, int* port) {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
-    ::inet_ntop(AF_INET, &in.sin_addr, text, sizeof(text));
-    *port = ntohs(in.sin_port);
-  } else if (address.ss_family == AF_INET6) {
-    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
-    ::inet_ntop(AF_INET6, &in6.sin6_addr, text, sizeof(text));
-    *port = ntohs(in6.sin6_port);
-  }
-  return text;
-}
-
-// One side of socket `fd` (getpeername or getsockname): its address, and
-// its port in `port` ("" and 0 when it has none).
-std::string SideOf(int fd, int (*side)(int, sockaddr*, socklen_t*), int* port) {
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  *port = 0;
-  return side(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0 ? AddressOf(address, port)
-                                                                        : std::string();
-}
 
 // Milliseconds left until `deadline` (0 when past it).
 int MsLeft(Clock::time_point deadline) {
@@ -103,10 +79,10 @@ class DeadlineStream final : public httplib::Stream {
     return n;
   }
   void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    ip = SideOf(fd_, ::getpeername, &port);
+    ip = SocketAddressText(fd_, /*peer=*/true, &port);
   }
   void get_local_ip_and_port(std::string& ip, int& port) const override {
-    ip = SideOf(fd_, ::getsockname, &port);
+    ip = SocketAddressText(fd_, /*peer=*/false, &port);
   }
   socket_t socket() const override { return fd_; }
 
@@ -184,8 +160,7 @@ GuardedHttpServer::~GuardedHttpServer() = default;
 
 GuardedHttpServer::Admission GuardedHttpServer::Admit(socket_t sock) {
   Admission admission;
-  int port = 0;
-  admission.address = SideOf(sock, ::getpeername, &port);
+  admission.address = SocketAddressText(sock, /*peer=*/true);
   MutexLock lock(&mu_);
   if (open_ >= config_.max_connections) {
     refused_.fetch_add(1, std::memory_order_relaxed);
