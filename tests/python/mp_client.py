@@ -15,6 +15,7 @@ when the request failed.
 """
 
 import os
+import random
 import re
 import signal
 import socket
@@ -70,23 +71,47 @@ def server_binary():
     return os.environ.get("LMCACHE_SERVER_BINARY", DEFAULT_BINARY)
 
 
-def free_tcp_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _ephemeral_port_floor():
+    """The lowest port the kernel hands out on its own (bind to port 0, an
+    outgoing connection, a UCX listener): a port below it is taken only by
+    someone who asked for it by number."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def free_tcp_ports(count):
-    """`count` distinct free loopback ports: each stays bound until all are
-    picked, so two calls of free_tcp_port in a row cannot return one port twice."""
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    """`count` distinct loopback ports nobody listens on now, drawn at random
+    below the kernel's ephemeral range (so no server's outgoing connection or
+    port-0 listener can take one before its server binds it), each held bound
+    until all are picked. Where the ephemeral range starts too low to leave
+    room, the kernel picks (bound to port 0)."""
+    floor = _ephemeral_port_floor()
+    sockets = []
     try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(s)
+            for _attempt in range(200 if floor > 12000 else 0):
+                try:
+                    s.bind(("127.0.0.1", random.randrange(10000, floor)))
+                    break
+                except OSError:
+                    continue
+            else:
+                s.bind(("127.0.0.1", 0))
         return [s.getsockname()[1] for s in sockets]
     finally:
         for s in sockets:
             s.close()
+
+
+def free_tcp_port():
+    """One port as free_tcp_ports picks them. Two calls may return the same
+    port only by a 1-in-20,000 chance: take several with free_tcp_ports."""
+    return free_tcp_ports(1)[0]
 
 
 def read_text(path):

@@ -20,7 +20,7 @@ import pytest
 import zmq
 
 from mp_client import (OP_CLEAR, OP_END_SESSION, OP_PING, MODEL, Client, ServerStartError, chunk_size,
-                       free_tcp_port, map_pool, new_instance_id, random_tokens, register, lookup_l2,
+                       free_tcp_ports, map_pool, new_instance_id, random_tokens, register, lookup_l2,
                        server_binary, start_server, stats, store_prompt)
 
 OP_POLL_KV_EVENTS = 34  # the reference's RequestType.POLL_KV_EVENTS
@@ -31,9 +31,9 @@ CHUNKS = 16
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lmc-events")
-    pub_port, replay_port = free_tcp_port(), free_tcp_port()
+    pub_port, replay_port, port = free_tcp_ports(3)
     adapter = json.dumps({"type": "fs", "base_path": str(tmp / "l2")})
-    args = ["--l1-size-gb", "0.02", "--port", str(free_tcp_port()), "--http-port", "0",
+    args = ["--l1-size-gb", "0.02", "--port", str(port), "--http-port", "0",
             "--drain-timeout-seconds", "0", "--kv-event-log-size", str(LOG_SIZE),
             "--kv-events-url", f"tcp://127.0.0.1:{pub_port}",
             "--kv-events-replay-url", f"tcp://127.0.0.1:{replay_port}",

@@ -25,8 +25,8 @@ import pytest
 import zmq
 from zmq.utils import z85
 
-from mp_client import (MODEL, Client, ServerStartError, chunk_size, free_tcp_port, map_pool,
-                       new_instance_id, random_tokens, register, server_binary, slot_shape,
+from mp_client import (MODEL, Client, ServerStartError, chunk_size, free_tcp_port, free_tcp_ports,
+                       map_pool, new_instance_id, random_tokens, register, server_binary, slot_shape,
                        start_server, stats, store_prompt)
 
 OP_P2P_LOOKUP_AND_LOCK = 29
@@ -58,7 +58,7 @@ def fleet(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lmc-p2p")
     key = os.urandom(32)
     key_file = write_key(tmp / "fleet.key", key)
-    fleet_port, http_port = free_tcp_port(), free_tcp_port()
+    fleet_port, http_port = free_tcp_ports(2)
     args = ["--l1-size-gb", "0.05", "--http-port", str(http_port), "--drain-timeout-seconds", "0",
             "--p2p-advertise-url", f"127.0.0.1:{fleet_port}", "--p2p-auth-key-file", key_file]
     try:

@@ -62,7 +62,8 @@ double CpuSeconds(pid_t pid) {
 // (-e) as the servers' do, so UCX picks the same transport: GB/s.
 Result<double> Perftest(const std::string& binary, const std::string& test, std::uint64_t size,
                         std::uint64_t iterations) {
-  LMC_ASSIGN_OR_RETURN(const int port, tools::FreeLoopbackTcpPort());
+  LMC_ASSIGN_OR_RETURN(const std::vector<int> ports, tools::FreeLoopbackTcpPorts(1));
+  const int port = ports[0];
   const pid_t server = ::fork();
   if (server < 0) return Status(ErrorCode::kIoError, "fork failed");
   if (server == 0) {
@@ -275,10 +276,9 @@ Result<P2pFigures> MeasureP2pPhase(const BenchOptions& asked, const std::string&
   const std::filesystem::path& dir = scratch.path();
   std::filesystem::create_directories(dir / "fs");
   LMC_ASSIGN_OR_RETURN(const std::string key_file, tools::WriteFleetKeyFile(dir));
-  LMC_ASSIGN_OR_RETURN(const int port_a, tools::FreeLoopbackTcpPort());
-  LMC_ASSIGN_OR_RETURN(const int port_b, tools::FreeLoopbackTcpPort());
-  LMC_ASSIGN_OR_RETURN(const int port_c, tools::FreeLoopbackTcpPort());
-  LMC_ASSIGN_OR_RETURN(const int redis_port, tools::FreeLoopbackTcpPort());
+  // Picked together: four picks one after another could repeat a port.
+  LMC_ASSIGN_OR_RETURN(const std::vector<int> ports, tools::FreeLoopbackTcpPorts(4));
+  const int port_a = ports[0], port_b = ports[1], port_c = ports[2], redis_port = ports[3];
   auto fleet = [&](int own, int peer) {
     return std::vector<std::string>{
         "--p2p-advertise-url", "127.0.0.1:" + std::to_string(own), "--p2p-auth-key-file", key_file,

@@ -18,11 +18,7 @@ Result<std::unique_ptr<SoakNodes>> SoakNodes::Start(const std::string& binary, i
         ("lmcache_soak_fleet_" + std::to_string(::getpid())));
     LMC_ASSIGN_OR_RETURN(const std::string key_file,
                          tools::WriteFleetKeyFile(nodes->dir_->path().string()));
-    std::vector<int> ports;
-    for (int n = 0; n < count; ++n) {
-      LMC_ASSIGN_OR_RETURN(const int port, tools::FreeLoopbackTcpPort());
-      ports.push_back(port);
-    }
+    LMC_ASSIGN_OR_RETURN(const std::vector<int> ports, tools::FreeLoopbackTcpPorts(count));
     // Each node lists every other (its own address would be skipped anyway).
     for (int n = 0; n < count; ++n) {
       std::string peers;

@@ -1,26 +1,20 @@
 #include "support/fleet_files.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 
+#include "fakes/free_port.h"
+
 namespace lmcache::tools {
 
-Result<int> FreeLoopbackTcpPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Status(ErrorCode::kIoError, "socket failed");
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  const bool bound = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-                     ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  ::close(fd);
-  if (!bound) return Status(ErrorCode::kIoError, "no free TCP port on 127.0.0.1");
-  return static_cast<int>(ntohs(address.sin_port));
+Result<std::vector<int>> FreeLoopbackTcpPorts(int count) {
+  std::vector<int> ports = testing::FreeTcpPorts(count);
+  for (const int port : ports) {
+    if (port == 0) return Status(ErrorCode::kIoError, "no free TCP port on 127.0.0.1");
+  }
+  return ports;
 }
 
 Result<std::string> WriteFleetKeyFile(const std::filesystem::path& dir) {

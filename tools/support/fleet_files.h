@@ -7,14 +7,17 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "lmcache/status.h"
 
 namespace lmcache::tools {
 
-// A port on 127.0.0.1 free now (bound and closed: a server started on it
-// right after fails clearly in the rare case another process took it).
-Result<int> FreeLoopbackTcpPort();
+// `count` distinct ports on 127.0.0.1 free now, below the kernel's
+// ephemeral range (tests/fakes/free_port.h says why): a server started on
+// one right after fails clearly in the rare case another process asked for
+// the same number.
+Result<std::vector<int>> FreeLoopbackTcpPorts(int count);
 
 // 32 random bytes in `dir`/fleet.key, mode 0600 (what --p2p-auth-key-file
 // accepts); its path.
