@@ -63,12 +63,27 @@ dtype.__module__ = "torch"
 DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4, "float8_e4m3fn": 1, "uint8": 1}
 try:
     # Where PyTorch is installed (the GPU machine: test_gpu_torch.py wraps
-    # real tensors), its own dtypes are used: they pickle to the same globals.
+    # real tensors), its own dtypes are used: they pickle to the same globals,
+    # and pickle insists that torch.<name> be the very object it writes.
     import torch
 except ImportError:
     torch = module("torch")
-    for _name, _size in DTYPES.items():
-        setattr(torch, _name, dtype(_name, _size))
+
+
+def torch_dtype(name):
+    """torch.<name>: PyTorch's own where it has it, else a stand-in registered
+    on the module (Debian's PyTorch 1.13 has no float8_e4m3fn). Only the name
+    and size in DTYPES are read back: torch.dtype has no .name, and no
+    .itemsize before 2.1."""
+    found = getattr(torch, name, None)
+    if found is None:
+        found = dtype(name, DTYPES[name])
+        setattr(torch, name, found)
+    return found
+
+
+def dtype_name(dt):
+    return str(dt).removeprefix("torch.")
 
 
 def define(path, name, base=object):
@@ -125,7 +140,7 @@ def torch_wrapper(cls, dt, shape, stride=None, storage_offset=0, offset_bytes=0,
     w = cls.__new__(cls)
     w.handle = (0, shareable(seed) if handle is None else handle, size_bytes, offset_bytes,
                 REFCOUNTER, slot, bytes(range(64)), sync)
-    w.dtype = getattr(torch, dt)
+    w.dtype = torch_dtype(dt)
     w.shape = tuple(shape)
     w.stride = tuple(stride)
     w.storage_offset = storage_offset
@@ -142,7 +157,7 @@ def raw_wrapper(dt, shape, stride=None, alloc_offset=0, nbytes=None, storage_off
         w._alloc_offset = alloc_offset
     w._nbytes = numel(shape) * DTYPES[dt] if nbytes is None else nbytes
     w.handle = None
-    w.dtype = getattr(torch, dt)
+    w.dtype = torch_dtype(dt)
     w.shape = tuple(shape)
     w.stride = tuple(stride or contiguous(shape))
     w.storage_offset = storage_offset
@@ -157,13 +172,13 @@ def vmm_wrapper():
     w = VmmCudaIPCWrapper.__new__(VmmCudaIPCWrapper)
     w.__dict__.update({"_export_id": bytes(16), "_kind": "posix_fd", "_fabric_blob": None,
                        "_fd": None, "_alloc_size": 1 << 21, "_alloc_offset": 0, "_nbytes": 4096,
-                       "handle": bytes(16), "dtype": torch.bfloat16, "shape": (4, 512),
+                       "handle": bytes(16), "dtype": torch_dtype("bfloat16"), "shape": (4, 512),
                        "stride": (512, 1), "storage_offset": 0, "device_uuid": UUID, "_opens": 0})
     return w
 
 
 def expect(w, kind, seed, byte_offset, storage_bytes, form="torch_cuda_malloc", version=2):
-    e = {"kind": kind, "dtype": w.dtype.name, "element_size": w.dtype.itemsize,
+    e = {"kind": kind, "dtype": dtype_name(w.dtype), "element_size": DTYPES[dtype_name(w.dtype)],
          "shape": list(w.shape), "stride": list(w.stride),
          "storage_offset": w.storage_offset, "device_uuid": UUID,
          "mem_handle": mem_handle(seed).hex(), "storage_byte_offset": byte_offset,
