@@ -4,7 +4,7 @@
 Usage: check_bench_json.py REPORT.json
 
 Every headline field of docs/performance.md must be present, in order, and a
-positive finite number; every ratio's spread must be ordered with its median
+positive finite number (so no phase was skipped); every ratio's spread must be ordered with its median
 equal to the headline; there is one sample per round; the parameters and
 machine sections must be there. No speed is asserted, but every timed round of
 the shared-memory path must take at most MAX_FAULTS_PER_MIB page faults per MiB.
@@ -55,9 +55,14 @@ def check(path):
     problems = []
     if report.get("schema") != "lmcache-bench/2":
         problems.append("schema is %r, expected 'lmcache-bench/2'" % report.get("schema"))
-    for section in ("machine", "parameters", "results", "spread", "samples", "restart", "sweep"):
+    for section in ("machine", "parameters", "skipped", "results", "spread", "samples", "restart",
+                    "sweep"):
         if section not in report:
             problems.append("missing section %r" % section)
+    # A phase this machine could not run leaves its fields null: complete
+    # means every phase ran.
+    for phase, reason in report.get("skipped", {}).items():
+        problems.append("the %s phase was skipped: %s" % (phase, reason))
     results = report.get("results", {})
     if list(results) != FIELDS:
         problems.append("result fields %s differ from the documented set %s" % (list(results), FIELDS))

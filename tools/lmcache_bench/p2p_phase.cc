@@ -206,37 +206,47 @@ std::uint64_t AvailableMemoryBytes() {
   return 0;
 }
 
-// The options with a prompt this machine can hold: --p2p-tokens as given
-// when it fits (an error when it does not); the default (the issue's
-// 131072 tokens, about 110 GiB with every server and Redis holding it)
-// halved until it fits, said on stderr and in the report's parameters.
+// The options with prompts this machine can hold: --p2p-tokens as given
+// when it fits; the defaults (the 131072 tokens, about 110 GiB with
+// every server and Redis holding it, and a 10240-token TTR prompt) halved
+// until they fit, the long prompt first, said on stderr and in the report's
+// parameters. RESOURCE_EXHAUSTED when nothing fits: the caller skips the
+// phase with that reason.
 Result<BenchOptions> FitInMemory(BenchOptions o) {
   const std::uint64_t available = AvailableMemoryBytes();
   if (available == 0 || P2pPhaseBytes(o) <= available) return o;
   if (!o.p2p_tokens_given) {
-    const std::uint64_t asked = o.p2p_tokens;
+    const std::uint64_t asked = o.p2p_tokens, asked_ttr = o.p2p_ttr_tokens;
     const std::uint64_t asked_bytes = P2pPhaseBytes(o);
-    while (o.p2p_tokens / 2 >= std::max(o.chunk_size, o.p2p_ttr_tokens) &&
-           P2pPhaseBytes(o) > available) {
-      o.p2p_tokens /= 2;
+    while (P2pPhaseBytes(o) > available) {
+      if (o.p2p_tokens / 2 >= std::max(o.chunk_size, o.p2p_ttr_tokens)) {
+        o.p2p_tokens /= 2;
+      } else if (o.p2p_ttr_tokens / 2 >= o.chunk_size) {
+        o.p2p_ttr_tokens /= 2;
+      } else {
+        break;
+      }
     }
     if (P2pPhaseBytes(o) <= available) {
       std::fprintf(stderr,
-                   "[lmcache-bench] the p2p phase's %llu-token prompt needs about %llu MiB and "
-                   "%llu MiB are available: measuring %llu tokens (--p2p-tokens chooses)\n",
+                   "[lmcache-bench] the p2p phase's %llu-token prompt (and %llu-token TTR prompt) "
+                   "need about %llu MiB and %llu MiB are available: measuring %llu tokens (TTR "
+                   "%llu; --p2p-tokens chooses)\n",
                    static_cast<unsigned long long>(asked),
+                   static_cast<unsigned long long>(asked_ttr),
                    static_cast<unsigned long long>(asked_bytes >> 20),
                    static_cast<unsigned long long>(available >> 20),
-                   static_cast<unsigned long long>(o.p2p_tokens));
+                   static_cast<unsigned long long>(o.p2p_tokens),
+                   static_cast<unsigned long long>(o.p2p_ttr_tokens));
       return o;
     }
   }
-  return InvalidArgument("the p2p phase needs about " + std::to_string(P2pPhaseBytes(o) >> 20) +
-                         " MiB of memory for its servers and redis (a " +
-                         std::to_string(o.p2p_tokens) + "-token prompt of " +
-                         std::to_string(o.p2p_bytes_per_token) + " bytes per token), and " +
-                         std::to_string(available >> 20) +
-                         " MiB are available: lower --p2p-tokens, or --skip-p2p");
+  return Status(ErrorCode::kResourceExhausted,
+                "the p2p phase needs about " + std::to_string(P2pPhaseBytes(o) >> 20) +
+                    " MiB of memory for its servers and redis (a " + std::to_string(o.p2p_tokens) +
+                    "-token prompt of " + std::to_string(o.p2p_bytes_per_token) +
+                    " bytes per token), and " + std::to_string(available >> 20) +
+                    " MiB are available: lower --p2p-tokens or --p2p-bytes-per-token");
 }
 
 Status WaitPeerReady(client::Client& c) {

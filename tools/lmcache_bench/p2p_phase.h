@@ -41,6 +41,9 @@ struct P2pFigures {
 // Memory the phase holds at once (servers' pools, redis, the bench's buffers).
 std::uint64_t P2pPhaseBytes(const BenchOptions& options);
 
+// NOT_FOUND (no ucx_perftest) or RESOURCE_EXHAUSTED (no prompt fits in this
+// machine's memory): the phase cannot run here, and the caller skips it
+// with that reason. Any other error is a failure of what it measures.
 Result<P2pFigures> MeasureP2pPhase(const BenchOptions& options, const std::string& server_binary);
 
 }  // namespace lmcache::bench

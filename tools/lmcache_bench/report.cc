@@ -357,6 +357,9 @@ void PrintTable(const BenchReport& r) {
                 static_cast<unsigned long long>(p.ttr_tokens), Median(p.ttr_peer_ms),
                 Median(p.ttr_l1_ms), Median(p.ttr_fs_ms));
   }
+  for (const auto& [phase, reason] : r.skipped) {
+    std::printf("  %s phase skipped: %s\n", phase.c_str(), reason.c_str());
+  }
   for (const PathResults& p : r.sweep) {
     const PathRatios pr = RatiosOf(p);
     std::printf(
@@ -387,6 +390,12 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << ", \"p2p_tokens\": " << (r.p2p ? r.p2p->prompt_tokens : 0)
       << ", \"p2p_object_bytes\": " << (r.p2p ? r.p2p->object_bytes : 0)
       << ", \"p2p_ttr_tokens\": " << (r.p2p ? r.p2p->ttr_tokens : 0) << "},\n";
+  out << "  \"skipped\": {";
+  for (std::size_t i = 0; i < r.skipped.size(); ++i) {
+    out << (i ? ", " : "") << "\"" << Escape(r.skipped[i].first) << "\": \""
+        << Escape(r.skipped[i].second) << "\"";
+  }
+  out << "},\n";
   out << "  \"results\": {\n";
   const auto fields = HeadlineFields(r);
   for (std::size_t i = 0; i < fields.size(); ++i) {

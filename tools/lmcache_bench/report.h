@@ -67,6 +67,9 @@ struct BenchReport {
   std::optional<P2pFigures> p2p;  // absent with --skip-p2p or --skip-redis
   std::vector<PathResults> sweep;
   std::string server_version;
+  // Phases this machine could not run, each with why ("p2p", the reason):
+  // in the table and the JSON's "skipped", their fields null.
+  std::vector<std::pair<std::string, std::string>> skipped;
 };
 
 // The headline figures, in their documented order; nullopt = not measured.
