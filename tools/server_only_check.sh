@@ -16,7 +16,8 @@ JOBS="${JOBS:-$(nproc)}"
 # nothing more, and -O0 builds it in about half the time (CI runs it).
 cmake -S "$ROOT" -B "$DIR" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DCMAKE_C_FLAGS_DEBUG=-O0 \
   -DLMC_L2_RESP=OFF -DLMC_IO_URING=OFF -DLMC_BUILD_TOOLS=OFF \
-  -DLMC_BUILD_TESTS=OFF -DLMC_BUILD_BENCH=OFF -DLMC_ENABLE_CUDA=OFF >/dev/null
+  -DLMC_BUILD_TESTS=OFF -DLMC_BUILD_BENCH=OFF -DLMC_ENABLE_CUDA=OFF \
+  -DCMAKE_UNITY_BUILD="${LMC_UNITY_BUILD:-ON}" >/dev/null
 cmake --build "$DIR" -j "$JOBS" --target lmcache-server
 SERVER="$DIR/src/lmcache-server"
 

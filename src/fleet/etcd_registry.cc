@@ -16,7 +16,7 @@ LMC_STATS_ROWS(EtcdStatRows, EtcdStats, LMC_ETCD_STATS)
 namespace {
 
 // A reply past this is not etcd's answer to our small calls: refused.
-constexpr std::size_t kMaxReplyBytes = 4u << 20;
+constexpr std::size_t kMaxEtcdReplyBytes = 4u << 20;
 
 using Json = nlohmann::json;
 
@@ -126,9 +126,8 @@ Result<std::string> EtcdRegistry::Post(std::size_t at, const std::string& path,
   if (!token_.empty() && path != "/v3/auth/authenticate") {
     request.set_header("Authorization", token_);
   }
-  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t,
-                                 std::uint64_t) {
-    if (reply.size() + size > kMaxReplyBytes) {
+  request.content_receiver = [&](const char* data, std::size_t size, std::uint64_t, std::uint64_t) {
+    if (reply.size() + size > kMaxEtcdReplyBytes) {
       too_large = true;
       return false;
     }

@@ -14,7 +14,7 @@ using msgpk::MsgpackCursor;
 
 constexpr std::size_t kMinRegisterFrames = 5;
 
-Status TooMany(const std::string& what, std::size_t count, std::size_t max) {
+Status CountOutOfRange(const std::string& what, std::size_t count, std::size_t max) {
   return Status(ErrorCode::kInvalidArgument, what + " holds " + std::to_string(count) +
                                                  " entries (want 1 to " + std::to_string(max) + ")");
 }
@@ -38,7 +38,7 @@ Status ReadKvCache(MsgpackCursor& in, KvCacheRegistration* r) {
     return Status::Ok();
   }
   LMC_ASSIGN_OR_RETURN(const std::uint32_t count, in.ReadArrayHeader("kv_cache"));
-  if (count == 0 || count > kMaxKvLayers) return TooMany("kv_cache", count, kMaxKvLayers);
+  if (count == 0 || count > kMaxKvLayers) return CountOutOfRange("kv_cache", count, kMaxKvLayers);
   for (std::uint32_t i = 0; i < count; ++i) {
     LMC_ASSIGN_OR_RETURN(DeviceIpcWrapper layer, ReadWrapper(in, "kv_cache[" + std::to_string(i) + "]"));
     r->layers.push_back(std::move(layer));
@@ -71,7 +71,7 @@ Result<LayoutHints> ReadHints(MsgpackCursor& in) {
 
 Result<std::vector<std::int64_t>> ReadIndices(MsgpackCursor& in, const std::string& what) {
   LMC_ASSIGN_OR_RETURN(const std::uint32_t n, in.ReadArrayHeader(what));
-  if (n > kMaxKvLayers) return TooMany(what, n, kMaxKvLayers);
+  if (n > kMaxKvLayers) return CountOutOfRange(what, n, kMaxKvLayers);
   std::vector<std::int64_t> out;
   for (std::uint32_t i = 0; i < n; ++i) {
     LMC_ASSIGN_OR_RETURN(const std::int64_t v, in.ReadInt(what));
@@ -117,7 +117,7 @@ Result<std::vector<EngineGroupInfo>> ReadGroups(MsgpackCursor& in) {
     return groups;
   }
   LMC_ASSIGN_OR_RETURN(const std::uint32_t n, in.ReadArrayHeader("engine_group_infos"));
-  if (n > kMaxKvGroups) return TooMany("engine_group_infos", n, kMaxKvGroups);
+  if (n > kMaxKvGroups) return CountOutOfRange("engine_group_infos", n, kMaxKvGroups);
   for (std::uint32_t i = 0; i < n; ++i) {
     LMC_ASSIGN_OR_RETURN(EngineGroupInfo g, ReadGroup(in, "engine_group_infos[" + std::to_string(i) + "]"));
     groups.push_back(std::move(g));
@@ -170,7 +170,7 @@ Result<GroupBlockIds> DecodeBlockIds(std::string_view frame) {
     LMC_ASSIGN_OR_RETURN(const std::uint32_t count, in.ReadArrayHeader("block_ids"));
     GroupBlockIds groups;
     const bool grouped = count > 0 && in.NextIsArray();
-    if (grouped && count > kMaxKvGroups) return TooMany("block_ids", count, kMaxKvGroups);
+    if (grouped && count > kMaxKvGroups) return CountOutOfRange("block_ids", count, kMaxKvGroups);
     const std::uint32_t lists = grouped ? count : 1;
     for (std::uint32_t g = 0; g < lists; ++g) {
       std::uint32_t ids = count;

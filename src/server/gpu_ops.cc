@@ -15,12 +15,8 @@ namespace {
 constexpr std::size_t kTransferRequestBytes = 48u << 20;
 constexpr std::size_t kRegisterRequestBytes = 4u << 20;
 
-Result<protocol::KvCacheRegistration> DecodeRegister(Payloads p) {
+Result<protocol::KvCacheRegistration> DecodeGpuRegistration(Payloads p) {
   return protocol::DecodeKvCacheRegistration(p);
-}
-
-Result<std::int64_t> DecodeInstanceId(Payloads p) {
-  return protocol::DecodeInt(p[0], "instance_id");
 }
 
 // The CUDA-IPC path reads vLLM's KV formats (gpu/kv_format.h) and nothing else.
@@ -71,13 +67,13 @@ void GpuOps::AddTo(OpTable* table) {
   using P = Pool;
   auto transfer = [this](Payloads p) { return DecodeTransfer(p); };
   // Affinity pool: opening a worker's IPC memory takes milliseconds, off the loop.
-  AddOp(
-      table,
-      {Op::kRegisterKvCache, "register_kv_cache", true, P::kAffinity, 5, 16, kRegisterRequestBytes,
-       F::kNil},
-      Bind(DecodeRegister, [this](const RequestContext& c, const protocol::KvCacheRegistration& r) {
-        return Register(c, r);
-      }));
+  AddOp(table,
+        {Op::kRegisterKvCache, "register_kv_cache", true, P::kAffinity, 5, 16,
+         kRegisterRequestBytes, F::kNil},
+        Bind(DecodeGpuRegistration,
+             [this](const RequestContext& c, const protocol::KvCacheRegistration& r) {
+               return Register(c, r);
+             }));
   AddOp(table, {Op::kUnregisterKvCache, "unregister_kv_cache", true, P::kInline, 1, 1, 64, F::kNil},
         Bind(DecodeInstanceId,
              [this](const RequestContext& c, std::int64_t id) { return Unregister(c, id); }));

@@ -11,10 +11,8 @@ SlotDescriptor Slot(const worker::ChunkLayout& layout, store::Offset offset) {
   return {offset, layout.object_bytes, layout.shape, layout.dtype};
 }
 
-Result<EngineContext> DecodeRegister(Payloads p) { return protocol::DecodeEngineContext(p[0]); }
-
-Result<std::int64_t> DecodeInstanceId(Payloads p) {
-  return protocol::DecodeInt(p[0], "instance_id");
+Result<EngineContext> DecodeShmRegistration(Payloads p) {
+  return protocol::DecodeEngineContext(p[0]);
 }
 
 }  // namespace
@@ -40,7 +38,7 @@ void TransferOps::AddTo(OpTable* table) {
   AddOp(table,
         {Op::kRegisterEngineContext, "register_kv_cache_engine_driven_context", true, P::kInline, 1,
          1, 64u << 10, F::kFailedRegistration},
-        Bind(DecodeRegister, [this](const RequestContext& c, const EngineContext& e) {
+        Bind(DecodeShmRegistration, [this](const RequestContext& c, const EngineContext& e) {
           return RegisterContext(c, e);
         }));
   AddOp(table,

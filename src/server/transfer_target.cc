@@ -9,4 +9,8 @@ Result<TransferTarget> DecodeTransferTarget(Payloads p, const protocol::KeyLimit
   return target;
 }
 
+Result<std::int64_t> DecodeInstanceId(Payloads p) {
+  return protocol::DecodeInt(p[0], "instance_id");
+}
+
 }  // namespace lmcache::server
