@@ -33,14 +33,10 @@
 #include "common/version.h"
 #include "daemon/config.h"
 #include "daemon/effective_flags.h"
+#include "daemon/fleet_node.h"
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
 #include "fleet/fleet_key.h"
-#include "fleet/chunk_log.h"
-#include "fleet/directory_feed.h"
-#include "fleet/fleet_link.h"
-#include "fleet/last_copy_bias.h"
-#include "fleet/membership.h"
 #include "fleet/ucx_channel.h"
 #include "restart/open_pool.h"
 #include "restart/takeover.h"
@@ -206,20 +202,10 @@ void WatchLoops(lmcache::admin_http::Health& health, lmcache::transport::RouterL
 // destroyed in reverse).
 struct Server {
   restart::OpenedPool pool;
-  // P2P's data channel: it registered the pool, so it goes before the pool does.
-  std::unique_ptr<lmcache::fleet::UcxChannel> data_channel;
-  // The peers of --p2p-peers; it holds endpoints of the data channel, so it goes first.
-  std::unique_ptr<lmcache::fleet::Membership> membership;
-  // How the p2p L2 adapter reaches the two above (bound once they exist).
-  std::unique_ptr<lmcache::fleet::FleetLink> fleet_link;
-  // Reads the peers' chunk logs into the link's directory (--p2p-lookup directed).
-  std::unique_ptr<lmcache::fleet::DirectoryFeed> directory_feed;
-  // What our L1 gained and lost, for the peers' directories (P2P on).
-  std::unique_ptr<lmcache::fleet::ChunkLog> chunk_log;
-  // The evictor's view of the fleet's copies (--p2p-last-copy-bias): it
-  // reads the link's directory, so it is taken off the evictor (~Server)
-  // before the link goes.
-  std::unique_ptr<lmcache::fleet::LastCopyBias> last_copy_bias;
+  // P2P on: the fleet's parts (daemon/fleet_node.h). Its data channel
+  // registered the pool, so it goes just before the pool does; the L2 tier
+  // and the service, which read through it, go before it.
+  std::unique_ptr<daemon::FleetNode> fleet;
   std::unique_ptr<lmcache::transport::RouterLoop> loop;
   std::unique_ptr<lmcache::tier::L2Tier> l2;
   std::unique_ptr<lmcache::events::KvEvents> kv_events;
@@ -230,20 +216,12 @@ struct Server {
   std::unique_ptr<restart::TakeoverService> takeover;
   std::thread loop_thread;
 
-  // Members go in reverse order, the service before the data channel, and
-  // the channel's serve guard reads the service's lookup tasks: on a path
-  // that did not stop the channel first (a start that failed), the guard
-  // goes before anything else.
+  // Members go in reverse order, the service before the fleet, whose data
+  // channel's serve guard reads the service's lookup tasks: on a path that
+  // did not stop the fleet first (a start that failed), it is detached
+  // before anything goes.
   ~Server() {
-    // The evictor (the pool's, which may outlive the link) stops reading
-    // the directory; a pass using it is waited for.
-    if (last_copy_bias && pool.cache) cache().evictor().SetBias(nullptr, 0);
-    if (data_channel) data_channel->SetServeGuard(nullptr);
-    // On a path that did not stop them first (a start that failed): the
-    // feed's thread stops, then every peer call in flight ends now, while
-    // the feed its completions reach is still alive.
-    if (directory_feed) directory_feed->Stop();
-    if (membership) membership->StopCalls();
+    if (fleet) fleet->Detach();
   }
 
   lmcache::store::L1Cache& cache() { return *pool.cache; }
@@ -254,29 +232,8 @@ struct Server {
 Status StartTiers(const daemon::ServerConfig& config, const lmcache::Clock& clock, Server& s) {
   lmcache::tier::L2Environment environment;
   if (config.p2p.enabled()) {
-    s.fleet_link = std::make_unique<lmcache::fleet::FleetLink>(
-        &clock, config.p2p.lookup_timeout_ms, config.p2p.load_timeout_ms, config.p2p.keep_loaded,
-        config.p2p.directed());
-    environment.fleet = s.fleet_link.get();
-    // Recorded from before anything is stored; a peer meeting us lists what
-    // a warm restart adopted.
-    std::random_device random;
-    const std::uint64_t incarnation = (std::uint64_t{random()} << 32) | random();
-    s.chunk_log = std::make_unique<lmcache::fleet::ChunkLog>(
-        lmcache::fleet::ChunkLogConfig{config.p2p.chunk_log_chunks}, incarnation);
-    s.cache().table().AddListener(s.chunk_log.get());
-    // What a warm restart adopted is resident already: counted, not logged
-    // (a peer meeting us lists it).
-    const lmcache::store::ObjectTable& table = s.cache().table();
-    std::vector<lmcache::store::ListedObject> page = table.ListResident(nullptr, 65'536, nullptr);
-    while (!page.empty()) {
-      std::vector<lmcache::store::ObjectKey> keys;
-      keys.reserve(page.size());
-      for (const auto& object : page) keys.push_back(object.key);
-      s.chunk_log->Seed(keys);
-      const lmcache::store::ObjectKey last = page.back().key;
-      page = table.ListResident(&last, 65'536, nullptr);
-    }
+    s.fleet = daemon::FleetNode::Create(config.p2p, clock, s.cache());
+    environment.fleet = s.fleet->link();
   }
   if (!config.l2.adapters.empty()) {
     LMC_ASSIGN_OR_RETURN(s.l2,
@@ -318,90 +275,11 @@ void WatchHealth(const daemon::ServerConfig& config, Server& s) {
   });
 }
 
-// The service over the pool and the tiers, its stats sources, health, HTTP
-// and the takeover socket (once the pool is this server's); then serving.
-Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& clock, Server& s) {
-  lmcache::server::ServiceConfig service_config = config.service;
-  if (config.p2p.enabled()) {
-    // UCX registers the whole pool once; peers learn the descriptor in the
-    // handshake (server_info over the fleet endpoint).
-    const lmcache::shm::ShmSegment& segment = s.cache().segment();
-    LMC_ASSIGN_OR_RETURN(const std::string devices,
-                         daemon::DataChannelDevices(config.p2p.listen_host));
-    LMC_ASSIGN_OR_RETURN(s.data_channel,
-                         lmcache::fleet::UcxChannel::Create(
-                             segment.base(), segment.size(), &clock, config.p2p.key->data_key(),
-                             {.verify_bytes = config.p2p.verify_bytes,
-                              .net_devices = devices}));
-    service_config.p2p_data_channel = s.data_channel->Descriptor();
-  }
-  s.service = std::make_unique<lmcache::server::Service>(
-      &s.cache(), &clock, service_config, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get(),
-      s.chunk_log.get());
-  if (config.p2p.enabled()) {
-    // A peer's read is served only for an object one of its lookup tasks
-    // holds locked now.
-    s.data_channel->SetServeGuard(
-        [tasks = &s.service->state().peer_tasks()](std::int64_t task, std::uint64_t offset,
-                                                   std::uint64_t size) {
-          return tasks->Holds(task, offset, size);
-        });
-    const lmcache::fleet::MembershipConfig members{
-        .sources = config.p2p.peers,
-        .self_url = "tcp://" + config.service.p2p_advertise_url,
-        .ours = s.service->OwnPeerInfo(),
-        .call_timeout_ms = config.p2p.call_timeout_ms,
-        .probe_interval_ms = config.p2p.probe_interval_ms,
-        .etcd_ttl_ms = config.p2p.etcd_ttl_ms,
-        .etcd_user = config.p2p.etcd_user,
-        .etcd_password = config.p2p.etcd_password,
-        .max_peers = config.p2p.max_peers};
-    LMC_ASSIGN_OR_RETURN(s.membership,
-                         lmcache::fleet::Membership::Create(members, *config.p2p.key,
-                                                            s.data_channel.get(), &clock));
-    s.service->SetP2pPeers([m = s.membership.get(), link = s.fleet_link.get()] {
-      std::vector<lmcache::fleet::PeerView> peers = m->Peers();
-      link->AddTransfers(&peers);
-      return peers;
-    });
-    s.service->stats_sources().Add(
-        "p2p_links", [m = s.membership.get(), channel = s.data_channel.get()](
-                         lmcache::server::StatsSnapshot* snapshot) {
-          snapshot->p2p_peers = m->Stats();
-          snapshot->p2p_rpc = m->rpc().Stats();
-          snapshot->p2p_channel = channel->Stats();
-          snapshot->p2p_etcd = m->EtcdTotals();
-        });
-    s.service->SetP2pEtcd([m = s.membership.get()] { return m->Etcd(); });
-    s.fleet_link->Bind(s.membership.get(), s.data_channel.get());
-    s.membership->Start();
-    if (config.p2p.directed()) {
-      lmcache::fleet::DirectoryFeedConfig feed;
-      feed.poll_interval_ms = config.p2p.directory_poll_ms;
-      feed.call_timeout_ms = config.p2p.call_timeout_ms;
-      s.directory_feed = std::make_unique<lmcache::fleet::DirectoryFeed>(
-          feed, s.fleet_link.get(), &s.fleet_link->directory_to_feed());
-      s.directory_feed->Start();
-      if (config.p2p.last_copy_bias > 0) {
-        s.last_copy_bias = std::make_unique<lmcache::fleet::LastCopyBias>(
-            &s.fleet_link->directory_to_feed(), s.chunk_log->incarnation());
-        s.cache().evictor().SetBias(s.last_copy_bias.get(), config.p2p.last_copy_bias);
-      }
-    }
-    s.service->stats_sources().Add(
-        "p2p_directory", [feed = s.directory_feed.get(), log = s.chunk_log.get(),
-                          link = s.fleet_link.get()](lmcache::server::StatsSnapshot* snapshot) {
-          if (feed != nullptr) snapshot->p2p_directory = feed->Stats();
-          const lmcache::fleet::ChunkLogStats own = log->Stats();
-          snapshot->p2p_directory.log_last_seq = own.last_seq;
-          snapshot->p2p_directory.log_chunks = own.chunks;
-          snapshot->p2p_directory.log_dropped_records = own.dropped_records;
-          snapshot->p2p_lookups = link->LookupStats();
-        });
-  }
-  lmcache::transport::RouterLoop* router = s.loop.get();
+// The stats sources of what main owns (the service's own and the fleet's
+// are registered by them).
+void AddStatsSources(Server& s) {
   auto& sources = s.service->stats_sources();
-  sources.Add("transport", [router](lmcache::server::StatsSnapshot* snapshot) {
+  sources.Add("transport", [router = s.loop.get()](lmcache::server::StatsSnapshot* snapshot) {
     snapshot->transport = router->Stats();
   });
   if (s.l2) {
@@ -415,19 +293,58 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
                   snapshot->kv_events.publisher = publisher->Stats();
                 });
   }
+}
+
+Status StartHttp(const daemon::ServerConfig& config, Server& s) {
+  if (config.http_port == 0) return Status::Ok();
+  const lmcache::admin_http::HttpConfig http{.host = config.http_host,
+                                             .port = config.http_port,
+                                             .read_only = config.http_read_only,
+                                             .admin_token = config.http_admin_token,
+                                             .admin_open = config.http_admin_open,
+                                             .l2_fs_root = config.l2_fs_root,
+                                             .flags = config.effective_flags};
+  LMC_ASSIGN_OR_RETURN(s.http, lmcache::admin_http::HttpServer::Start(http, s.service.get(),
+                                                                      s.health.get(), s.l2.get()));
+  return Status::Ok();
+}
+
+void LogReady(const daemon::ServerConfig& config, const Server& s) {
+  spdlog::info(
+      "lmcache-server ready: serving {}{} | L1 pool {} ({} bytes, {}) | chunk {} tokens | "
+      "boot id {} | pid {}",
+      Join(s.loop->endpoints()),
+      s.http ? " | http://" + config.http_host + ":" + std::to_string(s.http->port()) : "",
+      config.l1.shm_name, config.l1.size_bytes, restart::PoolOriginName(s.pool.origin),
+      config.chunk_size, s.service->boot_id(), getpid());
+  if (!config.p2p.enabled()) return;
+  // The fleet endpoint is the last one bound (RouterLoop binds it after --url).
+  spdlog::info(
+      "P2P on: fleet endpoint {} advertised as {} | fleet key {} (fingerprint) | "
+      "peers: {}{}",
+      s.loop->endpoints().back(), config.p2p.advertise_url, config.p2p.key->fingerprint(),
+      config.p2p.peers_list.empty() ? "none listed (--p2p-peers)" : config.p2p.peers_list,
+      config.p2p.allow_unauthenticated ? " | unauthenticated peers served" : "");
+}
+
+// The service over the pool and the tiers (and the fleet's channel), its
+// stats sources, health, HTTP and the takeover socket (once the pool is
+// this server's); then serving.
+Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& clock, Server& s) {
+  lmcache::server::ServiceConfig service_config = config.service;
+  if (s.fleet) {
+    LMC_ASSIGN_OR_RETURN(service_config.p2p_data_channel, s.fleet->OpenChannel());
+  }
+  s.service = std::make_unique<lmcache::server::Service>(
+      &s.cache(), &clock, service_config, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get(),
+      s.fleet ? s.fleet->chunk_log() : nullptr);
+  if (s.fleet) {
+    LMC_RETURN_IF_ERROR(s.fleet->Start(*s.service, "tcp://" + config.service.p2p_advertise_url));
+  }
+  AddStatsSources(s);
   s.health = std::make_unique<lmcache::admin_http::Health>(&clock);
   WatchHealth(config, s);
-  if (config.http_port != 0) {
-    const lmcache::admin_http::HttpConfig http{.host = config.http_host,
-                                               .port = config.http_port,
-                                               .read_only = config.http_read_only,
-                                               .admin_token = config.http_admin_token,
-                                               .admin_open = config.http_admin_open,
-                                               .l2_fs_root = config.l2_fs_root,
-                                               .flags = config.effective_flags};
-    LMC_ASSIGN_OR_RETURN(s.http,
-                         lmcache::admin_http::HttpServer::Start(http, s.service.get(), s.health.get(), s.l2.get()));
-  }
+  LMC_RETURN_IF_ERROR(StartHttp(config, s));
   if (!config.restart.socket_path.empty()) {
     LMC_ASSIGN_OR_RETURN(
         s.takeover,
@@ -437,24 +354,10 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
   }
   restart::FinishOpening(s.pool, *s.service);
   s.service->StartMaintenance();
-  s.loop_thread = std::thread([router, service = s.service.get()] { router->Run(service); });
+  s.loop_thread =
+      std::thread([router = s.loop.get(), service = s.service.get()] { router->Run(service); });
   s.health->SetPhase(lmcache::admin_http::Phase::kServing);
-  spdlog::info(
-      "lmcache-server ready: serving {}{} | L1 pool {} ({} bytes, {}) | chunk {} tokens | "
-      "boot id {} | pid {}",
-      Join(s.loop->endpoints()),
-      s.http ? " | http://" + config.http_host + ":" + std::to_string(s.http->port()) : "",
-      config.l1.shm_name, config.l1.size_bytes, restart::PoolOriginName(s.pool.origin),
-      config.chunk_size, s.service->boot_id(), getpid());
-  if (config.p2p.enabled()) {
-    // The fleet endpoint is the last one bound (RouterLoop binds it after --url).
-    spdlog::info("P2P on: fleet endpoint {} advertised as {} | fleet key {} (fingerprint) | "
-                 "peers: {}{}",
-                 s.loop->endpoints().back(), config.p2p.advertise_url,
-                 config.p2p.key->fingerprint(),
-                 config.p2p.peers_list.empty() ? "none listed (--p2p-peers)" : config.p2p.peers_list,
-                 config.p2p.allow_unauthenticated ? " | unauthenticated peers served" : "");
-  }
+  LogReady(config, s);
   return Status::Ok();
 }
 
@@ -512,17 +415,10 @@ void StopServing(Server& s, bool handing_over) {
                traffic.undeliverable);
   if (s.http) s.http->Stop();
   s.loop.reset();
-  // Before the peers go: the prefetches in flight (some asking peers) end,
-  // their calls and reads to peers ended now rather than at a hung peer's
-  // deadlines.
-  if (s.directory_feed) s.directory_feed->Stop();  // before its calls are ended
-  // The directory is no longer followed: eviction from here on (a drain, a
-  // wait after a handover) is plain LRU.
-  if (s.last_copy_bias) s.cache().evictor().SetBias(nullptr, 0);
-  if (s.fleet_link) s.fleet_link->Close();
+  // Before the peers go: the prefetches in flight (some asking peers) end.
+  if (s.fleet) s.fleet->StopFollowing();
   if (s.l2) s.l2->Stop();
-  s.membership.reset();    // stops meeting peers; its calls in flight end
-  s.data_channel.reset();  // peers' reads in flight fail; no peer reads the pool after this
+  if (s.fleet) s.fleet->StopPeers();
   s.service->StopMaintenance();
   s.kv_publisher.reset();
 }

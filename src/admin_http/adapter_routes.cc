@@ -149,27 +149,31 @@ json AdaptersJson(const tier::L2Cascade::View& cascade, const std::vector<std::s
   return {{"adapters", std::move(adapters)}, {"draining", draining}};
 }
 
-void AddAdapterRoutes(httplib::Server& s, const HttpConfig& config, tier::L2Tier* l2,
+void AddAdapterRoutes(RouteTable& routes, const HttpConfig& config, tier::L2Tier* l2,
                       std::function<server::StatsSnapshot()> snapshot) {
-  s.Get("/config/adapters", [l2, snapshot](const httplib::Request&, httplib::Response& res) {
-    if (l2 == nullptr)
-      return Reply(res, 200, {{"adapters", json::array()}, {"draining", json::array()}});
-    l2->ReapDrained();  // what drained since its removal gave up waiting
-    const server::StatsSnapshot figures = snapshot();
-    Reply(res, 200, AdaptersJson(l2->cascade().Current(), l2->cascade().Draining(), figures));
-  });
-  s.Post("/config/adapters",
-         [&config, l2, snapshot](const httplib::Request& req, httplib::Response& res) {
-           if (RefuseAdmin(config, req, res)) return;
-           if (l2 == nullptr) return Error(res, 409, kNoTier);
-           AddAdapter(req, res, *l2, snapshot, config.l2_fs_root);
-         });
-  s.Delete(R"(/config/adapters/([^/]+))",
-           [&config, l2](const httplib::Request& req, httplib::Response& res) {
-             if (RefuseAdmin(config, req, res)) return;
-             if (l2 == nullptr) return Error(res, 409, kNoTier);
-             RemoveAdapter(req, res, *l2);
-           });
+  routes.Add(HttpMethod::kGet, "/config/adapters", Access::kOpen,
+             [l2, snapshot](const httplib::Request&, httplib::Response& res) {
+               if (l2 == nullptr) {
+                 return Reply(res, 200, {{"adapters", json::array()}, {"draining", json::array()}});
+               }
+               l2->ReapDrained();  // what drained since its removal gave up waiting
+               const server::StatsSnapshot figures = snapshot();
+               Reply(res, 200,
+                     AdaptersJson(l2->cascade().Current(), l2->cascade().Draining(), figures));
+             });
+  routes.Add(HttpMethod::kPost, "/config/adapters", Access::kAdmin,
+             [fs_root = config.l2_fs_root, l2, snapshot](const httplib::Request& req,
+                                                         httplib::Response& res) {
+               if (l2 == nullptr) return Error(res, 409, kNoTier);
+               AddAdapter(req, res, *l2, snapshot, fs_root);
+             });
+  routes.Add(
+      HttpMethod::kDelete, R"(/config/adapters/([^/]+))", Access::kAdmin,
+      [l2](const httplib::Request& req, httplib::Response& res) {
+        if (l2 == nullptr) return Error(res, 409, kNoTier);
+        RemoveAdapter(req, res, *l2);
+      },
+      "/config/adapters/fs-2");
 }
 
 }  // namespace lmcache::admin_http

@@ -14,12 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "admin_http/http_config.h"
+#include "admin_http/route_table.h"
 #include "server/stats.h"
 #include "tier/l2_cascade.h"
 
-namespace httplib {
-class Server;
-}
 namespace lmcache::tier {
 class L2Tier;
 }
@@ -34,7 +32,7 @@ nlohmann::json AdaptersJson(const tier::L2Cascade::View& cascade,
                             const server::StatsSnapshot& snapshot);
 
 // `snapshot` reads the server's figures (Service::Snapshot).
-void AddAdapterRoutes(httplib::Server& s, const HttpConfig& config, tier::L2Tier* l2,
+void AddAdapterRoutes(RouteTable& routes, const HttpConfig& config, tier::L2Tier* l2,
                       std::function<server::StatsSnapshot()> snapshot);
 
 }  // namespace lmcache::admin_http

@@ -196,18 +196,16 @@ void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::
 
 }  // namespace
 
-void AddCacheRoutes(httplib::Server& s, const HttpConfig& config, server::Service& service,
-                    tier::L2Tier* l2) {
-  s.Get("/cache/objects", [&config, &service, l2](const httplib::Request& req,
-                                                   httplib::Response& res) {
-    if (RefuseAdmin(config, req, res, /*changes_state=*/false)) return;
-    ListObjects(req, res, service, l2);
-  });
-  s.Delete("/cache/objects", [&config, &service, l2](const httplib::Request& req,
-                                                      httplib::Response& res) {
-    if (RefuseAdmin(config, req, res)) return;
-    DeleteObjects(req, res, service, l2);
-  });
+void AddCacheRoutes(RouteTable& routes, server::Service& service, tier::L2Tier* l2) {
+  // Listing shows cached keys: admin, though it changes nothing.
+  routes.Add(HttpMethod::kGet, "/cache/objects", Access::kAdminRead,
+             [&service, l2](const httplib::Request& req, httplib::Response& res) {
+               ListObjects(req, res, service, l2);
+             });
+  routes.Add(HttpMethod::kDelete, "/cache/objects", Access::kAdmin,
+             [&service, l2](const httplib::Request& req, httplib::Response& res) {
+               DeleteObjects(req, res, service, l2);
+             });
 }
 
 }  // namespace lmcache::admin_http

@@ -14,10 +14,8 @@
 #pragma once
 
 #include "admin_http/http_config.h"
+#include "admin_http/route_table.h"
 
-namespace httplib {
-class Server;
-}
 namespace lmcache::server {
 class Service;
 }
@@ -28,7 +26,6 @@ class L2Tier;
 namespace lmcache::admin_http {
 
 // `l2` may be null (no L2 tier).
-void AddCacheRoutes(httplib::Server& server, const HttpConfig& config, server::Service& service,
-                    tier::L2Tier* l2);
+void AddCacheRoutes(RouteTable& routes, server::Service& service, tier::L2Tier* l2);
 
 }  // namespace lmcache::admin_http

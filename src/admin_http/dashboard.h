@@ -17,14 +17,12 @@
 
 #include <string_view>
 
-namespace httplib {
-class Server;
-}
+#include "admin_http/route_table.h"
 
 namespace lmcache::admin_http {
 
 std::string_view DashboardHtml();
 
-void AddDashboardRoute(httplib::Server& server);
+void AddDashboardRoute(RouteTable& routes);
 
 }  // namespace lmcache::admin_http

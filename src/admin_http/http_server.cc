@@ -10,22 +10,23 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/logging.h"
-#include "common/msgpack_codec.h"
-#include "common/msgpack_cursor.h"
 #include "admin_http/adapter_routes.h"
+#include "admin_http/cache_routes.h"
 #include "admin_http/config_json.h"
 #include "admin_http/dashboard.h"
 #include "admin_http/guarded_http.h"
-#include "common/version.h"
 #include "admin_http/memory_pressure.h"
-#include "admin_http/prometheus.h"
-#include "admin_http/cache_routes.h"
 #include "admin_http/pin_routes.h"
 #include "admin_http/prefetch_routes.h"
+#include "admin_http/prometheus.h"
 #include "admin_http/quota_routes.h"
 #include "admin_http/route_helpers.h"
+#include "admin_http/route_table.h"
 #include "admin_http/status_json.h"
+#include "common/logging.h"
+#include "common/msgpack_codec.h"
+#include "common/msgpack_cursor.h"
+#include "common/version.h"
 
 namespace lmcache::admin_http {
 namespace {
@@ -44,7 +45,86 @@ Result<std::uint64_t> ClearedObjects(std::string_view reply) {
   return Status(ErrorCode::kInternal, "the clear_cache reply has no cleared_objects");
 }
 
+// PUT /loglevel: ?level= or {"level": ...}.
+void SetLogLevelRoute(const httplib::Request& req, httplib::Response& res) {
+  std::string level = req.get_param_value("level");
+  if (level.empty() && !req.body.empty()) {
+    const json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object() || !body.contains("level") ||
+        !body["level"].is_string()) {
+      return Error(res, 400,
+                   "expected {\"level\": \"<trace|debug|info|warn|error|critical|off>\"}");
+    }
+    level = body["level"].get<std::string>();
+  }
+  if (Status set = SetLogLevel(level); !set.ok()) return Error(res, 400, set.message());
+  spdlog::warn("log level set to {} over HTTP", level);
+  Reply(res, 200, {{"level", CurrentLogLevel()}});
+}
+
+// POST /clear-cache: through the op table, as the ZMQ clear, so it is
+// counted in its stats row (clear_cache) and governed by --admin-ops too.
+void ClearCache(const httplib::Request& req, httplib::Response& res, server::Service& service) {
+  const std::string force = msgpk::Encoder().Int(1).Take();
+  const std::string_view payloads[] = {force};
+  const std::string connection = "http:" + req.remote_addr;
+  const server::RequestContext context{
+      connection, server::Transport::kHttp, server::IsLoopbackAddress(req.remote_addr), {}, false};
+  const server::Reply reply = service.Call("clear_cache", payloads, context);
+  if (!reply.status.ok()) {
+    return Error(res, reply.status.code() == ErrorCode::kPermissionDenied ? 403 : 500,
+                 reply.status.message());
+  }
+  auto cleared = ClearedObjects(reply.value);
+  if (!cleared.ok()) return Error(res, 500, cleared.status().message());
+  Reply(res, 200, {{"status", "ok"}, {"cleared_objects", *cleared}});
+}
+
+// Unknown paths 404, oversized bodies 413, other refusals and a handler's
+// exception: each a JSON error, and the server keeps serving.
+void SetErrorHandlers(httplib::Server& s, std::size_t max_body_bytes) {
+  s.set_error_handler(
+      [max_body = max_body_bytes](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;  // a route already answered (405, 4xx with a body)
+        if (res.status == 404) return Error(res, 404, "no such route: " + req.path);
+        if (res.status == 413) {
+          return Error(res, 413,
+                       "request body too large: at most " + std::to_string(max_body >> 10) +
+                           " KiB, and 8 KiB as application/x-www-form-urlencoded (curl -d's "
+                           "default): send JSON with 'Content-Type: application/json'");
+        }
+        Error(res, res.status, "request refused");
+      });
+  s.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr failure) {
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(failure);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        spdlog::error("HTTP {} {} failed: {}", req.method, req.path, what);
+        Error(res, 500, "internal error: " + what);
+      });
+}
+
 }  // namespace
+
+void HttpServer::ServeStatus(const httplib::Request& req, httplib::Response& res,
+                             server::Service& service, Health& health,
+                             const HttpConfig& config) const {
+  json status = StatusJson(service.CollectStatus(), health.Check(), health.phase(), ::getpid());
+  // 64 bits of an HMAC of the fleet key let anyone test guessed keys
+  // offline: shown to admins only (issue 62, section 8).
+  if (!IsAdmin(config, req) && status.contains("p2p")) status["p2p"].erase("key_fingerprint");
+  const HttpGuardStats guard = guarded_->GuardStats();
+  status["http"] = {{"open_connections", guard.open_connections},
+                    {"refused_connections", guard.refused_connections},
+                    {"fast_only_connections", guard.fast_only_connections},
+                    {"deadline_closes", guard.deadline_closes}};
+  Reply(res, 200, status);
+}
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpConfig& config,
                                                       server::Service* service, Health* health,
@@ -90,140 +170,71 @@ void HttpServer::Stop() {
 }
 
 void HttpServer::AddRoutes() {
-  httplib::Server& s = *server_;
   server::Service& service = *service_;
   Health& health = *health_;
   const HttpConfig& config = config_;
+  RouteTable& routes = routes_;
 
-  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, {{"status", "ok"}, {"service", "lmcache-server"}, {"version", kVersion}});
-  });
-  s.Get("/healthcheck", [&health](const httplib::Request&, httplib::Response& res) {
-    const HealthVerdict verdict = health.Check();
-    if (verdict.healthy) {
-      Reply(res, 200, {{"status", "healthy"}});
-    } else {
-      Reply(res, 503, {{"status", "unhealthy"}, {"reason", verdict.reason}});
-    }
-  });
-  s.Get("/status", [this, &service, &health, &config](const httplib::Request& req,
-                                                       httplib::Response& res) {
-    json status = StatusJson(service.CollectStatus(), health.Check(), health.phase(), ::getpid());
-    // 64 bits of an HMAC of the fleet key let anyone test guessed keys
-    // offline: shown to admins only (issue 62, section 8).
-    if (!IsAdmin(config, req) && status.contains("p2p")) status["p2p"].erase("key_fingerprint");
-    const HttpGuardStats guard = guarded_->GuardStats();
-    status["http"] = {{"open_connections", guard.open_connections},
-                      {"refused_connections", guard.refused_connections},
-                      {"fast_only_connections", guard.fast_only_connections},
-                      {"deadline_closes", guard.deadline_closes}};
-    Reply(res, 200, status);
-  });
-  s.Get("/status/memory-pressure", [&service](const httplib::Request&, httplib::Response& res) {
-    const auto now = std::chrono::system_clock::now().time_since_epoch();
-    Reply(res, 200,
-          MemoryPressureJson(service.CollectStatus(),
-                             std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
-  });
-  s.Get("/metrics", [&service, &health](const httplib::Request&, httplib::Response& res) {
-    res.set_content(RenderPrometheus(service.Snapshot(), health.Check(), health.phase()),
-                    "text/plain; version=0.0.4; charset=utf-8");
-  });
-  s.Get("/version", [](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, VersionJson());
-  });
-  s.Get("/config", [&config](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, ConfigJson(config.flags));
-  });
-  s.Get("/loglevel", [](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, {{"level", CurrentLogLevel()}});
-  });
-  s.Put("/loglevel", [&config](const httplib::Request& req, httplib::Response& res) {
-    if (RefuseAdmin(config, req, res)) return;
-    std::string level = req.get_param_value("level");
-    if (level.empty() && !req.body.empty()) {
-      const json body = json::parse(req.body, nullptr, false);
-      if (body.is_discarded() || !body.is_object() || !body.contains("level") ||
-          !body["level"].is_string()) {
-        return Error(res, 400, "expected {\"level\": \"<trace|debug|info|warn|error|critical|off>\"}");
-      }
-      level = body["level"].get<std::string>();
-    }
-    if (Status set = SetLogLevel(level); !set.ok()) return Error(res, 400, set.message());
-    spdlog::warn("log level set to {} over HTTP", level);
-    Reply(res, 200, {{"level", CurrentLogLevel()}});
-  });
-  s.Post("/clear-cache", [&config, &service](const httplib::Request& req, httplib::Response& res) {
-    if (RefuseAdmin(config, req, res)) return;
-    // Through the op table, as the ZMQ clear: counted in its stats row
-    // (clear_cache) and governed by --admin-ops as well.
-    const std::string force = msgpk::Encoder().Int(1).Take();
-    const std::string_view payloads[] = {force};
-    const std::string connection = "http:" + req.remote_addr;
-    const server::RequestContext context{connection, server::Transport::kHttp,
-                                         server::IsLoopbackAddress(req.remote_addr), {}, false};
-    const server::Reply reply = service.Call("clear_cache", payloads, context);
-    if (!reply.status.ok()) {
-      return Error(res, reply.status.code() == ErrorCode::kPermissionDenied ? 403 : 500,
-                   reply.status.message());
-    }
-    auto cleared = ClearedObjects(reply.value);
-    if (!cleared.ok()) return Error(res, 500, cleared.status().message());
-    Reply(res, 200, {{"status", "ok"}, {"cleared_objects", *cleared}});
-  });
+  routes.Add(
+      HttpMethod::kGet, "/", Access::kOpen, [](const httplib::Request&, httplib::Response& res) {
+        Reply(res, 200, {{"status", "ok"}, {"service", "lmcache-server"}, {"version", kVersion}});
+      });
+  routes.Add(HttpMethod::kGet, "/healthcheck", Access::kOpen,
+             [&health](const httplib::Request&, httplib::Response& res) {
+               const HealthVerdict verdict = health.Check();
+               if (verdict.healthy) {
+                 Reply(res, 200, {{"status", "healthy"}});
+               } else {
+                 Reply(res, 503, {{"status", "unhealthy"}, {"reason", verdict.reason}});
+               }
+             });
+  routes.Add(
+      HttpMethod::kGet, "/status", Access::kOpen,
+      [this, &service, &health, &config](const httplib::Request& req, httplib::Response& res) {
+        ServeStatus(req, res, service, health, config);
+      });
+  routes.Add(HttpMethod::kGet, "/status/memory-pressure", Access::kOpen,
+             [&service](const httplib::Request&, httplib::Response& res) {
+               const auto now = std::chrono::system_clock::now().time_since_epoch();
+               Reply(res, 200,
+                     MemoryPressureJson(
+                         service.CollectStatus(),
+                         std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
+             });
+  routes.Add(HttpMethod::kGet, "/metrics", Access::kOpen,
+             [&service, &health](const httplib::Request&, httplib::Response& res) {
+               res.set_content(RenderPrometheus(service.Snapshot(), health.Check(), health.phase()),
+                               "text/plain; version=0.0.4; charset=utf-8");
+             });
+  routes.Add(
+      HttpMethod::kGet, "/version", Access::kOpen,
+      [](const httplib::Request&, httplib::Response& res) { Reply(res, 200, VersionJson()); });
+  routes.Add(HttpMethod::kGet, "/config", Access::kOpen,
+             [&config](const httplib::Request&, httplib::Response& res) {
+               Reply(res, 200, ConfigJson(config.flags));
+             });
+  routes.Add(HttpMethod::kGet, "/loglevel", Access::kOpen,
+             [](const httplib::Request&, httplib::Response& res) {
+               Reply(res, 200, {{"level", CurrentLogLevel()}});
+             });
+  routes.Add(HttpMethod::kPut, "/loglevel", Access::kAdmin, SetLogLevelRoute);
+  routes.Add(HttpMethod::kPost, "/clear-cache", Access::kAdmin,
+             [&service](const httplib::Request& req, httplib::Response& res) {
+               ClearCache(req, res, service);
+             });
 
-  AddAdapterRoutes(s, config, l2_, [&service] { return service.Snapshot(); });
-  AddQuotaRoutes(s, config, service.table());
-  AddCacheRoutes(s, config, service, l2_);
-  AddPinRoutes(s, config, service);
-  AddPrefetchRoutes(s, config, service);
-  AddDashboardRoute(s);
+  AddAdapterRoutes(routes, config, l2_, [&service] { return service.Snapshot(); });
+  AddQuotaRoutes(routes, service.table());
+  AddCacheRoutes(routes, service, l2_);
+  AddPinRoutes(routes, service);
+  AddPrefetchRoutes(routes, service);
+  AddDashboardRoute(routes);
 
-  // Every known path answers other methods with 405; unknown paths with 404.
-  static const std::map<std::string, std::string> kAllowed = {
-      {"/", "GET"},        {"/healthcheck", "GET"},   {"/status", "GET"},
-      {"/status/memory-pressure", "GET"},             {"/metrics", "GET"},
-      {"/version", "GET"}, {"/loglevel", "GET, PUT"}, {"/clear-cache", "POST"},
-      {"/config", "GET"},  {"/config/adapters", "GET, POST"}, {"/quota", "GET"},
-      {"/cache/objects", "GET, DELETE"}, {"/cache/pins", "GET, POST, DELETE"},
-      {"/cache/prefetches", "POST"}, {"/dashboard", "GET"}};
-  auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
-    auto it = kAllowed.find(req.path);
-    if (it == kAllowed.end()) return Error(res, 404, "no such route: " + req.path);
-    res.set_header("Allow", it->second);
-    Error(res, 405, req.method + " is not allowed on " + req.path + " (allowed: " + it->second + ")");
-  };
-  for (const auto& [path, allowed] : kAllowed) {
-    if (allowed.find("GET") == std::string::npos) s.Get(path, wrong_method);
-    if (allowed.find("PUT") == std::string::npos) s.Put(path, wrong_method);
-    if (allowed.find("POST") == std::string::npos) s.Post(path, wrong_method);
-    if (allowed.find("DELETE") == std::string::npos) s.Delete(path, wrong_method);
-    s.Patch(path, wrong_method);
-  }
-  s.set_error_handler([max_body = config.max_body_bytes](const httplib::Request& req,
-                                                         httplib::Response& res) {
-    if (!res.body.empty()) return;  // a route already answered (405, 4xx with a body)
-    if (res.status == 404) return Error(res, 404, "no such route: " + req.path);
-    if (res.status == 413) {
-      return Error(res, 413,
-                   "request body too large: at most " + std::to_string(max_body >> 10) +
-                       " KiB, and 8 KiB as application/x-www-form-urlencoded (curl -d's "
-                       "default): send JSON with 'Content-Type: application/json'");
-    }
-    Error(res, res.status, "request refused");
-  });
-  s.set_exception_handler([](const httplib::Request& req, httplib::Response& res,
-                             std::exception_ptr failure) {
-    std::string what = "unknown error";
-    try {
-      std::rethrow_exception(failure);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    spdlog::error("HTTP {} {} failed: {}", req.method, req.path, what);
-    Error(res, 500, "internal error: " + what);
-  });
+  httplib::Server& s = *server_;
+  // Each route behind its gate; every other method on a declared path 405
+  // with Allow; unknown paths 404 (the error handler below).
+  routes.RegisterOn(s, config);
+  SetErrorHandlers(s, config.max_body_bytes);
 }
 
 }  // namespace lmcache::admin_http

@@ -20,13 +20,16 @@
 #include <string>
 #include <thread>
 
-#include "admin_http/http_config.h"
-#include "lmcache/status.h"
 #include "admin_http/health.h"
+#include "admin_http/http_config.h"
+#include "admin_http/route_table.h"
+#include "lmcache/status.h"
 #include "server/service.h"
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 namespace lmcache::tier {
 class L2Tier;
@@ -46,12 +49,17 @@ class HttpServer {
   ~HttpServer();  // stops
   void Stop();
   int port() const { return port_; }
+  // Every route it serves, with its access (tests walk them).
+  const RouteTable& routes() const { return routes_; }
 
  private:
   HttpServer() = default;
   void AddRoutes();
+  void ServeStatus(const httplib::Request& req, httplib::Response& res, server::Service& service,
+                   Health& health, const HttpConfig& config) const;
 
   HttpConfig config_;
+  RouteTable routes_;
   server::Service* service_ = nullptr;
   Health* health_ = nullptr;
   tier::L2Tier* l2_ = nullptr;

@@ -30,7 +30,7 @@ the same tree as JSON under `stats`, the derived gauges included. Every metric i
 prefix. Where the reference (LMCache MP mode, spec 15.5) has a metric that
 means the same thing we use its name (marked **ref**); the rest are ours.
 Labels are bounded: `operation` (the fixed operation table), `l2_name`
-(an L2 adapter's `"name"`, or `<type>#<n>`, e.g. `fs#1`: one per adapter in
+(an L2 adapter's `"name"`, or `<type>-<n>`, e.g. `fs-1`: one per adapter in
 the cascade now, so adapters added and removed at runtime come and go),
 `object_bytes` (the
 L1 size classes), and the fixed values listed. No label carries a request,

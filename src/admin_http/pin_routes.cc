@@ -75,19 +75,19 @@ void UnpinObjects(const httplib::Request& req, httplib::Response& res, server::S
 
 }  // namespace
 
-void AddPinRoutes(httplib::Server& s, const HttpConfig& config, server::Service& service) {
-  s.Get("/cache/pins", [&config, &service](const httplib::Request& req, httplib::Response& res) {
-    if (RefuseAdmin(config, req, res, /*changes_state=*/false)) return;
-    ListPins(req, res, service);
-  });
-  s.Post("/cache/pins", [&config, &service](const httplib::Request& req, httplib::Response& res) {
-    if (RefuseAdmin(config, req, res)) return;
-    PinObjects(req, res, service);
-  });
-  s.Delete("/cache/pins", [&config, &service](const httplib::Request& req, httplib::Response& res) {
-    if (RefuseAdmin(config, req, res)) return;
-    UnpinObjects(req, res, service);
-  });
+void AddPinRoutes(RouteTable& routes, server::Service& service) {
+  routes.Add(HttpMethod::kGet, "/cache/pins", Access::kAdminRead,
+             [&service](const httplib::Request& req, httplib::Response& res) {
+               ListPins(req, res, service);
+             });
+  routes.Add(HttpMethod::kPost, "/cache/pins", Access::kAdmin,
+             [&service](const httplib::Request& req, httplib::Response& res) {
+               PinObjects(req, res, service);
+             });
+  routes.Add(HttpMethod::kDelete, "/cache/pins", Access::kAdmin,
+             [&service](const httplib::Request& req, httplib::Response& res) {
+               UnpinObjects(req, res, service);
+             });
 }
 
 }  // namespace lmcache::admin_http

@@ -12,16 +12,14 @@
 #pragma once
 
 #include "admin_http/http_config.h"
+#include "admin_http/route_table.h"
 
-namespace httplib {
-class Server;
-}
 namespace lmcache::server {
 class Service;
 }
 
 namespace lmcache::admin_http {
 
-void AddPinRoutes(httplib::Server& server, const HttpConfig& config, server::Service& service);
+void AddPinRoutes(RouteTable& routes, server::Service& service);
 
 }  // namespace lmcache::admin_http

@@ -51,35 +51,38 @@ Result<server::WarmRequest> WarmRequestFromBody(const std::string& body) {
   return request;
 }
 
-void AddPrefetchRoutes(httplib::Server& s, const HttpConfig& config, server::Service& service) {
-  s.Post("/cache/prefetches", [&config, &service](const httplib::Request& req,
-                                                  httplib::Response& res) {
-    if (RefuseAdmin(config, req, res)) return;
-    auto request = WarmRequestFromBody(req.body);
-    if (!request.ok()) return Error(res, 400, request.status().message());
-    auto submitted = service.warm_prefetches().Submit(*request);
-    if (!submitted.ok()) {
-      return Error(res, HttpStatusOf(submitted.status()), submitted.status().message());
-    }
-    Reply(res, 202,
-          {{"request_id", submitted->request_id},
-           {"chunks", submitted->chunks},
-           {"status", submitted->noop ? "noop" : "submitted"}});
-  });
-  s.Get(R"(/cache/prefetches/([0-9a-f]+))", [&service](const httplib::Request& req,
-                                                       httplib::Response& res) {
-    const std::string id = req.matches[1];
-    const auto progress = service.warm_prefetches().Take(id);
-    if (!progress) {
-      return Error(res, 404, "no prefetch " + id + " (unknown, or its result was read already)");
-    }
-    if (!progress->done) return Reply(res, 200, {{"status", "pending"}, {"request_id", id}});
-    Reply(res, 200,
-          {{"status", "completed"},
-           {"request_id", id},
-           {"found_keys", progress->found_keys},
-           {"total_keys", progress->total_keys}});
-  });
+void AddPrefetchRoutes(RouteTable& routes, server::Service& service) {
+  routes.Add(HttpMethod::kPost, "/cache/prefetches", Access::kAdmin,
+             [&service](const httplib::Request& req, httplib::Response& res) {
+               auto request = WarmRequestFromBody(req.body);
+               if (!request.ok()) return Error(res, 400, request.status().message());
+               auto submitted = service.warm_prefetches().Submit(*request);
+               if (!submitted.ok()) {
+                 return Error(res, HttpStatusOf(submitted.status()), submitted.status().message());
+               }
+               Reply(res, 202,
+                     {{"request_id", submitted->request_id},
+                      {"chunks", submitted->chunks},
+                      {"status", submitted->noop ? "noop" : "submitted"}});
+             });
+  // A prefetch's id is 128 random bits: knowing it is the right to read its result.
+  routes.Add(
+      HttpMethod::kGet, R"(/cache/prefetches/([0-9a-f]+))", Access::kOpen,
+      [&service](const httplib::Request& req, httplib::Response& res) {
+        const std::string id = req.matches[1];
+        const auto progress = service.warm_prefetches().Take(id);
+        if (!progress) {
+          return Error(res, 404,
+                       "no prefetch " + id + " (unknown, or its result was read already)");
+        }
+        if (!progress->done) return Reply(res, 200, {{"status", "pending"}, {"request_id", id}});
+        Reply(res, 200,
+              {{"status", "completed"},
+               {"request_id", id},
+               {"found_keys", progress->found_keys},
+               {"total_keys", progress->total_keys}});
+      },
+      "/cache/prefetches/0123abcd");
 }
 
 }  // namespace lmcache::admin_http

@@ -13,12 +13,10 @@
 #include <string>
 
 #include "admin_http/http_config.h"
+#include "admin_http/route_table.h"
 #include "lmcache/status.h"
 #include "server/warm_prefetches.h"
 
-namespace httplib {
-class Server;
-}
 namespace lmcache::server {
 class Service;
 }
@@ -28,7 +26,6 @@ namespace lmcache::admin_http {
 // The request a POST body names (kInvalidArgument: 400's message).
 Result<server::WarmRequest> WarmRequestFromBody(const std::string& body);
 
-void AddPrefetchRoutes(httplib::Server& server, const HttpConfig& config,
-                       server::Service& service);
+void AddPrefetchRoutes(RouteTable& routes, server::Service& service);
 
 }  // namespace lmcache::admin_http

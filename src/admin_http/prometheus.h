@@ -7,7 +7,7 @@
 // Names follow the reference where a metric means the same thing
 // (lmcache_mp_l1_memory_usage_bytes, lmcache_mp_lookup_hit_total, ...); the
 // rest are ours under the same prefix. Labels are bounded: the operation
-// name (the fixed op table), the L2 adapter's name ("fs#1"), the admission source.
+// name (the fixed op table), the L2 adapter's name ("fs-1"), the admission source.
 // docs/metrics.md, generated from the same schema, lists every metric.
 //
 // Thread-safety: pure functions.

@@ -75,46 +75,50 @@ json QuotasJson(const store::TenantTotals& totals, store::QuotaMode mode) {
             {"refused_objects", totals.other_refused_objects}}}};
 }
 
-void AddQuotaRoutes(httplib::Server& s, const HttpConfig& config, store::ObjectTable& table) {
+void AddQuotaRoutes(RouteTable& routes, store::ObjectTable& table) {
   static constexpr const char* kOne = R"(/quota/([^/]+))";
-  s.Get("/quota", [&table](const httplib::Request&, httplib::Response& res) {
-    Reply(res, 200, QuotasJson(table.tenants().Totals(), table.tenants().mode()));
-  });
+  static constexpr const char* kOneExample = "/quota/_default";
+  routes.Add(HttpMethod::kGet, "/quota", Access::kOpen,
+             [&table](const httplib::Request&, httplib::Response& res) {
+               Reply(res, 200, QuotasJson(table.tenants().Totals(), table.tenants().mode()));
+             });
   // One tenant's figures answer for any salt, quota or not: a probe of a
   // guessed salt, so behind the admin token (read-only mode does not refuse it).
-  s.Get(kOne, [&config, &table](const httplib::Request& req, httplib::Response& res) {
-    if (RefuseAdmin(config, req, res, /*changes_state=*/false)) return;
-    auto salt = SaltFromPath(req.matches[1]);
-    if (!salt.ok()) return Error(res, 400, salt.status().message());
-    Reply(res, 200, TenantQuotaJson(table.tenants().Get(*salt), table.tenants().mode()));
-  });
-  s.Put(kOne, [&config, &table](const httplib::Request& req, httplib::Response& res) {
-    if (RefuseAdmin(config, req, res)) return;
-    auto salt = SaltFromPath(req.matches[1]);
-    if (!salt.ok()) return Error(res, 400, salt.status().message());
-    auto bytes = QuotaBytesFromBody(req.body);
-    if (!bytes.ok()) return Error(res, 400, bytes.status().message());
-    const double given_gb = json::parse(req.body)["limit_gb"].get<double>();
-    if (const Status set = table.SetQuota(*salt, *bytes); !set.ok()) {
-      return Error(res, 409, set.message());
-    }
-    spdlog::info("quota of tenant '{}' set to {} bytes over HTTP", SaltName(*salt), *bytes);
-    Reply(res, 200, {{"cache_salt", SaltName(*salt)}, {"limit_gb", given_gb}, {"status", "ok"}});
-  });
-  s.Delete(kOne, [&config, &table](const httplib::Request& req, httplib::Response& res) {
-    if (RefuseAdmin(config, req, res)) return;
-    auto salt = SaltFromPath(req.matches[1]);
-    if (!salt.ok()) return Error(res, 400, salt.status().message());
-    const bool removed = table.RemoveQuota(*salt);
-    if (removed) spdlog::info("quota of tenant '{}' removed over HTTP", SaltName(*salt));
-    Reply(res, 200, {{"cache_salt", SaltName(*salt)}, {"status", removed ? "removed" : "not_found"}});
-  });
-  auto wrong_method = [](const httplib::Request& req, httplib::Response& res) {
-    res.set_header("Allow", "GET, PUT, DELETE");
-    Error(res, 405, req.method + " is not allowed on " + req.path + " (allowed: GET, PUT, DELETE)");
-  };
-  s.Post(kOne, wrong_method);
-  s.Patch(kOne, wrong_method);
+  routes.Add(
+      HttpMethod::kGet, kOne, Access::kAdminRead,
+      [&table](const httplib::Request& req, httplib::Response& res) {
+        auto salt = SaltFromPath(req.matches[1]);
+        if (!salt.ok()) return Error(res, 400, salt.status().message());
+        Reply(res, 200, TenantQuotaJson(table.tenants().Get(*salt), table.tenants().mode()));
+      },
+      kOneExample);
+  routes.Add(
+      HttpMethod::kPut, kOne, Access::kAdmin,
+      [&table](const httplib::Request& req, httplib::Response& res) {
+        auto salt = SaltFromPath(req.matches[1]);
+        if (!salt.ok()) return Error(res, 400, salt.status().message());
+        auto bytes = QuotaBytesFromBody(req.body);
+        if (!bytes.ok()) return Error(res, 400, bytes.status().message());
+        const double given_gb = json::parse(req.body)["limit_gb"].get<double>();
+        if (const Status set = table.SetQuota(*salt, *bytes); !set.ok()) {
+          return Error(res, 409, set.message());
+        }
+        spdlog::info("quota of tenant '{}' set to {} bytes over HTTP", SaltName(*salt), *bytes);
+        Reply(res, 200,
+              {{"cache_salt", SaltName(*salt)}, {"limit_gb", given_gb}, {"status", "ok"}});
+      },
+      kOneExample);
+  routes.Add(
+      HttpMethod::kDelete, kOne, Access::kAdmin,
+      [&table](const httplib::Request& req, httplib::Response& res) {
+        auto salt = SaltFromPath(req.matches[1]);
+        if (!salt.ok()) return Error(res, 400, salt.status().message());
+        const bool removed = table.RemoveQuota(*salt);
+        if (removed) spdlog::info("quota of tenant '{}' removed over HTTP", SaltName(*salt));
+        Reply(res, 200,
+              {{"cache_salt", SaltName(*salt)}, {"status", removed ? "removed" : "not_found"}});
+      },
+      kOneExample);
 }
 
 }  // namespace lmcache::admin_http

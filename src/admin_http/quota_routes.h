@@ -15,13 +15,10 @@
 #include <nlohmann/json.hpp>
 
 #include "admin_http/http_config.h"
+#include "admin_http/route_table.h"
 #include "lmcache/status.h"
 #include "store/object_table.h"
 #include "store/tenant_ledger.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace lmcache::admin_http {
 
@@ -34,6 +31,6 @@ nlohmann::json TenantQuotaJson(const store::TenantAccount& account, store::Quota
 // GET /quota's answer.
 nlohmann::json QuotasJson(const store::TenantTotals& totals, store::QuotaMode mode);
 
-void AddQuotaRoutes(httplib::Server& server, const HttpConfig& config, store::ObjectTable& table);
+void AddQuotaRoutes(RouteTable& routes, store::ObjectTable& table);
 
 }  // namespace lmcache::admin_http

@@ -1,7 +1,8 @@
 // WakeFd: the eventfd a thread that sleeps in poll (zmq::poll, or poll(2)
 // beside another fd) is woken through by other threads: the router loop
-// (replies queued, stop), the KV event publisher (the log appended), the
-// UCX data channel and the peer RPC (commands queued). Wake makes fd()
+// (replies queued, stop), the KV event publisher (the log appended), and
+// every Mailbox (common/mailbox.h: the UCX data channel's and the peer
+// RPC's commands queued). Wake makes fd()
 // readable; the owner's thread, having seen it readable, Drains it so the
 // next poll sleeps until the next Wake. Several Wakes before a Drain are one.
 //

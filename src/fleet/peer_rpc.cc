@@ -13,8 +13,7 @@
 
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
-#include "common/mutex.h"
-#include "common/wake_fd.h"
+#include "common/mailbox.h"
 #include "protocol/wire_codec.h"
 
 namespace lmcache::fleet {
@@ -85,16 +84,13 @@ struct PeerRpc::Impl {
   ClosedObserver on_closed;
   const Clock* clock = nullptr;
   zmq::context_t context{1};
-  WakeFd wake;
+  // What other threads ask of the thread, and its wake-up. Closed when
+  // EndAll takes the last commands: a call posted after (from a completion
+  // that calls again) ends at once instead of never.
+  Mailbox<Command> mailbox;
   std::thread thread;
   std::atomic<bool> stop{false};
   std::atomic<PeerId> next_peer{1};
-
-  Mutex mu;
-  std::deque<Command> commands LMC_GUARDED_BY(mu);
-  // Set when EndAll took the last commands: a call posted after (from a
-  // completion that calls again) ends at once instead of never.
-  bool closed LMC_GUARDED_BY(mu) = false;
 
   // A peer's DEALER, and the PAIR its socket monitor reports to: a
   // DISCONNECTED there means no call sent before can be answered.
@@ -111,19 +107,12 @@ struct PeerRpc::Impl {
 
   PeerRpcCounters counters;
 
-  void Post(Command command) LMC_EXCLUDES(mu) {
-    {
-      MutexLock lock(&mu);
-      if (!closed) {
-        commands.push_back(std::move(command));
-        command = {};
-      }
-    }
-    if (auto* call = std::get_if<CallCommand>(&command)) {
+  void Post(Command command) {
+    std::optional<Command> refused = mailbox.Post(std::move(command));
+    if (!refused) return;
+    if (auto* call = std::get_if<CallCommand>(&*refused)) {
       call->done(Status(ErrorCode::kUnavailable, "the peer RPC has stopped"));
-      return;
     }
-    wake.Wake();
   }
 
   void Run() {
@@ -135,13 +124,8 @@ struct PeerRpc::Impl {
     EndAll(Status(ErrorCode::kUnavailable, "the peer RPC stopped"));
   }
 
-  void RunCommands() LMC_EXCLUDES(mu) {
-    std::deque<Command> batch;
-    {
-      MutexLock lock(&mu);
-      batch.swap(commands);
-    }
-    for (Command& command : batch) {
+  void RunCommands() {
+    for (Command& command : mailbox.TakeAll()) {
       if (auto* c = std::get_if<ConnectCommand>(&command)) {
         Open(*c);
       } else if (auto* d = std::get_if<DisconnectCommand>(&command)) {
@@ -228,7 +212,7 @@ struct PeerRpc::Impl {
   void Poll() {
     std::vector<zmq::pollitem_t> items;
     std::vector<PeerId> ids;
-    items.push_back({nullptr, wake.fd(), ZMQ_POLLIN, 0});
+    items.push_back({nullptr, mailbox.fd(), ZMQ_POLLIN, 0});
     for (auto& [id, peer] : sockets) {  // each peer's socket, then its monitor
       items.push_back({peer.socket.handle(), 0, ZMQ_POLLIN, 0});
       items.push_back({peer.monitor.handle(), 0, ZMQ_POLLIN, 0});
@@ -239,7 +223,7 @@ struct PeerRpc::Impl {
     } catch (const zmq::error_t&) {
       return;  // EINTR: the next turn polls again
     }
-    if (items[0].revents & ZMQ_POLLIN) wake.Drain();
+    if (items[0].revents & ZMQ_POLLIN) mailbox.Drain();
     for (std::size_t i = 0; i < ids.size(); ++i) {
       if (items[1 + 2 * i].revents & ZMQ_POLLIN) Receive(ids[i]);
       if (items[2 + 2 * i].revents & ZMQ_POLLIN) Disconnected(ids[i]);
@@ -353,15 +337,9 @@ struct PeerRpc::Impl {
     for (Done& done : ended) done(why);
   }
 
-  void EndAll(const Status& why) LMC_EXCLUDES(mu) {
+  void EndAll(const Status& why) {
     EndWhere([](const Pending&) { return true; }, why);
-    std::deque<Command> left;
-    {
-      MutexLock lock(&mu);
-      left.swap(commands);
-      closed = true;
-    }
-    for (Command& command : left) {
+    for (Command& command : mailbox.Close()) {
       if (auto* call = std::get_if<CallCommand>(&command)) call->done(why);
     }
     for (auto& [id, peer] : sockets) zmq_socket_monitor(peer.socket.handle(), nullptr, 0);
@@ -380,7 +358,7 @@ Result<std::unique_ptr<PeerRpc>> PeerRpc::Start(const FleetKey& key, const Clock
   impl->client = key.client();
   impl->server_public_z85 = key.server().public_z85;
   impl->clock = clock;
-  LMC_ASSIGN_OR_RETURN(impl->wake, WakeFd::Create());
+  LMC_RETURN_IF_ERROR(impl->mailbox.Open());
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->Run(); });
   return std::unique_ptr<PeerRpc>(new PeerRpc(std::move(impl)));
@@ -393,7 +371,7 @@ PeerRpc::~PeerRpc() { Stop(); }
 void PeerRpc::Stop() {
   if (!impl_->thread.joinable()) return;
   impl_->stop.store(true, std::memory_order_release);
-  impl_->wake.Wake();
+  impl_->mailbox.Wake();
   impl_->thread.join();
 }
 

@@ -98,7 +98,7 @@ Status UcxChannel::Impl::Init(std::byte* base, std::size_t size, UcxDescriptor* 
   }
   descriptor->size = size;
 
-  LMC_ASSIGN_OR_RETURN(wake, WakeFd::Create());
+  LMC_RETURN_IF_ERROR(mailbox.Open());
   return Status::Ok();
 }
 
@@ -116,12 +116,7 @@ void UcxChannel::Impl::Run() {
 }
 
 void UcxChannel::Impl::RunCommands() {
-  std::deque<Command> now;
-  {
-    MutexLock lock(&mu);
-    now.swap(commands);
-  }
-  for (Command& command : now) {
+  for (Command& command : mailbox.TakeAll()) {
     if (auto* connect = std::get_if<std::unique_ptr<ConnectCommand>>(&command)) {
       Connect(**connect);
     } else if (auto* disconnect = std::get_if<DisconnectCommand>(&command)) {
@@ -156,7 +151,7 @@ void UcxChannel::Impl::Connect(ConnectCommand& command) {
   peer.size = command.descriptor.size;
   const PeerHandle handle = next_peer++;
   peers.emplace(handle, peer);
-  open_peers.fetch_add(1, std::memory_order_relaxed);
+  counters.peers.fetch_add(1, std::memory_order_relaxed);
   command.reply.set_value(handle);
 }
 
@@ -178,7 +173,7 @@ void UcxChannel::Impl::OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status) 
 // Forces the endpoint closed: sends on it complete with an error.
 void UcxChannel::Impl::EndPeer(Peer& peer) {
   if (peer.ep == nullptr) return;
-  if (!peer.failed) open_peers.fetch_sub(1, std::memory_order_relaxed);
+  if (!peer.failed) counters.peers.fetch_sub(1, std::memory_order_relaxed);
   peer.failed = true;
   ucp_request_param_t close{};
   close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -211,22 +206,17 @@ void UcxChannel::Impl::Sleep() {
       timeout = static_cast<int>(std::clamp<TimeMs>(batch->deadline_ms - now, 0, timeout));
     }
   }
-  pollfd fds[2] = {{ucx_fd, POLLIN, 0}, {wake.fd(), POLLIN, 0}};
+  pollfd fds[2] = {{ucx_fd, POLLIN, 0}, {mailbox.fd(), POLLIN, 0}};
   (void)::poll(fds, 2, timeout);
-  if (fds[1].revents & POLLIN) wake.Drain();
+  if (fds[1].revents & POLLIN) mailbox.Drain();
 }
 
 // At stop: queued commands fail, every endpoint closes, reads not landing
 // end, and the thread progresses until every landing read and every send has
 // completed (a slot is never left being written), then every batch ends.
 void UcxChannel::Impl::Shutdown() {
-  std::deque<Command> left;
-  {
-    MutexLock lock(&mu);
-    left.swap(commands);
-  }
   const Status stopping(ErrorCode::kUnavailable, "the UCX channel is stopping");
-  for (Command& command : left) {
+  for (Command& command : mailbox.TakeAll()) {
     if (auto* connect = std::get_if<std::unique_ptr<ConnectCommand>>(&command)) {
       (*connect)->reply.set_value(stopping);
     } else if (auto* guard = std::get_if<std::unique_ptr<GuardCommand>>(&command)) {
@@ -312,7 +302,7 @@ Result<std::unique_ptr<UcxChannel>> UcxChannel::Create(std::byte* pool, std::siz
 
 UcxChannel::~UcxChannel() {
   impl_->stop.store(true);
-  impl_->wake.Wake();
+  impl_->mailbox.Wake();
   impl_->thread.join();
 }
 
@@ -336,7 +326,7 @@ void UcxChannel::SetServeGuard(ServeGuard guard) {
 
 void UcxChannel::EndReads() {
   impl_->reads_ended.store(true, std::memory_order_release);
-  impl_->wake.Wake();
+  impl_->mailbox.Wake();
 }
 
 void UcxChannel::Read(PeerHandle peer, std::vector<UcxRead> reads, TimeMs deadline_ms,
@@ -357,23 +347,8 @@ void UcxChannel::ReadEach(PeerHandle peer, std::vector<UcxRead> reads, TimeMs de
 }
 
 UcxChannelStats UcxChannel::Stats() const {
-  const Impl& i = *impl_;
-  auto load = [](const std::atomic<std::uint64_t>& v) { return v.load(std::memory_order_relaxed); };
   UcxChannelStats s;
-  s.peers = load(i.open_peers);
-  s.reads = load(i.reads);
-  s.read_bytes = load(i.read_bytes);
-  s.failed_reads = load(i.failed_reads);
-  s.deadline_reads = load(i.deadline_reads);
-  s.refused_reads = load(i.refused_reads);
-  s.served_reads = load(i.served_reads);
-  s.served_bytes = load(i.served_bytes);
-  s.refused_serves = load(i.refused_serves);
-  s.unheld_serves = load(i.unheld_serves);
-  s.late_replies = load(i.late_replies);
-  s.forged_replies = load(i.forged_replies);
-  s.foreign_replies = load(i.foreign_replies);
-  s.corrupt_replies = load(i.corrupt_replies);
+  impl_->counters.CopyTo(&s);
   return s;
 }
 

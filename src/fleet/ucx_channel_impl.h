@@ -22,8 +22,8 @@
 #include <variant>
 #include <vector>
 
+#include "common/mailbox.h"
 #include "common/mutex.h"
-#include "common/wake_fd.h"
 #include "fleet/ucx_channel.h"
 #include "fleet/ucx_wire.h"
 
@@ -107,13 +107,11 @@ struct UcxChannel::Impl {
   ucp_worker_h worker = nullptr;
   ucp_mem_h memh = nullptr;
   int ucx_fd = -1;
-  WakeFd wake;
+  // What other threads ask of the progress thread, and its wake-up.
+  Mailbox<Command> mailbox;
   std::thread thread;
   std::atomic<bool> stop{false};
   std::atomic<bool> reads_ended{false};  // EndReads: every batch is past its deadline
-
-  Mutex mu;
-  std::deque<Command> commands LMC_GUARDED_BY(mu);
 
   // The progress thread's own.
   ServeGuard serve_guard;  // unset: every read refused
@@ -123,10 +121,10 @@ struct UcxChannel::Impl {
   PeerHandle next_peer = 1;
   std::size_t sends_in_flight = 0;
 
-  std::atomic<std::uint64_t> open_peers{0}, reads{0}, read_bytes{0}, failed_reads{0},
-      deadline_reads{0}, refused_reads{0}, served_reads{0}, served_bytes{0}, refused_serves{0},
-      unheld_serves{0}, late_replies{0}, forged_replies{0}, foreign_replies{0},
-      corrupt_replies{0};
+  // Every figure of UcxChannelStats, counted where it happens (peers: the
+  // endpoints open now).
+  LMC_STATS_COUNTERS(Counters, UcxChannelStats, LMC_UCX_CHANNEL_STATS);
+  Counters counters;
 
   ~Impl() {
     keys.Wipe();
@@ -137,15 +135,11 @@ struct UcxChannel::Impl {
 
   Status Init(std::byte* base, std::size_t size, UcxDescriptor* descriptor);
   Status SetHandler(unsigned id, ucp_am_recv_callback_t callback);
-  void Post(Command command) LMC_EXCLUDES(mu) {
-    {
-      MutexLock lock(&mu);
-      commands.push_back(std::move(command));
-    }
-    wake.Wake();
-  }
+  // Never refused: the mailbox is not closed (Shutdown takes what is left
+  // and fails it; nothing is posted once the channel is being destroyed).
+  void Post(Command command) { (void)mailbox.Post(std::move(command)); }
   void Run();
-  void RunCommands() LMC_EXCLUDES(mu);
+  void RunCommands();
   void Connect(ConnectCommand& command);
   void StartBatch(std::unique_ptr<Batch> batch);
   void SendRequest(Peer& peer, Batch* batch, std::size_t index);

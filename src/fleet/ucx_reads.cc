@@ -26,7 +26,7 @@ void UcxChannel::Impl::StartBatch(std::unique_ptr<Batch> batch) {
     const bool remote_ok = r.size > 0 && r.remote_offset <= remote && r.size <= remote - r.remote_offset;
     const bool local_ok = r.local_offset <= pool_size && r.size <= pool_size - r.local_offset;
     if (!remote_ok || !local_ok) {
-      refused_reads.fetch_add(1, std::memory_order_relaxed);
+      counters.refused_reads.fetch_add(1, std::memory_order_relaxed);
       b->status = Status(ErrorCode::kInvalidArgument,
                          std::string("a read outside ") + (remote_ok ? "this" : "the peer's") +
                              " pool: offset " +
@@ -89,7 +89,7 @@ ucs_status_t UcxChannel::Impl::Serve(const void* header, std::size_t header_leng
                                      const ucp_am_recv_param_t* p) {
   if (header_length != sizeof(ReadRequest) ||
       (p->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) == 0) {
-    refused_serves.fetch_add(1, std::memory_order_relaxed);
+    counters.refused_serves.fetch_add(1, std::memory_order_relaxed);
     return UCS_OK;  // not our request's shape: nobody to answer
   }
   ReadRequest request;
@@ -103,10 +103,10 @@ ucs_status_t UcxChannel::Impl::Serve(const void* header, std::size_t header_leng
   } else if (!serve_guard || !serve_guard(request.task, request.offset, request.size)) {
     // The bytes there are no longer (or never were) what the task locked.
     verdict = ErrorCode::kNotFound;
-    unheld_serves.fetch_add(1, std::memory_order_relaxed);
+    counters.unheld_serves.fetch_add(1, std::memory_order_relaxed);
   }
   if (verdict != ErrorCode::kOk && verdict != ErrorCode::kNotFound) {
-    refused_serves.fetch_add(1, std::memory_order_relaxed);
+    counters.refused_serves.fetch_add(1, std::memory_order_relaxed);
   }
   Reply(p->reply_ep, request, verdict);
   return UCS_OK;
@@ -138,8 +138,8 @@ void UcxChannel::Impl::Reply(ucp_ep_h ep, const ReadRequest& request, ErrorCode 
   if (with_bytes) {
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = memh;
-    served_reads.fetch_add(1, std::memory_order_relaxed);
-    served_bytes.fetch_add(request.size, std::memory_order_relaxed);
+    counters.served_reads.fetch_add(1, std::memory_order_relaxed);
+    counters.served_bytes.fetch_add(request.size, std::memory_order_relaxed);
   }
   sends_in_flight += 1;
   ucs_status_ptr_t sent =
@@ -162,17 +162,17 @@ ucs_status_t UcxChannel::Impl::Land(const void* header, std::size_t header_lengt
   Result<ReadReply> decoded = DecodeReply(
       keys, {static_cast<const std::uint8_t*>(header), header_length});
   if (!decoded.ok()) {
-    forged_replies.fetch_add(1, std::memory_order_relaxed);
+    counters.forged_replies.fetch_add(1, std::memory_order_relaxed);
     return UCS_OK;  // not a member's: the read goes on waiting for its owner
   }
   const ReadReply& reply = *decoded;
   auto read = reads_in_flight.find(reply.id);
   if (read == reads_in_flight.end() || read->second.landing) {
-    late_replies.fetch_add(1, std::memory_order_relaxed);
+    counters.late_replies.fetch_add(1, std::memory_order_relaxed);
     return UCS_OK;  // ended (deadline, peer error) or never ours: its bytes are dropped
   }
   if (!FromItsOwner(read->second, p)) {
-    foreign_replies.fetch_add(1, std::memory_order_relaxed);
+    counters.foreign_replies.fetch_add(1, std::memory_order_relaxed);
     return UCS_OK;  // another member's answer to a read it was not asked for
   }
   if (reply.status != 0) {
@@ -186,7 +186,7 @@ ucs_status_t UcxChannel::Impl::Land(const void* header, std::size_t header_lengt
     return UCS_OK;
   }
   if (options.verify_bytes && (reply.flags & kHasDigest) == 0) {
-    corrupt_replies.fetch_add(1, std::memory_order_relaxed);
+    counters.corrupt_replies.fetch_add(1, std::memory_order_relaxed);
     EndRead(reply.id, Status(ErrorCode::kCorrupt, "the peer's reply carries no digest of its bytes"));
     return UCS_OK;
   }
@@ -195,7 +195,7 @@ ucs_status_t UcxChannel::Impl::Land(const void* header, std::size_t header_lengt
     // Eager: the bytes are checked where they arrived, before the slot is written.
     const std::span<const std::byte> bytes(static_cast<const std::byte*>(data), length);
     if (options.verify_bytes && !ReplyBytesMatch(keys, reply, bytes)) {
-      corrupt_replies.fetch_add(1, std::memory_order_relaxed);
+      counters.corrupt_replies.fetch_add(1, std::memory_order_relaxed);
       EndRead(reply.id, Status(ErrorCode::kCorrupt, "the peer's bytes do not match its digest"));
       return UCS_OK;
     }
@@ -235,7 +235,7 @@ void UcxChannel::Impl::Landed(const ReadId& id, ucs_status_t status) {
       !ReplyBytesMatch(keys, r.reply, {pool + r.local_offset, r.size})) {
     // The slot holds bytes nobody vouches for: the read fails, so its
     // caller frees the slot instead of admitting it.
-    corrupt_replies.fetch_add(1, std::memory_order_relaxed);
+    counters.corrupt_replies.fetch_add(1, std::memory_order_relaxed);
     EndRead(id, Status(ErrorCode::kCorrupt, "the peer's bytes do not match its digest"));
     return;
   }
@@ -270,12 +270,12 @@ void UcxChannel::Impl::FinishBatches() {
                                            std::make_move_iterator(batches.end()));
   batches.erase(finished, batches.end());
   for (auto& batch : done) {
-    reads.fetch_add(1, std::memory_order_relaxed);
+    counters.reads.fetch_add(1, std::memory_order_relaxed);
     if (batch->status.ok()) {
-      read_bytes.fetch_add(batch->bytes, std::memory_order_relaxed);
+      counters.read_bytes.fetch_add(batch->bytes, std::memory_order_relaxed);
     } else {
-      failed_reads.fetch_add(1, std::memory_order_relaxed);
-      if (batch->past_deadline) deadline_reads.fetch_add(1, std::memory_order_relaxed);
+      counters.failed_reads.fetch_add(1, std::memory_order_relaxed);
+      if (batch->past_deadline) counters.deadline_reads.fetch_add(1, std::memory_order_relaxed);
     }
     batch->done(std::move(batch->status), std::move(batch->landed));
   }

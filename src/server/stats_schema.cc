@@ -32,7 +32,7 @@ constexpr Group kParkedOpsGroup{"operations", GroupForm::kKeyedMap, "operation",
 constexpr Group kL2Group{"l2", GroupForm::kMap, "", "L2 (only with --l2-adapter)"};
 constexpr Group kAdaptersGroup{"adapters", GroupForm::kArray, "l2_name",
                                "L2 adapters in cascade order (l2_name: the adapter's \"name\", "
-                               "or <type>#<n>, e.g. fs#1)"};
+                               "or <type>-<n>, e.g. fs-1)"};
 constexpr Group kCascadeGroup{"cascade", GroupForm::kMap, "",
                               "L2 adapters added and removed at runtime"};
 constexpr Group kL2StoreGroup{"store", GroupForm::kMap, "", "L2 write-behind"};
@@ -208,7 +208,7 @@ void VisitL2(const S* s, stats::Visitor& v) {
   v.BeginGroup(kL2Group);
   Repeated(kAdaptersGroup, tier::L2AdapterStatRows(), l2 ? &l2->adapters : nullptr,
            [](const tier::L2AdapterStats& a, std::size_t i) {
-             return std::pair(a.name.empty() ? a.type + "#" + std::to_string(i + 1) : a.name, &a);
+             return std::pair(a.name.empty() ? a.type + "-" + std::to_string(i + 1) : a.name, &a);
            },
            v);
   Map(kCascadeGroup, tier::L2CascadeStatRows(), l2 ? &l2->cascade : nullptr, v);

@@ -156,8 +156,14 @@ Result<std::string> L2Cascade::Add(L2Adapter* adapter, std::unique_ptr<L2Adapter
                          " is past the cascade's end (" + std::to_string(size) +
                          " adapters: at most " + std::to_string(size + 1) + ")");
   }
-  const std::uint64_t number = next_number_;
-  std::string name = addition.name.empty() ? type + "#" + std::to_string(number) : addition.name;
+  // A made name is <type>-<n>: nothing a URL path or query must escape. n
+  // counts every adapter given since the start (so a name never moves to
+  // another adapter), stepping past one an operator gave already.
+  std::string name = addition.name;
+  if (name.empty()) {
+    while (NameTakenLocked(type + "-" + std::to_string(next_number_))) next_number_ += 1;
+    name = type + "-" + std::to_string(next_number_);
+  }
   if (NameTakenLocked(name)) {
     return Status(ErrorCode::kAlreadyExists,
                   "an L2 adapter named '" + name + "' exists" +
@@ -169,6 +175,7 @@ Result<std::string> L2Cascade::Add(L2Adapter* adapter, std::unique_ptr<L2Adapter
                     "L2 adapter " + *holder + " already stores there (" + addition.exclusive + ")");
     }
   }
+  const std::uint64_t number = next_number_;
   next_number_ += 1;
   auto kept = std::make_unique<Kept>();
   kept->name = name;

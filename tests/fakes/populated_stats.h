@@ -272,7 +272,7 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
     a.lookup_latency = Histogram(next());
     a.load_latency = Histogram(next());
     a.type = type;
-    a.name = a.type + "#" + std::to_string(l.adapters.size() + 1);
+    a.name = a.type + "-" + std::to_string(l.adapters.size() + 1);
     a.over_quota_stores = cascade_next();
     if (a.type == "fs") a.condition.clear();  // one healthy adapter, one not
     l.adapters.push_back(a);

@@ -167,7 +167,7 @@ TEST_F(HttpTest, EveryRouteAnswersAsDocumented) {
   auto no_tier = http_->Post("/config/adapters", R"({"type":"mock"})", "application/json");
   EXPECT_EQ(no_tier->status, 409);
   EXPECT_NE(no_tier->body.find("--l2-adapter"), std::string::npos) << no_tier->body;
-  EXPECT_EQ(http_->Delete("/config/adapters/mock%231")->status, 409);
+  EXPECT_EQ(http_->Delete("/config/adapters/mock-1")->status, 409);
   EXPECT_EQ(Json(http_->Get("/config/adapters"))["adapters"], json::array());
 
   auto wrong = http_->Delete("/status");
@@ -657,7 +657,7 @@ TEST_F(HttpTest, CacheObjectsAreListedInPagesBehindTheAdminToken) {
                           "?page_token=zz", "?page_token=00"}) {
     EXPECT_EQ(http_->Get(std::string("/cache/objects") + bad, admin)->status, 400) << bad;
   }
-  EXPECT_EQ(http_->Get("/cache/objects?tier=l2&adapter=resp#9", admin)->status, 404);
+  EXPECT_EQ(http_->Get("/cache/objects?tier=l2&adapter=resp-9", admin)->status, 404);
   // The fs tier holds what the write-behind wrote there.
   json l2;
   for (int i = 0; i < 1500; ++i) {  // up to 30 s for the write-behind
@@ -665,7 +665,7 @@ TEST_F(HttpTest, CacheObjectsAreListedInPagesBehindTheAdminToken) {
     if (l2["entries"].size() == 5u) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_EQ(l2["adapter"], "fs#1");
+  EXPECT_EQ(l2["adapter"], "fs-1");
   ASSERT_EQ(l2["entries"].size(), 5u);
   server_.reset();
   fs::remove(file);
@@ -726,7 +726,7 @@ TEST_F(HttpTest, CacheObjectsAreDeletedByKeyOrByPromptAndLockedOnesNeedForce) {
                         "application/json");
   ASSERT_EQ(reply->status, 200) << reply->body;
   EXPECT_EQ(Json(reply)["deleted"], 1);
-  EXPECT_EQ(Json(reply)["tiers"]["fs#1"]["deleted"], 1);
+  EXPECT_EQ(Json(reply)["tiers"]["fs-1"]["deleted"], 1);
   EXPECT_EQ(Json(http_->Get("/cache/objects?tier=l2"))["entries"].size(), 2u);
 
   for (const std::string& bad :
@@ -740,7 +740,7 @@ TEST_F(HttpTest, CacheObjectsAreDeletedByKeyOrByPromptAndLockedOnesNeedForce) {
   }
   // A named adapter that does not exist: 404, and nothing deleted anywhere.
   auto unknown = http_->Delete("/cache/objects",
-                               json{{"keys", keys}, {"tier", "all"}, {"adapter", "resp#7"}}.dump(),
+                               json{{"keys", keys}, {"tier", "all"}, {"adapter", "resp-7"}}.dump(),
                                "application/json");
   EXPECT_EQ(unknown->status, 404);
   EXPECT_EQ(Json(http_->Get("/cache/objects?tier=l2"))["entries"].size(), 2u);
@@ -987,13 +987,13 @@ TEST_F(HttpTest, AnL2AdapterJoinsAndLeavesTheCascadeAtRuntime) {
   EXPECT_EQ(http_->Delete("/config/adapters/disk-a?drain_timeout_s=x", admin)->status, 400);
   EXPECT_EQ(Json(http_->Get("/config/adapters"))["adapters"].size(), 2u);
 
-  // A made name (mock#3: the third adapter given), removed by its
-  // percent-encoded name.
+  // A made name (mock-3: the third adapter given) needs no escaping: the
+  // path an operator types removes it.
   auto mock = http_->Post("/config/adapters", admin, R"({"type":"mock"})", "application/json");
   ASSERT_EQ(mock->status, 201) << mock->body;
-  EXPECT_EQ(Json(mock)["name"], "mock#3");
+  EXPECT_EQ(Json(mock)["name"], "mock-3");
   EXPECT_EQ(Json(mock)["position"], 3);
-  auto gone = http_->Delete("/config/adapters/mock%233", admin);
+  auto gone = http_->Delete("/config/adapters/mock-3", admin);
   ASSERT_EQ(gone->status, 200) << gone->body;
   EXPECT_EQ(Json(gone)["status"], "removed");
 

@@ -52,8 +52,8 @@ TEST(PrometheusTest, ReferenceNamesCarryTheSnapshotsFigures) {
   EXPECT_EQ(samples.at("lmcache_mp_requests_total{operation=\"lookup\"}"), 3);
   EXPECT_EQ(samples.at("lmcache_mp_request_errors_total{operation=\"lookup\"}"), 1);
   EXPECT_EQ(samples.count("lmcache_mp_requests_total{operation=\"ping\"}"), 0u);
-  EXPECT_EQ(samples.at("lmcache_mp_l2_store_completed_objects_total{l2_name=\"fs#1\"}"), 5);
-  EXPECT_EQ(samples.at("lmcache_mp_l2_healthy{l2_name=\"fs#1\"}"), 0);
+  EXPECT_EQ(samples.at("lmcache_mp_l2_store_completed_objects_total{l2_name=\"fs-1\"}"), 5);
+  EXPECT_EQ(samples.at("lmcache_mp_l2_healthy{l2_name=\"fs-1\"}"), 0);
   EXPECT_EQ(samples.at("lmcache_mp_healthy"), 1);
   EXPECT_EQ(samples.at("lmcache_mp_gpu_contexts"), 2);
   EXPECT_EQ(samples.at("lmcache_mp_gpu_mapped_allocations"), 3);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "fakes/fake_clock.h"
+#include "fakes/wait_until.h"
 #include "unit/fleet/raw_ucx_worker.h"
 
 namespace lmcache::fleet {
@@ -69,13 +70,6 @@ void StallProgress(UcxChannel& channel, PeerHandle peer, std::shared_future<void
 }
 
 // Polls `done` until it holds; false after a bound that only catches a hang.
-template <typename Predicate>
-bool WaitFor(Predicate done) {
-  for (int i = 0; i < 6000 && !done(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return done();
-}
 
 class UcxChannelTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -251,7 +245,7 @@ TEST_P(UcxChannelTest, ABatchFromAStalledOwnerEndsAtItsDeadlineAndItsLateReplyIs
   EXPECT_EQ(requester->Stats().deadline_reads, 1u);
   s.release.set_value();
   // The owner answers now; the requester drops the answer.
-  ASSERT_TRUE(WaitFor([&] { return requester->Stats().late_replies > 0; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return requester->Stats().late_replies > 0; }));
   EXPECT_EQ(requester->Stats().late_replies, 1u);
   EXPECT_EQ(s.requester_pool.bytes, s.before);
 }
@@ -272,7 +266,7 @@ TEST_P(UcxChannelTest, EndReadsEndsABatchWaitingOnAStalledOwnerNowAndLaterOnesAt
   EXPECT_FALSE(ReadAndWait(*requester, *s.to_owner, {{0, 0, 4096}}).ok());
   EXPECT_EQ(requester->Stats().reads, sent_before + 1);
   s.release.set_value();
-  ASSERT_TRUE(WaitFor([&] { return requester->Stats().late_replies > 0; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return requester->Stats().late_replies > 0; }));
   EXPECT_EQ(s.requester_pool.bytes, s.before);
 }
 
@@ -329,7 +323,7 @@ TEST_P(UcxChannelTest, TheOwnerRefusesARequesterWithoutTheKeyAndRangesOutsideIts
   std::promise<Status> refused;
   stranger->Read(*from_stranger, {{0, 0, 4096}, {1 << 20, 1 << 20, 1 << 20}},
                  clock_.NowMs() + 1000, [&refused](Status s) { refused.set_value(std::move(s)); });
-  ASSERT_TRUE(WaitFor([&] { return stranger->Stats().forged_replies == 2; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return stranger->Stats().forged_replies == 2; }));
   clock_.Advance(2000);
   EXPECT_EQ(refused.get_future().get().code(), ErrorCode::kTimeout);
   EXPECT_EQ(stranger_pool.bytes, stranger_before);
@@ -407,7 +401,7 @@ TEST_P(UcxChannelTest, AnswersSprayedByAHostWithoutTheKeyNeverLand) {
     attacker.Send(ep, kReadReplyId, &reply, sizeof(reply), poison.data(), poison.size(),
                   /*offer_reply_ep=*/true);
   }
-  ASSERT_TRUE(WaitFor([&] { return s.requester->Stats().forged_replies >= 64; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return s.requester->Stats().forged_replies >= 64; }));
   EXPECT_EQ(s.result.wait_for(std::chrono::milliseconds(0)), std::future_status::timeout);
   s.release.set_value();
   ASSERT_EQ(s.result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
@@ -489,7 +483,7 @@ TEST_P(LyingOwnerTest, AReplySignedWithAnotherKeyIsDroppedAndTheReadTimesOut) {
     UcxDataKey other = kKey;
     other[5] ^= 1;
     Send(s, s.request.reply_ep, Answer(s, poison, other), poison);
-    ASSERT_TRUE(WaitFor([&] { return s.requester->Stats().forged_replies == 1; }));
+    ASSERT_TRUE(testing::WaitUntil([&] { return s.requester->Stats().forged_replies == 1; }));
     ExpectStillWaiting(s);
     clock_.Advance(2000);
     ASSERT_EQ(s.result.wait_for(std::chrono::seconds(60)), std::future_status::ready);
@@ -511,12 +505,12 @@ TEST_P(LyingOwnerTest, AMembersReplyOnAnotherEndpointIsDroppedAndTheOwnersLands)
     other_member.Send(other_member.Connect(s.requester->Descriptor().worker_address),
                       kReadReplyId, &reply, sizeof(reply), good.data(), good.size(),
                       /*offer_reply_ep=*/true);
-    ASSERT_TRUE(WaitFor([&] { return s.requester->Stats().foreign_replies == 1; }));
+    ASSERT_TRUE(testing::WaitUntil([&] { return s.requester->Stats().foreign_replies == 1; }));
     ExpectStillWaiting(s);
     // Without a reply endpoint at all, the same.
     s.owner.Send(s.request.reply_ep, kReadReplyId, &reply, sizeof(reply), good.data(),
                  good.size(), /*offer_reply_ep=*/false);
-    ASSERT_TRUE(WaitFor([&] { return s.requester->Stats().foreign_replies == 2; }));
+    ASSERT_TRUE(testing::WaitUntil([&] { return s.requester->Stats().foreign_replies == 2; }));
     ExpectStillWaiting(s);
     // The owner's own reply, on the endpoint the read went to, lands.
     Send(s, s.request.reply_ep, reply, good);

@@ -6,6 +6,7 @@
 // status batch) and ours (ends on cancel, on the connection's close and on
 // drain; limits; nothing is sent after the end).
 #include "server/kv_event_streams.h"
+#include "fakes/wait_until.h"
 
 #include <gtest/gtest.h>
 #include <msgpack.hpp>
@@ -20,19 +21,7 @@ namespace lmcache::server {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Polls `done` until it holds or `bound` passes. The bound only guards a hang
-// (callers assert the state afterwards), so it is generous enough for a
-// sanitizer build beside CPU-bound neighbours.
-template <typename Pred>
-bool WaitUntil(Pred done, std::chrono::seconds bound = 60s) {
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using testing::WaitUntil;
 
 // The decoded part of a KVEventBatch that the tests look at.
 struct Batch {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fakes/fake_clock.h"
+#include "fakes/wait_until.h"
 
 namespace lmcache::server {
 namespace {
@@ -36,12 +37,7 @@ class Ends {
   // (callers assert the result), so it allows for a sanitizer build beside
   // CPU-bound neighbours.
   bool WaitFor(std::size_t n) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (Get().size() < n) {
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
+    return testing::WaitUntil([&] { return Get().size() >= n; });
   }
 
  private:

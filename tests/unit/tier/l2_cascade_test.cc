@@ -54,14 +54,14 @@ std::vector<std::string> Names(const L2Cascade::View& view) {
 TEST(L2Cascade, NamesAreMadeOrGivenAndNeverReused) {
   std::atomic<int> destroyed{0};
   L2Cascade cascade;
-  ASSERT_EQ(*cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr), {}), "mock#1");
+  ASSERT_EQ(*cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr), {}), "mock-1");
   ASSERT_EQ(*cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr),
                             As("warm", std::nullopt, nullptr)),
             "warm");
   ASSERT_EQ(
       *cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr), As("", 0, nullptr)),
-      "mock#3");
-  EXPECT_EQ(Names(cascade.Current()), (std::vector<std::string>{"mock#3", "mock#1", "warm"}));
+      "mock-3");
+  EXPECT_EQ(Names(cascade.Current()), (std::vector<std::string>{"mock-3", "mock-1", "warm"}));
 
   // A taken name, a malformed one, a position past the end: refused, nothing changes.
   auto taken = cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr),
@@ -78,15 +78,30 @@ TEST(L2Cascade, NamesAreMadeOrGivenAndNeverReused) {
   EXPECT_EQ(destroyed.load(), 7) << "each refused adapter was destroyed at once";
   EXPECT_EQ(cascade.Current().size(), 3u);
 
-  // mock#1 removed: the next made name counts on; a removed name may be
+  // mock-1 removed: the next made name counts on; a removed name may be
   // given again once its adapter is gone.
-  ASSERT_EQ(cascade.Remove("mock#1", 1s)->drained, L2Cascade::Drained::kDrained);
-  EXPECT_EQ(*cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr), {}), "mock#4");
+  ASSERT_EQ(cascade.Remove("mock-1", 1s)->drained, L2Cascade::Drained::kDrained);
+  EXPECT_EQ(*cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr), {}), "mock-4");
   ASSERT_EQ(cascade.Remove("warm", 1s)->drained, L2Cascade::Drained::kDrained);
   EXPECT_EQ(*cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr),
                             As("warm", std::nullopt, nullptr)),
             "warm");
   EXPECT_EQ(cascade.Remove("nothing", 1s).status().code(), ErrorCode::kNotFound);
+}
+
+// A made name needs no escaping in a URL (fs#2 was a fragment to curl: a
+// DELETE of /config/adapters/fs#2 named /config/adapters/fs), and steps past
+// one an operator gave.
+TEST(L2Cascade, AMadeNameNeedsNoEscapingAndStepsPastAGivenOne) {
+  std::atomic<int> destroyed{0};
+  L2Cascade cascade;
+  ASSERT_EQ(*cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr),
+                            As("mock-2", std::nullopt, nullptr)),
+            "mock-2");
+  const auto made = cascade.Insert(std::make_unique<TracedAdapter>(&destroyed, nullptr), {});
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  EXPECT_EQ(*made, "mock-3");
+  EXPECT_EQ(made->find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-"), std::string::npos);
 }
 
 TEST(L2Cascade, AViewKeepsWhatItSawAndRemoveWaitsForItToEnd) {
@@ -119,7 +134,7 @@ TEST(L2Cascade, AViewKeepsWhatItSawAndRemoveWaitsForItToEnd) {
   EXPECT_EQ(destroyed.load(), 1);
   EXPECT_EQ(destroyed_on, std::this_thread::get_id()) << "destroyed on Remove's thread";
   EXPECT_EQ(farewells, 1);
-  EXPECT_EQ(Names(cascade.Current()), (std::vector<std::string>{"mock#2"}));
+  EXPECT_EQ(Names(cascade.Current()), (std::vector<std::string>{"mock-2"}));
 }
 
 TEST(L2Cascade, PastTheDrainTimeoutAReapDestroysItOnceItsLastViewEnds) {
@@ -196,7 +211,7 @@ TEST(L2Cascade, ItsEndClosesEveryAdapterWithoutAFarewell) {
     }
     {
       auto held = cascade.Current();
-      ASSERT_EQ(cascade.Remove("mock#2", 0ms)->drained, L2Cascade::Drained::kDraining);
+      ASSERT_EQ(cascade.Remove("mock-2", 0ms)->drained, L2Cascade::Drained::kDraining);
     }
   }
   EXPECT_EQ(destroyed.load(), 3);
@@ -218,7 +233,7 @@ TEST(L2Cascade, TakesStoresFollowsTheList) {
   EXPECT_FALSE(cascade.TakesStores());
   ASSERT_TRUE(cascade.Insert(std::make_unique<MockAdapter>(MockAdapterConfig{}), {}).ok());
   EXPECT_TRUE(cascade.TakesStores());
-  ASSERT_TRUE(cascade.Remove("mock#2", 1s).ok());
+  ASSERT_TRUE(cascade.Remove("mock-2", 1s).ok());
   EXPECT_FALSE(cascade.TakesStores());
 }
 
@@ -230,7 +245,7 @@ TEST(L2Cascade, BorrowingNeverDestroysWhatItWasLent) {
     ASSERT_EQ(view.size(), 2u);
     EXPECT_EQ(&view.adapter(0), &a);
     EXPECT_EQ(&view.adapter(1), &b);
-    EXPECT_EQ(Names(view), (std::vector<std::string>{"mock#1", "mock#2"}));
+    EXPECT_EQ(Names(view), (std::vector<std::string>{"mock-1", "mock-2"}));
   }
   EXPECT_EQ(a.Stats().type, "mock") << "still alive";
 }

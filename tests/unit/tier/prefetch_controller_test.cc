@@ -18,6 +18,7 @@
 #include "fakes/gated_adapter.h"
 #include "fakes/keys.h"
 #include "fakes/l1_table.h"
+#include "fakes/wait_until.h"
 #include "tier/fault/fault_adapter.h"
 #include "tier/forwarding_adapter.h"
 #include "tier/mock/mock_adapter.h"
@@ -30,18 +31,6 @@ using testing::KeysN;
 constexpr std::size_t kObject = 128 * 1024;
 constexpr auto kWait = std::chrono::seconds(30);
 const store::Owner kSession = store::Owner::Session(77);
-
-// Waits until `done()` holds, up to kWait (a bound on the event, never a
-// pace); whether it holds.
-template <typename Predicate>
-bool Eventually(Predicate done) {
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return done();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 class PrefetchControllerTest : public ::testing::Test {
  protected:
@@ -111,7 +100,8 @@ TEST_F(PrefetchControllerTest, LookupHitsAreKnownBeforeTheLoadsLand) {
   auto controller = Start({&l2});
   const PrefetchHandle h = controller->Submit(Request(keys));
   std::optional<std::size_t> hits;
-  const bool known = Eventually([&] { return (hits = controller->LookupHits(h)).has_value(); });
+  const bool known =
+      testing::WaitUntil([&] { return (hits = controller->LookupHits(h)).has_value(); });
   const bool still_loading = !controller->Poll(h);
   l2.Open();
   ASSERT_TRUE(known);
@@ -167,7 +157,7 @@ TEST_F(PrefetchControllerTest, ACascadeLoadsFromItsAdaptersAtOnce) {
   testing::GatedAdapter slow_redis(&redis, testing::GatedAdapter::Gated::kLoad);
   auto controller = Start({&slow_disk, &slow_redis});
   const PrefetchHandle h = controller->Submit(Request(keys));
-  Eventually([&] { return slow_disk.entered() >= 1 && slow_redis.entered() >= 1; });
+  testing::WaitUntil([&] { return slow_disk.entered() >= 1 && slow_redis.entered() >= 1; });
   EXPECT_EQ(slow_disk.entered(), 1);
   EXPECT_EQ(slow_redis.entered(), 1) << "the second adapter waited for the first";
   EXPECT_FALSE(controller->Poll(h)) << "the request waits for both calls";
@@ -231,7 +221,7 @@ TEST_F(PrefetchControllerTest, AnAdapterThatCompletesOnItsOwnIsHandedDeeperBatch
   auto controller = Start({&async_disk});
   const PrefetchHandle h = controller->Submit(Request(keys));
   for (std::size_t want : {32u, 8u}) {
-    Eventually([&] { return async_disk.pending() >= 1; });
+    testing::WaitUntil([&] { return async_disk.pending() >= 1; });
     ASSERT_EQ(async_disk.first_pending_reads(), want);
     async_disk.CompleteAll();
   }
@@ -250,7 +240,7 @@ TEST_F(PrefetchControllerTest, AnAdapterThatCompletesOnItsOwnIsWaitedForAndItsBy
   PutInL2(async_redis, keys);
   auto controller = Start({&async_disk, &async_redis});
   const PrefetchHandle h = controller->Submit(Request(keys));
-  Eventually([&] { return async_disk.pending() >= 1 && async_redis.pending() >= 1; });
+  testing::WaitUntil([&] { return async_disk.pending() >= 1 && async_redis.pending() >= 1; });
   ASSERT_EQ(async_disk.pending(), 1u);
   ASSERT_EQ(async_redis.pending(), 1u) << "both adapters' loads are in flight at once";
   // Nothing can land before the completions below run (they run on this
@@ -345,17 +335,17 @@ TEST_F(PrefetchControllerTest, ACancelledRequestReleasesWhatItLockedWhenItLands)
   PutInL2(mock, keys);
   auto controller = Start({&l2});
   const PrefetchHandle running = controller->Submit(Request(keys));
-  const bool in_adapter = Eventually([&] { return l2.entered() >= 1; });
+  const bool in_adapter = testing::WaitUntil([&] { return l2.entered() >= 1; });
   controller->Cancel(running);
   l2.Open();
   ASSERT_TRUE(in_adapter);
-  Eventually([&] { return controller->Stats().completed >= 1; });
+  testing::WaitUntil([&] { return controller->Stats().completed >= 1; });
   ASSERT_EQ(controller->Stats().completed, 1u);
   l1_.ExpectBalanced();
   EXPECT_TRUE(l1_.table().Find(keys[0]));  // loaded, resident, unlocked
   // Cancelled after landing: released at once.
   const PrefetchHandle landed = controller->Submit(Request(KeysN(0, 1)));
-  ASSERT_TRUE(Eventually([&] { return controller->Stats().completed >= 2; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return controller->Stats().completed >= 2; }));
   controller->Cancel(landed);
   l1_.ExpectBalanced();
   EXPECT_EQ(controller->Stats().cancelled, 2u);
@@ -372,10 +362,10 @@ TEST_F(PrefetchControllerTest, ACancelledRequestStopsLoadingAtItsNextBatch) {
   PutInL2(mock, keys);
   auto controller = Start({&l2});
   const PrefetchHandle running = controller->Submit(Request(keys));
-  ASSERT_TRUE(Eventually([&] { return l2.entered() >= 1; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return l2.entered() >= 1; }));
   controller->Cancel(running);
   l2.Open();
-  ASSERT_TRUE(Eventually([&] { return controller->Stats().completed >= 1; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return controller->Stats().completed >= 1; }));
   EXPECT_EQ(mock.Stats().loaded_objects, 4u);
   EXPECT_EQ(controller->Stats().cancelled_loads, 1u);
   controller->Stop();
@@ -531,13 +521,13 @@ TEST_F(PrefetchControllerTest, AHungLoadIsAnsweredAtItsDeadlineAndLandsOnlyInIts
   ASSERT_TRUE(answered) << "a hung load must not hold its request for ever";
   EXPECT_EQ(answered->chunks, 0u);
   // The watch runs the landing callbacks after it publishes the answer.
-  EXPECT_TRUE(Eventually([&] { return woken.load(); }))
+  EXPECT_TRUE(testing::WaitUntil([&] { return woken.load(); }))
       << "a parked wait_prefetch_status is answered too";
   // The answer comes at twice the deadline after the request started to
   // run, whether or not its worker has reached the adapter by then (a
   // worker descheduled that long has not); it gets there in any case, its
   // buffers reserved first.
-  Eventually([&] { return hung.entered() >= 1; });
+  testing::WaitUntil([&] { return hung.entered() >= 1; });
   EXPECT_EQ(hung.entered(), 1);
   PrefetchControllerStats s = controller->Stats();
   EXPECT_EQ(s.abandoned_loads, 1u);
@@ -549,7 +539,7 @@ TEST_F(PrefetchControllerTest, AHungLoadIsAnsweredAtItsDeadlineAndLandsOnlyInIts
   // `completed` counts last, once the late load's locks are released; the
   // abandoned entry goes before (Finish), so waiting for it alone raced
   // with `completed`.
-  Eventually([&] { return controller->Stats().completed >= 1; });
+  testing::WaitUntil([&] { return controller->Stats().completed >= 1; });
   s = controller->Stats();
   EXPECT_EQ(s.abandoned_in_flight, 0u);
   EXPECT_EQ(s.completed, 1u);
@@ -576,7 +566,7 @@ TEST_F(PrefetchControllerTest, ConcurrentPrefetchesOfOneChunkNeverShareABuffer) 
   config.max_in_flight = 2;
   auto controller = Start({&gated}, config);
   const PrefetchHandle first = controller->Submit(Request(keys));
-  Eventually([&] { return gated.entered() >= 1; });
+  testing::WaitUntil([&] { return gated.entered() >= 1; });
   ASSERT_EQ(gated.entered(), 1) << "the first load is in the adapter";
   const auto second = controller->Wait(controller->Submit(Request(keys)), kWait);
   ASSERT_TRUE(second);
@@ -636,7 +626,7 @@ TEST_F(PrefetchControllerTest, AtMostMaxInFlightRunAndTheRestWaitInOrder) {
   auto controller = Start({&slow}, config);
   std::vector<PrefetchHandle> handles;
   for (std::uint64_t i = 0; i < 3; ++i) handles.push_back(controller->Submit(Request(KeysN(i, 1))));
-  const bool in_adapter = Eventually([&] { return slow.entered() >= 1; });
+  const bool in_adapter = testing::WaitUntil([&] { return slow.entered() >= 1; });
   const PrefetchControllerStats s = controller->Stats();
   const int entered = slow.entered();
   slow.Open();
@@ -733,7 +723,7 @@ TEST_F(PrefetchControllerTest, ALookupAnsweredLaterHoldsNoWorkerMeanwhile) {
   config.max_in_flight = 1;
   auto controller = Start({&peers}, config);
   const PrefetchHandle waiting = controller->Submit(Request(KeysN(0, 1)));
-  ASSERT_TRUE(Eventually([&] { return peers.parked() == 1; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return peers.parked() == 1; }));
   const PrefetchHandle other = controller->Submit(Request({KeyN(1)}));
   const auto other_landed = controller->Wait(other, kWait);
   ASSERT_TRUE(other_landed) << "the only worker waited for the parked lookup";
@@ -794,7 +784,7 @@ TEST_F(PrefetchControllerTest, ALoadCompletedLaterHoldsNoWorkerMeanwhile) {
   config.async_chunks_per_batch = 1;  // two batches: the second after the parked one
   auto controller = Start({&peers}, config);
   const PrefetchHandle waiting = controller->Submit(Request(KeysN(0, 2)));
-  ASSERT_TRUE(Eventually([&] { return peers.parked() == 1; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return peers.parked() == 1; }));
   const PrefetchHandle other = controller->Submit(Request({KeyN(2)}));
   const auto other_landed = controller->Wait(other, kWait);
   ASSERT_TRUE(other_landed) << "the only worker waited for the parked load";
@@ -824,10 +814,10 @@ TEST_F(PrefetchControllerTest, AtMostMaxRunningRunEvenWhileTheirLoadsAreOut) {
   config.max_running = 1;
   auto controller = Start({&peers}, config);
   const PrefetchHandle first = controller->Submit(Request(KeysN(0, 1)));
-  ASSERT_TRUE(Eventually([&] { return peers.parked() == 1; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return peers.parked() == 1; }));
   const PrefetchHandle second = controller->Submit(Request({KeyN(1)}));
   // The worker is free and takes the second from its queue, which waits.
-  ASSERT_TRUE(Eventually([&] { return controller->Stats().queued == 1; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return controller->Stats().queued == 1; }));
   EXPECT_FALSE(controller->Wait(second, std::chrono::milliseconds(50)));
   EXPECT_EQ(controller->Stats().in_flight, 1u);
   peers.CompleteFromAnotherThread();
@@ -855,7 +845,7 @@ TEST_F(PrefetchControllerTest, TheControllerEndsOnlyOnceTheAdapterThreadIsOutOfI
     ParkedLoadAdapter peers(&mock, KeyN(0));
     auto controller = Start({&peers});
     const PrefetchHandle waiting = controller->Submit(Request(KeysN(0, 1)));
-    ASSERT_TRUE(Eventually([&] { return peers.parked() == 1; }));
+    ASSERT_TRUE(testing::WaitUntil([&] { return peers.parked() == 1; }));
     std::thread completing = peers.CompleteOnANewThread();
     const auto landed = controller->Wait(waiting, kWait);
     ASSERT_TRUE(landed);
@@ -877,7 +867,7 @@ TEST_F(PrefetchControllerTest, StopWaitsForALookupStillOut) {
   ParkedLookupAdapter peers(&mock, KeyN(0));
   auto controller = Start({&peers});
   const PrefetchHandle waiting = controller->Submit(Request(KeysN(0, 1)));
-  ASSERT_TRUE(Eventually([&] { return peers.parked() == 1; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return peers.parked() == 1; }));
   std::atomic<bool> stopped{false};
   std::thread stopper([&] {
     controller->Stop();
@@ -906,7 +896,7 @@ TEST_F(PrefetchControllerTest, ARequestBeyondTheQueuesBoundIsAnsweredAtOnceAndCo
   config.max_queued = 1;
   auto controller = Start({&gated}, config);
   const PrefetchHandle running = controller->Submit(Request(KeysN(0, 1)));
-  Eventually([&] { return gated.entered() >= 1; });
+  testing::WaitUntil([&] { return gated.entered() >= 1; });
   ASSERT_EQ(gated.entered(), 1);
   const PrefetchHandle queued = controller->Submit(Request(KeysN(1, 1)));
   const PrefetchHandle refused = controller->Submit(Request(KeysN(2, 1)));
@@ -962,7 +952,7 @@ TEST_F(PrefetchControllerTest, StopEndsQueuedRequestsWithNothingAndLeavesNoLock)
   auto controller = Start({&slow}, config);
   const PrefetchHandle first = controller->Submit(Request(KeysN(0, 1)));
   const PrefetchHandle second = controller->Submit(Request(KeysN(1, 1)));
-  const bool running = Eventually([&] { return slow.entered() >= 1; });
+  const bool running = testing::WaitUntil([&] { return slow.entered() >= 1; });
   if (!running) slow.Open();  // so that Stop can end the first
   ASSERT_TRUE(running);
   controller->NotifyWhenLanded(second, [&slow] { slow.Open(); });
@@ -1006,7 +996,7 @@ TEST_F(PrefetchControllerTest, ALandingNotifiesEachWatcherOnceWhenPollCanAnswer)
   controller->Cancel(waits);
   EXPECT_EQ(cancelled.load(), 1) << "told on the cancelling thread";
   slow.Open();
-  Eventually([&] { return landed.load() >= 2; });
+  testing::WaitUntil([&] { return landed.load() >= 2; });
   ASSERT_EQ(landed.load(), 2);
   const auto result = controller->Poll(loads);  // answers now, as promised
   ASSERT_TRUE(result);

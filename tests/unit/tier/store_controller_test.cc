@@ -12,6 +12,7 @@
 #include "fakes/gated_adapter.h"
 #include "fakes/keys.h"
 #include "fakes/l1_table.h"
+#include "fakes/wait_until.h"
 #include "tier/fault/fault_adapter.h"
 #include "tier/mock/mock_adapter.h"
 
@@ -20,21 +21,9 @@ namespace {
 
 using testing::KeyN;
 using testing::KeysN;
+using testing::WaitUntil;
 constexpr std::size_t kObject = 256 * 1024;
 constexpr auto kWait = std::chrono::seconds(30);
-
-// Polls `done` until it holds or kWait passes. The bound only guards a hang
-// (callers assert the state afterwards), so it is generous enough for a
-// sanitizer build beside CPU-bound neighbours.
-template <typename Pred>
-bool WaitUntil(Pred done) {
-  const auto deadline = std::chrono::steady_clock::now() + kWait;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
 
 class StoreControllerTest : public ::testing::Test {
  protected:

@@ -22,6 +22,7 @@
 #include <zmq_addon.hpp>
 
 #include "common/msgpack_codec.h"
+#include "fakes/wait_until.h"
 #include "protocol/wire_codec.h"
 
 namespace lmcache::transport {
@@ -225,18 +226,6 @@ class RouterLoopTest : public ::testing::Test {
     return out;
   }
 
-  // Polls `done` until it holds; false after a generous deadline (it only
-  // bounds a hang: every wait here is for something the loop does at once).
-  template <typename Predicate>
-  static bool WaitFor(Predicate done) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!done()) {
-      if (std::chrono::steady_clock::now() > deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
-  }
-
   zmq::context_t context_{1};
   FakeHandler handler_;
   std::unique_ptr<RouterLoop> loop_;
@@ -291,7 +280,7 @@ TEST_F(RouterLoopTest, TheFleetEndpointServesOnlyClientsThatProveTheFleetKey) {
   Send(stranger_dealer, 2, "echo", {Encoder().Str("from a stranger").Take()});
   auto plain_dealer = Dealer(fleet_url);  // no CURVE at all
   Send(plain_dealer, 3, "echo", {Encoder().Str("in the clear").Take()});
-  ASSERT_TRUE(WaitFor([&] { return loop_->Stats().fleet_refused >= 1; }));
+  ASSERT_TRUE(testing::WaitUntil([&] { return loop_->Stats().fleet_refused >= 1; }));
   EXPECT_TRUE(Receive(stranger_dealer, 300).empty());
   EXPECT_TRUE(Receive(plain_dealer, 300).empty());
   EXPECT_EQ(loop_->Stats().fleet_admitted, 1u);
@@ -321,7 +310,7 @@ TEST_F(RouterLoopTest, RepliesEchoUidAndOperationAndCarryTheValue) {
   ASSERT_EQ(failed.size(), 4u);
   EXPECT_EQ(protocol::DecodeErrorMap(failed[3]).code(), ErrorCode::kInvalidArgument);
   // Counted once the send returned (the client may see the reply first).
-  (void)WaitFor([&] { return loop_->Stats().replied >= 2; });
+  (void)testing::WaitUntil([&] { return loop_->Stats().replied >= 2; });
   EXPECT_EQ(loop_->Stats().replied, 2u);
 }
 
@@ -357,7 +346,7 @@ TEST_F(RouterLoopTest, AStreamSendsItemsThenAnEndMarkerAndControlFramesGetNoRepl
   // Other requests on the same connection are unaffected.
   Send(dealer, 10, "echo");
   EXPECT_EQ(Receive(dealer).size(), 3u);
-  (void)WaitFor([&] { return loop_->Stats().replied >= 3; });
+  (void)testing::WaitUntil([&] { return loop_->Stats().replied >= 3; });
   const TransportStats stats = loop_->Stats();
   EXPECT_EQ(stats.stream_items, 2u);
   EXPECT_EQ(stats.replied, 3u);  // the refusal, the end marker and the echo
@@ -386,7 +375,7 @@ TEST_F(RouterLoopTest, AnEmptyOperationFrameThatIsNoStreamControlIsAnswered) {
     EXPECT_EQ(reply[1], "");
     EXPECT_EQ(protocol::DecodeErrorMap(reply[3]).code(), ErrorCode::kMalformedRequest);
   }
-  EXPECT_TRUE(WaitFor([&] { return loop_->Stats().bad_controls == shapes.size(); }));
+  EXPECT_TRUE(testing::WaitUntil([&] { return loop_->Stats().bad_controls == shapes.size(); }));
   EXPECT_TRUE(handler_.controls().empty());
 }
 
@@ -402,7 +391,7 @@ TEST_F(RouterLoopTest, AConnectionWithAnOpenStreamIsReleasedOnceTheStreamEnds) {
     ASSERT_EQ(Receive(client).size(), 3u);
     ASSERT_EQ(Receive(client).size(), 3u);
   }  // closed with the stream open
-  (void)WaitFor([&] { return handler_.disconnects() != 0; });
+  (void)testing::WaitUntil([&] { return handler_.disconnects() != 0; });
   EXPECT_EQ(handler_.closings(), 1u);
   EXPECT_EQ(handler_.disconnects(), 1u);
   EXPECT_FALSE(handler_.reentered());
@@ -428,7 +417,7 @@ TEST_F(RouterLoopTest, RequestsRefusedBeforeTheyRunStillGetAReply) {
   ASSERT_EQ(reply.size(), 4u);
   EXPECT_EQ(protocol::DecodeErrorMap(reply[3]).code(), ErrorCode::kTooLarge);
   EXPECT_TRUE(handler_.handled().empty());
-  (void)WaitFor([&] { return loop_->Stats().refused >= 3; });
+  (void)testing::WaitUntil([&] { return loop_->Stats().refused >= 3; });
   EXPECT_EQ(loop_->Stats().refused, 3u);
 }
 
@@ -496,12 +485,13 @@ TEST_F(RouterLoopTest, AWellBehavedClientIsServedBeforeAFloodersBacklog) {
   // The order of arrival is set by what the loop has observably done, never
   // by sleeps: flood-0 runs (held at the gate), then the whole backlog is in
   // the CPU pool's queue, and only then does the polite client send.
-  ASSERT_TRUE(WaitFor([&] { return handler_.handled().size() == 1; })) << "flood-0 never ran";
+  ASSERT_TRUE(testing::WaitUntil([&] { return handler_.handled().size() == 1; }))
+      << "flood-0 never ran";
   for (std::uint64_t i = 1; i < 100; ++i) Send(flooder, i, "work", {"flood-" + std::to_string(i)});
-  ASSERT_TRUE(WaitFor([&] { return loop_->Stats().queued_requests == 99; }))
+  ASSERT_TRUE(testing::WaitUntil([&] { return loop_->Stats().queued_requests == 99; }))
       << "the flood was not queued: " << loop_->Stats().queued_requests << " of 99";
   Send(polite, 0, "work", {"polite"});
-  ASSERT_TRUE(WaitFor([&] { return loop_->Stats().queued_requests == 100; }))
+  ASSERT_TRUE(testing::WaitUntil([&] { return loop_->Stats().queued_requests == 100; }))
       << "the polite request was not queued behind the flood";
   handler_.OpenGate();
   ASSERT_EQ(Receive(polite).size(), 3u);
@@ -524,7 +514,7 @@ TEST_F(RouterLoopTest, AClientOverItsQueueShareIsRefusedWhileOthersAreServed) {
   Send(polite, 0, "work", {std::string(1000, 'p')});
   // Every request dispatched before the gate opens (not a sleep): one runs,
   // held at the gate, and each of the other 20 is queued or refused.
-  ASSERT_TRUE(WaitFor([&] {
+  ASSERT_TRUE(testing::WaitUntil([&] {
     const TransportStats stats = loop_->Stats();
     return handler_.handled().size() == 1 && stats.queued_requests + stats.overloaded == 20;
   })) << "not every request reached the pool before the gate opened";
@@ -552,7 +542,7 @@ TEST_F(RouterLoopTest, AClosedConnectionIsReportedToTheHandler) {
     Send(client, 0, "echo");
     ASSERT_EQ(Receive(client).size(), 3u);
   }  // closed
-  (void)WaitFor([&] { return handler_.disconnects() != 0; });
+  (void)testing::WaitUntil([&] { return handler_.disconnects() != 0; });
   EXPECT_EQ(handler_.disconnects(), 1u);
   EXPECT_EQ(loop_->Stats().disconnects, 1u);
 }
@@ -583,7 +573,7 @@ TEST_F(RouterLoopTest, RequestsReadAfterTheirTcpConnectionClosedAreJudgedAsItWas
   }
   const std::string final_request = "last-" + std::to_string(kRounds - 1) + "-" +
                                      std::to_string(kLast - 1);
-  ASSERT_TRUE(WaitFor([&] {
+  ASSERT_TRUE(testing::WaitUntil([&] {
     const auto handled = handler_.handled();
     return loop_->Stats().refused_users != 0 ||
            std::count(handled.begin(), handled.end(), final_request) == 1;
@@ -612,21 +602,21 @@ TEST_F(RouterLoopTest, AClosedConnectionIsReportedOnlyAfterItsRequestsInFlightAr
     auto client = Dealer("ipc://" + path);
     Send(client, 0, "work", {"w1"});
     Send(client, 1, "work", {"w2"});  // queued behind w1 in the one-thread pool
-    (void)WaitFor([&] { return !handler_.handled().empty(); });
+    (void)testing::WaitUntil([&] { return !handler_.handled().empty(); });
     ASSERT_EQ(handler_.handled().size(), 1u);
   }  // the client dies with both requests in flight
-  (void)WaitFor([&] { return loop_->Stats().disconnects != 0; });
+  (void)testing::WaitUntil([&] { return loop_->Stats().disconnects != 0; });
   ASSERT_EQ(loop_->Stats().disconnects, 1u);  // the transport has seen the close
   // The loop counts the close before it tells the handler: wait for the
   // handler to hear of it, one way or the other (not for a fixed time).
-  (void)WaitFor([&] { return handler_.closings() != 0 || handler_.disconnects() != 0; });
+  (void)testing::WaitUntil([&] { return handler_.closings() != 0 || handler_.disconnects() != 0; });
   // A wrong loop might still report it gone a moment later: give it the chance
   // (this pause can only let the check below catch more, never fail it).
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(handler_.disconnects(), 0u) << "reported gone with its requests still running";
   EXPECT_EQ(handler_.closings(), 1u) << "its waiting requests are to be answered now";
   handler_.OpenGate();
-  (void)WaitFor([&] { return handler_.disconnects() != 0; });
+  (void)testing::WaitUntil([&] { return handler_.disconnects() != 0; });
   EXPECT_EQ(handler_.events(),
             (std::vector<std::string>{"answered w1", "answered w2", "disconnected"}));
 }
@@ -643,10 +633,10 @@ TEST_F(RouterLoopTest, AConnectionIsNeverReleasedFromInsideTheHandlersOwnCallbac
   {
     auto client = Dealer("ipc://" + path);
     Send(client, 0, "park");
-    (void)WaitFor([&] { return handler_.parked() != 0; });
+    (void)testing::WaitUntil([&] { return handler_.parked() != 0; });
     ASSERT_EQ(handler_.parked(), 1u);
   }  // closed with its request parked
-  (void)WaitFor([&] { return handler_.disconnects() != 0 || handler_.reentered(); });
+  (void)testing::WaitUntil([&] { return handler_.disconnects() != 0 || handler_.reentered(); });
   EXPECT_FALSE(handler_.reentered()) << "OnDisconnect called from inside OnClosing";
   EXPECT_EQ(handler_.closings(), 1u);
   EXPECT_EQ(handler_.disconnects(), 1u) << "released once its parked request was answered";
