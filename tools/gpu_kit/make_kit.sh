@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU kit: everything the whole GPU run needs, in one folder that travels
 # with one call of the device tool, so that a session lent a GPU spends its
-# minutes running, not building (docs/performance.md, "The GPU kit").
+# minutes running, not building (tools/gpu_kit/README.md).
 #
 #   tools/gpu_kit/make_kit.sh [--build-dir DIR] [--out DIR] [--dry-run]
 #

@@ -4,7 +4,7 @@
 // copies the server plans for them (DetectKvLayout, PlanStore, PlanRetrieve,
 // one kv::ChunkCopy per group part as cuda_backend.cc builds it): every
 // format the server accepts, element sizes 1, 2 and 4, the head sizes of
-// docs/performance.md ("The GPU kit"), skip_first_n_tokens, several KV
+// the GPU kit (tools/gpu_kit/README.md), skip_first_n_tokens, several KV
 // groups (one of them a sliding window), and objects in device memory and in
 // pinned host memory mapped for the device (the backend's staging is the
 // first; the second is what a kernel reading L1 directly would see).
