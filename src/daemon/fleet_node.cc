@@ -98,6 +98,7 @@ void FleetNode::StartDirectory() {
     bias_ = std::make_unique<fleet::LastCopyBias>(&link_->directory_to_feed(),
                                                   chunk_log_->incarnation());
     cache_.evictor().SetBias(bias_.get(), config_.last_copy_bias);
+    bias_set_ = true;
   }
 }
 
@@ -125,7 +126,7 @@ void FleetNode::StopFollowing() {
   if (feed_) feed_->Stop();  // before its calls are ended
   // The directory is no longer followed: eviction from here on (a drain, a
   // wait after a handover) is plain LRU.
-  if (bias_) cache_.evictor().SetBias(nullptr, 0);
+  TakeBiasOff();
   // The prefetches in flight (some asking peers) end, their calls and reads
   // to peers ended now rather than at a hung peer's deadlines.
   link_->Close();
@@ -136,10 +137,17 @@ void FleetNode::StopPeers() {
   channel_.reset();     // peers' reads in flight fail; no peer reads the pool after this
 }
 
+// The evictor (the pool's, which may outlive the link) stops reading the
+// directory; a pass using it is waited for. Once only: on the way out the
+// pool may be gone by the time the node is destroyed.
+void FleetNode::TakeBiasOff() {
+  if (!bias_set_) return;
+  cache_.evictor().SetBias(nullptr, 0);
+  bias_set_ = false;
+}
+
 void FleetNode::Detach() {
-  // The evictor (the pool's, which may outlive the link) stops reading the
-  // directory; a pass using it is waited for.
-  if (bias_) cache_.evictor().SetBias(nullptr, 0);
+  TakeBiasOff();
   if (channel_) channel_->SetServeGuard(nullptr);
   // The feed's thread stops, then every peer call in flight ends now, while
   // the feed its completions reach is still alive.

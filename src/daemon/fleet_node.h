@@ -20,7 +20,8 @@
 //                 calls), then the channel (no peer reads the pool after it).
 //   Detach        first on every way out, a failed start's included (the
 //                 server calls it before its service goes): the evictor's
-//                 bias and the channel's serve guard (it reads the
+//                 bias (unless StopFollowing took it off: the pool may be
+//                 gone by then) and the channel's serve guard (it reads the
 //                 service's lookup tasks) taken off, the feed stopped, the
 //                 peer calls in flight ended. Idempotent.
 //
@@ -71,6 +72,7 @@ class FleetNode {
   Status StartMembership(server::Service& service, const std::string& self_url);
   void StartDirectory();
   void AddStatsSources(server::Service& service);
+  void TakeBiasOff();
 
   const P2pFlags& config_;
   const Clock& clock_;
@@ -85,6 +87,7 @@ class FleetNode {
   std::unique_ptr<fleet::DirectoryFeed> feed_;
   std::unique_ptr<fleet::ChunkLog> chunk_log_;
   std::unique_ptr<fleet::LastCopyBias> bias_;
+  bool bias_set_ = false;  // the evictor reads bias_ (StartDirectory to TakeBiasOff)
 };
 
 }  // namespace lmcache::daemon
