@@ -1,7 +1,10 @@
 // The operator's page: GET /dashboard serves one self-contained HTML page
 // (no script, style, font or image from anywhere but the page itself, which
 // its Content-Security-Policy enforces) that reads GET /status every two
-// seconds and shows the pool, lookups and hit rate, each L2 tier with its
+// seconds and shows small plots of the last five minutes (L1 usage, lookup
+// hit rate, L1 stores, evictions, each L2 tier's and each peer's throughput,
+// drawn as inline SVG from the page's own reads), the pool, lookups and hit
+// rate, each L2 tier with its
 // state and throughput, tenants with their usage against their quotas,
 // peers when P2P is on, what failed since the page opened, and every figure
 // of the stats reply in one table, walked from the reply itself so a field

@@ -76,7 +76,6 @@ json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict
           {"prefetches_in_flight", s.l2->prefetch.in_flight},
           {"prefetches_queued", s.l2->prefetch.queued}};
   }
-  const double capacity = static_cast<double>(s.allocator.capacity_bytes);
   return {{"version", s.version},
           {"boot_id", s.boot_id},
           {"pid", pid},
@@ -95,7 +94,7 @@ json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict
               {"huge_page_bytes", s.prefault.huge_page_bytes}}}}},
           {"l1",
            {{"used_bytes", s.allocator.used_bytes},
-            {"usage_ratio", capacity > 0 ? static_cast<double>(s.allocator.used_bytes) / capacity : 0},
+            {"usage_ratio", s.allocator.UsageRatio()},
             {"resident_objects", s.table.resident_objects},
             {"resident_bytes", s.table.resident_bytes},
             {"staging_bytes", s.table.staging_bytes},

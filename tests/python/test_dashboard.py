@@ -2,7 +2,9 @@
 (Debian's chromium): GET /dashboard loads without a console error, asks for
 nothing but the server's own /status, and once its script ran shows the
 figures the stats operation reports at the same moment (the server is idle
-between the two reads, so they agree exactly)."""
+between the two reads, so they agree exactly), and plots the last minutes
+(issue 65, section 7) from its own polling: one per series, each agreeing
+with the reply it was drawn from."""
 
 import os
 import re
@@ -30,6 +32,16 @@ def rendered_dom(url, profile_dir):
     return done.stdout, done.stderr
 
 
+def plots(dom):
+    """data-series -> (data-points, data-last or None) of every plot the page draws."""
+    found = {}
+    for tag in re.finditer(r"<svg[^>]*>", dom):
+        attrs = dict(re.findall(r'data-([a-z]+)="([^"]*)"', tag.group(0)))
+        if "series" in attrs:
+            found[attrs["series"]] = (int(attrs["points"]), attrs.get("last"))
+    return found
+
+
 def figures(dom):
     """data-field -> data-value of every figure the page shows."""
     return {m.group(1): m.group(2)
@@ -45,7 +57,8 @@ def test_the_dashboard_shows_what_the_stats_operation_reports(binary, tmp_path, 
     url = f"tcp://127.0.0.1:{url_port}"
     server = start_server(binary, url, tmp_path / "server.log",
                           ["--l1-size-gb", "0.1", "--http-port", str(http_port),
-                           "--http-admin-open", "--quota", "tenant-a=0.5"])
+                           "--http-admin-open", "--quota", "tenant-a=0.5",
+                           "--l2-adapter", '{"type": "mock"}'])
     try:
         page = urllib.request.urlopen(f"http://127.0.0.1:{http_port}/dashboard")
         csp = page.headers["Content-Security-Policy"]
@@ -63,9 +76,11 @@ def test_the_dashboard_shows_what_the_stats_operation_reports(binary, tmp_path, 
         assert lookup(client, tokens, "dash-lookup") == 4
         assert lookup(client, random_tokens(rng, 2 * 256), "dash-miss") == 0
 
-        # Idle from here: pre-faulting done (its progress moves the pool's figures).
+        # Idle from here: pre-faulting done (its progress moves the pool's
+        # figures), the prompt written behind to the mock tier.
         deadline = time.monotonic() + 60
-        while not stats(client)["l1"]["prefault_done"]:
+        while not (stats(client)["l1"]["prefault_done"]
+                   and stats(client)["l2"]["adapters"][0]["stored_objects"] == 4):
             assert time.monotonic() < deadline, "the pool was not pre-faulted within 60 s"
             time.sleep(0.05)
         before = stats(client)
@@ -93,5 +108,27 @@ def test_the_dashboard_shows_what_the_stats_operation_reports(binary, tmp_path, 
         # The table of every figure follows the stats reply: each leaf shows.
         assert "eviction.passes" in shown and "router.received" in shown
         assert shown["quota.mode"] == before["quota"]["mode"] == "on"
+
+        # The plots: one per series, drawn from the page's reads of /status
+        # (several within the browser's 5 s of virtual time, one every 2 s).
+        # The server was idle throughout: every rate is 0, and the usage is
+        # what the stats reply says.
+        drawn = plots(dom)
+        adapter = before["l2"]["adapters"][0]["name"]
+        assert adapter == "mock-1", adapter
+        for name in ["l1.usage_ratio", "lookup.hit_rate", "l1.admitted_bytes",
+                     "eviction.evicted_objects", f"l2.{adapter}.stored_bytes",
+                     f"l2.{adapter}.loaded_bytes"]:
+            assert name in drawn, f"no plot of {name}: {sorted(drawn)}"
+        points, last = drawn["l1.usage_ratio"]
+        assert points >= 2, drawn
+        usage = before["l1"]["used_bytes"] / before["l1"]["capacity_bytes"]
+        assert float(last) == usage, (last, usage)
+        for name in ["l1.admitted_bytes", "eviction.evicted_objects", f"l2.{adapter}.stored_bytes",
+                     f"l2.{adapter}.loaded_bytes"]:
+            points, last = drawn[name]
+            assert points >= 1 and float(last) == 0, (name, drawn[name])
+        # No lookup while the page read: no interval had a hit rate to draw.
+        assert drawn["lookup.hit_rate"] == (0, None), drawn["lookup.hit_rate"]
     finally:
         assert server.stop() == 0, server.log()
