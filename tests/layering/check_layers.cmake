@@ -4,12 +4,20 @@
 # such file or directory", clang: "'h' file not found"); any other failure,
 # or a build that succeeds, fails the check. An allowed probe must build.
 set(failures 0)
+# The layers' libraries are built before the suite runs: with Makefiles, a
+# probe's <target>/fast builds its object alone, without make walking the
+# libraries' dependencies again (about 1.5 s a probe, most of this check).
+if(EXISTS ${BUILD_DIR}/Makefile)
+  set(fast "/fast")
+else()
+  set(fast "")
+endif()
 foreach(probe IN LISTS PROBES)
   string(REPLACE ":" ";" parts "${probe}")
   list(GET parts 0 verdict)
   list(GET parts 1 target)
   list(GET parts 2 header)
-  execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${target}
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${target}${fast}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
   string(REPLACE "." "\\." header_re "${header}")
   if(verdict STREQUAL "allowed")
