@@ -215,7 +215,7 @@ class KvGroup:
             w.handle = (0, shareable_handle(self.name), self.storage_bytes, byte_offset,
                         ("/" + self.refcounters.name).encode(), self.refcounters.share(),
                         bytes(64), False)
-            w.dtype = getattr(wrappers.torch, DTYPE_OF[self.element_size])
+            w.dtype = wrappers.torch_dtype(DTYPE_OF[self.element_size])
             w.shape = tuple(shape)
             w.stride = tuple(strides)
             w.storage_offset = storage_offset
@@ -324,7 +324,7 @@ def kv_cache_frames(handle, layers, layer_bytes, shape, device_uuid):
         w._alloc_offset = index * layer_bytes
         w._nbytes = layer_bytes
         w.handle = None
-        w.dtype = wrappers.torch.bfloat16
+        w.dtype = wrappers.torch_dtype("bfloat16")
         w.shape = shape
         w.stride = wrappers.contiguous(shape)
         w.storage_offset = 0

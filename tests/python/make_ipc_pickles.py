@@ -68,6 +68,8 @@ try:
     import torch
 except ImportError:
     torch = module("torch")
+    for _name, _size in DTYPES.items():
+        setattr(torch, _name, dtype(_name, _size))
 
 
 def torch_dtype(name):
