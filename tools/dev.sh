@@ -94,17 +94,19 @@ build() {
   stage_done "build $flavour" "$start"
 }
 
-# The resources ctest shares among the tests' RESOURCE_GROUPS "shm:N" (a
-# test holding up to N GiB of /dev/shm and memory at once): one slot per
-# GiB of 4/5 of what both have free, at least the largest test's 6.
+# The resources ctest shares among the tests' RESOURCE_GROUPS: "shm:N" (a
+# test holding up to N GiB of /dev/shm and memory at once), one slot per
+# GiB of 4/5 of what both have free, at least the largest test's 6; and
+# "cpu:2" (a test keeping several busy servers running), of one slot more
+# than this machine's cores.
 write_resource_spec() {
   local shm_kib mem_kib gib
   shm_kib="$(df -k --output=avail /dev/shm | tail -n1 | tr -d ' ')"
   mem_kib="$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"
   gib=$(( (shm_kib < mem_kib ? shm_kib : mem_kib) * 4 / 5 / 1048576 ))
   [ "$gib" -ge 6 ] || gib=6
-  printf '{"version": {"major": 1, "minor": 0}, "local": [{"shm": [{"id": "dev_shm", "slots": %d}]}]}\n' \
-    "$gib" >"$1"
+  printf '{"version": {"major": 1, "minor": 0}, "local": [{"shm": [{"id": "dev_shm", "slots": %d}], "cpu": [{"id": "cores", "slots": %d}]}]}\n' \
+    "$gib" $(($(nproc) + 1)) >"$1"
 }
 
 # Every skip of the run, one line each (label, test, reason): see tools/skipped_tests.py.
