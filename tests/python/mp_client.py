@@ -372,15 +372,22 @@ def wait_until_directory_holds(client, chunks, timeout_s=60):
     peers this server's directory names, and a chunk stored on a peer is
     named once this server's feed has read the peer's chunk log (every
     --p2p-directory-poll, 0.1 s): waits until the directory's filters hold at
-    least `chunks` chunks, as a requester would be some time after a prompt
-    was computed elsewhere. Fails after `timeout_s` (a bound, not a measure)."""
+    least `chunks` chunks and every peer is in step (none stale), as a
+    requester would be some time after a prompt was computed elsewhere.
+    Both, because a peer's filter fills while the peer is listed, before it
+    is in step: until its catching up is read the peer is stale, and a
+    stale peer is asked for every chunk (a slow server shows it: under
+    TSan the chunks were in while one peer was still catching up). Fails
+    after `timeout_s` (a bound, not a measure)."""
     deadline = time.monotonic() + timeout_s
     while True:
-        held = stats(client)["p2p"]["directory"]["chunks"]
-        if held >= chunks:
+        directory = stats(client)["p2p"]["directory"]
+        held, stale = directory["chunks"], directory["stale_peers"]
+        if held >= chunks and stale == 0:
             return held
         assert time.monotonic() < deadline, \
-            f"the directory holds {held} chunks after {timeout_s} s, not {chunks}"
+            f"after {timeout_s} s the directory holds {held} chunks (not {chunks}), " \
+            f"{stale} peers stale"
         time.sleep(0.02)
 
 
