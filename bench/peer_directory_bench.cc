@@ -48,7 +48,7 @@ PeerDirectory& Full() {
 }
 
 void Counters(benchmark::State& state) {
-  const PeerDirectoryStats s = Full().Stats();
+  const P2pDirectoryStats s = Full().Stats();
   state.counters["filter_MiB"] = static_cast<double>(s.memory_bytes) / (1 << 20);
   state.counters["chunks"] = static_cast<double>(s.chunks);
   state.counters["stale_peers"] = static_cast<double>(s.stale_peers);

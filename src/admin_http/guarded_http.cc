@@ -163,13 +163,13 @@ GuardedHttpServer::Admission GuardedHttpServer::Admit(socket_t sock) {
   admission.address = SocketAddressText(sock, /*peer=*/true);
   MutexLock lock(&mu_);
   if (open_ >= config_.max_connections) {
-    refused_.fetch_add(1, std::memory_order_relaxed);
+    counts_.refused_connections.fetch_add(1, std::memory_order_relaxed);
     return admission;
   }
   std::size_t& from_address = per_address_[admission.address];
   const bool crowded = open_ * 4 >= config_.max_connections * 3 ||
                        from_address >= config_.fast_only_per_address;
-  if (crowded) fast_only_.fetch_add(1, std::memory_order_relaxed);
+  if (crowded) counts_.fast_only_connections.fetch_add(1, std::memory_order_relaxed);
   admission.deadline = crowded ? config_.fast_deadline : config_.request_deadline;
   admission.admitted = true;
   open_ += 1;
@@ -202,7 +202,7 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
       stream.StartRequest(admission.deadline);
       bool connection_closed = false;
       ok = process_request(stream, left == 1, connection_closed, setup);
-      if (stream.late()) deadline_closes_.fetch_add(1, std::memory_order_relaxed);
+      if (stream.late()) counts_.deadline_closes.fetch_add(1, std::memory_order_relaxed);
       if (!ok || connection_closed) break;
     }
     Release(admission.address);
@@ -231,9 +231,7 @@ HttpGuardStats GuardedHttpServer::GuardStats() const {
     MutexLock lock(&mu_);
     s.open_connections = open_;
   }
-  s.refused_connections = refused_.load(std::memory_order_relaxed);
-  s.fast_only_connections = fast_only_.load(std::memory_order_relaxed);
-  s.deadline_closes = deadline_closes_.load(std::memory_order_relaxed);
+  counts_.CopyTo(&s);
   return s;
 }
 

@@ -32,6 +32,7 @@
 #include <unordered_map>
 
 #include "common/mutex.h"
+#include "stats/declare.h"
 
 namespace lmcache::admin_http {
 
@@ -44,12 +45,20 @@ struct HttpGuardConfig {
   std::size_t max_requests_per_connection = 100;
 };
 
+// The guard's figures, declared once (stats/declare.h's form): GET /status
+// shows them under "http" (the stats schema and /metrics do not carry them).
+#define LMC_HTTP_GUARD_STATS(X, D) \
+  X(open_connections, "open_connections", std::uint64_t, kGauge, "connections") \
+  X(refused_connections, "refused_connections", std::uint64_t, kCounter, "connections") \
+  X(fast_only_connections, "fast_only_connections", std::uint64_t, kCounter, "connections") \
+  X(deadline_closes, "deadline_closes", std::uint64_t, kCounter, "connections")
+// refused: past max_connections, closed unanswered; fast_only: admitted with
+// the fast deadline; deadline_closes: a request not read or written in time.
+
 struct HttpGuardStats {
-  std::uint64_t open_connections = 0;
-  std::uint64_t refused_connections = 0;  // past max_connections: closed unanswered
-  std::uint64_t fast_only_connections = 0;  // admitted with the fast deadline
-  std::uint64_t deadline_closes = 0;        // a request not read or written in time
+  LMC_STATS_MEMBERS(LMC_HTTP_GUARD_STATS)
 };
+LMC_STATS_COUNTED(HttpGuardCounters, HttpGuardStats, LMC_HTTP_GUARD_STATS);
 
 class GuardedHttpServer : public httplib::Server {
  public:
@@ -81,7 +90,7 @@ class GuardedHttpServer : public httplib::Server {
   mutable Mutex mu_;
   std::size_t open_ LMC_GUARDED_BY(mu_) = 0;
   std::unordered_map<std::string, std::size_t> per_address_ LMC_GUARDED_BY(mu_);
-  std::atomic<std::uint64_t> refused_{0}, fast_only_{0}, deadline_closes_{0};
+  HttpGuardCounters counts_;
 };
 
 // A TaskQueue that runs each task (a connection) on a thread of its own;

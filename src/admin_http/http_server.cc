@@ -119,10 +119,10 @@ void HttpServer::ServeStatus(const httplib::Request& req, httplib::Response& res
   // offline: shown to admins only (issue 62, section 8).
   if (!IsAdmin(config, req) && status.contains("p2p")) status["p2p"].erase("key_fingerprint");
   const HttpGuardStats guard = guarded_->GuardStats();
-  status["http"] = {{"open_connections", guard.open_connections},
-                    {"refused_connections", guard.refused_connections},
-                    {"fast_only_connections", guard.fast_only_connections},
-                    {"deadline_closes", guard.deadline_closes}};
+  json& http = status["http"];
+#define LMC_GUARD_JSON_(member, key, ...) http[key] = guard.member;
+  LMC_HTTP_GUARD_STATS(LMC_GUARD_JSON_, LMC_STATS_NONE_)
+#undef LMC_GUARD_JSON_
   Reply(res, 200, status);
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "stats/ratio.h"
+
 namespace lmcache::admin_http {
 namespace {
 
@@ -22,11 +24,6 @@ struct TierUsage {
   std::string condition;  // empty when healthy
 };
 
-std::optional<double> UsedRatio(std::uint64_t used, std::uint64_t capacity) {
-  if (capacity == 0) return std::nullopt;
-  return static_cast<double>(used) / static_cast<double>(capacity);
-}
-
 json TierJson(const TierUsage& t, PressureLevel* level) {
   const std::optional<std::uint64_t> capacity =
       t.capacity_bytes > 0 ? std::optional<std::uint64_t>(t.capacity_bytes) : std::nullopt;
@@ -38,7 +35,7 @@ json TierJson(const TierUsage& t, PressureLevel* level) {
           {"backend_type", t.backend_type ? json(*t.backend_type) : json(nullptr)},
           {"used_bytes", t.used_bytes},
           {"capacity_bytes", capacity ? json(*capacity) : json(nullptr)},
-          {"used_ratio", OrNull(UsedRatio(t.used_bytes, t.capacity_bytes))},
+          {"used_ratio", OrNull(stats::UsedRatio(t.used_bytes, t.capacity_bytes))},
           {"trigger_watermark", OrNull(t.trigger_watermark)},
           {"eviction_policy", t.eviction_policy ? json(*t.eviction_policy) : json(nullptr)},
           {"health", t.condition.empty() ? "ok" : "failed"},
@@ -61,8 +58,10 @@ std::string_view PressureLevelName(PressureLevel level) {
 PressureLevel ClassifyPressure(std::optional<std::uint64_t> used_bytes,
                                std::optional<std::uint64_t> capacity_bytes,
                                std::optional<double> trigger_watermark) {
-  if (!used_bytes || !capacity_bytes || *capacity_bytes == 0) return PressureLevel::kUnknown;
-  const double ratio = static_cast<double>(*used_bytes) / static_cast<double>(*capacity_bytes);
+  if (!used_bytes || !capacity_bytes) return PressureLevel::kUnknown;
+  const std::optional<double> used = stats::UsedRatio(*used_bytes, *capacity_bytes);
+  if (!used) return PressureLevel::kUnknown;
+  const double ratio = *used;
   if (ratio >= 1.0) return PressureLevel::kCritical;
   if (trigger_watermark && ratio >= *trigger_watermark) return PressureLevel::kHigh;
   return PressureLevel::kNormal;

@@ -4,6 +4,8 @@
 #include <bit>
 #include <string>
 
+#include "stats/ratio.h"
+
 namespace lmcache::alloc {
 namespace {
 
@@ -451,7 +453,7 @@ LMC_STATS_ROWS(SizeClassStatRows, ClassStats, LMC_SIZE_CLASS_STATS)
 LMC_STATS_ROWS(AllocatorStatRows, AllocatorStats, LMC_ALLOCATOR_STATS)
 
 double AllocatorStats::UsageRatio() const {
-  return capacity_bytes ? static_cast<double>(used_bytes) / static_cast<double>(capacity_bytes) : 0;
+  return stats::UsedRatio(used_bytes, capacity_bytes).value_or(0);
 }
 
 }  // namespace lmcache::alloc

@@ -217,20 +217,8 @@ DirectoryFeed::Next DirectoryFeed::Relist(PeerId peer, PeerFeed& feed) {
 }
 
 P2pDirectoryStats DirectoryFeed::Stats() const {
-  const PeerDirectoryStats d = directory_->Stats();
-  P2pDirectoryStats s;
-  {
-    MutexLock lock(&mu_);
-    s = counts_;
-  }
-  s.peers = d.peers;
-  s.stale_peers = d.stale_peers;
-  s.chunks = d.chunks;
-  s.memory_bytes = d.memory_bytes;
-  s.applied_events = d.applied_events;
-  s.gaps += d.gaps;
-  s.incarnations += d.incarnations;
-  s.full_inserts = d.full_inserts;
+  P2pDirectoryStats s = directory_->Stats();
+  counts_.AddTo(&s);
   return s;
 }
 

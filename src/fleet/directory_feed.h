@@ -67,6 +67,10 @@ struct DirectoryFeedConfig {
   int max_failures = 3;
 };
 
+// The feed's part of P2pDirectoryStats: its own counters, and its part of
+// the gaps and new lives (the directory counts the rest).
+LMC_STATS_COUNTED(DirectoryFeedCounters, P2pDirectoryStats, LMC_P2P_DIRECTORY_STATS);
+
 class DirectoryFeed {
  public:
   // `peers`, `directory` and the peers' clock must outlive the feed.
@@ -127,7 +131,7 @@ class DirectoryFeed {
   bool stopped_ LMC_GUARDED_BY(mu_) = false;
   std::map<PeerId, PeerFeed> feeds_ LMC_GUARDED_BY(mu_);
   std::uint64_t next_generation_ LMC_GUARDED_BY(mu_) = 1;
-  P2pDirectoryStats counts_ LMC_GUARDED_BY(mu_);  // the feed's own counters
+  DirectoryFeedCounters counts_;  // the feed's own counters
   std::unique_ptr<PeriodicThread> thread_;
 };
 

@@ -171,9 +171,11 @@ struct UcxChannelStats {
 std::span<const stats::Row<UcxChannelStats>> UcxChannelStatRows();
 
 // P2pDirectoryStats's figures (issue 43): the directory of which peers may
-// hold which chunks, its feed from the peers' chunk logs, and this
-// server's chunk log that its peers read.
-#define LMC_P2P_DIRECTORY_STATS(X, D) \
+// hold which chunks (PeerDirectory counts and measures these), then its feed
+// from the peers' chunk logs and this server's chunk log that its peers
+// read. The feed counts gaps and new lives it sees in pages, the directory
+// those it sees in records: each figure is the sum of both.
+#define LMC_PEER_DIRECTORY_STATS(X, D) \
   X(peers, "peers", std::uint64_t, kGauge, "peers", "p2p_directory_peers", \
       "Peers the directory keeps a filter for.") \
   X(stale_peers, "stale_peers", std::uint64_t, kGauge, "peers", "p2p_directory_stale_peers", \
@@ -192,7 +194,9 @@ std::span<const stats::Row<UcxChannelStats>> UcxChannelStatRows();
       "p2p_directory_new_lives_total", "Peers' logs seen with a new incarnation (a restart).") \
   X(full_inserts, "full_inserts", std::uint64_t, kCounter, "chunks", \
       "p2p_directory_full_inserts_total", "Chunks a peer's full filter could not take: the " \
-      "peer is listed again into a filter twice the size.") \
+      "peer is listed again into a filter twice the size.")
+
+#define LMC_DIRECTORY_FEED_STATS(X, D) \
   X(resyncs, "resyncs", std::uint64_t, kCounter, "listings", "p2p_directory_resyncs_total", \
       "Listings of a peer's L1 begun (at first contact, after a gap, a new life, a full " \
       "filter or a malformed answer).") \
@@ -216,6 +220,8 @@ std::span<const stats::Row<UcxChannelStats>> UcxChannelStatRows();
   X(log_dropped_records, "log_dropped_records", std::uint64_t, kCounter, "records", \
       "p2p_chunk_log_dropped_records_total", "Records dropped from this server's chunk log " \
       "to keep it within its bound (a peer that had not read them lists our L1 again).")
+
+#define LMC_P2P_DIRECTORY_STATS(X, D) LMC_PEER_DIRECTORY_STATS(X, D) LMC_DIRECTORY_FEED_STATS(X, D)
 
 struct P2pDirectoryStats {
   LMC_STATS_MEMBERS(LMC_P2P_DIRECTORY_STATS)
@@ -271,5 +277,7 @@ struct EtcdStats {
   LMC_STATS_MEMBERS(LMC_ETCD_STATS)
 };
 std::span<const stats::Row<EtcdStats>> EtcdStatRows();
+// The totals over several prefixes (each --p2p-etcd-prefix its registry).
+LMC_STATS_SUM(AddEtcdStats, EtcdStats, LMC_ETCD_STATS)
 
 }  // namespace lmcache::fleet

@@ -115,14 +115,7 @@ std::vector<EtcdView> Membership::Etcd() const {
 EtcdStats Membership::EtcdTotals() const {
   EtcdStats total;
   for (const auto& registry : etcd_) {
-    const EtcdStats s = registry->Stats();
-    total.reachable += s.reachable;
-    total.registered += s.registered;
-    total.peers += s.peers;
-    total.failures += s.failures;
-    total.lease_grants += s.lease_grants;
-    total.listings += s.listings;
-    total.bad_entries += s.bad_entries;
+    AddEtcdStats(&total, registry->Stats());
   }
   return total;
 }

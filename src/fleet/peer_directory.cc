@@ -135,7 +135,7 @@ Applied PeerDirectory::Apply(PeerId peer, std::uint64_t incarnation, std::uint64
     // A new process (or the first seen): what the old one held is gone; its
     // events count from 1.
     if (p->incarnation != 0) {
-      incarnations_.fetch_add(1, std::memory_order_relaxed);
+      counters_.incarnations.fetch_add(1, std::memory_order_relaxed);
       applied = Applied::kNewIncarnation;
     }
     p->filter.Clear();
@@ -146,11 +146,11 @@ Applied PeerDirectory::Apply(PeerId peer, std::uint64_t incarnation, std::uint64
   if (p->stale.load(std::memory_order_relaxed)) return Applied::kStale;
   if (seq != p->next_seq) {
     p->stale.store(true, std::memory_order_release);
-    gaps_.fetch_add(1, std::memory_order_relaxed);
+    counters_.gaps.fetch_add(1, std::memory_order_relaxed);
     return Applied::kGap;
   }
   p->next_seq = seq + 1;
-  applied_.fetch_add(1, std::memory_order_relaxed);
+  counters_.applied_events.fetch_add(1, std::memory_order_relaxed);
   if (ChangeFilter(*p, change, chunks) > 0) {
     // Known incomplete from here: named for every chunk until resized.
     p->stale.store(true, std::memory_order_release);
@@ -173,7 +173,7 @@ std::size_t PeerDirectory::ChangeFilter(Peer& p, DirectoryChange change,
       }
       break;
   }
-  full_inserts_.fetch_add(refused, std::memory_order_relaxed);
+  counters_.full_inserts.fetch_add(refused, std::memory_order_relaxed);
   return refused;
 }
 
@@ -282,19 +282,16 @@ std::vector<bool> PeerDirectory::KeptElsewhere(std::span<const ChunkId> chunks,
   return kept;
 }
 
-PeerDirectoryStats PeerDirectory::Stats() const {
+P2pDirectoryStats PeerDirectory::Stats() const {
   const auto table = Snapshot();
-  PeerDirectoryStats s;
+  P2pDirectoryStats s;
   s.peers = table->size();
   for (const auto& p : *table) {
     s.stale_peers += p->stale.load(std::memory_order_relaxed) ? 1 : 0;
     s.chunks += p->filter.size();
     s.memory_bytes += p->filter.memory_bytes();
   }
-  s.applied_events = applied_.load(std::memory_order_relaxed);
-  s.gaps = gaps_.load(std::memory_order_relaxed);
-  s.incarnations = incarnations_.load(std::memory_order_relaxed);
-  s.full_inserts = full_inserts_.load(std::memory_order_relaxed);
+  counters_.CopyTo(&s);
   return s;
 }
 

@@ -42,6 +42,7 @@
 
 #include "common/mutex.h"
 #include "fleet/chunk_filter.h"
+#include "fleet/fleet_stats.h"
 #include "fleet/peer_rpc.h"
 #include "store/object_key.h"
 
@@ -71,16 +72,9 @@ struct PeerPrefix {
   bool stale = false;      // named because its filter is not to be trusted
 };
 
-struct PeerDirectoryStats {
-  std::uint64_t peers = 0;
-  std::uint64_t stale_peers = 0;
-  std::uint64_t chunks = 0;        // across the filters
-  std::uint64_t memory_bytes = 0;  // of the filters
-  std::uint64_t applied_events = 0;
-  std::uint64_t gaps = 0;
-  std::uint64_t incarnations = 0;  // new incarnations seen (restarts)
-  std::uint64_t full_inserts = 0;  // chunks a full filter could not take
-};
+// The directory's own figures (LMC_PEER_DIRECTORY_STATS); the feed adds its
+// part of P2pDirectoryStats.
+LMC_STATS_COUNTED(PeerDirectoryCounters, P2pDirectoryStats, LMC_PEER_DIRECTORY_STATS);
 
 class PeerDirectory {
  public:
@@ -135,7 +129,8 @@ class PeerDirectory {
   std::vector<bool> KeptElsewhere(std::span<const ChunkId> chunks,
                                   std::uint64_t own_incarnation) const LMC_EXCLUDES(mu_);
 
-  PeerDirectoryStats Stats() const LMC_EXCLUDES(mu_);
+  // The directory's figures of P2pDirectoryStats (the feed's left 0).
+  P2pDirectoryStats Stats() const LMC_EXCLUDES(mu_);
 
  private:
   struct Peer;
@@ -148,10 +143,7 @@ class PeerDirectory {
 
   mutable Mutex mu_;  // a leaf
   std::shared_ptr<const Table> table_ LMC_GUARDED_BY(mu_) = std::make_shared<const Table>();
-  std::atomic<std::uint64_t> gaps_{0};
-  std::atomic<std::uint64_t> incarnations_{0};
-  std::atomic<std::uint64_t> applied_{0};
-  std::atomic<std::uint64_t> full_inserts_{0};
+  PeerDirectoryCounters counters_;
 };
 
 }  // namespace lmcache::fleet

@@ -227,8 +227,8 @@ std::uint32_t PoolJournal::NewRecordLocked(Offset offset, std::uint64_t size,
 void PoolJournal::SetStateLocked(jf::Record& r, std::uint64_t word) {
   // An exchange: the sealer may have sealed the record meanwhile (without the lock).
   const std::uint64_t old = Word(r.state).exchange(word, std::memory_order_acq_rel);
-  if ((old & 3) == jf::kSealed) sealed_.fetch_sub(1, std::memory_order_relaxed);
-  if ((word & 3) == jf::kSealed) sealed_.fetch_add(1, std::memory_order_relaxed);
+  if ((old & 3) == jf::kSealed) counts_.sealed.fetch_sub(1, std::memory_order_relaxed);
+  if ((word & 3) == jf::kSealed) counts_.sealed.fetch_add(1, std::memory_order_relaxed);
 }
 
 void PoolJournal::Lent(std::span<const Offset> offsets, std::uint64_t size) {
@@ -263,7 +263,6 @@ std::optional<std::uint32_t> PoolJournal::NamespaceLocked(std::string body) {
   // The entry's bytes before the mark that makes it readable.
   Word(header().namespace_bytes).store(namespace_bytes_, std::memory_order_release);
   namespace_of_.emplace(std::move(body), id);
-  stats_.namespaces += 1;
   return id;
 }
 
@@ -278,7 +277,7 @@ void PoolJournal::Committed(const ObjectKey& key, Offset offset, std::uint64_t s
     if (!ns) {
       // Not recoverable, but its slot stays recorded as lent (never reused by
       // a successor while its record says a writer may hold it).
-      stats_.unrecorded += 1;
+      counts_.unrecorded.fetch_add(1, std::memory_order_relaxed);
       if (it == record_of_.end()) (void)NewRecordLocked(offset, size, jf::kLent);
       return;
     }
@@ -293,7 +292,6 @@ void PoolJournal::Committed(const ObjectKey& key, Offset offset, std::uint64_t s
       // Verified already (a recovery): sealed at once, nothing to hash again.
       r.checksum = *checksum;
       SetStateLocked(r, StateWord(sequence, jf::kSealed));
-      stats_.sealed_total += 1;
       return;
     }
     const std::uint64_t word = StateWord(sequence, jf::kCommitted);
@@ -304,7 +302,7 @@ void PoolJournal::Committed(const ObjectKey& key, Offset offset, std::uint64_t s
       boosted_ = true;  // starved under a saturated CPU: a sliver of a core
       SetSealerPolicy(SCHED_OTHER);
     }
-    awaiting_seal_.fetch_add(1, std::memory_order_relaxed);
+    counts_.awaiting_seal.fetch_add(1, std::memory_order_relaxed);
     wake = to_seal_.size() == 1;
     // Entries of records freed since are skipped by the sealer; a starved
     // sealer must not let them pile up beyond the records that exist.
@@ -318,7 +316,7 @@ void PoolJournal::DropStaleLocked() {
   std::erase_if(to_seal_, [this](const SealJob& job) {
     return Word(record(job.index).state).load(std::memory_order_relaxed) != job.word;
   });
-  awaiting_seal_.fetch_sub(before - to_seal_.size(), std::memory_order_relaxed);
+  counts_.awaiting_seal.fetch_sub(before - to_seal_.size(), std::memory_order_relaxed);
 }
 
 void PoolJournal::Withdrawn(Offset offset) {
@@ -402,7 +400,7 @@ void PoolJournal::SealLoop() {
     }
     for (const SealJob& job : batch) {
       SealOne(job);
-      awaiting_seal_.fetch_sub(1, std::memory_order_relaxed);
+      counts_.awaiting_seal.fetch_sub(1, std::memory_order_relaxed);
     }
   }
 }
@@ -423,9 +421,8 @@ void PoolJournal::SealOne(const SealJob& job) {
   if (Word(r.state).compare_exchange_strong(expected,
                                             StateWord(job.word >> jf::kStateBits, jf::kSealed),
                                             std::memory_order_release, std::memory_order_relaxed)) {
-    sealed_.fetch_add(1, std::memory_order_relaxed);
-    sealed_total_.fetch_add(1, std::memory_order_relaxed);
-    sealed_bytes_total_.fetch_add(job.size, std::memory_order_relaxed);
+    counts_.sealed.fetch_add(1, std::memory_order_relaxed);
+    counts_.sealed_bytes_total.fetch_add(job.size, std::memory_order_relaxed);
   }
 }
 
@@ -444,12 +441,9 @@ bool PoolJournal::WaitSealed(std::chrono::milliseconds timeout) {
 
 store::JournalStats PoolJournal::Stats() const {
   MutexLock lock(&mu_);
-  store::JournalStats out = stats_;
+  store::JournalStats out;
+  counts_.CopyTo(&out);
   out.records = record_of_.size();
-  out.sealed = sealed_.load(std::memory_order_relaxed);
-  out.awaiting_seal = awaiting_seal_.load(std::memory_order_relaxed);
-  out.sealed_total += sealed_total_.load(std::memory_order_relaxed);
-  out.sealed_bytes_total = sealed_bytes_total_.load(std::memory_order_relaxed);
   return out;
 }
 

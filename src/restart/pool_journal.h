@@ -193,11 +193,7 @@ class PoolJournal : public store::SlotJournal {
   bool stop_ LMC_GUARDED_BY(mu_) = false;
   bool boosted_ LMC_GUARDED_BY(mu_) = false;  // the sealer runs at nice 19, not idle
   std::atomic<pid_t> sealer_tid_{0};
-  store::JournalStats stats_ LMC_GUARDED_BY(mu_);  // unrecorded, namespaces, direct seals
-  std::atomic<std::uint64_t> sealed_{0};
-  std::atomic<std::uint64_t> awaiting_seal_{0};
-  std::atomic<std::uint64_t> sealed_total_{0};
-  std::atomic<std::uint64_t> sealed_bytes_total_{0};
+  store::JournalCounters counts_;
   std::thread sealer_;
 };
 

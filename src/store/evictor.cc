@@ -11,6 +11,8 @@
 #include <exception>
 #include <string>
 
+#include "stats/ratio.h"
+
 namespace lmcache::store {
 
 Status ValidateEvictorConfig(const EvictorConfig& config) {
@@ -28,9 +30,8 @@ Status ValidateEvictorConfig(const EvictorConfig& config) {
 
 std::uint64_t Evictor::BytesToEvict(std::uint64_t used, std::uint64_t capacity,
                                     const EvictorConfig& config) {
-  if (capacity == 0) return 0;
-  const double usage = static_cast<double>(used) / static_cast<double>(capacity);
-  if (usage < config.trigger_watermark) return 0;
+  const std::optional<double> usage = stats::UsedRatio(used, capacity);
+  if (!usage || *usage < config.trigger_watermark) return 0;
   const double low = std::max(0.0, config.trigger_watermark - config.eviction_ratio);
   const auto target = static_cast<std::uint64_t>(std::floor(low * static_cast<double>(capacity)));
   return used > target ? used - target : 0;

@@ -151,6 +151,10 @@ LMC_STATS_COUNTERS(EvictorCounters, EvictorStats, LMC_EVICTOR_STATS);
 #define LMC_JOURNAL_STATS(X, D) \
   X(records, "journal_records", std::uint64_t, kGauge, "objects", "restart_journal_records", \
       "Slots the crash-recovery journal records as lent or resident (--recover-pool).") \
+  LMC_JOURNAL_COUNTED_STATS(X, D)
+
+// What the journal counts as it goes (the records it measures when asked).
+#define LMC_JOURNAL_COUNTED_STATS(X, D) \
   X(sealed, "journal_sealed", std::uint64_t, kGauge, "objects", "restart_journal_sealed", \
       "Resident objects whose checksum is recorded: what a recovery would serve now.") \
   X(awaiting_seal, "journal_awaiting_seal", std::uint64_t, kGauge, "objects", \
@@ -164,10 +168,9 @@ LMC_STATS_COUNTERS(EvictorCounters, EvictorStats, LMC_EVICTOR_STATS);
 
 struct JournalStats {
   LMC_STATS_MEMBERS(LMC_JOURNAL_STATS)
-  std::uint64_t sealed_total = 0;   // checksums computed since start
-  std::uint64_t namespaces = 0;
 };
 std::span<const stats::Row<JournalStats>> JournalStatRows();
+LMC_STATS_COUNTERS(JournalCounters, JournalStats, LMC_JOURNAL_COUNTED_STATS);
 
 // PrefaultProgress's figures, each declared once (stats/declare.h).
 #define LMC_PREFAULT_STATS(X, D) \

@@ -67,7 +67,7 @@ enum class L2Deletion : std::uint8_t { kDeleted, kLocked, kNotFound };
 
 // The counters every adapter keeps (the list's kCounter members); CopyTo()
 // copies them into a stats value, and the adapter measures the rest.
-LMC_STATS_COUNTED(L2AdapterCounted, L2AdapterStats, LMC_L2_ADAPTER_STATS);
+LMC_STATS_COUNTED(L2AdapterCounted, L2AdapterStats, LMC_L2_ADAPTER_OWN_STATS);
 struct L2Counters : L2AdapterCounted {
   void CountLoad(L2LoadOutcome outcome, std::uint64_t bytes);
 };

@@ -87,7 +87,7 @@ Result<std::string> L2Tier::AddAdapter(const L2AdapterSpec& spec,
   }
   LMC_ASSIGN_OR_RETURN(std::string name,
                        cascade_->Insert(std::move(adapter), AdditionOf(spec, position)));
-  added_.fetch_add(1, std::memory_order_relaxed);
+  cascade_changes_.added.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("L2 adapter {} joined the cascade at position {}", name,
                cascade_->Current().Find(name).value_or(0) + 1);
   return name;
@@ -97,7 +97,7 @@ Result<L2Cascade::Removal> L2Tier::RemoveAdapter(std::string_view name,
                                                  std::chrono::milliseconds drain_timeout) {
   ReapDrained();
   auto removal = cascade_->Remove(name, drain_timeout);
-  if (removal.ok()) removed_.fetch_add(1, std::memory_order_relaxed);
+  if (removal.ok()) cascade_changes_.removed.fetch_add(1, std::memory_order_relaxed);
   return removal;
 }
 
@@ -148,8 +148,7 @@ L2Stats L2Tier::Stats() const {
     s.adapters.push_back(cascade.adapter(i).Stats());
     s.adapters.back().name = cascade.member(i).name;
   }
-  s.cascade.added = added_.load(std::memory_order_relaxed);
-  s.cascade.removed = removed_.load(std::memory_order_relaxed);
+  cascade_changes_.CopyTo(&s.cascade);
   s.cascade.draining = cascade_->Draining().size();
   s.store = store_->Stats();
   s.prefetch = prefetch_->Stats();

@@ -93,8 +93,7 @@ class L2Tier {
   std::unique_ptr<StoreController> store_;
   std::unique_ptr<PrefetchController> prefetch_;
   Mutex add_mu_;  // AddAdapter's, one at a time (held while an adapter is built)
-  std::atomic<std::uint64_t> added_{0};    // at runtime
-  std::atomic<std::uint64_t> removed_{0};
+  L2CascadeCounters cascade_changes_;  // adapters added and removed at runtime
 };
 
 }  // namespace lmcache::tier

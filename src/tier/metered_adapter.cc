@@ -34,7 +34,8 @@ MeteredAdapter::MeteredAdapter(std::unique_ptr<L2Adapter> inner)
     : ForwardingAdapter(std::move(inner)) {}
 
 void MeteredAdapter::SubmitStore(std::span<const L2Write> objects, StoreDone done) {
-  auto meter = std::make_shared<Meter>(&storing_, &store_latency_, objects.size());
+  auto meter =
+      std::make_shared<Meter>(&meters_.storing_objects, &meters_.store_latency, objects.size());
   ForwardingAdapter::SubmitStore(objects, [meter, done = std::move(done)](std::vector<Status> s) mutable {
     meter.reset();  // measured to the completion, before the caller sees it
     done(std::move(s));
@@ -42,13 +43,14 @@ void MeteredAdapter::SubmitStore(std::span<const L2Write> objects, StoreDone don
 }
 
 std::vector<bool> MeteredAdapter::LookupAndLock(std::span<const store::ObjectKey> keys) {
-  Meter meter(&looking_up_, &lookup_latency_, keys.size());
+  Meter meter(&meters_.looking_up_keys, &meters_.lookup_latency, keys.size());
   return ForwardingAdapter::LookupAndLock(keys);
 }
 
 void MeteredAdapter::SubmitLookup(std::span<const store::ObjectKey> keys,
                                   std::uint64_t object_bytes, LookupDone done) {
-  auto meter = std::make_shared<Meter>(&looking_up_, &lookup_latency_, keys.size());
+  auto meter =
+      std::make_shared<Meter>(&meters_.looking_up_keys, &meters_.lookup_latency, keys.size());
   ForwardingAdapter::SubmitLookup(keys, object_bytes,
                                   [meter, done = std::move(done)](std::vector<bool> found) mutable {
                                     meter.reset();
@@ -57,7 +59,8 @@ void MeteredAdapter::SubmitLookup(std::span<const store::ObjectKey> keys,
 }
 
 void MeteredAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
-  auto meter = std::make_shared<Meter>(&loading_, &load_latency_, reads.size());
+  auto meter =
+      std::make_shared<Meter>(&meters_.loading_objects, &meters_.load_latency, reads.size());
   ForwardingAdapter::SubmitLoad(reads, [meter, done = std::move(done)](std::vector<L2LoadOutcome> o) mutable {
     meter.reset();
     done(std::move(o));
@@ -66,12 +69,7 @@ void MeteredAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
 
 L2AdapterStats MeteredAdapter::Stats() const {
   L2AdapterStats s = ForwardingAdapter::Stats();
-  s.storing_objects = storing_.load(std::memory_order_relaxed);
-  s.loading_objects = loading_.load(std::memory_order_relaxed);
-  s.looking_up_keys = looking_up_.load(std::memory_order_relaxed);
-  s.store_latency = store_latency_.Take();
-  s.lookup_latency = lookup_latency_.Take();
-  s.load_latency = load_latency_.Take();
+  meters_.CopyTo(&s);
   return s;
 }
 

@@ -8,10 +8,8 @@
 // Thread-safety: as the wrapped adapter; the meters are atomics.
 #pragma once
 
-#include <atomic>
-
-#include "common/histogram.h"
 #include "tier/forwarding_adapter.h"
+#include "tier/tier_stats.h"
 
 namespace lmcache::tier {
 
@@ -31,12 +29,8 @@ class MeteredAdapter final : public ForwardingAdapter {
   // records how long that took.
   class Meter;
 
-  std::atomic<std::uint64_t> storing_{0};
-  std::atomic<std::uint64_t> loading_{0};
-  std::atomic<std::uint64_t> looking_up_{0};
-  LatencyHistogram store_latency_;
-  LatencyHistogram lookup_latency_;
-  LatencyHistogram load_latency_;
+  LMC_STATS_COUNTERS(Meters, L2AdapterStats, LMC_L2_METERED_STATS);
+  Meters meters_;
 };
 
 }  // namespace lmcache::tier

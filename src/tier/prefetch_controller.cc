@@ -249,10 +249,10 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
       release = result.lease;  // nobody will take it
       if (it != jobs_.end() && !abandoned) jobs_.erase(it);
     } else {
-      latency_.Record(static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                                it->second.submitted)
-              .count()));
+      counters_.latency.Record(
+          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                         std::chrono::steady_clock::now() - it->second.submitted)
+                                         .count()));
       it->second.lookup_hits = it->second.lookup_hits.value_or(0);
       it->second.result = result;
     }
@@ -288,7 +288,7 @@ void PrefetchController::AbandonOverdue() {
       if (abandoned_.contains(handle)) continue;
       abandoned_.insert(handle);
       counters_.abandoned_loads.fetch_add(1, std::memory_order_relaxed);
-      latency_.Record(static_cast<std::uint64_t>(
+      counters_.latency.Record(static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::microseconds>(now - job.submitted).count()));
       job.lookup_hits = job.lookup_hits.value_or(0);
       job.result = PrefetchResult{};  // no L2 chunks: the lookup's L1 prefix stands
@@ -314,7 +314,6 @@ PrefetchControllerStats PrefetchController::Stats() const {
     s.abandoned_in_flight = abandoned_.size();
   }
   counters_.CopyTo(&s);
-  s.latency = latency_.Take();
   return s;
 }
 

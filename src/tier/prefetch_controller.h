@@ -237,8 +237,7 @@ class PrefetchController final : public Prefetcher {
   // Run returns later is released, never published.
   std::set<PrefetchHandle> abandoned_ LMC_GUARDED_BY(mu_);
 
-  PrefetchControllerCounters counters_;
-  LatencyHistogram latency_;
+  PrefetchControllerCounters counters_;  // and the latency histogram
 };
 
 }  // namespace lmcache::tier

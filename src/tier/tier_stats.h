@@ -17,8 +17,9 @@
 
 namespace lmcache::tier {
 
-// L2AdapterStats's figures, each declared once (stats/declare.h).
-#define LMC_L2_ADAPTER_STATS(X, D) \
+// L2AdapterStats's figures, each declared once (stats/declare.h): the
+// adapter's own, then the meter's.
+#define LMC_L2_ADAPTER_OWN_STATS(X, D) \
   X(name, "name", std::string, kText, "", "l2_adapter_name_info", \
       "The adapter's name in the cascade: its \"name\", or <type>#<n> (always 1).") \
   X(type, "type", std::string, kText, "", "l2_adapter_type_info", \
@@ -67,7 +68,10 @@ namespace lmcache::tier {
   X(rebuild_seconds, "rebuild_seconds", double, kGauge, "seconds", "l2_rebuild_seconds", \
       "Seconds the adapter's index rebuild at startup took (fs).") \
   X(rebuilt_objects, "rebuilt_objects", std::uint64_t, kGauge, "objects", \
-      "l2_rebuilt_objects", "Objects the index rebuild at startup found (fs).") \
+      "l2_rebuilt_objects", "Objects the index rebuild at startup found (fs).")
+
+// What MeteredAdapter measures of every adapter, the last of its figures.
+#define LMC_L2_METERED_STATS(X, D) \
   X(storing_objects, "storing_objects", std::uint64_t, kGauge, "objects", \
       "l2_in_flight_objects", "Objects (keys for lookups) in the adapter's calls now, by " \
       "operation: its queue depth as the server sees it; load counts the prefetches loading " \
@@ -84,6 +88,8 @@ namespace lmcache::tier {
       "µs (seconds in Prometheus)", "l2_call_duration_seconds", "", {"operation", "lookup"}) \
   X(load_latency, "load_latency", LatencyHistogram::Snapshot, kHistogram, \
       "µs (seconds in Prometheus)", "l2_call_duration_seconds", "", {"operation", "load"})
+
+#define LMC_L2_ADAPTER_STATS(X, D) LMC_L2_ADAPTER_OWN_STATS(X, D) LMC_L2_METERED_STATS(X, D)
 
 struct L2AdapterStats {
   LMC_STATS_MEMBERS(LMC_L2_ADAPTER_STATS)
@@ -186,6 +192,7 @@ struct L2CascadeStats {
   LMC_STATS_MEMBERS(LMC_L2_CASCADE_STATS)
 };
 std::span<const stats::Row<L2CascadeStats>> L2CascadeStatRows();
+LMC_STATS_COUNTED(L2CascadeCounters, L2CascadeStats, LMC_L2_CASCADE_STATS);
 
 // What the tier reports: each adapter (in cascade order), the cascade's
 // changes, the write-behind and the prefetch.
