@@ -44,7 +44,7 @@ void BM_ReadBatch(benchmark::State& state) {
     state.SkipWithError("batch larger than the pool");
     return;
   }
-  UcxDataKey key{};
+  FleetDataKey key{};
   key.fill(7);
   TouchedPool owner_pool, requester_pool;
   const Clock& clock = SteadyClock::Instance();

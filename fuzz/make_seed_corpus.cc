@@ -142,8 +142,8 @@ int main(int argc, char** argv) {
         protocol::EncodePrepareRetrieveReply({true, prepared.slots}));
   Write(frames / "error", protocol::EncodeErrorMap(Status(ErrorCode::kNotFound, "gone")));
   // The P2P operations' payloads, in the reference's shapes (p2p-spec 4.2).
-  const std::vector<protocol::P2pKey> p2p_keys = {{std::string(32, 'a'), "m", 16777472, 0, ""},
-                                                  {std::string(32, 'b'), "m", 16777472, 1, "t"}};
+  const std::vector<protocol::P2pObjectKey> p2p_keys = {
+      {std::string(32, 'a'), "m", 16777472, 0, ""}, {std::string(32, 'b'), "m", 16777472, 1, "t"}};
   Write(frames / "p2p-keys", protocol::EncodeP2pKeys(p2p_keys));
   protocol::P2pLayouts layouts;
   layouts.by_group = {{0, {{{2, 32, 256, 1024}}, {"bfloat16"}}}, {1, {{{4}}, {"uint8"}}}};
@@ -185,7 +185,7 @@ int main(int argc, char** argv) {
     // A descriptor as a real channel gives it (its worker's real address).
     std::vector<std::byte> pool(1 << 20);
     auto channel = fleet::UcxChannel::Create(pool.data(), pool.size(), &SteadyClock::Instance(),
-                                             fleet::UcxDataKey{});
+                                             fleet::FleetDataKey{});
     fleet::PeerInfo info{.boot_id = "boot",
                          .chunk_size = 16,
                          .hash_algorithm = "blake3",
@@ -214,7 +214,7 @@ int main(int argc, char** argv) {
   {
     // Data channel replies signed under ucx_reply_fuzzer's key (bytes 0..31):
     // one with bytes and their digest, one refusal.
-    fleet::UcxDataKey key;
+    fleet::FleetDataKey key;
     for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(i);
     const fleet::DataChannelKeys channel_keys = fleet::DataChannelKeys::From(key);
     const std::string bytes(300, 'k');

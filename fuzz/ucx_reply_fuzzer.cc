@@ -12,7 +12,7 @@ namespace {
 
 const lmcache::fleet::DataChannelKeys& Keys() {
   static const lmcache::fleet::DataChannelKeys keys = [] {
-    lmcache::fleet::UcxDataKey key;
+    lmcache::fleet::FleetDataKey key;
     for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(i);
     return lmcache::fleet::DataChannelKeys::From(key);
   }();

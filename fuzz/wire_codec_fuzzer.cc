@@ -40,7 +40,7 @@ void KeyRoundTrip(std::string_view frame) {
 // re-encodes to what decodes to the same value.
 void P2pRoundTrips(std::string_view frame) {
   if (auto keys = protocol::DecodeP2pKeys(frame); keys.ok()) {
-    for (const protocol::P2pKey& key : *keys) {
+    for (const protocol::P2pObjectKey& key : *keys) {
       Check(key.chunk_hash.size() == protocol::kChunkHashBytes && IsValidUtf8(key.model_name) &&
             IsValidUtf8(key.cache_salt) && key.object_group_id >= 0);
     }

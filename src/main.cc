@@ -11,29 +11,28 @@
 // once; SIGHUP reopens the log file. SIGUSR1 is raised by the takeover
 // service: a successor asked for the pool (warm restart).
 #include <signal.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <optional>
-#include <random>
 #include <thread>
 
 #include "admin_http/health.h"
 #include "admin_http/http_server.h"
+#include "admin_http/server_health.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/version.h"
 #include "daemon/config.h"
+#include "daemon/drain.h"
 #include "daemon/effective_flags.h"
 #include "daemon/fleet_node.h"
+#include "daemon/process.h"
 #include "events/kv_events.h"
 #include "events/vllm_publisher.h"
 #include "fleet/fleet_key.h"
@@ -81,85 +80,10 @@ std::optional<int> Configure(int argc, char** argv, daemon::ServerConfig* config
   return std::nullopt;
 }
 
-// Blocks the signals main handles in this thread before any other starts, so
-// every thread inherits the mask and the main thread alone receives them.
-sigset_t BlockHandledSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  sigaddset(&set, SIGUSR1);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
 std::string Join(const std::vector<std::string>& items) {
   std::string out;
   for (const std::string& item : items) out += (out.empty() ? "" : " ") + item;
   return out;
-}
-
-// The next handled signal within `timeout` (0 = none); SIGHUP is handled here.
-int NextSignal(const sigset_t& signals, std::chrono::milliseconds timeout) {
-  const timespec wait{static_cast<time_t>(timeout.count() / 1000),
-                      static_cast<long>((timeout.count() % 1000) * 1'000'000)};
-  const int signal_number = sigtimedwait(&signals, nullptr, &wait);
-  if (signal_number != SIGHUP) return signal_number > 0 ? signal_number : 0;
-  if (auto reopened = lmcache::ReopenLogFile(); !reopened.ok()) {
-    spdlog::error("SIGHUP: {}", reopened.message());
-  } else {
-    spdlog::info("SIGHUP: log file reopened");
-  }
-  return 0;
-}
-
-// Waits for the first SIGTERM, SIGINT or SIGUSR1 (a takeover); returns it.
-int WaitForShutdown(const sigset_t& signals) {
-  while (true) {
-    if (const int s = NextSignal(signals, std::chrono::milliseconds(1000)); s != 0) return s;
-  }
-}
-
-// The successor the takeover thread accepted, if a SIGUSR1 announced one
-// (any other SIGUSR1 is ignored: it must not stop the server).
-std::optional<lmcache::restart::PendingTakeover> SuccessorWaiting(
-    lmcache::restart::TakeoverService* takeover) {
-  std::optional<lmcache::restart::PendingTakeover> successor;
-  if (takeover != nullptr) successor = takeover->Take();
-  if (!successor) spdlog::warn("SIGUSR1 with no successor waiting for the pool: ignored");
-  return successor;
-}
-
-// The drain after a SIGTERM: returns when the workers left and the queues are
-// empty, the timeout passed, another signal asks to exit at once, or a
-// successor asked for the pool (then in *successor).
-void Drain(const sigset_t& signals, lmcache::server::Service& service,
-           lmcache::tier::L2Tier* l2, double timeout_seconds,
-           lmcache::restart::TakeoverService* takeover,
-           std::optional<lmcache::restart::PendingTakeover>* successor) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<std::int64_t>(timeout_seconds * 1000));
-  while (std::chrono::steady_clock::now() < deadline) {
-    const lmcache::server::StatsSnapshot s = service.Snapshot();
-    const bool l2_idle = l2 == nullptr || (s.l2->store.queued_objects == 0 && s.l2->store.in_flight == 0);
-    if (s.instances.instances == 0 && s.transport.queued_requests == 0 && l2_idle) {
-      spdlog::info("drained: no registered worker, nothing queued");
-      return;
-    }
-    const int again = NextSignal(signals, std::chrono::milliseconds(200));
-    if (again == SIGUSR1) {
-      if ((*successor = SuccessorWaiting(takeover))) {
-        spdlog::info("a successor asked for the pool during the drain: handing over instead");
-        return;
-      }
-    } else if (again != 0) {
-      spdlog::warn("{} during the drain: exiting now", again == SIGINT ? "SIGINT" : "SIGTERM");
-      return;
-    }
-  }
-  spdlog::warn("drain timeout ({} s) passed with {} workers still registered; exiting",
-               timeout_seconds, service.instances().size());
 }
 
 // The endpoints, retried for a few seconds after a takeover (the
@@ -172,30 +96,6 @@ lmcache::Result<std::unique_ptr<lmcache::transport::RouterLoop>> BindEndpoints(
     if (loop.ok() || !after_takeover || std::chrono::steady_clock::now() >= deadline) return loop;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-}
-
-void WatchLoops(lmcache::admin_http::Health& health, lmcache::transport::RouterLoop* router,
-                lmcache::store::L1Cache& l1, lmcache::server::Service& service) {
-  health.Watch("the request loop", [router] { return router->last_heartbeat_ms(); }, 10'000);
-  const lmcache::store::EvictorStats evictor = l1.evictor().Stats();
-  const TimeMs evictor_silence = std::max<TimeMs>(30'000, 10 * evictor.interval_ms);
-  health.Watch("the evictor", [&l1] { return l1.evictor().Stats().last_run_ms; }, evictor_silence);
-  const TimeMs maintenance_silence =
-      std::max<TimeMs>(60'000, 10 * static_cast<TimeMs>(service.maintenance().period().count()));
-  health.Watch("the maintenance thread", [&service] { return service.maintenance().last_run_ms(); },
-               maintenance_silence);
-  // A transfer mode that cannot work (the L1 pool could not be pinned for the GPU).
-  health.Require([&service] { return service.TransferProblem(); });
-  // An endpoint that cannot accept connections (out of descriptors) cannot
-  // take a new worker: not healthy until it has accepted again for 10 s.
-  health.Require([router]() -> std::optional<std::string> {
-    const TimeMs failed = router->last_accept_failure_ms();
-    if (failed == 0 || lmcache::SteadyClock::Instance().NowMs() - failed > 10'000) {
-      return std::nullopt;
-    }
-    return "an endpoint failed to accept a connection in the last 10 s (out of file "
-           "descriptors?): see accept_failures in /status";
-  });
 }
 
 // What a serving server holds, declared in the order it is built (and so
@@ -257,22 +157,6 @@ Status StartTiers(const daemon::ServerConfig& config, const lmcache::Clock& cloc
   }
   if (s.l2) s.l2->Start();
   return Status::Ok();
-}
-
-// Health: the loops' heartbeats, the transfer mode and, with
-// --ready-prefault-fraction, the pre-faulting's progress.
-void WatchHealth(const daemon::ServerConfig& config, Server& s) {
-  WatchLoops(*s.health, s.loop.get(), s.cache(), *s.service);
-  if (config.ready_prefault_fraction <= 0) return;
-  s.health->Require([cache = &s.cache(), fraction = config.ready_prefault_fraction]()
-                        -> std::optional<std::string> {
-    const auto p = cache->prefault();
-    const double done =
-        p.total_bytes ? static_cast<double>(p.ready_bytes) / static_cast<double>(p.total_bytes) : 1;
-    if (p.done || done >= fraction) return std::nullopt;
-    return "pre-faulting the pool: " + std::to_string(static_cast<int>(done * 100)) + "% of " +
-           std::to_string(static_cast<int>(fraction * 100)) + "% needed";
-  });
 }
 
 // The stats sources of what main owns (the service's own and the fleet's
@@ -343,7 +227,8 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
   }
   AddStatsSources(s);
   s.health = std::make_unique<lmcache::admin_http::Health>(&clock);
-  WatchHealth(config, s);
+  lmcache::admin_http::WatchServer(*s.health, *s.loop, s.cache(), *s.service,
+                                   config.ready_prefault_fraction);
   LMC_RETURN_IF_ERROR(StartHttp(config, s));
   if (!config.restart.socket_path.empty()) {
     LMC_ASSIGN_OR_RETURN(
@@ -367,8 +252,8 @@ std::optional<restart::PendingTakeover> ServeUntilTheEnd(const daemon::ServerCon
   int first = 0;
   std::optional<restart::PendingTakeover> successor;
   while (true) {
-    first = WaitForShutdown(signals);
-    if (first != SIGUSR1 || (successor = SuccessorWaiting(s.takeover.get()))) break;
+    first = daemon::WaitForShutdown(signals);
+    if (first != SIGUSR1 || (successor = daemon::SuccessorWaiting(s.takeover.get()))) break;
   }
   if (!successor && first == SIGTERM && config.drain_timeout_seconds > 0) {
     // Refusing first, then the line: whoever reads "draining" in the log
@@ -378,8 +263,8 @@ std::optional<restart::PendingTakeover> ServeUntilTheEnd(const daemon::ServerCon
     spdlog::info("SIGTERM: draining (new registrations refused, up to {} s)",
                  config.drain_timeout_seconds);
     // A successor that asks meanwhile gets the pool: the drain ends there.
-    Drain(signals, *s.service, s.l2.get(), config.drain_timeout_seconds, s.takeover.get(),
-          &successor);
+    daemon::Drain(signals, *s.service, s.l2.get(), config.drain_timeout_seconds, s.takeover.get(),
+                  &successor);
   } else if (!successor) {
     spdlog::info("received {}; shutting down", first == SIGINT ? "SIGINT" : "SIGTERM");
   }
@@ -425,33 +310,13 @@ void StopServing(Server& s, bool handing_over) {
 
 }  // namespace
 
-// Every connection a client, a peer or a stranger holds costs a descriptor:
-// the soft limit (1024 on many systems) goes up to the hard one at start.
-void RaiseDescriptorLimit() {
-  rlimit limit{};
-  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) {
-    spdlog::info("file descriptors: {} (the hard limit)", static_cast<std::uint64_t>(limit.rlim_cur));
-    return;
-  }
-  const rlim_t before = limit.rlim_cur;
-  limit.rlim_cur = limit.rlim_max;
-  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    spdlog::warn("file descriptors: cannot raise the soft limit {} to the hard limit {}: {}",
-                 static_cast<std::uint64_t>(before), static_cast<std::uint64_t>(limit.rlim_max),
-                 std::strerror(errno));
-    return;
-  }
-  spdlog::info("file descriptors: the soft limit raised from {} to the hard limit {}",
-               static_cast<std::uint64_t>(before), static_cast<std::uint64_t>(limit.rlim_max));
-}
-
 int main(int argc, char** argv) {
   daemon::ServerConfig config;
   if (const std::optional<int> exit_code = Configure(argc, argv, &config)) return *exit_code;
-  RaiseDescriptorLimit();
+  daemon::RaiseDescriptorLimit();
   // Before any thread runs: it sets an environment variable UCX reads later.
   if (config.p2p.enabled()) lmcache::fleet::PreferCopyingTcp();
-  const sigset_t signals = BlockHandledSignals();
+  const sigset_t signals = daemon::BlockHandledSignals();
   const lmcache::Clock& clock = lmcache::SteadyClock::Instance();
 
   Server s;
@@ -487,7 +352,7 @@ int main(int argc, char** argv) {
     // back: it stays until its controller deletes it (SIGTERM).
     spdlog::info("handed over; waiting for SIGTERM without serving (--after-handover wait)");
     while (true) {
-      const int signal_number = WaitForShutdown(signals);
+      const int signal_number = daemon::WaitForShutdown(signals);
       if (signal_number == SIGTERM || signal_number == SIGINT) break;
     }
   }

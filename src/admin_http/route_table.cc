@@ -49,14 +49,18 @@ void RouteTable::Add(HttpMethod method, std::string path, Access access, RouteHa
   routes_.push_back({method, std::move(path), access, std::move(handle), std::move(example)});
 }
 
+bool RouteTable::Declares(const std::string& path, HttpMethod method) const {
+  for (const Route& route : routes_) {
+    if (route.path == path && route.method == method) return true;
+  }
+  return false;
+}
+
 std::string RouteTable::AllowedOn(const std::string& path) const {
   std::string allowed;
   for (const HttpMethod method : kMethods) {
-    for (const Route& route : routes_) {
-      if (route.path != path || route.method != method) continue;
+    if (Declares(path, method))
       allowed += (allowed.empty() ? "" : ", ") + std::string(MethodName(method));
-      break;
-    }
   }
   return allowed;
 }
@@ -83,9 +87,7 @@ void RouteTable::RegisterOn(httplib::Server& server, const HttpConfig& config) c
             req.method + " is not allowed on " + req.path + " (allowed: " + allowed + ")");
     };
     for (const HttpMethod method : kMethods) {
-      if (allowed.find(MethodName(method)) == std::string::npos) {
-        RegisterOne(server, method, route.path, wrong_method);
-      }
+      if (!Declares(route.path, method)) RegisterOne(server, method, route.path, wrong_method);
     }
     server.Patch(route.path, wrong_method);
   }

@@ -57,6 +57,8 @@ class RouteTable {
   const std::vector<Route>& routes() const { return routes_; }
   // "GET, PUT": the methods declared on `path`, in table order.
   std::string AllowedOn(const std::string& path) const;
+  // Whether the table has a route of `method` on `path` (the others answer 405).
+  bool Declares(const std::string& path, HttpMethod method) const;
 
  private:
   std::vector<Route> routes_;

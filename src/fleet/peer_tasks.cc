@@ -18,8 +18,8 @@ PeerTasks::~PeerTasks() {
   }
 }
 
-std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const PeerKey> keys,
-                              bool trusted) {
+std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const RequestedObject> keys,
+                               bool trusted) {
   counters_.lookups.fetch_add(1, std::memory_order_relaxed);
   counters_.requested_keys.fetch_add(keys.size(), std::memory_order_relaxed);
   MutexLock lock(&mu_);
@@ -65,7 +65,7 @@ std::int64_t PeerTasks::Lookup(const std::string& peer_name, std::span<const Pee
 
 // One lock per distinct key (a duplicate gets the same address), one lease
 // for the task.
-void PeerTasks::LockKeys(Peer& peer, Task& task, std::span<const PeerKey> keys) {
+void PeerTasks::LockKeys(Peer& peer, Task& task, std::span<const RequestedObject> keys) {
   const store::Owner owner = store::Owner::Peer(next_serial_++);
   std::unordered_map<store::ObjectKey, std::size_t, store::ObjectKeyHash> first_position;
   for (std::size_t i = 0; i < keys.size(); ++i) {

@@ -67,7 +67,7 @@ struct PeerTaskConfig {
 // not checked; kUnservable: no object can match, the key is a miss and the
 // table is not asked).
 inline constexpr std::uint64_t kUnservable = ~std::uint64_t{0};
-struct PeerKey {
+struct RequestedObject {
   store::ObjectKey key;
   std::uint64_t expected_bytes = 0;
 };
@@ -84,8 +84,8 @@ class PeerTasks {
   // peer that has not proved the fleet key (`trusted` false) gets a task
   // whose every key is a miss: the reference's requester then ends its
   // lookup at its first query instead of polling until its deadline.
-  std::int64_t Lookup(const std::string& peer, std::span<const PeerKey> keys, bool trusted = true)
-      LMC_EXCLUDES(mu_);
+  std::int64_t Lookup(const std::string& peer, std::span<const RequestedObject> keys,
+                      bool trusted = true) LMC_EXCLUDES(mu_);
   // p2p_query_lookup_results: one address per key of the lookup, in its
   // order (a miss is {-1, 0}), once; nullopt for a task this peer does not
   // have (never made, another peer's, answered already, or reaped).
@@ -149,7 +149,7 @@ class PeerTasks {
     std::uint64_t locked_bytes = 0;
   };
 
-  void LockKeys(Peer& peer, Task& task, std::span<const PeerKey> keys) LMC_REQUIRES(mu_);
+  void LockKeys(Peer& peer, Task& task, std::span<const RequestedObject> keys) LMC_REQUIRES(mu_);
   // Releases the task's locks and removes it from `peer`.
   void EndTask(Peer& peer, std::deque<Task>::iterator task) LMC_REQUIRES(mu_);
   // Releases the task's lock on `key` (which it holds); a queried task left

@@ -284,7 +284,7 @@ void PreferCopyingTcp() {
 UcxChannel::UcxChannel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<UcxChannel>> UcxChannel::Create(std::byte* pool, std::size_t size,
-                                                       const Clock* clock, const UcxDataKey& key,
+                                                       const Clock* clock, const FleetDataKey& key,
                                                        UcxChannelOptions options) {
   if (std::getenv("UCX_TCP_PUT_ENABLE") == nullptr) PreferCopyingTcp();  // main did it already
   auto impl = std::make_unique<Impl>();

@@ -110,7 +110,7 @@ class UcxChannel {
   // `clock` (the steady clock in the server) measures deadlines; it must
   // outlive the channel. Requests made and accepted carry MACs under `key`.
   static Result<std::unique_ptr<UcxChannel>> Create(std::byte* pool, std::size_t size,
-                                                    const Clock* clock, const UcxDataKey& key,
+                                                    const Clock* clock, const FleetDataKey& key,
                                                     UcxChannelOptions options = {});
   ~UcxChannel();  // fails every queued read, closes every endpoint, joins the thread
   UcxChannel(const UcxChannel&) = delete;

@@ -13,7 +13,7 @@ namespace lmcache::fleet {
 namespace {
 
 // A PRF of the data key under a label of its own: keys for distinct uses.
-Blake3Digest Derive(const UcxDataKey& data_key, std::string_view label) {
+Blake3Digest Derive(const FleetDataKey& data_key, std::string_view label) {
   Blake3Digest key;
   std::memcpy(key.data(), data_key.data(), key.size());
   Blake3Hasher hasher(key);
@@ -50,7 +50,7 @@ void RequestMac(const DataChannelKeys& keys, const ReadRequest& request, std::ui
 
 }  // namespace
 
-DataChannelKeys DataChannelKeys::From(const UcxDataKey& data_key) {
+DataChannelKeys DataChannelKeys::From(const FleetDataKey& data_key) {
   DataChannelKeys keys;
   keys.request = data_key;
   keys.reply = Derive(data_key, "lmcache data channel: reply MAC v1");

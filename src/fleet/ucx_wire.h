@@ -37,7 +37,7 @@ inline constexpr unsigned kReadReplyId = 0x4c32;
 inline constexpr std::size_t kReadIdBytes = 16;
 inline constexpr std::size_t kMacBytes = 16;
 using ReadId = std::array<std::uint8_t, kReadIdBytes>;
-using UcxDataKey = std::array<std::uint8_t, 32>;
+using FleetDataKey = std::array<std::uint8_t, 32>;
 
 // Request flag: the requester wants a digest of the reply's bytes.
 inline constexpr std::uint32_t kWantDigest = 1;
@@ -65,10 +65,10 @@ static_assert(sizeof(ReadRequest) == 64 && sizeof(ReadReply) == 80);
 
 // The keys of one channel, derived once from the fleet's data key.
 struct DataChannelKeys {
-  UcxDataKey request;  // the data key itself: read requests' MACs
+  FleetDataKey request;  // the data key itself: read requests' MACs
   Blake3Digest reply;  // replies' MACs
   Blake3Digest bytes;  // digests of replies' bytes
-  static DataChannelKeys From(const UcxDataKey& data_key);
+  static DataChannelKeys From(const FleetDataKey& data_key);
   void Wipe();
 };
 

@@ -20,8 +20,8 @@ Result<std::uint32_t> BoundedArray(MsgpackCursor& in, std::string_view what, std
 }
 
 // ObjectKey (spec 4.2): chunk_hash, model_name and kv_rank required.
-Result<P2pKey> ReadKey(MsgpackCursor& in, const P2pLimits& limits) {
-  P2pKey key;
+Result<P2pObjectKey> ReadKey(MsgpackCursor& in, const P2pLimits& limits) {
+  P2pObjectKey key;
   RequiredFields required;
   LMC_RETURN_IF_ERROR(in.ReadFields("ObjectKey", [&](std::string_view name) -> Result<bool> {
     if (name == "chunk_hash") {
@@ -145,14 +145,14 @@ Result<P2pAddress> ReadAddress(MsgpackCursor& in) {
 
 }  // namespace
 
-Result<std::vector<P2pKey>> DecodeP2pKeys(std::string_view frame, const P2pLimits& limits) {
-  return DecodeWhole<std::vector<P2pKey>>(
-      frame, "keys", [&limits](MsgpackCursor& in) -> Result<std::vector<P2pKey>> {
+Result<std::vector<P2pObjectKey>> DecodeP2pKeys(std::string_view frame, const P2pLimits& limits) {
+  return DecodeWhole<std::vector<P2pObjectKey>>(
+      frame, "keys", [&limits](MsgpackCursor& in) -> Result<std::vector<P2pObjectKey>> {
         LMC_ASSIGN_OR_RETURN(const std::uint32_t count, BoundedArray(in, "keys", limits.max_keys));
-        std::vector<P2pKey> keys;
+        std::vector<P2pObjectKey> keys;
         keys.reserve(count);
         for (std::uint32_t i = 0; i < count; ++i) {
-          LMC_ASSIGN_OR_RETURN(P2pKey key, ReadKey(in, limits));
+          LMC_ASSIGN_OR_RETURN(P2pObjectKey key, ReadKey(in, limits));
           keys.push_back(std::move(key));
         }
         return keys;
@@ -223,10 +223,10 @@ Result<std::uint64_t> P2pLayoutBytes(const P2pLayout& layout) {
   return total;
 }
 
-std::string EncodeP2pKeys(std::span<const P2pKey> keys) {
+std::string EncodeP2pKeys(std::span<const P2pObjectKey> keys) {
   Encoder e;
   e.Array(static_cast<std::uint32_t>(keys.size()));
-  for (const P2pKey& key : keys) {
+  for (const P2pObjectKey& key : keys) {
     const bool ns = key.layout_namespace != 0;
     const bool tags = !key.tags.empty();
     e.Map(5 + (ns ? 1 : 0) + (tags ? 1 : 0));

@@ -40,7 +40,7 @@ namespace lmcache::protocol {
 inline constexpr std::size_t kChunkHashBytes = 32;
 
 // One ObjectKey as the reference sends it.
-struct P2pKey {
+struct P2pObjectKey {
   std::string chunk_hash;  // kChunkHashBytes bytes
   std::string model_name;
   std::int64_t kv_rank = 0;
@@ -51,7 +51,7 @@ struct P2pKey {
   // object of another layout or tag set. Written only when not empty.
   std::uint32_t layout_namespace = 0;  // "lmc_layout_namespace"
   std::string tags;                    // "lmc_tags", store::ObjectKey::tags
-  bool operator==(const P2pKey&) const = default;
+  bool operator==(const P2pObjectKey&) const = default;
 };
 
 // One MemoryLayoutDesc: the tensors of one object, each a shape and a
@@ -90,7 +90,8 @@ struct P2pLimits {
 };
 
 // Operation 29's first frame, and 31's only one.
-Result<std::vector<P2pKey>> DecodeP2pKeys(std::string_view frame, const P2pLimits& limits = {});
+Result<std::vector<P2pObjectKey>> DecodeP2pKeys(std::string_view frame,
+                                                const P2pLimits& limits = {});
 // Operation 29's second frame: the group map, or an older peer's single layout.
 Result<P2pLayouts> DecodeP2pLayouts(std::string_view frame, const P2pLimits& limits = {});
 // Operation 30's reply: nil (nothing ready, or no such task) or one address per key.
@@ -102,7 +103,7 @@ Result<std::optional<std::vector<P2pAddress>>> DecodeP2pAddresses(std::string_vi
 // a size past 2^48 (no object is that large).
 Result<std::uint64_t> P2pLayoutBytes(const P2pLayout& layout);
 
-std::string EncodeP2pKeys(std::span<const P2pKey> keys);
+std::string EncodeP2pKeys(std::span<const P2pObjectKey> keys);
 std::string EncodeP2pLayouts(const P2pLayouts& layouts);
 // Each address with the newest reference's fields (cxl_arena nil,
 // cxl_ttl_seconds 0), which older decoders ignore.

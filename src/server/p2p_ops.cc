@@ -8,15 +8,15 @@
 
 #include "common/msgpack_codec.h"
 #include "fleet/chunk_feed_codec.h"
+#include "fleet/p2p_object_key.h"
 #include "fleet/peer_info.h"
-#include "fleet/peer_key_codec.h"
 #include "protocol/wire_codec.h"
 
 namespace lmcache::server {
 namespace {
 
 struct LookupArgs {
-  std::vector<protocol::P2pKey> keys;
+  std::vector<protocol::P2pObjectKey> keys;
   protocol::P2pLayouts layouts;
 };
 
@@ -28,9 +28,9 @@ Result<LookupArgs> DecodeLookup(Payloads p) {
 }
 
 // The store's key, or nullopt where the store's rules refuse it.
-std::optional<store::ObjectKey> StoreKey(const protocol::P2pKey& key) {
+std::optional<store::ObjectKey> StoreKey(const protocol::P2pObjectKey& key) {
   if (key.object_group_id > INT32_MAX) return std::nullopt;
-  store::ObjectKey out = fleet::FromPeerKey(key);
+  store::ObjectKey out = fleet::FromP2pObjectKey(key);
   if (!store::ValidateObjectKey(out).ok()) return std::nullopt;
   if (!out.tags.empty() && !store::ValidateCanonicalTags(out.tags).ok()) return std::nullopt;
   return out;
@@ -38,10 +38,11 @@ std::optional<store::ObjectKey> StoreKey(const protocol::P2pKey& key) {
 
 // An unlock's keys (a key no lock was taken for releases nothing).
 Result<std::vector<store::ObjectKey>> DecodeUnlock(Payloads p) {
-  LMC_ASSIGN_OR_RETURN(const std::vector<protocol::P2pKey> keys, protocol::DecodeP2pKeys(p[0]));
+  LMC_ASSIGN_OR_RETURN(const std::vector<protocol::P2pObjectKey> keys,
+                       protocol::DecodeP2pKeys(p[0]));
   std::vector<store::ObjectKey> out;
   out.reserve(keys.size());
-  for (const protocol::P2pKey& key : keys) out.push_back(fleet::FromPeerKey(key));
+  for (const protocol::P2pObjectKey& key : keys) out.push_back(fleet::FromP2pObjectKey(key));
   return out;
 }
 
@@ -70,9 +71,9 @@ std::map<std::int64_t, std::optional<std::uint64_t>> GroupBytes(
 }
 
 // The reference's rule: every group must have as many keys as the others.
-bool GroupsEven(const std::vector<protocol::P2pKey>& keys) {
+bool GroupsEven(const std::vector<protocol::P2pObjectKey>& keys) {
   std::map<std::int64_t, std::size_t> per_group;
-  for (const protocol::P2pKey& key : keys) per_group[key.object_group_id] += 1;
+  for (const protocol::P2pObjectKey& key : keys) per_group[key.object_group_id] += 1;
   return std::all_of(per_group.begin(), per_group.end(), [&](const auto& entry) {
     return entry.second == per_group.begin()->second;
   });
@@ -141,9 +142,10 @@ Result<std::string> P2pOps::ChunkListingPage(const std::string& after, std::int6
   }
   std::optional<store::ObjectKey> after_key;
   if (!after.empty()) {
-    LMC_ASSIGN_OR_RETURN(const std::vector<protocol::P2pKey> keys, protocol::DecodeP2pKeys(after));
+    LMC_ASSIGN_OR_RETURN(const std::vector<protocol::P2pObjectKey> keys,
+                         protocol::DecodeP2pKeys(after));
     if (keys.size() != 1) return InvalidArgument("after: not one key");
-    after_key = fleet::FromPeerKey(keys[0]);  // a position only: any key orders
+    after_key = fleet::FromP2pObjectKey(keys[0]);  // a position only: any key orders
   }
   fleet::ChunkListing listing;
   listing.incarnation = chunks_.log->incarnation();
@@ -164,20 +166,20 @@ Result<std::string> P2pOps::ChunkListingPage(const std::string& after, std::int6
   for (const store::ListedObject& object : listed) keys.push_back(object.key);
   listing.chunks = fleet::DistinctChunkIds(keys);
   if (!listed.empty() && listed.size() == static_cast<std::size_t>(std::min(limit, kMaxListedObjects))) {
-    const protocol::P2pKey last = fleet::ToPeerKey(listed.back().key);
-    listing.next = protocol::EncodeP2pKeys(std::span<const protocol::P2pKey>(&last, 1));
+    const protocol::P2pObjectKey last = fleet::ToP2pObjectKey(listed.back().key);
+    listing.next = protocol::EncodeP2pKeys(std::span<const protocol::P2pObjectKey>(&last, 1));
   }
   return fleet::EncodeChunkListing(listing);
 }
 
-std::vector<fleet::PeerKey> P2pOps::PeerKeys(const std::vector<protocol::P2pKey>& keys,
-                                             const protocol::P2pLayouts& layouts) {
+std::vector<fleet::RequestedObject> P2pOps::RequestedObjects(
+    const std::vector<protocol::P2pObjectKey>& keys, const protocol::P2pLayouts& layouts) {
   const auto bytes = GroupBytes(layouts);
   const bool even = GroupsEven(keys);
-  std::vector<fleet::PeerKey> out;
+  std::vector<fleet::RequestedObject> out;
   out.reserve(keys.size());
-  for (const protocol::P2pKey& key : keys) {
-    fleet::PeerKey peer_key;
+  for (const protocol::P2pObjectKey& key : keys) {
+    fleet::RequestedObject peer_key;
     peer_key.expected_bytes = fleet::kUnservable;
     const auto size = bytes.find(layouts.single ? 0 : key.object_group_id);
     std::optional<store::ObjectKey> store_key = StoreKey(key);
@@ -194,13 +196,13 @@ void P2pOps::AddTo(OpTable* table) {
   using F = FailureValue;
   using P = Pool;
   constexpr std::size_t kMaxBytes = 64u << 20;
-  table->Add({Op::kP2pLookupAndLock, "p2p_lookup_and_lock", true, P::kCpu, 2, 2, kMaxBytes,
-              F::kZero},
-             Bind(DecodeLookup, [this](const RequestContext& c, const LookupArgs& a) {
-               const std::int64_t task = tasks_->Lookup(PeerOf(c),
-                                                        PeerKeys(a.keys, a.layouts), Trusted(c));
-               return Result<std::string>(msgpk::Encoder().Int(task).Take());
-             }));
+  table->Add(
+      {Op::kP2pLookupAndLock, "p2p_lookup_and_lock", true, P::kCpu, 2, 2, kMaxBytes, F::kZero},
+      Bind(DecodeLookup, [this](const RequestContext& c, const LookupArgs& a) {
+        const std::int64_t task =
+            tasks_->Lookup(PeerOf(c), RequestedObjects(a.keys, a.layouts), Trusted(c));
+        return Result<std::string>(msgpk::Encoder().Int(task).Take());
+      }));
   table->Add({Op::kP2pQueryLookupResults, "p2p_query_lookup_results", true, P::kCpu, 1, 1, 64,
               F::kNil},
              Bind([](Payloads p) { return protocol::DecodeInt(p[0], "task_id"); },

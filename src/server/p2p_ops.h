@@ -67,8 +67,8 @@ class P2pOps {
   // The keys PeerTasks gets for `keys` expected in `layouts`: the store's
   // key, and the object size the layout implies (fleet::kUnservable where
   // the key cannot be served: see above).
-  static std::vector<fleet::PeerKey> PeerKeys(const std::vector<protocol::P2pKey>& keys,
-                                              const protocol::P2pLayouts& layouts);
+  static std::vector<fleet::RequestedObject> RequestedObjects(
+      const std::vector<protocol::P2pObjectKey>& keys, const protocol::P2pLayouts& layouts);
 
  private:
   bool Trusted(const RequestContext& context) const {

@@ -5,6 +5,8 @@
 #include "common/system_info.h"
 #include "shm/shm_name.h"
 
+#include "stats/ratio.h"
+
 namespace lmcache::store {
 namespace {
 
@@ -229,7 +231,7 @@ L1Cache::~L1Cache() {
 LMC_STATS_ROWS(PrefaultStatRows, PrefaultProgress, LMC_PREFAULT_STATS)
 
 double PrefaultProgress::ReadyRatio() const {
-  return total_bytes ? static_cast<double>(ready_bytes) / static_cast<double>(total_bytes) : 0;
+  return stats::UsedRatio(ready_bytes, total_bytes).value_or(0);
 }
 
 }  // namespace lmcache::store

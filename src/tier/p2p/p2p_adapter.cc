@@ -9,7 +9,7 @@
 
 #include "common/msgpack_codec.h"
 #include "fleet/chunk_log.h"
-#include "fleet/peer_key_codec.h"
+#include "fleet/p2p_object_key.h"
 #include "protocol/p2p_codec.h"
 #include "protocol/wire_codec.h"
 
@@ -48,9 +48,9 @@ std::string LayoutsFrame(std::span<const store::ObjectKey> keys, std::uint64_t o
 }
 
 std::string KeysFrame(std::span<const store::ObjectKey> keys) {
-  std::vector<protocol::P2pKey> wire;
+  std::vector<protocol::P2pObjectKey> wire;
   wire.reserve(keys.size());
-  for (const store::ObjectKey& key : keys) wire.push_back(fleet::ToPeerKey(key));
+  for (const store::ObjectKey& key : keys) wire.push_back(fleet::ToP2pObjectKey(key));
   return protocol::EncodeP2pKeys(wire);
 }
 

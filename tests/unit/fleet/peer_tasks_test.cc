@@ -25,9 +25,9 @@ class PeerTasksTest : public ::testing::Test {
   std::unique_ptr<PeerTasks> Make(PeerTaskConfig config = {}) {
     return std::make_unique<PeerTasks>(&l1_.table(), &clock_, config);
   }
-  static std::vector<PeerKey> Ask(std::initializer_list<store::ObjectKey> keys,
-                                  std::uint64_t expected = kObject) {
-    std::vector<PeerKey> asked;
+  static std::vector<RequestedObject> Ask(std::initializer_list<store::ObjectKey> keys,
+                                          std::uint64_t expected = kObject) {
+    std::vector<RequestedObject> asked;
     for (const auto& key : keys) asked.push_back({key, expected});
     return asked;
   }
@@ -301,7 +301,7 @@ TEST_F(PeerTasksTest, EveryPeerTogetherIsBoundedInLockedBytesAndInTasks) {
   EXPECT_FALSE((*b_results)[0].valid());  // past every peer's bytes together
   EXPECT_EQ(tasks->Stats().locked_bytes, 2 * kObject);
   EXPECT_EQ(tasks->Stats().refused_keys, 1u);
-  std::vector<PeerKey> many(10'000, PeerKey{KeyN(1), kObject});
+  std::vector<RequestedObject> many(10'000, RequestedObject{KeyN(1), kObject});
   for (int i = 0; i < 100; ++i) {
     tasks->Lookup("stranger-" + std::to_string(i), many, /*trusted=*/false);
   }

@@ -29,8 +29,8 @@ namespace lmcache::fleet {
 namespace {
 
 constexpr std::size_t kPoolBytes = 8u << 20;
-const UcxDataKey kKey = [] {
-  UcxDataKey key;
+const FleetDataKey kKey = [] {
+  FleetDataKey key;
   for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(i * 7 + 1);
   return key;
 }();
@@ -127,7 +127,7 @@ class UcxChannelTest : public ::testing::TestWithParam<const char*> {
   // default any: these tests are about the transport; the server's guard
   // is PeerTasks::Holds, tested in peer_tasks_test).
   static bool AnyRange(std::int64_t, std::uint64_t, std::uint64_t) { return true; }
-  std::unique_ptr<UcxChannel> Make(Pool& pool, const UcxDataKey& key = kKey,
+  std::unique_ptr<UcxChannel> Make(Pool& pool, const FleetDataKey& key = kKey,
                                    std::optional<ServeGuard> guard = ServeGuard(AnyRange)) {
     auto channel = UcxChannel::Create(pool.bytes.data(), pool.bytes.size(), &clock_, key);
     EXPECT_TRUE(channel.ok()) << channel.status().ToString();
@@ -308,7 +308,7 @@ TEST_P(UcxChannelTest, AnOwnerSurvivesARequesterThatDiedBeforeItsAnswer) {
 // its pool is refused there too, whatever the descriptor claimed).
 TEST_P(UcxChannelTest, TheOwnerRefusesARequesterWithoutTheKeyAndRangesOutsideItsPool) {
   Pool owner_pool(9), requester_pool(10), stranger_pool(11);
-  UcxDataKey other = kKey;
+  FleetDataKey other = kKey;
   other[0] ^= 1;
   auto owner = Make(owner_pool);
   auto requester = Make(requester_pool);
@@ -455,7 +455,7 @@ class LyingOwnerTest : public UcxChannelTest {
   }
   // A reply to `s.asked` with `bytes`, signed under `key`.
   static ReadReply Answer(const Setup& s, const std::vector<std::byte>& bytes,
-                          const UcxDataKey& key = kKey) {
+                          const FleetDataKey& key = kKey) {
     ReadReply reply;
     reply.id = s.asked.id;
     reply.size = bytes.size();
@@ -480,7 +480,7 @@ TEST_P(LyingOwnerTest, AReplySignedWithAnotherKeyIsDroppedAndTheReadTimesOut) {
     Setup s;
     Ask(s, size);
     const std::vector<std::byte> poison(size, std::byte{0xab});
-    UcxDataKey other = kKey;
+    FleetDataKey other = kKey;
     other[5] ^= 1;
     Send(s, s.request.reply_ep, Answer(s, poison, other), poison);
     ASSERT_TRUE(testing::WaitUntil([&] { return s.requester->Stats().forged_replies == 1; }));

@@ -12,8 +12,8 @@
 namespace lmcache::fleet {
 namespace {
 
-UcxDataKey KeyOf(std::uint8_t seed) {
-  UcxDataKey key;
+FleetDataKey KeyOf(std::uint8_t seed) {
+  FleetDataKey key;
   for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<std::uint8_t>(seed + i * 3);
   return key;
 }

@@ -61,7 +61,7 @@ TEST(P2pCodecTest, DecodesTheKeysAReferencePeerSends) {
   AppendKey(b, 'a', "llama", kRank0, 0, "");
   AppendKey(b, 'b', "llama", kRank0, 1, "t1");
   AppendKey(b, 'a', "llama", kRank0, 0, "");
-  Result<std::vector<P2pKey>> keys = DecodeP2pKeys(b.str());
+  Result<std::vector<P2pObjectKey>> keys = DecodeP2pKeys(b.str());
   ASSERT_TRUE(keys.ok()) << keys.status().ToString();
   ASSERT_EQ(keys->size(), 3u);
   EXPECT_EQ((*keys)[0].chunk_hash, Hash('a'));
@@ -77,7 +77,7 @@ TEST(P2pCodecTest, DefaultedFieldsMayBeMissingAndUnknownFieldsAreIgnored) {
   b.Raw({0x91, 0x84}).FixStr("chunk_hash").Bin8(Hash('c'));
   b.FixStr("model_name").FixStr("m").FixStr("kv_rank").Raw({0x05});
   b.FixStr("future_field").Raw({0xc3});
-  Result<std::vector<P2pKey>> keys = DecodeP2pKeys(b.str());
+  Result<std::vector<P2pObjectKey>> keys = DecodeP2pKeys(b.str());
   ASSERT_TRUE(keys.ok()) << keys.status().ToString();
   EXPECT_EQ((*keys)[0].object_group_id, 0);
   EXPECT_EQ((*keys)[0].cache_salt, "");
@@ -216,8 +216,8 @@ TEST(P2pCodecTest, AddressesCarryTheNewestFieldsAndDecodeInBothForms) {
 }
 
 TEST(P2pCodecTest, OurEncodingIsTheReferenceShapeAndDecodesBack) {
-  const std::vector<P2pKey> keys = {{Hash('a'), "llama", 16777472, 0, "", 0, ""},
-                                    {Hash('b'), "llama", 16777472, 1, "t1", 0, ""}};
+  const std::vector<P2pObjectKey> keys = {{Hash('a'), "llama", 16777472, 0, "", 0, ""},
+                                          {Hash('b'), "llama", 16777472, 1, "t1", 0, ""}};
   Bytes expected;
   expected.Raw({0x92});
   AppendKey(expected, 'a', "llama", kRank0, 0, "");
@@ -240,10 +240,10 @@ TEST(P2pCodecTest, OurEncodingIsTheReferenceShapeAndDecodesBack) {
 // reference-shaped key stays byte-identical, above), read back exactly, and
 // bounded and checked like the rest.
 TEST(P2pCodecTest, OurLayoutNamespaceAndTagsTravelOnlyWhenSet) {
-  P2pKey ours{Hash('c'), "llama", 16777472, 0, "", 0, ""};
+  P2pObjectKey ours{Hash('c'), "llama", 16777472, 0, "", 0, ""};
   ours.layout_namespace = 0xdeadbeef;
   ours.tags = "lang%en%user%7";
-  const std::vector<P2pKey> keys = {ours, {Hash('d'), "llama", 16777472, 0, "", 0, ""}};
+  const std::vector<P2pObjectKey> keys = {ours, {Hash('d'), "llama", 16777472, 0, "", 0, ""}};
   const std::string wire = EncodeP2pKeys(keys);
   EXPECT_NE(wire.find("lmc_layout_namespace"), std::string::npos);
   EXPECT_EQ(*DecodeP2pKeys(wire), keys);

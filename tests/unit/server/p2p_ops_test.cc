@@ -8,8 +8,8 @@
 #include "server/p2p_ops.h"
 
 #include "fleet/chunk_feed_codec.h"
+#include "fleet/p2p_object_key.h"
 #include "fleet/peer_info.h"
-#include "fleet/peer_key_codec.h"
 
 #include <gtest/gtest.h>
 
@@ -23,18 +23,18 @@ namespace lmcache::server {
 namespace {
 
 using protocol::P2pAddress;
-using protocol::P2pKey;
+using protocol::P2pObjectKey;
 
 // One object of the layout below: 2 x 4 x 16 x 8 bfloat16 = 2048 bytes.
 const protocol::P2pLayout kLayout{{{2, 4, 16, 8}}, {"bfloat16"}};
 constexpr std::uint64_t kObjectBytes = 2048;
 constexpr std::int64_t kRank0 = (1 << 24) | (1 << 8);  // world size 1, rank 0
 
-P2pKey PeerKey(char fill, std::int64_t group = 0) {
-  return P2pKey{std::string(32, fill), "llama", kRank0, group, "", 0, ""};
+P2pObjectKey RequestedObject(char fill, std::int64_t group = 0) {
+  return P2pObjectKey{std::string(32, fill), "llama", kRank0, group, "", 0, ""};
 }
 
-store::ObjectKey StoreKeyOf(const P2pKey& key) { return fleet::FromPeerKey(key); }
+store::ObjectKey StoreKeyOf(const P2pObjectKey& key) { return fleet::FromP2pObjectKey(key); }
 
 std::string Layouts(std::initializer_list<std::int64_t> groups) {
   protocol::P2pLayouts layouts;
@@ -45,7 +45,7 @@ std::string Layouts(std::initializer_list<std::int64_t> groups) {
 class P2pOpsTest : public ::testing::Test {
  protected:
   // Stores `key` with bytes all `fill`, as a worker's write.
-  void Store(const P2pKey& key, std::uint64_t bytes = kObjectBytes) {
+  void Store(const P2pObjectKey& key, std::uint64_t bytes = kObjectBytes) {
     const store::ObjectKey k = StoreKeyOf(key);
     auto lease = h_.l1().table().ReserveWrite(std::span(&k, 1), bytes, store::Owner::Instance(1),
                                               store::AllocationMode::kAllOrNothing);
@@ -56,7 +56,7 @@ class P2pOpsTest : public ::testing::Test {
   Reply Call(std::string_view peer, std::string_view op, std::vector<std::string> frames) {
     return h_.CallAs(peer, op, std::move(frames), Transport::kTcp, fleet_member_);
   }
-  std::int64_t Lookup(std::string_view peer, const std::vector<P2pKey>& keys,
+  std::int64_t Lookup(std::string_view peer, const std::vector<P2pObjectKey>& keys,
                       const std::string& layouts) {
     Reply reply = Call(peer, "p2p_lookup_and_lock", {protocol::EncodeP2pKeys(keys), layouts});
     EXPECT_TRUE(reply.status.ok()) << reply.status.ToString();
@@ -72,16 +72,16 @@ class P2pOpsTest : public ::testing::Test {
     return Call(connection, "p2p_hello", {fleet::PeerHello{std::move(url), std::move(boot_id)}.Encode()});
   }
   // A lookup of `key` by `connection`, queried: the lock it took is answered.
-  void LockAnswered(std::string_view connection, const P2pKey& key) {
+  void LockAnswered(std::string_view connection, const P2pObjectKey& key) {
     const std::int64_t task = Lookup(connection, {key}, Layouts({0}));
     auto addresses = Results(connection, task);
     ASSERT_TRUE(addresses.has_value() && (*addresses)[0].valid());
   }
   void Closed(std::string_view connection) { h_.service().OnDisconnect(connection); }
-  Reply Unlock(std::string_view peer, const std::vector<P2pKey>& keys) {
+  Reply Unlock(std::string_view peer, const std::vector<P2pObjectKey>& keys) {
     return Call(peer, "p2p_unlock_objects", {protocol::EncodeP2pKeys(keys)});
   }
-  std::uint32_t Locks(const P2pKey& key) {
+  std::uint32_t Locks(const P2pObjectKey& key) {
     const auto info = h_.l1().table().Find(StoreKeyOf(key));
     return info ? info->read_locks : 0;
   }
@@ -94,40 +94,41 @@ class P2pOpsTest : public ::testing::Test {
 // reference server without the key) gets the declared value of a clean
 // miss, a task of misses, and takes nothing; its unlock releases nothing.
 TEST_F(P2pOpsTest, AConnectionWithoutTheFleetKeyGetsMissesAndTakesNothing) {
-  Store(PeerKey('a'));
+  Store(RequestedObject('a'));
   fleet_member_ = true;
-  const std::int64_t member_task = Lookup("member", {PeerKey('a')}, Layouts({0}));
-  ASSERT_EQ(Locks(PeerKey('a')), 1u);
+  const std::int64_t member_task = Lookup("member", {RequestedObject('a')}, Layouts({0}));
+  ASSERT_EQ(Locks(RequestedObject('a')), 1u);
   fleet_member_ = false;
-  const std::int64_t task = Lookup("stranger", {PeerKey('a'), PeerKey('a')}, Layouts({0}));
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  const std::int64_t task =
+      Lookup("stranger", {RequestedObject('a'), RequestedObject('a')}, Layouts({0}));
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
   auto addresses = Results("stranger", task);
   ASSERT_TRUE(addresses.has_value());  // answered at once: no polling to a deadline
   EXPECT_EQ(*addresses, (std::vector<P2pAddress>{{-1, 0}, {-1, 0}}));
   // Even naming the member's connection, an unlock over an unproved one releases nothing.
-  Reply unlocked = Unlock("member", {PeerKey('a')});
+  Reply unlocked = Unlock("member", {RequestedObject('a')});
   ASSERT_TRUE(unlocked.status.ok());
   EXPECT_EQ(unlocked.value, msgpk::Encoder().Nil().Take());
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
   fleet_member_ = true;
   ASSERT_TRUE(Results("member", member_task).has_value());
-  ASSERT_TRUE(Unlock("member", {PeerKey('a')}).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  ASSERT_TRUE(Unlock("member", {RequestedObject('a')}).status.ok());
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
 }
 
 // Our own key fields (lmc_layout_namespace, lmc_tags): an object stored
 // under another layout or with tags is another object, found only by a key
 // that names the same, never by the reference-shaped key of its tokens.
 TEST_F(P2pOpsTest, AKeyFindsOnlyTheObjectOfItsLayoutNamespaceAndTags) {
-  P2pKey tagged = PeerKey('t');
+  P2pObjectKey tagged = RequestedObject('t');
   tagged.layout_namespace = 7;
   tagged.tags = "lang%en";
   Store(tagged);
-  P2pKey other_layout = tagged;
+  P2pObjectKey other_layout = tagged;
   other_layout.layout_namespace = 8;
-  P2pKey untagged = tagged;
+  P2pObjectKey untagged = tagged;
   untagged.tags.clear();
-  const std::vector<P2pKey> keys = {tagged, PeerKey('t'), other_layout, untagged};
+  const std::vector<P2pObjectKey> keys = {tagged, RequestedObject('t'), other_layout, untagged};
   const std::int64_t task = Lookup("member", keys, Layouts({0}));
   auto addresses = Results("member", task);
   ASSERT_TRUE(addresses.has_value());
@@ -143,7 +144,7 @@ TEST(P2pOpsOpenTest, AllowingUnauthenticatedPeersServesEveryConnection) {
   server::ServiceConfig config;
   config.p2p_serve_unauthenticated = true;
   testing::ServiceHarness h(64ull << 20, config);
-  const P2pKey key = PeerKey('a');
+  const P2pObjectKey key = RequestedObject('a');
   const store::ObjectKey k = StoreKeyOf(key);
   auto lease = h.l1().table().ReserveWrite(std::span(&k, 1), kObjectBytes,
                                            store::Owner::Instance(1),
@@ -151,7 +152,8 @@ TEST(P2pOpsOpenTest, AllowingUnauthenticatedPeersServesEveryConnection) {
   ASSERT_TRUE(lease.ok() && lease->reserved == 1);
   ASSERT_EQ(h.l1().table().FinishWrite(lease->lease).admitted, 1u);
   Reply reply = h.CallAs("reference-peer", "p2p_lookup_and_lock",
-                         {protocol::EncodeP2pKeys(std::vector<P2pKey>{key}), Layouts({0})}, Transport::kTcp);
+                         {protocol::EncodeP2pKeys(std::vector<P2pObjectKey>{key}), Layouts({0})},
+                         Transport::kTcp);
   ASSERT_TRUE(reply.status.ok());
   Reply results = h.CallAs("reference-peer", "p2p_query_lookup_results",
                            {reply.value}, Transport::kTcp);
@@ -159,16 +161,17 @@ TEST(P2pOpsOpenTest, AllowingUnauthenticatedPeersServesEveryConnection) {
   ASSERT_TRUE(addresses.ok() && addresses->has_value());
   EXPECT_TRUE((**addresses)[0].valid());
   EXPECT_EQ(h.l1().table().Find(k)->read_locks, 1u);
-  ASSERT_TRUE(h.CallAs("reference-peer", "p2p_unlock_objects", {protocol::EncodeP2pKeys(std::vector<P2pKey>{key})},
-                       Transport::kTcp)
+  ASSERT_TRUE(h.CallAs("reference-peer", "p2p_unlock_objects",
+                       {protocol::EncodeP2pKeys(std::vector<P2pObjectKey>{key})}, Transport::kTcp)
                   .status.ok());
   EXPECT_EQ(h.l1().table().Find(k)->read_locks, 0u);
 }
 
 TEST_F(P2pOpsTest, APeerLooksUpQueriesOnceReadsThePoolAndUnlocks) {
-  Store(PeerKey('a'));
-  const std::int64_t task = Lookup("peer-a", {PeerKey('a'), PeerKey('b')}, Layouts({0}));
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  Store(RequestedObject('a'));
+  const std::int64_t task =
+      Lookup("peer-a", {RequestedObject('a'), RequestedObject('b')}, Layouts({0}));
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
   EXPECT_FALSE(Results("peer-b", task).has_value());  // another peer's task
   auto addresses = Results("peer-a", task);
   ASSERT_TRUE(addresses.has_value());
@@ -181,39 +184,43 @@ TEST_F(P2pOpsTest, APeerLooksUpQueriesOnceReadsThePoolAndUnlocks) {
   }
   EXPECT_EQ((*addresses)[1], (P2pAddress{-1, 0}));
   EXPECT_FALSE(Results("peer-a", task).has_value());  // exactly once
-  Reply unlocked = Unlock("peer-a", {PeerKey('a'), PeerKey('a')});
+  Reply unlocked = Unlock("peer-a", {RequestedObject('a'), RequestedObject('a')});
   ASSERT_TRUE(unlocked.status.ok());
   EXPECT_EQ(unlocked.value, msgpk::Encoder().Nil().Take());
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
 }
 
 TEST_F(P2pOpsTest, AnOlderPeersSingleLayoutDescCoversEveryKey) {
-  Store(PeerKey('a'));
+  Store(RequestedObject('a'));
   protocol::P2pLayouts single;
   single.single = true;
   single.by_group[0] = kLayout;
-  const std::int64_t task = Lookup("peer-a", {PeerKey('a')}, protocol::EncodeP2pLayouts(single));
+  const std::int64_t task =
+      Lookup("peer-a", {RequestedObject('a')}, protocol::EncodeP2pLayouts(single));
   auto addresses = Results("peer-a", task);
   ASSERT_TRUE(addresses.has_value());
   EXPECT_TRUE((*addresses)[0].valid());
-  ASSERT_TRUE(Unlock("peer-a", {PeerKey('a')}).status.ok());
+  ASSERT_TRUE(Unlock("peer-a", {RequestedObject('a')}).status.ok());
 }
 
 TEST_F(P2pOpsTest, AnObjectOfAnotherSizeUnevenGroupsOrAMissingLayoutAreMissesNotErrors) {
-  Store(PeerKey('a'), kObjectBytes * 2);  // stored in another layout
-  Store(PeerKey('c'));
-  Store(PeerKey('d', 1));
-  const std::int64_t wrong_size = Lookup("p", {PeerKey('a')}, Layouts({0}));
+  Store(RequestedObject('a'), kObjectBytes * 2);  // stored in another layout
+  Store(RequestedObject('c'));
+  Store(RequestedObject('d', 1));
+  const std::int64_t wrong_size = Lookup("p", {RequestedObject('a')}, Layouts({0}));
   // Group 0 has one key and group 1 two: the reference's rule makes every key a miss.
   const std::int64_t uneven =
-      Lookup("p", {PeerKey('c'), PeerKey('d', 1), PeerKey('e', 1)}, Layouts({0, 1}));
-  const std::int64_t no_layout = Lookup("p", {PeerKey('d', 1)}, Layouts({0}));
+      Lookup("p", {RequestedObject('c'), RequestedObject('d', 1), RequestedObject('e', 1)},
+             Layouts({0, 1}));
+  const std::int64_t no_layout = Lookup("p", {RequestedObject('d', 1)}, Layouts({0}));
   for (const std::int64_t task : {wrong_size, uneven, no_layout}) {
     auto addresses = Results("p", task);
     ASSERT_TRUE(addresses.has_value());
     for (const P2pAddress& address : *addresses) EXPECT_FALSE(address.valid()) << task;
   }
-  EXPECT_EQ(Locks(PeerKey('a')) + Locks(PeerKey('c')) + Locks(PeerKey('d', 1)), 0u);
+  EXPECT_EQ(
+      Locks(RequestedObject('a')) + Locks(RequestedObject('c')) + Locks(RequestedObject('d', 1)),
+      0u);
 }
 
 TEST_F(P2pOpsTest, MalformedFramesAreRefusedWithTheDeclaredFailureValues) {
@@ -234,7 +241,7 @@ std::string BinFrame(std::string_view bytes) {
   return e.Take();
 }
 
-fleet::ChunkId IdOf(const P2pKey& key) {
+fleet::ChunkId IdOf(const P2pObjectKey& key) {
   return fleet::PeerDirectory::ChunkIdOf(key.model_name, StoreKeyOf(key).chunk_hash);
 }
 
@@ -254,13 +261,13 @@ TEST(P2pOpsChunkLogTest, AMembersDirectoryReadsTheLogAndListsL1InPages) {
   testing::ServiceHarness h(64ull << 20, {}, true, nullptr, nullptr, nullptr, nullptr, &log);
   std::vector<fleet::ChunkId> stored;
   for (char fill : {'a', 'b', 'c'}) {
-    const store::ObjectKey k = StoreKeyOf(PeerKey(fill));
+    const store::ObjectKey k = StoreKeyOf(RequestedObject(fill));
     auto lease = h.l1().table().ReserveWrite(std::span(&k, 1), kObjectBytes,
                                              store::Owner::Instance(1),
                                              store::AllocationMode::kAllOrNothing);
     ASSERT_TRUE(lease.ok() && lease->reserved == 1);
     ASSERT_EQ(h.l1().table().FinishWrite(lease->lease).admitted, 1u);
-    stored.push_back(IdOf(PeerKey(fill)));
+    stored.push_back(IdOf(RequestedObject(fill)));
   }
   auto call = [&h](std::string_view op, std::vector<std::string> frames) {
     return h.CallAs("peer", op, std::move(frames), Transport::kTcp, true);
@@ -322,12 +329,12 @@ TEST(P2pOpsChunkLogTest, AMembersDirectoryReadsTheLogAndListsL1InPages) {
 }
 
 TEST_F(P2pOpsTest, ATaskNeverQueriedIsReapedByTheMaintenancePass) {
-  Store(PeerKey('a'));
-  const std::int64_t task = Lookup("p", {PeerKey('a')}, Layouts({0}));
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  Store(RequestedObject('a'));
+  const std::int64_t task = Lookup("p", {RequestedObject('a')}, Layouts({0}));
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
   h_.clock().Advance(30'000);  // --p2p-lookup-timeout's default
   h_.service().RunMaintenance();
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
   EXPECT_FALSE(Results("p", task).has_value());
 }
 
@@ -336,14 +343,14 @@ TEST_F(P2pOpsTest, ATaskNeverQueriedIsReapedByTheMaintenancePass) {
 // locked, because both said which requester they speak for. Before p2p_hello
 // the lock stayed until the read TTL.
 TEST_F(P2pOpsTest, ARequesterThatReconnectedUnlocksWhatItsEarlierConnectionLocked) {
-  Store(PeerKey('a'));
+  Store(RequestedObject('a'));
   ASSERT_TRUE(Hello("conn-1", "10.0.0.1:5556", "boot-1").status.ok());
-  LockAnswered("conn-1", PeerKey('a'));
+  LockAnswered("conn-1", RequestedObject('a'));
   Closed("conn-1");
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);  // the requester may come back: its lock stays
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);  // the requester may come back: its lock stays
   ASSERT_TRUE(Hello("conn-2", "10.0.0.1:5556", "boot-1").status.ok());
-  ASSERT_TRUE(Unlock("conn-2", {PeerKey('a')}).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  ASSERT_TRUE(Unlock("conn-2", {RequestedObject('a')}).status.ok());
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
 }
 
 // A requester killed while it held our locks, and restarted: its new life's
@@ -351,30 +358,30 @@ TEST_F(P2pOpsTest, ARequesterThatReconnectedUnlocksWhatItsEarlierConnectionLocke
 // open (an open one could be a live twin misconfigured with the same URL,
 // which could still be reading).
 TEST_F(P2pOpsTest, ARestartedRequestersOldLifeLosesItsLocksOnceNoConnectionOfItIsOpen) {
-  Store(PeerKey('a'));
-  Store(PeerKey('b'));
+  Store(RequestedObject('a'));
+  Store(RequestedObject('b'));
   ASSERT_TRUE(Hello("old", "10.0.0.1:5556", "boot-1").status.ok());
-  LockAnswered("old", PeerKey('a'));
+  LockAnswered("old", RequestedObject('a'));
   ASSERT_TRUE(Hello("other", "10.0.0.2:5556", "boot-9").status.ok());
-  LockAnswered("other", PeerKey('b'));
+  LockAnswered("other", RequestedObject('b'));
 
   // Closed first, then the new life: ended at its hello.
   Closed("old");
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
   ASSERT_TRUE(Hello("new", "10.0.0.1:5556", "boot-2").status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
   EXPECT_EQ(h_.service().Snapshot().p2p_served.ended_life_tasks, 1u);
-  EXPECT_EQ(Locks(PeerKey('b')), 1u);  // another requester's lock stays
+  EXPECT_EQ(Locks(RequestedObject('b')), 1u);  // another requester's lock stays
 
   // The new life first, the old connection still open: ended when it closes.
-  LockAnswered("new", PeerKey('a'));
+  LockAnswered("new", RequestedObject('a'));
   ASSERT_TRUE(Hello("newer", "10.0.0.1:5556", "boot-3").status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
   Closed("new");
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
-  EXPECT_EQ(Locks(PeerKey('b')), 1u);
-  ASSERT_TRUE(Unlock("other", {PeerKey('b')}).status.ok());
-  EXPECT_EQ(Locks(PeerKey('b')), 0u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
+  EXPECT_EQ(Locks(RequestedObject('b')), 1u);
+  ASSERT_TRUE(Unlock("other", {RequestedObject('b')}).status.ok());
+  EXPECT_EQ(Locks(RequestedObject('b')), 0u);
 }
 
 // This owner restarted and a requester's connection came back to it before
@@ -385,16 +392,17 @@ TEST_F(P2pOpsTest, ARestartedRequestersOldLifeLosesItsLocksOnceNoConnectionOfItI
 // and a task never queried under the new name was reaped: lmcache-soak
 // --nodes 3 with node kills found both).
 TEST_F(P2pOpsTest, WhatAConnectionTookBeforeItsHelloIsItsLifesAfter) {
-  Store(PeerKey('a'));
-  Store(PeerKey('b'));
-  LockAnswered("conn", PeerKey('a'));                                      // queried before
-  const std::int64_t unqueried = Lookup("conn", {PeerKey('b')}, Layouts({0}));  // queried after
+  Store(RequestedObject('a'));
+  Store(RequestedObject('b'));
+  LockAnswered("conn", RequestedObject('a'));  // queried before
+  const std::int64_t unqueried =
+      Lookup("conn", {RequestedObject('b')}, Layouts({0}));  // queried after
   ASSERT_TRUE(Hello("conn", "10.0.0.1:5556", "boot-1").status.ok());
   auto addresses = Results("conn", unqueried);
   ASSERT_TRUE(addresses.has_value() && (*addresses)[0].valid());
-  ASSERT_TRUE(Unlock("conn", {PeerKey('a'), PeerKey('b')}).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
-  EXPECT_EQ(Locks(PeerKey('b')), 0u);
+  ASSERT_TRUE(Unlock("conn", {RequestedObject('a'), RequestedObject('b')}).status.ok());
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
+  EXPECT_EQ(Locks(RequestedObject('b')), 0u);
   EXPECT_EQ(h_.service().Snapshot().p2p_served.tasks, 0u);
   EXPECT_EQ(h_.service().Snapshot().p2p_served.stale_unlocks, 0u);
 }
@@ -403,32 +411,32 @@ TEST_F(P2pOpsTest, WhatAConnectionTookBeforeItsHelloIsItsLifesAfter) {
 // is the only one that can reach its tasks: when it closes, they end with
 // their locks (before, they stood until the read TTL).
 TEST_F(P2pOpsTest, AnUnnamedConnectionsTasksEndWhenItCloses) {
-  Store(PeerKey('a'));
-  LockAnswered("reference-peer", PeerKey('a'));
+  Store(RequestedObject('a'));
+  LockAnswered("reference-peer", RequestedObject('a'));
   ASSERT_TRUE(Hello("member", "10.0.0.1:5556", "boot-1").status.ok());
-  LockAnswered("member", PeerKey('a'));
-  EXPECT_EQ(Locks(PeerKey('a')), 2u);
+  LockAnswered("member", RequestedObject('a'));
+  EXPECT_EQ(Locks(RequestedObject('a')), 2u);
   Closed("reference-peer");
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);  // the member's stays: its life may come back
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);  // the member's stays: its life may come back
   EXPECT_EQ(h_.service().Snapshot().p2p_served.closed_connection_tasks, 1u);
   Closed("member");
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
 }
 
 // Only a connection that proved the fleet key names a requester: a stranger
 // claiming a member's URL with a new boot id ends nothing.
 TEST_F(P2pOpsTest, AHelloWithoutTheFleetKeyEndsNothing) {
-  Store(PeerKey('a'));
+  Store(RequestedObject('a'));
   ASSERT_TRUE(Hello("member", "10.0.0.1:5556", "boot-1").status.ok());
-  LockAnswered("member", PeerKey('a'));
+  LockAnswered("member", RequestedObject('a'));
   Closed("member");
   fleet_member_ = false;
   ASSERT_TRUE(Hello("stranger", "10.0.0.1:5556", "boot-2").status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
   fleet_member_ = true;
   ASSERT_TRUE(Hello("member-again", "10.0.0.1:5556", "boot-1").status.ok());
-  ASSERT_TRUE(Unlock("member-again", {PeerKey('a')}).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  ASSERT_TRUE(Unlock("member-again", {RequestedObject('a')}).status.ok());
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
 }
 
 TEST_F(P2pOpsTest, AMalformedHelloIsRefusedWithNil) {
@@ -442,29 +450,30 @@ TEST_F(P2pOpsTest, AMalformedHelloIsRefusedWithNil) {
 // of it on the same key keeps its lock; an unknown id, or a connection
 // without the fleet key, ends nothing.
 TEST_F(P2pOpsTest, ARequesterEndsATaskItWillNotUseAndOnlyThatTasksLocksGo) {
-  Store(PeerKey('a'));
-  Store(PeerKey('b'));
-  const std::int64_t unused = Lookup("p", {PeerKey('a'), PeerKey('b')}, Layouts({0}));
+  Store(RequestedObject('a'));
+  Store(RequestedObject('b'));
+  const std::int64_t unused =
+      Lookup("p", {RequestedObject('a'), RequestedObject('b')}, Layouts({0}));
   ASSERT_TRUE(Results("p", unused).has_value());  // answered: its locks stand
-  const std::int64_t kept = Lookup("p", {PeerKey('a')}, Layouts({0}));
+  const std::int64_t kept = Lookup("p", {RequestedObject('a')}, Layouts({0}));
   ASSERT_TRUE(Results("p", kept).has_value());
-  EXPECT_EQ(Locks(PeerKey('a')), 2u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 2u);
   fleet_member_ = false;
   ASSERT_TRUE(Call("p", "p2p_end_task", {testing::IntFrame(unused)}).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 2u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 2u);
   fleet_member_ = true;
   ASSERT_TRUE(Call("other", "p2p_end_task", {testing::IntFrame(unused)}).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 2u);  // not the other peer's to end
+  EXPECT_EQ(Locks(RequestedObject('a')), 2u);  // not the other peer's to end
   Reply ended = Call("p", "p2p_end_task", {testing::IntFrame(unused)});
   ASSERT_TRUE(ended.status.ok());
   EXPECT_EQ(ended.value, msgpk::Encoder().Nil().Take());
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
-  EXPECT_EQ(Locks(PeerKey('b')), 0u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
+  EXPECT_EQ(Locks(RequestedObject('b')), 0u);
   EXPECT_EQ(h_.service().Snapshot().p2p_served.abandoned_tasks, 1u);
   ASSERT_TRUE(Call("p", "p2p_end_task", {testing::IntFrame(unused)}).status.ok());  // once
   EXPECT_EQ(h_.service().Snapshot().p2p_served.abandoned_tasks, 1u);
-  ASSERT_TRUE(Unlock("p", {PeerKey('a')}).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  ASSERT_TRUE(Unlock("p", {RequestedObject('a')}).status.ok());
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
 }
 
 // p2p_unlock_task (ours): our requesters unlock by task, so an unlock meant
@@ -472,25 +481,26 @@ TEST_F(P2pOpsTest, ARequesterEndsATaskItWillNotUseAndOnlyThatTasksLocksGo) {
 // restart) releases nothing of this life's, where p2p_unlock_objects by key
 // releases the same requester's later lock on that key.
 TEST_F(P2pOpsTest, AnUnlockByTaskReleasesThatTasksLockOnlyAndAStaleTaskNothing) {
-  Store(PeerKey('a'));
-  const std::int64_t task = Lookup("p", {PeerKey('a')}, Layouts({0}));
+  Store(RequestedObject('a'));
+  const std::int64_t task = Lookup("p", {RequestedObject('a')}, Layouts({0}));
   ASSERT_TRUE(Results("p", task).has_value());
   auto unlock_task = [&](std::string_view peer, std::int64_t id) {
     return Call(peer, "p2p_unlock_task",
-                {testing::IntFrame(id), protocol::EncodeP2pKeys(std::vector<P2pKey>{PeerKey('a')})});
+                {testing::IntFrame(id),
+                 protocol::EncodeP2pKeys(std::vector<P2pObjectKey>{RequestedObject('a')})});
   };
   Reply stale = unlock_task("p", task - 1);  // a task this life never made
   ASSERT_TRUE(stale.status.ok());
   EXPECT_EQ(stale.value, msgpk::Encoder().Nil().Take());
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);
   ASSERT_TRUE(unlock_task("other", task).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);  // not the other peer's task
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);  // not the other peer's task
   fleet_member_ = false;
   ASSERT_TRUE(unlock_task("p", task).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 1u);  // a connection without the fleet key
+  EXPECT_EQ(Locks(RequestedObject('a')), 1u);  // a connection without the fleet key
   fleet_member_ = true;
   ASSERT_TRUE(unlock_task("p", task).status.ok());
-  EXPECT_EQ(Locks(PeerKey('a')), 0u);
+  EXPECT_EQ(Locks(RequestedObject('a')), 0u);
   EXPECT_EQ(h_.service().Snapshot().p2p_served.stale_unlocks, 2u);
   Reply malformed = Call("p", "p2p_unlock_task", {testing::StrFrame("x"), testing::StrFrame("y")});
   EXPECT_FALSE(malformed.status.ok());

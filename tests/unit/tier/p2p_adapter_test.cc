@@ -18,7 +18,7 @@
 #include "common/msgpack_codec.h"
 #include "fakes/fake_clock.h"
 #include "fakes/keys.h"
-#include "fleet/peer_key_codec.h"
+#include "fleet/p2p_object_key.h"
 #include "protocol/p2p_codec.h"
 #include "protocol/wire_codec.h"
 
@@ -179,8 +179,8 @@ class FakeFleet final : public fleet::PeerAccess {
       const std::int64_t id = ++next_task_;
       FakeTask& task = tasks_[id];
       task.peer = p;
-      for (const protocol::P2pKey& wire : *keys) {
-        const store::ObjectKey key = fleet::FromPeerKey(wire);
+      for (const protocol::P2pObjectKey& wire : *keys) {
+        const store::ObjectKey key = fleet::FromP2pObjectKey(wire);
         auto held = holds_[p].find(key);
         if (held == holds_[p].end()) {
           task.answer.push_back({-1, 0});
@@ -211,8 +211,8 @@ class FakeFleet final : public fleet::PeerAccess {
     std::optional<std::int64_t> id;
     if (by_task) id = *protocol::DecodeInt(payloads.at(0), "task");
     auto keys = protocol::DecodeP2pKeys(payloads.at(by_task ? 1 : 0));
-    for (const protocol::P2pKey& wire : *keys) {
-      const store::ObjectKey key = fleet::FromPeerKey(wire);
+    for (const protocol::P2pObjectKey& wire : *keys) {
+      const store::ObjectKey key = fleet::FromP2pObjectKey(wire);
       unlocked_[p].push_back(key);
       for (auto& [task_id, task] : tasks_) {
         if (task.peer != p || (id && task_id != *id)) continue;

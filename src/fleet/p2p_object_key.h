@@ -12,9 +12,9 @@
 namespace lmcache::fleet {
 
 // The wire key of `key`, with our own fields (layout namespace, tags) set.
-protocol::P2pKey ToPeerKey(const store::ObjectKey& key);
+protocol::P2pObjectKey ToP2pObjectKey(const store::ObjectKey& key);
 // The store's key a peer's key names; not checked (the store's rules are
 // ValidateObjectKey and ValidateCanonicalTags).
-store::ObjectKey FromPeerKey(const protocol::P2pKey& key);
+store::ObjectKey FromP2pObjectKey(const protocol::P2pObjectKey& key);
 
 }  // namespace lmcache::fleet

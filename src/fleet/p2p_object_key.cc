@@ -1,12 +1,13 @@
-#include "fleet/peer_key_codec.h"
+#include "fleet/p2p_object_key.h"
 
 #include <algorithm>
 
 namespace lmcache::fleet {
 
-protocol::P2pKey ToPeerKey(const store::ObjectKey& key) {
-  protocol::P2pKey out;
-  out.chunk_hash.assign(reinterpret_cast<const char*>(key.chunk_hash.data()), key.chunk_hash.size());
+protocol::P2pObjectKey ToP2pObjectKey(const store::ObjectKey& key) {
+  protocol::P2pObjectKey out;
+  out.chunk_hash.assign(reinterpret_cast<const char*>(key.chunk_hash.data()),
+                        key.chunk_hash.size());
   out.model_name = key.model_name;
   out.kv_rank = key.kv_rank;
   out.object_group_id = key.object_group_id;
@@ -16,7 +17,7 @@ protocol::P2pKey ToPeerKey(const store::ObjectKey& key) {
   return out;
 }
 
-store::ObjectKey FromPeerKey(const protocol::P2pKey& key) {
+store::ObjectKey FromP2pObjectKey(const protocol::P2pObjectKey& key) {
   store::ObjectKey out;
   std::copy_n(key.chunk_hash.begin(), std::min(key.chunk_hash.size(), out.chunk_hash.size()),
               reinterpret_cast<char*>(out.chunk_hash.data()));
