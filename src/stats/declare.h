@@ -17,9 +17,10 @@
 // the accessor read as `s.accessor` (a member function call, an element).
 // From the one list the macros below make
 //   - the stats struct's members (LMC_STATS_MEMBERS),
-//   - the atomics that count them and the copy of those into the struct
-//     (LMC_STATS_COUNTERS: every member; LMC_STATS_COUNTED: the kCounter
-//     members, where the component measures its gauges when asked),
+//   - the live counters (atomics; a LatencyHistogram for a histogram) and
+//     the copy of those into the struct (LMC_STATS_COUNTERS: every member;
+//     LMC_STATS_COUNTED: the counters and histograms, where the component
+//     measures its gauges when asked; its AddTo adds instead of copying),
 //   - the schema rows the exporters walk (LMC_STATS_ROWS),
 //   - the sum of several structs of one list (LMC_STATS_SUM).
 // So a new counter is one line: it cannot reach the struct and miss the

@@ -104,6 +104,78 @@ TEST(StatsDeclareTest, TheRowsAreTheListInOrderWithTheirFieldsAndValues) {
   EXPECT_TRUE(std::get<bool>(rows[5].get(s)));
 }
 
+#define LMC_TEST_TIMED_STATS(X, D)                                                        \
+  X(calls, "calls", std::uint64_t, kCounter, "calls", "timed_calls_total", "Calls made.")  \
+  X(waiting, "waiting", std::uint64_t, kGauge, "calls", "timed_waiting", "Waiting now.")   \
+  X(latency, "latency", LatencyHistogram::Snapshot, kHistogram, "µs", "timed_seconds",    \
+    "How long a call took.")
+
+struct TimedStats {
+  LMC_STATS_MEMBERS(LMC_TEST_TIMED_STATS)
+};
+LMC_STATS_COUNTERS(TimedLive, TimedStats, LMC_TEST_TIMED_STATS);
+LMC_STATS_COUNTED(TimedCounted, TimedStats, LMC_TEST_TIMED_STATS);
+
+#define LMC_TEST_PREFIX_STATS(X, D)                                                       \
+  X(reachable, "reachable", std::uint64_t, kGauge, "prefixes", "prefix_reachable", "Up.") \
+  X(failures, "failures", std::uint64_t, kCounter, "calls", "prefix_failures_total", "")  \
+  X(load, "load", double, kGauge, "ratio", "prefix_load", "How busy.")
+
+struct PrefixStats {
+  LMC_STATS_MEMBERS(LMC_TEST_PREFIX_STATS)
+  std::uint64_t not_exported = 7;
+};
+LMC_STATS_SUM(AddPrefixStats, PrefixStats, LMC_TEST_PREFIX_STATS)
+
+TEST(StatsDeclareTest, AHistogramIsCountedByALatencyHistogramAndCopiedAsItsSnapshot) {
+  TimedLive live;
+  live.calls.fetch_add(2);
+  live.waiting.store(1);
+  live.latency.Record(40);      // the first bucket (<= 50 us)
+  live.latency.Record(20'000);  // <= 25 ms
+  TimedStats s;
+  live.CopyTo(&s);
+  EXPECT_EQ(s.calls, 2u);
+  EXPECT_EQ(s.waiting, 1u);
+  EXPECT_EQ(s.latency.count, 2u);
+  EXPECT_EQ(s.latency.sum_us, 20'040u);
+  EXPECT_EQ(s.latency.buckets[0], 1u);
+}
+
+TEST(StatsDeclareTest, CountedTakesTheHistogramsTooAndAddToAddsWhatTwoComponentsCounted) {
+  TimedCounted first;
+  TimedCounted second;
+  first.calls.fetch_add(3);
+  first.latency.Record(40);
+  second.calls.fetch_add(4);
+  second.latency.Record(60);  // the second bucket (<= 100 us)
+  TimedStats s;
+  s.waiting = 5;  // measured by the component: neither touches it
+  first.CopyTo(&s);
+  second.AddTo(&s);
+  EXPECT_EQ(s.calls, 7u);
+  EXPECT_EQ(s.waiting, 5u);
+  EXPECT_EQ(s.latency.count, 2u);
+  EXPECT_EQ(s.latency.sum_us, 100u);
+  EXPECT_EQ(s.latency.buckets[0], 1u);
+  EXPECT_EQ(s.latency.buckets[1], 1u);
+}
+
+TEST(StatsDeclareTest, TheSumAddsEveryMemberOfTheListAndNothingElse) {
+  PrefixStats total;
+  PrefixStats part;
+  part.reachable = 1;
+  part.failures = 3;
+  part.load = 0.25;
+  part.not_exported = 100;
+  AddPrefixStats(&total, part);
+  AddPrefixStats(&total, part);
+  EXPECT_EQ(total.reachable, 2u);
+  EXPECT_EQ(total.failures, 6u);
+  EXPECT_EQ(total.load, 0.5);
+  EXPECT_EQ(total.not_exported, 7u) << "not on the list: left alone";
+}
+
 struct Snapshot {
   std::vector<std::string> filled_by;
   int value = 0;
