@@ -15,9 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include <CLI/CLI.hpp>
 #include <chrono>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -26,11 +24,9 @@
 #include "admin_http/http_server.h"
 #include "admin_http/server_health.h"
 #include "common/clock.h"
-#include "common/logging.h"
-#include "common/version.h"
+#include "daemon/command_line.h"
 #include "daemon/config.h"
 #include "daemon/drain.h"
-#include "daemon/effective_flags.h"
 #include "daemon/fleet_node.h"
 #include "daemon/process.h"
 #include "events/kv_events.h"
@@ -50,35 +46,6 @@ using lmcache::Status;
 using lmcache::TimeMs;
 namespace daemon = lmcache::daemon;
 namespace restart = lmcache::restart;
-
-// Flags, logging and the configuration's checks; an exit code when the
-// server must not start (or --help/--version answered).
-std::optional<int> Configure(int argc, char** argv, daemon::ServerConfig* config) {
-  CLI::App app{"lmcache-server: a KV-cache daemon for LLM inference (LMCache MP protocol)",
-               "lmcache-server"};
-  daemon::AddFlags(app, config);
-  app.set_version_flag("--version", std::string("lmcache-server ") + lmcache::kVersion);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  lmcache::LogOptions log;
-  log.level = config->log_level;
-  log.file = config->log_file;
-  if (auto format = lmcache::ParseLogFormat(config->log_format); format.ok()) log.format = *format;
-  if (auto status = lmcache::InitLogging(log); !status.ok()) {
-    std::fprintf(stderr, "lmcache-server: %s\n", status.message().c_str());
-    return 2;
-  }
-  if (auto status = daemon::Finalize(config, getpid()); !status.ok()) {
-    spdlog::critical("invalid configuration: {}", status.message());
-    return 2;
-  }
-  for (const std::string& notice : config->notices) spdlog::warn("{}", notice);
-  config->effective_flags = daemon::EffectiveFlags(app);
-  return std::nullopt;
-}
 
 std::string Join(const std::vector<std::string>& items) {
   std::string out;
@@ -312,7 +279,9 @@ void StopServing(Server& s, bool handing_over) {
 
 int main(int argc, char** argv) {
   daemon::ServerConfig config;
-  if (const std::optional<int> exit_code = Configure(argc, argv, &config)) return *exit_code;
+  if (const std::optional<int> exit_code = daemon::ConfigureFromCommandLine(argc, argv, &config)) {
+    return *exit_code;
+  }
   daemon::RaiseDescriptorLimit();
   // Before any thread runs: it sets an environment variable UCX reads later.
   if (config.p2p.enabled()) lmcache::fleet::PreferCopyingTcp();
@@ -351,10 +320,7 @@ int main(int argc, char** argv) {
     // A pod whose container exits is restarted, and would take the pool
     // back: it stays until its controller deletes it (SIGTERM).
     spdlog::info("handed over; waiting for SIGTERM without serving (--after-handover wait)");
-    while (true) {
-      const int signal_number = daemon::WaitForShutdown(signals);
-      if (signal_number == SIGTERM || signal_number == SIGINT) break;
-    }
+    daemon::WaitForTermination(signals);
   }
   s.pool.cache.reset();
   spdlog::info("L1 pool {} {}; bye", config.l1.shm_name, kept ? "left to the successor" : "removed");

@@ -42,6 +42,11 @@ int WaitForShutdown(const sigset_t& signals) {
   }
 }
 
+void WaitForTermination(const sigset_t& signals) {
+  while (WaitForShutdown(signals) == SIGUSR1) {
+  }
+}
+
 void RaiseDescriptorLimit() {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) {

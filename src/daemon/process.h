@@ -27,6 +27,10 @@ int NextSignal(const sigset_t& signals, std::chrono::milliseconds timeout);
 // Waits for the first SIGTERM, SIGINT or SIGUSR1; returns it.
 int WaitForShutdown(const sigset_t& signals);
 
+// Waits for SIGTERM or SIGINT, past any SIGUSR1 (a server that handed its
+// pool over and waits for its pod to be deleted: --after-handover wait).
+void WaitForTermination(const sigset_t& signals);
+
 // Every connection a client, a peer or a stranger holds costs a descriptor:
 // the soft limit (1024 on many systems) goes up to the hard one, logged.
 void RaiseDescriptorLimit();

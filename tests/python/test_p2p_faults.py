@@ -250,8 +250,15 @@ def test_a_server_stopping_while_a_lookup_waits_on_a_hung_peer_exits_at_once(tmp
     deadline_s = 120  # far past what the test allows the stop
     # Broadcast: a lookup of a prompt nobody holds still asks A (directed
     # lookups would ask nobody, and there would be no call to wait on).
+    # Probes as slow as the deadline: with the default 3 s probe timeout, a
+    # probe of A unanswered once it stopped made A unreachable, a broadcast
+    # then asked nobody, and the lookup was never seen out at A (once in a
+    # loaded run; every time with a 0.1 s probe timeout and a 1 s pause after
+    # the SIGSTOP). The stop must not wait on that probe either.
     fleet = Fleet(tmp_path, ["--p2p-lookup-timeout", str(deadline_s), "--p2p-load-timeout",
-                             str(deadline_s), "--p2p-lookup", "broadcast"])
+                             str(deadline_s), "--p2p-lookup", "broadcast",
+                             "--p2p-probe-interval", str(deadline_s),
+                             "--p2p-probe-timeout", str(deadline_s)])
     try:
         b_client = worker(zmq_ctx, fleet.servers[1])[0]
         eventually(lambda: p2p(b_client)["peers"]["ready"] == 1, "B sees A ready")

@@ -36,6 +36,14 @@ TEST(Process, SighupIsHandledThereAndNeverEndsTheWait) {
   EXPECT_EQ(WaitForShutdown(signals), SIGINT) << "past the SIGHUP (1), the SIGINT (2)";
 }
 
+TEST(Process, WaitingForTerminationTakesSigusr1AndEndsAtSigterm) {
+  const sigset_t signals = BlockHandledSignals();
+  ASSERT_EQ(raise(SIGUSR1), 0);
+  ASSERT_EQ(raise(SIGTERM), 0);
+  WaitForTermination(signals);  // returns: past the SIGUSR1 (10), the SIGTERM (15)
+  EXPECT_EQ(NextSignal(signals, milliseconds(10)), 0) << "both were taken";
+}
+
 TEST(Process, TheDescriptorSoftLimitIsRaisedToTheHardOne) {
   rlimit limit{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
