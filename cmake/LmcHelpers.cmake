@@ -79,13 +79,15 @@ endif()
 
 # The tests whose process never starts a second thread or another process
 # are listed in LMC_SINGLE_THREADED_TESTS (tests/CMakeLists.txt). A data race
-# needs two threads, so the TSan tree builds none of them: each is left out
-# of `all`, disabled, and labelled single_thread (tools/dev.sh runs that
-# tree's suite with -LE single_thread). Elsewhere each is linked with
-# tests/fakes/single_thread_guard.cc, which fails it the moment it starts a
-# thread or a process, so the list cannot silently go stale; under ASan the
-# guard is left out, as the sanitizer's runtime defines those functions too.
-
+# needs two threads, so the TSan tree builds none of them; a tree configured
+# with LMC_BUILD_SINGLE_THREADED_TESTS=OFF (tools/dev.sh's full suite does so
+# for Release, as its ASan tree runs them) builds none either. Where they are
+# not built each is left out of `all`, disabled, and labelled single_thread
+# (tools/dev.sh runs those trees' suites with -LE single_thread). Where they
+# are built, each is linked with tests/fakes/single_thread_guard.cc, which
+# fails it the moment it starts a thread or a process, so the list cannot
+# silently go stale (under ASan too: its runtime's pthread_create and fork
+# are weak, and it starts its own threads and symbolizer without them).
 # lmc_add_test(name SRCS ... DEPS ... [LABELS ...]): one GoogleTest binary, registered with CTest.
 function(lmc_add_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
@@ -105,14 +107,12 @@ function(lmc_add_test name)
   if(name IN_LIST LMC_SINGLE_THREADED_TESTS)
     set(single_threaded ON)
     list(APPEND ARG_LABELS single_thread)
-    if(NOT LMC_SANITIZE)
-      target_sources(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakes/single_thread_guard.cc)
-    endif()
+    target_sources(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/fakes/single_thread_guard.cc)
   endif()
   add_test(NAME ${name} COMMAND ${name} --gtest_brief=1)
   set_tests_properties(${name} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                        ENVIRONMENT "${LMC_TEST_ENV}")
-  if(single_threaded AND LMC_SANITIZE MATCHES "thread")
+  if(single_threaded AND (NOT LMC_BUILD_SINGLE_THREADED_TESTS OR LMC_SANITIZE MATCHES "thread"))
     set_target_properties(${name} PROPERTIES EXCLUDE_FROM_ALL ON)
     set_tests_properties(${name} PROPERTIES DISABLED ON)
   endif()

@@ -9,4 +9,9 @@ option(LMC_USE_LLD "Link with lld (Debian's lld) when the compiler can use it" O
 set(LMC_ENABLE_CUDA "AUTO" CACHE STRING "Build the CUDA kernels in csrc/: AUTO (if nvcc works), ON, OFF")
 set_property(CACHE LMC_ENABLE_CUDA PROPERTY STRINGS AUTO ON OFF)
 set(LMC_SANITIZE "" CACHE STRING "Sanitizers: empty, 'address,undefined' or 'thread'")
+# Off where another tree of the same run builds and runs them: tools/dev.sh's
+# full suite builds them in the ASan tree only, as they are about half the
+# test compile time (the TSan tree never builds them; see lmc_add_test).
+option(LMC_BUILD_SINGLE_THREADED_TESTS
+       "Build the tests of LMC_SINGLE_THREADED_TESTS (tests/CMakeLists.txt)" ON)
 option(LMC_BUILD_FUZZERS "Build the libFuzzer targets (clang; instruments the whole tree)" OFF)

@@ -4,7 +4,8 @@
 #
 #   tools/dev.sh run [server flags...]   set up, build Release, start lmcache-server
 #   tools/dev.sh test                    set up, build, run the whole suite:
-#                                        Release (gcc), the GPU kit's dry run
+#                                        Release (gcc; the tests that never start
+#                                        a thread run under ASan), the GPU kit's dry run
 #                                        (tools/gpu_kit/), the container image (podman), the
 #                                        server-only build (no hiredis), then
 #                                        ASan+UBSan with the fuzz targets
@@ -66,18 +67,22 @@ UNITY="${LMC_UNITY_BUILD:-ON}"
 STAGES=""
 # stage_done LABEL START: records the stage that began at START (in $SECONDS).
 stage_done() { [ -z "$STAGES" ] || printf '%s\t%d\n' "$1" $((SECONDS - $2)) >>"$STAGES"; }
+# The total is the run's elapsed time: some stages run side by side.
 print_stage_times() {
   [ -s "$STAGES" ] || return 0
   log "stage times:"
-  awk -F'\t' '{ printf "  %-34s %3d:%02d\n", $1, $2 / 60, $2 % 60; total += $2 }
-               END { printf "  %-34s %3d:%02d\n", "total", total / 60, total % 60 }' "$STAGES" >&2
+  awk -F'\t' -v elapsed="$SECONDS" '{ printf "  %-34s %3d:%02d\n", $1, $2 / 60, $2 % 60 }
+    END { printf "  %-34s %3d:%02d\n", "total (elapsed)", elapsed / 60, elapsed % 60 }' "$STAGES" >&2
 }
 
 # build <flavour>: configures and builds into build/ (release), build-asan/, build-tsan/.
 build() {
   local flavour="${1:-release}" dir args=() start=$SECONDS
   case "$flavour" in
-    release) dir="$ROOT/build"; args=(-DCMAKE_BUILD_TYPE=Release) ;;
+    # RELEASE_SINGLE_THREADED=OFF: `test` without --fast, whose ASan tree runs those.
+    release) dir="$ROOT/build"
+             args=(-DCMAKE_BUILD_TYPE=Release
+                   -DLMC_BUILD_SINGLE_THREADED_TESTS="${RELEASE_SINGLE_THREADED:-ON}") ;;
     # Sanitizer builds keep assertions (LMC_DCHECK, Mutex::AssertHeld) on: no NDEBUG.
     # -O1 and line tables only: what the sanitizers' reports need (function,
     # file:line), about a tenth less compile time than -O2 -g and far smaller
@@ -103,16 +108,20 @@ build() {
 # The resources ctest shares among the tests' RESOURCE_GROUPS: "shm:N" (a
 # test holding up to N GiB of /dev/shm and memory at once), one slot per
 # GiB of 4/5 of what both have free, at least the largest test's 6; and
-# "cpu:2" (a test keeping several busy servers running), of one slot more
-# than this machine's cores.
+# "cpu" (a test keeping servers busy: cpu:2 for several), one slot more than
+# this machine's cores, or one per core in a sanitizer's tree, where every
+# server is several times slower (tests/CMakeLists.txt, at its end).
+# write_resource_spec FILE [sanitized]
 write_resource_spec() {
-  local shm_kib mem_kib gib
+  local shm_kib mem_kib gib cpu_slots=$(($(nproc) + 1))
+  [ "${2:-}" = sanitized ] && cpu_slots=$(nproc)
   shm_kib="$(df -k --output=avail /dev/shm | tail -n1 | tr -d ' ')"
   mem_kib="$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)"
   gib=$(( (shm_kib < mem_kib ? shm_kib : mem_kib) * 4 / 5 / 1048576 ))
   [ "$gib" -ge 6 ] || gib=6
+  [ "$cpu_slots" -ge 2 ] || cpu_slots=2
   printf '{"version": {"major": 1, "minor": 0}, "local": [{"shm": [{"id": "dev_shm", "slots": %d}], "cpu": [{"id": "cores", "slots": %d}]}]}\n' \
-    "$gib" $(($(nproc) + 1)) >"$1"
+    "$gib" "$cpu_slots" >"$1"
 }
 
 # Every skip of the run, one line each (label, test, reason): see tools/skipped_tests.py.
@@ -129,7 +138,9 @@ run_ctest() {
   local dir="$1" parallel="$2" label="${1#"$ROOT"/}" rc=0 start=$SECONDS
   shift 2
   log "testing $label ($parallel at a time)"
-  write_resource_spec "$dir/ctest_resources.json"
+  local sanitized=""
+  grep -q '^LMC_SANITIZE:STRING=.' "$dir/CMakeCache.txt" && sanitized=sanitized
+  write_resource_spec "$dir/ctest_resources.json" $sanitized
   ctest --test-dir "$dir" --output-on-failure -j "$parallel" \
     --resource-spec-file "$dir/ctest_resources.json" "$@" || rc=$?
   stage_done "test $label" "$start"
@@ -144,6 +155,9 @@ run_ctest() {
 
 # Prints the skip list and the failures gathered so far, then exits 1.
 fail_run() {
+  # A stage running beside the failed one ends first (its compile would
+  # outlive the run otherwise).
+  wait 2>/dev/null || true
   print_stage_times
   report_skips || true
   if [ -s "$FAILURES" ]; then
@@ -207,12 +221,36 @@ case "$cmd" in
     STAGES="$(mktemp /tmp/lmcache_stages.XXXXXX)"
     trap 'rm -f "$SKIPS" "$FAILURES" "$STAGES"' EXIT
     install_deps
+    fast=""
+    [ "${1:-}" = "--fast" ] && fast=yes
+    # The tests that never start a thread (LMC_SINGLE_THREADED_TESTS) are half
+    # the test compile time of a tree: the full suite builds and runs them in
+    # the ASan tree only, under its sanitizers and the same single-thread
+    # guard; --fast (Release alone) runs them here.
+    release_tests=()
+    if [ -z "$fast" ]; then
+      RELEASE_SINGLE_THREADED=OFF
+      release_tests=(-LE single_thread)
+    fi
     build release
     # Twice as many tests as cores: in Release a third of the run's CPU time
     # was idle at one per core (tests waiting on servers, timeouts, disks);
     # the resource groups still keep the heavy ones apart.
-    run_ctest "$ROOT/build" $((JOBS * 2))
-    if [ "${1:-}" != "--fast" ]; then
+    run_ctest "$ROOT/build" $((JOBS * 2)) "${release_tests[@]}"
+    if [ -z "$fast" ]; then
+      # The server-only build compiles while the next two stages mostly wait
+      # (on podman's image build and disk): side by side, about a minute and
+      # a half less than one after the other.
+      log "server-only build (no resp adapter, no tools), beside the next stages"
+      server_only_log="$(mktemp /tmp/lmcache_server_only.XXXXXX)"
+      (
+        start=$SECONDS
+        rc=0
+        "$ROOT/tools/server_only_check.sh" >"$server_only_log" 2>&1 || rc=$?
+        stage_done "server-only build (beside)" "$start"
+        exit "$rc"
+      ) &
+      server_only_pid=$!
       # The GPU kit builds from this Release tree, fits the device, starts,
       # and says "no device" for every GPU part (no CUDA toolkit: skipped).
       run_script_stage gpu-kit "GPU kit (dry run)" \
@@ -224,10 +262,15 @@ case "$cmd" in
       # did not (the image's configure still proves its package list).
       run_script_stage container "container image test" "$ROOT/tools/container_test.sh" \
         --prebuilt "$ROOT/build"
-      log "server-only build (no resp adapter, no tools)"
-      start=$SECONDS
-      "$ROOT/tools/server_only_check.sh" || fail_run "the server-only build (tools/server_only_check.sh) failed"
-      stage_done "server-only build" "$start"
+      rc=0
+      wait "$server_only_pid" || rc=$?
+      tail -n 3 "$server_only_log" >&2
+      if [ "$rc" -ne 0 ]; then
+        { echo "=== FAILED: the server-only build ==="; tail -n 40 "$server_only_log"; } >>"$FAILURES"
+        rm -f "$server_only_log"
+        fail_run "the server-only build (tools/server_only_check.sh) exited with $rc"
+      fi
+      rm -f "$server_only_log"
       build asan
       # One test per core: instrumented tests keep the cores busy (the
       # grouped ones run one at a time there, see tests/CMakeLists.txt).
@@ -248,7 +291,7 @@ case "$cmd" in
     log "docs/metrics.md regenerated from the stats schema"
     ;;
   *)
-    sed -n '2,19p' "$0" >&2
+    sed -n '2,20p' "$0" >&2
     exit 2
     ;;
 esac

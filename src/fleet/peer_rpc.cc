@@ -11,9 +11,10 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/mailbox.h"
 #include "common/msgpack_codec.h"
 #include "common/msgpack_cursor.h"
-#include "common/mailbox.h"
+#include "fleet/whole_message_send.h"
 #include "protocol/wire_codec.h"
 
 namespace lmcache::fleet {
@@ -182,20 +183,21 @@ struct PeerRpc::Impl {
     auto socket = sockets.find(call.peer);
     const std::uint64_t uid = next_uid++;
     const std::string uid_frame = msgpk::Encoder().Uint(uid).Take();
-    bool sent = false;
+    SendOutcome outcome = SendOutcome::kQueueFull;
     if (socket != sockets.end()) {
       try {
         std::vector<zmq::const_buffer> frames{zmq::buffer(uid_frame), zmq::buffer(call.op_frame)};
         for (const std::string& p : call.payloads) frames.push_back(zmq::buffer(p));
-        sent = zmq::send_multipart(socket->second.socket, frames, zmq::send_flags::dontwait)
-                   .has_value();
+        outcome = SendWholeMessage(socket->second.socket, frames);
       } catch (const zmq::error_t&) {
-        sent = false;
+        outcome = SendOutcome::kQueueFull;
       }
     }
-    if (!sent) {
+    if (outcome != SendOutcome::kSent) {
       counters.unsent.fetch_add(1, std::memory_order_relaxed);
-      std::string why = "the peer's send queue is full";
+      std::string why = outcome == SendOutcome::kDroppedMidMessage
+                            ? "the connection to the peer ended while the call was sent"
+                            : "the peer's send queue is full";
       if (socket == sockets.end()) {
         auto failed = open_errors.find(call.peer);
         why = failed == open_errors.end()

@@ -1,11 +1,13 @@
 // The single-thread guard: linked into each test listed in
-// LMC_SINGLE_THREADED_TESTS (tests/CMakeLists.txt), in the trees without a
-// sanitizer. The TSan tree does not run those tests, on the promise that
-// their process never starts a second thread or another process (where a
-// race could be); these definitions take precedence over the C library's
-// (an executable's own symbols come first in the dynamic lookup, for calls
-// from libstdc++'s std::thread too), so a test that breaks the promise fails
-// at once, saying which list to take it off.
+// LMC_SINGLE_THREADED_TESTS (tests/CMakeLists.txt), in each tree that builds
+// them (Release, ASan). The TSan tree does not run those tests, on the
+// promise that their process never starts a second thread or another process
+// (where a race could be); these definitions take precedence over the C
+// library's (an executable's own symbols come first in the dynamic lookup,
+// for calls from libstdc++'s std::thread too) and over ASan's interceptors
+// (weak symbols; its runtime starts its own threads and its symbolizer
+// through raw system calls, and LeakSanitizer still reports), so a test that
+// breaks the promise fails at once, saying which list to take it off.
 //
 // Thread-safety: each function ends the process; none returns.
 #include <pthread.h>
