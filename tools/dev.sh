@@ -155,9 +155,7 @@ run_ctest() {
 
 # Prints the skip list and the failures gathered so far, then exits 1.
 fail_run() {
-  # A stage running beside the failed one ends first (its compile would
-  # outlive the run otherwise).
-  wait 2>/dev/null || true
+  stop_beside
   print_stage_times
   report_skips || true
   if [ -s "$FAILURES" ]; then
@@ -204,6 +202,57 @@ report_skips() {
   fi
 }
 
+# Work that compiles beside the stages that leave cores idle: a test stage
+# waits on servers, sockets and timeouts (the sanitizer suites used 1.2 to
+# 1.75 of 2 cores), and podman's image build on its disk. At the lowest
+# priority, so the tests keep every core they ask for; its output goes to a
+# file, shown if it fails. One at a time.
+BESIDE_PID=""
+BESIDE_LOG=""
+BESIDE_WHAT=""
+# start_beside WHAT COMMAND...: COMMAND may be a function of this script.
+start_beside() {
+  BESIDE_WHAT="$1"
+  shift
+  BESIDE_LOG="$(mktemp /tmp/lmcache_beside.XXXXXX)"
+  log "$BESIDE_WHAT: beside the next stages, at the lowest priority"
+  # In a process group of its own (job control on for this one start), so a
+  # failed run or an interrupt ends all of its compilers at once.
+  set -m
+  (
+    renice -n 19 -p "$BASHPID" >/dev/null
+    "$@"
+  ) >"$BESIDE_LOG" 2>&1 &
+  BESIDE_PID=$!
+  set +m
+}
+stop_beside() {
+  [ -z "$BESIDE_PID" ] || kill -TERM -- "-$BESIDE_PID" 2>/dev/null || true
+  BESIDE_PID=""
+}
+# finish_beside: waits for it (the wait is a stage of its own); a failure
+# ends the run with its last lines.
+finish_beside() {
+  local rc=0 start=$SECONDS
+  wait "$BESIDE_PID" || rc=$?
+  stage_done "(waiting for $BESIDE_WHAT)" "$start"
+  BESIDE_PID=""
+  if [ "$rc" -ne 0 ]; then
+    { echo "=== FAILED: $BESIDE_WHAT ==="; tail -n 40 "$BESIDE_LOG"; } >>"$FAILURES"
+    fail_run "$BESIDE_WHAT exited with $rc"
+  fi
+  grep -F "[dev.sh" "$BESIDE_LOG" >&2 || true
+  tail -n 1 "$BESIDE_LOG" >&2
+  rm -f "$BESIDE_LOG"
+}
+server_only_then_asan() {
+  log "server-only build (no resp adapter, no tools)"
+  local start=$SECONDS
+  "$ROOT/tools/server_only_check.sh"
+  stage_done "server-only build" "$start"
+  build asan
+}
+
 cmd="${1:-}"
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -219,7 +268,7 @@ case "$cmd" in
     SKIPS="$(mktemp /tmp/lmcache_skips.XXXXXX)"
     FAILURES="$(mktemp /tmp/lmcache_failures.XXXXXX)"
     STAGES="$(mktemp /tmp/lmcache_stages.XXXXXX)"
-    trap 'rm -f "$SKIPS" "$FAILURES" "$STAGES"' EXIT
+    trap 'stop_beside; rm -f "$SKIPS" "$FAILURES" "$STAGES" "$BESIDE_LOG"' EXIT
     install_deps
     fast=""
     [ "${1:-}" = "--fast" ] && fast=yes
@@ -233,24 +282,12 @@ case "$cmd" in
       release_tests=(-LE single_thread)
     fi
     build release
+    [ -z "$fast" ] && start_beside "the server-only and ASan builds" server_only_then_asan
     # Twice as many tests as cores: in Release a third of the run's CPU time
     # was idle at one per core (tests waiting on servers, timeouts, disks);
     # the resource groups still keep the heavy ones apart.
     run_ctest "$ROOT/build" $((JOBS * 2)) "${release_tests[@]}"
     if [ -z "$fast" ]; then
-      # The server-only build compiles while the next two stages mostly wait
-      # (on podman's image build and disk): side by side, about a minute and
-      # a half less than one after the other.
-      log "server-only build (no resp adapter, no tools), beside the next stages"
-      server_only_log="$(mktemp /tmp/lmcache_server_only.XXXXXX)"
-      (
-        start=$SECONDS
-        rc=0
-        "$ROOT/tools/server_only_check.sh" >"$server_only_log" 2>&1 || rc=$?
-        stage_done "server-only build (beside)" "$start"
-        exit "$rc"
-      ) &
-      server_only_pid=$!
       # The GPU kit builds from this Release tree, fits the device, starts,
       # and says "no device" for every GPU part (no CUDA toolkit: skipped).
       run_script_stage gpu-kit "GPU kit (dry run)" \
@@ -262,20 +299,12 @@ case "$cmd" in
       # did not (the image's configure still proves its package list).
       run_script_stage container "container image test" "$ROOT/tools/container_test.sh" \
         --prebuilt "$ROOT/build"
-      rc=0
-      wait "$server_only_pid" || rc=$?
-      tail -n 3 "$server_only_log" >&2
-      if [ "$rc" -ne 0 ]; then
-        { echo "=== FAILED: the server-only build ==="; tail -n 40 "$server_only_log"; } >>"$FAILURES"
-        rm -f "$server_only_log"
-        fail_run "the server-only build (tools/server_only_check.sh) exited with $rc"
-      fi
-      rm -f "$server_only_log"
-      build asan
-      # One test per core: instrumented tests keep the cores busy (the
-      # grouped ones run one at a time there, see tests/CMakeLists.txt).
+      finish_beside
+      start_beside "the TSan build" build tsan
+      # One test per core: instrumented tests keep the cores busy (and the
+      # grouped ones take cpu slots there, see tests/CMakeLists.txt's end).
       run_ctest "$ROOT/build-asan" "$JOBS"   # sanitizer options come from the tests' environment
-      build tsan
+      finish_beside
       # Without the tests that never start a second thread: that tree does
       # not build them (LMC_SINGLE_THREADED_TESTS in tests/CMakeLists.txt).
       run_ctest "$ROOT/build-tsan" "$JOBS" -LE single_thread
