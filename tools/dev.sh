@@ -235,7 +235,7 @@ stop_beside() {
 finish_beside() {
   local rc=0 start=$SECONDS
   wait "$BESIDE_PID" || rc=$?
-  stage_done "(waiting for $BESIDE_WHAT)" "$start"
+  stage_done "  (waiting for the build above)" "$start"
   BESIDE_PID=""
   if [ "$rc" -ne 0 ]; then
     { echo "=== FAILED: $BESIDE_WHAT ==="; tail -n 40 "$BESIDE_LOG"; } >>"$FAILURES"
@@ -282,7 +282,7 @@ case "$cmd" in
       release_tests=(-LE single_thread)
     fi
     build release
-    [ -z "$fast" ] && start_beside "the server-only and ASan builds" server_only_then_asan
+    [ -z "$fast" ] && start_beside "server-only + ASan builds" server_only_then_asan
     # Twice as many tests as cores: in Release a third of the run's CPU time
     # was idle at one per core (tests waiting on servers, timeouts, disks);
     # the resource groups still keep the heavy ones apart.
@@ -300,7 +300,7 @@ case "$cmd" in
       run_script_stage container "container image test" "$ROOT/tools/container_test.sh" \
         --prebuilt "$ROOT/build"
       finish_beside
-      start_beside "the TSan build" build tsan
+      start_beside "TSan build" build tsan
       # One test per core: instrumented tests keep the cores busy (and the
       # grouped ones take cpu slots there, see tests/CMakeLists.txt's end).
       run_ctest "$ROOT/build-asan" "$JOBS"   # sanitizer options come from the tests' environment
