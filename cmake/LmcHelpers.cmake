@@ -88,6 +88,7 @@ endif()
 # fails it the moment it starts a thread or a process, so the list cannot
 # silently go stale (under ASan too: its runtime's pthread_create and fork
 # are weak, and it starts its own threads and symbolizer without them).
+
 # lmc_add_test(name SRCS ... DEPS ... [LABELS ...]): one GoogleTest binary, registered with CTest.
 function(lmc_add_test name)
   cmake_parse_arguments(ARG "" "TIMEOUT" "SRCS;DEPS;LABELS" ${ARGN})
