@@ -97,6 +97,11 @@ int main(int argc, char** argv) {
   IpcKey tagged_key = Key(true, 32);  // request tags: lmcache.tag.* in request_configs
   tagged_key.tags = {{"tenant", "a"}, {"application_version", "v2"}};
   const std::string tagged = protocol::EncodeIpcKey(tagged_key);
+  IpcKey hinted_key = Key(false, 64);  // the load controls in request_configs
+  hinted_key.engine_computed_tokens = 40;
+  const std::string hinted = protocol::EncodeIpcKey(hinted_key);
+  hinted_key.skip_load = true;
+  const std::string skipped = protocol::EncodeIpcKey(hinted_key);
   const std::vector<std::pair<std::string, std::vector<std::string>>> seeds = {
       {"register_kv_cache_engine_driven_context", {protocol::EncodeEngineContext(engine)}},
       {"prepare_store", {key32, Int(1)}},
@@ -104,6 +109,8 @@ int main(int argc, char** argv) {
       {"abort_store", {key32, Int(1)}},
       {"commit_store", {key32, Int(1), Encoder().Bin("").Take()}},
       {"lookup", {lookup, Int(1)}},
+      {"lookup", {hinted, Int(1)}},
+      {"lookup", {skipped, Int(1)}},
       {"query_prefetch_status", {Str("fuzz-request")}},
       {"wait_prefetch_status", {Str("fuzz-request"), Encoder().Float(0.01).Take()}},
       {"query_prefetch_lookup_hits", {Str("fuzz-request")}},
@@ -120,8 +127,9 @@ int main(int argc, char** argv) {
       {"server_info", {}},
       {"stats", {}},
       {"report_block_allocation", {Int(1), Str("fuzz-model"), Encoder().Array(0).Take()}},
-      {"store", {key32, Int(1), Encoder().Array(1).Array(2).Int(0).Int(1).Take(),
-                 Encoder().Bin(std::string(64, '\0')).Take()}},
+      {"store",
+       {key32, Int(1), Encoder().Array(1).Array(2).Int(0).Int(1).Take(),
+        Encoder().Bin(std::string(64, '\0')).Take()}},
   };
   int n = 0;
   for (const auto& [op, payloads] : seeds) {

@@ -33,7 +33,10 @@ void KeyRoundTrip(std::string_view frame) {
         again->worker_id == expected.worker_id && again->token_ids == expected.token_ids &&
         again->start == expected.start && again->end == expected.end &&
         again->request_id == expected.request_id && again->cache_salt == expected.cache_salt &&
-        again->num_kv_readers == expected.num_kv_readers && again->tags == expected.tags);
+        again->num_kv_readers == expected.num_kv_readers && again->tags == expected.tags &&
+        again->skip_load == expected.skip_load &&
+        again->engine_computed_tokens == expected.engine_computed_tokens &&
+        expected.engine_computed_tokens.value_or(0) >= 0);
 }
 
 // The P2P operations' payloads (a peer is untrusted input): what decodes

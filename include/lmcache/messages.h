@@ -39,6 +39,18 @@ struct IpcKey {
   // every object's identity: a tagged and an untagged store of the same
   // tokens never share an object.
   std::map<std::string, std::string> tags;
+  // The reference's per-request load controls (its kv_load_policy design),
+  // also entries of request_configs. Metadata, never identity: they change
+  // what a lookup does, not which objects match.
+  //   "lmcache.skip_load": true: the lookup answers a miss and neither
+  //     locks nor loads anything (the engine recomputes the prompt).
+  //   "lmcache.hint.engine_computed_tokens": the prompt tokens the engine
+  //     already holds in its own prefix cache (vLLM's connector sends it with
+  //     its scheduler-time lookup): the whole chunks among them still count
+  //     as hits where the cache has them, but are neither locked nor loaded
+  //     from L2, as no worker will retrieve them.
+  bool skip_load = false;
+  std::optional<std::int64_t> engine_computed_tokens;
 };
 
 // RegisterEngineDrivenContextPayload (spec 4.2), its single-group core.

@@ -133,6 +133,11 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
   app.add_option("--engine-type", c->engine_type,
                  "Reference compatibility: 'default' only (CacheBlend is out of scope)")
       ->capture_default_str();
+  app.add_option("--kv-load-policy", c->kv_load_policy,
+                 "Reference compatibility: how a lookup decides between loading and letting the "
+                 "engine recompute. DEFAULT (the reference's built-in): every lookup loads "
+                 "unless its request_configs set lmcache.skip_load")
+      ->capture_default_str();
   app.add_option("--supported-transfer-mode", c->supported_transfer_mode,
                  "Transfer modes served: auto (both), engine_driven (the shared-memory path: "
                  "workers copy through the pool) or lmcache_driven (the CUDA-IPC path: the "
@@ -332,6 +337,13 @@ Status FinalizeTransport(ServerConfig* c) {
   if (c->engine_type != "default") {
     return InvalidConfig("--engine-type '" + c->engine_type +
                          "' is not supported: lmcache-server serves 'default' only");
+  }
+  if (c->kv_load_policy != "DEFAULT") {
+    return InvalidConfig("--kv-load-policy '" + c->kv_load_policy +
+                         "' is not supported: lmcache-server has the reference's built-in "
+                         "DEFAULT policy only (a 'package.module:ClassName' policy is a Python "
+                         "plugin of the reference's server); use DEFAULT, and "
+                         "lmcache.skip_load per request");
   }
   if (c->supported_transfer_mode != "auto" && c->supported_transfer_mode != "engine_driven" &&
       c->supported_transfer_mode != "lmcache_driven") {

@@ -54,6 +54,7 @@ struct ServerConfig {
   std::string hash_algorithm = "blake3";
   // Reference flags accepted so existing command lines keep working (15.2, 15.3).
   std::string engine_type = "default";
+  std::string kv_load_policy = "DEFAULT";  // the reference's --kv-load-policy
   std::string supported_transfer_mode = "auto";
   std::string instance_id;
   bool l1_use_lazy = false;

@@ -115,7 +115,9 @@ std::string EncodeKey(const IpcKey& key, std::optional<std::int64_t> worker_id,
   buffer.reserve(key.token_ids.size() * 5 + key.model_name.size() + key.request_id.size() +
                  key.cache_salt.size() + 160);
   Encoder e(std::move(buffer));
-  e.Map(key.tags.empty() ? 9 : 10);
+  const std::uint32_t configs = static_cast<std::uint32_t>(key.tags.size()) +
+                                (key.skip_load ? 1 : 0) + (key.engine_computed_tokens ? 1 : 0);
+  e.Map(configs == 0 ? 9 : 10);
   e.Str("model_name").Str(key.model_name);
   e.Str("world_size").Int(key.world_size);
   e.Str("worker_id");
@@ -130,9 +132,13 @@ std::string EncodeKey(const IpcKey& key, std::optional<std::int64_t> worker_id,
   e.Str("request_id").Str(key.request_id);
   e.Str("cache_salt").Str(key.cache_salt);
   e.Str("num_kv_readers").Int(key.num_kv_readers);
-  if (!key.tags.empty()) {
-    e.Str("request_configs").Map(static_cast<std::uint32_t>(key.tags.size()));
+  if (configs > 0) {
+    e.Str("request_configs").Map(configs);
     for (const auto& [name, value] : key.tags) e.Str(std::string(kTagPrefix) + name).Str(value);
+    if (key.skip_load) e.Str(kSkipLoadConfig).Bool(true);
+    if (key.engine_computed_tokens) {
+      e.Str(kEngineComputedTokensHint).Int(*key.engine_computed_tokens);
+    }
   }
   return e.Take();
 }
@@ -149,18 +155,41 @@ std::string EncodeLookupKey(const IpcKey& key, std::string buffer) {
 
 namespace {
 
-// The lmcache.tag.* entries of a key's request_configs; the other entries
-// (the reference forwards every lmcache.* setting there) are skipped. The
-// tags' own rules are checked with the key's range (worker/key_rules.h).
-Result<std::map<std::string, std::string>> ReadRequestTags(MsgpackCursor& in,
-                                                           const KeyLimits& limits) {
-  std::map<std::string, std::string> tags;
+// The entries of a key's request_configs this server acts on: the
+// lmcache.tag.* entries and the load controls (IpcKey::skip_load,
+// engine_computed_tokens). The others (the reference forwards every
+// lmcache.* setting there) are skipped. The tags' own rules are checked with
+// the key's range (worker/key_rules.h).
+Status ReadRequestConfigs(MsgpackCursor& in, const KeyLimits& limits, IpcKey& key) {
   LMC_ASSIGN_OR_RETURN(const std::uint32_t entries, in.ReadMapHeader("key.request_configs"));
   for (std::uint32_t i = 0; i < entries; ++i) {
     if (!in.NextIsStr()) {
       return Malformed("key.request_configs", "its keys must be strings");
     }
     LMC_ASSIGN_OR_RETURN(const std::string_view name, in.ReadStr("key.request_configs key"));
+    if (name == kSkipLoadConfig) {
+      if (in.NextIsNil()) {
+        LMC_RETURN_IF_ERROR(in.ReadNil("key.request_configs"));
+        continue;
+      }
+      LMC_ASSIGN_OR_RETURN(key.skip_load, in.ReadBool("key.request_configs['lmcache.skip_load']"));
+      continue;
+    }
+    if (name == kEngineComputedTokensHint) {
+      if (in.NextIsNil()) {
+        LMC_RETURN_IF_ERROR(in.ReadNil("key.request_configs"));
+        continue;
+      }
+      LMC_ASSIGN_OR_RETURN(
+          const std::int64_t tokens,
+          in.ReadInt("key.request_configs['lmcache.hint.engine_computed_tokens']"));
+      if (tokens < 0) {
+        return Malformed("key.request_configs",
+                         "'lmcache.hint.engine_computed_tokens' must not be negative");
+      }
+      key.engine_computed_tokens = tokens;
+      continue;
+    }
     if (!name.starts_with(kTagPrefix)) {
       LMC_RETURN_IF_ERROR(in.Skip());
       continue;
@@ -175,9 +204,9 @@ Result<std::map<std::string, std::string>> ReadRequestTags(MsgpackCursor& in,
       return Status(ErrorCode::kTooLarge, "a tag name is longer than " +
                                               std::to_string(limits.max_tag_bytes) + " bytes");
     }
-    tags[std::string(name.substr(kTagPrefix.size()))] = std::move(value);
+    key.tags[std::string(name.substr(kTagPrefix.size()))] = std::move(value);
   }
-  return tags;
+  return Status::Ok();
 }
 
 }  // namespace
@@ -233,7 +262,7 @@ Result<IpcKey> DecodeIpcKey(std::string_view frame, const KeyLimits& limits) {
         LMC_ASSIGN_OR_RETURN(key.cache_salt,
                              Text(in, "key.cache_salt", limits.max_cache_salt_bytes));
       } else if (name == "request_configs" && !in.NextIsNil()) {
-        LMC_ASSIGN_OR_RETURN(key.tags, ReadRequestTags(in, limits));
+        LMC_RETURN_IF_ERROR(ReadRequestConfigs(in, limits, key));
       } else if (name == "num_kv_readers" && !in.NextIsNil()) {
         LMC_ASSIGN_OR_RETURN(key.num_kv_readers, in.ReadInt("key.num_kv_readers"));
       } else {

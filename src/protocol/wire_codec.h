@@ -39,6 +39,10 @@ struct KeyLimits {
 
 // How request_configs names a request tag: "lmcache.tag.<name>".
 inline constexpr std::string_view kTagPrefix = "lmcache.tag.";
+// The reference's load controls in request_configs (IpcKey::skip_load,
+// IpcKey::engine_computed_tokens).
+inline constexpr std::string_view kSkipLoadConfig = "lmcache.skip_load";
+inline constexpr std::string_view kEngineComputedTokensHint = "lmcache.hint.engine_computed_tokens";
 
 // Runs `read` over the whole frame: it must consume exactly one value.
 template <typename T, typename Read>

@@ -96,12 +96,12 @@ void LookupOps::ForEachKeyWindow(
   }
 }
 
-Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t chunks,
+Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t first, std::size_t chunks,
                              worker::LookupState* lookup) {
   const std::vector<std::int64_t> ranks = worker::AllRanks(lookup->world_size);
   const std::size_t window = std::max<std::size_t>(1, kWindowKeys / ranks.size());
   store::LeaseId lease = store::kNoLease;
-  for (std::size_t c = 0; c < chunks; c += window) {
+  for (std::size_t c = first; c < chunks; c += window) {
     const std::size_t n = std::min(window, chunks - c);
     const std::vector<store::ObjectKey> keys =
         worker::ExpandKeys(std::span(lookup->hashes).subspan(c, n), lookup->model_name, lookup->cache_salt,
@@ -123,6 +123,20 @@ Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t chunks,
   return Status::Ok();
 }
 
+std::size_t LookupOps::ResidentPrefix(const worker::LookupState& lookup, std::size_t chunks) const {
+  const std::size_t ranks = worker::AllRanks(lookup.world_size).size();
+  std::size_t resident = 0;
+  bool ended = false;
+  ForEachKeyWindow(lookup, 0, chunks, [&](std::span<const store::ObjectKey> keys) {
+    for (std::size_t i = 0; i < keys.size() && !ended; ++i) {
+      const std::optional<store::ObjectInfo> info = deps_.table.Find(keys[i]);
+      ended = !info || info->state != store::ObjectState::kResident;
+      if (!ended && (i + 1) % ranks == 0) resident += 1;  // every rank of the chunk
+    }
+  });
+  return resident;
+}
+
 Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKey& key) {
   if (key.num_kv_readers < 1 || key.num_kv_readers > store::kMaxReadLockCount) {
     return InvalidArgument("key.num_kv_readers must be in [1, 128], got " +
@@ -135,6 +149,8 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
   LMC_RETURN_IF_ERROR(worker::CheckKeyRange(key, deps_.config.chunk_size));
   const auto chunk = static_cast<std::size_t>(deps_.config.chunk_size);
   const std::size_t chunks = key.token_ids.size() / chunk;  // the whole prompt (spec 9.2)
+  const std::size_t held_chunks =
+      std::min(chunks, static_cast<std::size_t>(key.engine_computed_tokens.value_or(0)) / chunk);
   std::shared_ptr<worker::Session> session = deps_.sessions.GetOrCreate(key.request_id);
   worker::LookupRelease release;
   std::size_t hit_chunks = 0;
@@ -150,11 +166,20 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
     lookup.model_name = key.model_name;
     lookup.world_size = key.world_size;
     lookup.readers = static_cast<std::uint32_t>(key.num_kv_readers);
-    // No instance registered this (model, world size): nothing can be cached (spec 9.2).
-    if (const auto layout = deps_.instances.LayoutOf(key.model_name, key.world_size)) {
+    // No instance registered this (model, world size): nothing can be cached
+    // (spec 9.2). A request that asked to skip loading is a miss, nothing
+    // locked or loaded (the reference's DEFAULT kv_load_policy).
+    std::optional<worker::ChunkLayout> layout;
+    if (!key.skip_load) layout = deps_.instances.LayoutOf(key.model_name, key.world_size);
+    if (layout) {
       lookup.layout_namespace = layout->object_namespace;
       lookup.hashes = deps_.hasher.Hashes(key.token_ids, chunks);
-      const Status locked = LockPrefix(session->owner(), chunks, &lookup);
+      // The chunks the engine holds whole are hits where resident, and are
+      // not locked: no worker retrieves them.
+      if (held_chunks > 0) lookup.hit_chunks = ResidentPrefix(lookup, held_chunks);
+      const Status locked = lookup.hit_chunks < held_chunks
+                                ? Status::Ok()
+                                : LockPrefix(session->owner(), held_chunks, chunks, &lookup);
       if (!locked.ok()) {
         session->Account();
         return locked;
@@ -171,6 +196,7 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
         request.readers = lookup.readers;
         request.owner = session->owner();
         request.object_bytes = layout->object_bytes;
+        request.held_chunks = held_chunks - std::min(held_chunks, lookup.hit_chunks);
         if (deps_.token_bindings != nullptr) {
           // What the prefetch loads is admitted to L1 with these tokens: the
           // KV events announce it (a load names only hashes).
@@ -191,6 +217,11 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
   counters.lookups.fetch_add(1, std::memory_order_relaxed);
   counters.lookup_requested_tokens.fetch_add(chunks * chunk, std::memory_order_relaxed);
   counters.lookup_hit_tokens.fetch_add(hit_chunks * chunk, std::memory_order_relaxed);
+  if (key.skip_load) counters.lookups_skip_load.fetch_add(1, std::memory_order_relaxed);
+  if (key.engine_computed_tokens) {
+    counters.lookups_engine_hinted.fetch_add(1, std::memory_order_relaxed);
+    counters.lookup_engine_held_tokens.fetch_add(held_chunks * chunk, std::memory_order_relaxed);
+  }
   return msgpk::Encoder().Nil().Take();
 }
 

@@ -4,7 +4,12 @@
 // A lookup hashes the whole prompt and read-locks the leading run of chunks
 // present on every rank, `num_kv_readers` locks per object, under one lease
 // of the request's session; the rest may be prefetched from L2 (tier::
-// Prefetcher) and lands locked under a lease of the same session. Each
+// Prefetcher) and lands locked under a lease of the same session. The
+// reference's request controls (its kv_load_policy design): a lookup with
+// lmcache.skip_load answers a miss with nothing locked or loaded; the whole
+// chunks of lmcache.hint.engine_computed_tokens count as hits where cached
+// but are neither locked nor loaded (no worker retrieves what its engine
+// holds). Each
 // worker's prepare_retrieve consumes one lock per object into a lease of its
 // own (transfer_ops); free_lookup_locks releases what the lookup's leases
 // still hold in a range, end_session everything the session holds (lock
@@ -77,8 +82,13 @@ class LookupOps {
   std::string ReportStatusLocked(worker::Session& session, StatusQuery query) LMC_REQUIRES(session.mu);
   Result<std::string> FreeLookupLocks(const IpcKey& key);
   Result<std::string> EndSession(const std::string& request_id);
-  // Locks the hit prefix of `lookup` for `owner`, window by window.
-  Status LockPrefix(const store::Owner& owner, std::size_t chunks, worker::LookupState* lookup);
+  // Locks the hit prefix of `lookup` among chunks [first, chunks) for
+  // `owner`, window by window, adding it to the lookup's hits.
+  Status LockPrefix(const store::Owner& owner, std::size_t first, std::size_t chunks,
+                    worker::LookupState* lookup);
+  // The leading chunks among the first `chunks` of `lookup` resident in L1
+  // on every rank, found without a lock (the chunks the engine holds).
+  std::size_t ResidentPrefix(const worker::LookupState& lookup, std::size_t chunks) const;
   // Calls `touch` on the lookup's keys of chunks [first, last), window by window.
   void ForEachKeyWindow(const worker::LookupState& lookup, std::size_t first, std::size_t last,
                         const std::function<void(std::span<const store::ObjectKey>)>& fn) const;

@@ -96,21 +96,34 @@ std::span<const stats::Row<RestartStats>> RestartStatRows();
 // StatsSnapshot's own figures, each declared once (stats/declare.h): the
 // process's, the service's (counted by ServiceCounters), and the
 // registrations ended by cause (kept as an array by worker::InstanceRules).
-#define LMC_SERVICE_COUNTED_STATS(X, D) \
-  X(lookups, "lookups", std::uint64_t, kCounter, "lookups", "lookups_total", "Lookups.", {}, \
-      stats::kEverywhere, {}, stats::kReference) \
-  X(lookup_requested_tokens, "requested_tokens", std::uint64_t, kCounter, "tokens", \
-      "lookup_requested_total", "Tokens looked up.", {}, stats::kEverywhere, {}, \
-      stats::kReference) \
-  X(lookup_hit_tokens, "hit_tokens", std::uint64_t, kCounter, "tokens", "lookup_hit_total", \
-      "Tokens found cached by lookups (the L1 prefix).", {}, stats::kEverywhere, {}, \
-      stats::kReference) \
-  X(block_allocation_reports, "block_allocation_reports", std::uint64_t, kCounter, "reports", \
-      "block_allocation_reports_total", "report_block_allocation calls received (counted, " \
-      "not acted on).") \
-  X(refused_requests, "transport_errors", std::uint64_t, kCounter, "requests", \
-      "transport_errors_total", "Requests answered before dispatch (bad frames, unknown " \
-      "operation).")
+#define LMC_SERVICE_COUNTED_STATS(X, D)                                                           \
+  X(lookups, "lookups", std::uint64_t, kCounter, "lookups", "lookups_total", "Lookups.", {},      \
+    stats::kEverywhere, {}, stats::kReference)                                                    \
+  X(lookup_requested_tokens, "requested_tokens", std::uint64_t, kCounter, "tokens",               \
+    "lookup_requested_total", "Tokens looked up.", {}, stats::kEverywhere, {}, stats::kReference) \
+  X(lookup_hit_tokens, "hit_tokens", std::uint64_t, kCounter, "tokens", "lookup_hit_total",       \
+    "Tokens found cached by lookups (the L1 prefix).", {}, stats::kEverywhere, {},                \
+    stats::kReference)                                                                            \
+  X(lookups_skip_load, "skip_load_lookups", std::uint64_t, kCounter, "lookups",                   \
+    "lookup_skip_load_total",                                                                     \
+    "Lookups answered as a miss because the request set "                                         \
+    "lmcache.skip_load (nothing locked or loaded).")                                              \
+  X(lookups_engine_hinted, "engine_hinted_lookups", std::uint64_t, kCounter, "lookups",           \
+    "lookup_engine_hinted_total",                                                                 \
+    "Lookups that carried "                                                                       \
+    "lmcache.hint.engine_computed_tokens.")                                                       \
+  X(lookup_engine_held_tokens, "engine_held_tokens", std::uint64_t, kCounter, "tokens",           \
+    "lookup_engine_held_total",                                                                   \
+    "Tokens in whole chunks that lookups' engines already "                                       \
+    "held (lmcache.hint.engine_computed_tokens): never locked or loaded for them.")               \
+  X(block_allocation_reports, "block_allocation_reports", std::uint64_t, kCounter, "reports",     \
+    "block_allocation_reports_total",                                                             \
+    "report_block_allocation calls received (counted, "                                           \
+    "not acted on).")                                                                             \
+  X(refused_requests, "transport_errors", std::uint64_t, kCounter, "requests",                    \
+    "transport_errors_total",                                                                     \
+    "Requests answered before dispatch (bad frames, unknown "                                     \
+    "operation).")
 
 #define LMC_RELEASED_STATS(X, D) \
   D(released_instances[static_cast<std::size_t>(worker::ReleaseCause::kReaped)], "reaped", \

@@ -9,7 +9,9 @@
 //      rest of the request on a worker again;
 //      the plan takes each key from the first adapter that has it, and the
 //      longest prefix of whole chunks (every rank present). LookupHits()
-//      answers from here on.
+//      answers from here on. The leading chunks the engine holds
+//      (held_chunks) leave the plan here, their locks released: hits, never
+//      loaded.
 //   2. reserve: L1 buffers for the planned keys (a write lease of ours); the
 //      plan shrinks to the leading chunks that got buffers or are resident
 //      already (another load brought them in since the lookup: still hits,
@@ -27,8 +29,8 @@
 // The deadline (load_timeout after the request started to run) also holds
 // when an adapter call hangs and the worker never gets back to check it: a
 // watch thread answers a request still running at twice its deadline (no
-// batch should take as long as a whole deadline) with no L2 chunks (the lookup's L1 prefix stands; counted as abandoned),
-// so that no scheduler waits for it for ever. Its L1 buffers stay reserved
+// batch should take as long as a whole deadline) with no L2 chunks (the lookup's L1 prefix stands;
+// counted as abandoned), so that no scheduler waits for it for ever. Its L1 buffers stay reserved
 // under the controller's own write lease until the adapter call returns
 // (fail-stop: a late load writes only into memory nobody else was given);
 // what it loaded then is admitted as ordinary L1 objects, locked by nobody.
@@ -148,6 +150,10 @@ class PrefetchController final : public Prefetcher {
   // The plan and the L1 buffers; false when nothing is to be loaded (every
   // lock released, nothing reserved).
   bool Begin(Running& running) LMC_EXCLUDES(mu_);
+  // Cuts the planned chunks the engine holds (PrefetchRequest::held_chunks)
+  // from the request, their adapter locks released: found, never loaded;
+  // Finish adds them to the answer.
+  void DropHeldChunks(Running& running);
   // Submits batch after batch until one completes on an adapter's own
   // thread (BatchLoaded goes on from there), the prefix ends, or the
   // deadline passes; then Complete.

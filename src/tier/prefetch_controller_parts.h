@@ -49,6 +49,9 @@ struct PrefetchController::Running {
   // The load, once planned: the plan, the L1 buffers, the chunks that will
   // be loaded (`usable`), the next chunk to load, and the batch in flight.
   Plan plan;
+  // Leading chunks found that the engine holds (PrefetchRequest::
+  // held_chunks): cut from `request` once planned, added to the answer.
+  std::size_t held = 0;
   store::WriteLease buffers;
   std::size_t usable = 0;
   std::size_t next = 0;

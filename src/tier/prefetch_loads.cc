@@ -22,6 +22,7 @@ bool PrefetchController::Begin(Running& running) {
   ReleaseUnplanned(running.adapters, request, plan);
   counters_.l2_hit_chunks.fetch_add(plan.chunks, std::memory_order_relaxed);
   Publish(running.handle, plan.chunks);
+  DropHeldChunks(running);
   if (plan.chunks == 0 || request.object_bytes == 0) {
     UnlockFrom(running.adapters, request.keys, plan.locked, 0);
     return false;
@@ -58,6 +59,25 @@ bool PrefetchController::Begin(Running& running) {
   running.usable = usable;
   running.next = 0;
   return true;
+}
+
+void PrefetchController::DropHeldChunks(Running& running) {
+  Plan& plan = running.plan;
+  running.held = std::min(running.request.held_chunks, plan.chunks);
+  if (running.held == 0) return;
+  counters_.engine_held_chunks.fetch_add(running.held, std::memory_order_relaxed);
+  const std::size_t ranks = std::max<std::size_t>(1, running.request.ranks);
+  const std::size_t cut = running.held * ranks;
+  std::vector<store::ObjectKey>& keys = running.request.keys;
+  // Their locks go first: the indices below still name the uncut keys.
+  for (std::size_t a = 0; a < running.adapters.size(); ++a) {
+    UnlockAt(*running.adapters[a], keys, plan.locked[a], [cut](std::size_t i) { return i < cut; });
+    for (std::size_t& i : plan.locked[a]) i -= cut;
+  }
+  keys.erase(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(cut));
+  plan.source.erase(plan.source.begin(), plan.source.begin() + static_cast<std::ptrdiff_t>(cut));
+  plan.chunks -= running.held;
+  running.request.held_chunks = 0;
 }
 
 bool PrefetchController::Cancelled(PrefetchHandle handle) const {
@@ -195,6 +215,7 @@ void PrefetchController::Complete(Running& running, std::size_t loaded) {
   PrefetchResult result;
   try {
     result = Admit(running, loaded);
+    result.chunks += running.held;  // the engine's own, before what landed
   } catch (const std::exception& e) {
     spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
   }

@@ -103,14 +103,17 @@ void PrefetchController::HandOff(const std::shared_ptr<Running>& running,
 
 void PrefetchController::Continue(const std::shared_ptr<Running>& running) {
   bool loading = false;
+  bool failed = false;
   try {
     loading = Begin(*running);
   } catch (const std::exception& e) {
     spdlog::error("L2 prefetch failed (the request gets its L1 hits only): {}", e.what());
     ReleaseAfterFailure(*running);
+    failed = true;
   }
   if (!loading) {
-    Finish(running->handle, PrefetchResult{});
+    // Nothing to load: what the engine holds may still extend the prefix.
+    Finish(running->handle, PrefetchResult{failed ? 0 : running->held, store::kNoLease});
     return;
   }
   LoadBatches(running);

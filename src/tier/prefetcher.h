@@ -37,11 +37,16 @@ struct PrefetchRequest {
   std::uint32_t readers = 1;  // read locks to take per loaded object
   store::Owner owner;         // owner of those locks (the lookup's session)
   std::uint64_t object_bytes = 0;  // the size of every object of the request (its layout's)
+  // Leading chunks of the request the engine already holds (the lookup's
+  // lmcache.hint.engine_computed_tokens): looked up, and counted in the
+  // result where found, but never loaded, as no worker will retrieve them.
+  std::size_t held_chunks = 0;
 };
 
-// What a finished prefetch left in L1: the leading `chunks` chunks of the
-// request, present on every rank and read-locked under `lease` (kNoLease
-// when nothing landed). The caller owns the lease from then on.
+// What a finished prefetch found: the leading `chunks` chunks of the
+// request, present on every rank; those after its held chunks are in L1,
+// read-locked under `lease` (kNoLease when none landed). The caller owns
+// the lease from then on.
 struct PrefetchResult {
   std::size_t chunks = 0;
   store::LeaseId lease = store::kNoLease;

@@ -127,49 +127,57 @@ std::span<const stats::Row<StoreControllerStats>> StoreControllerStatRows();
 LMC_STATS_COUNTED(StoreControllerCounters, StoreControllerStats, LMC_L2_STORE_STATS);
 
 // PrefetchControllerStats's figures, each declared once (stats/declare.h).
-#define LMC_PREFETCH_STATS(X, D) \
-  X(submitted, "submitted", std::uint64_t, kCounter, "lookups", "l2_prefetch_lookup_total", \
-      "Lookups handed to the prefetch controller.", {}, stats::kEverywhere, {}, \
-      stats::kReference) \
-  X(queued, "queued", std::uint64_t, kGauge, "lookups", "l2_prefetch_queued", \
-      "Prefetches waiting for a worker.") \
-  X(in_flight, "in_flight", std::uint64_t, kGauge, "lookups", "l2_prefetch_in_flight", \
-      "Prefetches running now.") \
-  D(ActiveJobs(), "active_jobs", kGauge, "lookups", "active_prefetch_jobs", \
-      "Lookups loading from L2 or waiting to (in_flight + queued).", {}, \
-      stats::kPrometheusOnly, {}, stats::kReference) \
-  X(completed, "completed", std::uint64_t, kCounter, "lookups", \
-      "l2_prefetch_completed_total", "Prefetches finished.") \
-  X(cancelled, "cancelled", std::uint64_t, kCounter, "lookups", \
-      "l2_prefetch_cancelled_total", "Prefetches cancelled before they finished.") \
-  X(cancelled_loads, "cancelled_loads", std::uint64_t, kCounter, "lookups", \
-      "l2_prefetch_cancelled_loads_total", "Of the cancelled prefetches, those whose load " \
-      "stopped at its next batch (the rest of the prefix never read).") \
-  X(refused, "refused", std::uint64_t, kCounter, "lookups", "l2_prefetch_refused_total", \
-      "Prefetches answered at once with their L1 hits because the queue for a prefetch " \
-      "worker was full (65,536 requests or 1 GiB of their keys).") \
-  X(l2_hit_chunks, "l2_hit_chunks", std::uint64_t, kCounter, "chunks", \
-      "lookup_hit_l2_chunks_total", "Chunks the L2 lookups found after the L1 prefix (the " \
-      "reference's lookup_hit_l2 counts tokens).") \
-  X(loaded_chunks, "loaded_chunks", std::uint64_t, kCounter, "chunks", \
-      "l2_prefetch_loaded_chunks_total", "Chunks loaded from L2 into L1.") \
-  X(load_failed_chunks, "load_failed_chunks", std::uint64_t, kCounter, "chunks", \
-      "l2_prefetch_failed_chunks_total", "Planned chunks not loaded, by reason.", \
-      {"reason", "load_failed"}) \
-  X(no_memory_chunks, "no_memory_chunks", std::uint64_t, kCounter, "chunks", \
-      "l2_prefetch_failed_chunks_total", "", {"reason", "l1_oom"}) \
-  X(deadline_expired, "deadline_expired", std::uint64_t, kCounter, "lookups", \
-      "l2_prefetch_deadline_total", "Prefetch deadline misses (--l2-prefetch-load-timeout), " \
-      "by outcome: prefix (the load stopped at a batch boundary and served what it had), " \
-      "abandoned (still inside an adapter call at twice the deadline: answered with the L1 " \
-      "hits only).", {"outcome", "prefix"}) \
-  X(abandoned_loads, "abandoned_loads", std::uint64_t, kCounter, "lookups", \
-      "l2_prefetch_deadline_total", "", {"outcome", "abandoned"}) \
-  X(abandoned_in_flight, "abandoned_in_flight", std::uint64_t, kGauge, "lookups", \
-      "l2_prefetch_abandoned_in_flight", "Abandoned prefetches whose adapter call has not " \
-      "returned: their L1 buffers stay reserved until it does (a hung backend shows here).") \
-  X(latency, "latency", LatencyHistogram::Snapshot, kHistogram, "µs (seconds in Prometheus)", \
-      "l2_prefetch_duration_seconds", "Time from a lookup's prefetch to its result.")
+#define LMC_PREFETCH_STATS(X, D)                                                                   \
+  X(submitted, "submitted", std::uint64_t, kCounter, "lookups", "l2_prefetch_lookup_total",        \
+    "Lookups handed to the prefetch controller.", {}, stats::kEverywhere, {}, stats::kReference)   \
+  X(queued, "queued", std::uint64_t, kGauge, "lookups", "l2_prefetch_queued",                      \
+    "Prefetches waiting for a worker.")                                                            \
+  X(in_flight, "in_flight", std::uint64_t, kGauge, "lookups", "l2_prefetch_in_flight",             \
+    "Prefetches running now.")                                                                     \
+  D(ActiveJobs(), "active_jobs", kGauge, "lookups", "active_prefetch_jobs",                        \
+    "Lookups loading from L2 or waiting to (in_flight + queued).", {}, stats::kPrometheusOnly, {}, \
+    stats::kReference)                                                                             \
+  X(completed, "completed", std::uint64_t, kCounter, "lookups", "l2_prefetch_completed_total",     \
+    "Prefetches finished.")                                                                        \
+  X(cancelled, "cancelled", std::uint64_t, kCounter, "lookups", "l2_prefetch_cancelled_total",     \
+    "Prefetches cancelled before they finished.")                                                  \
+  X(cancelled_loads, "cancelled_loads", std::uint64_t, kCounter, "lookups",                        \
+    "l2_prefetch_cancelled_loads_total",                                                           \
+    "Of the cancelled prefetches, those whose load "                                               \
+    "stopped at its next batch (the rest of the prefix never read).")                              \
+  X(refused, "refused", std::uint64_t, kCounter, "lookups", "l2_prefetch_refused_total",           \
+    "Prefetches answered at once with their L1 hits because the queue for a prefetch "             \
+    "worker was full (65,536 requests or 1 GiB of their keys).")                                   \
+  X(l2_hit_chunks, "l2_hit_chunks", std::uint64_t, kCounter, "chunks",                             \
+    "lookup_hit_l2_chunks_total",                                                                  \
+    "Chunks the L2 lookups found after the L1 prefix (the "                                        \
+    "reference's lookup_hit_l2 counts tokens).")                                                   \
+  X(loaded_chunks, "loaded_chunks", std::uint64_t, kCounter, "chunks",                             \
+    "l2_prefetch_loaded_chunks_total", "Chunks loaded from L2 into L1.")                           \
+  X(engine_held_chunks, "engine_held_chunks", std::uint64_t, kCounter, "chunks",                   \
+    "l2_prefetch_engine_held_chunks_total",                                                        \
+    "Chunks the L2 lookups found that the engine "                                                 \
+    "already held (lmcache.hint.engine_computed_tokens): counted as hits, not loaded.")            \
+  X(load_failed_chunks, "load_failed_chunks", std::uint64_t, kCounter, "chunks",                   \
+    "l2_prefetch_failed_chunks_total", "Planned chunks not loaded, by reason.",                    \
+    {"reason", "load_failed"})                                                                     \
+  X(no_memory_chunks, "no_memory_chunks", std::uint64_t, kCounter, "chunks",                       \
+    "l2_prefetch_failed_chunks_total", "", {"reason", "l1_oom"})                                   \
+  X(deadline_expired, "deadline_expired", std::uint64_t, kCounter, "lookups",                      \
+    "l2_prefetch_deadline_total",                                                                  \
+    "Prefetch deadline misses (--l2-prefetch-load-timeout), "                                      \
+    "by outcome: prefix (the load stopped at a batch boundary and served what it had), "           \
+    "abandoned (still inside an adapter call at twice the deadline: answered with the L1 "         \
+    "hits only).",                                                                                 \
+    {"outcome", "prefix"})                                                                         \
+  X(abandoned_loads, "abandoned_loads", std::uint64_t, kCounter, "lookups",                        \
+    "l2_prefetch_deadline_total", "", {"outcome", "abandoned"})                                    \
+  X(abandoned_in_flight, "abandoned_in_flight", std::uint64_t, kGauge, "lookups",                  \
+    "l2_prefetch_abandoned_in_flight",                                                             \
+    "Abandoned prefetches whose adapter call has not "                                             \
+    "returned: their L1 buffers stay reserved until it does (a hung backend shows here).")         \
+  X(latency, "latency", LatencyHistogram::Snapshot, kHistogram, "µs (seconds in Prometheus)",      \
+    "l2_prefetch_duration_seconds", "Time from a lookup's prefetch to its result.")
 
 struct PrefetchControllerStats {
   LMC_STATS_MEMBERS(LMC_PREFETCH_STATS)

@@ -303,7 +303,12 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
   l.prefetch.abandoned_loads = next();
   l.prefetch.abandoned_in_flight = next();
   l.prefetch.latency = Histogram(next());
+  // Figures added later come last, so that the earlier ones keep their values.
+  l.prefetch.engine_held_chunks = next();
   s.l2 = l;
+  s.lookups_skip_load = next();
+  s.lookups_engine_hinted = next();
+  s.lookup_engine_held_tokens = next();
   return s;
 }
 

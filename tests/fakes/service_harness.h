@@ -37,6 +37,8 @@ struct KeyArgs {
   std::int64_t readers = 1;
   std::string salt;
   std::map<std::string, std::string> tags;  // request tags (lmcache.tag.*)
+  bool skip_load = false;                   // lmcache.skip_load
+  std::optional<std::int64_t> engine_computed_tokens;  // lmcache.hint.engine_computed_tokens
 };
 
 inline std::vector<std::uint32_t> Tokens(std::size_t count, std::uint32_t seed = 1) {
@@ -58,6 +60,8 @@ inline IpcKey ToIpcKey(const KeyArgs& k) {
   key.cache_salt = k.salt;
   key.num_kv_readers = k.readers;
   key.tags = k.tags;
+  key.skip_load = k.skip_load;
+  key.engine_computed_tokens = k.engine_computed_tokens;
   return key;
 }
 

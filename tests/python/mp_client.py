@@ -422,13 +422,15 @@ def lookup(client, tokens, request_id, cache_salt="", num_kv_readers=1):
     return client.call(OP_QUERY_PREFETCH_STATUS, request_id)
 
 
-def lookup_l2(client, tokens, request_id, timeout_s, poll_s=0.01):
+def lookup_l2(client, tokens, request_id, timeout_s, poll_s=0.01, request_configs=None):
     """lookup, then query_prefetch_status until it stops answering nil: with an
     L2 tier the count arrives once the prefetch's loads landed (docs/protocol.md).
-    Fails if that takes longer than `timeout_s`."""
+    Fails if that takes longer than `timeout_s`. `request_configs`: the key's
+    lmcache.* entries, as the reference's connector forwards them."""
     chunk = chunk_size(client)
     full = (len(tokens) // chunk) * chunk
     key = make_key(tokens, 0, full, request_id, worker_id=None)
+    key["request_configs"] = request_configs
     deadline = time.monotonic() + timeout_s
     assert client.call(OP_LOOKUP, key, 1) is None
     while True:
@@ -440,14 +442,16 @@ def lookup_l2(client, tokens, request_id, timeout_s, poll_s=0.01):
         time.sleep(poll_s)
 
 
-def retrieve(client, pool, instance_id, tokens, chunks, request_id, finish_op=OP_COMMIT_RETRIEVE):
-    """prepare_retrieve + copy out + commit; returns the bytes of each chunk."""
+def retrieve(client, pool, instance_id, tokens, chunks, request_id, finish_op=OP_COMMIT_RETRIEVE,
+             first_chunk=0):
+    """prepare_retrieve + copy out + commit of chunks [first_chunk, chunks);
+    returns the bytes of each chunk."""
     chunk = chunk_size(client)
-    key = make_key(tokens, 0, chunks * chunk, request_id)
+    key = make_key(tokens, first_chunk * chunk, chunks * chunk, request_id)
     prepared = client.call(OP_PREPARE_RETRIEVE, key, instance_id)
     assert prepared["success"] is True, prepared
     slots = prepared["context"]["slots"]
-    assert len(slots) == chunks, prepared
+    assert len(slots) == chunks - first_chunk, prepared
     data = [slot_view(pool, slot).copy() for slot in slots]
     assert client.call(finish_op, key, instance_id) is True
     return data

@@ -209,15 +209,19 @@ TEST(ServerConfig, TwoEndpointsOnOneAddressAreRefusedNamingBothFlags) {
 }
 
 TEST(ServerConfig, ReferenceCommandLinesStillParse) {
-  auto config = Parse({"--l1-size-gb", "2", "--no-l1-use-lazy", "--eviction-policy", "LRU",
-                       "--supported-transfer-mode", "engine_driven", "--engine-type", "default",
-                       "--instance-id", "node-7", "--max-workers", "4"});
+  auto config =
+      Parse({"--l1-size-gb", "2", "--no-l1-use-lazy", "--eviction-policy", "LRU",
+             "--supported-transfer-mode", "engine_driven", "--engine-type", "default",
+             "--instance-id", "node-7", "--max-workers", "4", "--kv-load-policy", "DEFAULT"});
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_TRUE(config->notices.empty());
   auto lazy = Parse({"--l1-use-lazy", "--l1-init-size-gb", "20"});
   ASSERT_TRUE(lazy.ok());
   EXPECT_EQ(lazy->notices.size(), 2u);  // accepted, and the operator is told they do nothing
   ExpectRejected({"--engine-type", "blend"}, "--engine-type");
+  // A reference policy plugin is Python: refused, naming the flag and the way out.
+  ExpectRejected({"--kv-load-policy", "my_pkg.policies:ShortPromptsRecompute"},
+                 "use DEFAULT, and lmcache.skip_load per request");
   ExpectRejected({"--supported-transfer-mode", "pickle"}, "--supported-transfer-mode");
 }
 

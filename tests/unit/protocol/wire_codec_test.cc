@@ -150,6 +150,58 @@ TEST(DecodeIpcKey, RequestTagsAreTheLmcacheTagEntriesOfRequestConfigs) {
   EXPECT_EQ(long_value.status().code(), ErrorCode::kTooLarge);
 }
 
+// The reference's load controls (lmcache/v1/multiprocess/kv_load_policy.py:
+// SKIP_LOAD_REQUEST_KEY, ENGINE_COMPUTED_TOKENS_HINT_KEY), with the values its
+// own tests send (tests/v1/multiprocess/test_lookup_load_policy.py: the hint
+// 300, skip_load true and false, next to lmcache.skip_save).
+TEST(DecodeIpcKey, LoadControlsAreRequestConfigsMetadata) {
+  const std::string configs = Encoder()
+                                  .Map(3)
+                                  .Str("lmcache.hint.engine_computed_tokens")
+                                  .Int(300)
+                                  .Str("lmcache.skip_save")
+                                  .Bool(true)
+                                  .Str("lmcache.skip_load")
+                                  .Bool(true)
+                                  .Take();
+  auto key = DecodeIpcKey(MapFrame(With(FullKeyFields(), "request_configs", configs)));
+  ASSERT_TRUE(key.ok()) << key.status().ToString();
+  EXPECT_TRUE(key->skip_load);
+  EXPECT_EQ(key->engine_computed_tokens, std::optional<std::int64_t>(300));
+  EXPECT_TRUE(key->tags.empty());  // metadata, not identity
+  auto again = DecodeIpcKey(EncodeIpcKey(*key));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(again->skip_load);
+  EXPECT_EQ(again->engine_computed_tokens, key->engine_computed_tokens);
+  // skip_load false, 0 and nil, and a nil hint: load as usual, no hint.
+  for (const std::string& no :
+       {Encoder().Bool(false).Take(), Encoder().Int(0).Take(), Encoder().Nil().Take()}) {
+    auto plain = DecodeIpcKey(MapFrame(With(FullKeyFields(), "request_configs",
+                                            Encoder()
+                                                .Map(2)
+                                                .Str("lmcache.skip_load")
+                                                .Raw(no)
+                                                .Str("lmcache.hint.engine_computed_tokens")
+                                                .Nil()
+                                                .Take())));
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    EXPECT_FALSE(plain->skip_load);
+    EXPECT_FALSE(plain->engine_computed_tokens.has_value());
+  }
+  // Values that say nothing sure are refused, naming the entry.
+  ExpectMalformedNaming(
+      DecodeIpcKey(MapFrame(With(FullKeyFields(), "request_configs",
+                                 Encoder().Map(1).Str("lmcache.skip_load").Str("false").Take())))
+          .status(),
+      "lmcache.skip_load");
+  ExpectMalformedNaming(
+      DecodeIpcKey(MapFrame(With(
+                       FullKeyFields(), "request_configs",
+                       Encoder().Map(1).Str("lmcache.hint.engine_computed_tokens").Int(-1).Take())))
+          .status(),
+      "engine_computed_tokens");
+}
+
 TEST(DecodeIpcKey, NilWorkerIdMeansAllRanks) {
   auto key = DecodeIpcKey(MapFrame(With(FullKeyFields(), "worker_id", Encoder().Nil().Take())));
   ASSERT_TRUE(key.ok()) << key.status().ToString();

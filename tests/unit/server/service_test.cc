@@ -863,6 +863,71 @@ TEST_F(ServiceParkedWaitTest, AClientOverItsParkedLimitIsRefusedOthersAreNot) {
   EXPECT_EQ(Value(polite.get()).get().type, msgpack::type::NIL);
 }
 
+// The reference's per-request load controls (its kv_load_policy design):
+// lmcache.skip_load answers a miss with nothing locked or prefetched.
+TEST_F(ServicePrefetchTest, SkipLoadAnswersAMissWithNothingLockedOrPrefetched) {
+  KeyArgs stored = Key(1024, 2);  // L1 holds chunks 0-1 of a 4-chunk prompt
+  h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
+  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
+  KeyArgs lookup = Key(1024, 0);
+  lookup.worker_id.reset();
+  lookup.skip_load = true;
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_EQ(prefetcher_.pending(), 0u);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 0u);
+  EXPECT_EQ(h_.service().table().Stats().locked_objects, 0u);
+  const server::ServiceCounters& counters = h_.service().state().counters();
+  EXPECT_EQ(counters.lookups_skip_load.load(), 1u);
+  EXPECT_EQ(counters.lookup_requested_tokens.load(), 1024u);  // declined tokens still asked
+  EXPECT_EQ(counters.lookup_hit_tokens.load(), 0u);
+  // The same request without it loads as usual.
+  lookup.skip_load = false;
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_EQ(prefetcher_.pending(), 1u);
+  EXPECT_EQ(h_.service().table().Stats().locked_objects, 2u);
+}
+
+// lmcache.hint.engine_computed_tokens: the whole chunks the engine holds
+// count as hits where cached, but are neither locked (no worker retrieves
+// them) nor loaded from L2 (the prefetch is told how many it holds).
+TEST_F(ServicePrefetchTest, ChunksTheEngineHoldsCountButAreNeitherLockedNorLoaded) {
+  KeyArgs stored = Key(1024, 2);  // L1 holds chunks 0-1 of a 4-chunk prompt
+  h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
+  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
+  KeyArgs lookup = Key(1024, 0);
+  lookup.worker_id.reset();
+  lookup.engine_computed_tokens = 300;  // chunk 0 whole, and part of chunk 1
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_EQ(h_.service().table().Stats().locked_objects, 1u);  // chunk 1 only
+  ASSERT_EQ(prefetcher_.pending(), 1u);
+  EXPECT_EQ(prefetcher_.request(prefetcher_.last_handle()).keys.size(), 2u);  // chunks 2-3
+  EXPECT_EQ(prefetcher_.request(prefetcher_.last_handle()).held_chunks, 0u);
+  prefetcher_.Complete(prefetcher_.last_handle(), 1);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().via.u64, 3u);
+
+  // The engine holds all 4 chunks, L1 the first 3 (chunk 2 landed): nothing
+  // more is locked, and the prefetch looks up chunk 3 knowing it is held.
+  lookup.request_id = "req-2";
+  lookup.engine_computed_tokens = 4 * 256;
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_EQ(h_.service().table().Stats().locked_objects, 2u);  // the first lookup's 1 + landed 1
+  EXPECT_EQ(prefetcher_.request(prefetcher_.last_handle()).keys.size(), 1u);
+  EXPECT_EQ(prefetcher_.request(prefetcher_.last_handle()).held_chunks, 1u);
+
+  // A hint past the prompt: every chunk held; all resident needs no prefetch.
+  KeyArgs short_lookup = Key(512, 0);
+  short_lookup.worker_id.reset();
+  short_lookup.request_id = "req-3";
+  short_lookup.engine_computed_tokens = 100000;
+  const tier::PrefetchHandle prefetches = prefetcher_.last_handle();
+  h_.Ok("lookup", {KeyFrame(short_lookup), IntFrame(1)});
+  EXPECT_EQ(prefetcher_.last_handle(), prefetches);
+  EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req-3")}).get().via.u64, 2u);
+  const server::ServiceCounters& counters = h_.service().state().counters();
+  EXPECT_EQ(counters.lookups_engine_hinted.load(), 3u);
+  EXPECT_EQ(counters.lookup_engine_held_tokens.load(), (1 + 4 + 2) * 256u);
+}
+
 TEST_F(ServicePrefetchTest, FullL1HitNeedsNoPrefetch) {
   KeyArgs stored = Key(512, 2);
   h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});

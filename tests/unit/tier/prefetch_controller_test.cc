@@ -417,6 +417,43 @@ TEST_F(PrefetchControllerTest, AnAdapterThrowingFromUnlockLeavesNoLockAtTheOther
   l1_.ExpectBalanced();
 }
 
+// The chunks the engine holds (the lookup's engine_computed_tokens hint):
+// found in L2 they count, but are never read into L1, and their adapter
+// locks go; the chunks after them load as usual. Held chunks beyond what L2
+// holds end the prefix like any miss.
+TEST_F(PrefetchControllerTest, ChunksTheEngineHoldsCountButAreNeverLoaded) {
+  LockCounting l2;
+  const auto keys = KeysN(0, 6);
+  PutInL2(l2, {keys.begin(), keys.begin() + 4});
+  auto controller = Start({&l2});
+  PrefetchRequest request = Request(keys, 1, /*readers=*/2);
+  request.held_chunks = 2;
+  const auto landed = controller->Wait(controller->Submit(request), kWait);
+  ASSERT_TRUE(landed);
+  EXPECT_EQ(landed->chunks, 4u);  // 2 held + 2 loaded
+  EXPECT_FALSE(l1_.table().Find(keys[0]));
+  EXPECT_FALSE(l1_.table().Find(keys[1]));
+  for (std::size_t i = 2; i < 4; ++i) {
+    EXPECT_TRUE(HasBytes(keys[i], i)) << i;
+    EXPECT_EQ(l1_.Locks(keys[i]), 2u);
+  }
+  EXPECT_EQ(controller->Stats().loaded_chunks, 2u);
+  EXPECT_EQ(controller->Stats().engine_held_chunks, 2u);
+  EXPECT_EQ(l2.held(), 0);
+  l1_.table().ReleaseRead(landed->lease);
+
+  // Every found chunk held: nothing to load, the hits still count.
+  request.held_chunks = 5;
+  const auto all_held = controller->Wait(controller->Submit(request), kWait);
+  ASSERT_TRUE(all_held);
+  EXPECT_EQ(all_held->chunks, 4u);
+  EXPECT_EQ(all_held->lease, store::kNoLease);
+  EXPECT_EQ(controller->Stats().loaded_chunks, 2u);
+  EXPECT_EQ(l2.held(), 0);
+  controller->Stop();
+  l1_.ExpectBalanced();
+}
+
 // A source whose loads serve only the request (the peers with
 // --p2p-keep-loaded false): its chunks are read by the request's readers
 // like any, and gone with their last lock; another source's stay.
