@@ -9,8 +9,10 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -138,6 +140,13 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "engine recompute. DEFAULT (the reference's built-in): every lookup loads "
                  "unless its request_configs set lmcache.skip_load")
       ->capture_default_str();
+  app.add_option("--prefill-tokens-per-second", c->prefill_rates,
+                 "The load-or-recompute policy (off without it): MODEL=RATE, the tokens per "
+                 "second the model's engine prefills (repeat for more models; * names every "
+                 "other model). A lookup then loads from L2 only the prefix of chunks whose "
+                 "load, at each tier's measured rate, is faster than recomputing them; L1 hits "
+                 "always count")
+      ->take_all();
   app.add_option("--supported-transfer-mode", c->supported_transfer_mode,
                  "Transfer modes served: auto (both), engine_driven (the shared-memory path: "
                  "workers copy through the pool) or lmcache_driven (the CUDA-IPC path: the "
@@ -329,6 +338,27 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
 
 namespace {
 
+Status ParsePrefillRates(const std::vector<std::string>& given,
+                         std::map<std::string, double>* rates) {
+  for (const std::string& item : given) {
+    const std::size_t eq = item.rfind('=');
+    const std::string model = eq == std::string::npos ? "" : item.substr(0, eq);
+    const std::string text = eq == std::string::npos ? "" : item.substr(eq + 1);
+    char* end = nullptr;
+    const double rate = std::strtod(text.c_str(), &end);
+    const bool number = !text.empty() && end == text.c_str() + text.size();
+    if (model.empty() || !number || !(rate > 0) || !std::isfinite(rate)) {
+      return InvalidConfig("--prefill-tokens-per-second '" + item +
+                           "': expected MODEL=RATE with a rate > 0 tokens per second, for "
+                           "example meta-llama/Llama-3.1-8B=12000 (or *=12000 for every model)");
+    }
+    if (!rates->emplace(model, rate).second) {
+      return InvalidConfig("--prefill-tokens-per-second names '" + model + "' twice");
+    }
+  }
+  return Status::Ok();
+}
+
 Status FinalizeTransport(ServerConfig* c) {
   if (c->chunk_size < 1 || c->chunk_size > (1 << 20)) {
     return InvalidConfig("--chunk-size must be in [1, 1048576] tokens, got " +
@@ -399,6 +429,7 @@ Status FinalizeTransport(ServerConfig* c) {
   server::ServiceConfig& service = c->service;
   service.chunk_size = c->chunk_size;
   service.instance_id = c->instance_id;
+  LMC_RETURN_IF_ERROR(ParsePrefillRates(c->prefill_rates, &service.prefill_tokens_per_second));
   service.sessions.idle_ttl_ms = c->session_ttl_seconds * 1000;
   service.sessions.max_bytes = c->session_memory_mb << 20;
   service.hash_cache_bytes = c->hash_cache_mb << 20;

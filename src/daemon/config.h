@@ -55,6 +55,7 @@ struct ServerConfig {
   // Reference flags accepted so existing command lines keep working (15.2, 15.3).
   std::string engine_type = "default";
   std::string kv_load_policy = "DEFAULT";  // the reference's --kv-load-policy
+  std::vector<std::string> prefill_rates;  // --prefill-tokens-per-second MODEL=RATE
   std::string supported_transfer_mode = "auto";
   std::string instance_id;
   bool l1_use_lazy = false;

@@ -123,6 +123,14 @@ Status LookupOps::LockPrefix(const store::Owner& owner, std::size_t first, std::
   return Status::Ok();
 }
 
+double LookupOps::RecomputeSecondsPerChunk(const std::string& model) const {
+  const std::map<std::string, double>& rates = deps_.config.prefill_tokens_per_second;
+  auto it = rates.find(model);
+  if (it == rates.end()) it = rates.find("*");
+  if (it == rates.end()) return 0;  // no rate: always load
+  return static_cast<double>(deps_.config.chunk_size) / it->second;
+}
+
 std::size_t LookupOps::ResidentPrefix(const worker::LookupState& lookup, std::size_t chunks) const {
   const std::size_t ranks = worker::AllRanks(lookup.world_size).size();
   std::size_t resident = 0;
@@ -197,6 +205,7 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
         request.owner = session->owner();
         request.object_bytes = layout->object_bytes;
         request.held_chunks = held_chunks - std::min(held_chunks, lookup.hit_chunks);
+        request.recompute_seconds_per_chunk = RecomputeSecondsPerChunk(key.model_name);
         if (deps_.token_bindings != nullptr) {
           // What the prefetch loads is admitted to L1 with these tokens: the
           // KV events announce it (a load names only hashes).

@@ -89,6 +89,9 @@ class LookupOps {
   // The leading chunks among the first `chunks` of `lookup` resident in L1
   // on every rank, found without a lock (the chunks the engine holds).
   std::size_t ResidentPrefix(const worker::LookupState& lookup, std::size_t chunks) const;
+  // Seconds `model`'s engine takes to recompute one chunk
+  // (--prefill-tokens-per-second); 0 without a rate (the prefetch loads all).
+  double RecomputeSecondsPerChunk(const std::string& model) const;
   // Calls `touch` on the lookup's keys of chunks [first, last), window by window.
   void ForEachKeyWindow(const worker::LookupState& lookup, std::size_t first, std::size_t last,
                         const std::function<void(std::span<const store::ObjectKey>)>& fn) const;

@@ -8,6 +8,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "common/clock.h"
@@ -39,6 +40,11 @@ struct ServiceConfig {
   ParkedLimits parked;  // requests waiting without a thread, per client and in all
   AdminAccess admin_access = AdminAccess::kIpc;
   std::string instance_id;  // --instance-id, shown by server_info
+  // --prefill-tokens-per-second: how fast each model's engine recomputes a
+  // prompt; "*" for every model not named. A lookup of a model with a rate
+  // loads from L2 only the prefix whose load is faster than recomputing it
+  // (tier/load_cost.h); without one, everything found is loaded.
+  std::map<std::string, double> prefill_tokens_per_second;
   // --supported-transfer-mode: "auto" (every mode), "engine_driven" or "lmcache_driven".
   std::string transfer_mode = "auto";
   std::string gpu_backend = "cuda";          // --gpu-backend

@@ -39,6 +39,7 @@ class ForwardingAdapter : public L2Adapter {
   bool CompletesAsynchronously() const override { return inner_->CompletesAsynchronously(); }
   bool TakesStores() const override { return inner_->TakesStores(); }
   bool KeepsLoadedObjects() const override { return inner_->KeepsLoadedObjects(); }
+  LoadCostMeter* load_cost() override { return inner_->load_cost(); }
   void EnforceQuotas(const store::TenantLedger* ledger) override { inner_->EnforceQuotas(ledger); }
   Result<std::vector<ListedL2Object>> List(const store::ObjectKey* after, std::size_t limit,
                                            const KeyFilter& keep) const override {

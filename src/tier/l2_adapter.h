@@ -31,11 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "stats/declare.h"
 #include "common/histogram.h"
 #include "lmcache/status.h"
+#include "stats/declare.h"
 #include "store/object_key.h"
 #include "store/tenant_ledger.h"
+#include "tier/load_cost.h"
 #include "tier/tier_stats.h"
 
 namespace lmcache::tier {
@@ -117,6 +118,10 @@ class L2Adapter {
   // them (the peers with --p2p-keep-loaded false): the prefetch admits them
   // served once (store::ObjectTable::FinishWriteAndRead), not as our own.
   virtual bool KeepsLoadedObjects() const { return true; }
+  // What a load from this adapter costs now (tier/load_cost.h), for the
+  // load-or-recompute policy; null where nothing measures it (the metered
+  // wrapper every configured adapter gets does).
+  virtual LoadCostMeter* load_cost() { return nullptr; }
   // Where the adapter reports the objects it drops on its own (its
   // eviction, a corrupt object it deleted), for the KV event log; set once,
   // before any other call. The default drops nothing it could tell of (a

@@ -1,5 +1,6 @@
 #include "tier/metered_adapter.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -61,8 +62,16 @@ void MeteredAdapter::SubmitLookup(std::span<const store::ObjectKey> keys,
 void MeteredAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
   auto meter =
       std::make_shared<Meter>(&meters_.loading_objects, &meters_.load_latency, reads.size());
-  ForwardingAdapter::SubmitLoad(reads, [meter, done = std::move(done)](std::vector<L2LoadOutcome> o) mutable {
+  const auto start = std::chrono::steady_clock::now();
+  const std::size_t objects = reads.size();
+  ForwardingAdapter::SubmitLoad(reads, [this, meter, start, objects, done = std::move(done)](
+                                           std::vector<L2LoadOutcome> o) mutable {
     meter.reset();
+    // A call that loaded nothing (misses, a dead backend) says nothing of
+    // what a load costs.
+    if (std::count(o.begin(), o.end(), L2LoadOutcome::kLoaded) > 0) {
+      cost_.Record(objects, std::chrono::steady_clock::now() - start);
+    }
     done(std::move(o));
   });
 }
@@ -70,6 +79,8 @@ void MeteredAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
 L2AdapterStats MeteredAdapter::Stats() const {
   L2AdapterStats s = ForwardingAdapter::Stats();
   meters_.CopyTo(&s);
+  s.load_seconds_per_object = cost_.SecondsPerObject().value_or(0);
+  s.declined_slower_than_recompute = cost_.declined();
   return s;
 }
 

@@ -3,7 +3,8 @@
 // adapter's own queue depth as the server sees it) and latency histograms of
 // each Store, lookup and Load call. L2Tier wraps every configured
 // adapter, so `stats` and /metrics show where an L2 tier spends its time
-// adapter by adapter (a slow Redis next to a fast disk).
+// adapter by adapter (a slow Redis next to a fast disk), and what one
+// object of a load costs (load_cost(): the load-or-recompute policy's input).
 //
 // Thread-safety: as the wrapped adapter; the meters are atomics.
 #pragma once
@@ -23,6 +24,7 @@ class MeteredAdapter final : public ForwardingAdapter {
                     LookupDone done) override;
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
+  LoadCostMeter* load_cost() override { return &cost_; }
 
  private:
   // Counts `objects` in flight from a call's start to its completion and
@@ -31,6 +33,7 @@ class MeteredAdapter final : public ForwardingAdapter {
 
   LMC_STATS_COUNTERS(Meters, L2AdapterStats, LMC_L2_METERED_STATS);
   Meters meters_;
+  LoadCostMeter cost_;
 };
 
 }  // namespace lmcache::tier

@@ -11,7 +11,8 @@
 //      longest prefix of whole chunks (every rank present). LookupHits()
 //      answers from here on. The leading chunks the engine holds
 //      (held_chunks) leave the plan here, their locks released: hits, never
-//      loaded.
+//      loaded. With a recompute cost (recompute_seconds_per_chunk), the
+//      plan ends where loading stops saving time (tier/load_cost.h).
 //   2. reserve: L1 buffers for the planned keys (a write lease of ours); the
 //      plan shrinks to the leading chunks that got buffers or are resident
 //      already (another load brought them in since the lookup: still hits,
@@ -154,6 +155,10 @@ class PrefetchController final : public Prefetcher {
   // from the request, their adapter locks released: found, never loaded;
   // Finish adds them to the answer.
   void DropHeldChunks(Running& running);
+  // The load-or-recompute policy (PrefetchRequest::recompute_seconds_per_chunk,
+  // tier/load_cost.h): cuts the plan to the prefix whose load saves time,
+  // the rest's adapter locks released; counted per adapter.
+  void DeclineSlowerThanRecompute(Running& running);
   // Submits batch after batch until one completes on an adapter's own
   // thread (BatchLoaded goes on from there), the prefix ends, or the
   // deadline passes; then Complete.

@@ -21,8 +21,9 @@ bool PrefetchController::Begin(Running& running) {
   Plan& plan = running.plan;
   ReleaseUnplanned(running.adapters, request, plan);
   counters_.l2_hit_chunks.fetch_add(plan.chunks, std::memory_order_relaxed);
-  Publish(running.handle, plan.chunks);
   DropHeldChunks(running);
+  DeclineSlowerThanRecompute(running);
+  Publish(running.handle, running.held + plan.chunks);
   if (plan.chunks == 0 || request.object_bytes == 0) {
     UnlockFrom(running.adapters, request.keys, plan.locked, 0);
     return false;
@@ -78,6 +79,32 @@ void PrefetchController::DropHeldChunks(Running& running) {
   plan.source.erase(plan.source.begin(), plan.source.begin() + static_cast<std::ptrdiff_t>(cut));
   plan.chunks -= running.held;
   running.request.held_chunks = 0;
+}
+
+void PrefetchController::DeclineSlowerThanRecompute(Running& running) {
+  const double recompute = running.request.recompute_seconds_per_chunk;
+  Plan& plan = running.plan;
+  if (recompute <= 0 || plan.chunks == 0) return;
+  const std::size_t ranks = std::max<std::size_t>(1, running.request.ranks);
+  // A chunk costs what its objects cost, each at its source's current rate;
+  // a source with nothing measured yet counts as free (it loads, and so
+  // gets measured).
+  auto meter = [&](std::size_t key) -> LoadCostMeter* {
+    const int source = plan.source[key];
+    return source < 0 ? nullptr : running.adapters[static_cast<std::size_t>(source)]->load_cost();
+  };
+  std::vector<double> cost(plan.chunks, 0.0);
+  for (std::size_t i = 0; i < plan.chunks * ranks; ++i) {
+    if (LoadCostMeter* m = meter(i)) cost[i / ranks] += m->SecondsPerObject().value_or(0);
+  }
+  const std::size_t keep = BestPrefix(cost, recompute);
+  if (keep == plan.chunks) return;
+  for (std::size_t c = keep; c < plan.chunks; ++c) {
+    if (LoadCostMeter* m = meter(c * ranks)) m->CountDeclined(1);
+  }
+  counters_.declined_slower_than_recompute.fetch_add(plan.chunks - keep, std::memory_order_relaxed);
+  plan.chunks = keep;
+  UnlockFrom(running.adapters, running.request.keys, plan.locked, keep * ranks);
 }
 
 bool PrefetchController::Cancelled(PrefetchHandle handle) const {

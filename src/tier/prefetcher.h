@@ -41,6 +41,10 @@ struct PrefetchRequest {
   // lmcache.hint.engine_computed_tokens): looked up, and counted in the
   // result where found, but never loaded, as no worker will retrieve them.
   std::size_t held_chunks = 0;
+  // Seconds the engine takes to recompute one chunk of this request (its
+  // model's --prefill-tokens-per-second); 0: always load. Otherwise only
+  // the prefix of chunks whose load saves time is loaded (tier/load_cost.h).
+  double recompute_seconds_per_chunk = 0;
 };
 
 // What a finished prefetch found: the leading `chunks` chunks of the

@@ -89,7 +89,21 @@ namespace lmcache::tier {
   X(load_latency, "load_latency", LatencyHistogram::Snapshot, kHistogram, \
       "µs (seconds in Prometheus)", "l2_call_duration_seconds", "", {"operation", "load"})
 
-#define LMC_L2_ADAPTER_STATS(X, D) LMC_L2_ADAPTER_OWN_STATS(X, D) LMC_L2_METERED_STATS(X, D)
+// ... and the load-or-recompute policy's (tier/load_cost.h), also the meter's.
+#define LMC_L2_LOAD_COST_STATS(X, D)                                                           \
+  X(load_seconds_per_object, "load_seconds_per_object", double, kGauge, "seconds",             \
+    "l2_load_seconds_per_object",                                                              \
+    "Moving average of what one object of a load from the "                                    \
+    "adapter takes, as the prefetch sees it (its queueing included); 0 before the first "      \
+    "load. The load-or-recompute policy weighs it (--prefill-tokens-per-second).")             \
+  X(declined_slower_than_recompute, "declined_slower_than_recompute", std::uint64_t, kCounter, \
+    "chunks", "l2_declined_slower_than_recompute_chunks_total",                                \
+    "Chunks the "                                                                              \
+    "adapter held that lookups did not load because recomputing them was cheaper "             \
+    "(--prefill-tokens-per-second).")
+
+#define LMC_L2_ADAPTER_STATS(X, D) \
+  LMC_L2_ADAPTER_OWN_STATS(X, D) LMC_L2_METERED_STATS(X, D) LMC_L2_LOAD_COST_STATS(X, D)
 
 struct L2AdapterStats {
   LMC_STATS_MEMBERS(LMC_L2_ADAPTER_STATS)
@@ -154,6 +168,10 @@ LMC_STATS_COUNTED(StoreControllerCounters, StoreControllerStats, LMC_L2_STORE_ST
     "reference's lookup_hit_l2 counts tokens).")                                                   \
   X(loaded_chunks, "loaded_chunks", std::uint64_t, kCounter, "chunks",                             \
     "l2_prefetch_loaded_chunks_total", "Chunks loaded from L2 into L1.")                           \
+  X(declined_slower_than_recompute, "declined_slower_than_recompute", std::uint64_t, kCounter,     \
+    "chunks", "l2_prefetch_declined_slower_than_recompute_chunks_total",                           \
+    "Chunks the L2 lookups found that were not loaded because recomputing them was "               \
+    "cheaper (--prefill-tokens-per-second; per adapter in l2.adapters).")                          \
   X(engine_held_chunks, "engine_held_chunks", std::uint64_t, kCounter, "chunks",                   \
     "l2_prefetch_engine_held_chunks_total",                                                        \
     "Chunks the L2 lookups found that the engine "                                                 \

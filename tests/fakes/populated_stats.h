@@ -244,6 +244,8 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
   // moved no other figure.
   std::uint64_t cascade_counter = 9500;
   auto cascade_next = [&cascade_counter] { return ++cascade_counter; };
+  std::uint64_t cost_counter = 9700;  // the load-or-recompute figures, added later still
+  auto cost_next = [&cost_counter] { return ++cost_counter; };
   for (const char* type : {"fs", "resp"}) {
     tier::L2AdapterStats a;
     a.type = "text-" + std::to_string(next());
@@ -274,6 +276,8 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
     a.type = type;
     a.name = a.type + "-" + std::to_string(l.adapters.size() + 1);
     a.over_quota_stores = cascade_next();
+    a.load_seconds_per_object = static_cast<double>(cost_next()) + 0.25;
+    a.declined_slower_than_recompute = cost_next();
     if (a.type == "fs") a.condition.clear();  // one healthy adapter, one not
     l.adapters.push_back(a);
   }
@@ -305,6 +309,7 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
   l.prefetch.latency = Histogram(next());
   // Figures added later come last, so that the earlier ones keep their values.
   l.prefetch.engine_held_chunks = next();
+  l.prefetch.declined_slower_than_recompute = next();
   s.l2 = l;
   s.lookups_skip_load = next();
   s.lookups_engine_hinted = next();

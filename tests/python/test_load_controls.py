@@ -91,3 +91,56 @@ def test_skip_load_and_the_engine_hint_decide_what_is_loaded(binary, tmp_path, z
         client.close()  # the worker departs: the drain does not wait for it
     finally:
         server.stop()
+
+
+def start_with_tier(binary, tmp_path, name, adapter, rate):
+    url = f"tcp://127.0.0.1:{free_tcp_port()}"
+    return start_server(binary, url, tmp_path / f"{name}.log",
+                        ["--l1-size-gb", "0.0625", "--l2-store-policy", "skip_l1",
+                         "--prefill-tokens-per-second", f"*={rate}", "--l2-adapter", adapter])
+
+
+def store_two_prompts(client, instance_id, pool):
+    chunk = chunk_size(client)
+    rng = np.random.default_rng(64)
+    prompts = [random_tokens(rng, CHUNKS * chunk) for _ in range(2)]
+    for i, tokens in enumerate(prompts):
+        store_prompt(client, pool, instance_id, tokens, CHUNKS, f"store-{i}", rng)
+    wait_until("in the tier and out of L1",
+               lambda: stats(client)["l2"]["store"]["stored"] == 2 * CHUNKS
+               and stats(client)["l1"]["resident_objects"] == 0)
+    return prompts
+
+
+def test_a_tier_slower_than_recomputing_is_declined_and_a_fast_one_loads(binary, tmp_path,
+                                                                          zmq_ctx):
+    """--prefill-tokens-per-second: at 10,000 tokens/s a 256-token chunk takes
+    25.6 ms to recompute. Behind the fault adapter's 300 ms per call (4
+    objects a call: 75 ms an object) the first lookup loads (nothing is
+    measured yet) and the second is declined; a plain fs tier (well under a
+    millisecond an object) loads both."""
+    fs = '{"type":"fs","base_path":"%s"}'
+    throttled = ('{"type":"fault_inject","delay_ms":300,"inner":%s}'
+                 % (fs % (tmp_path / "slow-disk")))
+    for name, adapter, declines in (("slow", throttled, True),
+                                    ("fast", fs % (tmp_path / "disk"), False)):
+        server = start_with_tier(binary, tmp_path, name, adapter, 10000)
+        try:
+            client = Client(zmq_ctx, server.url)
+            instance_id = new_instance_id()
+            reg = register(client, instance_id)
+            pool = map_pool(reg["shm_name"], reg["pool_size"])
+            prompts = store_two_prompts(client, instance_id, pool)
+            assert lookup_l2(client, prompts[0], "first", timeout_s=30) == CHUNKS, name
+            second = lookup_l2(client, prompts[1], "second", timeout_s=30)
+            s = stats(client)["l2"]
+            tier = s["adapters"][0]
+            assert second == (0 if declines else CHUNKS), (name, tier)
+            declined = CHUNKS if declines else 0
+            assert s["prefetch"]["declined_slower_than_recompute"] == declined, (name, tier)
+            assert tier["declined_slower_than_recompute"] == declined, (name, tier)
+            assert tier["loaded_objects"] == 2 * CHUNKS - declined, (name, tier)
+            assert (tier["load_seconds_per_object"] > 0.0256) == declines, (name, tier)
+            client.close()
+        finally:
+            server.stop()

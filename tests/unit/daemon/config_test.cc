@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <set>
 
 #include "fakes/parse_flags.h"
@@ -223,6 +225,24 @@ TEST(ServerConfig, ReferenceCommandLinesStillParse) {
   ExpectRejected({"--kv-load-policy", "my_pkg.policies:ShortPromptsRecompute"},
                  "use DEFAULT, and lmcache.skip_load per request");
   ExpectRejected({"--supported-transfer-mode", "pickle"}, "--supported-transfer-mode");
+}
+
+// The load-or-recompute policy's rates: MODEL=RATE, "*" for every other model.
+TEST(ServerConfig, PrefillRatesAreModelEqualsTokensPerSecond) {
+  auto config = Parse({"--prefill-tokens-per-second", "meta-llama/Llama-3.1-8B=12000",
+                       "--prefill-tokens-per-second", "*=2.5e3"});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->service.prefill_tokens_per_second,
+            (std::map<std::string, double>{{"meta-llama/Llama-3.1-8B", 12000}, {"*", 2500}}));
+  auto none = Parse({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->service.prefill_tokens_per_second.empty());  // off by default
+  for (const char* bad : {"model", "=100", "model=", "model=0", "model=-5", "model=fast",
+                          "model=inf", "model=100x"}) {
+    ExpectRejected({"--prefill-tokens-per-second", bad}, "--prefill-tokens-per-second");
+  }
+  ExpectRejected({"--prefill-tokens-per-second", "m=1", "--prefill-tokens-per-second", "m=2"},
+                 "twice");
 }
 
 TEST(ServerConfig, WorkerPoolsDefaultToMaxWorkers) {

@@ -21,6 +21,7 @@
 #include "fakes/wait_until.h"
 #include "tier/fault/fault_adapter.h"
 #include "tier/forwarding_adapter.h"
+#include "tier/metered_adapter.h"
 #include "tier/mock/mock_adapter.h"
 
 namespace lmcache::tier {
@@ -450,6 +451,50 @@ TEST_F(PrefetchControllerTest, ChunksTheEngineHoldsCountButAreNeverLoaded) {
   EXPECT_EQ(all_held->lease, store::kNoLease);
   EXPECT_EQ(controller->Stats().loaded_chunks, 2u);
   EXPECT_EQ(l2.held(), 0);
+  controller->Stop();
+  l1_.ExpectBalanced();
+}
+
+// The load-or-recompute policy: each chunk is weighed at its source's
+// measured cost per object against the request's recompute cost; only the
+// prefix that saves time loads, the rest's locks go, and the declined chunks
+// are counted at the adapter that held them.
+TEST_F(PrefetchControllerTest, OnlyThePrefixWhoseLoadBeatsRecomputingLoads) {
+  auto fast_mock = std::make_unique<MockAdapter>(MockAdapterConfig{});
+  auto slow_mock = std::make_unique<MockAdapter>(MockAdapterConfig{});
+  MockAdapter& fast_store = *fast_mock;
+  MockAdapter& slow_store = *slow_mock;
+  MeteredAdapter fast(std::move(fast_mock)), slow(std::move(slow_mock));
+  const auto keys = KeysN(0, 5);
+  PutInL2(fast_store, {keys[0], keys[2], keys[3], keys[4]});
+  PutInL2(slow_store, {keys[1]});
+  fast.load_cost()->Record(1, std::chrono::milliseconds(1));
+  slow.load_cost()->Record(1, std::chrono::milliseconds(100));
+  auto controller = Start({&fast, &slow});
+  PrefetchRequest request = Request(keys);
+  request.recompute_seconds_per_chunk = 0.010;  // saved: +9, -90, +9, +9, +9 ms
+  const auto declined = controller->Wait(controller->Submit(request), kWait);
+  ASSERT_TRUE(declined);
+  EXPECT_EQ(declined->chunks, 1u);
+  EXPECT_FALSE(l1_.table().Find(keys[1]));
+  EXPECT_EQ(controller->Stats().declined_slower_than_recompute, 4u);
+  EXPECT_EQ(slow.load_cost()->declined(), 1u);  // chunk 1
+  EXPECT_EQ(fast.load_cost()->declined(), 3u);  // chunks 2-4, after it
+  EXPECT_EQ(slow.Stats().declined_slower_than_recompute, 1u);
+  l1_.table().ReleaseRead(declined->lease);
+
+  // Recomputing dearer than the slow chunk: -1 + 9 + 9 + 9 > 0, all load.
+  request = Request(KeysN(10, 5));
+  PutInL2(fast_store, {request.keys[0], request.keys[2], request.keys[3], request.keys[4]}, 10);
+  PutInL2(slow_store, {request.keys[1]}, 11);
+  slow.load_cost()->Record(1, std::chrono::milliseconds(100));  // the loads above moved it
+  request.recompute_seconds_per_chunk = 0.2;
+  const auto loaded = controller->Wait(controller->Submit(request), kWait);
+  ASSERT_TRUE(loaded);
+  EXPECT_EQ(loaded->chunks, 5u);
+  EXPECT_TRUE(HasBytes(request.keys[1], 11));
+  EXPECT_EQ(controller->Stats().declined_slower_than_recompute, 4u);
+  l1_.table().ReleaseRead(loaded->lease);
   controller->Stop();
   l1_.ExpectBalanced();
 }
