@@ -4,8 +4,10 @@
 
 namespace lmcache::tier {
 
-void LoadCostMeter::Record(std::uint64_t objects, std::chrono::nanoseconds took) {
+void LoadCostMeter::Record(std::uint64_t objects, std::chrono::nanoseconds took,
+                           Clock::time_point now) {
   if (objects == 0) return;
+  last_record_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   const double sample = static_cast<double>(std::max<std::int64_t>(0, took.count())) /
                         static_cast<double>(objects);
   double seen = nanos_per_object_.load(std::memory_order_relaxed);
@@ -15,9 +17,11 @@ void LoadCostMeter::Record(std::uint64_t objects, std::chrono::nanoseconds took)
   } while (!nanos_per_object_.compare_exchange_weak(seen, next, std::memory_order_relaxed));
 }
 
-std::optional<double> LoadCostMeter::SecondsPerObject() const {
+std::optional<double> LoadCostMeter::SecondsPerObject(Clock::time_point now) const {
   const double nanos = nanos_per_object_.load(std::memory_order_relaxed);
   if (nanos < 0) return std::nullopt;
+  const Clock::time_point last{Clock::duration(last_record_.load(std::memory_order_relaxed))};
+  if (now - last >= kStale) return std::nullopt;
   return nanos * 1e-9;
 }
 

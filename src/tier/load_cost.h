@@ -5,8 +5,14 @@
 // takes, as the prefetch sees it: each Load call's time from submission to
 // completion (queueing in the adapter included) divided by its objects. A
 // call of a batch runs its objects side by side, so this is the cost per
-// object of a batch of that size, which is what a prefetch pays. Until a
-// first load completes nothing is known, and the policy loads.
+// object of a batch of that size, which is what a prefetch pays (a request
+// loading fewer objects than the batches measured pays more per object).
+// Only objects that loaded count: a call of misses says little. Until a
+// first load completes nothing is known, and the policy loads. The figure
+// also goes stale: a tier the policy declines is never loaded from, so
+// never measured again, and would stay declined after it got fast; kStale
+// after its last load the meter knows nothing again, the next prefetch
+// loads from the tier, and that measures it afresh.
 //
 // BestPrefix: the leading chunks worth loading, given each chunk's load cost
 // and the cost of recomputing one chunk. The engine recomputes whatever is
@@ -30,10 +36,14 @@ namespace lmcache::tier {
 
 class LoadCostMeter {
  public:
-  // One completed Load call of `objects` objects that took `took`.
-  void Record(std::uint64_t objects, std::chrono::nanoseconds took);
-  // The moving average of seconds per object; nullopt before any Record.
-  std::optional<double> SecondsPerObject() const;
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::seconds kStale{30};
+
+  // One completed Load call that loaded `objects` objects in `took`, ending at `now`.
+  void Record(std::uint64_t objects, std::chrono::nanoseconds took, Clock::time_point now);
+  // The moving average of seconds per object; nullopt before any Record,
+  // and from kStale after the last one.
+  std::optional<double> SecondsPerObject(Clock::time_point now) const;
   // Chunks this adapter would have served that a prefetch declined because
   // recomputing them was cheaper.
   void CountDeclined(std::uint64_t chunks) { declined_.fetch_add(chunks, std::memory_order_relaxed); }
@@ -44,6 +54,7 @@ class LoadCostMeter {
   static constexpr double kWeight = 0.2;
   // Nanoseconds per object, as a double's bits; negative: nothing recorded.
   std::atomic<double> nanos_per_object_{-1.0};
+  std::atomic<Clock::rep> last_record_{0};  // Clock ticks since its epoch
   std::atomic<std::uint64_t> declined_{0};
 };
 

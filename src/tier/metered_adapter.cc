@@ -63,23 +63,23 @@ void MeteredAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
   auto meter =
       std::make_shared<Meter>(&meters_.loading_objects, &meters_.load_latency, reads.size());
   const auto start = std::chrono::steady_clock::now();
-  const std::size_t objects = reads.size();
-  ForwardingAdapter::SubmitLoad(reads, [this, meter, start, objects, done = std::move(done)](
-                                           std::vector<L2LoadOutcome> o) mutable {
-    meter.reset();
-    // A call that loaded nothing (misses, a dead backend) says nothing of
-    // what a load costs.
-    if (std::count(o.begin(), o.end(), L2LoadOutcome::kLoaded) > 0) {
-      cost_.Record(objects, std::chrono::steady_clock::now() - start);
-    }
-    done(std::move(o));
-  });
+  ForwardingAdapter::SubmitLoad(
+      reads, [this, meter, start, done = std::move(done)](std::vector<L2LoadOutcome> o) mutable {
+        meter.reset();
+        // Per object loaded: a call that loaded nothing (misses, a dead
+        // backend) says nothing of what a load costs.
+        const auto loaded =
+            static_cast<std::uint64_t>(std::count(o.begin(), o.end(), L2LoadOutcome::kLoaded));
+        const auto now = std::chrono::steady_clock::now();
+        cost_.Record(loaded, now - start, now);
+        done(std::move(o));
+      });
 }
 
 L2AdapterStats MeteredAdapter::Stats() const {
   L2AdapterStats s = ForwardingAdapter::Stats();
   meters_.CopyTo(&s);
-  s.load_seconds_per_object = cost_.SecondsPerObject().value_or(0);
+  s.load_seconds_per_object = cost_.SecondsPerObject(std::chrono::steady_clock::now()).value_or(0);
   s.declined_slower_than_recompute = cost_.declined();
   return s;
 }

@@ -10,7 +10,6 @@
 
 namespace lmcache::tier {
 
-using prefetch_parts::UnlockAt;
 using prefetch_parts::UnlockFrom;
 
 bool PrefetchController::Begin(Running& running) {
@@ -70,15 +69,27 @@ void PrefetchController::DropHeldChunks(Running& running) {
   const std::size_t ranks = std::max<std::size_t>(1, running.request.ranks);
   const std::size_t cut = running.held * ranks;
   std::vector<store::ObjectKey>& keys = running.request.keys;
-  // Their locks go first: the indices below still name the uncut keys.
+  // The plan is made whole first (the held keys out of every adapter's
+  // list, the rest renumbered, the keys cut), the unlocks come after: an
+  // Unlock that throws then leaves a plan whose every index is right for
+  // ReleaseAfterFailure, and never a held key in it to unlock twice.
+  std::vector<std::vector<store::ObjectKey>> release(running.adapters.size());
   for (std::size_t a = 0; a < running.adapters.size(); ++a) {
-    UnlockAt(*running.adapters[a], keys, plan.locked[a], [cut](std::size_t i) { return i < cut; });
-    for (std::size_t& i : plan.locked[a]) i -= cut;
+    std::vector<std::size_t>& locked = plan.locked[a];
+    std::erase_if(locked, [&](std::size_t i) {
+      if (i >= cut) return false;
+      release[a].push_back(keys[i]);
+      return true;
+    });
+    for (std::size_t& i : locked) i -= cut;
   }
   keys.erase(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(cut));
   plan.source.erase(plan.source.begin(), plan.source.begin() + static_cast<std::ptrdiff_t>(cut));
   plan.chunks -= running.held;
   running.request.held_chunks = 0;
+  for (std::size_t a = 0; a < running.adapters.size(); ++a) {
+    if (!release[a].empty()) running.adapters[a]->Unlock(release[a]);
+  }
 }
 
 void PrefetchController::DeclineSlowerThanRecompute(Running& running) {
@@ -87,15 +98,16 @@ void PrefetchController::DeclineSlowerThanRecompute(Running& running) {
   if (recompute <= 0 || plan.chunks == 0) return;
   const std::size_t ranks = std::max<std::size_t>(1, running.request.ranks);
   // A chunk costs what its objects cost, each at its source's current rate;
-  // a source with nothing measured yet counts as free (it loads, and so
-  // gets measured).
+  // a source with nothing measured lately counts as free (it loads, and so
+  // gets measured: a tier declined once is tried again, see load_cost.h).
   auto meter = [&](std::size_t key) -> LoadCostMeter* {
     const int source = plan.source[key];
     return source < 0 ? nullptr : running.adapters[static_cast<std::size_t>(source)]->load_cost();
   };
+  const auto now = std::chrono::steady_clock::now();
   std::vector<double> cost(plan.chunks, 0.0);
   for (std::size_t i = 0; i < plan.chunks * ranks; ++i) {
-    if (LoadCostMeter* m = meter(i)) cost[i / ranks] += m->SecondsPerObject().value_or(0);
+    if (LoadCostMeter* m = meter(i)) cost[i / ranks] += m->SecondsPerObject(now).value_or(0);
   }
   const std::size_t keep = BestPrefix(cost, recompute);
   if (keep == plan.chunks) return;

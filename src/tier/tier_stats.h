@@ -95,7 +95,8 @@ namespace lmcache::tier {
     "l2_load_seconds_per_object",                                                              \
     "Moving average of what one object of a load from the "                                    \
     "adapter takes, as the prefetch sees it (its queueing included); 0 before the first "      \
-    "load. The load-or-recompute policy weighs it (--prefill-tokens-per-second).")             \
+    "load and 30 s after the last. The load-or-recompute policy weighs it "                    \
+    "(--prefill-tokens-per-second).")                                                          \
   X(declined_slower_than_recompute, "declined_slower_than_recompute", std::uint64_t, kCounter, \
     "chunks", "l2_declined_slower_than_recompute_chunks_total",                                \
     "Chunks the "                                                                              \

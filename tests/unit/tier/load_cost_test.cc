@@ -12,23 +12,39 @@ namespace lmcache::tier {
 namespace {
 
 using std::chrono::milliseconds;
+using std::chrono::seconds;
+// A fixed time line: the meter takes the time from its caller.
+const LoadCostMeter::Clock::time_point kT0{seconds(1000)};
 
 TEST(LoadCostMeter, NothingIsKnownBeforeTheFirstLoad) {
   LoadCostMeter meter;
-  EXPECT_FALSE(meter.SecondsPerObject().has_value());
-  meter.Record(0, milliseconds(5));  // a call of no objects says nothing
-  EXPECT_FALSE(meter.SecondsPerObject().has_value());
+  EXPECT_FALSE(meter.SecondsPerObject(kT0).has_value());
+  meter.Record(0, milliseconds(5), kT0);  // a call that loaded nothing says nothing
+  EXPECT_FALSE(meter.SecondsPerObject(kT0).has_value());
 }
 
 TEST(LoadCostMeter, TheFirstCallSetsTheCostAndLaterOnesMoveItAFifthOfTheWay) {
   LoadCostMeter meter;
-  meter.Record(4, milliseconds(40));  // 10 ms an object
-  EXPECT_DOUBLE_EQ(*meter.SecondsPerObject(), 0.010);
-  meter.Record(1, milliseconds(60));  // 60 ms: 10 + 0.2 x 50
-  EXPECT_NEAR(*meter.SecondsPerObject(), 0.020, 1e-12);
+  meter.Record(4, milliseconds(40), kT0);  // 10 ms an object
+  EXPECT_DOUBLE_EQ(*meter.SecondsPerObject(kT0), 0.010);
+  meter.Record(1, milliseconds(60), kT0);  // 60 ms: 10 + 0.2 x 50
+  EXPECT_NEAR(*meter.SecondsPerObject(kT0), 0.020, 1e-12);
   // A tier that became fast again is trusted again within some calls.
-  for (int i = 0; i < 40; ++i) meter.Record(8, milliseconds(8));  // 0.8^40 of the gap left
-  EXPECT_NEAR(*meter.SecondsPerObject(), 0.001, 1e-5);
+  for (int i = 0; i < 40; ++i) meter.Record(8, milliseconds(8), kT0);  // 0.8^40 of the gap left
+  EXPECT_NEAR(*meter.SecondsPerObject(kT0), 0.001, 1e-5);
+}
+
+// A tier the policy declines is never loaded from, so never measured: the
+// figure goes stale kStale after the last load, the next prefetch loads
+// (nothing known), and that load measures the tier afresh.
+TEST(LoadCostMeter, AFigureGoesStaleSoADeclinedTierIsTriedAgain) {
+  LoadCostMeter meter;
+  meter.Record(1, milliseconds(100), kT0);
+  EXPECT_TRUE(meter.SecondsPerObject(kT0 + LoadCostMeter::kStale - milliseconds(1)).has_value());
+  EXPECT_FALSE(meter.SecondsPerObject(kT0 + LoadCostMeter::kStale).has_value());
+  const auto later = kT0 + LoadCostMeter::kStale + seconds(1);
+  meter.Record(1, milliseconds(1), later);  // the tier got fast: the average moves from 100 ms
+  EXPECT_NEAR(*meter.SecondsPerObject(later), 0.0802, 1e-9);
 }
 
 TEST(LoadCostMeter, DeclinedChunksAreCounted) {
