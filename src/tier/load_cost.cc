@@ -7,13 +7,17 @@ namespace lmcache::tier {
 void LoadCostMeter::Record(std::uint64_t objects, std::chrono::nanoseconds took,
                            Clock::time_point now) {
   if (objects == 0) return;
-  last_record_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
+  const Clock::time_point previous{Clock::duration(
+      last_record_.exchange(now.time_since_epoch().count(), std::memory_order_relaxed))};
+  // After a stale figure the tier is measured afresh: the old average, from
+  // before it was declined, does not weigh on the new one.
+  const bool fresh = now - previous >= kStale;
   const double sample = static_cast<double>(std::max<std::int64_t>(0, took.count())) /
                         static_cast<double>(objects);
   double seen = nanos_per_object_.load(std::memory_order_relaxed);
   double next = 0;
   do {
-    next = seen < 0 ? sample : seen + kWeight * (sample - seen);
+    next = seen < 0 || fresh ? sample : seen + kWeight * (sample - seen);
   } while (!nanos_per_object_.compare_exchange_weak(seen, next, std::memory_order_relaxed));
 }
 

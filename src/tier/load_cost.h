@@ -12,7 +12,7 @@
 // also goes stale: a tier the policy declines is never loaded from, so
 // never measured again, and would stay declined after it got fast; kStale
 // after its last load the meter knows nothing again, the next prefetch
-// loads from the tier, and that measures it afresh.
+// loads from the tier, and that load's cost replaces the old average.
 //
 // BestPrefix: the leading chunks worth loading, given each chunk's load cost
 // and the cost of recomputing one chunk. The engine recomputes whatever is

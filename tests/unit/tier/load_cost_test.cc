@@ -43,8 +43,10 @@ TEST(LoadCostMeter, AFigureGoesStaleSoADeclinedTierIsTriedAgain) {
   EXPECT_TRUE(meter.SecondsPerObject(kT0 + LoadCostMeter::kStale - milliseconds(1)).has_value());
   EXPECT_FALSE(meter.SecondsPerObject(kT0 + LoadCostMeter::kStale).has_value());
   const auto later = kT0 + LoadCostMeter::kStale + seconds(1);
-  meter.Record(1, milliseconds(1), later);  // the tier got fast: the average moves from 100 ms
-  EXPECT_NEAR(*meter.SecondsPerObject(later), 0.0802, 1e-9);
+  meter.Record(1, milliseconds(1), later);  // the tier got fast: measured afresh, not from 100 ms
+  EXPECT_DOUBLE_EQ(*meter.SecondsPerObject(later), 0.001);
+  meter.Record(1, milliseconds(6), later);  // and averaged from there
+  EXPECT_NEAR(*meter.SecondsPerObject(later), 0.002, 1e-12);
 }
 
 TEST(LoadCostMeter, DeclinedChunksAreCounted) {
