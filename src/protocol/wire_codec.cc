@@ -167,19 +167,15 @@ Status ReadRequestConfigs(MsgpackCursor& in, const KeyLimits& limits, IpcKey& ke
       return Malformed("key.request_configs", "its keys must be strings");
     }
     LMC_ASSIGN_OR_RETURN(const std::string_view name, in.ReadStr("key.request_configs key"));
+    if ((name == kSkipLoadConfig || name == kEngineComputedTokensHint) && in.NextIsNil()) {
+      LMC_RETURN_IF_ERROR(in.ReadNil("key.request_configs"));  // a load control left unset
+      continue;
+    }
     if (name == kSkipLoadConfig) {
-      if (in.NextIsNil()) {
-        LMC_RETURN_IF_ERROR(in.ReadNil("key.request_configs"));
-        continue;
-      }
       LMC_ASSIGN_OR_RETURN(key.skip_load, in.ReadBool("key.request_configs['lmcache.skip_load']"));
       continue;
     }
     if (name == kEngineComputedTokensHint) {
-      if (in.NextIsNil()) {
-        LMC_RETURN_IF_ERROR(in.ReadNil("key.request_configs"));
-        continue;
-      }
       LMC_ASSIGN_OR_RETURN(
           const std::int64_t tokens,
           in.ReadInt("key.request_configs['lmcache.hint.engine_computed_tokens']"));
