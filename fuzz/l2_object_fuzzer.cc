@@ -1,12 +1,15 @@
 // libFuzzer target: the L2 object format (tier/object_format.h), which reads
 // bytes from disk and from Redis: anything another process or a bad disk can
 // leave there. Beyond "no crash, no sanitizer report": a header that parses
-// names a valid key, and an object that verifies re-encodes to a header that
-// parses to the same key, length and checksum.
+// names a valid key and an encoding that fits its payload, an object that
+// verifies re-encodes to a header that parses to the same key, length,
+// checksum and encoding, and an encoded one decodes into its object's size.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <span>
+#include <vector>
 
 #include "tier/object_format.h"
 
@@ -33,11 +36,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (rest.size() < header->payload_bytes) return 0;
   const auto payload = rest.first(header->payload_bytes);
   if (!tier::VerifyObject(*header, header->key, payload).ok()) return 0;
-  const std::string again = tier::EncodeObjectHeader(header->key, payload, 1);
+  Check(tier::CheckEncoding(header->encoding, header->payload_bytes).ok());
+  const std::string again = tier::EncodeObjectHeader(header->key, payload, 1, header->encoding);
   Result<tier::ObjectHeader> reparsed =
       tier::ParseObjectHeader(std::as_bytes(std::span(again.data(), again.size())));
   Check(reparsed.ok());
   Check(reparsed->key == header->key && reparsed->payload_bytes == header->payload_bytes &&
-        reparsed->payload_checksum == header->payload_checksum);
+        reparsed->payload_checksum == header->payload_checksum &&
+        reparsed->encoding == header->encoding);
+  // A payload that verified decodes into a buffer of the object's size (the
+  // size follows from the payload's, so it is bounded by the input).
+  std::vector<std::byte> object(header->object_bytes());
+  std::copy(payload.begin(), payload.end(), object.begin());
+  Check(tier::VerifyAndDecode(*header, header->key, object).ok());
   return 0;
 }

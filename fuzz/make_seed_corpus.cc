@@ -11,6 +11,7 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/clock.h"
@@ -182,6 +183,20 @@ int main(int argc, char** argv) {
                                            std::to_string(object.size()) + "\r\n" + object +
                                            "\r\n");
     }
+  }
+  // Encoded objects (format version 4), as a serde writes them: fp8 codes of
+  // bfloat16 and float32 objects, tagged and not.
+  for (const auto& [codec, element, raw_bytes] :
+       {std::tuple{tier::PayloadCodec::kFp8E4M3, tier::ElementType::kBFloat16, std::size_t{200}},
+        std::tuple{tier::PayloadCodec::kFp8E5M2, tier::ElementType::kFloat32, std::size_t{400}}}) {
+    const std::size_t encoded = *tier::EncodedBytes(codec, element, raw_bytes);
+    std::string payload(encoded, '\0');
+    for (std::size_t i = 0; i < encoded; ++i) payload[i] = static_cast<char>(i * 37);
+    const auto span = std::as_bytes(std::span(payload.data(), payload.size()));
+    object_key.tags = element == tier::ElementType::kFloat32 ? "tenant%b" : "";
+    const std::string object =
+        tier::EncodeObjectHeader(object_key, span, 1, {codec, element, raw_bytes}) + payload;
+    Write(objects / ("encoded-" + std::string(tier::PayloadCodecName(codec))), object);
   }
   // The takeover protocol (first byte: 0 hello, 1 verdict, 2 image), the
   // image exported from this seed writer's own pool with a few objects in it

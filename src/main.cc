@@ -38,6 +38,7 @@
 #include "server/service.h"
 #include "store/l1_cache.h"
 #include "tier/l2_tier.h"
+#include "tier/serde_adapter.h"
 #include "transport/router_loop.h"
 
 namespace {
@@ -69,6 +70,9 @@ lmcache::Result<std::unique_ptr<lmcache::transport::RouterLoop>> BindEndpoints(
 // destroyed in reverse).
 struct Server {
   restart::OpenedPool pool;
+  // The element types a serde reads from the registrations: bound to the
+  // service's once it exists, unbound before it goes.
+  lmcache::tier::ElementTypeDirectory element_types;
   // P2P on: the fleet's parts (daemon/fleet_node.h). Its data channel
   // registered the pool, so it goes just before the pool does; the L2 tier
   // and the service, which read through it, go before it.
@@ -88,6 +92,7 @@ struct Server {
   // did not stop the fleet first (a start that failed), it is detached
   // before anything goes.
   ~Server() {
+    element_types.Bind(nullptr);
     if (fleet) fleet->Detach();
   }
 
@@ -98,6 +103,7 @@ struct Server {
 // stored; the tier started.
 Status StartTiers(const daemon::ServerConfig& config, const lmcache::Clock& clock, Server& s) {
   lmcache::tier::L2Environment environment;
+  environment.element_types = &s.element_types;
   if (config.p2p.enabled()) {
     s.fleet = daemon::FleetNode::Create(config.p2p, clock, s.cache());
     environment.fleet = s.fleet->link();
@@ -189,6 +195,11 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
   s.service = std::make_unique<lmcache::server::Service>(
       &s.cache(), &clock, service_config, s.l2 ? s.l2->prefetcher() : nullptr, s.kv_events.get(),
       s.fleet ? s.fleet->chunk_log() : nullptr);
+  s.element_types.Bind([&instances = s.service->instances()](const lmcache::store::ObjectKey& key,
+                                                             std::uint64_t object_bytes) {
+    const auto dtype = instances.ElementDtypeOf(key.model_name, key.layout_namespace, object_bytes);
+    return dtype ? lmcache::tier::ElementTypeOfDtype(*dtype) : lmcache::tier::ElementType::kUnknown;
+  });
   if (s.fleet) {
     LMC_RETURN_IF_ERROR(s.fleet->Start(*s.service, "tcp://" + config.service.p2p_advertise_url));
   }

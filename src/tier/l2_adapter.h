@@ -37,17 +37,29 @@
 #include "store/object_key.h"
 #include "store/tenant_ledger.h"
 #include "tier/load_cost.h"
+#include "tier/payload_codec.h"
 #include "tier/tier_stats.h"
 
 namespace lmcache::tier {
 
-// One object to store; `bytes` stay valid (read-locked in L1) for the call.
+// One object to store; `bytes` stay valid (read-locked in L1, or the serde
+// wrapper's buffer) for the call. `encoding` says what `bytes` are: the
+// object as L1 holds it (raw), or its encoding (serde_adapter.h), which the
+// adapter records in the object's header.
 struct L2Write {
+  L2Write() = default;
+  L2Write(const store::ObjectKey* object_key, std::span<const std::byte> object_bytes,
+          PayloadEncoding stored_as = {})
+      : key(object_key), bytes(object_bytes), encoding(stored_as) {}
+
   const store::ObjectKey* key = nullptr;
   std::span<const std::byte> bytes;
+  PayloadEncoding encoding;
 };
 
 // One object to load into `out` (a staged L1 buffer of the object's size).
+// An object stored encoded is decoded into it by the adapter that read it,
+// on that adapter's own thread, whatever serde the adapter is configured with.
 struct L2Read {
   const store::ObjectKey* key = nullptr;
   std::span<std::byte> out;

@@ -31,9 +31,14 @@ class L2ConfigFields;
 struct L2AdapterSpec;
 
 // What an adapter may need from the server beyond its own fields.
+class ElementTypeDirectory;
+
 struct L2Environment {
   // The fleet, with P2P on (the p2p type reads its peers through it); null otherwise.
   const fleet::PeerAccess* fleet = nullptr;
+  // What a serde reads an object's element type from (serde_adapter.h); null:
+  // every object is stored raw.
+  const ElementTypeDirectory* element_types = nullptr;
 };
 
 struct L2AdapterType {

@@ -19,15 +19,59 @@ std::string FormatNumber(double v) {
 
 Result<L2AdapterSpec> ParseObject(const json& object, const std::string& where);
 
+// The reference's `serde` block (lmcache/v1/distributed/serde/factory.py):
+// {"type": "fp8", "fp8_dtype": "float8_e4m3fn" | "float8_e5m2", "max_workers": n}.
+Status ParseSerde(L2ConfigFields& f, L2AdapterSpec* spec) {
+  const json& serde = f.object()["serde"];
+  if (!serde.is_object()) return f.Error("serde", "must be an object, e.g. {\"type\": \"fp8\"}");
+  if (!serde.contains("type") || !serde["type"].is_string()) {
+    return f.Error("serde.type", "is required: \"fp8\"");
+  }
+  const std::string type = serde["type"].get<std::string>();
+  if (type == "cachegen") {
+    return f.Error("serde.type",
+                   "\"cachegen\" (CacheGen's learned codec) is not built into this server; use "
+                   "{\"type\": \"fp8\"} to store half the bytes, or remove serde");
+  }
+  if (type != "fp8") {
+    return f.Error("serde.type", "\"" + type + "\" is not a serde of this server, which has fp8");
+  }
+  for (const auto& [key, value] : serde.items()) {
+    if (key == "type") continue;
+    if (key == "fp8_dtype") {
+      std::string dtype = value.is_string() ? value.get<std::string>() : "";
+      if (dtype.starts_with("torch.")) dtype.erase(0, 6);
+      if (dtype == "float8_e4m3fn") {
+        spec->serde.codec = PayloadCodec::kFp8E4M3;
+      } else if (dtype == "float8_e5m2") {
+        spec->serde.codec = PayloadCodec::kFp8E5M2;
+      } else {
+        return f.Error("serde.fp8_dtype", "must be \"float8_e4m3fn\" or \"float8_e5m2\"");
+      }
+      continue;
+    }
+    if (key == "max_workers") {
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 1) {
+        return f.Error("serde.max_workers", "must be an integer >= 1");
+      }
+      spec->ignored_keys.push_back(
+          "serde.max_workers (objects are encoded on the store controller's workers)");
+      continue;
+    }
+    return f.Error("serde." + key,
+                   "is not a field of the fp8 serde (type, fp8_dtype, max_workers)");
+  }
+  if (spec->serde.codec == PayloadCodec::kRaw) spec->serde.codec = PayloadCodec::kFp8E4M3;
+  return Status::Ok();
+}
+
 Status ParseCommon(L2ConfigFields& f, L2AdapterSpec* spec) {
   LMC_ASSIGN_OR_RETURN(spec->name, f.String("name", false));
   LMC_ASSIGN_OR_RETURN(const std::string tag, f.String("affinity_tag", false));
   if (!tag.empty() && tag != "_default") {
     return f.Error("affinity_tag", "only \"_default\" (one L1 pool) is served");
   }
-  if (f.Has("serde")) {
-    return f.Error("serde", "compression (fp8) is not supported by this server; remove it");
-  }
+  if (f.Has("serde")) LMC_RETURN_IF_ERROR(ParseSerde(f, spec));
   if (f.Has("eviction")) {
     const json& e = f.object()["eviction"];
     if (!e.is_object()) return f.Error("eviction", "must be an object");
@@ -76,7 +120,10 @@ Result<L2AdapterSpec> ParseL2AdapterSpecAt(std::string_view text, const std::str
 Result<std::unique_ptr<L2Adapter>> MakeL2Adapter(const L2AdapterSpec& spec,
                                                  const L2Environment& environment) {
   if (spec.kind == nullptr) return InvalidConfig("L2 adapter '" + spec.type + "' was not parsed");
-  return spec.kind->make(spec, environment);
+  LMC_ASSIGN_OR_RETURN(std::unique_ptr<L2Adapter> made, spec.kind->make(spec, environment));
+  if (spec.serde.codec == PayloadCodec::kRaw) return made;
+  return std::unique_ptr<L2Adapter>(
+      std::make_unique<SerdeAdapter>(std::move(made), spec.serde, environment.element_types));
 }
 
 Result<std::string> L2ConfigFields::String(const std::string& field, bool required) {

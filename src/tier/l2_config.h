@@ -7,9 +7,10 @@
 // out of range, an unknown `type`, or an unknown key is refused with a message naming the adapter's
 // position and the field. Keys the reference accepts that this server does
 // not act on (`num_workers`, `read_ahead_size`, ...) are accepted and logged
-// as ignored, so a reference deployment's flags start unchanged; `serde`
-// (fp8 compression) is refused, because silently storing uncompressed would
-// change what the operator sized.
+// as ignored, so a reference deployment's flags start unchanged. `serde`
+// takes the reference's `fp8` (serde_adapter.h); its other types (cachegen,
+// the encryptions) are refused by name, because silently storing what the
+// operator did not ask for would change what they sized or protected.
 //
 // Thread-safety: pure functions and plain values.
 #pragma once
@@ -24,6 +25,7 @@
 #include "tier/l2_adapter.h"
 #include "tier/l2_adapter_types.h"
 #include "tier/prefetch_controller.h"
+#include "tier/serde_adapter.h"
 #include "tier/store_controller.h"
 
 namespace lmcache::tier {
@@ -38,6 +40,7 @@ struct L2AdapterSpec {
   // What no two adapters of a cascade may share (an fs directory, set by its
   // type's parser); empty: nothing.
   std::string exclusive;
+  SerdeConfig serde;  // its `serde` block (kRaw: none)
 };
 
 // One --l2-adapter value. `position` (1-based) names it in errors.

@@ -50,14 +50,37 @@ std::uint64_t PayloadChecksum(std::span<const std::byte> payload) {
   return XXH3_64bits(payload.data(), payload.size());
 }
 
+namespace {
+
+std::size_t PaddedHeaderBytes(const store::ObjectKey& key, std::size_t fixed,
+                              std::size_t alignment) {
+  const std::size_t used = fixed + key.model_name.size() + key.cache_salt.size() + key.tags.size();
+  return (used + alignment - 1) / alignment * alignment;
+}
+
+}  // namespace
+
+std::size_t EncodedObjectHeaderBytes(const store::ObjectKey& key) {
+  return PaddedHeaderBytes(key, kHeaderFixedBytesV4, kEncodedHeaderAlign);
+}
+
+bool EncodingSaves(const store::ObjectKey& key, std::uint64_t raw_bytes,
+                   std::uint64_t encoded_bytes) {
+  return EncodedObjectHeaderBytes(key) + encoded_bytes <= raw_bytes;
+}
+
 std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std::byte> payload,
-                               std::size_t alignment) {
-  const std::size_t used =
-      kHeaderFixedBytes + key.model_name.size() + key.cache_salt.size() + key.tags.size();
-  const std::size_t padded = (used + alignment - 1) / alignment * alignment;
+                               std::size_t alignment, const PayloadEncoding& encoding) {
+  const bool encoded = encoding.encoded();
+  const std::size_t fixed = encoded ? kHeaderFixedBytesV4 : kHeaderFixedBytes;
+  const std::size_t padded =
+      encoded ? EncodedObjectHeaderBytes(key) : PaddedHeaderBytes(key, fixed, alignment);
   std::string out(padded, '\0');
   std::memcpy(out.data(), kMagic, sizeof(kMagic));
-  Put<std::uint32_t>(out, 8, key.tags.empty() ? kObjectFormatVersion : kObjectFormatVersionTagged);
+  Put<std::uint32_t>(out, 8,
+                     encoded            ? kObjectFormatVersionEncoded
+                     : key.tags.empty() ? kObjectFormatVersion
+                                        : kObjectFormatVersionTagged);
   Put<std::uint32_t>(out, 12, static_cast<std::uint32_t>(padded));
   Put<std::uint64_t>(out, 16, payload.size());
   Put<std::uint64_t>(out, 24, PayloadChecksum(payload));
@@ -68,7 +91,12 @@ std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std:
   std::memcpy(out.data() + 56, key.chunk_hash.data(), key.chunk_hash.size());
   Put<std::uint32_t>(out, 88, key.layout_namespace);
   Put<std::uint16_t>(out, 92, static_cast<std::uint16_t>(key.tags.size()));
-  char* text = out.data() + kHeaderFixedBytes;
+  if (encoded) {
+    Put<std::uint64_t>(out, 96, encoding.raw_bytes);
+    Put<std::uint8_t>(out, 104, static_cast<std::uint8_t>(encoding.codec));
+    Put<std::uint8_t>(out, 105, static_cast<std::uint8_t>(encoding.element));
+  }
+  char* text = out.data() + fixed;
   std::memcpy(text, key.model_name.data(), key.model_name.size());
   text += key.model_name.size();
   std::memcpy(text, key.cache_salt.data(), key.cache_salt.size());
@@ -86,11 +114,13 @@ Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
   if (bytes.size() < kHeaderFixedBytesV1) return Corrupt("shorter than a header (truncated)");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return Corrupt("bad magic");
   const auto version = Get<std::uint32_t>(bytes, 8);
-  if (version < 1 || version > kObjectFormatVersionTagged) {
+  if (version < 1 || version > kObjectFormatVersionEncoded) {
     return Corrupt("format version " + std::to_string(version) + ", this server reads 1 to " +
-                   std::to_string(kObjectFormatVersionTagged));
+                   std::to_string(kObjectFormatVersionEncoded));
   }
-  const std::size_t fixed = version == 1 ? kHeaderFixedBytesV1 : kHeaderFixedBytes;
+  const std::size_t fixed = version == 1                             ? kHeaderFixedBytesV1
+                            : version == kObjectFormatVersionEncoded ? kHeaderFixedBytesV4
+                                                                     : kHeaderFixedBytes;
   if (bytes.size() < fixed) return Corrupt("shorter than a header (truncated)");
   ObjectHeader header;
   header.header_bytes = Get<std::uint32_t>(bytes, 12);
@@ -116,7 +146,17 @@ Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
   header.key.model_name.assign(text, model_bytes);
   header.key.cache_salt.assign(text + model_bytes, salt_bytes);
   header.key.tags.assign(text + model_bytes + salt_bytes, tag_bytes);
-  if (version >= 3 && tag_bytes == 0) return Corrupt("a version 3 header names no tags");
+  if (version == kObjectFormatVersionTagged && tag_bytes == 0) {
+    return Corrupt("a version 3 header names no tags");
+  }
+  header.encoding.raw_bytes = header.payload_bytes;
+  if (version == kObjectFormatVersionEncoded) {
+    header.encoding.raw_bytes = Get<std::uint64_t>(bytes, 96);
+    header.encoding.codec = static_cast<PayloadCodec>(Get<std::uint8_t>(bytes, 104));
+    header.encoding.element = static_cast<ElementType>(Get<std::uint8_t>(bytes, 105));
+    if (!header.encoding.encoded()) return Corrupt("a version 4 header names no encoding");
+    if (Status ok = CheckEncoding(header.encoding, header.payload_bytes); !ok.ok()) return ok;
+  }
   if (Status valid = store::ValidateObjectKey(header.key); !valid.ok()) {
     return Corrupt("the key it names is invalid: " + valid.message());
   }
@@ -159,6 +199,17 @@ Status VerifyObject(const ObjectHeader& header, const store::ObjectKey& expected
     return VerifyObjectSummed(header, expected, payload.size(), header.payload_checksum);
   }
   return VerifyObjectSummed(header, expected, payload.size(), PayloadChecksum(payload));
+}
+
+Status VerifyAndDecode(const ObjectHeader& header, const store::ObjectKey& expected,
+                       std::span<std::byte> out) {
+  if (out.size() != header.object_bytes()) {
+    return Corrupt("a buffer of " + std::to_string(out.size()) + " bytes for an object of " +
+                   std::to_string(header.object_bytes()));
+  }
+  LMC_RETURN_IF_ERROR(VerifyObject(header, expected, out.first(header.payload_bytes)));
+  DecodePayloadInPlace(header.encoding, out);
+  return Status::Ok();
 }
 
 }  // namespace lmcache::tier

@@ -120,7 +120,7 @@ void StoreController::WriteBatch(std::vector<Pending> batch) {
       counters_.failed.fetch_add(1, std::memory_order_relaxed);
       continue;
     }
-    writes.push_back({&key, *bytes});
+    writes.push_back({&key, *bytes, {}});
   }
   // The cascade as it is now, held until every adapter has its copy (one
   // being removed meanwhile finishes this batch).

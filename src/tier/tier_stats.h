@@ -103,8 +103,29 @@ namespace lmcache::tier {
     "adapter held that lookups did not load because recomputing them was cheaper "             \
     "(--prefill-tokens-per-second).")
 
+// ... and its serde's (tier/serde_adapter.h): zero and empty without one.
+#define LMC_L2_SERDE_COUNTED_STATS(X, D)                                                        \
+  X(serde_encoded_objects, "serde_encoded_objects", std::uint64_t, kCounter, "objects",         \
+    "l2_serde_encoded_objects_total", "Objects the adapter's serde stored encoded.")            \
+  X(serde_encoded_object_bytes, "serde_encoded_object_bytes", std::uint64_t, kCounter, "bytes", \
+    "l2_serde_encoded_object_bytes_total", "What the objects stored encoded held in L1.")       \
+  X(serde_encoded_bytes, "serde_encoded_bytes", std::uint64_t, kCounter, "bytes",               \
+    "l2_serde_encoded_bytes_total",                                                             \
+    "What the objects stored encoded took, headers aside (against "                             \
+    "serde_encoded_object_bytes: the compression).")                                            \
+  X(serde_raw_objects, "serde_raw_objects", std::uint64_t, kCounter, "objects",                 \
+    "l2_serde_raw_objects_total",                                                               \
+    "Objects the adapter's serde stored raw: no registration told their element type (or "      \
+    "their parts mix dtypes), or encoding would not save more than a header.")
+#define LMC_L2_SERDE_STATS(X, D)                                                          \
+  X(serde, "serde", std::string, kText, "", "l2_adapter_serde_info",                      \
+    "How the adapter stores objects (its serde: fp8-e4m3, fp8-e5m2); empty: as L1 holds " \
+    "them (always 1).")                                                                   \
+  LMC_L2_SERDE_COUNTED_STATS(X, D)
+
 #define LMC_L2_ADAPTER_STATS(X, D) \
-  LMC_L2_ADAPTER_OWN_STATS(X, D) LMC_L2_METERED_STATS(X, D) LMC_L2_LOAD_COST_STATS(X, D)
+  LMC_L2_ADAPTER_OWN_STATS(X, D)   \
+  LMC_L2_METERED_STATS(X, D) LMC_L2_LOAD_COST_STATS(X, D) LMC_L2_SERDE_STATS(X, D)
 
 struct L2AdapterStats {
   LMC_STATS_MEMBERS(LMC_L2_ADAPTER_STATS)

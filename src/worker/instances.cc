@@ -251,6 +251,25 @@ std::vector<RemovedInstance> InstanceRegistry::RemoveConnection(std::string_view
   return removed;
 }
 
+std::optional<std::string> InstanceRegistry::ElementDtypeOf(const std::string& model,
+                                                            std::uint32_t object_namespace,
+                                                            std::uint64_t object_bytes) const {
+  MutexLock lock(&mu_);
+  std::optional<std::string> found;
+  for (const auto& [key, ref] : layouts_) {
+    const ChunkLayout& layout = ref.layout;
+    if (key.first != model || layout.object_namespace != object_namespace ||
+        layout.object_bytes != object_bytes) {
+      continue;
+    }
+    for (const ObjectPart& part : layout.parts) {
+      if (found && *found != part.dtype) return std::nullopt;
+      found = part.dtype;
+    }
+  }
+  return found;
+}
+
 std::optional<ChunkLayout> InstanceRegistry::LayoutOf(const std::string& model,
                                                       std::int64_t world_size) const {
   MutexLock lock(&mu_);

@@ -144,6 +144,13 @@ class InstanceRegistry {
   // The layout registered for (model, world size), if any instance registered it.
   std::optional<ChunkLayout> LayoutOf(const std::string& model, std::int64_t world_size) const
       LMC_EXCLUDES(mu_);
+  // The dtype of the objects of `model` in layout namespace `object_namespace`
+  // that are `object_bytes` long, as the registrations bound it; nullopt
+  // when none matches, when their parts are of several dtypes, or when two
+  // registrations disagree (a serde then stores the object raw).
+  std::optional<std::string> ElementDtypeOf(const std::string& model,
+                                            std::uint32_t object_namespace,
+                                            std::uint64_t object_bytes) const LMC_EXCLUDES(mu_);
 
   // Records a prepare_store under (registration, transfer). Fails with
   // kNotRegistered when that registration is no longer current. A write

@@ -246,6 +246,8 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
   auto cascade_next = [&cascade_counter] { return ++cascade_counter; };
   std::uint64_t cost_counter = 9700;  // the load-or-recompute figures, added later still
   auto cost_next = [&cost_counter] { return ++cost_counter; };
+  std::uint64_t serde_counter = 9800;  // the serde's figures (issue 64)
+  auto serde_next = [&serde_counter] { return ++serde_counter; };
   for (const char* type : {"fs", "resp"}) {
     tier::L2AdapterStats a;
     a.type = "text-" + std::to_string(next());
@@ -278,6 +280,11 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
     a.over_quota_stores = cascade_next();
     a.load_seconds_per_object = static_cast<double>(cost_next()) + 0.25;
     a.declined_slower_than_recompute = cost_next();
+    a.serde = "text-" + std::to_string(serde_next());
+    a.serde_encoded_objects = serde_next();
+    a.serde_encoded_object_bytes = serde_next();
+    a.serde_encoded_bytes = serde_next();
+    a.serde_raw_objects = serde_next();
     if (a.type == "fs") a.condition.clear();  // one healthy adapter, one not
     l.adapters.push_back(a);
   }

@@ -420,7 +420,7 @@ Status FsAdapter::WriteTemporary(const L2Write& object, PendingFile* file) {
   const store::ObjectKey& key = *object.key;
   if (index_.Contains(key)) return Status::Ok();  // held already: nothing to write
   const std::string header = EncodeObjectHeader(
-      key, object.bytes, config_.use_odirect ? kDirectIoAlign : kPlainHeaderAlign);
+      key, object.bytes, config_.use_odirect ? kDirectIoAlign : kPlainHeaderAlign, object.encoding);
   const std::uint64_t file_bytes = header.size() + object.bytes.size();
   const L2Index::Reservation room =
       index_.Reserve(key.cache_salt, file_bytes,
@@ -509,7 +509,7 @@ std::vector<L2LoadOutcome> FsAdapter::LoadNow(std::span<const L2Read> reads) {
     if (auto* object = std::get_if<OpenedObject>(&opened)) {
       int got = ReadAll(object->fd.get(), object->header.get(), object->header_bytes, 0);
       if (got == 1) {
-        got = ReadAll(object->fd.get(), read.out.data(), read.out.size(),
+        got = ReadAll(object->fd.get(), object->payload.data(), object->payload.size(),
                       static_cast<off_t>(object->header_bytes));
       }
       outcome = Finish(read, *object, got < 0 ? -errno : got);
@@ -548,8 +548,8 @@ void FsAdapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
     }
     OpenedObject& object = load->objects.emplace_back(std::get<OpenedObject>(std::move(opened)));
     load->read_of.push_back(i);
-    ring_reads.push_back({object.fd.get(),
-                          {std::span(object.header.get(), object.header_bytes), reads[i].out}});
+    ring_reads.push_back(
+        {object.fd.get(), {std::span(object.header.get(), object.header_bytes), object.payload}});
   }
   // Each object is verified as its read ends, while the others still read.
   uring_->Submit(
@@ -577,12 +577,23 @@ void FsAdapter::Remove(const store::ObjectKey& key) {
 std::variant<FsAdapter::OpenedObject, L2LoadOutcome> FsAdapter::Open(const L2Read& read) {
   const store::ObjectKey& key = *read.key;
   const std::optional<std::uint64_t> file_bytes = index_.SizeOf(key);
-  // Held under another layout (a different object size): not this object.
-  if (!file_bytes || *file_bytes <= read.out.size()) return L2LoadOutcome::kMissing;
+  if (!file_bytes) return L2LoadOutcome::kMissing;
   OpenedObject object;
-  object.header_bytes = *file_bytes - read.out.size();
+  if (*file_bytes > read.out.size()) {
+    // A raw object: its header, then the object as L1 holds it.
+    object.header_bytes = *file_bytes - read.out.size();
+    object.payload = read.out;
+  } else {
+    // Only an encoded object is no larger than the object (the serde wrapper
+    // encodes only where that saves more than the header; EncodingSaves),
+    // and its header's size follows from its key.
+    object.header_bytes = EncodedObjectHeaderBytes(key);
+    // Held under another layout (a different object size): not this object.
+    if (*file_bytes <= object.header_bytes) return L2LoadOutcome::kMissing;
+    object.payload = read.out.first(*file_bytes - object.header_bytes);
+  }
   const bool direct = config_.use_odirect && object.header_bytes % kDirectIoAlign == 0 &&
-                      Aligned(read.out.data(), read.out.size());
+                      Aligned(object.payload.data(), object.payload.size());
   object.fd = UniqueFd(::open(PathOf(key).c_str(), O_RDONLY | O_CLOEXEC | (direct ? O_DIRECT : 0)));
   if (!object.fd.valid()) {
     if (errno == ENOENT) {  // deleted behind our back
@@ -606,7 +617,17 @@ L2LoadOutcome FsAdapter::Finish(const L2Read& read, const OpenedObject& object, 
   if (verified.ok()) {
     auto header =
         ParseObjectHeader(std::span<const std::byte>(object.header.get(), object.header_bytes));
-    verified = header.ok() ? VerifyObject(*header, key, read.out) : header.status();
+    if (!header.ok()) {
+      verified = header.status();
+    } else if (header->object_bytes() != read.out.size()) {
+      // An object of another layout whose file happened to have the size
+      // this read expected (the header said otherwise): not this object.
+      return L2LoadOutcome::kMissing;
+    } else if (header->payload_bytes != object.payload.size()) {
+      verified = Status(ErrorCode::kCorrupt, "payload length differs from the file's");
+    } else {
+      verified = VerifyAndDecode(*header, key, read.out);
+    }
   }
   if (!verified.ok()) {
     corrupt_log_.Warn("L2 fs: {} failed its check and is deleted: {}", PathOf(key).string(),

@@ -143,6 +143,9 @@ class FsAdapter final : public L2Adapter {
     UniqueFd fd;
     std::size_t header_bytes = 0;
     AlignedBytes header;
+    // Where the payload is read: the whole L1 buffer, or the start of it
+    // for an encoded object (decoded in place once verified).
+    std::span<std::byte> payload;
   };
   struct AsyncLoad;
   // Opens the object's file; an outcome instead where the load ends here.

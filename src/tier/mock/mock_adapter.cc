@@ -30,7 +30,7 @@ std::vector<Status> MockAdapter::StoreNow(std::span<const L2Write> objects) {
       results.push_back(Status::Ok());
       continue;
     }
-    std::string value = EncodeObjectHeader(key, object.bytes, 8);
+    std::string value = EncodeObjectHeader(key, object.bytes, 8, object.encoding);
     const std::size_t header = value.size();
     value.resize(header + object.bytes.size());
     std::memcpy(value.data() + header, object.bytes.data(), object.bytes.size());
@@ -84,12 +84,14 @@ std::vector<L2LoadOutcome> MockAdapter::LoadNow(std::span<const L2Read> reads) {
       const auto bytes = std::as_bytes(std::span(value.data(), value.size()));
       auto header = ParseObjectHeader(bytes);
       Status verified = header.status();
-      if (header.ok() && header->payload_bytes != read.out.size()) {
+      if (header.ok() && header->object_bytes() != read.out.size()) {
         outcome = L2LoadOutcome::kMissing;  // another layout's object
       } else {
-        if (header.ok()) {
-          std::memcpy(read.out.data(), bytes.data() + header->header_bytes, read.out.size());
-          verified = VerifyObject(*header, *read.key, read.out);
+        if (header.ok() && bytes.size() != header->header_bytes + header->payload_bytes) {
+          verified = Status(ErrorCode::kCorrupt, "L2 object: truncated");
+        } else if (header.ok()) {
+          std::memcpy(read.out.data(), bytes.data() + header->header_bytes, header->payload_bytes);
+          verified = VerifyAndDecode(*header, *read.key, read.out);
         }
         outcome = verified.ok() ? L2LoadOutcome::kLoaded : L2LoadOutcome::kCorrupt;
         if (!verified.ok()) {

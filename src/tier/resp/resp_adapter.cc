@@ -425,7 +425,7 @@ std::vector<Status> RespAdapter::StoreNow(std::span<const L2Write> objects) {
     for (std::size_t i = begin; i < end; ++i) {
       const L2Write& object = objects[i];
       keys.push_back(RespObjectKey(config_.key_prefix, *object.key));
-      headers.push_back(EncodeObjectHeader(*object.key, object.bytes, 8));
+      headers.push_back(EncodeObjectHeader(*object.key, object.bytes, 8, object.encoding));
       Op& op = ops[i - begin];
       op.key = keys.back();
       op.command = config_.ttl_seconds == 0
@@ -509,16 +509,17 @@ std::vector<L2LoadOutcome> RespAdapter::LoadNow(std::span<const L2Read> reads) {
         }
         // Another server of the fleet registered this model with another
         // geometry: its object is intact but not ours to load (or delete).
-        if (parsed->payload_bytes != read.out.size()) {
+        if (parsed->object_bytes() != read.out.size()) {
           why = L2LoadOutcome::kMissing;
           return {};
         }
         const std::uint64_t skip = parsed->header_bytes;
+        // An encoded payload lands at the start of the object's buffer.
+        const std::span<std::byte> payload = read.out.first(parsed->payload_bytes);
         header = std::move(parsed).value();
         sum = std::make_unique<PayloadChecksummer>();  // afresh: a redirected op is read again
-        return {read.out, skip, [summer = sum.get()](std::span<const std::byte> piece) {
-                  summer->Add(piece);
-                }};
+        return {payload, skip,
+                [summer = sum.get()](std::span<const std::byte> piece) { summer->Add(piece); }};
       };
     }
     Execute(ops);
@@ -553,9 +554,11 @@ L2LoadOutcome RespAdapter::Verify(const Op& op, const L2Read& read,
       return L2LoadOutcome::kFailed;  // an error reply
   }
   if (!op.streamed.placed || !header || sum == nullptr) return unplaced;
-  return VerifyObjectSummed(*header, *read.key, sum->bytes(), sum->Digest()).ok()
-             ? L2LoadOutcome::kLoaded
-             : L2LoadOutcome::kCorrupt;
+  if (!VerifyObjectSummed(*header, *read.key, sum->bytes(), sum->Digest()).ok()) {
+    return L2LoadOutcome::kCorrupt;
+  }
+  DecodePayloadInPlace(header->encoding, read.out);
+  return L2LoadOutcome::kLoaded;
 }
 
 L2AdapterStats RespAdapter::Stats() const {

@@ -24,8 +24,11 @@
 #include <memory>
 #include <vector>
 
+#include "fakes/fp8_values.h"
 #include "fakes/keys.h"
 #include "tier/fs/fs_key_codec.h"
+#include "tier/object_format.h"
+#include "tier/serde_adapter.h"
 
 namespace lmcache::tier {
 namespace {
@@ -138,6 +141,54 @@ TEST_P(FsAdapterTest, ARestartedAdapterRebuildsItsIndexAndServesWhatWasStored) {
     Buffer out(kObject, 77);
     ASSERT_EQ(LoadOne(*again, keys[i], out), L2LoadOutcome::kLoaded);
     EXPECT_EQ(std::memcmp(out.data, expected.data, kObject), 0);
+  }
+}
+
+// Issue 64: under an fp8 serde a file holds half the object (and its 4 KiB
+// header); raw and encoded files of one object size live side by side; a
+// restarted adapter without the serde rebuilds its index from both and
+// serves each object as it was, with O_DIRECT or without.
+TEST_P(FsAdapterTest, EncodedFilesHoldHalfTheBytesAndARestartWithoutTheSerdeServesThem) {
+  for (const bool direct : {false, true}) {
+    config_.use_odirect = direct;
+    fs::remove_all(dir_);
+    const auto encoded_key = KeyN(1, "org/model");
+    const auto raw_key = KeyN(2, "org/other-model");
+    Buffer encoded_in(kObject), raw_in(kObject, 9);
+    const auto values = testing::Fp8ExactBFloat16Bytes(kObject, 5);
+    std::memcpy(encoded_in.data, values.data(), kObject);
+    {
+      ElementTypeDirectory directory;
+      directory.Bind([](const store::ObjectKey& key, std::uint64_t) {
+        return key.model_name == "org/model" ? ElementType::kBFloat16 : ElementType::kUnknown;
+      });
+      auto fs_adapter = Open();
+      ASSERT_NE(fs_adapter, nullptr);
+      SerdeAdapter serde(std::move(fs_adapter), {PayloadCodec::kFp8E4M3}, &directory);
+      const std::vector<L2Write> writes = {{&encoded_key, encoded_in.span(), {}},
+                                           {&raw_key, raw_in.span(), {}}};
+      for (const Status& s : serde.Store(writes)) ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(fs::file_size(dir_ / ObjectFileName(encoded_key)),
+                EncodedObjectHeaderBytes(encoded_key) + kObject / 2);
+      EXPECT_GT(fs::file_size(dir_ / ObjectFileName(raw_key)), kObject);
+      Buffer out(kObject, 99);
+      const std::vector<L2Read> reads = {{&encoded_key, out.span()}};
+      ASSERT_EQ(serde.Load(reads)[0], L2LoadOutcome::kLoaded) << "direct " << direct;
+      EXPECT_EQ(std::memcmp(out.data, encoded_in.data, kObject), 0);
+    }
+    auto again = Open();  // rebuilt, and no serde now
+    EXPECT_EQ(again->rebuild_report().objects, 2u);
+    EXPECT_EQ(again->rebuild_report().removed, 0u);
+    for (const auto& [key, expected] :
+         {std::pair{&encoded_key, &encoded_in}, std::pair{&raw_key, &raw_in}}) {
+      Buffer out(kObject, 77);
+      ASSERT_EQ(LoadOne(*again, *key, out), L2LoadOutcome::kLoaded) << key->DebugString();
+      EXPECT_EQ(std::memcmp(out.data, expected->data, kObject), 0) << key->DebugString();
+    }
+    // Asked for with another object size: a miss, and the file stays.
+    Buffer other(kObject / 4, 1);
+    EXPECT_EQ(LoadOne(*again, encoded_key, other), L2LoadOutcome::kMissing);
+    EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(encoded_key)));
   }
 }
 

@@ -63,11 +63,65 @@ TEST(L2ConfigTest, EveryErrorNamesTheAdapterAndTheField) {
                        "'use_odirect': must be true or false"));
   EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs","base_path":"/x","bse_path":"/y"})"),
                        "field 'bse_path': is not a field"));
-  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs","base_path":"/x","serde":{"type":"fp8"}})"),
-                       "'serde'"));
   EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fault_inject","inner":{"type":"mock","x":1}})"),
                        "#2 inner field 'x'"));
   EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"mock","affinity_tag":"gpu1"})"), "'affinity_tag'"));
+}
+
+// Issue 64: the reference's serde blocks (its serde/factory.py and fp8.py:
+// type fp8, fp8_dtype a torch name, default float8_e4m3fn, max_workers).
+// fp8 is built; the other types are refused by name, with what to use.
+TEST(L2ConfigTest, TheReferencesFp8SerdeIsTakenAndItsOtherTypesAreRefusedByName) {
+  const std::pair<const char*, PayloadCodec> taken[] = {
+      {R"({"type":"fp8"})", PayloadCodec::kFp8E4M3},
+      {R"({"type":"fp8","fp8_dtype":"float8_e4m3fn","max_workers":4})", PayloadCodec::kFp8E4M3},
+      {R"({"type":"fp8","fp8_dtype":"float8_e5m2"})", PayloadCodec::kFp8E5M2},
+      {R"({"type":"fp8","fp8_dtype":"torch.float8_e5m2"})", PayloadCodec::kFp8E5M2},
+  };
+  for (const auto& [serde, codec] : taken) {
+    const std::string json = std::string(R"({"type":"mock","serde":)") + serde + "}";
+    auto spec = ParseL2AdapterSpec(json, 1);
+    ASSERT_TRUE(spec.ok()) << json << ": " << spec.status().ToString();
+    EXPECT_EQ(spec->serde.codec, codec) << json;
+  }
+  auto plain = ParseL2AdapterSpec(R"({"type":"mock"})", 1);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->serde.codec, PayloadCodec::kRaw);
+  auto with_workers =
+      ParseL2AdapterSpec(R"({"type":"mock","serde":{"type":"fp8","max_workers":2}})", 1);
+  ASSERT_TRUE(with_workers.ok());
+  EXPECT_EQ(with_workers->ignored_keys.size(), 1u) << "max_workers is reported as without effect";
+
+  const std::pair<const char*, const char*> refused[] = {
+      {R"({"type":"cachegen"})", "\"cachegen\" (CacheGen's learned codec) is not built"},
+      {R"({"type":"aesgcm"})", "\"aesgcm\" is not a serde of this server, which has fp8"},
+      {R"({"fp8_dtype":"float8_e4m3fn"})", "'serde.type': is required"},
+      {R"("fp8")", "'serde': must be an object"},
+      {R"({"type":"fp8","fp8_dtype":"float8_e4m3fnuz"})", "'serde.fp8_dtype': must be"},
+      {R"({"type":"fp8","fp8_dtype":8})", "'serde.fp8_dtype': must be"},
+      {R"({"type":"fp8","max_workers":0})", "'serde.max_workers': must be an integer >= 1"},
+      {R"({"type":"fp8","scale":2})", "'serde.scale': is not a field of the fp8 serde"},
+  };
+  for (const auto& [serde, message] : refused) {
+    const std::string error =
+        ErrorOf(std::string(R"({"type":"fs","base_path":"/x","serde":)") + serde + "}");
+    EXPECT_TRUE(Mentions(error, message)) << serde << ": " << error;
+    EXPECT_TRUE(Mentions(error, "--l2-adapter #2")) << error;
+  }
+}
+
+// A serde wraps the adapter it is given to: stores are encoded, and the
+// adapter says so in its stats.
+TEST(L2ConfigTest, AnAdapterWithASerdeIsBuiltWrappedInIt) {
+  auto spec =
+      ParseL2AdapterSpec(R"({"type":"mock","serde":{"type":"fp8","fp8_dtype":"float8_e5m2"}})", 1);
+  ASSERT_TRUE(spec.ok());
+  auto adapter = MakeL2Adapter(*spec);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().ToString();
+  EXPECT_EQ((*adapter)->Stats().serde, "fp8-e5m2");
+  auto plain = MakeL2Adapter(*ParseL2AdapterSpec(R"({"type":"mock"})", 1));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->Stats().serde, "");
 }
 
 // The types come from the build's registrations (src/CMakeLists.txt), not

@@ -138,5 +138,73 @@ TEST(ObjectFormatTest, AnAbsurdHeaderLengthIsRefusedBeforeReading) {
   EXPECT_NE(parsed.status().message().find("out of range"), std::string::npos);
 }
 
+// Issue 64: an encoded object's header (version 4) records how it was
+// stored, so any reader decodes it; its size follows from the key; what a
+// header says of its encoding is checked before anything is decoded.
+TEST(ObjectFormatTest, AnEncodedObjectsHeaderRecordsItsEncodingAndDecodesOnLoad) {
+  for (const bool tagged : {false, true}) {
+    store::ObjectKey key = FullKey();
+    if (tagged) key.tags = "tenant%a";
+    std::vector<std::byte> object(1000);
+    for (std::size_t i = 0; i < object.size(); i += 2) {
+      object[i + 1] = std::byte{0x3F};  // bfloat16 1.0 and its neighbours: fp8 values
+      object[i] = std::byte(static_cast<unsigned char>((i % 8) << 4));
+    }
+    std::vector<std::byte> payload(500);
+    ASSERT_TRUE(
+        EncodePayload(PayloadCodec::kFp8E4M3, ElementType::kBFloat16, object, payload).ok());
+    const PayloadEncoding encoding{PayloadCodec::kFp8E4M3, ElementType::kBFloat16, 1000};
+    const std::string header = EncodeObjectHeader(key, payload, 8, encoding);
+    EXPECT_EQ(header.size(), EncodedObjectHeaderBytes(key));
+    EXPECT_EQ(header.size() % kEncodedHeaderAlign, 0u) << "padded whatever the alignment asked";
+    std::uint32_t version = 0;
+    std::memcpy(&version, header.data() + 8, sizeof(version));
+    EXPECT_EQ(version, 4u);
+    auto parsed = ParseObjectHeader(Bytes(header));
+    ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+    EXPECT_EQ(parsed->key, key);
+    EXPECT_EQ(parsed->encoding, encoding);
+    EXPECT_EQ(parsed->payload_bytes, 500u);
+    EXPECT_EQ(parsed->object_bytes(), 1000u);
+    std::vector<std::byte> out(1000, std::byte{0x77});
+    std::copy(payload.begin(), payload.end(), out.begin());
+    ASSERT_TRUE(VerifyAndDecode(*parsed, key, out).ok());
+    EXPECT_EQ(out, object);
+    std::vector<std::byte> wrong_size(999);
+    EXPECT_EQ(VerifyAndDecode(*parsed, key, wrong_size).code(), ErrorCode::kCorrupt);
+  }
+}
+
+TEST(ObjectFormatTest, AVersionFourHeaderWithAnEncodingThatDoesNotFitIsRefused) {
+  const store::ObjectKey key = FullKey();
+  const std::vector<std::byte> payload(500);
+  const PayloadEncoding good{PayloadCodec::kFp8E5M2, ElementType::kFloat32, 2000};
+  std::string header = EncodeObjectHeader(key, payload, 1, good);
+  ASSERT_TRUE(ParseObjectHeader(Bytes(header)).ok());
+  // Encodings that do not fit their payload, each in a header sealed by its
+  // own checksum: only the encoding's check stands between them and a decode.
+  const PayloadEncoding bad[] = {
+      {PayloadCodec::kFp8E5M2, ElementType::kFloat32, 2004},        // 501 elements, 500 bytes
+      {PayloadCodec::kFp8E5M2, ElementType::kUnknown, 2000},        // no element type
+      {static_cast<PayloadCodec>(3), ElementType::kFloat32, 2000},  // a codec from the future
+  };
+  for (const PayloadEncoding& e : bad) {
+    const std::string h = EncodeObjectHeader(key, payload, 1, e);
+    auto parsed = ParseObjectHeader(Bytes(h));
+    ASSERT_FALSE(parsed.ok()) << e.raw_bytes;
+    EXPECT_EQ(parsed.status().code(), ErrorCode::kCorrupt);
+  }
+  // A flipped encoding byte breaks the header's checksum.
+  header[104] = static_cast<char>(header[104] ^ 0x03);
+  EXPECT_FALSE(ParseObjectHeader(Bytes(header)).ok());
+}
+
+TEST(ObjectFormatTest, AnEncodingIsWorthItOnlyWhereItSavesItsHeader) {
+  const store::ObjectKey key = FullKey();
+  const std::size_t header = EncodedObjectHeaderBytes(key);
+  EXPECT_TRUE(EncodingSaves(key, 2 * header, header));
+  EXPECT_FALSE(EncodingSaves(key, 2 * header - 2, header - 1));
+}
+
 }  // namespace
 }  // namespace lmcache::tier

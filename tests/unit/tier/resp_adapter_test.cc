@@ -14,11 +14,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/mask_secrets.h"
+#include "fakes/fp8_values.h"
 #include "fakes/keys.h"
 #include "fakes/redis_process.h"
 #include "tier/l2_config.h"
 #include "tier/resp/resp_connection.h"
-#include "common/mask_secrets.h"
+#include "tier/serde_adapter.h"
 
 #include <nlohmann/json.hpp>
 
@@ -294,6 +296,38 @@ TEST_F(RespAdapterTest, ALargePayloadDamagedNearItsEndIsCaught) {
   EXPECT_EQ(outcomes[0], L2LoadOutcome::kCorrupt);
   EXPECT_EQ(outcomes[1], L2LoadOutcome::kLoaded);
   EXPECT_EQ(out2, bytes);
+}
+
+// Issue 64: under an fp8 serde a value holds half the object; it streams
+// into the start of the object's buffer and is decoded there, by an adapter
+// with the serde or one without; damaged, it is a corrupt miss, deleted.
+TEST_F(RespAdapterTest, EncodedValuesHoldHalfTheBytesAndDecodeWhereverTheyAreRead) {
+  RedisProcess redis;
+  ElementTypeDirectory directory;
+  directory.Bind([](const store::ObjectKey&, std::uint64_t) { return ElementType::kBFloat16; });
+  SerdeAdapter serde(Adapter(redis.unix_url()), {PayloadCodec::kFp8E4M3}, &directory);
+  const auto key = KeyN(1), damaged = KeyN(2);
+  const auto bytes = testing::Fp8ExactBFloat16Bytes(256 * 1024, 3);
+  const std::vector<L2Write> writes = {{&key, bytes}, {&damaged, bytes}};
+  for (const Status& s : serde.Store(writes)) ASSERT_TRUE(s.ok()) << s.ToString();
+  redisReply* len = redis.Command({"STRLEN", RespObjectKey("t:", key)});
+  EXPECT_EQ(len->integer, static_cast<long long>(EncodedObjectHeaderBytes(key) + bytes.size() / 2));
+  freeReplyObject(len);
+  freeReplyObject(redis.Command({"SETRANGE", RespObjectKey("t:", damaged), "5000", "!"}));
+
+  auto plain = Adapter(redis.unix_url());  // no serde: what a changed config reads with
+  std::vector<std::byte> out1(bytes.size()), out2(bytes.size());
+  const std::vector<L2Read> reads = {{&key, out1}, {&damaged, out2}};
+  const auto outcomes = plain->Load(reads);
+  EXPECT_EQ(outcomes[0], L2LoadOutcome::kLoaded);
+  EXPECT_EQ(out1, bytes);
+  EXPECT_EQ(outcomes[1], L2LoadOutcome::kCorrupt);
+  const std::vector<store::ObjectKey> probe = {key, damaged};
+  EXPECT_EQ(plain->LookupAndLock(probe), (std::vector<bool>{true, false}));
+  std::vector<std::byte> again(bytes.size());
+  const std::vector<L2Read> through_serde = {{&key, again}};
+  EXPECT_EQ(serde.Load(through_serde)[0], L2LoadOutcome::kLoaded);
+  EXPECT_EQ(again, bytes);
 }
 
 TEST_F(RespAdapterTest, AnotherGeometrysObjectIsAMissAndIsKept) {
