@@ -1,14 +1,17 @@
-// The fp8 serde (docs/performance.md, "Compressed tiers"): the codec alone,
-// and an fs tier's store and load of a batch with the serde on and off.
-//   encode / decode  one object's fp8 cast from bfloat16, and back in place;
+// The serdes (docs/performance.md, "Compressed tiers"): the codecs alone,
+// and an fs tier's store and load of a batch with each serde and without.
+// `serde` 0 stores raw, 1 fp8 (e4m3), 2 lossless.
+//   encode / decode  one object's encoding from bfloat16, and its decoding;
 //   fs store         a batch of 16 objects written behind (page cache, no
 //                    fsync: what the tier's own work costs, not the disk's);
 //   fs load          the same batch read back, from the page cache (direct
 //                    0: the copy, checksum and decode) or from the disk
 //                    (direct 1: O_DIRECT reads, half the bytes under fp8).
-// The objects hold bfloat16 values spread like attention keys and values (a
-// normal of sigma 1, one in 97 an outlier to +-40). Throughput counts the
-// objects' L1 bytes. Run with random interleaving and repetitions, so that
+// The objects are [2, layers, tokens, hidden] bfloat16 (K plane, then V),
+// spread like attention keys and values: each channel of a layer has its
+// own scale (lognormal, sigma 0.7), keys a per-channel offset and one
+// channel in 64 twelve times larger (the outlier channels keys have).
+// Throughput counts the objects' L1 bytes. Run with random interleaving and repetitions, so that
 // on and off are measured side by side:
 //   build/bench/serde_bench --benchmark_enable_random_interleaving=true
 //     --benchmark_repetitions=9 --benchmark_report_aggregates_only=true
@@ -45,14 +48,32 @@ struct AlignedBytes {
 };
 
 void FillKvLike(std::span<std::byte> out, unsigned seed) {
+  constexpr std::size_t kHidden = 1024, kTokens = 256;
+  const std::size_t rows = out.size() / 2 / kHidden;  // (plane, layer, token) rows
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> outlier(-40.0f, 40.0f);
-  for (std::size_t i = 0; i + 1 < out.size(); i += 2) {
-    const float v = (i / 2) % 97 == 0 ? outlier(rng) : normal(rng);
-    const auto bf16 = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16);
-    std::memcpy(out.data() + i, &bf16, 2);
+  std::lognormal_distribution<float> spread(0.0f, 0.7f);
+  std::vector<float> scale(kHidden), offset(kHidden);
+  for (std::size_t row = 0; row < rows; ++row) {
+    const bool keys = row < rows / 2;
+    if (row % kTokens == 0) {  // a new layer: its channels' scales
+      for (std::size_t h = 0; h < kHidden; ++h) {
+        scale[h] = spread(rng) * (keys && h % 64 == 3 ? 12.0f : 1.0f);
+        offset[h] = keys ? 0.5f * normal(rng) : 0.0f;
+      }
+    }
+    for (std::size_t h = 0; h < kHidden; ++h) {
+      const float v = offset[h] + scale[h] * normal(rng);
+      const auto bf16 = static_cast<std::uint16_t>(std::bit_cast<std::uint32_t>(v) >> 16);
+      std::memcpy(out.data() + 2 * (row * kHidden + h), &bf16, 2);
+    }
   }
+}
+
+PayloadCodec CodecOf(std::int64_t serde) {
+  return serde == 2   ? PayloadCodec::kLossless
+         : serde == 1 ? PayloadCodec::kFp8E4M3
+                      : PayloadCodec::kRaw;
 }
 
 const AlignedBytes& KvObject() {
@@ -64,27 +85,32 @@ const AlignedBytes& KvObject() {
   return *object;
 }
 
-void BM_Fp8Encode(benchmark::State& state) {
+void BM_Encode(benchmark::State& state) {
+  const PayloadCodec codec = CodecOf(state.range(0));
   const AlignedBytes& raw = KvObject();
-  AlignedBytes out(kObjectBytes / 2);
+  AlignedBytes out(*EncodedBytesBound(codec, ElementType::kBFloat16, kObjectBytes));
+  std::uint64_t stored = 0;
   for (auto _ : state) {
-    if (!EncodePayload(PayloadCodec::kFp8E4M3, ElementType::kBFloat16, raw.span(), out.span())
-             .ok()) {
-      state.SkipWithError("encode failed");
-    }
+    auto n = EncodePayload(codec, ElementType::kBFloat16, raw.span(), out.span());
+    if (!n.ok()) state.SkipWithError("encode failed");
+    stored = n.ok() ? *n : 0;
     benchmark::DoNotOptimize(out.data);
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kObjectBytes));
+  state.counters["stored_fraction"] = static_cast<double>(stored) / kObjectBytes;
 }
 
-void BM_Fp8DecodeInPlace(benchmark::State& state) {
+void BM_Decode(benchmark::State& state) {
+  const PayloadCodec codec = CodecOf(state.range(0));
   const AlignedBytes& raw = KvObject();
-  AlignedBytes encoded(kObjectBytes / 2), buffer(kObjectBytes);
-  (void)EncodePayload(PayloadCodec::kFp8E4M3, ElementType::kBFloat16, raw.span(), encoded.span());
+  AlignedBytes encoded(*EncodedBytesBound(codec, ElementType::kBFloat16, kObjectBytes));
+  AlignedBytes buffer(kObjectBytes);
+  const std::uint64_t n = *EncodePayload(codec, ElementType::kBFloat16, raw.span(), encoded.span());
   for (auto _ : state) {
-    std::memcpy(buffer.data, encoded.data, encoded.size);  // as a load leaves it
-    DecodePayloadInPlace({PayloadCodec::kFp8E4M3, ElementType::kBFloat16, kObjectBytes},
-                         buffer.span());
+    std::memcpy(buffer.data, encoded.data, n);  // as a load leaves it
+    if (!DecodePayload({codec, ElementType::kBFloat16, kObjectBytes}, n, buffer.span()).ok()) {
+      state.SkipWithError("decode failed");
+    }
     benchmark::DoNotOptimize(buffer.data);
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kObjectBytes));
@@ -93,10 +119,10 @@ void BM_Fp8DecodeInPlace(benchmark::State& state) {
 // A directory, an fs adapter over it (wrapped in the serde when on) and a
 // batch of objects; `fresh` gives each store batch keys of its own.
 struct Tier {
-  Tier(bool serde, bool direct) {
+  Tier(std::int64_t serde, bool direct) {
     spdlog::set_level(spdlog::level::warn);
-    dir = fs::temp_directory_path() / ("lmcache_serde_bench_" + std::to_string(::getpid()) +
-                                       (serde ? "_fp8" : "_raw") + (direct ? "_d" : ""));
+    dir = fs::temp_directory_path() / ("lmcache_serde_bench_" + std::to_string(::getpid()) + "_" +
+                                       std::to_string(serde) + (direct ? "_d" : ""));
     fs::remove_all(dir);
     FsAdapterConfig config;
     config.base_path = dir;
@@ -105,9 +131,9 @@ struct Tier {
     config.max_size_bytes = 2ull << 30;  // old batches go, so the page cache holds the rest
     auto fs_adapter = std::move(FsAdapter::Create(config)).value();
     directory.Bind([](const store::ObjectKey&, std::uint64_t) { return ElementType::kBFloat16; });
-    if (serde) {
-      adapter = std::make_unique<SerdeAdapter>(std::move(fs_adapter),
-                                               SerdeConfig{PayloadCodec::kFp8E4M3}, &directory);
+    if (serde != 0) {
+      adapter = std::make_unique<SerdeAdapter>(std::move(fs_adapter), SerdeConfig{CodecOf(serde)},
+                                               &directory);
     } else {
       adapter = std::move(fs_adapter);
     }
@@ -153,15 +179,28 @@ struct Tier {
   std::uint64_t next_batch = 1;
 };
 
-Tier& TierFor(bool serde, bool direct = false) {
-  static Tier* tiers[2][2] = {};
+Tier* tiers[3][2] = {};
+
+// The tiers' directories go at exit (each holds up to 2 GiB).
+void RemoveTiers() {
+  for (auto& by_direct : tiers) {
+    for (Tier*& tier : by_direct) {
+      delete tier;
+      tier = nullptr;
+    }
+  }
+}
+
+Tier& TierFor(std::int64_t serde, bool direct = false) {
+  static const bool cleanup = std::atexit(RemoveTiers) == 0;
+  (void)cleanup;
   Tier*& tier = tiers[serde][direct];
   if (tier == nullptr) tier = new Tier(serde, direct);
   return *tier;
 }
 
 void BM_FsStore(benchmark::State& state) {
-  Tier& tier = TierFor(state.range(0) != 0);
+  Tier& tier = TierFor(state.range(0));
   for (auto _ : state) {
     if (!tier.Store(tier.Keys(tier.next_batch++))) state.SkipWithError("a store failed");
   }
@@ -169,7 +208,7 @@ void BM_FsStore(benchmark::State& state) {
 }
 
 void BM_FsLoad(benchmark::State& state) {
-  Tier& tier = TierFor(state.range(0) != 0, state.range(1) != 0);
+  Tier& tier = TierFor(state.range(0), state.range(1) != 0);
   for (auto _ : state) {
     for (L2LoadOutcome o : tier.adapter->Load(tier.reads)) {
       if (o != L2LoadOutcome::kLoaded) state.SkipWithError("a load failed");
@@ -178,12 +217,20 @@ void BM_FsLoad(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kBatch * kObjectBytes));
 }
 
-BENCHMARK(BM_Fp8Encode)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Fp8DecodeInPlace)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_FsStore)->ArgName("fp8")->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Encode)->ArgName("serde")->Arg(1)->Arg(2)->UseRealTime()->Unit(
+    benchmark::kMillisecond);
+BENCHMARK(BM_Decode)->ArgName("serde")->Arg(1)->Arg(2)->UseRealTime()->Unit(
+    benchmark::kMillisecond);
+BENCHMARK(BM_FsStore)
+    ->ArgName("serde")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_FsLoad)
-    ->ArgNames({"fp8", "direct"})
-    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->ArgNames({"serde", "direct"})
+    ->ArgsProduct({{0, 1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

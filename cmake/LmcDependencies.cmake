@@ -79,6 +79,14 @@ add_library(lmc_xxhash INTERFACE)
 target_include_directories(lmc_xxhash SYSTEM INTERFACE ${LMC_XXHASH_INCLUDE_DIR})
 target_link_libraries(lmc_xxhash INTERFACE ${LMC_XXHASH_LIBRARY})
 
+# libzstd-dev: the lossless serde of the L2 tiers (tier/payload_codec.h),
+# linked statically as xxhash is, so the server needs no more runtime packages.
+find_path(LMC_ZSTD_INCLUDE_DIR zstd.h REQUIRED)
+find_library(LMC_ZSTD_LIBRARY NAMES libzstd.a zstd REQUIRED)
+add_library(lmc_zstd INTERFACE)
+target_include_directories(lmc_zstd SYSTEM INTERFACE ${LMC_ZSTD_INCLUDE_DIR})
+target_link_libraries(lmc_zstd INTERFACE ${LMC_ZSTD_LIBRARY})
+
 # The official BLAKE3 C implementation, built from the sources Debian's
 # librust-blake3-dev installs (its c/ directory): a dependency found on the
 # system, not code copied into this tree. Its runtime dispatch picks the

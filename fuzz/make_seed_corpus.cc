@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
   for (const auto& [codec, element, raw_bytes] :
        {std::tuple{tier::PayloadCodec::kFp8E4M3, tier::ElementType::kBFloat16, std::size_t{200}},
         std::tuple{tier::PayloadCodec::kFp8E5M2, tier::ElementType::kFloat32, std::size_t{400}}}) {
-    const std::size_t encoded = *tier::EncodedBytes(codec, element, raw_bytes);
+    const std::size_t encoded = *tier::EncodedBytesBound(codec, element, raw_bytes);
     std::string payload(encoded, '\0');
     for (std::size_t i = 0; i < encoded; ++i) payload[i] = static_cast<char>(i * 37);
     const auto span = std::as_bytes(std::span(payload.data(), payload.size()));
@@ -197,6 +197,25 @@ int main(int argc, char** argv) {
     const std::string object =
         tier::EncodeObjectHeader(object_key, span, 1, {codec, element, raw_bytes}) + payload;
     Write(objects / ("encoded-" + std::string(tier::PayloadCodecName(codec))), object);
+  }
+  // A lossless object of bfloat16 values (its planes, the top one zstd's).
+  {
+    std::string raw(4096, '\0');
+    for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<char>(i % 2 ? 0x3F : i * 7);
+    const auto raw_span = std::as_bytes(std::span(raw.data(), raw.size()));
+    std::string payload(*tier::EncodedBytesBound(tier::PayloadCodec::kLossless,
+                                                 tier::ElementType::kBFloat16, raw.size()),
+                        '\0');
+    const auto n = *tier::EncodePayload(tier::PayloadCodec::kLossless, tier::ElementType::kBFloat16,
+                                        raw_span, std::as_writable_bytes(std::span(payload)));
+    payload.resize(n);
+    const auto span = std::as_bytes(std::span(payload.data(), payload.size()));
+    object_key.tags = "";
+    Write(objects / "encoded-lossless",
+          tier::EncodeObjectHeader(
+              object_key, span, 1,
+              {tier::PayloadCodec::kLossless, tier::ElementType::kBFloat16, raw.size()}) +
+              payload);
   }
   // The takeover protocol (first byte: 0 hello, 1 verdict, 2 image), the
   // image exported from this seed writer's own pool with a few objects in it

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+
 #include "common/mask_secrets.h"
 #include "tier/l2_config_fields.h"
 
@@ -20,7 +22,8 @@ std::string FormatNumber(double v) {
 Result<L2AdapterSpec> ParseObject(const json& object, const std::string& where);
 
 // The reference's `serde` block (lmcache/v1/distributed/serde/factory.py):
-// {"type": "fp8", "fp8_dtype": "float8_e4m3fn" | "float8_e5m2", "max_workers": n}.
+// {"type": "fp8", "fp8_dtype": "float8_e4m3fn" | "float8_e5m2", "max_workers": n};
+// and ours, {"type": "lossless"}.
 Status ParseSerde(L2ConfigFields& f, L2AdapterSpec* spec) {
   const json& serde = f.object()["serde"];
   if (!serde.is_object()) return f.Error("serde", "must be an object, e.g. {\"type\": \"fp8\"}");
@@ -33,8 +36,17 @@ Status ParseSerde(L2ConfigFields& f, L2AdapterSpec* spec) {
                    "\"cachegen\" (CacheGen's learned codec) is not built into this server; use "
                    "{\"type\": \"fp8\"} to store half the bytes, or remove serde");
   }
+  if (type == "lossless") {  // ours: byte planes and zstd (payload_codec.h)
+    for (const auto& [key, value] : serde.items()) {
+      if (key != "type")
+        return f.Error("serde." + key, "is not a field of the lossless serde (type)");
+    }
+    spec->serde.codec = PayloadCodec::kLossless;
+    return Status::Ok();
+  }
   if (type != "fp8") {
-    return f.Error("serde.type", "\"" + type + "\" is not a serde of this server, which has fp8");
+    return f.Error("serde.type",
+                   "\"" + type + "\" is not a serde of this server, which has fp8 and lossless");
   }
   for (const auto& [key, value] : serde.items()) {
     if (key == "type") continue;
@@ -51,9 +63,11 @@ Status ParseSerde(L2ConfigFields& f, L2AdapterSpec* spec) {
       continue;
     }
     if (key == "max_workers") {
-      if (!value.is_number_integer() || value.get<std::int64_t>() < 1) {
-        return f.Error("serde.max_workers", "must be an integer >= 1");
-      }
+      // The reference takes int(value): 2, 2.0 and "2" alike.
+      double workers = 0;
+      if (value.is_number()) workers = value.get<double>();
+      if (value.is_string()) workers = std::strtod(value.get<std::string>().c_str(), nullptr);
+      if (!(workers >= 1)) return f.Error("serde.max_workers", "must be an integer >= 1");
       spec->ignored_keys.push_back(
           "serde.max_workers (objects are encoded on the store controller's workers)");
       continue;

@@ -8,9 +8,10 @@
 // position and the field. Keys the reference accepts that this server does
 // not act on (`num_workers`, `read_ahead_size`, ...) are accepted and logged
 // as ignored, so a reference deployment's flags start unchanged. `serde`
-// takes the reference's `fp8` (serde_adapter.h); its other types (cachegen,
-// the encryptions) are refused by name, because silently storing what the
-// operator did not ask for would change what they sized or protected.
+// takes the reference's `fp8` and our `lossless` (serde_adapter.h); the
+// reference's other types (cachegen, the encryptions) are refused by name,
+// because silently storing what the operator did not ask for would change
+// what they sized or protected.
 //
 // Thread-safety: pure functions and plain values.
 #pragma once

@@ -110,6 +110,11 @@ bool HasObjectMagic(std::span<const std::byte> bytes) {
   return bytes.size() >= sizeof(kMagic) && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0;
 }
 
+std::uint32_t DeclaredHeaderBytes(std::span<const std::byte> bytes) {
+  if (!HasObjectMagic(bytes) || bytes.size() < 16) return 0;
+  return Get<std::uint32_t>(bytes, 12);
+}
+
 Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes) {
   if (bytes.size() < kHeaderFixedBytesV1) return Corrupt("shorter than a header (truncated)");
   if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return Corrupt("bad magic");
@@ -208,8 +213,7 @@ Status VerifyAndDecode(const ObjectHeader& header, const store::ObjectKey& expec
                    std::to_string(header.object_bytes()));
   }
   LMC_RETURN_IF_ERROR(VerifyObject(header, expected, out.first(header.payload_bytes)));
-  DecodePayloadInPlace(header.encoding, out);
-  return Status::Ok();
+  return DecodePayload(header.encoding, header.payload_bytes, out);
 }
 
 }  // namespace lmcache::tier

@@ -93,9 +93,15 @@ bool EncodingSaves(const store::ObjectKey& key, std::uint64_t raw_bytes,
 // Whether `bytes` begin with this format's magic: the file or value was
 // written by a server of ours (whole or not), never someone else's.
 bool HasObjectMagic(std::span<const std::byte> bytes);
+// The header length a header at the start of `bytes` declares (unchecked:
+// for a reader that guessed the length to tell another object's header
+// from a damaged one), or 0 without the magic or the field.
+std::uint32_t DeclaredHeaderBytes(std::span<const std::byte> bytes);
 
 // The header at the start of `bytes`, which may hold more (the payload) or
-// less (then kCorrupt: truncated). kCorrupt names what is wrong.
+// less (then kCorrupt: truncated). kCorrupt names what is wrong;
+// kNotSupported: an encoding of a newer server (payload_codec.h), which the
+// adapters treat as a miss and leave where it is.
 Result<ObjectHeader> ParseObjectHeader(std::span<const std::byte> bytes);
 
 // OK when `payload` is what `header` describes (length and checksum) and the
@@ -107,7 +113,8 @@ std::uint64_t PayloadChecksum(std::span<const std::byte> payload);
 
 // A load's last step: `out` is the object's L1 buffer (header.object_bytes()
 // long) with the payload read into its start. Verifies the payload
-// (VerifyObject) and decodes it in place when it is encoded.
+// (VerifyObject) and decodes it there when it is encoded (kCorrupt when it
+// does not decode).
 Status VerifyAndDecode(const ObjectHeader& header, const store::ObjectKey& expected,
                        std::span<std::byte> out);
 

@@ -1,10 +1,14 @@
 #include "tier/payload_codec.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
+
+#include <zstd.h>
 
 namespace lmcache::tier {
 namespace {
@@ -192,6 +196,163 @@ Status CorruptEncoding(const std::string& what) {
   return Status(ErrorCode::kCorrupt, "L2 object encoding: " + what);
 }
 
+// --- lossless ---------------------------------------------------------------
+
+// The planes an object is split into: one a byte of its elements, or one
+// plane where the element type is unknown (or does not divide the size).
+std::size_t PlaneCount(ElementType element, std::uint64_t raw_bytes) {
+  const std::size_t width = ElementBytes(element);
+  return width == 0 || raw_bytes % width != 0 ? 1 : width;
+}
+
+constexpr std::size_t kFrameLengthBytes = 8;  // the compressed plane's length, first
+constexpr int kZstdLevel = 1;  // measured: level 2 and 3 saved less on KV planes, slower
+
+struct ZstdContexts {
+  ZstdContexts() : compress(ZSTD_createCCtx()), decompress(ZSTD_createDCtx()) {}
+  ~ZstdContexts() {
+    ZSTD_freeCCtx(compress);
+    ZSTD_freeDCtx(decompress);
+  }
+  ZstdContexts(const ZstdContexts&) = delete;
+  ZstdContexts& operator=(const ZstdContexts&) = delete;
+  ZSTD_CCtx* compress;
+  ZSTD_DCtx* decompress;
+};
+
+// One pair a thread: a store worker or an adapter's thread reuses its own.
+ZstdContexts& Zstd() {
+  thread_local ZstdContexts contexts;
+  return contexts;
+}
+
+// A thread's scratch for the planes of one object, kept between objects up
+// to kKeptScratchBytes: a fresh buffer each time cost more in page faults
+// than the planes' copies (serde_bench).
+constexpr std::size_t kKeptScratchBytes = 64u << 20;
+
+struct Scratch {
+  std::unique_ptr<std::byte[]> bytes;
+  std::size_t size = 0;
+};
+
+class ScratchLease {
+ public:
+  explicit ScratchLease(std::size_t size) {
+    thread_local Scratch kept;
+    if (kept.size >= size) {
+      own_ = std::move(kept);
+      kept.size = 0;  // moved out: a lease taken meanwhile gets its own
+      kept_ = &kept;
+    } else {
+      own_.bytes = std::make_unique_for_overwrite<std::byte[]>(size);
+      own_.size = size;
+      if (size <= kKeptScratchBytes) kept_ = &kept;
+    }
+  }
+  ~ScratchLease() {
+    if (kept_ != nullptr) *kept_ = std::move(own_);
+  }
+  ScratchLease(const ScratchLease&) = delete;
+  ScratchLease& operator=(const ScratchLease&) = delete;
+  std::byte* data() { return own_.bytes.get(); }
+
+ private:
+  Scratch own_;
+  Scratch* kept_ = nullptr;  // where it goes back to
+};
+
+std::uint64_t LosslessBound(std::size_t planes, std::uint64_t raw_bytes) {
+  const std::uint64_t n = raw_bytes / planes;
+  return kFrameLengthBytes + ZSTD_compressBound(n) + (planes - 1) * n;
+}
+
+Result<std::uint64_t> EncodeLossless(ElementType element, std::span<const std::byte> raw,
+                                     std::span<std::byte> out) {
+  const std::size_t planes = PlaneCount(element, raw.size());
+  const std::size_t n = raw.size() / planes;
+  ScratchLease top(planes > 1 ? n : 0);  // the top plane gathered, where there are several
+  std::span<const std::byte> first = raw;
+  if (planes == 2) {  // 16-bit elements: a loop the compiler vectorises
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t value;
+      std::memcpy(&value, raw.data() + 2 * i, 2);
+      top.data()[i] = std::byte(static_cast<std::uint8_t>(value >> 8));
+    }
+    first = std::span(top.data(), n);
+  } else if (planes > 1) {
+    for (std::size_t i = 0; i < n; ++i) top.data()[i] = raw[i * planes + planes - 1];
+    first = std::span(top.data(), n);
+  }
+  std::byte* frame = out.data() + kFrameLengthBytes;
+  const std::size_t compressed =
+      ZSTD_compressCCtx(Zstd().compress, frame, ZSTD_compressBound(n), first.data(), n, kZstdLevel);
+  if (ZSTD_isError(compressed)) {
+    return Status(ErrorCode::kInternal,
+                  std::string("lossless encode: ") + ZSTD_getErrorName(compressed));
+  }
+  const std::uint64_t length = compressed;
+  std::memcpy(out.data(), &length, sizeof(length));
+  std::byte* rest = frame + compressed;
+  if (planes == 2) {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint16_t value;
+      std::memcpy(&value, raw.data() + 2 * i, 2);
+      rest[i] = std::byte(static_cast<std::uint8_t>(value));
+    }
+    return static_cast<std::uint64_t>(rest + n - out.data());
+  }
+  for (std::size_t plane = planes - 1; plane-- > 0; rest += n) {
+    for (std::size_t i = 0; i < n; ++i) rest[i] = raw[i * planes + plane];
+  }
+  return static_cast<std::uint64_t>(rest - out.data());
+}
+
+Status DecodeLossless(const PayloadEncoding& encoding, std::uint64_t payload_bytes,
+                      std::span<std::byte> buffer) {
+  const std::size_t planes = PlaneCount(encoding.element, encoding.raw_bytes);
+  const std::size_t n = buffer.size() / planes;
+  std::uint64_t compressed = 0;
+  std::memcpy(&compressed, buffer.data(), sizeof(compressed));
+  if (compressed > payload_bytes - kFrameLengthBytes ||
+      kFrameLengthBytes + compressed + (planes - 1) * n != payload_bytes) {
+    return CorruptEncoding("a lossless frame of " + std::to_string(compressed) +
+                           " bytes does not fit its payload of " + std::to_string(payload_bytes));
+  }
+  // The planes as they will be read: the top one decompressed, the others
+  // copied out of the payload before the object overwrites it.
+  ScratchLease scratch(buffer.size());
+  std::byte* const separate = scratch.data();
+  const std::size_t got = ZSTD_decompressDCtx(Zstd().decompress, separate, n,
+                                              buffer.data() + kFrameLengthBytes, compressed);
+  if (ZSTD_isError(got) || got != n) {
+    return CorruptEncoding(ZSTD_isError(got)
+                               ? std::string("lossless frame: ") + ZSTD_getErrorName(got)
+                               : "a lossless frame decodes to the wrong size");
+  }
+  std::memcpy(separate + n, buffer.data() + kFrameLengthBytes + compressed, (planes - 1) * n);
+  if (planes == 1) {
+    std::memcpy(buffer.data(), separate, n);
+    return Status::Ok();
+  }
+  if (planes == 2) {  // 16-bit elements, whole: a loop the compiler vectorises
+    const auto* high = reinterpret_cast<const std::uint8_t*>(separate);
+    const auto* low = high + n;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto element = static_cast<std::uint16_t>(high[i] << 8 | low[i]);
+      std::memcpy(buffer.data() + 2 * i, &element, 2);
+    }
+    return Status::Ok();
+  }
+  const std::byte* from = separate;
+  for (std::size_t i = 0; i < n; ++i) buffer[i * planes + planes - 1] = from[i];
+  from += n;
+  for (std::size_t plane = planes - 1; plane-- > 0; from += n) {
+    for (std::size_t i = 0; i < n; ++i) buffer[i * planes + plane] = from[i];
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* PayloadCodecName(PayloadCodec codec) {
@@ -199,6 +360,7 @@ const char* PayloadCodecName(PayloadCodec codec) {
     case PayloadCodec::kRaw: return "raw";
     case PayloadCodec::kFp8E4M3: return "fp8-e4m3";
     case PayloadCodec::kFp8E5M2: return "fp8-e5m2";
+    case PayloadCodec::kLossless: return "lossless";
   }
   return "unknown";
 }
@@ -231,9 +393,11 @@ std::size_t ElementBytes(ElementType element) {
   return 0;
 }
 
-Result<std::uint64_t> EncodedBytes(PayloadCodec codec, ElementType element,
-                                   std::uint64_t raw_bytes) {
+Result<std::uint64_t> EncodedBytesBound(PayloadCodec codec, ElementType element,
+                                        std::uint64_t raw_bytes) {
   if (codec == PayloadCodec::kRaw) return raw_bytes;
+  if (codec == PayloadCodec::kLossless)
+    return LosslessBound(PlaneCount(element, raw_bytes), raw_bytes);
   const std::size_t item = ElementBytes(element);
   if (item == 0) {
     return Status(ErrorCode::kInvalidArgument, std::string(PayloadCodecName(codec)) +
@@ -246,20 +410,21 @@ Result<std::uint64_t> EncodedBytes(PayloadCodec codec, ElementType element,
   return raw_bytes / item;  // one byte an element
 }
 
-Status EncodePayload(PayloadCodec codec, ElementType element, std::span<const std::byte> raw,
-                     std::span<std::byte> out) {
-  LMC_ASSIGN_OR_RETURN(const std::uint64_t want, EncodedBytes(codec, element, raw.size()));
-  if (out.size() != want) {
+Result<std::uint64_t> EncodePayload(PayloadCodec codec, ElementType element,
+                                    std::span<const std::byte> raw, std::span<std::byte> out) {
+  LMC_ASSIGN_OR_RETURN(const std::uint64_t want, EncodedBytesBound(codec, element, raw.size()));
+  if (out.size() < want) {
     return Status(ErrorCode::kInvalidArgument, "encoded buffer of " + std::to_string(out.size()) +
-                                                   " bytes, the payload needs " +
+                                                   " bytes, the payload may need " +
                                                    std::to_string(want));
   }
   if (codec == PayloadCodec::kRaw) {
     std::memcpy(out.data(), raw.data(), raw.size());
-    return Status::Ok();
+    return raw.size();
   }
+  if (codec == PayloadCodec::kLossless) return EncodeLossless(element, raw, out);
   auto* codes = reinterpret_cast<std::uint8_t*>(out.data());
-  const std::size_t elements = out.size();
+  const std::size_t elements = want;
   switch (element) {
     case ElementType::kFloat32:
       if (codec == PayloadCodec::kFp8E5M2) {
@@ -271,7 +436,8 @@ Status EncodePayload(PayloadCodec codec, ElementType element, std::span<const st
     default: {
       // 16-bit elements through a table of every value's code: KV values
       // cluster, so the entries a tensor uses stay in cache, and a lookup an
-      // element measured 3.4x faster than the arithmetic (serde_bench).
+      // element took 0.67 ms an object against 2.45 for the arithmetic
+      // (serde_bench, docs/performance.md).
       const EncodeTable& table = EncodeTableOf(codec, element);
       for (std::size_t i = 0; i < elements; ++i) {
         std::uint16_t v;
@@ -280,10 +446,20 @@ Status EncodePayload(PayloadCodec codec, ElementType element, std::span<const st
       }
     }
   }
-  return Status::Ok();
+  return want;
 }
 
 Status CheckEncoding(const PayloadEncoding& encoding, std::uint64_t payload_bytes) {
+  // A code past ours is a newer server's: not ours to read, nor to delete.
+  if (static_cast<std::uint8_t>(encoding.codec) >
+          static_cast<std::uint8_t>(PayloadCodec::kLossless) ||
+      static_cast<std::uint8_t>(encoding.element) >
+          static_cast<std::uint8_t>(ElementType::kFloat32)) {
+    return Status(ErrorCode::kNotSupported,
+                  "L2 object encoding: codec " + std::to_string(static_cast<int>(encoding.codec)) +
+                      ", element type " + std::to_string(static_cast<int>(encoding.element)) +
+                      ": written by a newer server");
+  }
   switch (encoding.codec) {
     case PayloadCodec::kRaw:
       if (encoding.raw_bytes != payload_bytes)
@@ -291,11 +467,19 @@ Status CheckEncoding(const PayloadEncoding& encoding, std::uint64_t payload_byte
       return Status::Ok();
     case PayloadCodec::kFp8E4M3:
     case PayloadCodec::kFp8E5M2: break;
-    default:
-      return CorruptEncoding("codec " + std::to_string(static_cast<int>(encoding.codec)) +
-                             " is not one this server decodes");
+    case PayloadCodec::kLossless: {
+      const std::uint64_t bound =
+          LosslessBound(PlaneCount(encoding.element, encoding.raw_bytes), encoding.raw_bytes);
+      // No larger than the object: the payload is read into its buffer.
+      if (payload_bytes < kFrameLengthBytes ||
+          payload_bytes > std::min(bound, encoding.raw_bytes)) {
+        return CorruptEncoding(std::to_string(payload_bytes) + " lossless payload bytes for " +
+                               std::to_string(encoding.raw_bytes) + " raw bytes");
+      }
+      return Status::Ok();
+    }
   }
-  auto want = EncodedBytes(encoding.codec, encoding.element, encoding.raw_bytes);
+  auto want = EncodedBytesBound(encoding.codec, encoding.element, encoding.raw_bytes);
   if (!want.ok()) return CorruptEncoding(want.status().message());
   if (*want != payload_bytes) {
     return CorruptEncoding(std::to_string(payload_bytes) + " payload bytes, " +
@@ -305,16 +489,27 @@ Status CheckEncoding(const PayloadEncoding& encoding, std::uint64_t payload_byte
   return Status::Ok();
 }
 
-void DecodePayloadInPlace(const PayloadEncoding& encoding, std::span<std::byte> buffer) {
-  if (!encoding.encoded()) return;
+Status DecodePayload(const PayloadEncoding& encoding, std::uint64_t payload_bytes,
+                     std::span<std::byte> buffer) {
+  if (!encoding.encoded()) return Status::Ok();
+  // Again here, so that no caller can decode what was never checked.
+  LMC_RETURN_IF_ERROR(CheckEncoding(encoding, payload_bytes));
+  if (buffer.size() != encoding.raw_bytes) {
+    return CorruptEncoding("a buffer of " + std::to_string(buffer.size()) +
+                           " bytes for an object of " + std::to_string(encoding.raw_bytes));
+  }
+  if (encoding.codec == PayloadCodec::kLossless) {
+    return DecodeLossless(encoding, payload_bytes, buffer);
+  }
   const DecodeTable& table = DecodeTableOf(encoding.codec);
   const std::size_t elements = buffer.size() / ElementBytes(encoding.element);
   switch (encoding.element) {
-    case ElementType::kBFloat16: return DecodeBackwards(table.bfloat16, buffer, elements);
-    case ElementType::kFloat16: return DecodeBackwards(table.float16, buffer, elements);
-    case ElementType::kFloat32: return DecodeBackwards(table.float32, buffer, elements);
-    case ElementType::kUnknown: return;
+    case ElementType::kBFloat16: DecodeBackwards(table.bfloat16, buffer, elements); break;
+    case ElementType::kFloat16: DecodeBackwards(table.float16, buffer, elements); break;
+    case ElementType::kFloat32: DecodeBackwards(table.float32, buffer, elements); break;
+    case ElementType::kUnknown: break;
   }
+  return Status::Ok();
 }
 
 std::uint8_t Fp8FromFloat(PayloadCodec codec, float value) {

@@ -4,12 +4,13 @@
 //
 // Encoding runs on the thread that submits the store, which is always a
 // store controller worker, never a request thread. Each encoded object gets a
-// buffer of its encoded size, held until the inner adapter's store has
-// completed, so a batch costs at most half its own bytes more (fp8 from
-// 16-bit elements). What cannot be encoded is stored raw, and counted: an
-// object whose element type no registration told (a server that has not
-// met its model's workers since a restart; a layout whose parts mix dtypes),
-// and one too small for the encoding to save more than its header.
+// buffer, held until the inner adapter's store has completed (so a batch
+// costs at most its encodings' bound more: half its bytes under fp8 from
+// 16-bit elements). Buffers are kept for the next batch, up to 64 MiB: fresh
+// ones cost more in page faults than the encoding (serde_bench). What cannot be encoded is stored
+// raw, and counted: an object whose element type no registration told (a server that has not met
+// its model's workers since a restart; a layout whose parts mix dtypes), and one too small for the
+// encoding to save more than its header.
 //
 // Loads need no wrapper: the header of an object says how it was stored,
 // and every adapter decodes what it reads (object_format.h). So a tier
@@ -23,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "common/mutex.h"
 #include "store/object_key.h"
@@ -64,12 +66,26 @@ class SerdeAdapter final : public ForwardingAdapter {
   L2AdapterStats Stats() const override;
 
  private:
-  // One write as the inner adapter gets it: encoded into `buffer`, or raw.
-  struct Prepared;
-  Prepared Prepare(const L2Write& object);
+  // The encode buffers kept between batches (shared with the batches in
+  // flight, so a completion that comes late returns them safely).
+  class BufferPool;
+  struct Buffer {
+    std::unique_ptr<std::byte[]> bytes;
+    std::size_t size = 0;
+  };
+  // One write as the inner adapter gets it: encoded into `buffer`, or as given.
+  struct Prepared {
+    L2Write write;
+    Buffer buffer;  // empty when the write goes as given
+  };
+  // The element type of each object a batch stores, asked once per model,
+  // namespace and size (the directory takes the registrations' lock).
+  class ElementTypes;
+  Prepared Prepare(const L2Write& object, ElementTypes& element_types);
 
   const SerdeConfig config_;
   const ElementTypeDirectory* const element_types_;
+  const std::shared_ptr<BufferPool> buffers_;
   LMC_STATS_COUNTERS(Counters, L2AdapterStats, LMC_L2_SERDE_COUNTED_STATS);
   Counters counters_;
 };

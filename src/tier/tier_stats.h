@@ -115,12 +115,13 @@ namespace lmcache::tier {
     "serde_encoded_object_bytes: the compression).")                                            \
   X(serde_raw_objects, "serde_raw_objects", std::uint64_t, kCounter, "objects",                 \
     "l2_serde_raw_objects_total",                                                               \
-    "Objects the adapter's serde stored raw: no registration told their element type (or "      \
-    "their parts mix dtypes), or encoding would not save more than a header.")
-#define LMC_L2_SERDE_STATS(X, D)                                                          \
-  X(serde, "serde", std::string, kText, "", "l2_adapter_serde_info",                      \
-    "How the adapter stores objects (its serde: fp8-e4m3, fp8-e5m2); empty: as L1 holds " \
-    "them (always 1).")                                                                   \
+    "Objects the adapter's serde stored raw: fp8 knew no element type for them (no "            \
+    "registration told it, or their parts mix dtypes), or encoding would not save more than "   \
+    "a header.")
+#define LMC_L2_SERDE_STATS(X, D)                                                        \
+  X(serde, "serde", std::string, kText, "", "l2_adapter_serde_info",                    \
+    "How the adapter stores objects (its serde: fp8-e4m3, fp8-e5m2, lossless); empty: " \
+    "as L1 holds them (always 1).")                                                     \
   LMC_L2_SERDE_COUNTED_STATS(X, D)
 
 #define LMC_L2_ADAPTER_STATS(X, D) \

@@ -1,4 +1,4 @@
-"""The reference's `serde` block on an L2 adapter (its
+"""The `serde` block on an L2 adapter. The reference's (its
 lmcache/v1/distributed/serde/fp8.py: the object's tensor cast to
 torch.float8_e4m3fn, one byte an element, no scale) on the real server,
 through the reference's framing: a bfloat16 prompt stored only in an fs tier
@@ -139,6 +139,47 @@ def test_fp8_serde_stores_half_the_bytes_and_any_server_reads_them(binary, tmp_p
         for i, (a, b) in enumerate(zip(first, again)):
             assert np.array_equal(a, b), f"chunk {i} differs after the serde was removed"
         assert stats(client)["l2"]["adapters"][0]["checksum_failures"] == 0
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_lossless_serde_stores_less_and_serves_every_byte(binary, tmp_path, zmq_ctx):
+    """Ours, {"serde": {"type": "lossless"}}: the same KV-like prompt comes
+    back bit for bit, from files smaller than the objects."""
+    disk = tmp_path / "disk"
+    server = serve(binary, tmp_path, "lossless",
+                   '{"type":"fs","base_path":"%s","serde":{"type":"lossless"}}' % disk)
+    rng = np.random.default_rng(65)
+    try:
+        client = Client(zmq_ctx, server.url)
+        instance_id = new_instance_id()
+        reg = register(client, instance_id)
+        pool = map_pool(reg["shm_name"], reg["pool_size"])
+        chunk = chunk_size(client)
+        tokens = random_tokens(rng, CHUNKS * chunk)
+        key = make_key(tokens, 0, CHUNKS * chunk, "store")
+        prepared = client.call(OP_PREPARE_STORE, key, instance_id)
+        stored = {}
+        for index, slot in zip(prepared["context"]["chunk_indices"], prepared["context"]["slots"]):
+            view = slot_view(pool, slot)
+            stored[index] = kv_like_bf16(rng, view.shape)
+            view[...] = stored[index]
+            object_bytes = slot["length"]
+        pool.flush()
+        assert client.call(OP_COMMIT_STORE, key, instance_id, b"") is True
+        wait_until("in the fs tier and out of L1",
+                   lambda: stats(client)["l2"]["store"]["stored"] == CHUNKS
+                   and stats(client)["l1"]["resident_objects"] == 0)
+        tier = stats(client)["l2"]["adapters"][0]
+        assert tier["serde"] == "lossless" and tier["serde_encoded_objects"] == CHUNKS, tier
+        files = [f for f in os.listdir(disk) if not f.startswith(".")]
+        assert len(files) == CHUNKS, files
+        for f in files:
+            assert os.path.getsize(disk / f) < object_bytes, f
+        assert lookup_l2(client, tokens, "load", timeout_s=30) == CHUNKS
+        for i, got in enumerate(retrieve(client, pool, instance_id, tokens, CHUNKS, "load")):
+            assert np.array_equal(got, stored[i]), f"chunk {i} differs"
         client.close()
     finally:
         server.stop()

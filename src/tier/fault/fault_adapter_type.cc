@@ -31,13 +31,19 @@ Result<FaultSpec> ParseFault(L2ConfigFields& f, L2AdapterSpec* spec) {
 }  // namespace
 
 void RegisterFaultAdapterType(L2AdapterTypes& types) {
-  types.Add(TypedL2AdapterType<FaultSpec>(
-      "fault_inject", {}, [](L2ConfigFields& f, L2AdapterSpec* spec) { return ParseFault(f, spec); },
-      [](const FaultSpec& fault) -> Result<std::unique_ptr<L2Adapter>> {
-        LMC_ASSIGN_OR_RETURN(auto inner, MakeL2Adapter(*fault.inner));
-        return std::unique_ptr<L2Adapter>(
-            std::make_unique<FaultAdapter>(std::move(inner), fault.faults));
-      }));
+  L2AdapterType type = TypedL2AdapterType<FaultSpec>(
+      "fault_inject", {},
+      [](L2ConfigFields& f, L2AdapterSpec* spec) { return ParseFault(f, spec); }, nullptr);
+  // The inner adapter is built with the server's environment (a p2p inner
+  // reads the fleet, a serde inner the element types).
+  type.make = [](const L2AdapterSpec& spec,
+                 const L2Environment& environment) -> Result<std::unique_ptr<L2Adapter>> {
+    const auto& fault = std::any_cast<const FaultSpec&>(spec.config);
+    LMC_ASSIGN_OR_RETURN(auto inner, MakeL2Adapter(*fault.inner, environment));
+    return std::unique_ptr<L2Adapter>(
+        std::make_unique<FaultAdapter>(std::move(inner), fault.faults));
+  };
+  types.Add(std::move(type));
 }
 
 }  // namespace lmcache::tier

@@ -305,6 +305,10 @@ Status FsAdapter::Rebuild() {
       continue;
     }
     auto header = ParseObjectHeader(read);
+    if (!header.ok() && header.status().code() == ErrorCode::kNotSupported) {
+      rebuild_.foreign += 1;  // a newer server's encoding: left alone, not served
+      continue;
+    }
     // Complete, and under the name of the key it holds.
     const bool good = header.ok() &&
                       static_cast<std::uint64_t>(st.st_size) ==
@@ -614,10 +618,19 @@ L2LoadOutcome FsAdapter::Finish(const L2Read& read, const OpenedObject& object, 
     return L2LoadOutcome::kFailed;
   }
   Status verified = read_result == 0 ? Status(ErrorCode::kCorrupt, "truncated") : Status::Ok();
+  const std::span<const std::byte> head(object.header.get(), object.header_bytes);
+  if (verified.ok() && DeclaredHeaderBytes(head) != 0 &&
+      DeclaredHeaderBytes(head) != object.header_bytes) {
+    // Its header is longer or shorter than this read's size implied: an
+    // object of another layout (the file's size matched by chance), not a
+    // damaged one of ours. Left alone.
+    return L2LoadOutcome::kMissing;
+  }
   if (verified.ok()) {
-    auto header =
-        ParseObjectHeader(std::span<const std::byte>(object.header.get(), object.header_bytes));
-    if (!header.ok()) {
+    auto header = ParseObjectHeader(head);
+    if (!header.ok() && header.status().code() == ErrorCode::kNotSupported) {
+      return L2LoadOutcome::kMissing;  // a newer server's encoding: not ours to delete
+    } else if (!header.ok()) {
       verified = header.status();
     } else if (header->object_bytes() != read.out.size()) {
       // An object of another layout whose file happened to have the size

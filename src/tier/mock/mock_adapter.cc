@@ -84,8 +84,9 @@ std::vector<L2LoadOutcome> MockAdapter::LoadNow(std::span<const L2Read> reads) {
       const auto bytes = std::as_bytes(std::span(value.data(), value.size()));
       auto header = ParseObjectHeader(bytes);
       Status verified = header.status();
-      if (header.ok() && header->object_bytes() != read.out.size()) {
-        outcome = L2LoadOutcome::kMissing;  // another layout's object
+      if ((header.ok() && header->object_bytes() != read.out.size()) ||
+          (!header.ok() && header.status().code() == ErrorCode::kNotSupported)) {
+        outcome = L2LoadOutcome::kMissing;  // another layout's object, or a newer server's
       } else {
         if (header.ok() && bytes.size() != header->header_bytes + header->payload_bytes) {
           verified = Status(ErrorCode::kCorrupt, "L2 object: truncated");

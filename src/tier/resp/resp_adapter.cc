@@ -503,6 +503,10 @@ std::vector<L2LoadOutcome> RespAdapter::LoadNow(std::span<const L2Read> reads) {
                     std::uint64_t length, std::span<const std::byte> head) -> BulkPlacement {
         header.reset();
         auto parsed = ParseObjectHeader(head);
+        if (!parsed.ok() && parsed.status().code() == ErrorCode::kNotSupported) {
+          why = L2LoadOutcome::kMissing;  // a newer server's encoding: kept, not served
+          return {};
+        }
         if (!parsed.ok() || parsed->header_bytes + parsed->payload_bytes != length) {
           why = L2LoadOutcome::kCorrupt;  // truncated or padded: not what a SET wrote
           return {};
@@ -557,8 +561,9 @@ L2LoadOutcome RespAdapter::Verify(const Op& op, const L2Read& read,
   if (!VerifyObjectSummed(*header, *read.key, sum->bytes(), sum->Digest()).ok()) {
     return L2LoadOutcome::kCorrupt;
   }
-  DecodePayloadInPlace(header->encoding, read.out);
-  return L2LoadOutcome::kLoaded;
+  return DecodePayload(header->encoding, header->payload_bytes, read.out).ok()
+             ? L2LoadOutcome::kLoaded
+             : L2LoadOutcome::kCorrupt;
 }
 
 L2AdapterStats RespAdapter::Stats() const {

@@ -192,6 +192,42 @@ TEST_P(FsAdapterTest, EncodedFilesHoldHalfTheBytesAndARestartWithoutTheSerdeServ
   }
 }
 
+// Review of issue 64: what is not ours to read is never deleted. A newer
+// server's encoding (a codec this build does not know) is left at rebuild
+// and on load; an encoded object read with a size that makes its 4 KiB
+// header look shorter (another layout's read) is a miss, and the file stays.
+TEST_P(FsAdapterTest, ANewerServersEncodingAndAnotherLayoutsReadLeaveTheFileAlone) {
+  const auto newer_key = KeyN(1), encoded_key = KeyN(2, "org/model");
+  const auto values = testing::Fp8ExactBFloat16Bytes(kObject, 7);
+  {
+    ElementTypeDirectory directory;
+    directory.Bind([](const store::ObjectKey&, std::uint64_t) { return ElementType::kBFloat16; });
+    SerdeAdapter serde(Open(), {PayloadCodec::kFp8E4M3}, &directory);
+    const std::vector<L2Write> writes = {{&encoded_key, values}};
+    ASSERT_TRUE(serde.Store(writes)[0].ok());
+  }
+  const std::string payload(kObject / 2, 'x');
+  const auto span = std::as_bytes(std::span(payload.data(), payload.size()));
+  std::ofstream(dir_ / ObjectFileName(newer_key), std::ios::binary)
+      << EncodeObjectHeader(newer_key, span, 1,
+                            {static_cast<PayloadCodec>(9), ElementType::kBFloat16, kObject})
+      << payload;
+  auto adapter = Open();
+  EXPECT_EQ(adapter->rebuild_report().objects, 1u);
+  EXPECT_EQ(adapter->rebuild_report().foreign, 1u);
+  EXPECT_EQ(adapter->rebuild_report().removed, 0u);
+  Buffer out(kObject);
+  EXPECT_EQ(LoadOne(*adapter, newer_key, out), L2LoadOutcome::kMissing);
+  EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(newer_key)));
+  // The encoded file is 4 KiB + 32 KiB; a read of 33 KiB takes 3 KiB for its header.
+  Buffer other(kObject / 2 + 1024);
+  EXPECT_EQ(LoadOne(*adapter, encoded_key, other), L2LoadOutcome::kMissing);
+  EXPECT_TRUE(fs::exists(dir_ / ObjectFileName(encoded_key)));
+  EXPECT_EQ(adapter->Stats().checksum_failures, 0u);
+  ASSERT_EQ(LoadOne(*adapter, encoded_key, out), L2LoadOutcome::kLoaded);
+  EXPECT_EQ(std::memcmp(out.data, values.data(), kObject), 0);
+}
+
 TEST_P(FsAdapterTest, FlippedOrTruncatedFilesAreMissesAndAreDeletedNeverServed) {
   auto adapter = Open();
   const auto flipped = KeyN(1);

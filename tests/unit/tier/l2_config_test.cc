@@ -75,8 +75,11 @@ TEST(L2ConfigTest, TheReferencesFp8SerdeIsTakenAndItsOtherTypesAreRefusedByName)
   const std::pair<const char*, PayloadCodec> taken[] = {
       {R"({"type":"fp8"})", PayloadCodec::kFp8E4M3},
       {R"({"type":"fp8","fp8_dtype":"float8_e4m3fn","max_workers":4})", PayloadCodec::kFp8E4M3},
+      {R"({"type":"fp8","max_workers":"2"})", PayloadCodec::kFp8E4M3},
+      {R"({"type":"fp8","max_workers":2.0})", PayloadCodec::kFp8E4M3},
       {R"({"type":"fp8","fp8_dtype":"float8_e5m2"})", PayloadCodec::kFp8E5M2},
       {R"({"type":"fp8","fp8_dtype":"torch.float8_e5m2"})", PayloadCodec::kFp8E5M2},
+      {R"({"type":"lossless"})", PayloadCodec::kLossless},
   };
   for (const auto& [serde, codec] : taken) {
     const std::string json = std::string(R"({"type":"mock","serde":)") + serde + "}";
@@ -94,7 +97,9 @@ TEST(L2ConfigTest, TheReferencesFp8SerdeIsTakenAndItsOtherTypesAreRefusedByName)
 
   const std::pair<const char*, const char*> refused[] = {
       {R"({"type":"cachegen"})", "\"cachegen\" (CacheGen's learned codec) is not built"},
-      {R"({"type":"aesgcm"})", "\"aesgcm\" is not a serde of this server, which has fp8"},
+      {R"({"type":"aesgcm"})",
+       "\"aesgcm\" is not a serde of this server, which has fp8 and lossless"},
+      {R"({"type":"lossless","level":3})", "'serde.level': is not a field of the lossless serde"},
       {R"({"fp8_dtype":"float8_e4m3fn"})", "'serde.type': is required"},
       {R"("fp8")", "'serde': must be an object"},
       {R"({"type":"fp8","fp8_dtype":"float8_e4m3fnuz"})", "'serde.fp8_dtype': must be"},

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
 #include <vector>
 
 #include "fakes/fp8_values.h"
@@ -108,7 +109,7 @@ TEST(SerdeAdapterTest, WhatItCannotEncodeIsStoredRawCountedAndLoadsAsItWas) {
   }
 }
 
-TEST(SerdeAdapterTest, ADamagedEncodedObjectIsACorruptMissNeverDecoded) {
+TEST(SerdeAdapterTest, ADamagedEncodedObjectIsACorruptMissAndIsDeleted) {
   Fixture f(PayloadCodec::kFp8E5M2);
   f.directory.Bind([](const store::ObjectKey&, std::uint64_t) { return ElementType::kFloat32; });
   const auto key = KeyN(1);
@@ -120,6 +121,62 @@ TEST(SerdeAdapterTest, ADamagedEncodedObjectIsACorruptMissNeverDecoded) {
   EXPECT_EQ(LoadOne(*f.serde, key, out), L2LoadOutcome::kCorrupt);
   EXPECT_EQ(f.serde->Stats().checksum_failures, 1u);
   EXPECT_EQ(LoadOne(*f.serde, key, out), L2LoadOutcome::kMissing);  // and deleted
+}
+
+// The lossless serde: byte for byte, including objects of unknown element
+// type (one plane); what does not compress (random bytes) is stored raw.
+TEST(SerdeAdapterTest, LosslessStoresLessAndLoadsEveryByteBack) {
+  Fixture f(PayloadCodec::kLossless);
+  f.directory.Bind([](const store::ObjectKey& key, std::uint64_t) {
+    return key.model_name == "unknown-dtype" ? ElementType::kUnknown : ElementType::kBFloat16;
+  });
+  const auto typed = KeyN(1), untyped = KeyN(2, "unknown-dtype"), noise = KeyN(3);
+  // Exponents that repeat: what the top plane's zstd saves on.
+  const auto bytes = Fp8ExactBFloat16Bytes(kObject, 6);
+  std::vector<std::byte> random(kObject);
+  std::uint32_t state = 12345;
+  for (auto& b : random) {
+    state = state * 1664525u + 1013904223u;
+    b = std::byte(static_cast<unsigned char>(state >> 24));
+  }
+  ASSERT_TRUE(StoreOne(*f.serde, typed, bytes).ok());
+  ASSERT_TRUE(StoreOne(*f.serde, untyped, bytes).ok());
+  ASSERT_TRUE(StoreOne(*f.serde, noise, random).ok());
+  const L2AdapterStats s = f.serde->Stats();
+  EXPECT_EQ(s.serde, "lossless");
+  EXPECT_EQ(s.serde_encoded_objects, 2u);
+  EXPECT_EQ(s.serde_raw_objects, 1u);
+  EXPECT_EQ(s.serde_encoded_object_bytes, 2 * kObject);
+  EXPECT_LT(s.serde_encoded_bytes, 2 * kObject);
+  for (const auto& [key, expected] : {std::pair{&typed, &bytes}, std::pair{&untyped, &bytes},
+                                      std::pair{&noise, &std::as_const(random)}}) {
+    std::vector<std::byte> out(kObject);
+    ASSERT_EQ(LoadOne(*f.mock, *key, out), L2LoadOutcome::kLoaded) << key->DebugString();
+    EXPECT_EQ(out, *expected) << key->DebugString();
+  }
+}
+
+// A serde inside another (a fault adapter between them, as an operator may
+// configure): what the outer one encoded is stored as it is, not encoded
+// again, and loads back.
+TEST(SerdeAdapterTest, AnObjectEncodedAlreadyIsStoredAsItIs) {
+  ElementTypeDirectory directory;
+  directory.Bind([](const store::ObjectKey&, std::uint64_t) { return ElementType::kBFloat16; });
+  auto made = std::make_unique<MockAdapter>(MockAdapterConfig{});
+  MockAdapter* mock = made.get();
+  auto inner = std::make_unique<SerdeAdapter>(std::move(made), SerdeConfig{PayloadCodec::kLossless},
+                                              &directory);
+  SerdeAdapter* inner_serde = inner.get();
+  SerdeAdapter outer(std::move(inner), SerdeConfig{PayloadCodec::kFp8E4M3}, &directory);
+  const auto key = KeyN(1);
+  const auto bytes = Fp8ExactBFloat16Bytes(kObject, 8);
+  ASSERT_TRUE(StoreOne(outer, key, bytes).ok());
+  EXPECT_EQ(outer.Stats().serde_encoded_objects, 1u);
+  EXPECT_EQ(inner_serde->Stats().serde_encoded_objects, 0u);
+  EXPECT_EQ(inner_serde->Stats().serde_raw_objects, 0u);
+  std::vector<std::byte> out(kObject);
+  ASSERT_EQ(LoadOne(*mock, key, out), L2LoadOutcome::kLoaded);
+  EXPECT_EQ(out, bytes);
 }
 
 }  // namespace
