@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from mp_client import (Client, chunk_size, free_tcp_port, lookup_l2, make_key, map_pool,
-                       new_instance_id, random_tokens, register, retrieve, slot_shape,
+                       new_instance_id, random_tokens, register, retrieve,
                        slot_view, start_server, stats, OP_COMMIT_STORE, OP_PREPARE_STORE)
 
 CHUNKS = 3
@@ -77,6 +77,28 @@ def serve(binary, tmp_path, name, adapter):
                          "--l2-adapter", adapter])
 
 
+def store_kv_prompt(client, pool, instance_id, rng):
+    """Stores CHUNKS chunks of KV-like bfloat16 and waits until they are in
+    the tier and out of L1 (--l2-store-policy skip_l1). Returns the tokens,
+    the values by chunk and an object's size."""
+    chunk = chunk_size(client)
+    tokens = random_tokens(rng, CHUNKS * chunk)
+    key = make_key(tokens, 0, CHUNKS * chunk, "store")
+    prepared = client.call(OP_PREPARE_STORE, key, instance_id)
+    stored = {}
+    for index, slot in zip(prepared["context"]["chunk_indices"], prepared["context"]["slots"]):
+        view = slot_view(pool, slot)
+        stored[index] = kv_like_bf16(rng, view.shape)
+        view[...] = stored[index]
+        object_bytes = slot["length"]
+    pool.flush()
+    assert client.call(OP_COMMIT_STORE, key, instance_id, b"") is True
+    wait_until("in the fs tier and out of L1",
+               lambda: stats(client)["l2"]["store"]["stored"] == CHUNKS
+               and stats(client)["l1"]["resident_objects"] == 0)
+    return tokens, stored, object_bytes
+
+
 def test_fp8_serde_stores_half_the_bytes_and_any_server_reads_them(binary, tmp_path, zmq_ctx):
     disk = tmp_path / "disk"
     server = serve(binary, tmp_path, "fp8",
@@ -88,21 +110,7 @@ def test_fp8_serde_stores_half_the_bytes_and_any_server_reads_them(binary, tmp_p
         instance_id = new_instance_id()
         reg = register(client, instance_id)
         pool = map_pool(reg["shm_name"], reg["pool_size"])
-        chunk = chunk_size(client)
-        tokens = random_tokens(rng, CHUNKS * chunk)
-        key = make_key(tokens, 0, CHUNKS * chunk, "store")
-        prepared = client.call(OP_PREPARE_STORE, key, instance_id)
-        stored = {}
-        for index, slot in zip(prepared["context"]["chunk_indices"], prepared["context"]["slots"]):
-            view = slot_view(pool, slot)
-            stored[index] = kv_like_bf16(rng, view.shape)
-            view[...] = stored[index]
-            object_bytes = slot["length"]
-        pool.flush()
-        assert client.call(OP_COMMIT_STORE, key, instance_id, b"") is True
-        wait_until("in the fs tier and out of L1",
-                   lambda: stats(client)["l2"]["store"]["stored"] == CHUNKS
-                   and stats(client)["l1"]["resident_objects"] == 0)
+        tokens, stored, object_bytes = store_kv_prompt(client, pool, instance_id, rng)
         tier = stats(client)["l2"]["adapters"][0]
         assert tier["serde"] == "fp8-e4m3", tier
         assert tier["serde_encoded_objects"] == CHUNKS, tier
@@ -156,21 +164,7 @@ def test_lossless_serde_stores_less_and_serves_every_byte(binary, tmp_path, zmq_
         instance_id = new_instance_id()
         reg = register(client, instance_id)
         pool = map_pool(reg["shm_name"], reg["pool_size"])
-        chunk = chunk_size(client)
-        tokens = random_tokens(rng, CHUNKS * chunk)
-        key = make_key(tokens, 0, CHUNKS * chunk, "store")
-        prepared = client.call(OP_PREPARE_STORE, key, instance_id)
-        stored = {}
-        for index, slot in zip(prepared["context"]["chunk_indices"], prepared["context"]["slots"]):
-            view = slot_view(pool, slot)
-            stored[index] = kv_like_bf16(rng, view.shape)
-            view[...] = stored[index]
-            object_bytes = slot["length"]
-        pool.flush()
-        assert client.call(OP_COMMIT_STORE, key, instance_id, b"") is True
-        wait_until("in the fs tier and out of L1",
-                   lambda: stats(client)["l2"]["store"]["stored"] == CHUNKS
-                   and stats(client)["l1"]["resident_objects"] == 0)
+        tokens, stored, object_bytes = store_kv_prompt(client, pool, instance_id, rng)
         tier = stats(client)["l2"]["adapters"][0]
         assert tier["serde"] == "lossless" and tier["serde_encoded_objects"] == CHUNKS, tier
         files = [f for f in os.listdir(disk) if not f.startswith(".")]
