@@ -1,5 +1,11 @@
 // The serdes (docs/performance.md, "Compressed tiers"): the codecs alone,
-// and an fs tier's store and load of a batch with each serde and without.
+// and a tier's store and load of a batch with each serde and without, for
+// fs always, and for resp and s3 when the environment names a server:
+//   LMC_REDIS_URL  a Redis for the resp rows (redis://host:port, unix:///path)
+//   LMC_S3_ENV     an s3.env as tools/ceph_s3.sh writes it (S3_ENDPOINT,
+//                  S3_REGION, S3_ACCESS_KEY, S3_SECRET_KEY) with a bucket
+//                  named lmc-bench, for the s3 rows
+// (rows without their server end with an error that says so).
 // `serde` 0 stores raw, 1 fp8 (e4m3), 2 lossless.
 //   encode / decode  one object's encoding from bfloat16, and its decoding;
 //   fs store         a batch of 16 objects written behind (page cache, no
@@ -28,7 +34,16 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+#include <map>
+
 #include "tier/fs/fs_adapter.h"
+#if LMC_L2_RESP
+#include "tier/resp/resp_adapter.h"
+#endif
+#if LMC_L2_S3
+#include "tier/s3/s3_adapter.h"
+#endif
 #include "tier/serde_adapter.h"
 
 namespace lmcache::tier {
@@ -116,26 +131,93 @@ void BM_Decode(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kObjectBytes));
 }
 
-// A directory, an fs adapter over it (wrapped in the serde when on) and a
-// batch of objects; `fresh` gives each store batch keys of its own.
+enum class Backend { kFs, kFsDirect, kResp, kS3 };
+
+// The adapter of `backend` with room for 2 GiB (old batches go: the page
+// cache, Redis's memory and the gateway's store hold the rest), or why
+// there is none. `tag` keeps each serde's objects apart.
+Result<std::unique_ptr<L2Adapter>> MakeBackend(Backend backend, const std::string& tag,
+                                               const fs::path& dir) {
+  constexpr std::uint64_t kRoom = 2ull << 30;
+  switch (backend) {
+    case Backend::kFs:
+    case Backend::kFsDirect: {
+      FsAdapterConfig config;
+      config.base_path = dir;
+      config.use_odirect = backend == Backend::kFsDirect;
+      config.fsync = false;
+      config.max_size_bytes = kRoom;
+      LMC_ASSIGN_OR_RETURN(auto adapter, FsAdapter::Create(config));
+      return std::unique_ptr<L2Adapter>(std::move(adapter));
+    }
+    case Backend::kResp: {
+#if LMC_L2_RESP
+      const char* url = std::getenv("LMC_REDIS_URL");
+      if (url == nullptr) return Status(ErrorCode::kNotFound, "LMC_REDIS_URL is not set");
+      RespAdapterConfig config;
+      config.urls = {url};
+      config.key_prefix = "serde-bench:" + tag + ":";
+      LMC_ASSIGN_OR_RETURN(auto adapter, RespAdapter::Create(config));
+      return std::unique_ptr<L2Adapter>(std::move(adapter));
+#else
+      return Status(ErrorCode::kNotSupported, "built without the resp adapter");
+#endif
+    }
+    case Backend::kS3: {
+#if LMC_L2_S3
+      const char* path = std::getenv("LMC_S3_ENV");
+      if (path == nullptr) return Status(ErrorCode::kNotFound, "LMC_S3_ENV is not set");
+      std::map<std::string, std::string> env;
+      std::ifstream file(path);
+      for (std::string line; std::getline(file, line);) {
+        const auto eq = line.find('=');
+        if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+      }
+      S3AdapterConfig config;
+      const std::string endpoint = env["S3_ENDPOINT"];
+      const auto scheme_end = endpoint.find("://");
+      if (scheme_end == std::string::npos) return Status(ErrorCode::kNotFound, "no S3_ENDPOINT");
+      config.client.scheme = endpoint.substr(0, scheme_end);
+      config.client.host = endpoint.substr(scheme_end + 3);
+      config.client.bucket = "lmc-bench";
+      config.client.virtual_hosted = false;
+      config.client.region = env["S3_REGION"];
+      config.client.credentials = {env["S3_ACCESS_KEY"], env["S3_SECRET_KEY"], ""};
+      config.client.request_timeout = std::chrono::seconds(60);
+      config.key_prefix = "serde-bench/" + tag + "/";
+      config.max_capacity_bytes = kRoom;
+      config.max_listed_objects = 0;
+      LMC_ASSIGN_OR_RETURN(auto adapter, S3Adapter::Create(config));
+      return std::unique_ptr<L2Adapter>(std::move(adapter));
+#else
+      return Status(ErrorCode::kNotSupported, "built without the s3 adapter");
+#endif
+    }
+  }
+  return Status(ErrorCode::kInternal, "no such backend");
+}
+
+// A tier (wrapped in the serde when on) and a batch of objects; each store
+// batch gets keys of its own.
 struct Tier {
-  Tier(std::int64_t serde, bool direct) {
+  Tier(std::int64_t serde, Backend backend) {
     spdlog::set_level(spdlog::level::warn);
-    dir = fs::temp_directory_path() / ("lmcache_serde_bench_" + std::to_string(::getpid()) + "_" +
-                                       std::to_string(serde) + (direct ? "_d" : ""));
+    const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(serde) + "_" +
+                            std::to_string(static_cast<int>(backend));
+    dir = fs::temp_directory_path() / ("lmcache_serde_bench_" + tag);
     fs::remove_all(dir);
-    FsAdapterConfig config;
-    config.base_path = dir;
-    config.use_odirect = direct;
-    config.fsync = false;
-    config.max_size_bytes = 2ull << 30;  // old batches go, so the page cache holds the rest
-    auto fs_adapter = std::move(FsAdapter::Create(config)).value();
+    auto made = MakeBackend(backend, tag, dir);
+    if (!made.ok()) {
+      error = made.status().message();
+      return;
+    }
+    auto inner = std::move(made).value();
     directory.Bind([](const store::ObjectKey&, std::uint64_t) { return ElementType::kBFloat16; });
     if (serde != 0) {
-      adapter = std::make_unique<SerdeAdapter>(std::move(fs_adapter), SerdeConfig{CodecOf(serde)},
-                                               &directory);
+      adapter =
+          std::make_unique<SerdeAdapter>(std::move(inner), SerdeConfig{CodecOf(serde)}, &directory);
     } else {
-      adapter = std::move(fs_adapter);
+      adapter = std::move(inner);
     }
     for (std::size_t i = 0; i < kBatch; ++i) {
       objects.push_back(std::make_unique<AlignedBytes>(kObjectBytes));
@@ -150,7 +232,10 @@ struct Tier {
     }
     for (std::size_t i = 0; i < kBatch; ++i) reads.push_back({&loaded_keys[i], out[i]->span()});
   }
-  ~Tier() { fs::remove_all(dir); }
+  ~Tier() {
+    adapter.reset();
+    fs::remove_all(dir);
+  }
 
   std::vector<store::ObjectKey> Keys(std::uint64_t batch) const {
     std::vector<store::ObjectKey> keys(kBatch);
@@ -171,6 +256,7 @@ struct Tier {
   }
 
   fs::path dir;
+  std::string error;  // why the backend is not there (the rest is then empty)
   ElementTypeDirectory directory;
   std::unique_ptr<L2Adapter> adapter;
   std::vector<std::unique_ptr<AlignedBytes>> objects, out;
@@ -179,7 +265,7 @@ struct Tier {
   std::uint64_t next_batch = 1;
 };
 
-Tier* tiers[3][2] = {};
+Tier* tiers[3][4] = {};
 
 // The tiers' directories go at exit (each holds up to 2 GiB).
 void RemoveTiers() {
@@ -191,24 +277,26 @@ void RemoveTiers() {
   }
 }
 
-Tier& TierFor(std::int64_t serde, bool direct = false) {
+Tier& TierFor(std::int64_t serde, Backend backend) {
   static const bool cleanup = std::atexit(RemoveTiers) == 0;
   (void)cleanup;
-  Tier*& tier = tiers[serde][direct];
-  if (tier == nullptr) tier = new Tier(serde, direct);
+  Tier*& tier = tiers[serde][static_cast<int>(backend)];
+  if (tier == nullptr) tier = new Tier(serde, backend);
   return *tier;
 }
 
-void BM_FsStore(benchmark::State& state) {
-  Tier& tier = TierFor(state.range(0));
+void Store(benchmark::State& state, Backend backend) {
+  Tier& tier = TierFor(state.range(0), backend);
+  if (!tier.error.empty()) return state.SkipWithError(tier.error.c_str());
   for (auto _ : state) {
     if (!tier.Store(tier.Keys(tier.next_batch++))) state.SkipWithError("a store failed");
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * kBatch * kObjectBytes));
 }
 
-void BM_FsLoad(benchmark::State& state) {
-  Tier& tier = TierFor(state.range(0), state.range(1) != 0);
+void Load(benchmark::State& state, Backend backend) {
+  Tier& tier = TierFor(state.range(0), backend);
+  if (!tier.error.empty()) return state.SkipWithError(tier.error.c_str());
   for (auto _ : state) {
     for (L2LoadOutcome o : tier.adapter->Load(tier.reads)) {
       if (o != L2LoadOutcome::kLoaded) state.SkipWithError("a load failed");
@@ -221,6 +309,15 @@ BENCHMARK(BM_Encode)->ArgName("serde")->Arg(1)->Arg(2)->UseRealTime()->Unit(
     benchmark::kMillisecond);
 BENCHMARK(BM_Decode)->ArgName("serde")->Arg(1)->Arg(2)->UseRealTime()->Unit(
     benchmark::kMillisecond);
+void BM_FsStore(benchmark::State& state) { Store(state, Backend::kFs); }
+void BM_FsLoad(benchmark::State& state) {
+  Load(state, state.range(1) != 0 ? Backend::kFsDirect : Backend::kFs);
+}
+void BM_RespStore(benchmark::State& state) { Store(state, Backend::kResp); }
+void BM_RespLoad(benchmark::State& state) { Load(state, Backend::kResp); }
+void BM_S3Store(benchmark::State& state) { Store(state, Backend::kS3); }
+void BM_S3Load(benchmark::State& state) { Load(state, Backend::kS3); }
+
 BENCHMARK(BM_FsStore)
     ->ArgName("serde")
     ->Arg(0)
@@ -233,6 +330,23 @@ BENCHMARK(BM_FsLoad)
     ->ArgsProduct({{0, 1, 2}, {0, 1}})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RespStore)
+    ->ArgName("serde")
+    ->DenseRange(0, 2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RespLoad)
+    ->ArgName("serde")
+    ->DenseRange(0, 2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_S3Store)
+    ->ArgName("serde")
+    ->DenseRange(0, 2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_S3Load)->ArgName("serde")->DenseRange(0, 2)->UseRealTime()->Unit(
+    benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace lmcache::tier

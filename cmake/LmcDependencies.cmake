@@ -26,6 +26,12 @@ find_package(prometheus-cpp CONFIG REQUIRED)
 if(LMC_L2_RESP OR (LMC_BUILD_TOOLS AND NOT LMC_SANITIZE))
   pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 endif()
+# libcurl4-openssl-dev: the s3 L2 adapter's HTTP(S) (LMC_L2_S3): its multi
+# interface keeps many requests in flight on one thread, with the system's CA
+# store for https; SigV4 is ours (tier/s3/sigv4.h, OpenSSL's HMAC).
+if(LMC_L2_S3)
+  find_package(CURL REQUIRED)
+endif()
 # liburing-dev: the fs L2 adapter's loads through io_uring (LMC_IO_URING);
 # without it the adapter reads with blocking calls.
 if(LMC_IO_URING)

@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
   const std::filesystem::path journal = root / "journal_fuzzer-seed";
   const std::filesystem::path handshakes = root / "peer_handshake_fuzzer-seed";
   const std::filesystem::path channel_replies = root / "ucx_reply_fuzzer-seed";
-  for (const auto& dir :
-       {requests, frames, objects, replies, handover, journal, handshakes, channel_replies}) {
+  const std::filesystem::path s3_replies = root / "s3_reply_fuzzer-seed";
+  for (const auto& dir : {requests, frames, objects, replies, handover, journal, handshakes,
+                          channel_replies, s3_replies}) {
     std::filesystem::create_directories(dir);
   }
 
@@ -177,6 +178,9 @@ int main(int argc, char** argv) {
       const std::string object = tier::EncodeObjectHeader(object_key, span, align) + payload;
       const std::string name = std::to_string(payload_bytes) + "-" + std::to_string(align);
       Write(objects / ("object-" + name), object);
+      // The same object as an S3 GET's body, in pieces of 7 and of 256 bytes.
+      Write(s3_replies / ("get-7-" + name), std::string("\1\6") + object);
+      Write(s3_replies / ("get-256-" + name), std::string("\1\xff") + object);
       // A pipeline's replies as Redis sends them to the resp adapter: ASKING's
       // OK, a redirection, an EXISTS count, a miss, then the GET of the object.
       Write(replies / ("get-" + name), "+OK\r\n-ASK 866 127.0.0.1:7002\r\n:1\r\n$-1\r\n$" +
@@ -197,7 +201,20 @@ int main(int argc, char** argv) {
     const std::string object =
         tier::EncodeObjectHeader(object_key, span, 1, {codec, element, raw_bytes}) + payload;
     Write(objects / ("encoded-" + std::string(tier::PayloadCodecName(codec))), object);
+    Write(s3_replies / ("get-encoded-" + std::string(tier::PayloadCodecName(codec))),
+          std::string("\1\x10") + object);
   }
+  // What Ceph RGW 16.2.15 (Debian 12, tools/ceph_s3.sh) sent: a
+  // ListObjectsV2 page of three objects (max-keys=2) and the refusal of a
+  // wrong secret, captured with curl --aws-sigv4.
+  Write(
+      s3_replies / "rgw-list-page",
+      std::string("\0") +
+          R"(<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Name>lmc-cap</Name><Prefix></Prefix><MaxKeys>2</MaxKeys><IsTruncated>true</IsTruncated><Contents><Key>README</Key><LastModified>2026-12-07T06:41:22.978Z</LastModified><ETag>&quot;b1946ac92492d2347c6235b4d2611184&quot;</ETag><Size>6</Size><StorageClass>STANDARD</StorageClass><Type>Normal</Type></Contents><Contents><Key>m@00000000@0@00010203040506070000000000000000000000000000000000000000000000005a</Key><LastModified>2026-12-07T06:41:21.284Z</LastModified><ETag>&quot;b1946ac92492d2347c6235b4d2611184&quot;</ETag><Size>6</Size><StorageClass>STANDARD</StorageClass><Type>Normal</Type></Contents><NextContinuationToken>m@00000000@0@00010203040506070000000000000000000000000000000000000000000000005a</NextContinuationToken><KeyCount>2</KeyCount></ListBucketResult>)");
+  Write(
+      s3_replies / "rgw-error",
+      std::string("\0") +
+          R"(<?xml version="1.0" encoding="UTF-8"?><Error><Code>SignatureDoesNotMatch</Code><Message></Message><RequestId>tx000009a2d2a642dc2183d-006b165513-1008-default</RequestId><HostId>1008-default-default</HostId></Error>)");
   // A lossless object of bfloat16 values (its planes, the top one zstd's).
   {
     std::string raw(4096, '\0');

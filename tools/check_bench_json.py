@@ -23,7 +23,8 @@ FIELDS = [
     "l2_load_gbps", "disk_write_gbps", "disk_read_gbps", "l2_store_vs_disk", "l2_load_vs_disk",
     "l2_index_rebuild_seconds", "l2_index_rebuild_objects", "resp_store_gbps", "resp_load_gbps",
     "raw_redis_set_gbps", "raw_redis_get_gbps", "resp_store_vs_raw", "resp_load_vs_raw",
-    "cross_node_gbps", "store_faults_per_mib", "retrieve_faults_per_mib",
+    "cross_node_gbps", "s3_store_gbps", "s3_load_gbps", "raw_s3_put_gbps", "raw_s3_get_gbps",
+    "s3_store_vs_raw", "s3_load_vs_raw", "s3_cross_node_gbps", "store_faults_per_mib", "retrieve_faults_per_mib",
     "stream_copy_gbps", "store_vs_stream_copy", "retrieve_vs_stream_copy",
     "events_off_store_gbps", "events_on_store_gbps", "events_on_vs_off", "events_small_on_vs_off",
     "journal_on_vs_off", "journal_small_on_vs_off", "quota_on_vs_off", "quota_small_on_vs_off",
@@ -43,7 +44,7 @@ MAX_FAULTS_PER_MIB = 4.0
 SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "store_vs_stream_copy",
            "retrieve_vs_stream_copy", "shm_vs_socket", "shm_vs_redis",
            "ping_vs_echo", "l2_store_vs_disk", "l2_load_vs_disk", "resp_store_vs_raw",
-           "resp_load_vs_raw", "events_on_vs_off", "events_small_on_vs_off",
+           "resp_load_vs_raw", "s3_store_vs_raw", "s3_load_vs_raw", "events_on_vs_off", "events_small_on_vs_off",
            "journal_on_vs_off", "journal_small_on_vs_off", "quota_on_vs_off",
            "quota_small_on_vs_off", "p2p_vs_ucp_get", "p2p_vs_ucp_am_bw",
            "p2p_vs_redis", "p2p_verified_vs_unverified"]

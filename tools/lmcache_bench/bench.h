@@ -38,7 +38,10 @@ struct BenchOptions {
   bool quick = false;
   bool skip_redis = false;
   bool latencies_only = false;  // skip the throughput paths (profiling the RPCs)
-  bool skip_l2 = false;    // also skips the resp phase
+  bool skip_l2 = false;         // also skips the resp and s3 phases
+  bool skip_s3 = false;         // the s3 phase (a Ceph gateway started by ceph_s3_script)
+  std::string ceph_s3_script;   // tools/ceph_s3.sh (main.cc: the source tree's)
+  std::uint64_t s3_memstore_mib = 6144;  // the gateway's OSD holds every object in memory
   bool skip_events = false;  // the KV events on/off phase
   bool skip_journal = false;  // the crash-recovery journal on/off phase
   bool skip_quota = false;    // the quota accounting on/off phase

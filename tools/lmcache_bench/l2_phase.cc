@@ -13,6 +13,12 @@
 
 #include "lmcache/client.h"
 #include "phase_support.h"
+#if LMC_L2_S3
+#include <condition_variable>
+#include <mutex>
+
+#include "tier/s3/s3_client.h"
+#endif
 #include "support/local_server.h"
 #include "support/server_stats.h"
 
@@ -184,6 +190,93 @@ std::unique_ptr<L2Reference> MakeDiskReference(const std::string& dir) {
 
 std::unique_ptr<L2Reference> MakeRawRedisReference(const std::string& socket_path) {
   return std::make_unique<RawRedisReference>(socket_path);
+}
+
+#if LMC_L2_S3
+namespace {
+
+class RawS3Reference final : public L2Reference {
+ public:
+  explicit RawS3Reference(std::unique_ptr<tier::S3Client> client) : client_(std::move(client)) {}
+
+  Result<double> Write(const std::vector<std::span<const std::byte>>& objects) override {
+    return Run(objects.size(), TotalBytes(objects), [&](std::size_t i, tier::S3Call* call) {
+      call->method = tier::S3Method::kPut;
+      call->body = {objects[i]};
+    });
+  }
+
+  Result<double> Read(const std::vector<std::span<std::byte>>& objects) override {
+    return Run(objects.size(), TotalBytes(objects), [&](std::size_t i, tier::S3Call* call) {
+      call->method = tier::S3Method::kGet;
+      call->sink = [out = objects[i]](std::uint64_t offset, std::int64_t,
+                                      std::span<const std::byte> piece) {
+        if (offset + piece.size() > out.size()) return false;
+        std::memcpy(out.data() + offset, piece.data(), piece.size());
+        return true;
+      };
+    });
+  }
+
+ private:
+  template <typename Spans>
+  static std::uint64_t TotalBytes(const Spans& objects) {
+    std::uint64_t total = 0;
+    for (const auto& object : objects) total += object.size();
+    return total;
+  }
+
+  // Every object's call in flight at once; GB/s of the objects' `bytes`.
+  template <typename Fill>
+  Result<double> Run(std::size_t count, std::uint64_t bytes, const Fill& fill) {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::size_t left = count;
+    std::string error;
+    const auto start = SteadyTime::now();
+    for (std::size_t i = 0; i < count; ++i) {
+      tier::S3Call call;
+      call.object = "bench-raw/" + std::to_string(i);
+      fill(i, &call);
+      call.done = [&](tier::S3Response r) {
+        std::lock_guard lock(mu);
+        if (!r.ok() && error.empty()) {
+          error = r.error.ok() ? "HTTP " + std::to_string(r.http_status) : r.error.message();
+        }
+        if (--left == 0) cv.notify_one();
+      };
+      client_->Submit(std::move(call));
+    }
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return left == 0; });
+    if (!error.empty()) return Status(ErrorCode::kIoError, "raw S3 reference: " + error);
+    return static_cast<double>(bytes) / Seconds(start) / 1e9;
+  }
+
+  std::unique_ptr<tier::S3Client> client_;
+};
+
+}  // namespace
+#endif
+
+Result<std::unique_ptr<L2Reference>> MakeRawS3Reference(const S3Target& target) {
+#if LMC_L2_S3
+  tier::S3ClientConfig config;
+  const std::size_t colon = target.endpoint.find("://");
+  if (colon == std::string::npos) return InvalidArgument("an S3 endpoint needs a scheme");
+  config.scheme = target.endpoint.substr(0, colon);
+  config.host = target.endpoint.substr(colon + 3);
+  config.bucket = target.bucket;
+  config.virtual_hosted = false;
+  config.region = target.region;
+  config.credentials = {target.access_key, target.secret_key, ""};
+  config.request_timeout = std::chrono::seconds(60);
+  LMC_ASSIGN_OR_RETURN(auto client, tier::S3Client::Create(config));
+  return std::unique_ptr<L2Reference>(std::make_unique<RawS3Reference>(std::move(client)));
+#else
+  (void)target;
+  return Status(ErrorCode::kNotSupported, "this build has no s3 adapter (LMC_L2_S3)");
+#endif
 }
 
 Result<L2Figures> MeasureL2Phase(const BenchOptions& o, const std::string& binary,

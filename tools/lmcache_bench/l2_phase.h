@@ -30,6 +30,20 @@ std::unique_ptr<L2Reference> MakeDiskReference(const std::string& dir);
 // Raw SET/GET of the same values through hiredis on the Redis at `socket_path`.
 std::unique_ptr<L2Reference> MakeRawRedisReference(const std::string& socket_path);
 
+// An S3 bucket (path-style) as the s3 phase reaches it.
+struct S3Target {
+  std::string endpoint;  // http://host:port
+  std::string bucket;
+  std::string region;
+  std::string access_key;
+  std::string secret_key;
+};
+// The gateway's own PUT and GET of the same objects (all in flight at once,
+// on as many connections as the adapter opens), with none of the adapter's
+// work (header, checksum, index): what the server's s3 tier is measured
+// against. kNotSupported in a build without the s3 adapter.
+Result<std::unique_ptr<L2Reference>> MakeRawS3Reference(const S3Target& target);
+
 struct L2Figures {
   std::vector<double> store_gbps;  // per round: store until written behind
   std::vector<double> load_gbps;   // per round: lookups that load from L2

@@ -13,16 +13,17 @@
 #include <thread>
 
 #include "bench.h"
-#include "support/fleet_files.h"
-#include "support/local_server.h"
-#include "lmcache/client.h"
 #include "events_phase.h"
-#include "restart_phase.h"
 #include "l2_phase.h"
-#include "p2p_phase.h"
+#include "lmcache/client.h"
+#include "local_ceph.h"
 #include "local_redis.h"
+#include "p2p_phase.h"
 #include "paths.h"
 #include "report.h"
+#include "restart_phase.h"
+#include "support/fleet_files.h"
+#include "support/local_server.h"
 
 namespace lmcache::bench {
 namespace {
@@ -122,6 +123,30 @@ Result<L2Figures> MeasureRespL2(const BenchOptions& o, const std::string& server
   LMC_ASSIGN_OR_RETURN(L2Figures figures,
                        MeasureL2Phase(o, server_binary, {"--l2-adapter", adapter}, *reference));
   Progress("L2 resp cross-node: stored through node A, looked up and retrieved through node B");
+  LMC_RETURN_IF_ERROR(
+      MeasureCrossNode(o, server_binary, {"--l2-adapter", adapter}, &figures.cross_node_gbps));
+  return figures;
+}
+
+// The s3 L2 phase: a Ceph gateway (tools/ceph_s3.sh) behind the server,
+// against the gateway's own PUT and GET of the same objects; then two servers
+// sharing the bucket. The server's tier keeps max_capacity_gb 1, so it
+// deletes old rounds and the gateway's in-memory store stays bounded.
+Result<L2Figures> MeasureS3L2(const BenchOptions& o, const std::string& server_binary) {
+  LMC_ASSIGN_OR_RETURN(auto ceph,
+                       LocalCeph::Start(o.ceph_s3_script, "lmc-bench", o.s3_memstore_mib << 20));
+  const S3Target target{ceph->env("S3_ENDPOINT"), "lmc-bench", ceph->env("S3_REGION"),
+                        ceph->env("S3_ACCESS_KEY"), ceph->env("S3_SECRET_KEY")};
+  LMC_ASSIGN_OR_RETURN(auto reference, MakeRawS3Reference(target));
+  Progress("L2 s3 phase: write-behind to a Ceph gateway and load back, against its raw PUT/GET");
+  const std::string adapter = R"({"type":"s3","s3_endpoint":")" + target.endpoint +
+                              R"(","bucket":"lmc-bench","s3_region":")" + target.region +
+                              R"(","aws_access_key_id":")" + target.access_key +
+                              R"(","aws_secret_access_key":")" + target.secret_key +
+                              R"(","key_prefix":"bench/","max_capacity_gb":1})";
+  LMC_ASSIGN_OR_RETURN(L2Figures figures,
+                       MeasureL2Phase(o, server_binary, {"--l2-adapter", adapter}, *reference));
+  Progress("L2 s3 cross-node: stored through node A, looked up and retrieved through node B");
   LMC_RETURN_IF_ERROR(
       MeasureCrossNode(o, server_binary, {"--l2-adapter", adapter}, &figures.cross_node_gbps));
   return figures;
@@ -270,6 +295,17 @@ int Run(BenchOptions o) {
     if (!resp.ok()) return fail(resp.status());
     report.resp = std::move(resp).value();
   }
+  if (!o.skip_l2 && !o.skip_s3 && !o.latencies_only) {
+    auto s3 = MeasureS3L2(o, server_binary);
+    if (CannotRunHere(s3.status()) || s3.status().code() == ErrorCode::kNotSupported) {
+      Progress("s3 phase skipped: " + s3.status().message());
+      report.skipped.emplace_back("s3", s3.status().message());
+    } else if (!s3.ok()) {
+      return fail(s3.status());
+    } else {
+      report.s3 = std::move(s3).value();
+    }
+  }
   if (!o.skip_p2p && !o.skip_redis && !o.latencies_only) {
     Progress("p2p: node B loads a " + std::to_string(o.p2p_tokens) +
              "-token prompt from node A's L1, against ucx_perftest and Redis; lookup to "
@@ -372,6 +408,15 @@ int main(int argc, char** argv) {
   app.add_option("--redis-server", o.redis_binary, "redis-server binary")->capture_default_str();
   app.add_flag("--skip-redis", o.skip_redis, "Do not measure Redis (its fields become null)");
   app.add_flag("--skip-l2", o.skip_l2, "Do not measure the fs L2 tier (its fields become null)");
+  app.add_flag("--skip-s3", o.skip_s3,
+               "Do not measure the s3 phase against a Ceph gateway (its fields become null)");
+  o.ceph_s3_script = LMC_CEPH_S3_SCRIPT;
+  app.add_option("--ceph-s3-script", o.ceph_s3_script,
+                 "The script that starts the s3 phase's Ceph gateway")
+      ->capture_default_str();
+  app.add_option("--s3-memstore-mib", o.s3_memstore_mib,
+                 "Memory of the s3 phase's Ceph OSD (it holds every object)")
+      ->capture_default_str();
   app.add_flag("--skip-p2p", o.skip_p2p,
                "Do not measure the p2p phase (its fields become null; --skip-redis skips it too)");
   auto* p2p_tokens = app.add_option("--p2p-tokens", o.p2p_tokens,

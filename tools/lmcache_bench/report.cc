@@ -184,12 +184,12 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"l2_load_gbps", r.l2 ? Figure(r.l2->load_gbps) : std::nullopt},
       {"disk_write_gbps", r.l2 ? Figure(r.l2->reference_write_gbps) : std::nullopt},
       {"disk_read_gbps", r.l2 ? Figure(r.l2->reference_read_gbps) : std::nullopt},
-      {"l2_store_vs_disk", r.l2 ? std::optional(PerRound(r.l2->store_gbps,
-                                                         r.l2->reference_write_gbps).median)
-                                : std::nullopt},
-      {"l2_load_vs_disk", r.l2 ? std::optional(PerRound(r.l2->load_gbps,
-                                                        r.l2->reference_read_gbps).median)
-                               : std::nullopt},
+      {"l2_store_vs_disk",
+       r.l2 ? std::optional(PerRound(r.l2->store_gbps, r.l2->reference_write_gbps).median)
+            : std::nullopt},
+      {"l2_load_vs_disk",
+       r.l2 ? std::optional(PerRound(r.l2->load_gbps, r.l2->reference_read_gbps).median)
+            : std::nullopt},
       {"l2_index_rebuild_seconds", r.l2 ? std::optional(r.l2->rebuild_seconds) : std::nullopt},
       {"l2_index_rebuild_objects",
        r.l2 ? std::optional(static_cast<double>(r.l2->rebuild_objects)) : std::nullopt},
@@ -197,13 +197,24 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"resp_load_gbps", r.resp ? Figure(r.resp->load_gbps) : std::nullopt},
       {"raw_redis_set_gbps", r.resp ? Figure(r.resp->reference_write_gbps) : std::nullopt},
       {"raw_redis_get_gbps", r.resp ? Figure(r.resp->reference_read_gbps) : std::nullopt},
-      {"resp_store_vs_raw", r.resp ? std::optional(PerRound(r.resp->store_gbps,
-                                                            r.resp->reference_write_gbps).median)
-                                   : std::nullopt},
-      {"resp_load_vs_raw", r.resp ? std::optional(PerRound(r.resp->load_gbps,
-                                                           r.resp->reference_read_gbps).median)
-                                  : std::nullopt},
+      {"resp_store_vs_raw",
+       r.resp ? std::optional(PerRound(r.resp->store_gbps, r.resp->reference_write_gbps).median)
+              : std::nullopt},
+      {"resp_load_vs_raw",
+       r.resp ? std::optional(PerRound(r.resp->load_gbps, r.resp->reference_read_gbps).median)
+              : std::nullopt},
       {"cross_node_gbps", r.resp ? Figure(r.resp->cross_node_gbps) : std::nullopt},
+      {"s3_store_gbps", r.s3 ? Figure(r.s3->store_gbps) : std::nullopt},
+      {"s3_load_gbps", r.s3 ? Figure(r.s3->load_gbps) : std::nullopt},
+      {"raw_s3_put_gbps", r.s3 ? Figure(r.s3->reference_write_gbps) : std::nullopt},
+      {"raw_s3_get_gbps", r.s3 ? Figure(r.s3->reference_read_gbps) : std::nullopt},
+      {"s3_store_vs_raw",
+       r.s3 ? std::optional(PerRound(r.s3->store_gbps, r.s3->reference_write_gbps).median)
+            : std::nullopt},
+      {"s3_load_vs_raw",
+       r.s3 ? std::optional(PerRound(r.s3->load_gbps, r.s3->reference_read_gbps).median)
+            : std::nullopt},
+      {"s3_cross_node_gbps", r.s3 ? Figure(r.s3->cross_node_gbps) : std::nullopt},
       {"store_faults_per_mib", Figure(m.shm.store_faults_per_mib)},
       {"retrieve_faults_per_mib", Figure(m.shm.retrieve_faults_per_mib)},
       {"stream_copy_gbps", Figure(m.stream_copy_gbps)},
@@ -211,26 +222,29 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"retrieve_vs_stream_copy", RatioOr(ratios.retrieve_vs_stream_copy, measured)},
       {"events_off_store_gbps", r.events ? Figure(r.events->off_store_gbps) : std::nullopt},
       {"events_on_store_gbps", r.events ? Figure(r.events->on_store_gbps) : std::nullopt},
-      {"events_on_vs_off", r.events ? std::optional(PerRound(r.events->on_store_gbps,
-                                                             r.events->off_store_gbps).median)
-                                    : std::nullopt},
-      {"events_small_on_vs_off",
-       r.events ? std::optional(PerRound(r.events->small_on_store_gbps,
-                                         r.events->small_off_store_gbps).median)
+      {"events_on_vs_off",
+       r.events ? std::optional(PerRound(r.events->on_store_gbps, r.events->off_store_gbps).median)
                 : std::nullopt},
-      {"journal_on_vs_off", r.journal ? std::optional(PerRound(r.journal->on_store_gbps,
-                                                               r.journal->off_store_gbps).median)
-                                      : std::nullopt},
+      {"events_small_on_vs_off",
+       r.events
+           ? std::optional(
+                 PerRound(r.events->small_on_store_gbps, r.events->small_off_store_gbps).median)
+           : std::nullopt},
+      {"journal_on_vs_off",
+       r.journal
+           ? std::optional(PerRound(r.journal->on_store_gbps, r.journal->off_store_gbps).median)
+           : std::nullopt},
       {"journal_small_on_vs_off",
-       r.journal ? std::optional(PerRound(r.journal->small_on_store_gbps,
-                                          r.journal->small_off_store_gbps).median)
-                 : std::nullopt},
-      {"quota_on_vs_off", r.quota ? std::optional(PerRound(r.quota->on_store_gbps,
-                                                           r.quota->off_store_gbps).median)
-                                  : std::nullopt},
+       r.journal
+           ? std::optional(
+                 PerRound(r.journal->small_on_store_gbps, r.journal->small_off_store_gbps).median)
+           : std::nullopt},
+      {"quota_on_vs_off",
+       r.quota ? std::optional(PerRound(r.quota->on_store_gbps, r.quota->off_store_gbps).median)
+               : std::nullopt},
       {"quota_small_on_vs_off",
-       r.quota ? std::optional(PerRound(r.quota->small_on_store_gbps,
-                                        r.quota->small_off_store_gbps).median)
+       r.quota ? std::optional(
+                     PerRound(r.quota->small_on_store_gbps, r.quota->small_off_store_gbps).median)
                : std::nullopt},
       {"restart_serve_seconds", LargestRestart(r, &RestartSample::serve_seconds)},
       {"restart_takeover_seconds", LargestRestart(r, &RestartSample::takeover_seconds)},
@@ -305,6 +319,10 @@ void PrintTable(const BenchReport& r) {
   if (r.resp) {
     spread("resp_store_vs_raw", PerRound(r.resp->store_gbps, r.resp->reference_write_gbps));
     spread("resp_load_vs_raw", PerRound(r.resp->load_gbps, r.resp->reference_read_gbps));
+  }
+  if (r.s3) {
+    spread("s3_store_vs_raw", PerRound(r.s3->store_gbps, r.s3->reference_write_gbps));
+    spread("s3_load_vs_raw", PerRound(r.s3->load_gbps, r.s3->reference_read_gbps));
   }
   if (r.restart) {
     for (const RestartSample& s : *r.restart) {
@@ -408,9 +426,10 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << ", \"retrieve_vs_memcpy\": " << SpreadJson(ratios.retrieve_vs_memcpy)
       << ", \"store_vs_stream_copy\": " << SpreadJson(ratios.store_vs_stream_copy)
       << ", \"retrieve_vs_stream_copy\": " << SpreadJson(ratios.retrieve_vs_stream_copy)
-      << ", \"shm_vs_socket\": " << SpreadJson(ratios.shm_vs_socket) << ", \"shm_vs_redis\": "
-      << (ratios.shm_vs_redis ? SpreadJson(*ratios.shm_vs_redis) : "null")
-      << ", \"ping_vs_echo\": " << SpreadJson(r.latencies.ping_vs_echo) << ", \"l2_store_vs_disk\": "
+      << ", \"shm_vs_socket\": " << SpreadJson(ratios.shm_vs_socket)
+      << ", \"shm_vs_redis\": " << (ratios.shm_vs_redis ? SpreadJson(*ratios.shm_vs_redis) : "null")
+      << ", \"ping_vs_echo\": " << SpreadJson(r.latencies.ping_vs_echo)
+      << ", \"l2_store_vs_disk\": "
       << (r.l2 ? SpreadJson(PerRound(r.l2->store_gbps, r.l2->reference_write_gbps)) : "null")
       << ", \"l2_load_vs_disk\": "
       << (r.l2 ? SpreadJson(PerRound(r.l2->load_gbps, r.l2->reference_read_gbps)) : "null")
@@ -418,32 +437,35 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << (r.resp ? SpreadJson(PerRound(r.resp->store_gbps, r.resp->reference_write_gbps)) : "null")
       << ", \"resp_load_vs_raw\": "
       << (r.resp ? SpreadJson(PerRound(r.resp->load_gbps, r.resp->reference_read_gbps)) : "null")
+      << ", \"s3_store_vs_raw\": "
+      << (r.s3 ? SpreadJson(PerRound(r.s3->store_gbps, r.s3->reference_write_gbps)) : "null")
+      << ", \"s3_load_vs_raw\": "
+      << (r.s3 ? SpreadJson(PerRound(r.s3->load_gbps, r.s3->reference_read_gbps)) : "null")
       << ", \"events_on_vs_off\": "
       << (r.events ? SpreadJson(PerRound(r.events->on_store_gbps, r.events->off_store_gbps))
                    : "null")
       << ", \"events_small_on_vs_off\": "
-      << (r.events ? SpreadJson(PerRound(r.events->small_on_store_gbps,
-                                         r.events->small_off_store_gbps))
-                   : "null")
+      << (r.events
+              ? SpreadJson(PerRound(r.events->small_on_store_gbps, r.events->small_off_store_gbps))
+              : "null")
       << ", \"journal_on_vs_off\": "
       << (r.journal ? SpreadJson(PerRound(r.journal->on_store_gbps, r.journal->off_store_gbps))
                     : "null")
       << ", \"journal_small_on_vs_off\": "
-      << (r.journal ? SpreadJson(PerRound(r.journal->small_on_store_gbps,
-                                          r.journal->small_off_store_gbps))
+      << (r.journal ? SpreadJson(
+                          PerRound(r.journal->small_on_store_gbps, r.journal->small_off_store_gbps))
                     : "null")
       << ", \"quota_on_vs_off\": "
-      << (r.quota ? SpreadJson(PerRound(r.quota->on_store_gbps, r.quota->off_store_gbps))
-                  : "null")
+      << (r.quota ? SpreadJson(PerRound(r.quota->on_store_gbps, r.quota->off_store_gbps)) : "null")
       << ", \"quota_small_on_vs_off\": "
-      << (r.quota ? SpreadJson(PerRound(r.quota->small_on_store_gbps,
-                                        r.quota->small_off_store_gbps))
-                  : "null")
+      << (r.quota
+              ? SpreadJson(PerRound(r.quota->small_on_store_gbps, r.quota->small_off_store_gbps))
+              : "null")
       << ", \"p2p_vs_ucp_get\": " << P2pSpreadJson(r, &P2pFigures::ucp_get_gbps)
       << ", \"p2p_vs_ucp_am_bw\": " << P2pSpreadJson(r, &P2pFigures::ucp_am_bw_gbps)
       << ", \"p2p_vs_redis\": " << P2pSpreadJson(r, &P2pFigures::redis_load_gbps)
-      << ", \"p2p_verified_vs_unverified\": "
-      << P2pSpreadJson(r, &P2pFigures::unverified_load_gbps) << "},\n";
+      << ", \"p2p_verified_vs_unverified\": " << P2pSpreadJson(r, &P2pFigures::unverified_load_gbps)
+      << "},\n";
   out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
       << ", \"stream_copy_gbps\": " << Samples(r.main.stream_copy_gbps)
       << ", \"store_gbps\": " << Samples(r.main.shm.store_gbps)

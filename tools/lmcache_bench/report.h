@@ -60,6 +60,7 @@ struct BenchReport {
   std::optional<double> lookup_cold_p50_us;  // a server without a hash cache (not with --url)
   std::optional<L2Figures> l2;                // the fs phase (absent with --skip-l2)
   std::optional<L2Figures> resp;              // the resp phase (absent with --skip-l2 or --skip-redis)
+  std::optional<L2Figures> s3;                // the s3 phase (absent with --skip-l2 or --skip-s3)
   std::optional<OnOffFigures> events;         // the KV events phase (absent with --skip-events)
   std::optional<OnOffFigures> journal;        // the journal phase (absent with --skip-journal)
   std::optional<OnOffFigures> quota;          // the quota phase (absent with --skip-quota)

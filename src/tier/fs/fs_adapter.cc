@@ -17,6 +17,7 @@
 #include "common/logging.h"
 #include "common/unique_fd.h"
 #include "tier/fs/fs_key_codec.h"
+#include "tier/indexed_adapter.h"
 #include "tier/object_format.h"
 
 namespace lmcache::tier {
@@ -379,35 +380,25 @@ std::vector<Status> FsAdapter::StoreNow(std::span<const L2Write> objects) {
 }
 
 void FsAdapter::EnforceQuotas(const store::TenantLedger* ledger) {
-  if (ledger == nullptr || !ledger->enabled()) return;
-  index_.SetLimits([ledger](std::string_view salt) { return ledger->LimitFor(salt); });
+  EnforceIndexedQuotas(index_, ledger);
 }
 
 Result<std::vector<ListedL2Object>> FsAdapter::List(const store::ObjectKey* after,
                                                     std::size_t limit,
                                                     const KeyFilter& keep) const {
-  std::vector<ListedL2Object> out;
-  for (auto& [key, bytes] : index_.List(after, limit, keep)) out.push_back({std::move(key), bytes});
-  return out;
+  return ListIndexed(index_, after, limit, keep);
 }
 
 Result<std::vector<L2Deletion>> FsAdapter::Delete(std::span<const store::ObjectKey> keys,
                                                   bool force) {
-  std::vector<L2Deletion> outcomes;
-  for (const store::ObjectKey& key : keys) {
-    // Under the index's lock, so a store of the same key cannot slip between
-    // the file's removal and the index's. A load with the file open reads on.
-    const L2Index::Removal removal =
-        index_.Remove(key, force, [this](const store::ObjectKey& gone, std::uint64_t) {
-          std::error_code ignored;
-          fs::remove(PathOf(gone), ignored);
-          if (removal_observer_) removal_observer_(std::span(&gone, 1));
-        });
-    outcomes.push_back(removal == L2Index::Removal::kRemoved  ? L2Deletion::kDeleted
-                       : removal == L2Index::Removal::kLocked ? L2Deletion::kLocked
-                                                              : L2Deletion::kNotFound);
-  }
-  return outcomes;
+  // Under the index's lock (DeleteIndexed), so a store of the same key cannot
+  // slip between the file's removal and the index's. A load with the file
+  // open reads on.
+  return DeleteIndexed(index_, keys, force, [this](const store::ObjectKey& gone, std::uint64_t) {
+    std::error_code ignored;
+    fs::remove(PathOf(gone), ignored);
+    if (removal_observer_) removal_observer_(std::span(&gone, 1));
+  });
 }
 
 Status FsAdapter::Fail(int error, std::string what, PendingFile* file) {

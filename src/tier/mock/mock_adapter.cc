@@ -129,18 +129,10 @@ L2AdapterStats MockAdapter::Stats() const {
 
 Result<std::vector<L2Deletion>> MockAdapter::Delete(std::span<const store::ObjectKey> keys,
                                                     bool force) {
-  std::vector<L2Deletion> outcomes;
-  for (const store::ObjectKey& key : keys) {
-    const L2Index::Removal removal =
-        index_.Remove(key, force, [this](const store::ObjectKey& gone, std::uint64_t) {
-          MutexLock lock(&mu_);
-          objects_.erase(gone);
-        });
-    outcomes.push_back(removal == L2Index::Removal::kRemoved  ? L2Deletion::kDeleted
-                       : removal == L2Index::Removal::kLocked ? L2Deletion::kLocked
-                                                              : L2Deletion::kNotFound);
-  }
-  return outcomes;
+  return DeleteIndexed(index_, keys, force, [this](const store::ObjectKey& gone, std::uint64_t) {
+    MutexLock lock(&mu_);
+    objects_.erase(gone);
+  });
 }
 
 }  // namespace lmcache::tier

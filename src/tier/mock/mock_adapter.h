@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "tier/indexed_adapter.h"
 #include "tier/l2_adapter.h"
 #include "tier/l2_index.h"
 
@@ -35,16 +36,12 @@ class MockAdapter final : public BlockingL2Adapter {
   L2AdapterStats Stats() const override;
   Result<std::vector<ListedL2Object>> List(const store::ObjectKey* after, std::size_t limit,
                                            const KeyFilter& keep) const override {
-    std::vector<ListedL2Object> out;
-    for (auto& [key, bytes] : index_.List(after, limit, keep)) out.push_back({std::move(key), bytes});
-    return out;
+    return ListIndexed(index_, after, limit, keep);
   }
   Result<std::vector<L2Deletion>> Delete(std::span<const store::ObjectKey> keys,
                                          bool force) override;
   void EnforceQuotas(const store::TenantLedger* ledger) override {
-    if (ledger != nullptr && ledger->enabled()) {
-      index_.SetLimits([ledger](std::string_view salt) { return ledger->LimitFor(salt); });
-    }
+    EnforceIndexedQuotas(index_, ledger);
   }
 
   // Test hook: flips one payload byte of a held object (false if not held).

@@ -10,6 +10,9 @@
 #include "tier/fs/fs_adapter.h"
 #include "tier/l2_config_fields.h"
 #include "tier/mock/mock_adapter.h"
+#if LMC_L2_S3
+#include "tier/s3/s3_adapter.h"
+#endif
 
 namespace lmcache::tier {
 namespace {
@@ -54,7 +57,7 @@ TEST(L2ConfigTest, EveryErrorNamesTheAdapterAndTheField) {
   EXPECT_TRUE(Mentions(ErrorOf("{not json"), "--l2-adapter #2: not valid JSON"));
   EXPECT_TRUE(Mentions(ErrorOf("[1]"), "must be a JSON object"));
   EXPECT_TRUE(Mentions(ErrorOf(R"({"base_path":"/x"})"), "field 'type': is required"));
-  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"s3"})"), "unknown adapter type 's3'"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"gcs"})"), "unknown adapter type 'gcs'"));
   EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs"})"), "field 'base_path': is required"));
   EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs","base_path":7})"), "'base_path': must be a string"));
   EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"fs","base_path":"/x","max_size_gb":-1})"),
@@ -150,11 +153,101 @@ TEST(L2ConfigTest, AnErrorNeverCarriesAPasswordFromTheJson) {
 
 TEST(L2AdapterTypesTest, TheUnknownTypeErrorListsTheTypesThisBuildRegistered) {
   const std::string expected = std::string("this server has fs, ") +
-                               (LMC_L2_RESP ? "resp (valkey), " : "") + "mock, fault_inject and p2p";
-  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"s3"})"), expected)) << ErrorOf(R"({"type":"s3"})");
+                               (LMC_L2_RESP ? "resp (valkey), " : "") + (LMC_L2_S3 ? "s3, " : "") +
+                               "mock, fault_inject and p2p";
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"gcs"})"), expected)) << ErrorOf(R"({"type":"gcs"})");
+  EXPECT_EQ(L2AdapterTypes::Builtin().Find("s3") != nullptr, static_cast<bool>(LMC_L2_S3));
   EXPECT_EQ(L2AdapterTypes::Builtin().Find("resp") != nullptr, static_cast<bool>(LMC_L2_RESP));
   EXPECT_EQ(L2AdapterTypes::Builtin().Find("valkey"), L2AdapterTypes::Builtin().Find("resp"));
 }
+
+#if LMC_L2_S3
+// The reference's s3 fields (s3_l2_adapter.py S3L2AdapterConfig.from_dict),
+// its virtual-hosted endpoint forms, and ours beside them.
+TEST(L2ConfigTest, TheReferencesS3FieldsAreTaken) {
+  auto spec = ParseL2AdapterSpec(
+      R"({"type":"s3","s3_endpoint":"s3://kv-cache.s3.us-west-2.amazonaws.com","s3_region":"us-west-2",
+          "s3_num_io_threads":16,"s3_prefer_http2":false,"s3_enable_s3express":false,
+          "disable_tls":false,"aws_access_key_id":"AKID","aws_secret_access_key":"SECRET",
+          "max_capacity_gb":2,"serde":{"type":"fp8"}})",
+      1);
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  const auto& c = std::any_cast<const S3AdapterConfig&>(spec->config);
+  EXPECT_EQ(c.client.scheme, "https");
+  EXPECT_EQ(c.client.bucket, "kv-cache");
+  EXPECT_EQ(c.client.host, "s3.us-west-2.amazonaws.com");
+  EXPECT_TRUE(c.client.virtual_hosted);
+  EXPECT_EQ(c.client.region, "us-west-2");
+  EXPECT_EQ(c.client.max_connections, 16u);
+  EXPECT_FALSE(c.client.prefer_http2);
+  EXPECT_EQ(c.client.credentials.access_key_id, "AKID");
+  EXPECT_EQ(c.credentials_source, "config");
+  EXPECT_EQ(c.max_capacity_bytes, 2ull << 30);
+  EXPECT_EQ(spec->serde.codec, PayloadCodec::kFp8E4M3);
+
+  auto bare = ParseL2AdapterSpec(
+      R"({"type":"s3","s3_endpoint":"bucket.minio.local:9000","s3_region":"x","disable_tls":true,
+          "aws_access_key_id":"a","aws_secret_access_key":"b"})",
+      1);
+  ASSERT_TRUE(bare.ok()) << bare.status().ToString();
+  const auto& b = std::any_cast<const S3AdapterConfig&>(bare->config);
+  EXPECT_EQ(b.client.scheme, "http");
+  EXPECT_EQ(b.client.host, "minio.local:9000");
+  EXPECT_EQ(b.client.bucket, "bucket");
+
+  auto path = ParseL2AdapterSpec(
+      R"({"type":"s3","s3_endpoint":"http://127.0.0.1:7480/","bucket":"lmc","s3_region":"default",
+          "key_prefix":"fleet-a/","request_timeout_ms":2000,"max_retries":1,
+          "aws_access_key_id":"a","aws_secret_access_key":"b"})",
+      1);
+  ASSERT_TRUE(path.ok()) << path.status().ToString();
+  const auto& p = std::any_cast<const S3AdapterConfig&>(path->config);
+  EXPECT_FALSE(p.client.virtual_hosted);
+  EXPECT_EQ(p.client.host, "127.0.0.1:7480");
+  EXPECT_EQ(p.client.bucket, "lmc");
+  EXPECT_EQ(p.key_prefix, "fleet-a/");
+  EXPECT_EQ(p.client.request_timeout, std::chrono::milliseconds(2000));
+  EXPECT_EQ(p.client.max_attempts, 2u);
+}
+
+TEST(L2ConfigTest, BadS3ConfigsAreRefusedSayingWhatToChange) {
+  const std::string keys = R"(,"aws_access_key_id":"a","aws_secret_access_key":"b")";
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"s3","s3_region":"r")" + keys + "}"),
+                       "field 's3_endpoint': is required"));
+  EXPECT_TRUE(Mentions(ErrorOf(R"({"type":"s3","s3_endpoint":"bkt.h")" + keys + "}"),
+                       "field 's3_region': is required"));
+  EXPECT_TRUE(
+      Mentions(ErrorOf(R"({"type":"s3","s3_endpoint":"nodot","s3_region":"r")" + keys + "}"),
+               "virtual-hosted"));
+  EXPECT_TRUE(
+      Mentions(ErrorOf(R"({"type":"s3","s3_endpoint":"http://h","s3_region":"r")" + keys + "}"),
+               "field 'bucket': is required"));
+  EXPECT_TRUE(Mentions(
+      ErrorOf(
+          R"({"type":"s3","s3_endpoint":"https://h","bucket":"bkt","disable_tls":true,"s3_region":"r")" +
+          keys + "}"),
+      "field 'disable_tls'"));
+  EXPECT_TRUE(
+      Mentions(ErrorOf(R"({"type":"s3","s3_endpoint":"Bad_Bucket.h","s3_region":"r")" + keys + "}"),
+               "not a valid S3 bucket name"));
+  EXPECT_TRUE(Mentions(
+      ErrorOf(R"({"type":"s3","s3_endpoint":"bkt.h","s3_region":"r","s3_enable_s3express":true)" +
+              keys + "}"),
+      "S3 Express One Zone"));
+  EXPECT_TRUE(Mentions(
+      ErrorOf(R"({"type":"s3","s3_endpoint":"bkt.h","s3_region":"r","s3_num_io_threads":0)" + keys +
+              "}"),
+      "s3_num_io_threads"));
+  EXPECT_TRUE(Mentions(
+      ErrorOf(R"({"type":"s3","s3_endpoint":"bkt.h","s3_region":"r","s3_bukcet":1)" + keys + "}"),
+      "s3_bukcet"));
+  // Half a pair of keys names the missing half, and never shows the secret.
+  const std::string half = ErrorOf(
+      R"({"type":"s3","s3_endpoint":"bkt.h","s3_region":"r","aws_secret_access_key":"hunter2"})");
+  EXPECT_TRUE(Mentions(half, "aws_access_key_id is missing")) << half;
+  EXPECT_FALSE(Mentions(half, "hunter2")) << half;
+}
+#endif
 
 // A type registered from outside l2_config is parsed and built through it:
 // the seam a new backend plugs into.
