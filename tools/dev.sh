@@ -30,7 +30,7 @@ PACKAGES=(
   libzstd-dev libcurl4-openssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev llvm-14 lld
-  b3sum iproute2 iptables ucx-utils redis-server libhiredis-dev prometheus python3-yaml patchelf
+  b3sum iproute2 iptables ucx-utils redis-server libhiredis-dev prometheus python3-yaml patchelf openssl
   etcd-server
   ceph-mon ceph-osd radosgw ceph-common uuid-runtime curl
   python3-zmq python3-msgpack python3-numpy python3-pytest

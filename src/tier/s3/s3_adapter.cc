@@ -183,6 +183,9 @@ std::vector<bool> S3Adapter::LookupAndLock(std::span<const store::ObjectKey> key
 void S3Adapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
                              LookupDone done) {
   (void)object_bytes;  // a HEAD cannot tell an encoded object's L1 size; the load checks it
+  // A gateway that refuses connections holds nothing a load could get: the
+  // lookup says so at once, and the cascade's next tier serves the prefix.
+  if (client_->down()) return done(std::vector<bool>(keys.size(), false));
   auto state = std::make_shared<LookupState>();
   state->keys.assign(keys.begin(), keys.end());
   state->flags = index_.LookupAndLock(keys);

@@ -21,7 +21,8 @@
 // asks the bucket (HEAD, `kLookupWindow` keys at a time, stopping at the
 // first window with a miss: a prompt's prefix is what can load) for the
 // keys the index does not hold, which is how a server finds what the rest of
-// the fleet stored. Locks are the index's: eviction here never deletes what
+// the fleet stored. While the gateway refuses connections (S3Client::down)
+// a lookup holds nothing, so the cascade's next tier serves. Locks are the index's: eviction here never deletes what
 // a load of this server has planned (another server's eviction can, and
 // that load is then a miss: the prefetch serves the shorter prefix).
 //

@@ -197,6 +197,11 @@ S3Client::Counters S3Client::counters() const {
   return counters_;
 }
 
+bool S3Client::down() const {
+  MutexLock lock(&mu_);
+  return SteadyMs() < down_until_ms_;
+}
+
 void S3Client::SignInto(Transfer* t) {
   const S3Call& call = t->call;
   const std::string host =

@@ -108,6 +108,9 @@ class S3Client {
     std::uint64_t refused_while_down = 0;
   };
   Counters counters() const LMC_EXCLUDES(mu_);
+  // Whether the gateway refused connections within the last retry_interval
+  // (calls submitted now fail at once).
+  bool down() const LMC_EXCLUDES(mu_);
 
   struct Transfer;  // one call's state on the client's thread (s3_client.cc)
 

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "fakes/free_port.h"
+#include "fakes/temp_dir.h"
 
 namespace lmcache::tier {
 namespace {
@@ -192,6 +193,43 @@ TEST(S3ClientTest, ShutdownCompletesWhatIsInFlight) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   client.reset();
   EXPECT_EQ(completed.load(), 4);
+}
+
+// https verifies the server against the system's CA store, which knows no
+// self-signed certificate, and against `ca_bundle` when one is named.
+TEST(S3ClientTest, HttpsVerifiesTheServer) {
+  lmcache::testing::TempDir dir("s3_client_test");
+  const std::string cert = (dir.path() / "cert.pem").string();
+  const std::string key = (dir.path() / "key.pem").string();
+  const std::string make = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1 "
+                           "-addext subjectAltName=IP:127.0.0.1 -keyout " + key + " -out " + cert +
+                           " 2>/dev/null";
+  if (std::system(make.c_str()) != 0) GTEST_SKIP() << "the openssl command is not installed";
+  httplib::SSLServer server(cert.c_str(), key.c_str());
+  server.Get("/bucket/(.*)", [](const httplib::Request& req, httplib::Response& res) {
+    res.set_content("secure " + std::string(req.matches[1]), "application/octet-stream");
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread listener([&server] { server.listen_after_bind(); });
+  while (!server.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+
+  S3ClientConfig config = Config(port);
+  config.scheme = "https";
+  auto untrusted = S3Client::Create(config).value();
+  const S3Response refused = Call(*untrusted, S3Method::kGet, "x");
+  EXPECT_EQ(refused.error.code(), ErrorCode::kUnavailable);
+  EXPECT_NE(refused.error.message().find("certificate"), std::string::npos)
+      << refused.error.message();
+
+  config.ca_bundle = cert;
+  auto trusted = S3Client::Create(config).value();
+  const S3Response r = Call(*trusted, S3Method::kGet, "x");
+  EXPECT_TRUE(r.ok()) << r.error.message() << " " << r.http_status;
+  EXPECT_EQ(r.body, "secure x");
+  trusted.reset();  // its kept-alive connection would hold the server's stop
+  untrusted.reset();
+  server.stop();
+  listener.join();
 }
 
 }  // namespace
