@@ -56,12 +56,12 @@ def gateway(ceph, action):
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def adapter_json(ceph, prefix, secret=None):
+def adapter_json(ceph, prefix, secret=None, extra=""):
     return ('{"type":"s3","s3_endpoint":"%s","bucket":"%s","s3_region":"%s","key_prefix":"%s",'
             '"aws_access_key_id":"%s","aws_secret_access_key":"%s","request_timeout_ms":3000,'
-            '"retry_interval_ms":200}'
+            '"retry_interval_ms":200%s}'
             % (ceph["S3_ENDPOINT"], BUCKET, ceph["S3_REGION"], prefix, ceph["S3_ACCESS_KEY"],
-               secret or ceph["S3_SECRET_KEY"]))
+               secret or ceph["S3_SECRET_KEY"], extra))
 
 
 def serve(binary, tmp_path, name, adapter, http_port=None, more_adapters=()):
@@ -213,6 +213,29 @@ def test_a_wrong_secret_is_refused_cleanly_and_logged_once(binary, tmp_path, zmq
         log = server.log()
         assert log.count("access refused") == 1, log[-3000:]
         assert "0" * 40 not in log
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_the_references_fp8_serde_on_the_gateway(binary, tmp_path, zmq_ctx, ceph):
+    """{"serde": {"type": "fp8"}} on the s3 tier: the bucket holds half the
+    bytes, and a retrieve gives the fp8 cast of what was stored, computed in
+    test_serde.py from the format's definition, not by the server."""
+    from test_serde import CHUNKS as SERDE_CHUNKS, bf16_bits_to_float, cast_e4m3, store_kv_prompt
+    server = serve(binary, tmp_path, "fp8", adapter_json(ceph, "fp8/", extra=',"serde":{"type":"fp8"}'))
+    rng = np.random.default_rng(10)
+    try:
+        client, instance_id, pool = attach(zmq_ctx, server)
+        tokens, stored, object_bytes = store_kv_prompt(client, pool, instance_id, rng)
+        tier = stats(client)["l2"]["adapters"][0]
+        assert tier["serde"] == "fp8-e4m3" and tier["serde_encoded_objects"] == SERDE_CHUNKS, tier
+        assert tier["stored_bytes"] == SERDE_CHUNKS * object_bytes // 2, tier
+        assert lookup_l2(client, tokens, "load", timeout_s=30) == SERDE_CHUNKS
+        for i, got in enumerate(retrieve(client, pool, instance_id, tokens, SERDE_CHUNKS, "load")):
+            np.testing.assert_array_equal(bf16_bits_to_float(got),
+                                          cast_e4m3(bf16_bits_to_float(stored[i])),
+                                          err_msg=f"chunk {i} differs from torch's cast")
         client.close()
     finally:
         server.stop()
