@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
@@ -104,6 +105,11 @@ std::string EncodeObjectHeader(const store::ObjectKey& key, std::span<const std:
   Put<std::uint64_t>(out, kHeaderChecksumOffset,
                      HeaderChecksum(std::as_bytes(std::span(out.data(), out.size()))));
   return out;
+}
+
+bool MayBeginObject(std::span<const std::byte> bytes) {
+  const std::size_t n = std::min(bytes.size(), sizeof(kMagic));
+  return n > 0 && std::memcmp(bytes.data(), kMagic, n) == 0;
 }
 
 bool HasObjectMagic(std::span<const std::byte> bytes) {

@@ -93,6 +93,9 @@ bool EncodingSaves(const store::ObjectKey& key, std::uint64_t raw_bytes,
 // Whether `bytes` begin with this format's magic: the file or value was
 // written by a server of ours (whole or not), never someone else's.
 bool HasObjectMagic(std::span<const std::byte> bytes);
+// Whether `bytes`, the first of a value still arriving, could begin an
+// object of ours: not empty, and as much of the magic as they hold.
+bool MayBeginObject(std::span<const std::byte> bytes);
 // The header length a header at the start of `bytes` declares (unchecked:
 // for a reader that guessed the length to tell another object's header
 // from a damaged one), or 0 without the magic or the field.

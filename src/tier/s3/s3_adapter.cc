@@ -15,6 +15,13 @@
 namespace lmcache::tier {
 namespace {
 
+// A size an object of ours can have in the bucket (the gateway's word for it
+// goes into the index's byte counts).
+bool PlausibleSize(std::uint64_t bytes) {
+  constexpr std::uint64_t kLargest = 1ull << 40;
+  return bytes > kHeaderFixedBytesV1 && bytes <= kLargest;
+}
+
 std::int64_t ListingClockMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -43,7 +50,7 @@ class S3Batch {
 
 struct S3Adapter::LookupState {
   std::vector<store::ObjectKey> keys;
-  std::vector<bool> flags;
+  std::vector<std::uint8_t> held;  // bytes, not vector<bool>'s shared bits: see ContinueLookup
   std::size_t cursor = 0;  // keys before it are decided
   LookupDone done;
   std::atomic<std::size_t> pending{0};
@@ -54,6 +61,7 @@ struct S3Adapter::ListingState {
   std::int64_t started_ms = 0;
   std::uint64_t listed = 0;
   std::uint64_t foreign = 0;
+  std::string last_token;  // a gateway that hands the same token again is not followed
 };
 
 Result<std::unique_ptr<S3Adapter>> S3Adapter::Create(const S3AdapterConfig& config) {
@@ -70,46 +78,63 @@ S3Adapter::S3Adapter(const S3AdapterConfig& config)
       index_(config.max_capacity_bytes),
       condition_("s3 L2 " + config.client.bucket) {}
 
-S3Adapter::~S3Adapter() { client_.reset(); }
+// The client stops first, while everything its completions touch (the
+// index, the counters, client_ itself) is still there.
+S3Adapter::~S3Adapter() { client_->Shutdown(); }
 
 std::string S3Adapter::NameOf(const store::ObjectKey& key) const {
   return S3ObjectName(config_.key_prefix, key);
 }
 
 void S3Adapter::Note(const S3Response& response) {
+  if (response.shut_down) return;  // the server is stopping, not the gateway failing
   if (!response.error.ok()) {
     if (response.error.code() == ErrorCode::kCorrupt) return;  // the object, not the gateway
     condition_.Fail("unreachable", response.error.message());
     return;
   }
-  if (response.http_status == 401 || response.http_status == 403) {
-    const S3Error error = ParseS3Error(response.body);
+  const long status = response.http_status;
+  const S3Error error = ParseS3Error(response.body);
+  const std::string code = error.code.empty() ? "HTTP " + std::to_string(status) : error.code;
+  if (status == 401 || status == 403) {
     // A HEAD's refusal has no body to name the cause: it stays in the
     // condition a PUT or GET named, so the log says it once.
     const std::string current = condition_.current();
-    const std::string condition =
-        error.code.empty() && current.starts_with("access refused")
-            ? current
-            : "access refused (" +
-                  (error.code.empty() ? "HTTP " + std::to_string(response.http_status)
-                                      : error.code) +
-                  ")";
-    condition_.Fail(condition, error.message + " (check the credentials and the bucket's policy)");
-    return;
+    condition_.Fail(error.code.empty() && current.starts_with("access refused")
+                        ? current
+                        : "access refused (" + code + ")",
+                    error.message + " (check the credentials and the bucket's policy)");
+  } else if (status >= 500) {
+    condition_.Fail("failing", code);
+  } else if ((status < 200 || status >= 300) && !(status == 404 && code != "NoSuchBucket")) {
+    // Any refusal but a missing object (which is an answer): a wrong
+    // region, a bucket that is not there, a redirect.
+    condition_.Fail("refused (" + code + ")",
+                    error.message + " (check the endpoint, the bucket and the region)");
+  } else {
+    condition_.Ok();
   }
-  if (response.http_status >= 500) {
-    const S3Error error = ParseS3Error(response.body);
-    condition_.Fail("failing", "HTTP " + std::to_string(response.http_status) + " " + error.code);
-    return;
-  }
-  condition_.Ok();
 }
 
 void S3Adapter::Evicted(const store::ObjectKey& key, std::uint64_t bytes) {
   counters_.evicted_objects.fetch_add(1, std::memory_order_relaxed);
   counters_.evicted_bytes.fetch_add(bytes, std::memory_order_relaxed);
   DeleteObject(key);
-  if (removal_observer_) removal_observer_(std::span(&key, 1));
+  NotifyRemoved(key);
+}
+
+void S3Adapter::ObserveRemovals(RemovalObserver observer) {
+  MutexLock lock(&observer_mu_);
+  removal_observer_ = std::move(observer);
+}
+
+void S3Adapter::NotifyRemoved(const store::ObjectKey& key) {
+  RemovalObserver observer;
+  {
+    MutexLock lock(&observer_mu_);
+    observer = removal_observer_;
+  }
+  if (observer) observer(std::span(&key, 1));
 }
 
 void S3Adapter::DeleteObject(const store::ObjectKey& key) {
@@ -188,7 +213,8 @@ void S3Adapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64
   if (client_->down()) return done(std::vector<bool>(keys.size(), false));
   auto state = std::make_shared<LookupState>();
   state->keys.assign(keys.begin(), keys.end());
-  state->flags = index_.LookupAndLock(keys);
+  const std::vector<bool> indexed = index_.LookupAndLock(keys);
+  state->held.assign(indexed.begin(), indexed.end());
   state->done = std::move(done);
   ContinueLookup(state);
 }
@@ -196,12 +222,12 @@ void S3Adapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64
 void S3Adapter::ContinueLookup(const std::shared_ptr<LookupState>& state) {
   std::vector<std::size_t> window;
   while (state->cursor < state->keys.size() && window.size() < kLookupWindow) {
-    if (!state->flags[state->cursor]) window.push_back(state->cursor);
+    if (state->held[state->cursor] == 0) window.push_back(state->cursor);
     ++state->cursor;
   }
   if (window.empty()) {
     auto done = std::move(state->done);
-    return done(std::move(state->flags));
+    return done(std::vector<bool>(state->held.begin(), state->held.end()));
   }
   state->pending.store(window.size(), std::memory_order_relaxed);
   for (const std::size_t i : window) {
@@ -209,16 +235,18 @@ void S3Adapter::ContinueLookup(const std::shared_ptr<LookupState>& state) {
     call.method = S3Method::kHead;
     call.object = NameOf(state->keys[i]);
     call.done = [this, state, i](S3Response response) {
-      if (response.http_status != 404) Note(response);
+      Note(response);
       const store::ObjectKey& key = state->keys[i];
       bool held = false;
-      if (response.ok() && response.content_length > 0) {
+      if (response.ok() && PlausibleSize(response.content_length)) {
         // Another server's object (or one from before a restart the
         // listing has not reached): known from now on.
         if (!index_.Contains(key)) index_.AddExisting(key, response.content_length);
         held = index_.LookupAndLock(std::span(&key, 1))[0];
       }
-      state->flags[i] = held;
+      // Completions of one window may run on two threads (the client's, and
+      // a caller's once the client is stopping): each writes its own byte.
+      state->held[i] = held ? 1 : 0;
       if (!held) state->window_missed.store(true, std::memory_order_relaxed);
       if (state->pending.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
       if (state->window_missed.load(std::memory_order_relaxed)) {
@@ -247,14 +275,14 @@ void S3Adapter::SubmitLoad(std::span<const L2Read> reads, LoadDone done) {
       return receiver->Accept(offset, length, piece);
     };
     call.done = [this, batch, i, receiver, read](S3Response response) {
-      if (response.http_status != 404) Note(response);
+      Note(response);
       const L2LoadOutcome outcome = receiver->Finish(response);
       const store::ObjectKey& key = *read.key;
       if (outcome == L2LoadOutcome::kCorrupt) {
         corrupt_log_.Log(spdlog::level::warn, "s3 L2: {} failed its check; deleted", NameOf(key));
         index_.Erase(key);
         DeleteObject(key);
-        if (removal_observer_) removal_observer_(std::span(&key, 1));
+        NotifyRemoved(key);
       } else if (outcome == L2LoadOutcome::kMissing && response.http_status == 404) {
         index_.Erase(key);  // gone from the bucket (another server, the lifecycle)
       }
@@ -274,6 +302,7 @@ void S3Adapter::ListPage(const std::shared_ptr<ListingState>& state,
   if (!continuation.empty()) call.query.emplace_back("continuation-token", continuation);
   call.done = [this, state](S3Response response) {
     Note(response);
+    if (response.shut_down) return FinishListing(state);
     if (!response.ok()) {
       spdlog::warn("s3 L2: listing {} stopped after {} objects: {}", client_->Location(),
                    state->listed,
@@ -287,15 +316,17 @@ void S3Adapter::ListPage(const std::shared_ptr<ListingState>& state,
       spdlog::warn("s3 L2: listing {}: {}", client_->Location(), page.status().message());
       return FinishListing(state);
     }
-    // Oldest first, so the least recently stored are the first evicted.
+    // Oldest first within the page, so its least recently stored go first
+    // (across pages, and beside stores running meanwhile, only roughly).
     std::sort(page->objects.begin(), page->objects.end(),
               [](const ListedS3Object& a, const ListedS3Object& b) {
                 return a.last_modified_ms < b.last_modified_ms;
               });
     for (const ListedS3Object& object : page->objects) {
-      if (state->listed >= config_.max_listed_objects) break;
+      // Others' objects count too: a prefix full of them is not walked forever.
+      if (state->listed + state->foreign >= config_.max_listed_objects) break;
       const auto key = ParseS3ObjectName(config_.key_prefix, object.name);
-      if (!key) {
+      if (!key || !PlausibleSize(object.size_bytes)) {
         ++state->foreign;  // someone else's object under our prefix: left alone
         continue;
       }
@@ -306,7 +337,11 @@ void S3Adapter::ListPage(const std::shared_ptr<ListingState>& state,
       MutexLock lock(&listed_mu_);
       listed_.objects = state->listed;
     }
-    if (page->truncated && state->listed < config_.max_listed_objects) {
+    const bool more = page->truncated && !page->objects.empty() &&
+                      page->next_continuation_token != state->last_token &&
+                      state->listed + state->foreign < config_.max_listed_objects;
+    if (more) {
+      state->last_token = page->next_continuation_token;
       return ListPage(state, page->next_continuation_token);
     }
     FinishListing(state);
@@ -339,8 +374,10 @@ Result<std::vector<ListedL2Object>> S3Adapter::List(const store::ObjectKey* afte
 
 Result<std::vector<L2Deletion>> S3Adapter::Delete(std::span<const store::ObjectKey> keys,
                                                   bool force) {
-  return DeleteIndexed(index_, keys, force,
-                       [this](const store::ObjectKey& gone, std::uint64_t) { DeleteObject(gone); });
+  return DeleteIndexed(index_, keys, force, [this](const store::ObjectKey& gone, std::uint64_t) {
+    DeleteObject(gone);
+    NotifyRemoved(gone);
+  });
 }
 
 L2AdapterStats S3Adapter::Stats() const {

@@ -77,9 +77,7 @@ class S3Adapter final : public L2Adapter {
   void SubmitLoad(std::span<const L2Read> reads, LoadDone done) override;
   L2AdapterStats Stats() const override;
   bool CompletesAsynchronously() const override { return true; }
-  void ObserveRemovals(RemovalObserver observer) override {
-    removal_observer_ = std::move(observer);
-  }
+  void ObserveRemovals(RemovalObserver observer) override;
   void EnforceQuotas(const store::TenantLedger* ledger) override;
   Result<std::vector<ListedL2Object>> List(const store::ObjectKey* after, std::size_t limit,
                                            const KeyFilter& keep) const override;
@@ -103,6 +101,8 @@ class S3Adapter final : public L2Adapter {
   // object that the next load finds corrupt or the lifecycle removes).
   void DeleteObject(const store::ObjectKey& key);
   void Evicted(const store::ObjectKey& key, std::uint64_t bytes);
+  // Tells the KV event log that `key` is gone from the tier.
+  void NotifyRemoved(const store::ObjectKey& key) LMC_EXCLUDES(observer_mu_);
   // The gateway's answer, as the adapter's condition: a refusal of our
   // credentials or an unreachable gateway is logged once, until it recovers.
   void Note(const S3Response& response);
@@ -112,7 +112,10 @@ class S3Adapter final : public L2Adapter {
   L2Index index_;
   ConditionLog condition_;
   RateLimitedLog corrupt_log_{std::chrono::seconds(10)};
-  RemovalObserver removal_observer_;
+  // Set while the startup listing may already be evicting (its trim runs on
+  // the client's thread): read and written under its mutex.
+  mutable Mutex observer_mu_;
+  RemovalObserver removal_observer_ LMC_GUARDED_BY(observer_mu_);
   std::atomic<bool> listing_done_{false};
   // The startup listing's figures (rebuilt_objects, rebuild_seconds).
   struct Listed {

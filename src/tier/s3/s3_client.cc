@@ -82,7 +82,9 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
     t->body_offset += bytes;
     return bytes;
   }
-  if (t->response.body.size() + bytes > S3Client::kMaxKeptBody) {
+  const std::size_t cap =
+      status >= 200 && status < 300 ? S3Client::kMaxKeptBody : S3Client::kMaxKeptErrorBody;
+  if (t->response.body.size() + bytes > cap) {
     t->body_too_large = true;
     return 0;
   }
@@ -134,6 +136,14 @@ bool ConnectFailure(int code) {
   return code == CURLE_COULDNT_CONNECT || code == CURLE_COULDNT_RESOLVE_HOST;
 }
 
+// Failures another attempt cannot cure: a certificate that does not verify,
+// a URL or protocol curl refuses.
+bool PermanentFailure(int code) {
+  return code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE ||
+         code == CURLE_SSL_CERTPROBLEM || code == CURLE_URL_MALFORMAT ||
+         code == CURLE_UNSUPPORTED_PROTOCOL;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<S3Client>> S3Client::Create(const S3ClientConfig& config) {
@@ -163,13 +173,17 @@ S3Client::S3Client(const S3ClientConfig& config) : config_(config), multi_(curl_
 }
 
 S3Client::~S3Client() {
+  Shutdown();
+  if (multi_ != nullptr) curl_multi_cleanup(Multi(multi_));
+}
+
+void S3Client::Shutdown() {
   {
     MutexLock lock(&mu_);
     stopping_ = true;
   }
   if (multi_ != nullptr) curl_multi_wakeup(Multi(multi_));
-  if (thread_.joinable()) thread_.join();
-  if (multi_ != nullptr) curl_multi_cleanup(Multi(multi_));
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
 }
 
 std::string S3Client::Location() const {
@@ -189,6 +203,7 @@ void S3Client::Submit(S3Call call) {
     }
   }
   transfer->response.error = Status(ErrorCode::kUnavailable, "the S3 client is shutting down");
+  transfer->response.shut_down = true;
   transfer->call.done(std::move(transfer->response));
 }
 
@@ -302,7 +317,7 @@ bool S3Client::ShouldRetry(const Transfer& t, int code) const {
   if (code == CURLE_OK) return RetryableStatus(t.response.http_status);
   // The deadline ran out (each attempt's timeout is what is left of it), or
   // the gateway is not there: no use trying again now.
-  return code != CURLE_OPERATION_TIMEDOUT && !ConnectFailure(code);
+  return code != CURLE_OPERATION_TIMEDOUT && !ConnectFailure(code) && !PermanentFailure(code);
 }
 
 void S3Client::Finished(Transfer* t, int code) {
@@ -312,6 +327,11 @@ void S3Client::Finished(Transfer* t, int code) {
   curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &status);
   curl_off_t length = -1;
   curl_easy_getinfo(t->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+  // No connection made before the deadline: nothing answers at that address
+  // (a partition drops the packets), which is the gateway being down too.
+  curl_off_t connect_us = 0;
+  curl_easy_getinfo(t->easy, CURLINFO_CONNECT_TIME_T, &connect_us);
+  const bool connected = connect_us > 0;
   t->response.http_status = code == CURLE_OK ? status : 0;
   t->response.content_length = length < 0 ? 0 : static_cast<std::uint64_t>(length);
   if (t->sink_refused) {
@@ -329,7 +349,9 @@ void S3Client::Finished(Transfer* t, int code) {
     MutexLock lock(&mu_);
     if (code != CURLE_OK && !t->sink_refused && !t->body_too_large) ++counters_.transport_failures;
     if (code == CURLE_OK && (status == 503 || status == 429)) ++counters_.throttled;
-    if (ConnectFailure(code)) down_until_ms_ = SteadyMs() + config_.retry_interval.count();
+    if (ConnectFailure(code) || (code == CURLE_OPERATION_TIMEDOUT && !connected)) {
+      down_until_ms_ = SteadyMs() + config_.retry_interval.count();
+    }
   }
   if (ShouldRetry(*t, code)) {
     // Full jitter over an exponential step, so throttled callers spread out.
@@ -435,6 +457,7 @@ void S3Client::Run() {
   active_.clear();
   for (auto& t : left_over) {
     t->response.error = Status(ErrorCode::kUnavailable, "the S3 client is shutting down");
+    t->response.shut_down = true;
     Complete(std::move(t));
   }
 }

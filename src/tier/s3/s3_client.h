@@ -12,7 +12,8 @@
 // - Retries with exponential backoff and jitter on what S3 says is worth
 //   retrying: 500, 502, 503 (SlowDown), 504, 429 and transport failures,
 //   while the deadline allows. Every attempt is signed afresh (SigV4's date).
-// - A gateway that refuses connections is "down" for `retry_interval`:
+// - A gateway that refuses connections, or that no connection reaches
+//   before the deadline (packets dropped), is "down" for `retry_interval`:
 //   calls submitted meanwhile fail at once (kUnavailable) instead of each
 //   waiting out a connect, and the first call after it probes again.
 // - https uses the system's CA store (or `ca_bundle`) and verifies the peer
@@ -66,6 +67,7 @@ struct S3Response {
   std::string body;      // a reply's body when no sink took it (capped; see kMaxKeptBody)
   std::uint64_t content_length = 0;  // as the reply declared it (HEAD, GET)
   std::uint32_t attempts = 0;
+  bool shut_down = false;  // ended unanswered because the client stopped
   bool ok() const { return error.ok() && http_status >= 200 && http_status < 300; }
 };
 
@@ -87,14 +89,24 @@ struct S3Call {
 
 class S3Client {
  public:
+  // What a reply's kept body may hold: a listing page (2xx, no sink) is up
+  // to kMaxKeptBody; an error's body, which only its <Code> is read of, is
+  // cut at kMaxKeptErrorBody, so a hostile gateway cannot make each of many
+  // calls hold megabytes.
   static constexpr std::size_t kMaxKeptBody = 16 << 20;
+  static constexpr std::size_t kMaxKeptErrorBody = 64 << 10;
 
   static Result<std::unique_ptr<S3Client>> Create(const S3ClientConfig& config);
-  ~S3Client();
+  ~S3Client();  // Shutdown(), then frees the handle
   S3Client(const S3Client&) = delete;
   S3Client& operator=(const S3Client&) = delete;
 
   void Submit(S3Call call) LMC_EXCLUDES(mu_);
+  // Stops the client's thread, completing every call queued or in flight
+  // as unavailable (on that thread); calls submitted from then on complete
+  // at once on the caller's thread. The owner calls it while what the
+  // completions touch is still there. Idempotent.
+  void Shutdown() LMC_EXCLUDES(mu_);
 
   // "http://127.0.0.1:7480/bucket" or "https://bucket.s3.example.com": where
   // the objects are, for descriptions (no credentials in it).

@@ -8,6 +8,7 @@ namespace lmcache::tier {
 bool S3ObjectReceiver::Accept(std::uint64_t offset, std::int64_t length,
                               std::span<const std::byte> piece) {
   if (offset == 0) Reset();  // a retried attempt starts over
+  declared_length_ = length;
   while (!piece.empty()) {
     if (!header_) {
       if (!TakeHeader(length, &piece)) return false;
@@ -28,7 +29,12 @@ L2LoadOutcome S3ObjectReceiver::Finish(const S3Response& response) const {
   if (!response.error.ok()) return L2LoadOutcome::kFailed;
   if (response.http_status == 404) return L2LoadOutcome::kMissing;
   if (!response.ok()) return L2LoadOutcome::kFailed;
-  if (!header_ || sum_->bytes() != header_->payload_bytes) return L2LoadOutcome::kCorrupt;
+  if (!header_) return MayBeOurs() ? L2LoadOutcome::kCorrupt : L2LoadOutcome::kMissing;
+  if (sum_->bytes() != header_->payload_bytes) {
+    // Cut short: with a declared length that is the object's, not ours
+    // (TakeHeader checked it), and with none the transfer, not the object.
+    return declared_length_ < 0 ? L2LoadOutcome::kFailed : L2LoadOutcome::kCorrupt;
+  }
   if (!VerifyObjectSummed(*header_, *read_.key, sum_->bytes(), sum_->Digest()).ok()) {
     return L2LoadOutcome::kCorrupt;
   }
@@ -50,6 +56,7 @@ bool S3ObjectReceiver::TakeHeader(std::int64_t length, std::span<const std::byte
   const std::size_t take = std::min(wanted - head_.size(), piece->size());
   head_.append(reinterpret_cast<const char*>(piece->data()), take);
   *piece = piece->subspan(take);
+  if (!MayBeOurs()) return Refuse(L2LoadOutcome::kMissing);  // someone else's: never deleted
   if (head_.size() < wanted || wanted == kDeclaredAt) return true;
   auto parsed = ParseObjectHeader(std::as_bytes(std::span(head_)));
   if (!parsed.ok()) {
@@ -70,6 +77,10 @@ bool S3ObjectReceiver::TakeHeader(std::int64_t length, std::span<const std::byte
   return true;
 }
 
+bool S3ObjectReceiver::MayBeOurs() const {
+  return MayBeginObject(std::as_bytes(std::span(head_)));  // an empty object is not ours
+}
+
 bool S3ObjectReceiver::Refuse(L2LoadOutcome why) {
   refused_ = why;
   return false;
@@ -80,6 +91,7 @@ void S3ObjectReceiver::Reset() {
   header_.reset();
   sum_.reset();
   offset_in_payload_ = 0;
+  declared_length_ = -1;
   refused_ = L2LoadOutcome::kCorrupt;
 }
 

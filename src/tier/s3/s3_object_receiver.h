@@ -3,9 +3,11 @@
 // before anything is kept), then the payload goes straight into the
 // object's L1 buffer (its start, for an encoded payload) and into the
 // checksum. Finish says what the whole reply was: loaded (verified, and
-// decoded where it was encoded), missing (404; another geometry's or a newer
-// encoding's object, left alone), corrupt (ours but damaged, truncated or
-// padded: to be deleted) or failed (no good answer from the gateway).
+// decoded where it was encoded), missing (404; an object that is not ours
+// (no magic: the reference's, under the name it would give it), another
+// geometry's or a newer encoding's: all left alone), corrupt (ours but
+// damaged, truncated or padded: to be deleted) or failed (no good answer
+// from the gateway, or a reply cut short whose length was never declared).
 // Nothing reaches the buffer beyond its end, whatever the bytes say.
 //
 // Thread-safety: one reply at a time (S3Client calls it from its thread).
@@ -35,6 +37,8 @@ class S3ObjectReceiver {
   // Collects the header's bytes from `piece` (advancing it); false refuses.
   bool TakeHeader(std::int64_t length, std::span<const std::byte>* piece);
   bool Refuse(L2LoadOutcome why);
+  // Whether what arrived so far could be the start of an object of ours.
+  bool MayBeOurs() const;
   void Reset();
 
   const L2Read read_;
@@ -42,6 +46,7 @@ class S3ObjectReceiver {
   std::optional<ObjectHeader> header_;
   std::unique_ptr<PayloadChecksummer> sum_;
   std::uint64_t offset_in_payload_ = 0;
+  std::int64_t declared_length_ = -1;  // the reply's Content-Length (-1: none)
   L2LoadOutcome refused_ = L2LoadOutcome::kCorrupt;
 };
 

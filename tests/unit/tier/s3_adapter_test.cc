@@ -251,6 +251,17 @@ TEST_F(S3AdapterTest, CorruptObjectsAreMissesAndDeletedForeignOnesLeftAlone) {
     put.body = {std::span<const std::byte>(*bytes)};
     ASSERT_TRUE(Call(*raw, std::move(put)).ok());
   }
+  // Under key 3's name, bytes that are not ours (the reference's objects have
+  // its names): a miss, never deleted.
+  StoreN(*adapter, 3, 1);
+  {
+    S3Call put;
+    put.method = S3Method::kPut;
+    put.object = S3AdapterTestName(KeyN(3));
+    const std::string theirs = "a tensor the reference wrote, no header of ours";
+    put.body = {std::as_bytes(std::span(theirs))};
+    ASSERT_TRUE(Call(*raw, std::move(put)).ok());
+  }
   // A foreign object under our prefix: not ours, never touched.
   S3Call foreign;
   foreign.method = S3Method::kPut;
@@ -265,12 +276,17 @@ TEST_F(S3AdapterTest, CorruptObjectsAreMissesAndDeletedForeignOnesLeftAlone) {
   EXPECT_EQ(outcomes[1], L2LoadOutcome::kCorrupt);
   EXPECT_EQ(outcomes[2], L2LoadOutcome::kLoaded);
   EXPECT_EQ(adapter->Stats().checksum_failures, 2u);
+  std::vector<std::vector<std::byte>> theirs;
+  EXPECT_EQ(LoadN(*adapter, 3, 1, &theirs)[0], L2LoadOutcome::kMissing);
+  EXPECT_EQ(adapter->Stats().checksum_failures, 2u);
   ASSERT_TRUE(lmcache::testing::WaitUntil([&] { return Head(*raw, KeyN(0)) == 404; }));
   ASSERT_TRUE(lmcache::testing::WaitUntil([&] { return Head(*raw, KeyN(1)) == 404; }));
   EXPECT_EQ(Head(*raw, KeyN(2)), 200);
+  EXPECT_EQ(Head(*raw, KeyN(3)), 200);
   // A restart lists the survivor and leaves the foreign object alone.
   auto restarted = Make(Config());
   ASSERT_TRUE(lmcache::testing::WaitUntil([&] { return restarted->listing_done(); }));
+  // Key 2; key 3's object is too small to be one of ours (counted as others').
   EXPECT_EQ(restarted->Stats().rebuilt_objects, 1u);
   S3Call head;
   head.method = S3Method::kHead;
@@ -399,6 +415,38 @@ TEST_F(S3AdapterTest, FrozenGatewayMeetsTheDeadline) {
   for (const auto o : outcomes) EXPECT_EQ(o, L2LoadOutcome::kFailed);
   EXPECT_GE(took, std::chrono::milliseconds(1400));
   EXPECT_LT(took, std::chrono::milliseconds(5000));
+}
+
+TEST_F(S3AdapterTest, AMissingBucketIsACondition) {
+  S3AdapterConfig config = Config();
+  config.client.bucket = "lmc-no-such-bucket";
+  auto adapter = Make(config);
+  ASSERT_NE(adapter, nullptr);
+  const store::ObjectKey key = KeyN(0);
+  const auto bytes = Bytes(kObjectBytes, 0);
+  const L2Write write(&key, bytes);
+  EXPECT_FALSE(adapter->Store(std::span(&write, 1))[0].ok());
+  EXPECT_NE(adapter->Stats().condition.find("refused (NoSuchBucket)"), std::string::npos)
+      << adapter->Stats().condition;
+}
+
+// Destroyed while its startup listing waits on a frozen gateway: the listing
+// ends unanswered, on a client that is still there, and nothing waits out
+// the deadline.
+TEST_F(S3AdapterTest, DestroyedWhileListingOnAFrozenGateway) {
+  S3AdapterConfig config = Config();
+  config.client.request_timeout = std::chrono::milliseconds(30000);
+  ASSERT_TRUE(gateway_->PauseGateway());
+  const auto start = std::chrono::steady_clock::now();
+  {
+    auto adapter = Make(config);
+    ASSERT_NE(adapter, nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_FALSE(adapter->listing_done());
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(gateway_->ResumeGateway());
+  EXPECT_LT(took, std::chrono::seconds(10));
 }
 
 TEST_F(S3AdapterTest, CapacityEvictsTheLeastRecentlyUsed) {
