@@ -58,7 +58,7 @@ def gateway(ceph, action):
 
 def adapter_json(ceph, prefix, secret=None, extra=""):
     return ('{"type":"s3","s3_endpoint":"%s","bucket":"%s","s3_region":"%s","key_prefix":"%s",'
-            '"aws_access_key_id":"%s","aws_secret_access_key":"%s","request_timeout_ms":3000,'
+            '"aws_access_key_id":"%s","aws_secret_access_key":"%s","request_timeout_ms":15000,'
             '"retry_interval_ms":200%s}'
             % (ceph["S3_ENDPOINT"], BUCKET, ceph["S3_REGION"], prefix, ceph["S3_ACCESS_KEY"],
                secret or ceph["S3_SECRET_KEY"], extra))
