@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   l1.background_prefault = false;
   auto cache = std::move(store::L1Cache::Create(l1, &SteadyClock::Instance())).value();
   server::ServiceConfig config;
-  config.chunk_size = 16;
+  config.chunk_sizes = store::ChunkSizes(16);
   server::Service service(cache.get(), &SteadyClock::Instance(), config);
   std::map<std::string, std::uint8_t> index;
   for (const server::OpRow& row : service.ops().rows()) {
@@ -238,7 +238,9 @@ int main(int argc, char** argv) {
   // image exported from this seed writer's own pool with a few objects in it
   // (one read-locked, one staged) and the registration of `engine`.
   restart::TakeoverHello hello;
-  hello.geometry = {l1.shm_name, {l1.size_bytes, 4096, 2u << 20, 64u << 20}, 16};
+  hello.geometry = {l1.shm_name,
+                    {l1.size_bytes, 4096, 2u << 20, 64u << 20},
+                    store::ChunkSizes(16, {{"glm", 640}})};
   Write(handover / "hello", '\0' + restart::EncodeHello(hello));
   {
     // A descriptor as a real channel gives it (its worker's real address).

@@ -40,7 +40,7 @@ events::KvEventsConfig SmallKvEvents() {
 }
 
 struct World {
-  World() : events(SmallKvEvents(), 16) {
+  World() : events(SmallKvEvents(), store::ChunkSizes(16)) {
     store::L1Config l1;
     l1.shm_name = "lmcache_l1_pool_fuzz_" + std::to_string(getpid());
     l1.size_bytes = 16u << 20;
@@ -51,7 +51,8 @@ struct World {
     cache = std::move(store::L1Cache::Create(l1, &SteadyClock::Instance())).value();
     cache->table().AddListener(&events.recorder());
     server::ServiceConfig config;
-    config.chunk_size = 16;  // small chunks: short inputs still name whole chunks
+    config.chunk_sizes =
+        store::ChunkSizes(16);  // small chunks: short inputs still name whole chunks
     config.sessions.max_bytes = 4u << 20;
     config.hash_cache_bytes = 1u << 20;
     config.max_pending_transfers = 256;

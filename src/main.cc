@@ -112,8 +112,8 @@ Status StartTiers(const daemon::ServerConfig& config, const lmcache::Clock& cloc
     LMC_ASSIGN_OR_RETURN(s.l2,
                          lmcache::tier::L2Tier::Create(config.l2, &s.cache().table(), environment));
   }
-  s.kv_events = std::make_unique<lmcache::events::KvEvents>(
-      config.events, static_cast<std::uint32_t>(config.chunk_size));
+  s.kv_events =
+      std::make_unique<lmcache::events::KvEvents>(config.events, config.service.chunk_sizes);
   if (s.kv_events->enabled()) {
     s.cache().table().AddListener(&s.kv_events->recorder());
     if (s.l2) {
@@ -168,12 +168,12 @@ Status StartHttp(const daemon::ServerConfig& config, Server& s) {
 
 void LogReady(const daemon::ServerConfig& config, const Server& s) {
   spdlog::info(
-      "lmcache-server ready: serving {}{} | L1 pool {} ({} bytes, {}) | chunk {} tokens | "
+      "lmcache-server ready: serving {}{} | L1 pool {} ({} bytes, {}) | chunks of {} tokens | "
       "boot id {} | pid {}",
       Join(s.loop->endpoints()),
       s.http ? " | http://" + config.http_host + ":" + std::to_string(s.http->port()) : "",
       config.l1.shm_name, config.l1.size_bytes, restart::PoolOriginName(s.pool.origin),
-      config.chunk_size, s.service->boot_id(), getpid());
+      config.service.chunk_sizes.Describe(), s.service->boot_id(), getpid());
   if (!config.p2p.enabled()) return;
   // The fleet endpoint is the last one bound (RouterLoop binds it after --url).
   spdlog::info(
@@ -209,11 +209,11 @@ Status StartServing(const daemon::ServerConfig& config, const lmcache::Clock& cl
                                    config.ready_prefault_fraction);
   LMC_RETURN_IF_ERROR(StartHttp(config, s));
   if (!config.restart.socket_path.empty()) {
-    LMC_ASSIGN_OR_RETURN(
-        s.takeover,
-        restart::TakeoverService::Start(config.restart.socket_path,
-                                        restart::TakeoverGeometryOf(config.l1, config.chunk_size),
-                                        [] { kill(getpid(), SIGUSR1); }));
+    LMC_ASSIGN_OR_RETURN(s.takeover,
+                         restart::TakeoverService::Start(
+                             config.restart.socket_path,
+                             restart::TakeoverGeometryOf(config.l1, config.service.chunk_sizes),
+                             [] { kill(getpid(), SIGUSR1); }));
   }
   restart::FinishOpening(s.pool, *s.service);
   s.service->StartMaintenance();

@@ -106,7 +106,8 @@ struct DeleteRequest {
   std::string adapter;
 };
 
-Result<DeleteRequest> ParseDelete(const std::string& body, worker::ChunkHasher& hasher) {
+Result<DeleteRequest> ParseDelete(const std::string& body, worker::ChunkHasher& hasher,
+                                  const store::ChunkSizes& chunk_sizes) {
   LMC_ASSIGN_OR_RETURN(const json parsed, JsonObjectBody(body));
   DeleteRequest request;
   LMC_ASSIGN_OR_RETURN(request.tier, StringField(parsed, "tier", "l2"));
@@ -118,7 +119,7 @@ Result<DeleteRequest> ParseDelete(const std::string& body, worker::ChunkHasher& 
     request.force = force->get<bool>();
   }
   LMC_ASSIGN_OR_RETURN(request.adapter, StringField(parsed, "adapter", ""));
-  LMC_ASSIGN_OR_RETURN(request.selection, ParseSelection(parsed, hasher));
+  LMC_ASSIGN_OR_RETURN(request.selection, ParseSelection(parsed, hasher, chunk_sizes));
   return request;
 }
 
@@ -146,7 +147,8 @@ struct DeleteTally {
 
 void DeleteObjects(const httplib::Request& req, httplib::Response& res, server::Service& service,
                    tier::L2Tier* l2) {
-  auto parsed = ParseDelete(req.body, service.state().hasher());
+  auto parsed =
+      ParseDelete(req.body, service.state().hasher(), service.state().config().chunk_sizes);
   if (!parsed.ok()) return Error(res, 400, parsed.status().message());
   const DeleteRequest& request = *parsed;
   const KeySelection& selection = request.selection;

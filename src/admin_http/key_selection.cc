@@ -122,7 +122,8 @@ Result<PageRequest> ParsePage(const httplib::Request& req) {
   return page;
 }
 
-Result<KeySelection> ParseSelection(const json& parsed, worker::ChunkHasher& hasher) {
+Result<KeySelection> ParseSelection(const json& parsed, worker::ChunkHasher& hasher,
+                                    const store::ChunkSizes& chunk_sizes) {
   KeySelection selection;
   const bool has_keys = parsed.contains("keys");
   const bool has_tokens = parsed.contains("token_ids");
@@ -159,12 +160,13 @@ Result<KeySelection> ParseSelection(const json& parsed, worker::ChunkHasher& has
   LMC_RETURN_IF_ERROR(store::ValidateModelName(selection.model));
   LMC_ASSIGN_OR_RETURN(selection.salt, StringField(parsed, "cache_salt", ""));
   LMC_RETURN_IF_ERROR(store::ValidateCacheSalt(selection.salt));
-  const std::size_t chunks = ids.size() / hasher.chunk_size();
+  const auto chunk = static_cast<std::size_t>(chunk_sizes.For(selection.model));
+  const std::size_t chunks = ids.size() / chunk;
   if (chunks == 0) {
-    return InvalidArgument("token_ids hold no full chunk of " +
-                           std::to_string(hasher.chunk_size()) + " tokens");
+    return InvalidArgument("token_ids hold no full chunk of " + std::to_string(chunk) +
+                           " tokens (model " + selection.model + ")");
   }
-  for (const auto& hash : hasher.Hashes(ids, chunks)) {
+  for (const auto& hash : hasher.Hashes(ids, chunk, chunks)) {
     selection.chunk_hashes.emplace(reinterpret_cast<const char*>(hash.data()), hash.size());
   }
   return selection;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "lmcache/status.h"
+#include "store/chunk_sizes.h"
 #include "store/object_key.h"
 #include "store/object_table.h"
 #include "worker/chunk_hasher.h"
@@ -68,7 +69,8 @@ struct KeySelection {
 };
 
 // The selection `parsed` names (kInvalidArgument: 400's message).
-Result<KeySelection> ParseSelection(const nlohmann::json& parsed, worker::ChunkHasher& hasher);
+Result<KeySelection> ParseSelection(const nlohmann::json& parsed, worker::ChunkHasher& hasher,
+                                    const store::ChunkSizes& chunk_sizes);
 // A request body that must be a JSON object.
 Result<nlohmann::json> JsonObjectBody(const std::string& body);
 // The L1 objects `selection` names: its keys, and the prompt's resident objects.

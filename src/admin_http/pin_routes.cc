@@ -38,7 +38,8 @@ void ListPins(const httplib::Request& req, httplib::Response& res, server::Servi
 void PinObjects(const httplib::Request& req, httplib::Response& res, server::Service& service) {
   auto body = JsonObjectBody(req.body);
   if (!body.ok()) return Error(res, 400, body.status().message());
-  auto selection = ParseSelection(*body, service.state().hasher());
+  auto selection =
+      ParseSelection(*body, service.state().hasher(), service.state().config().chunk_sizes);
   if (!selection.ok()) return Error(res, 400, selection.status().message());
   store::ObjectTable& table = service.table();
   std::uint64_t pinned = 0, not_resident = 0, over_limit = 0;
@@ -61,7 +62,8 @@ void PinObjects(const httplib::Request& req, httplib::Response& res, server::Ser
 void UnpinObjects(const httplib::Request& req, httplib::Response& res, server::Service& service) {
   auto body = JsonObjectBody(req.body);
   if (!body.ok()) return Error(res, 400, body.status().message());
-  auto selection = ParseSelection(*body, service.state().hasher());
+  auto selection =
+      ParseSelection(*body, service.state().hasher(), service.state().config().chunk_sizes);
   if (!selection.ok()) return Error(res, 400, selection.status().message());
   store::ObjectTable& table = service.table();
   std::uint64_t unpinned = 0, not_pinned = 0;

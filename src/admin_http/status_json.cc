@@ -21,7 +21,8 @@ json P2pPeersJson(const std::vector<server::P2pPeerStatus>& peers) {
                    {"loaded_bytes", peer.loaded_bytes},
                    {"load_batches", peer.load_batches},
                    {"load_failures", peer.load_failures},
-                   {"load_gbps", peer.load_gbps}});
+                   {"load_gbps", peer.load_gbps},
+                   {"chunk_sizes_differ", peer.chunk_sizes_differ}});
   }
   return out;
 }
@@ -100,7 +101,8 @@ json StatusJson(const server::ServerStatus& status, const HealthVerdict& verdict
             {"staging_bytes", s.table.staging_bytes},
             {"locked_bytes", s.table.locked_bytes},
             {"read_leases", s.table.read_leases}}},
-          {"chunk_size", status.chunk_size},
+          {"chunk_size", status.chunk_sizes.default_size()},
+          {"model_chunk_sizes", status.chunk_sizes.overrides()},
           {"hash_algorithm", "blake3"},
           {"instances", instances},
           {"active_sessions", s.sessions},

@@ -113,6 +113,7 @@ class ByteReader {
     pos_ += n;
     return Status::Ok();
   }
+  bool AtEnd() const { return pos_ == bytes_.size(); }
   // Succeeds only when every byte was read.
   Status Finish() const {
     if (pos_ != bytes_.size()) {

@@ -73,8 +73,19 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "local user could otherwise learn which of another user's prompts are cached; "
                  "docs/security.md). Peers on other hosts reach only an endpoint bound beyond "
                  "loopback, and ipc endpoints are mode 0600");
-  app.add_option("--chunk-size", c->chunk_size, "Tokens per chunk (the unit of caching)")
+  app.add_option("--chunk-size", c->chunk_size,
+                 "Tokens per chunk (the unit of caching): every model's, unless "
+                 "--model-chunk-size gives it its own, and the smallest any model may have")
       ->capture_default_str();
+  app.add_option("--model-chunk-size", c->model_chunk_sizes,
+                 "MODEL=TOKENS, repeatable: the chunk size of one model (the model_name its "
+                 "workers register), e.g. a hybrid model whose KV groups need chunks of 640. "
+                 "Its workers learn it from get_chunk_size over the endpoint bound for it "
+                 "(--model-url)");
+  app.add_option("--model-url", c->model_urls,
+                 "MODEL=URL, repeatable: an endpoint (tcp:// or ipc://, as --url) bound for one "
+                 "model: get_chunk_size answers that model's chunk size there. Keys of a model "
+                 "are served only over an endpoint that answers its chunk size");
   app.add_option("--max-workers", c->max_workers, "Default size of both request thread pools")
       ->capture_default_str();
   app.add_option("--max-gpu-workers", c->max_gpu_workers,
@@ -359,11 +370,37 @@ Status ParsePrefillRates(const std::vector<std::string>& given,
   return Status::Ok();
 }
 
-Status FinalizeTransport(ServerConfig* c) {
-  if (c->chunk_size < 1 || c->chunk_size > (1 << 20)) {
-    return InvalidConfig("--chunk-size must be in [1, 1048576] tokens, got " +
-                         std::to_string(c->chunk_size));
+// --model-url MODEL=URL: each URL tcp:// or ipc://, each model named once and
+// given its own chunk size (an endpoint of a model at the default size
+// would answer what every endpoint answers).
+Result<std::vector<transport::RouterConfig::ModelEndpoint>> ParseModelUrls(
+    const std::vector<std::string>& specs, const store::ChunkSizes::Overrides& sizes) {
+  std::vector<transport::RouterConfig::ModelEndpoint> out;
+  std::set<std::string> models;
+  for (const std::string& spec : specs) {
+    const std::string what = "--model-url '" + spec + "'";
+    const std::size_t at =
+        spec.find("=tcp://") != std::string::npos ? spec.find("=tcp://") : spec.find("=ipc://");
+    if (at == std::string::npos || at == 0) {
+      return InvalidConfig(what + ": give MODEL=URL with a tcp:// or ipc:// URL");
+    }
+    transport::RouterConfig::ModelEndpoint endpoint{spec.substr(0, at), spec.substr(at + 1)};
+    if (!sizes.contains(endpoint.model)) {
+      return InvalidConfig(what + ": model " + endpoint.model +
+                           " has no --model-chunk-size; its workers use an endpoint of every "
+                           "model (--url), or give it --model-chunk-size " +
+                           endpoint.model + "=TOKENS");
+    }
+    if (!models.insert(endpoint.model).second) {
+      return InvalidConfig(what + ": model " + endpoint.model + " is named twice");
+    }
+    out.push_back(std::move(endpoint));
   }
+  return out;
+}
+
+Status FinalizeTransport(ServerConfig* c) {
+  LMC_RETURN_IF_ERROR(store::CheckChunkSize(c->chunk_size, "--chunk-size"));
   if (c->engine_type != "default") {
     return InvalidConfig("--engine-type '" + c->engine_type +
                          "' is not supported: lmcache-server serves 'default' only");
@@ -412,6 +449,11 @@ Status FinalizeTransport(ServerConfig* c) {
   }
   transport::RouterConfig& router = c->router;
   router.urls = c->urls;
+  LMC_ASSIGN_OR_RETURN(store::ChunkSizes::Overrides model_sizes,
+                       store::ParseModelChunkSizes(c->model_chunk_sizes, c->chunk_size));
+  LMC_ASSIGN_OR_RETURN(router.model_urls, ParseModelUrls(c->model_urls, model_sizes));
+  c->service.chunk_sizes = store::ChunkSizes(c->chunk_size, std::move(model_sizes));
+  c->restart.chunk_sizes = c->service.chunk_sizes;  // a takeover's geometry
   if (c->urls.empty() || c->host_or_port_given) {
     // ZMQ binds to an address or interface, not a host name.
     const std::string host = c->host == "localhost" ? "127.0.0.1" : c->host;
@@ -427,7 +469,6 @@ Status FinalizeTransport(ServerConfig* c) {
   router.queue_limits.total_bytes = c->max_queue_mb << 20;
 
   server::ServiceConfig& service = c->service;
-  service.chunk_size = c->chunk_size;
   service.instance_id = c->instance_id;
   LMC_RETURN_IF_ERROR(ParsePrefillRates(c->prefill_rates, &service.prefill_tokens_per_second));
   service.sessions.idle_ttl_ms = c->session_ttl_seconds * 1000;
@@ -622,7 +663,6 @@ Status FinalizeTakeover(ServerConfig* c) {
                                                 : restart::TakeoverMode::kOff;
   r.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(c->takeover_timeout_seconds * 1000));
   r.recover_pool = c->recover_pool;
-  r.chunk_size = c->chunk_size;
   c->restart.shm_name_given = !c->shm_name.empty();
   if (c->recover_pool && !c->restart.shm_name_given) {
     return InvalidConfig("--recover-pool without --shm-name: the default pool name holds the "
@@ -661,6 +701,7 @@ std::vector<NamedEndpoint> EndpointsOf(const ServerConfig& c) {
     const bool given = std::find(c.urls.begin(), c.urls.end(), url) != c.urls.end();
     out.push_back({given ? "--url" : "--host/--port", url});
   }
+  for (const auto& endpoint : c.router.model_urls) out.push_back({"--model-url", endpoint.url});
   if (!c.kv_events_url.empty()) out.push_back({"--kv-events-url", c.kv_events_url});
   if (!c.kv_events_replay_url.empty()) {
     out.push_back({"--kv-events-replay-url", c.kv_events_replay_url});

@@ -31,6 +31,8 @@ namespace lmcache::daemon {
 struct ServerConfig {
   // Transport and request handling (reference spec 15.2).
   std::vector<std::string> urls;  // --url, repeatable
+  std::vector<std::string> model_urls;         // --model-url MODEL=URL, repeatable
+  std::vector<std::string> model_chunk_sizes;  // --model-chunk-size MODEL=TOKENS, repeatable
   std::string host = "127.0.0.1";
   std::uint16_t port = 5555;
   std::string allow_uids;  // --allow-uids as given: uids or user names, or "all"

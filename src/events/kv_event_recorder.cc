@@ -49,8 +49,8 @@ std::vector<Group> GroupByTenant(std::span<const store::ObjectKey> keys) {
 }  // namespace
 
 KvEventRecorder::KvEventRecorder(KvEventLog* log, TokenBindings* bindings,
-                                 std::uint32_t chunk_size)
-    : log_(log), bindings_(bindings), chunk_size_(chunk_size) {
+                                 store::ChunkSizes chunk_sizes)
+    : log_(log), bindings_(bindings), chunk_sizes_(std::move(chunk_sizes)) {
   if (getrandom(tenant_key_.data(), tenant_key_.size(), 0) !=
       static_cast<ssize_t>(tenant_key_.size())) {
     // No entropy: tenants are still told apart, only not unlinkable across servers.
@@ -77,7 +77,7 @@ KvEvent KvEventRecorder::Event(KvEventKind kind, std::string_view medium,
   event.location = location;
   event.model_name = key.model_name;
   event.tenant = TenantOf(key.cache_salt, key.tags);
-  event.block_size = chunk_size_;
+  event.block_size = static_cast<std::uint32_t>(chunk_sizes_.For(key.model_name));
   event.timestamp = WallClockSeconds();
   return event;
 }
@@ -146,7 +146,7 @@ void KvEventRecorder::OnCleared() {
   event.kind = KvEventKind::kCleared;
   event.medium = kMediumCpu;
   event.location = kL1Location;
-  event.block_size = chunk_size_;
+  event.block_size = static_cast<std::uint32_t>(chunk_sizes_.default_size());  // every model's
   event.timestamp = WallClockSeconds();
   std::vector<KvEvent> events;
   events.push_back(std::move(event));

@@ -21,10 +21,11 @@
 #include <string>
 #include <vector>
 
-#include "events/event_stats.h"
 #include "common/blake3.h"
+#include "events/event_stats.h"
 #include "events/kv_event_log.h"
 #include "events/token_bindings.h"
+#include "store/chunk_sizes.h"
 #include "store/listener.h"
 #include "tier/l2_event_observer.h"
 
@@ -33,7 +34,8 @@ namespace lmcache::events {
 class KvEventRecorder final : public store::StoreListener, public tier::L2EventObserver {
  public:
   // `log` and `bindings` must outlive the recorder.
-  KvEventRecorder(KvEventLog* log, TokenBindings* bindings, std::uint32_t chunk_size);
+  // `chunk_sizes`: each event's block size is its model's chunk size.
+  KvEventRecorder(KvEventLog* log, TokenBindings* bindings, store::ChunkSizes chunk_sizes);
 
   void OnAdmitted(std::span<const store::ObjectKey> keys, std::span<const std::uint64_t> bytes,
                   store::AdmissionSource source) override;
@@ -62,7 +64,7 @@ class KvEventRecorder final : public store::StoreListener, public tier::L2EventO
 
   KvEventLog* const log_;
   TokenBindings* const bindings_;
-  const std::uint32_t chunk_size_;
+  const store::ChunkSizes chunk_sizes_;
   Blake3Digest tenant_key_{};  // drawn at startup
   KvEventRecorderCounters counters_;
 };

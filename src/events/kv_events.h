@@ -28,10 +28,11 @@ struct KvEventsConfig {
 
 class KvEvents {
  public:
-  KvEvents(const KvEventsConfig& config, std::uint32_t chunk_size, std::uint64_t incarnation = 0)
+  KvEvents(const KvEventsConfig& config, store::ChunkSizes chunk_sizes,
+           std::uint64_t incarnation = 0)
       : log_(config.log, incarnation),
         bindings_(config.log.max_events > 0 ? config.token_binding_bytes : 0),
-        recorder_(&log_, &bindings_, chunk_size) {
+        recorder_(&log_, &bindings_, std::move(chunk_sizes)) {
     if (!config.record_from_start) {
       log_.SetRecording(false);
       bindings_.SetActive(false);

@@ -73,25 +73,26 @@ LMC_STATS_COUNTED(PeerTaskCounters, PeerTaskStats, LMC_PEER_TASK_STATS);
 
 // MembershipStats's figures: the peers of --p2p-peers by state, measured
 // when asked, and what membership counted.
-#define LMC_MEMBERSHIP_STATS(X, D) \
-  X(connecting, "connecting", std::uint64_t, kGauge, "peers", "p2p_peers_connecting", \
-      "Peers of --p2p-peers not met yet (no handshake answered).") \
-  X(ready, "ready", std::uint64_t, kGauge, "peers", "p2p_peers_ready", \
-      "Peers met, compatible and answering: the ones asked for chunks.") \
-  X(excluded, "excluded", std::uint64_t, kGauge, "peers", "p2p_peers_excluded", \
-      "Peers whose chunk size, hashing or fleet key differs from ours (or this server " \
-      "itself at another address): never asked; /status says why.") \
-  X(unreachable, "unreachable", std::uint64_t, kGauge, "peers", "p2p_peers_unreachable", \
-      "Peers whose last handshake or probe went unanswered: never asked until they answer " \
-      "a probe again.") \
+#define LMC_MEMBERSHIP_STATS(X, D)                                                         \
+  X(connecting, "connecting", std::uint64_t, kGauge, "peers", "p2p_peers_connecting",      \
+    "Peers of --p2p-peers not met yet (no handshake answered).")                           \
+  X(ready, "ready", std::uint64_t, kGauge, "peers", "p2p_peers_ready",                     \
+    "Peers met, compatible and answering: the ones asked for chunks.")                     \
+  X(excluded, "excluded", std::uint64_t, kGauge, "peers", "p2p_peers_excluded",            \
+    "Peers whose hashing or fleet key differs from ours, that cut no model into our "      \
+    "chunks, or this server itself at another address: never asked; /status says why.")    \
+  X(unreachable, "unreachable", std::uint64_t, kGauge, "peers", "p2p_peers_unreachable",   \
+    "Peers whose last handshake or probe went unanswered: never asked until they answer "  \
+    "a probe again.")                                                                      \
   X(new_lives, "restarts", std::uint64_t, kCounter, "restarts", "p2p_peer_restarts_total", \
-      "Peers seen with a new boot id (restarted): what we knew of the old life dropped.") \
-  X(resolve_failures, "resolve_failures", std::uint64_t, kCounter, "resolutions", \
-      "p2p_peer_resolve_failures_total", "dns:// peer names that did not resolve (the last " \
-      "answer was kept).") \
-  X(refused, "refused", std::uint64_t, kGauge, "peers", "p2p_peers_refused", \
-      "Peers the sources list beyond --p2p-max-peers: not met (logged; a flooded etcd " \
-      "prefix shows here).")
+    "Peers seen with a new boot id (restarted): what we knew of the old life dropped.")    \
+  X(resolve_failures, "resolve_failures", std::uint64_t, kCounter, "resolutions",          \
+    "p2p_peer_resolve_failures_total",                                                     \
+    "dns:// peer names that did not resolve (the last "                                    \
+    "answer was kept).")                                                                   \
+  X(refused, "refused", std::uint64_t, kGauge, "peers", "p2p_peers_refused",               \
+    "Peers the sources list beyond --p2p-max-peers: not met (logged; a flooded etcd "      \
+    "prefix shows here).")
 
 struct MembershipStats {
   LMC_STATS_MEMBERS(LMC_MEMBERSHIP_STATS)

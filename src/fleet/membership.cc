@@ -295,6 +295,10 @@ void Membership::Admit(Peer& peer, const PeerInfo& info) {
     peer.channel = *handle;
     peer.channel_boot_id = info.boot_id;
   }
+  auto chunks = std::make_shared<ChunkAgreement>(
+      ChunkAgreement{config_.ours.chunk_sizes(), info.chunk_sizes()});
+  peer.view.chunk_sizes_differ = chunks->Differences();
+  peer.chunks = peer.view.chunk_sizes_differ.empty() ? nullptr : std::move(chunks);
   SetState(peer, PeerState::kReady, "");
 }
 
@@ -346,7 +350,7 @@ std::vector<ReadyPeer> Membership::Ready() const {
   std::vector<ReadyPeer> out;
   for (const auto& [url, peer] : peers_) {
     if (peer.view.state == PeerState::kReady && peer.channel) {
-      out.push_back({url, peer.rpc, *peer.channel, peer.view.boot_id});
+      out.push_back({url, peer.rpc, *peer.channel, peer.view.boot_id, peer.chunks});
     }
   }
   return out;

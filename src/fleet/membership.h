@@ -61,6 +61,9 @@ struct PeerView {
   std::string url;           // tcp://HOST:PORT of its fleet endpoint
   PeerState state = PeerState::kConnecting;
   std::string reason;        // why excluded or unreachable; empty otherwise
+  // The models it cuts into other chunks than we do (ChunkAgreement::
+  // Differences), whose keys are not asked of it; empty when none.
+  std::string chunk_sizes_differ;
   std::string boot_id;       // of its current life, once a handshake answered
   std::uint64_t lives = 0;   // boot ids seen (1 after the first handshake)
   TimeMs last_answer_ms = -1;  // our clock's time of its last answer; -1: never
@@ -82,6 +85,8 @@ struct ReadyPeer {
   PeerId rpc = 0;
   PeerHandle channel = 0;
   std::string boot_id;
+  // Which models' keys it can hold (null: every model's, as ours).
+  std::shared_ptr<const ChunkAgreement> chunks;
 };
 
 struct MembershipConfig {
@@ -142,6 +147,7 @@ class Membership {
     std::chrono::steady_clock::time_point asked_at;  // when it was sent (its round trip)
     TimeMs next_ask_ms = 0;
     std::optional<Result<PeerInfo>> answer;  // came in, for Tick to act on
+    std::shared_ptr<const ChunkAgreement> chunks;  // from its last handshake
   };
 
   Membership(MembershipConfig config, UcxChannel* channel, const Clock* clock, Resolver resolver);

@@ -1,8 +1,10 @@
 #include "fleet/peer_info.h"
 
 #include <optional>
+#include <set>
 
 #include "common/msgpack_cursor.h"
+#include "store/object_key.h"
 
 namespace lmcache::fleet {
 namespace {
@@ -24,6 +26,29 @@ Result<std::string> Text(msgpk::MsgpackCursor& in, std::string_view what) {
   LMC_ASSIGN_OR_RETURN(const std::string_view text, in.ReadStr(what));
   if (text.size() > kMaxTextBytes) return msgpk::Malformed(what, "is over 1 KiB");
   return std::string(text);
+}
+
+// At most this many models a peer names with a chunk size of their own.
+constexpr std::size_t kMaxModelChunkSizes = 1024;
+
+Result<store::ChunkSizes::Overrides> ReadModelChunkSizes(msgpk::MsgpackCursor& in) {
+  store::ChunkSizes::Overrides sizes;
+  LMC_RETURN_IF_ERROR(
+      in.ReadFields("p2p.model_chunk_sizes", [&](std::string_view model) -> Result<bool> {
+        if (sizes.size() >= kMaxModelChunkSizes) {
+          return msgpk::Malformed("p2p.model_chunk_sizes", "names over 1024 models");
+        }
+        if (!store::ValidateModelName(std::string(model)).ok()) {
+          return msgpk::Malformed("p2p.model_chunk_sizes", "names an invalid model");
+        }
+        LMC_ASSIGN_OR_RETURN(const std::int64_t size, in.ReadInt("p2p.model_chunk_sizes"));
+        if (size < 1 || size > store::kMaxChunkSize) {
+          return msgpk::Malformed("p2p.model_chunk_sizes", "has a chunk size out of range");
+        }
+        sizes[std::string(model)] = size;
+        return true;
+      }));
+  return sizes;
 }
 
 Result<PeerInfo> ReadPeerInfo(msgpk::MsgpackCursor& in) {
@@ -51,6 +76,8 @@ Result<PeerInfo> ReadPeerInfo(msgpk::MsgpackCursor& in) {
     } else if (name == "key_fingerprint") {
       LMC_ASSIGN_OR_RETURN(info.key_fingerprint, Text(in, "p2p.key_fingerprint"));
       seen |= 32;
+    } else if (name == "model_chunk_sizes") {
+      LMC_ASSIGN_OR_RETURN(info.model_chunk_sizes, ReadModelChunkSizes(in));
     } else if (name == "data_channel") {
       LMC_ASSIGN_OR_RETURN(const std::string_view bytes, in.ReadBytes("p2p.data_channel"));
       LMC_ASSIGN_OR_RETURN(info.data_channel, UcxDescriptor::Parse(bytes));
@@ -72,9 +99,13 @@ Result<PeerInfo> ReadPeerInfo(msgpk::MsgpackCursor& in) {
 }  // namespace
 
 void PeerInfo::Encode(msgpk::Encoder& out) const {
-  out.Map(7);
+  out.Map(model_chunk_sizes.empty() ? 7 : 8);
   out.Str("boot_id").Str(boot_id);
   out.Str("chunk_size").Int(chunk_size);
+  if (!model_chunk_sizes.empty()) {
+    out.Str("model_chunk_sizes").Map(static_cast<std::uint32_t>(model_chunk_sizes.size()));
+    for (const auto& [model, size] : model_chunk_sizes) out.Str(model).Int(size);
+  }
   out.Str("hash_algorithm").Str(hash_algorithm);
   out.Str("none_hash").Bin(none_hash);
   out.Str("advertise_url").Str(advertise_url);
@@ -105,9 +136,9 @@ Status CheckCompatible(const PeerInfo& ours, const PeerInfo& peer) {
                                                   ", ours is " + mine +
                                                   ": no key of one can match the other's");
   };
-  if (peer.chunk_size != ours.chunk_size) {
-    return differs("chunk size", std::to_string(ours.chunk_size) + " tokens",
-                   std::to_string(peer.chunk_size) + " tokens");
+  if (const ChunkAgreement chunks{ours.chunk_sizes(), peer.chunk_sizes()}; !chunks.AgreesOnAny()) {
+    return differs("chunk size", chunks.ours.Describe() + " tokens",
+                   chunks.theirs.Describe() + " tokens");
   }
   if (peer.hash_algorithm != ours.hash_algorithm) {
     return differs("hash algorithm", ours.hash_algorithm, peer.hash_algorithm);
@@ -121,6 +152,34 @@ Status CheckCompatible(const PeerInfo& ours, const PeerInfo& peer) {
   return Status::Ok();
 }
 
+bool ChunkAgreement::AgreesOnAny() const {
+  if (ours.default_size() == theirs.default_size()) return true;
+  for (const auto* named : {&ours.overrides(), &theirs.overrides()}) {
+    for (const auto& [model, size] : *named) {
+      if (Agrees(model)) return true;
+    }
+  }
+  return false;
+}
+
+std::string ChunkAgreement::Differences() const {
+  std::string out;
+  auto add = [&](std::string_view what, std::int64_t mine, std::int64_t peers) {
+    if (!out.empty()) out += "; ";
+    out += std::string(what) + ": " + std::to_string(mine) + " here, " + std::to_string(peers) +
+           " there";
+  };
+  std::set<std::string, std::less<>> named;
+  for (const auto& [model, size] : ours.overrides()) named.insert(model);
+  for (const auto& [model, size] : theirs.overrides()) named.insert(model);
+  for (const std::string& model : named) {
+    if (!Agrees(model)) add(model, ours.For(model), theirs.For(model));
+  }
+  if (ours.default_size() != theirs.default_size()) {
+    add("every other model", ours.default_size(), theirs.default_size());
+  }
+  return out;
+}
 
 std::string PeerHello::Encode() const {
   msgpk::Encoder out;

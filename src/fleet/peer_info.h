@@ -20,6 +20,7 @@
 #include "common/msgpack_codec.h"
 #include "fleet/ucx_descriptor.h"
 #include "lmcache/status.h"
+#include "store/chunk_sizes.h"
 
 namespace lmcache::fleet {
 
@@ -28,7 +29,9 @@ inline constexpr std::string_view kPeerInfoField = "p2p";
 
 struct PeerInfo {
   std::string boot_id;         // a new one: the peer restarted (forget its old life)
-  std::int64_t chunk_size = 0;  // tokens per chunk
+  std::int64_t chunk_size = 0;  // tokens per chunk (--chunk-size)
+  // Models cut otherwise (--model-chunk-size); sent only when there are any.
+  store::ChunkSizes::Overrides model_chunk_sizes;
   std::string hash_algorithm;  // "blake3": how a chunk's key is computed from its tokens
   std::string none_hash;       // the 32-byte seed of the rolling hash
   std::string advertise_url;   // where members reach its fleet endpoint
@@ -39,6 +42,21 @@ struct PeerInfo {
   void Encode(msgpk::Encoder& out) const;
   // Reads the "p2p" map out of a whole server_info reply.
   static Result<PeerInfo> FromServerInfo(std::string_view server_info_reply);
+  store::ChunkSizes chunk_sizes() const { return store::ChunkSizes(chunk_size, model_chunk_sizes); }
+};
+
+// Which models' prompts two servers cut into the same chunks: only those
+// models' keys can match, so only those are asked of the peer.
+struct ChunkAgreement {
+  store::ChunkSizes ours;
+  store::ChunkSizes theirs;
+
+  bool Agrees(std::string_view model) const { return ours.For(model) == theirs.For(model); }
+  // Some model agrees: the default sizes, or a model either side names.
+  bool AgreesOnAny() const;
+  // "" when every model agrees; else each that differs, with both sizes
+  // ("model-b: 640 here, 256 there; every other model: 256 here, 512 there").
+  std::string Differences() const;
 };
 
 // PeerHello: which requester a connection to a fleet endpoint speaks for,
@@ -56,9 +74,9 @@ struct PeerHello {
   static Result<PeerHello> Decode(std::string_view frame);
 };
 
-// Ok when `peer`'s chunks can be `ours`: the same chunk size, hash algorithm,
-// NONE_HASH and fleet key. Otherwise kLayoutMismatch naming the first
-// field that differs and both values, for the one log line and /status.
+// Ok when `peer`'s chunks can be `ours`: the same chunk size for some model
+// (ChunkAgreement::AgreesOnAny), hash algorithm, NONE_HASH and fleet key. Otherwise kLayoutMismatch
+// naming the first field that differs and both values, for the one log line and /status.
 Status CheckCompatible(const PeerInfo& ours, const PeerInfo& peer);
 
 }  // namespace lmcache::fleet

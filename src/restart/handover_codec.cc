@@ -13,7 +13,36 @@ void PutGeometry(ByteWriter& w, const TakeoverGeometry& g) {
   w.Put(g.pool.align_bytes);
   w.Put(g.pool.page_bytes);
   w.Put(g.pool.slab_target_bytes);
-  w.Put(g.chunk_size);
+  w.Put(g.chunk_sizes.default_size());
+}
+
+// The models' own chunk sizes follow the hello's last field, only when
+// there are any: a hello without them is the one the previous version
+// sends and reads.
+void PutModelChunkSizes(ByteWriter& w, const store::ChunkSizes& sizes) {
+  if (sizes.overrides().empty()) return;
+  w.Put(static_cast<std::uint64_t>(sizes.overrides().size()));
+  for (const auto& [model, size] : sizes.overrides()) {
+    w.PutString(model);
+    w.Put(size);
+  }
+}
+
+Status GetModelChunkSizes(ByteReader& r, store::ChunkSizes* sizes) {
+  if (r.AtEnd()) return Status::Ok();
+  std::uint64_t count = 0;
+  LMC_RETURN_IF_ERROR(r.GetCount(&count, sizeof(std::uint32_t) + sizeof(std::int64_t),
+                                 "geometry.model_chunk_sizes"));
+  store::ChunkSizes::Overrides overrides;
+  for (std::uint64_t i = 0; i < count; ++i) {
+    std::string model;
+    std::int64_t size = 0;
+    LMC_RETURN_IF_ERROR(r.GetString(&model, "geometry.model_chunk_sizes"));
+    LMC_RETURN_IF_ERROR(r.Get(&size, "geometry.model_chunk_sizes"));
+    overrides[std::move(model)] = size;
+  }
+  *sizes = store::ChunkSizes(sizes->default_size(), std::move(overrides));
+  return Status::Ok();
 }
 
 Status GetGeometry(ByteReader& r, TakeoverGeometry* g) {
@@ -22,7 +51,10 @@ Status GetGeometry(ByteReader& r, TakeoverGeometry* g) {
   LMC_RETURN_IF_ERROR(r.Get(&g->pool.align_bytes, "geometry.align_bytes"));
   LMC_RETURN_IF_ERROR(r.Get(&g->pool.page_bytes, "geometry.page_bytes"));
   LMC_RETURN_IF_ERROR(r.Get(&g->pool.slab_target_bytes, "geometry.slab_target_bytes"));
-  return r.Get(&g->chunk_size, "geometry.chunk_size");
+  std::int64_t chunk_size = 0;
+  LMC_RETURN_IF_ERROR(r.Get(&chunk_size, "geometry.chunk_size"));
+  g->chunk_sizes = store::ChunkSizes(chunk_size);
+  return Status::Ok();
 }
 
 void PutKey(ByteWriter& w, const store::ObjectKey& key) {
@@ -94,9 +126,9 @@ std::string GeometryMismatch(const TakeoverGeometry& ours, const TakeoverGeometr
       !differs.empty()) {
     return differs;
   }
-  if (ours.chunk_size != successor.chunk_size) {
-    return "the chunk size (--chunk-size): " + std::to_string(ours.chunk_size) + " here, " +
-           std::to_string(successor.chunk_size) + " in the successor";
+  if (ours.chunk_sizes != successor.chunk_sizes) {
+    return "the chunk sizes (--chunk-size, --model-chunk-size): " + ours.chunk_sizes.Describe() +
+           " here, " + successor.chunk_sizes.Describe() + " in the successor";
   }
   return "";
 }
@@ -106,6 +138,7 @@ std::string EncodeHello(const TakeoverHello& hello) {
   w.Put(hello.version);
   PutGeometry(w, hello.geometry);
   w.Put(static_cast<std::uint8_t>(hello.cold_if_incompatible));
+  PutModelChunkSizes(w, hello.geometry.chunk_sizes);
   return w.Take();
 }
 
@@ -119,6 +152,7 @@ Result<TakeoverHello> DecodeHello(std::string_view bytes) {
   }
   LMC_RETURN_IF_ERROR(GetGeometry(r, &hello.geometry));
   LMC_RETURN_IF_ERROR(r.GetBool(&hello.cold_if_incompatible, "cold_if_incompatible"));
+  LMC_RETURN_IF_ERROR(GetModelChunkSizes(r, &hello.geometry.chunk_sizes));
   LMC_RETURN_IF_ERROR(r.Finish());
   return hello;
 }

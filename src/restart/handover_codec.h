@@ -23,8 +23,9 @@
 #include <vector>
 
 #include "lmcache/status.h"
-#include "worker/instances.h"
+#include "store/chunk_sizes.h"
 #include "store/pool_image.h"
+#include "worker/instances.h"
 
 namespace lmcache::restart {
 
@@ -34,11 +35,11 @@ enum class FrameType : std::uint8_t { kHello = 1, kVerdict = 2, kImage = 3, kAdo
 
 // What must match for objects to be adopted in place: the same segment, the
 // same layout of its bytes (slabs are adopted at their pages), the same chunk
-// size (keys name chunks of it).
+// size of every model (keys name chunks of it).
 struct TakeoverGeometry {
   std::string shm_name;
   store::PoolGeometry pool;
-  std::int64_t chunk_size = 0;
+  store::ChunkSizes chunk_sizes;
   bool operator==(const TakeoverGeometry&) const = default;
 };
 // "" when `successor` can adopt a pool of `ours`, else what differs, with

@@ -26,7 +26,7 @@ double GiB(std::uint64_t bytes) { return static_cast<double>(bytes) / static_cas
 Result<std::optional<Inheritance>> AskForThePool(store::L1Config* l1,
                                                  const RestartConfig& config) {
   TakeoverHello hello;
-  hello.geometry = TakeoverGeometryOf(*l1, config.chunk_size);
+  hello.geometry = TakeoverGeometryOf(*l1, config.chunk_sizes);
   if (!config.shm_name_given) hello.geometry.shm_name.clear();  // it takes the running one's
   hello.cold_if_incompatible = config.takeover == TakeoverMode::kIfCompatible;
   spdlog::info("takeover: asking the server on {} for its pool (waiting up to {} s for its drain)",
@@ -120,8 +120,9 @@ const char* PoolOriginName(PoolOrigin origin) {
   return "?";
 }
 
-TakeoverGeometry TakeoverGeometryOf(const store::L1Config& l1, std::int64_t chunk_size) {
-  return {l1.shm_name, store::GeometryOf(l1), chunk_size};
+TakeoverGeometry TakeoverGeometryOf(const store::L1Config& l1,
+                                    const store::ChunkSizes& chunk_sizes) {
+  return {l1.shm_name, store::GeometryOf(l1), chunk_sizes};
 }
 
 Result<OpenedPool> OpenPool(store::L1Config* l1, const RestartConfig& config, const Clock& clock,

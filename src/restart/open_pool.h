@@ -48,7 +48,7 @@ struct RestartConfig {
   std::chrono::milliseconds timeout{120'000};  // for the predecessor's drain and the handover
   bool shm_name_given = false;  // false: a successor takes its predecessor's pool name
   bool recover_pool = false;    // journal the pool; adopt a dead predecessor's at start
-  std::int64_t chunk_size = 0;  // part of the geometry a takeover checks
+  store::ChunkSizes chunk_sizes;  // part of the geometry a takeover checks
 };
 
 enum class PoolOrigin { kCold, kTakenOver, kRecovered };
@@ -81,7 +81,8 @@ Result<OpenedPool> OpenPool(store::L1Config* l1, const RestartConfig& config, co
 void FinishOpening(OpenedPool& pool, server::Service& service);
 
 // What a successor's hello must match to be handed a pool of `l1`.
-TakeoverGeometry TakeoverGeometryOf(const store::L1Config& l1, std::int64_t chunk_size);
+TakeoverGeometry TakeoverGeometryOf(const store::L1Config& l1,
+                                    const store::ChunkSizes& chunk_sizes);
 
 // The predecessor's last act, once nothing of it writes the pool any more
 // (requests, the L2 tier and the maintenance stopped; StopAndExport stops

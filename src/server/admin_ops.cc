@@ -123,8 +123,14 @@ void AdminOps::AddTo(OpTable* table) {
         }
         deps_.kv_streams.Open(context, *subscription, std::move(emit), respond);
       });
+  // Per endpoint: a --model-url endpoint answers its model's chunk size
+  // (store/chunk_sizes.h); the client has no other way to ask.
   table->Add({Op::kGetChunkSize, "get_chunk_size", true, P::kInline, 0, 0, 0, F::kZero},
-             Answer(msgpk::Encoder().Int(deps_.config.chunk_size).Take()));
+             [this](const RequestContext& context, Payloads, const Respond& respond) {
+               respond(msgpk::Encoder()
+                           .Int(deps_.config.chunk_sizes.Advertised(context.endpoint_model))
+                           .Take());
+             });
   table->Add({Op::kNoop, "noop", true, P::kInline, 0, 0, 0, F::kEmptyString},
              Answer(msgpk::Encoder().Str("OK").Take()));
   // The reference's experiment names: a client subscribes to KV events
@@ -231,13 +237,15 @@ Result<std::string> AdminOps::PollKvEvents(const std::string& model_name, std::i
 
 fleet::PeerInfo OwnPeerInfo(const ServiceConfig& config, const std::string& boot_id) {
   const worker::ChunkHash& none_hash = worker::NoneHash();
-  return {.boot_id = boot_id,
-          .chunk_size = config.chunk_size,
-          .hash_algorithm = std::string(kHashAlgorithm),
-          .none_hash = std::string(reinterpret_cast<const char*>(none_hash.data()), none_hash.size()),
-          .advertise_url = config.p2p_advertise_url,
-          .key_fingerprint = config.p2p_key_fingerprint,
-          .data_channel = config.p2p_data_channel};
+  return {
+      .boot_id = boot_id,
+      .chunk_size = config.chunk_sizes.default_size(),
+      .model_chunk_sizes = config.chunk_sizes.overrides(),
+      .hash_algorithm = std::string(kHashAlgorithm),
+      .none_hash = std::string(reinterpret_cast<const char*>(none_hash.data()), none_hash.size()),
+      .advertise_url = config.p2p_advertise_url,
+      .key_fingerprint = config.p2p_key_fingerprint,
+      .data_channel = config.p2p_data_channel};
 }
 
 Result<std::string> AdminOps::ServerInfo(const RequestContext& context) const {
@@ -253,7 +261,15 @@ Result<std::string> AdminOps::ServerInfo(const RequestContext& context) const {
   e.Field("pid").Int(static_cast<std::int64_t>(getpid()));
   e.Field("shm_name").Str(deps_.pool.name());
   e.Field("pool_size").Uint(deps_.pool.size());
-  e.Field("chunk_size").Int(deps_.config.chunk_size);
+  e.Field("chunk_size").Int(deps_.config.chunk_sizes.Advertised(context.endpoint_model));
+  if (!deps_.config.chunk_sizes.overrides().empty()) {
+    msgpk::Encoder& sizes =
+        e.Field("model_chunk_sizes")
+            .Map(static_cast<std::uint32_t>(deps_.config.chunk_sizes.overrides().size()));
+    for (const auto& [model, size] : deps_.config.chunk_sizes.overrides()) {
+      sizes.Str(model).Int(size);
+    }
+  }
   e.Field("hash_algorithm").Str(kHashAlgorithm);
   msgpk::Encoder& features = e.Field("features").Array(static_cast<std::uint32_t>(features_.size()));
   for (const std::string& feature : features_) features.Str(feature);

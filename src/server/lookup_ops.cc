@@ -128,7 +128,7 @@ double LookupOps::RecomputeSecondsPerChunk(const std::string& model) const {
   auto it = rates.find(model);
   if (it == rates.end()) it = rates.find("*");
   if (it == rates.end()) return 0;  // no rate: always load
-  return static_cast<double>(deps_.config.chunk_size) / it->second;
+  return static_cast<double>(deps_.config.chunk_sizes.For(model)) / it->second;
 }
 
 std::size_t LookupOps::ResidentPrefix(const worker::LookupState& lookup, std::size_t chunks) const {
@@ -154,8 +154,11 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
   if (key.world_size < 1 || key.world_size > 255) {
     return InvalidArgument("key.world_size must be in [1, 255]");
   }
-  LMC_RETURN_IF_ERROR(worker::CheckKeyRange(key, deps_.config.chunk_size));
-  const auto chunk = static_cast<std::size_t>(deps_.config.chunk_size);
+  LMC_RETURN_IF_ERROR(
+      deps_.config.chunk_sizes.CheckServedAt(context.endpoint_model, key.model_name));
+  const std::int64_t chunk_size = deps_.config.chunk_sizes.For(key.model_name);
+  LMC_RETURN_IF_ERROR(worker::CheckKeyRange(key, chunk_size));
+  const auto chunk = static_cast<std::size_t>(chunk_size);
   const std::size_t chunks = key.token_ids.size() / chunk;  // the whole prompt (spec 9.2)
   const std::size_t held_chunks =
       std::min(chunks, static_cast<std::size_t>(key.engine_computed_tokens.value_or(0)) / chunk);
@@ -181,7 +184,7 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
     if (!key.skip_load) layout = deps_.instances.LayoutOf(key.model_name, key.world_size);
     if (layout) {
       lookup.layout_namespace = layout->object_namespace;
-      lookup.hashes = deps_.hasher.Hashes(key.token_ids, chunks);
+      lookup.hashes = deps_.hasher.Hashes(key.token_ids, chunk, chunks);
       // The chunks the engine holds whole are hits where resident, and are
       // not locked: no worker retrieves them.
       if (held_chunks > 0) lookup.hit_chunks = ResidentPrefix(lookup, held_chunks);
@@ -318,10 +321,11 @@ Result<std::string> LookupOps::FreeLookupLocks(const IpcKey& key) {
   if (key.start < 0 || key.end <= key.start) return msgpk::Encoder().Nil().Take();
   std::shared_ptr<worker::Session> session = deps_.sessions.Find(key.request_id);
   if (!session) return msgpk::Encoder().Nil().Take();
-  const auto chunk = static_cast<std::size_t>(deps_.config.chunk_size);
   MutexLock lock(&session->mu);
   const worker::LookupState* lookup = session->FindLookup(worker::TenantOf(key));
   if (lookup == nullptr) return msgpk::Encoder().Nil().Take();
+  // The lookup's own model's chunks, whatever model this key names.
+  const auto chunk = static_cast<std::size_t>(deps_.config.chunk_sizes.For(lookup->model_name));
   // A chunk partly reused by the engine stays locked until retrieve or TTL
   // (spec 9.6). Whatever the lookup's leases still hold in the range goes:
   // releasing twice finds nothing the second time.

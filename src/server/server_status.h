@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "server/stats.h"
+#include "store/chunk_sizes.h"
 #include "worker/instances.h"
 
 namespace lmcache::server {
@@ -26,6 +27,8 @@ struct P2pPeerStatus {
   std::uint64_t load_batches = 0;    // batches of reads from it (each one ended)
   std::uint64_t load_failures = 0;   // of them, ended without their bytes
   double load_gbps = 0;              // its recent batches' throughput (moving average)
+  // Models it cuts into other chunks (not asked of it); empty when none.
+  std::string chunk_sizes_differ;
 };
 
 // One etcd:// registration (fleet/etcd_registry.h).
@@ -54,7 +57,7 @@ struct P2pStatus {
 struct ServerStatus {
   StatsSnapshot stats;
   std::string pool_name;        // the L1 segment's shared-memory name
-  std::int64_t chunk_size = 0;  // --chunk-size
+  store::ChunkSizes chunk_sizes;  // --chunk-size, --model-chunk-size
   std::vector<worker::InstanceInfo> instances;
   std::string instance_id;      // --instance-id, or the boot id when none was given
   std::string eviction_policy;  // --eviction-policy

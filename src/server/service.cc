@@ -324,7 +324,7 @@ ServerStatus Service::CollectStatus() {
   ServerStatus status;
   status.stats = Snapshot();
   status.pool_name = state_.l1().segment().name();
-  status.chunk_size = state_.config().chunk_size;
+  status.chunk_sizes = state_.config().chunk_sizes;
   status.instances = state_.instances().List();
   const std::string& instance_id = state_.config().instance_id;
   status.instance_id = instance_id.empty() ? state_.boot_id() : instance_id;
@@ -345,8 +345,8 @@ ServerStatus Service::CollectStatus() {
       status.p2p.peers.push_back(
           {peer.url, fleet::PeerStateName(peer.state), peer.reason, peer.boot_id, peer.lives,
            peer.last_answer_ms < 0 ? -1.0 : static_cast<double>(now - peer.last_answer_ms) / 1000,
-           peer.rtt_ms, peer.loaded_bytes, peer.load_batches, peer.load_failures,
-           peer.load_gbps});
+           peer.rtt_ms, peer.loaded_bytes, peer.load_batches, peer.load_failures, peer.load_gbps,
+           peer.chunk_sizes_differ});
     }
   }
   return status;

@@ -14,9 +14,10 @@
 #include "common/clock.h"
 #include "fleet/ucx_descriptor.h"
 #include "protocol/wire_codec.h"
-#include "worker/instances.h"
 #include "server/parked_requests.h"
 #include "server/stats.h"
+#include "store/chunk_sizes.h"
+#include "worker/instances.h"
 #include "worker/session.h"
 
 namespace lmcache::server {
@@ -30,7 +31,8 @@ enum class AdminAccess : std::uint8_t {
 };
 
 struct ServiceConfig {
-  std::int64_t chunk_size = 256;  // --chunk-size, tokens
+  // --chunk-size (the default and minimum) and --model-chunk-size.
+  store::ChunkSizes chunk_sizes;
   worker::SessionLimits sessions;         // --session-ttl-seconds, --session-memory-mb
   TimeMs worker_reap_timeout_ms = 120'000;          // --worker-reap-timeout-seconds; 0 = never
   TimeMs worker_registration_grace_ms = 3'600'000;  // --worker-registration-grace-seconds

@@ -51,10 +51,11 @@ ServiceState::ServiceState(store::L1Cache* l1, const Clock* clock, const Service
       boot_id_(NewBootId()),
       instances_(clock, config.max_pending_transfers),
       leases_(&sessions_, &l1->table(), prefetcher),  // sessions_ is only pointed at here
-      sessions_(clock, config.sessions, [this](worker::Session& session) { leases_.ReleaseSession(session); }),
+      sessions_(clock, config.sessions,
+                [this](worker::Session& session) { leases_.ReleaseSession(session); }),
       parked_(ParkedRequests::Create(clock, config.parked)),
-      hasher_(static_cast<std::size_t>(config.chunk_size), config.hash_cache_bytes),
-      instance_rules_(&instances_, l1, &hasher_, config_.chunk_size, token_bindings()),
+      hasher_(config.hash_cache_bytes),
+      instance_rules_(&instances_, l1, &hasher_, &config_.chunk_sizes, token_bindings()),
       kv_streams_(events),
       peer_tasks_(&l1->table(), clock, PeerTaskConfigOf(config, l1->table())) {}
 

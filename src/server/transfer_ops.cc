@@ -78,8 +78,9 @@ void TransferOps::AddTo(OpTable* table) {
 
 Result<std::string> TransferOps::RegisterContext(const RequestContext& context,
                                                  const EngineContext& engine) {
-  LMC_ASSIGN_OR_RETURN(const worker::ChunkLayout layout,
-                       deps_.instance_rules.CheckRegistration(engine, context.connection));
+  LMC_ASSIGN_OR_RETURN(
+      const worker::ChunkLayout layout,
+      deps_.instance_rules.CheckRegistration(engine, context.connection, context.endpoint_model));
   LMC_ASSIGN_OR_RETURN(const worker::RegisterOutcome outcome,
                        deps_.instances.Register(engine, layout, context.connection));
   if (outcome.replaced) {

@@ -74,12 +74,13 @@ Result<WarmSubmitted> WarmPrefetches::Submit(const WarmRequest& request) {
                       std::to_string(request.world_size) +
                       " is registered: the object layout to load into is not known yet");
   }
-  const std::size_t chunk = deps_.hasher.chunk_size();
+  const auto chunk = static_cast<std::size_t>(layout->chunk_size);
   const std::size_t chunks = request.token_ids.size() / chunk;
   if (chunks == 0) {
     return InvalidArgument("token_ids hold no full chunk of " + std::to_string(chunk) + " tokens");
   }
-  const std::vector<store::ChunkHash> hashes = deps_.hasher.Hashes(request.token_ids, chunks);
+  const std::vector<store::ChunkHash> hashes =
+      deps_.hasher.Hashes(request.token_ids, chunk, chunks);
   const std::vector<std::int64_t> ranks = worker::AllRanks(request.world_size);
   const std::string tags = store::CanonicalTags(request.tags);
   std::vector<store::ObjectKey> keys = worker::ExpandKeys(

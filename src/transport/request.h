@@ -58,6 +58,9 @@ struct RequestContext {
   // Came over the fleet endpoint, whose connections all proved the fleet key
   // (RouterLoop's FleetEndpointConfig): a member of this server's fleet.
   bool fleet_member = false;
+  // The model whose endpoint (--model-url) it came over, whose chunk size
+  // that endpoint's get_chunk_size answers; empty on every other endpoint.
+  std::string_view endpoint_model;
 };
 
 using Payloads = std::span<const std::string_view>;

@@ -32,6 +32,7 @@ struct RouterLoop::Endpoint {
   std::unique_ptr<zmq::socket_t> monitor;  // PAIR receiving the socket's events
   Transport transport = Transport::kTcp;
   bool fleet = false;  // the fleet endpoint: every connection proved the fleet key
+  std::string model;   // a --model-url endpoint's model; empty otherwise
   std::unique_ptr<SourceCap> source_cap;  // the fleet endpoint's: connections per source
   // The connection seen on each file descriptor (a closed descriptor's
   // connection is gone).
@@ -131,6 +132,9 @@ Result<std::unique_ptr<RouterLoop>> RouterLoop::Create(const RouterConfig& confi
   std::unique_ptr<RouterLoop> loop(new RouterLoop(config));
   LMC_ASSIGN_OR_RETURN(loop->wake_, WakeFd::Create());
   for (const std::string& url : config.urls) LMC_RETURN_IF_ERROR(loop->Bind(url, *loop->context_));
+  for (const RouterConfig::ModelEndpoint& endpoint : config.model_urls) {
+    LMC_RETURN_IF_ERROR(loop->Bind(endpoint.url, *loop->context_, nullptr, endpoint.model));
+  }
   if (config.fleet) LMC_RETURN_IF_ERROR(loop->BindFleet(*config.fleet));
   loop->affinity_pool_ =
       std::make_unique<AffinityPool>("transfer", config.affinity_workers, config.queue_limits);
@@ -200,9 +204,10 @@ void RouterLoop::AnswerZap() {
 }
 
 Status RouterLoop::Bind(const std::string& url, zmq::context_t& context,
-                        const FleetEndpointConfig* fleet) {
+                        const FleetEndpointConfig* fleet, std::string model) {
   auto endpoint = std::make_unique<Endpoint>();
   endpoint->fleet = fleet != nullptr;
+  endpoint->model = std::move(model);
   const bool ipc = url.starts_with("ipc://");
   endpoint->transport = ipc                            ? Transport::kIpc
                         : url.starts_with("inproc://") ? Transport::kInproc
@@ -374,6 +379,7 @@ void RouterLoop::Receive(std::size_t socket_index) {
     message->context.connection_closed = message->late;
     message->context.transport = endpoint.transport;
     message->context.fleet_member = endpoint.fleet;
+    message->context.endpoint_model = endpoint.model;
     message->context.local_peer = endpoint.transport != Transport::kTcp;
     if (endpoint.transport == Transport::kTcp && message->frames.size() > 1) {
       // Peer-Address is metadata of every frame received over tcp.

@@ -100,6 +100,13 @@ struct FleetEndpointConfig {
 
 struct RouterConfig {
   std::vector<std::string> urls;  // tcp://host:port or ipc:///path; at least one
+  // Endpoints bound for one model each (--model-url MODEL=URL): a request
+  // over one names that model in its context (RequestContext::endpoint_model).
+  struct ModelEndpoint {
+    std::string model;
+    std::string url;
+  };
+  std::vector<ModelEndpoint> model_urls;
   std::optional<FleetEndpointConfig> fleet;  // P2P on
   unsigned affinity_workers = 1;  // --max-gpu-workers
   unsigned cpu_workers = 1;       // --max-cpu-workers
@@ -150,9 +157,10 @@ class RouterLoop {
   struct Message;
   struct Outgoing;
   explicit RouterLoop(const RouterConfig& config);
-  // Binds `url` on `context`; `fleet`: as the fleet endpoint (CURVE server).
+  // Binds `url` on `context`; `fleet`: as the fleet endpoint (CURVE server);
+  // `model`: as that model's endpoint (--model-url).
   Status Bind(const std::string& url, zmq::context_t& context,
-              const FleetEndpointConfig* fleet = nullptr);
+              const FleetEndpointConfig* fleet = nullptr, std::string model = {});
   Status BindFleet(const FleetEndpointConfig& fleet);
   // Answers the fleet endpoint's pending ZAP requests (RFC 27): 200 for the
   // members' CURVE key, 400 for any other.

@@ -32,8 +32,8 @@ struct ChunkHasher::Shard {
   std::size_t bytes LMC_GUARDED_BY(mu) = 0;
 };
 
-ChunkHasher::ChunkHasher(std::size_t chunk_size, std::size_t cache_bytes)
-    : chunk_size_(chunk_size), cache_bytes_(cache_bytes), shards_(new Shard[kShards]) {}
+ChunkHasher::ChunkHasher(std::size_t cache_bytes)
+    : cache_bytes_(cache_bytes), shards_(new Shard[kShards]) {}
 
 ChunkHasher::~ChunkHasher() = default;
 
@@ -76,13 +76,13 @@ void ChunkHasher::Insert(std::uint64_t fingerprint, const ChunkHash& previous,
 }
 
 std::vector<ChunkHash> ChunkHasher::Hashes(std::span<const std::uint32_t> tokens,
-                                           std::size_t count) {
+                                           std::size_t chunk_size, std::size_t count) {
   std::vector<ChunkHash> hashes;
   hashes.reserve(count);
   ChunkHash previous = NoneHash();
   std::uint64_t hits = 0;
   for (std::size_t c = 0; c < count; ++c) {
-    const std::span<const std::uint32_t> chunk = tokens.subspan(c * chunk_size_, chunk_size_);
+    const std::span<const std::uint32_t> chunk = tokens.subspan(c * chunk_size, chunk_size);
     const std::uint64_t fingerprint = cache_bytes_ > 0 ? Fingerprint(previous, chunk) : 0;
     ChunkHash hash;
     if (cache_bytes_ > 0 && Find(fingerprint, previous, chunk, &hash)) {

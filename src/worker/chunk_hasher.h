@@ -10,7 +10,8 @@
 // are compared in full (the previous hash and every token), so a crafted
 // collision of the fast hash costs a miss, never a wrong chunk hash. The
 // cache is capped in bytes and evicts least recently used entries; with a
-// capacity of 0 every chunk is hashed afresh.
+// capacity of 0 every chunk is hashed afresh. Models of every chunk size
+// share it: an entry's tokens are its chunk, of whatever length.
 //
 // Thread-safety: internally synchronised (sharded mutexes, leaves in the lock
 // order); Hashes may be called from any number of threads.
@@ -34,16 +35,16 @@ namespace lmcache::worker {
 
 class ChunkHasher {
  public:
-  ChunkHasher(std::size_t chunk_size, std::size_t cache_bytes);
+  explicit ChunkHasher(std::size_t cache_bytes);
   ~ChunkHasher();
   ChunkHasher(const ChunkHasher&) = delete;
   ChunkHasher& operator=(const ChunkHasher&) = delete;
 
-  // Hashes of chunks [0, count) of `tokens`, which must hold at least
-  // count * chunk_size tokens.
-  std::vector<ChunkHash> Hashes(std::span<const std::uint32_t> tokens, std::size_t count);
+  // Hashes of chunks [0, count) of `chunk_size` tokens each of `tokens`,
+  // which must hold at least count * chunk_size tokens.
+  std::vector<ChunkHash> Hashes(std::span<const std::uint32_t> tokens, std::size_t chunk_size,
+                                std::size_t count);
   ChunkHasherStats Stats() const;
-  std::size_t chunk_size() const { return chunk_size_; }
 
  private:
   struct Shard;
@@ -53,7 +54,6 @@ class ChunkHasher {
   void Insert(std::uint64_t fingerprint, const ChunkHash& previous,
               std::span<const std::uint32_t> tokens, const ChunkHash& hash);
 
-  const std::size_t chunk_size_;
   const std::size_t cache_bytes_;
   std::unique_ptr<Shard[]> shards_;
   ChunkHasherCounters counters_;

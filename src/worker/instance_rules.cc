@@ -10,8 +10,11 @@
 namespace lmcache::worker {
 
 InstanceRules::InstanceRules(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
-                             std::int64_t chunk_size, events::TokenBindings* bindings)
-    : instances_(instances), l1_(l1), hasher_(hasher), chunk_size_(chunk_size),
+                             const store::ChunkSizes* chunk_sizes, events::TokenBindings* bindings)
+    : instances_(instances),
+      l1_(l1),
+      hasher_(hasher),
+      chunk_sizes_(chunk_sizes),
       bindings_(bindings) {}
 
 Result<InstanceInfo> InstanceRules::Authorize(std::int64_t instance_id,
@@ -29,7 +32,8 @@ std::array<std::uint64_t, kReleaseCauses> InstanceRules::ReleasedCounts() const 
 
 Result<WorkerKeys> InstanceRules::ResolveWorkerKeys(const IpcKey& key,
                                                    const InstanceInfo& instance, KeyUse use) {
-  LMC_RETURN_IF_ERROR(CheckKeyRange(key, chunk_size_));
+  const std::int64_t chunk_size = instance.layout.chunk_size;
+  LMC_RETURN_IF_ERROR(CheckKeyRange(key, chunk_size));
   if (!key.worker_id) {
     return InvalidArgument("key.worker_id is required for transfers (nil is for lookups)");
   }
@@ -42,14 +46,14 @@ Result<WorkerKeys> InstanceRules::ResolveWorkerKeys(const IpcKey& key,
   }
   LMC_ASSIGN_OR_RETURN(const std::int64_t kv_rank,
                        store::PackKvRank(key.world_size, *key.worker_id));
-  const auto first = static_cast<std::size_t>(key.start / chunk_size_);
-  const auto last = static_cast<std::size_t>(key.end / chunk_size_);
-  const std::vector<store::ChunkHash> hashes = hasher_->Hashes(key.token_ids, last);
+  const auto chunk = static_cast<std::size_t>(chunk_size);
+  const auto first = static_cast<std::size_t>(key.start) / chunk;
+  const auto last = static_cast<std::size_t>(key.end) / chunk;
+  const std::vector<store::ChunkHash> hashes = hasher_->Hashes(key.token_ids, chunk, last);
   const std::span<const store::ChunkHash> range = std::span(hashes).subspan(first);
   if (use == KeyUse::kStore && bindings_ != nullptr) {
     // Before the commit admits them: the admission's KV event takes the tokens.
-    bindings_->Bind(key.model_name, hashes, first, key.token_ids,
-                    static_cast<std::size_t>(chunk_size_));
+    bindings_->Bind(key.model_name, hashes, first, key.token_ids, chunk);
   }
   WorkerKeys out;
   out.instance = instance;
@@ -62,15 +66,19 @@ Result<WorkerKeys> InstanceRules::ResolveWorkerKeys(const IpcKey& key,
 }
 
 Result<ChunkLayout> InstanceRules::CheckRegistration(const EngineContext& engine,
-                                                   std::string_view connection) {
-  LMC_RETURN_IF_ERROR(CheckRegistrant(engine, connection));
-  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout, MakeChunkLayout(engine, chunk_size_));
+                                                     std::string_view connection,
+                                                     std::string_view endpoint_model) {
+  LMC_RETURN_IF_ERROR(CheckRegistrant(engine, connection, endpoint_model));
+  LMC_ASSIGN_OR_RETURN(const ChunkLayout layout,
+                       MakeChunkLayout(engine, chunk_sizes_->For(engine.model_name)));
   LMC_RETURN_IF_ERROR(CheckFits(layout));
   return layout;
 }
 
-Status InstanceRules::CheckRegistrant(const EngineContext& engine, std::string_view connection) {
+Status InstanceRules::CheckRegistrant(const EngineContext& engine, std::string_view connection,
+                                      std::string_view endpoint_model) {
   LMC_RETURN_IF_ERROR(store::ValidateModelName(engine.model_name));
+  LMC_RETURN_IF_ERROR(chunk_sizes_->CheckServedAt(endpoint_model, engine.model_name));
   if (engine.world_size < 1 || engine.world_size > 255) {
     return InvalidArgument("world_size must be in [1, 255], got " +
                            std::to_string(engine.world_size));

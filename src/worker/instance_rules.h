@@ -19,6 +19,7 @@
 
 #include "events/token_bindings.h"
 #include "lmcache/status.h"
+#include "store/chunk_sizes.h"
 #include "store/l1_cache.h"
 #include "worker/chunk_hasher.h"
 #include "worker/instances.h"
@@ -39,10 +40,10 @@ struct WorkerKeys {
 
 class InstanceRules {
  public:
-  // Every pointer must outlive this object; `chunk_size` is in tokens.
-  // `bindings` may be null (no KV events).
+  // Every pointer must outlive this object; `bindings` may be null (no KV
+  // events).
   InstanceRules(InstanceRegistry* instances, store::L1Cache* l1, ChunkHasher* hasher,
-                std::int64_t chunk_size, events::TokenBindings* bindings);
+                const store::ChunkSizes* chunk_sizes, events::TokenBindings* bindings);
 
   // Called with a registration's serial when it goes (unregister, the
   // reaper, a re-registration from another connection, its connection
@@ -59,13 +60,18 @@ class InstanceRules {
   // The registration of `instance_id` that `connection` (the transport's
   // opaque id of the asking client) made (see InstanceRegistry::Authorize).
   Result<InstanceInfo> Authorize(std::int64_t instance_id, std::string_view connection);
-  // The objects of a worker's transfer: its rank, chunks [start, end).
+  // The objects of a worker's transfer: its rank, chunks [start, end) at
+  // its registered layout's chunk size.
   Result<WorkerKeys> ResolveWorkerKeys(const IpcKey& key, const InstanceInfo& instance, KeyUse use);
-  // The object layout of an engine-driven registration, checked: the
-  // registrant (below), and one chunk fits L1.
-  Result<ChunkLayout> CheckRegistration(const EngineContext& engine, std::string_view connection);
-  // Model name, world size, and not draining (unless the connection re-registers).
-  Status CheckRegistrant(const EngineContext& engine, std::string_view connection);
+  // The object layout of an engine-driven registration at its model's chunk
+  // size, checked: the registrant (below), and one chunk fits L1.
+  Result<ChunkLayout> CheckRegistration(const EngineContext& engine, std::string_view connection,
+                                        std::string_view endpoint_model);
+  // Model name, world size, the model's chunk size the one its endpoint
+  // advertises (`endpoint_model`: RequestContext's; store::ChunkSizes), and
+  // not draining (unless the connection re-registers).
+  Status CheckRegistrant(const EngineContext& engine, std::string_view connection,
+                         std::string_view endpoint_model);
   // One object of `layout` fits in L1.
   Status CheckFits(const ChunkLayout& layout);
   // Unregisters on behalf of the connection that registered it and releases
@@ -81,7 +87,7 @@ class InstanceRules {
   InstanceRegistry* const instances_;
   store::L1Cache* const l1_;
   ChunkHasher* const hasher_;
-  const std::int64_t chunk_size_;
+  const store::ChunkSizes* const chunk_sizes_;
   events::TokenBindings* const bindings_;
   std::atomic<bool> draining_{false};
   std::array<std::atomic<std::uint64_t>, kReleaseCauses> released_{};

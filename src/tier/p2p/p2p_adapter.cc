@@ -151,6 +151,12 @@ std::vector<bool> P2pAdapter::LookupAndLock(std::span<const store::ObjectKey> ke
 void P2pAdapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
                               LookupDone done) {
   std::vector<fleet::ReadyPeer> peers = peers_->Ready();
+  // A peer that cuts a model's prompts into other chunks holds none of its keys.
+  std::erase_if(peers, [&](const fleet::ReadyPeer& peer) {
+    return peer.chunks != nullptr && std::ranges::any_of(keys, [&](const store::ObjectKey& key) {
+             return !peer.chunks->Agrees(key.model_name);
+           });
+  });
   if (peers.empty() || keys.empty() || object_bytes == 0) {
     done(std::vector<bool>(keys.size(), false));
     return;

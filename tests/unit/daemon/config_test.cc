@@ -164,7 +164,7 @@ TEST(ServerConfig, RecoverPoolKeepsAJournalAndNeedsAFixedPoolName) {
   auto on = Parse({"--shm-name", "node", "--recover-pool"});
   ASSERT_TRUE(on.ok()) << on.status().ToString();
   EXPECT_TRUE(on->restart.recover_pool);
-  EXPECT_EQ(on->restart.chunk_size, 256);
+  EXPECT_EQ(on->restart.chunk_sizes, store::ChunkSizes(256));
   ExpectRejected({"--recover-pool"}, "--shm-name");
 }
 
@@ -245,12 +245,42 @@ TEST(ServerConfig, PrefillRatesAreModelEqualsTokensPerSecond) {
                  "twice");
 }
 
+// --model-chunk-size gives models their own chunk size (the default the
+// minimum); --model-url binds an endpoint per model, which must have one.
+TEST(ServerConfig, ModelChunkSizesAndTheirEndpoints) {
+  auto config = Parse({"--chunk-size", "128", "--model-chunk-size", "zai-org/GLM-5.3-Flash=640",
+                       "--model-chunk-size", "a=b=544", "--model-url",
+                       "zai-org/GLM-5.3-Flash=ipc:///tmp/lmc-glm.sock"});
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const store::ChunkSizes& sizes = config->service.chunk_sizes;
+  EXPECT_EQ(sizes.For("zai-org/GLM-5.3-Flash"), 640);
+  EXPECT_EQ(sizes.For("a=b"), 544);  // the last '=' splits
+  EXPECT_EQ(sizes.For("any other model"), 128);
+  EXPECT_EQ(config->restart.chunk_sizes, sizes);  // what a takeover compares
+  ASSERT_EQ(config->router.model_urls.size(), 1u);
+  EXPECT_EQ(config->router.model_urls[0].model, "zai-org/GLM-5.3-Flash");
+  EXPECT_EQ(config->router.model_urls[0].url, "ipc:///tmp/lmc-glm.sock");
+
+  ExpectRejected({"--model-chunk-size", "m=100"}, "below --chunk-size (256)");
+  ExpectRejected({"--model-chunk-size", "m=0", "--chunk-size", "1"}, "must be in [1, 1048576]");
+  ExpectRejected({"--model-chunk-size", "m=2097152"}, "must be in [1, 1048576]");
+  ExpectRejected({"--model-chunk-size", "m=640", "--model-chunk-size", "m=1280"}, "named twice");
+  ExpectRejected({"--model-chunk-size", "m=6x"}, "not a number of tokens");
+  ExpectRejected({"--model-chunk-size", "=640"}, "MODEL=TOKENS");
+  ExpectRejected({"--model-chunk-size", "640"}, "MODEL=TOKENS");
+  ExpectRejected({"--model-url", "m=tcp://127.0.0.1:5599"}, "has no --model-chunk-size");
+  ExpectRejected({"--model-chunk-size", "m=640", "--model-url", "m=http://x"}, "tcp:// or ipc://");
+  ExpectRejected({"--model-chunk-size", "m=640", "--model-url", "m=tcp://127.0.0.1:5598",
+                  "--model-url", "m=tcp://127.0.0.1:5597"},
+                 "named twice");
+}
+
 TEST(ServerConfig, WorkerPoolsDefaultToMaxWorkers) {
   auto config = Parse({"--max-workers", "3", "--max-cpu-workers", "5"});
   ASSERT_TRUE(config.ok());
   EXPECT_EQ(config->router.affinity_workers, 3u);
   EXPECT_EQ(config->router.cpu_workers, 5u);
-  EXPECT_EQ(config->service.chunk_size, 256);
+  EXPECT_EQ(config->service.chunk_sizes, store::ChunkSizes(256));
   EXPECT_EQ(config->service.worker_reap_timeout_ms, 120'000);
   EXPECT_EQ(config->service.worker_registration_grace_ms, 3'600'000);
   auto no_reaper = Parse({"--worker-reap-timeout-seconds", "0"});

@@ -26,7 +26,7 @@ store::ObjectKey Key(std::uint8_t chunk, std::int64_t rank, const std::string& s
 struct Fixture {
   KvEventLog log{{}, 1};
   TokenBindings bindings{1u << 20};
-  KvEventRecorder recorder{&log, &bindings, 2};
+  KvEventRecorder recorder{&log, &bindings, store::ChunkSizes(2)};
 
   // Binds chunks 1 and 2 of a prompt of tokens {10, 11, 12, 13}.
   void BindPrompt(const std::string& model = "m") {
@@ -58,6 +58,34 @@ TEST(KvEventRecorder, AStoredChunkIsOneRecordWithItsTokensAndParentWhateverItsRa
   EXPECT_EQ(ToVector(events[1].token_ids()), (std::vector<std::uint32_t>{12, 13}));
   EXPECT_EQ(events[1].block_size, 2u);
   EXPECT_EQ(f.recorder.Stats().unbound_stores, 0u);
+}
+
+// Each event's block size is its model's chunk size (--model-chunk-size);
+// a clear, of every model, carries the default.
+TEST(KvEventRecorder, AnEventsBlockSizeIsItsModelsChunkSize) {
+  KvEventLog log{{}, 1};
+  TokenBindings bindings{1u << 20};
+  KvEventRecorder recorder{&log, &bindings, store::ChunkSizes(2, {{"hybrid", 4}})};
+  std::vector<store::ChunkHash> hashes(1);
+  hashes[0][0] = 1;
+  const std::vector<std::uint32_t> tokens{10, 11, 12, 13};
+  bindings.Bind("m", hashes, 0, tokens, 2);
+  bindings.Bind("hybrid", hashes, 0, tokens, 4);
+  const std::vector<std::uint64_t> bytes{4096};
+  recorder.OnAdmitted(std::vector{Key(1, 0, "", "m")}, bytes, store::AdmissionSource::kWriter);
+  recorder.OnAdmitted(std::vector{Key(1, 0, "", "hybrid")}, bytes, store::AdmissionSource::kWriter);
+  recorder.OnEvicted(std::vector{Key(1, 0, "", "hybrid")}, bytes);
+  recorder.OnCleared();
+  const auto events = log.ReadAfter(std::nullopt, 0, 1000).events;
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[0].block_size, 2u);
+  EXPECT_EQ(ToVector(events[0].token_ids()), (std::vector<std::uint32_t>{10, 11}));
+  EXPECT_EQ(events[1].block_size, 4u);
+  EXPECT_EQ(ToVector(events[1].token_ids()), (std::vector<std::uint32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(events[2].kind, KvEventKind::kRemoved);
+  EXPECT_EQ(events[2].block_size, 4u);
+  EXPECT_EQ(events[3].kind, KvEventKind::kCleared);
+  EXPECT_EQ(events[3].block_size, 2u);
 }
 
 // TP2's workers commit their ranks separately: the chunk is announced by
@@ -169,7 +197,7 @@ TEST(KvEventRecorder, AClearIsOneRecord) {
 TEST(KvEventRecorder, NothingIsRecordedWhenTheLogIsOff) {
   KvEventLog log({.max_events = 0}, 1);
   TokenBindings bindings(0);
-  KvEventRecorder recorder(&log, &bindings, 2);
+  KvEventRecorder recorder(&log, &bindings, store::ChunkSizes(2));
   recorder.OnEvicted(std::vector<store::ObjectKey>{Key(1, 0)}, std::vector<std::uint64_t>{1});
   recorder.OnCleared();
   EXPECT_EQ(log.Stats().appended, 0u);

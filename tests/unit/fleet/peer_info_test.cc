@@ -82,6 +82,67 @@ TEST(PeerInfoTest, RefusesARepliesWithoutAWholeHandshake) {
   EXPECT_FALSE(PeerInfo::FromServerInfo(whole + '\xc0').ok());
 }
 
+// Models cut otherwise (--model-chunk-size) ride in the handshake only when
+// there are any; a peer's bad entries are refused.
+TEST(PeerInfoTest, ModelChunkSizesRoundTripAndAreChecked) {
+  PeerInfo sent = Sample();
+  auto plain = PeerInfo::FromServerInfo(Reply(sent));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->model_chunk_sizes.empty());
+  sent.model_chunk_sizes = {{"zai-org/GLM-5.3-Flash", 640}, {"mla", 384}};
+  auto got = PeerInfo::FromServerInfo(Reply(sent));
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->model_chunk_sizes, sent.model_chunk_sizes);
+  EXPECT_EQ(got->chunk_sizes(), store::ChunkSizes(256, sent.model_chunk_sizes));
+  for (const auto& bad : std::vector<store::ChunkSizes::Overrides>{
+           {{"m", 0}}, {{"m", std::int64_t{1} << 21}}, {{"a@b", 640}}, {{"", 640}}}) {
+    PeerInfo wrong = Sample();
+    wrong.model_chunk_sizes = bad;
+    EXPECT_EQ(PeerInfo::FromServerInfo(Reply(wrong)).status().code(), ErrorCode::kMalformedRequest)
+        << bad.begin()->first;
+  }
+  PeerInfo many = Sample();
+  for (int i = 0; i < 1025; ++i) many.model_chunk_sizes["m" + std::to_string(i)] = 640;
+  EXPECT_FALSE(PeerInfo::FromServerInfo(Reply(many)).ok());
+}
+
+// Per model: a peer that agrees on some model is admitted, and asked only
+// for the models it cuts as we do; one that agrees on none is excluded.
+TEST(PeerInfoTest, ChunkSizesAgreePerModel) {
+  const ChunkAgreement same{store::ChunkSizes(256, {{"a", 640}}),
+                            store::ChunkSizes(256, {{"a", 640}})};
+  EXPECT_TRUE(same.Agrees("a") && same.Agrees("b"));
+  EXPECT_EQ(same.Differences(), "");
+
+  const ChunkAgreement one_apart{store::ChunkSizes(256, {{"a", 640}, {"b", 256 * 2}}),
+                                 store::ChunkSizes(256, {{"a", 640}})};
+  EXPECT_TRUE(one_apart.Agrees("a"));
+  EXPECT_FALSE(one_apart.Agrees("b"));
+  EXPECT_TRUE(one_apart.Agrees("c"));
+  EXPECT_TRUE(one_apart.AgreesOnAny());
+  EXPECT_EQ(one_apart.Differences(), "b: 512 here, 256 there");
+
+  const ChunkAgreement defaults_apart{store::ChunkSizes(256, {{"a", 640}}),
+                                      store::ChunkSizes(512, {{"a", 640}})};
+  EXPECT_TRUE(defaults_apart.Agrees("a"));
+  EXPECT_FALSE(defaults_apart.Agrees("c"));
+  EXPECT_TRUE(defaults_apart.AgreesOnAny());
+  EXPECT_EQ(defaults_apart.Differences(), "every other model: 256 here, 512 there");
+
+  PeerInfo ours = Sample();
+  PeerInfo theirs = Sample();
+  ours.model_chunk_sizes = {{"a", 640}};
+  theirs.chunk_size = 512;
+  theirs.model_chunk_sizes = {{"a", 640}};
+  EXPECT_TRUE(CheckCompatible(ours, theirs).ok());  // shares model a
+  theirs.model_chunk_sizes = {{"a", 1280}};
+  const Status none = CheckCompatible(ours, theirs);
+  EXPECT_EQ(none.code(), ErrorCode::kLayoutMismatch);
+  EXPECT_NE(none.message().find("chunk size is 512 (a=1280) tokens, ours is 256 (a=640) tokens"),
+            std::string::npos)
+      << none.message();
+}
+
 TEST(PeerInfoTest, CompatibilityNamesTheFieldThatDiffers) {
   const PeerInfo ours = Sample();
   PeerInfo theirs = Sample();

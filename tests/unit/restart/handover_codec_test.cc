@@ -89,7 +89,8 @@ TEST(HandoverCodec, ACountLargerThanTheBytesLeftIsRefusedBeforeAnyAllocation) {
 
 TEST(HandoverCodec, HelloAndVerdictRoundTripAndRefuseWhatTheyDoNotKnow) {
   TakeoverHello hello;
-  hello.geometry = {"lmcache_l1_pool_node", {64ull << 30, 4096, 2u << 20, 64u << 20}, 256};
+  hello.geometry = {
+      "lmcache_l1_pool_node", {64ull << 30, 4096, 2u << 20, 64u << 20}, store::ChunkSizes(256)};
   hello.cold_if_incompatible = true;
   auto decoded = DecodeHello(EncodeHello(hello));
   ASSERT_TRUE(decoded.ok());
@@ -103,6 +104,21 @@ TEST(HandoverCodec, HelloAndVerdictRoundTripAndRefuseWhatTheyDoNotKnow) {
   bad_bool.back() = '\x02';
   EXPECT_FALSE(DecodeHello(bad_bool).ok());
 
+  // Models' own chunk sizes ride after the last field; a hello without
+  // them is byte for byte the previous version's (which ends at the bool).
+  hello.version = kHandoverVersion;
+  const std::string plain = EncodeHello(hello);
+  EXPECT_EQ(plain.back(), '\x01');
+  hello.geometry.chunk_sizes = store::ChunkSizes(256, {{"glm", 640}, {"mla", 384}});
+  const std::string with_models = EncodeHello(hello);
+  EXPECT_EQ(with_models.substr(0, plain.size()), plain);
+  auto models = DecodeHello(with_models);
+  ASSERT_TRUE(models.ok()) << models.status().ToString();
+  EXPECT_EQ(models->geometry.chunk_sizes, hello.geometry.chunk_sizes);
+  for (std::size_t cut = plain.size() + 1; cut < with_models.size(); ++cut) {
+    EXPECT_FALSE(DecodeHello(with_models.substr(0, cut)).ok()) << "cut at " << cut;
+  }
+
   auto verdict = DecodeVerdict(EncodeVerdict({Verdict::kCold, "size differs"}));
   ASSERT_TRUE(verdict.ok());
   EXPECT_EQ(verdict->verdict, Verdict::kCold);
@@ -113,16 +129,22 @@ TEST(HandoverCodec, HelloAndVerdictRoundTripAndRefuseWhatTheyDoNotKnow) {
 }
 
 TEST(HandoverCodec, AGeometryMismatchNamesTheSettingAndBothValues) {
-  const TakeoverGeometry ours{"lmcache_l1_pool_node", {4ull << 30, 4096, 2u << 20, 64u << 20}, 256};
+  const TakeoverGeometry ours{
+      "lmcache_l1_pool_node", {4ull << 30, 4096, 2u << 20, 64u << 20}, store::ChunkSizes(256)};
   EXPECT_EQ(GeometryMismatch(ours, ours), "");
   TakeoverGeometry bigger = ours;
   bigger.pool.pool_bytes = 8ull << 30;
   EXPECT_EQ(GeometryMismatch(ours, bigger),
             "the pool size in bytes (--l1-size-gb): 4294967296 here, 8589934592 in the successor");
   TakeoverGeometry chunk = ours;
-  chunk.chunk_size = 16;
+  chunk.chunk_sizes = store::ChunkSizes(16);
   EXPECT_EQ(GeometryMismatch(ours, chunk),
-            "the chunk size (--chunk-size): 256 here, 16 in the successor");
+            "the chunk sizes (--chunk-size, --model-chunk-size): 256 here, 16 in the successor");
+  TakeoverGeometry model = ours;
+  model.chunk_sizes = store::ChunkSizes(256, {{"glm", 640}});
+  EXPECT_EQ(GeometryMismatch(ours, model),
+            "the chunk sizes (--chunk-size, --model-chunk-size): 256 here, 256 (glm=640) in the "
+            "successor");
   TakeoverGeometry aligned = ours;
   aligned.pool.align_bytes = 8192;
   EXPECT_EQ(GeometryMismatch(ours, aligned),

@@ -36,7 +36,7 @@ class OpenPoolTest : public ::testing::Test {
     l1_.prefault_threads = 1;
     l1_.allocator.slab_target_bytes = 2 * kMiB;
     config_.shm_name_given = true;
-    config_.chunk_size = 256;
+    config_.chunk_sizes = store::ChunkSizes(256);
   }
   ~OpenPoolTest() override {
     std::filesystem::remove(SegmentPath());
@@ -144,12 +144,12 @@ TEST_F(OpenPoolTest, NothingToRecoverOrNobodyToTakeOverFromStartsCold) {
 
 TEST_F(OpenPoolTest, TheTakeoverGeometryIsThePoolsLayoutNameAndChunkSize) {
   l1_.allocator.align_bytes = 8192;
-  const TakeoverGeometry geometry = TakeoverGeometryOf(l1_, 64);
+  const TakeoverGeometry geometry = TakeoverGeometryOf(l1_, store::ChunkSizes(64, {{"glm", 640}}));
   EXPECT_EQ(geometry.shm_name, l1_.shm_name);
   EXPECT_EQ(geometry.pool, store::GeometryOf(l1_));
   EXPECT_EQ(geometry.pool.pool_bytes, 16 * kMiB);
   EXPECT_EQ(geometry.pool.align_bytes, 8192u);
-  EXPECT_EQ(geometry.chunk_size, 64);
+  EXPECT_EQ(geometry.chunk_sizes, store::ChunkSizes(64, {{"glm", 640}}));
 }
 
 }  // namespace

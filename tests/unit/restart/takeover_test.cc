@@ -36,7 +36,9 @@ class TakeoverTest : public ::testing::Test {
   ~TakeoverTest() override { std::filesystem::remove(path_); }
 
   static TakeoverGeometry Geometry() {
-    return {"lmcache_l1_pool_takeover_test", {64 << 20, 4096, 2 << 20, 64 << 20}, 256};
+    return {"lmcache_l1_pool_takeover_test",
+            {64 << 20, 4096, 2 << 20, 64 << 20},
+            store::ChunkSizes(256)};
   }
   // A file standing in for the pool segment.
   static UniqueFd MemFd(const std::string& contents) {
@@ -201,7 +203,7 @@ TEST_F(TakeoverTest, ASuccessorThatAcceptsAColdStartWaitsForThePredecessorToGo) 
   ASSERT_TRUE(service.ok());
   TakeoverHello hello;
   hello.geometry = Geometry();
-  hello.geometry.chunk_size = 16;
+  hello.geometry.chunk_sizes = store::ChunkSizes(16);
   hello.cold_if_incompatible = true;
   auto successor = std::async(std::launch::async,
                               [&] { return RequestTakeover(path_, hello, milliseconds(10000)); });

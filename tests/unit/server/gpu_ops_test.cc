@@ -129,7 +129,7 @@ struct Worker {
 
 ServiceConfig Config(const std::string& modes = "auto") {
   ServiceConfig c;
-  c.chunk_size = kChunk;
+  c.chunk_sizes = store::ChunkSizes(kChunk);
   c.gpu_backend = "emulated";
   c.gpu_event_timeout_ms = 3000;
   c.transfer_mode = modes;

@@ -143,7 +143,7 @@ class KvEventStreamsTest : public ::testing::Test {
                  recorder.Fail());
   }
 
-  events::KvEvents events_{events::KvEventsConfig{}, 256, /*incarnation=*/42};
+  events::KvEvents events_{events::KvEventsConfig{}, store::ChunkSizes(256), /*incarnation=*/42};
 };
 
 TEST_F(KvEventStreamsTest, TheStatusBatchGoesOutAtOnceThenOneBatchPerCredit) {
@@ -230,7 +230,7 @@ TEST_F(KvEventStreamsTest, AClosedConnectionEndsItsStreamsOnly) {
 TEST_F(KvEventStreamsTest, AReaderThatFellBehindIsToldItLostRecords) {
   events::KvEventsConfig config;
   config.log.max_events = 4;
-  events::KvEvents small(config, 256, 42);
+  events::KvEvents small(config, store::ChunkSizes(256), 42);
   Recorder r;
   KvEventStreams streams(&small);
   Open(streams, r, "c", "u", 1);
@@ -244,7 +244,7 @@ TEST_F(KvEventStreamsTest, AReaderThatFellBehindIsToldItLostRecords) {
 TEST_F(KvEventStreamsTest, ADisabledChannelSendsItsStatusBatchThenEnds) {
   events::KvEventsConfig off;
   off.log.max_events = 0;
-  events::KvEvents disabled(off, 256, 42);
+  events::KvEvents disabled(off, store::ChunkSizes(256), 42);
   Recorder r;
   KvEventStreams streams(&disabled);
   Open(streams, r, "c", "u", 1);

@@ -660,7 +660,7 @@ events::KvEventsConfig RecordingFromStart() {
 class ServiceKvEventsTest : public ::testing::Test {
  protected:
   ServiceKvEventsTest()
-      : events_(RecordingFromStart(), 256),
+      : events_(RecordingFromStart(), store::ChunkSizes(256)),
         prefetcher_(kObject),
         h_(64ull << 20, ServiceConfig{}, true, &prefetcher_, nullptr, nullptr, &events_) {
     prefetcher_.Attach(&h_.service().table());

@@ -58,7 +58,7 @@ ServerStatus PopulatedStatus(bool with_l2) {
   ServerStatus status;
   status.stats = testing::PopulatedStats(with_l2);
   status.pool_name = "/lmcache-golden";
-  status.chunk_size = 256;
+  status.chunk_sizes = store::ChunkSizes(256);
   status.instance_id = "node-7";
   status.eviction_policy = "LRU";
   status.eviction_trigger_watermark = 0.8;

@@ -30,11 +30,11 @@ class ChunkHasherTest : public ::testing::TestWithParam<std::size_t> {
   std::vector<store::ChunkHash> HashesOf(const std::vector<std::uint32_t>& tokens,
                                          std::size_t first, std::size_t last) {
     last = std::min(last, tokens.size() / kChunk);
-    std::vector<store::ChunkHash> all = hasher_.Hashes(tokens, last);
+    std::vector<store::ChunkHash> all = hasher_.Hashes(tokens, kChunk, last);
     if (first >= last) return {};
     return {all.begin() + static_cast<std::ptrdiff_t>(first), all.end()};
   }
-  ChunkHasher hasher_{kChunk, GetParam()};
+  ChunkHasher hasher_{GetParam()};
 };
 
 // With no cache, a small one that must evict, and a large one.
@@ -128,6 +128,23 @@ TEST_P(ChunkHasherTest, SharedPrefixesHitTheCache) {
     EXPECT_EQ(stats.hits - hits_before, 8u);  // the 8 chunks of the shared system prompt
   }
   EXPECT_LE(stats.bytes, GetParam());
+}
+
+// Two models at different chunk sizes share the cache: the same prompt
+// hashed at 4, 8 and 1 tokens, interleaved and again, gives each size its
+// own hashes from scratch, never another size's cached entry.
+TEST_P(ChunkHasherTest, ChunkSizesSharingTheCacheKeepTheirOwnHashes) {
+  const auto tokens = Prompt(8 * kChunk);
+  for (int round = 0; round < 2; ++round) {
+    for (const std::size_t size : {kChunk, 2 * kChunk, std::size_t{1}}) {
+      const std::size_t count = tokens.size() / size;
+      EXPECT_EQ(hasher_.Hashes(tokens, size, count), HashChunks(tokens, size, 0, count, NoneHash()))
+          << "chunk size " << size << ", round " << round;
+    }
+  }
+  const auto at4 = hasher_.Hashes(tokens, kChunk, 2);
+  const auto at8 = hasher_.Hashes(tokens, 2 * kChunk, 1);
+  EXPECT_NE(at4[1], at8[0]);  // the same 8 tokens, cut otherwise: another key
 }
 
 }  // namespace
