@@ -87,8 +87,8 @@ def registered(worker, client, model):
     return worker
 
 
-def lookup_count(client, tokens, request_id, model):
-    key = make_key(tokens, 0, len(tokens) // CHUNK * CHUNK, request_id, worker_id=None, model=model)
+def lookup_count(client, tokens, request_id, model, chunk=CHUNK):
+    key = make_key(tokens, 0, len(tokens) // chunk * chunk, request_id, worker_id=None, model=model)
     assert client.call(OP_LOOKUP, key, 1) is None
     return client.call(OP_QUERY_PREFETCH_STATUS, request_id)
 
@@ -137,11 +137,13 @@ def blocks_for(rng, group, count):
     return rng.choice(np.arange(1, group.blocks), size=count, replace=False)
 
 
-def stored_and_retrieved(a, b, a_client, b_client, scheduler, model, tag, rng, chunks=3):
-    """A stores `chunks` chunks from random blocks, B retrieves them into others; returns the ids."""
-    tokens = random_tokens(rng, chunks * CHUNK)
-    ids_a = [blocks_for(rng, g, chunks * CHUNK // g.block_size) for g in a.groups]
-    ids_b = [blocks_for(rng, g, chunks * CHUNK // g.block_size) for g in b.groups]
+def stored_and_retrieved(a, b, a_client, b_client, scheduler, model, tag, rng, chunks=3,
+                         chunk=CHUNK):
+    """A stores `chunks` chunks of `chunk` tokens from random blocks, B
+    retrieves them into others; returns the ids."""
+    tokens = random_tokens(rng, chunks * chunk)
+    ids_a = [blocks_for(rng, g, chunks * chunk // g.block_size) for g in a.groups]
+    ids_b = [blocks_for(rng, g, chunks * chunk // g.block_size) for g in b.groups]
     # The store is sent before the engine has written its KV: the server must
     # wait for the engine's event before it reads a byte.
     event, record = a.new_event()
@@ -155,7 +157,7 @@ def stored_and_retrieved(a, b, a_client, b_client, scheduler, model, tag, rng, c
     record()
     assert wait_server_event(server_event) is True
     request_id = f"r-{tag}"
-    assert lookup_count(scheduler, tokens, request_id, model) == chunks
+    assert lookup_count(scheduler, tokens, request_id, model, chunk) == chunks
     event, record = b.new_event()
     record()
     reply = retrieve(b, b_client, tokens, request_id, model, ids_b, event)
@@ -230,6 +232,46 @@ def test_two_kv_groups_with_a_sliding_window_as_a_hybrid_model_registers_them(se
             else:
                 assert not got.any(), f"block {i} outside the window was written"
     expect_balanced(scheduler)
+
+
+def test_a_model_of_its_own_chunk_size_is_gathered_and_scattered_at_it(tmp_path, zmq_ctx, workers):
+    """A model at 160 tokens per chunk (--model-chunk-size; 10 blocks of 16)
+    beside the default 64, over its own endpoint (--model-url): its workers
+    learn 160 from get_chunk_size there, register, store and retrieve block
+    for block; the default model registering on that endpoint is refused."""
+    from mp_client import chunk_size
+    wide_model, wide = "gpu-emulated/wide", f"ipc://{tmp_path / 'wide.sock'}"
+    srv = launch(tmp_path, ["--model-chunk-size", f"{wide_model}=160",
+                            "--model-url", f"{wide_model}={wide}"])
+    made = []
+    try:
+        made.extend(Client(zmq_ctx, wide) for _ in range(3))
+        a_client, b_client, scheduler = made
+        assert chunk_size(a_client) == 160
+        geometry = dict(layout="flash_attn_hnd", element_size=2, heads=4, pad=0, head_size=32,
+                        blocks=64)
+        a = registered(workers(**geometry), a_client, wide_model)
+        b = registered(workers(**geometry), b_client, wide_model)
+        rng = np.random.default_rng(17)
+        ids_a, ids_b = stored_and_retrieved(a, b, a_client, b_client, scheduler, wide_model,
+                                            "wide", rng, chunks=2, chunk=160)
+        assert len(ids_a[0]) == 20
+        for layer in range(a.main.layers):
+            for src, dst in zip(ids_a[0], ids_b[0]):
+                np.testing.assert_array_equal(b.main.block(layer, dst), a.main.block(layer, src),
+                                              err_msg=f"layer {layer} block {src} -> {dst}")
+        expect_balanced(scheduler)
+        made.append(Client(zmq_ctx, wide))
+        other = workers(**geometry)
+        reply = other.register(made[-1], new_instance_id(), MODEL)
+        assert reply.error is not None and reply.error["code"] == LAYOUT_MISMATCH, reply
+        for client, w in ((a_client, a), (b_client, b)):
+            assert client.call(OP_UNREGISTER_KV_CACHE, w.instance_id) is None
+        expect_closed(scheduler)
+    finally:
+        for c in made:
+            c.close()
+        assert srv.stop(timeout=60) == 0, srv.log()
 
 
 def test_failures_fail_closed_answer_a_real_event_and_leave_nothing_held(server, clients, workers):

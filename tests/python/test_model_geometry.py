@@ -405,3 +405,55 @@ def test_a_warm_restart_keeps_each_models_geometry(binary, tmp_path, zmq_ctx):
         for server in (a, b):
             if server is not None and server.proc.poll() is None:
                 server.stop(timeout=60)
+
+
+def test_crash_recovery_serves_each_model_at_its_geometry_again(binary, tmp_path, zmq_ctx):
+    """Both models' objects, journalled (--recover-pool), survive a SIGKILL:
+    the server started again with the same sizes serves them byte for byte."""
+    import os
+    import signal
+
+    shm_name = f"lmcache_l1_pool_geometry_crash_{os.getpid()}"
+    url = f"ipc://{tmp_path}/lmc.sock"
+    hybrid = f"ipc://{tmp_path}/hybrid.sock"
+    args = ["--shm-name", shm_name, "--l1-size-gb", "0.25", "--recover-pool",
+            "--drain-timeout-seconds", "0", "--model-chunk-size", f"{HYBRID}={SIZES[HYBRID]}",
+            "--model-url", f"{HYBRID}={hybrid}"]
+    first = start_server(binary, url, tmp_path / "first.log", args)
+    second = None
+    try:
+        tokens = random_tokens(np.random.default_rng(21), 2560)
+        rng = np.random.default_rng(22)
+        stored = {}
+        for m, at in ((MODEL, url), (HYBRID, hybrid)):
+            client, instance_id, pool = worker_of(zmq_ctx, at, m)
+            stored[m] = store(client, pool, instance_id, tokens, m, f"before-{m}", rng)
+            client.close()
+        client = Client(zmq_ctx, url)
+        deadline = time.monotonic() + 60
+        while stats(client)["restart"]["journal_sealed"] < 14:  # checksummed: recoverable
+            assert time.monotonic() < deadline, stats(client)["restart"]
+            time.sleep(0.05)
+        client.close()
+        first.proc.send_signal(signal.SIGKILL)
+        first.proc.wait(timeout=30)
+
+        second = start_server(binary, url, tmp_path / "second.log", args)
+        client = Client(zmq_ctx, url)
+        assert stats(client)["restart"]["recovered_objects"] == 14, stats(client)["restart"]
+        client.close()
+        for m, at in ((MODEL, url), (HYBRID, hybrid)):
+            client, instance_id, pool = worker_of(zmq_ctx, at, m)
+            chunks = len(tokens) // SIZES[m]
+            assert look_up(client, tokens, m, f"after-{m}") == chunks, m
+            data = retrieve(client, pool, instance_id, tokens, m, f"after-{m}", chunks)
+            for i, got in enumerate(data):
+                assert np.array_equal(got, stored[m][i]), f"{m}: chunk {i} differs after recovery"
+            client.close()
+    finally:
+        for server in (first, second):
+            if server is not None and server.proc.poll() is None:
+                server.stop(timeout=60)
+        for leftover in (f"/dev/shm/{shm_name}", f"/dev/shm/{shm_name}.journal"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
