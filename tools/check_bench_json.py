@@ -34,6 +34,8 @@ FIELDS = [
     "p2p_unverified_load_gbps", "p2p_verified_vs_unverified",
     "p2p_vs_ucp_get", "p2p_vs_ucp_am_bw", "p2p_vs_redis", "p2p_owner_cpu_s_per_gb",
     "ttr_peer_ms", "ttr_l1_ms", "ttr_fs_ms",
+    "chunk1_store_ns_per_token", "chunk256_store_ns_per_token", "chunk1_lookup_ns_per_token",
+    "chunk256_lookup_ns_per_token", "chunk1_store_vs_256", "chunk1_lookup_vs_256",
 ]
 # Counts that may be zero (every other field is a positive rate or time).
 COUNTS = {"store_faults_per_mib", "retrieve_faults_per_mib"}
@@ -47,7 +49,8 @@ SPREADS = ["store_vs_memcpy", "retrieve_vs_memcpy", "store_vs_stream_copy",
            "resp_load_vs_raw", "s3_store_vs_raw", "s3_load_vs_raw", "events_on_vs_off", "events_small_on_vs_off",
            "journal_on_vs_off", "journal_small_on_vs_off", "quota_on_vs_off",
            "quota_small_on_vs_off", "p2p_vs_ucp_get", "p2p_vs_ucp_am_bw",
-           "p2p_vs_redis", "p2p_verified_vs_unverified"]
+           "p2p_vs_redis", "p2p_verified_vs_unverified", "chunk1_store_vs_256",
+           "chunk1_lookup_vs_256"]
 
 
 def check(path):

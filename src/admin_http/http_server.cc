@@ -68,8 +68,10 @@ void ClearCache(const httplib::Request& req, httplib::Response& res, server::Ser
   const std::string force = msgpk::Encoder().Int(1).Take();
   const std::string_view payloads[] = {force};
   const std::string connection = "http:" + req.remote_addr;
-  const server::RequestContext context{
-      connection, server::Transport::kHttp, server::IsLoopbackAddress(req.remote_addr), {}, false};
+  server::RequestContext context;
+  context.connection = connection;
+  context.transport = server::Transport::kHttp;
+  context.local_peer = server::IsLoopbackAddress(req.remote_addr);
   const server::Reply reply = service.Call("clear_cache", payloads, context);
   if (!reply.status.ok()) {
     return Error(res, reply.status.code() == ErrorCode::kPermissionDenied ? 403 : 500,

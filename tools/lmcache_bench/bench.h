@@ -45,6 +45,8 @@ struct BenchOptions {
   bool skip_events = false;  // the KV events on/off phase
   bool skip_journal = false;  // the crash-recovery journal on/off phase
   bool skip_quota = false;    // the quota accounting on/off phase
+  bool skip_chunk_sizes = false;             // the chunk-size phase (chunk_size_phase.h)
+  std::uint64_t chunk_phase_tokens = 32768;  // its prompts' tokens
   bool skip_restart = false;  // the warm-restart phase
   std::vector<double> restart_pool_gb = {1, 5, 16};  // its pool sizes
   bool l2_odirect = true;  // the fs phase's use_odirect

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "bench.h"
+#include "chunk_size_phase.h"
 #include "events_phase.h"
 #include "l2_phase.h"
 #include "lmcache/client.h"
@@ -208,6 +209,7 @@ int Run(BenchOptions o) {
     o.p2p_tokens = 2048;
     o.p2p_bytes_per_token = 16384;  // 4 MiB chunks
     o.p2p_ttr_tokens = 1024;
+    o.chunk_phase_tokens = 4096;
   }
   if (Status s = Validate(o); !s.ok()) {
     std::fprintf(stderr, "lmcache-bench: %s\n", s.message().c_str());
@@ -341,6 +343,14 @@ int Run(BenchOptions o) {
     if (!quota.ok()) return fail(quota.status());
     report.quota = std::move(quota).value();
   }
+  if (!o.skip_chunk_sizes && !o.latencies_only) {
+    Progress(
+        "chunk sizes: store and lookup per token at 1, 16, 256, 640 and 2048 tokens per "
+        "chunk, one model at each on one server");
+    auto chunk_sizes = MeasureChunkSizePhase(o, server_binary);
+    if (!chunk_sizes.ok()) return fail(chunk_sizes.status());
+    report.chunk_sizes = std::move(chunk_sizes).value();
+  }
   if (o.sweep) {
     for (const double chunk_mib : o.sweep_chunk_mib) {
       for (const int workers : o.sweep_workers) {
@@ -444,6 +454,13 @@ int main(int argc, char** argv) {
   app.add_flag("--skip-quota", o.skip_quota,
                "Do not measure the store path with quota accounting on against off (its fields "
                "become null)");
+  app.add_flag("--skip-chunk-sizes", o.skip_chunk_sizes,
+               "Do not measure store and lookup per token at chunk sizes 1, 16, 256, 640 and "
+               "2048 (its fields become null)");
+  app.add_option("--chunk-phase-tokens", o.chunk_phase_tokens,
+                 "Tokens of each prompt of the chunk-size phase (whole 2048-token chunks; "
+                 "--quick: 4096)")
+      ->capture_default_str();
   app.add_flag("--skip-restart", o.skip_restart,
                "Do not measure the warm restart (its fields become null)");
   app.add_option("--restart-pool-gb", o.restart_pool_gb,

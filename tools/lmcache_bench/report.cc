@@ -92,6 +92,16 @@ std::string PathJson(const PathResults& p) {
 }
 
 // The median, or nothing when the figure was not measured.
+std::optional<double> Figure(const std::vector<double>& samples);
+
+// The median of one chunk size's per-token costs (kPhaseChunkSizes[index]).
+std::optional<double> ChunkFigure(const BenchReport& r,
+                                  std::vector<std::vector<double>> ChunkSizeFigures::*costs,
+                                  std::size_t index) {
+  if (!r.chunk_sizes) return std::nullopt;
+  return Figure(((*r.chunk_sizes).*costs)[index]);
+}
+
 std::optional<double> Figure(const std::vector<double>& samples) {
   if (samples.empty()) return std::nullopt;
   return Median(samples);
@@ -265,6 +275,14 @@ std::vector<std::pair<std::string, std::optional<double>>> HeadlineFields(const 
       {"ttr_peer_ms", r.p2p ? Figure(r.p2p->ttr_peer_ms) : std::nullopt},
       {"ttr_l1_ms", r.p2p ? Figure(r.p2p->ttr_l1_ms) : std::nullopt},
       {"ttr_fs_ms", r.p2p ? Figure(r.p2p->ttr_fs_ms) : std::nullopt},
+      {"chunk1_store_ns_per_token", ChunkFigure(r, &ChunkSizeFigures::store_ns_per_token, 0)},
+      {"chunk256_store_ns_per_token", ChunkFigure(r, &ChunkSizeFigures::store_ns_per_token, 2)},
+      {"chunk1_lookup_ns_per_token", ChunkFigure(r, &ChunkSizeFigures::lookup_ns_per_token, 0)},
+      {"chunk256_lookup_ns_per_token", ChunkFigure(r, &ChunkSizeFigures::lookup_ns_per_token, 2)},
+      {"chunk1_store_vs_256",
+       r.chunk_sizes ? Figure(r.chunk_sizes->store_1_vs_256()) : std::nullopt},
+      {"chunk1_lookup_vs_256",
+       r.chunk_sizes ? Figure(r.chunk_sizes->lookup_1_vs_256()) : std::nullopt},
   };
 }
 
@@ -375,6 +393,18 @@ void PrintTable(const BenchReport& r) {
                 static_cast<unsigned long long>(p.ttr_tokens), Median(p.ttr_peer_ms),
                 Median(p.ttr_l1_ms), Median(p.ttr_fs_ms));
   }
+  if (r.chunk_sizes) {
+    std::printf("  per token, %llu-token prompts (ns, medians): chunk size / store / lookup\n",
+                static_cast<unsigned long long>(r.chunk_sizes->tokens));
+    for (std::size_t i = 0; i < std::size(kPhaseChunkSizes); ++i) {
+      std::printf("    %6llu  %10.1f  %10.1f\n",
+                  static_cast<unsigned long long>(kPhaseChunkSizes[i]),
+                  Median(r.chunk_sizes->store_ns_per_token[i]),
+                  Median(r.chunk_sizes->lookup_ns_per_token[i]));
+    }
+    spread("chunk1_store_vs_256", SpreadOf(r.chunk_sizes->store_1_vs_256()));
+    spread("chunk1_lookup_vs_256", SpreadOf(r.chunk_sizes->lookup_1_vs_256()));
+  }
   for (const auto& [phase, reason] : r.skipped) {
     std::printf("  %s phase skipped: %s\n", phase.c_str(), reason.c_str());
   }
@@ -465,6 +495,10 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
       << ", \"p2p_vs_ucp_am_bw\": " << P2pSpreadJson(r, &P2pFigures::ucp_am_bw_gbps)
       << ", \"p2p_vs_redis\": " << P2pSpreadJson(r, &P2pFigures::redis_load_gbps)
       << ", \"p2p_verified_vs_unverified\": " << P2pSpreadJson(r, &P2pFigures::unverified_load_gbps)
+      << ", \"chunk1_store_vs_256\": "
+      << (r.chunk_sizes ? SpreadJson(SpreadOf(r.chunk_sizes->store_1_vs_256())) : "null")
+      << ", \"chunk1_lookup_vs_256\": "
+      << (r.chunk_sizes ? SpreadJson(SpreadOf(r.chunk_sizes->lookup_1_vs_256())) : "null")
       << "},\n";
   out << "  \"samples\": {\"memcpy_gbps\": " << Samples(r.main.memcpy_gbps)
       << ", \"stream_copy_gbps\": " << Samples(r.main.stream_copy_gbps)
@@ -501,6 +535,15 @@ Status WriteJson(const BenchReport& r, const std::string& path) {
         << ", \"ttr_peer_ms\": " << Samples(r.p2p->ttr_peer_ms)
         << ", \"ttr_l1_ms\": " << Samples(r.p2p->ttr_l1_ms)
         << ", \"ttr_fs_ms\": " << Samples(r.p2p->ttr_fs_ms);
+  }
+  if (r.chunk_sizes) {
+    for (std::size_t i = 0; i < std::size(kPhaseChunkSizes); ++i) {
+      const std::string size = std::to_string(kPhaseChunkSizes[i]);
+      out << ", \"chunk" << size
+          << "_store_ns_per_token\": " << Samples(r.chunk_sizes->store_ns_per_token[i])
+          << ", \"chunk" << size
+          << "_lookup_ns_per_token\": " << Samples(r.chunk_sizes->lookup_ns_per_token[i]);
+    }
   }
   out << "},\n";
   out << "  \"restart\": [";

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "chunk_size_phase.h"
 #include "events_phase.h"
 #include "l2_phase.h"
 #include "p2p_phase.h"
@@ -64,6 +65,7 @@ struct BenchReport {
   std::optional<OnOffFigures> events;         // the KV events phase (absent with --skip-events)
   std::optional<OnOffFigures> journal;        // the journal phase (absent with --skip-journal)
   std::optional<OnOffFigures> quota;          // the quota phase (absent with --skip-quota)
+  std::optional<ChunkSizeFigures> chunk_sizes;        // absent with --skip-chunk-sizes
   std::optional<std::vector<RestartSample>> restart;  // absent with --skip-restart
   std::optional<P2pFigures> p2p;  // absent with --skip-p2p or --skip-redis
   std::vector<PathResults> sweep;
