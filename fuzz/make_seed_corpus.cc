@@ -265,6 +265,12 @@ int main(int argc, char** argv) {
     reply.Field("chunk_size").Int(16);
     info.Encode(reply.Field(fleet::kPeerInfoField));
     Write(handshakes / "server-info", '\1' + reply.Take());
+    // The same with models cut otherwise (--model-chunk-size).
+    info.model_chunk_sizes = {{"zai-org/GLM-5.3-Flash", 640}, {"mla", 384}};
+    msgpk::MapWriter models;
+    models.Field("version").Str("seed");
+    info.Encode(models.Field(fleet::kPeerInfoField));
+    Write(handshakes / "server-info-models", '\1' + models.Take());
     Write(handshakes / "hello", '\2' + fleet::PeerHello{"10.0.0.1:5557", "boot"}.Encode());
     fleet::ChunkPage page{7, 3, false, {{2, fleet::DirectoryChange::kStored, {1, 2}},
                                         {3, fleet::DirectoryChange::kRemoved, {2}}}};

@@ -35,9 +35,16 @@ void Handshake(std::string_view bytes) {
   if (!info.ok()) return;
   if (info->chunk_size <= 0 || info->none_hash.size() != 32 || info->boot_id.size() > 1024 ||
       info->advertise_url.size() > 1024 || info->data_channel.size == 0 ||
-      info->data_channel.worker_address.empty()) {
+      info->data_channel.worker_address.empty() || info->model_chunk_sizes.size() > 1024) {
     std::abort();
   }
+  for (const auto& [model, size] : info->model_chunk_sizes) {
+    if (model.empty() || size < 1 || size > lmcache::store::kMaxChunkSize) std::abort();
+  }
+  // What membership makes of it: the per-model agreement, bounded by its input.
+  const lmcache::fleet::ChunkAgreement chunks{lmcache::store::ChunkSizes(256), info->chunk_sizes()};
+  (void)chunks.AgreesOnAny();
+  (void)chunks.Differences();
 }
 
 void Hello(std::string_view bytes) {
