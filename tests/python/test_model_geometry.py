@@ -16,7 +16,7 @@ import numpy as np
 from mp_client import (DTYPE, HIDDEN_DIM, MODEL, NUM_LAYERS, OP_COMMIT_RETRIEVE, OP_COMMIT_STORE,
                        OP_LOOKUP, OP_PREPARE_RETRIEVE, OP_PREPARE_STORE, OP_QUERY_PREFETCH_STATUS,
                        OP_REGISTER_ENGINE_CONTEXT, Client, check_slots_disjoint, chunk_size,
-                       free_tcp_ports, make_key, map_pool, new_instance_id, random_tokens,
+                       free_tcp_ports, http_json, make_key, map_pool, new_instance_id, random_tokens,
                        start_server, stats)
 
 LAYOUT_MISMATCH = 206  # include/lmcache/status.h
@@ -123,10 +123,10 @@ def serve_one_model(zmq_ctx, url, model, tokens, seed, rounds, failures):
         failures.append(f"{model}: {e!r}")
 
 
-def start(binary, tmp_path, ports):
+def start(binary, tmp_path, ports, http_port=0):
     shared, hybrid, mla = (f"tcp://127.0.0.1:{p}" for p in ports)
     server = start_server(binary, shared, tmp_path / "server.log",
-                          ["--l1-size-gb", "0.25",
+                          ["--l1-size-gb", "0.25", "--http-port", str(http_port),
                            "--model-chunk-size", f"{HYBRID}={SIZES[HYBRID]}",
                            "--model-chunk-size", f"{MLA}={SIZES[MLA]}",
                            "--model-url", f"{HYBRID}={hybrid}", "--model-url", f"{MLA}={mla}"])
@@ -134,8 +134,17 @@ def start(binary, tmp_path, ports):
 
 
 def test_three_geometries_store_look_up_and_retrieve_at_once(binary, tmp_path, zmq_ctx):
-    server, urls = start(binary, tmp_path, free_tcp_ports(3))
+    ports = free_tcp_ports(4)
+    server, urls = start(binary, tmp_path, ports[:3], http_port=ports[3])
     try:
+        # The operator sees each model's size: /status, and the flags in /config.
+        status = http_json(ports[3], "GET", "/status")
+        assert status["chunk_size"] == 256, status["chunk_size"]
+        assert status["model_chunk_sizes"] == {HYBRID: 640, MLA: 384}, status["model_chunk_sizes"]
+        flags = http_json(ports[3], "GET", "/config")["flags"]
+        assert sorted(flags["--model-chunk-size"]["value"]) == sorted(
+            [f"{HYBRID}=640", f"{MLA}=384"]), flags["--model-chunk-size"]
+        assert len(flags["--model-url"]["value"]) == 2, flags["--model-url"]
         # One prompt for all three: cut at 256, 640 and 384 it is 15, 6 and 10 chunks.
         tokens = random_tokens(np.random.default_rng(63), 3840)
         failures = []
