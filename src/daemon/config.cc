@@ -396,6 +396,19 @@ Result<std::vector<transport::RouterConfig::ModelEndpoint>> ParseModelUrls(
     }
     out.push_back(std::move(endpoint));
   }
+  // A model of its own size is served only where that size is advertised
+  // (store::ChunkSizes::CheckServedAt): by its endpoint, or another model's
+  // of the same size. Without one its workers would be refused every time.
+  for (const auto& [model, size] : sizes) {
+    const bool advertised = std::ranges::any_of(
+        out, [&](const auto& endpoint) { return sizes.at(endpoint.model) == size; });
+    if (!advertised) {
+      return InvalidConfig("--model-chunk-size " + model + "=" + std::to_string(size) +
+                           ": no endpoint answers get_chunk_size with " + std::to_string(size) +
+                           ", so its workers could never be served; bind one with --model-url " +
+                           model + "=URL");
+    }
+  }
   return out;
 }
 

@@ -312,6 +312,10 @@ void Membership::SetState(Peer& peer, PeerState state, std::string reason) {
   }
   peer.view.state = state;
   peer.view.reason = std::move(reason);
+  if (state != PeerState::kReady) {  // known again at its next handshake
+    peer.view.chunk_sizes_differ.clear();
+    peer.chunks.reset();
+  }
 }
 
 void Membership::ConnectionClosed(PeerId id) {

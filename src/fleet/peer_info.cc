@@ -28,22 +28,16 @@ Result<std::string> Text(msgpk::MsgpackCursor& in, std::string_view what) {
   return std::string(text);
 }
 
-// At most this many models a peer names with a chunk size of their own.
-constexpr std::size_t kMaxModelChunkSizes = 1024;
-
 Result<store::ChunkSizes::Overrides> ReadModelChunkSizes(msgpk::MsgpackCursor& in) {
   store::ChunkSizes::Overrides sizes;
   LMC_RETURN_IF_ERROR(
       in.ReadFields("p2p.model_chunk_sizes", [&](std::string_view model) -> Result<bool> {
-        if (sizes.size() >= kMaxModelChunkSizes) {
+        if (sizes.size() >= store::kMaxModelChunkSizes) {
           return msgpk::Malformed("p2p.model_chunk_sizes", "names over 1024 models");
         }
-        if (!store::ValidateModelName(std::string(model)).ok()) {
-          return msgpk::Malformed("p2p.model_chunk_sizes", "names an invalid model");
-        }
         LMC_ASSIGN_OR_RETURN(const std::int64_t size, in.ReadInt("p2p.model_chunk_sizes"));
-        if (size < 1 || size > store::kMaxChunkSize) {
-          return msgpk::Malformed("p2p.model_chunk_sizes", "has a chunk size out of range");
+        if (!store::CheckModelChunkSize(std::string(model), size).ok()) {
+          return msgpk::Malformed("p2p.model_chunk_sizes", "names an invalid model or chunk size");
         }
         sizes[std::string(model)] = size;
         return true;

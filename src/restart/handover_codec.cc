@@ -39,7 +39,12 @@ Status GetModelChunkSizes(ByteReader& r, store::ChunkSizes* sizes) {
     std::int64_t size = 0;
     LMC_RETURN_IF_ERROR(r.GetString(&model, "geometry.model_chunk_sizes"));
     LMC_RETURN_IF_ERROR(r.Get(&size, "geometry.model_chunk_sizes"));
-    overrides[std::move(model)] = size;
+    if (Status valid = store::CheckModelChunkSize(model, size); !valid.ok()) {
+      return r.Bad("geometry.model_chunk_sizes", valid.message());
+    }
+    if (!overrides.emplace(std::move(model), size).second) {
+      return r.Bad("geometry.model_chunk_sizes", "names a model twice");
+    }
   }
   *sizes = store::ChunkSizes(sizes->default_size(), std::move(overrides));
   return Status::Ok();

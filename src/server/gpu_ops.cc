@@ -134,14 +134,15 @@ Result<std::string> GpuOps::RegisterChecked(const RequestContext& context,
   LMC_ASSIGN_OR_RETURN(gpu::KvBackend * backend, contexts->backend());
   LMC_RETURN_IF_ERROR(CheckEngineType(r.engine_type));
   LMC_RETURN_IF_ERROR(backend->CheckAvailable());
-  const std::int64_t chunk = deps_.config.chunk_sizes.For(r.model_name);
-  LMC_ASSIGN_OR_RETURN(const gpu::KvLayout layout, gpu::DetectKvLayout(r, chunk));
   EngineContext identity;
   identity.instance_id = r.instance_id;
   identity.model_name = r.model_name;
   identity.world_size = r.world_size;
+  // First: on the wrong endpoint that is the error, not the layout's.
   LMC_RETURN_IF_ERROR(
       deps_.instance_rules.CheckRegistrant(identity, context.connection, context.endpoint_model));
+  const std::int64_t chunk = deps_.config.chunk_sizes.For(r.model_name);
+  LMC_ASSIGN_OR_RETURN(const gpu::KvLayout layout, gpu::DetectKvLayout(r, chunk));
   const worker::ChunkLayout chunk_layout = ChunkLayoutOf(layout);
   LMC_RETURN_IF_ERROR(deps_.instance_rules.CheckFits(chunk_layout));
   // The same connection registering again (after a hiccup): as the reference, only its liveness.

@@ -41,6 +41,15 @@ Status CheckChunkSize(std::int64_t chunk_size, std::string_view flag) {
   return Status::Ok();
 }
 
+Status CheckModelChunkSize(const std::string& model, std::int64_t size) {
+  LMC_RETURN_IF_ERROR(ValidateModelName(model));
+  if (size < 1 || size > kMaxChunkSize) {
+    return InvalidArgument("model " + model + "'s chunk size " + std::to_string(size) +
+                           " is not in [1, " + std::to_string(kMaxChunkSize) + "]");
+  }
+  return Status::Ok();
+}
+
 Result<ChunkSizes::Overrides> ParseModelChunkSizes(const std::vector<std::string>& specs,
                                                    std::int64_t default_size) {
   ChunkSizes::Overrides out;
@@ -65,6 +74,14 @@ Result<ChunkSizes::Overrides> ParseModelChunkSizes(const std::vector<std::string
       return InvalidConfig(what + ": " + std::to_string(size) + " is below --chunk-size (" +
                            std::to_string(default_size) +
                            "), which is every model's minimum: lower --chunk-size");
+    }
+    if (size == default_size) {
+      return InvalidConfig(what + ": " + std::to_string(size) +
+                           " is --chunk-size, every model's size already: drop it");
+    }
+    if (out.size() >= kMaxModelChunkSizes) {
+      return InvalidConfig(what + ": more than " + std::to_string(kMaxModelChunkSizes) +
+                           " models with a chunk size of their own (peers refuse more)");
     }
     if (!out.emplace(model, size).second) {
       return InvalidConfig(what + ": model " + model + " is named twice");

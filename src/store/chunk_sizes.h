@@ -14,6 +14,7 @@
 // Thread-safety: a value; immutable once built, const methods from any thread.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -26,6 +27,9 @@
 namespace lmcache::store {
 
 inline constexpr std::int64_t kMaxChunkSize = std::int64_t{1} << 20;
+// At most this many models have a chunk size of their own (a peer's
+// handshake naming more is refused).
+inline constexpr std::size_t kMaxModelChunkSizes = 1024;
 
 class ChunkSizes {
  public:
@@ -65,9 +69,12 @@ class ChunkSizes {
 
 // Checks --chunk-size: 1 to kMaxChunkSize tokens.
 Status CheckChunkSize(std::int64_t chunk_size, std::string_view flag);
+// A model's own chunk size as another server sends it (a takeover's hello,
+// a peer's handshake): a valid model name, a size in [1, kMaxChunkSize].
+Status CheckModelChunkSize(const std::string& model, std::int64_t size);
 // Parses --model-chunk-size values, each MODEL=N: a valid model name (the
-// last '=' splits), each named once, N from `default_size` (the minimum) to
-// kMaxChunkSize.
+// last '=' splits), each named once, N above `default_size` (the minimum)
+// and at most kMaxChunkSize; at most kMaxModelChunkSizes of them.
 Result<ChunkSizes::Overrides> ParseModelChunkSizes(const std::vector<std::string>& specs,
                                                    std::int64_t default_size);
 

@@ -60,6 +60,8 @@ struct RequestContext {
   bool fleet_member = false;
   // The model whose endpoint (--model-url) it came over, whose chunk size
   // that endpoint's get_chunk_size answers; empty on every other endpoint.
+  // Views the endpoint's own string, which lives as long as the RouterLoop
+  // (after its pools stop): a parked request may keep it.
   std::string_view endpoint_model;
 };
 

@@ -224,6 +224,7 @@ def test_startup_refuses_model_geometry_it_cannot_serve(binary, tmp_path):
          "named twice"),
         (["--model-chunk-size", f"{HYBRID}=six"], "not a number"),
         (["--model-url", f"{HYBRID}={other}"], "has no --model-chunk-size"),
+        (["--model-chunk-size", f"{HYBRID}=640"], "no endpoint answers get_chunk_size with 640"),
     ]
     for i, (args, message) in enumerate(cases):
         log = tmp_path / f"refused-{i}.log"

@@ -151,10 +151,16 @@ std::vector<bool> P2pAdapter::LookupAndLock(std::span<const store::ObjectKey> ke
 void P2pAdapter::SubmitLookup(std::span<const store::ObjectKey> keys, std::uint64_t object_bytes,
                               LookupDone done) {
   std::vector<fleet::ReadyPeer> peers = peers_->Ready();
-  // A peer that cuts a model's prompts into other chunks holds none of its keys.
+  // A peer that cuts a model's prompts into other chunks holds none of its
+  // keys. A lookup names one model in practice: each peer is checked once
+  // per distinct model, not per key.
+  std::vector<std::string_view> models;
+  for (const store::ObjectKey& key : keys) {
+    if (std::ranges::find(models, key.model_name) == models.end()) models.push_back(key.model_name);
+  }
   std::erase_if(peers, [&](const fleet::ReadyPeer& peer) {
-    return peer.chunks != nullptr && std::ranges::any_of(keys, [&](const store::ObjectKey& key) {
-             return !peer.chunks->Agrees(key.model_name);
+    return peer.chunks != nullptr && std::ranges::any_of(models, [&](std::string_view model) {
+             return !peer.chunks->Agrees(model);
            });
   });
   if (peers.empty() || keys.empty() || object_bytes == 0) {

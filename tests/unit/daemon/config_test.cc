@@ -249,19 +249,33 @@ TEST(ServerConfig, PrefillRatesAreModelEqualsTokensPerSecond) {
 // minimum); --model-url binds an endpoint per model, which must have one.
 TEST(ServerConfig, ModelChunkSizesAndTheirEndpoints) {
   auto config = Parse({"--chunk-size", "128", "--model-chunk-size", "zai-org/GLM-5.3-Flash=640",
-                       "--model-chunk-size", "a=b=544", "--model-url",
-                       "zai-org/GLM-5.3-Flash=ipc:///tmp/lmc-glm.sock"});
+                       "--model-chunk-size", "a=b=544", "--model-chunk-size", "c=640",
+                       "--model-url", "zai-org/GLM-5.3-Flash=ipc:///tmp/lmc-glm.sock",
+                       "--model-url", "a=b=ipc:///tmp/lmc-ab.sock"});
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   const store::ChunkSizes& sizes = config->service.chunk_sizes;
   EXPECT_EQ(sizes.For("zai-org/GLM-5.3-Flash"), 640);
   EXPECT_EQ(sizes.For("a=b"), 544);  // the last '=' splits
   EXPECT_EQ(sizes.For("any other model"), 128);
   EXPECT_EQ(config->restart.chunk_sizes, sizes);  // what a takeover compares
-  ASSERT_EQ(config->router.model_urls.size(), 1u);
+  // c has no endpoint of its own: the GLM model's answers its size.
+  EXPECT_TRUE(sizes.CheckServedAt("zai-org/GLM-5.3-Flash", "c").ok());
+  ASSERT_EQ(config->router.model_urls.size(), 2u);
   EXPECT_EQ(config->router.model_urls[0].model, "zai-org/GLM-5.3-Flash");
   EXPECT_EQ(config->router.model_urls[0].url, "ipc:///tmp/lmc-glm.sock");
 
   ExpectRejected({"--model-chunk-size", "m=100"}, "below --chunk-size (256)");
+  ExpectRejected({"--model-chunk-size", "m=256", "--model-url", "m=tcp://127.0.0.1:5596"},
+                 "every model's size already");
+  // A model whose size no endpoint answers could never be served.
+  ExpectRejected({"--model-chunk-size", "m=640"}, "no endpoint answers get_chunk_size with 640");
+  ExpectRejected({"--model-chunk-size", "m=640", "--model-chunk-size", "n=512", "--model-url",
+                  "m=tcp://127.0.0.1:5596"},
+                 "--model-chunk-size n=512: no endpoint");
+  // Its endpoint's address is another endpoint's.
+  ExpectRejected({"--url", "tcp://127.0.0.1:5595", "--model-chunk-size", "m=640", "--model-url",
+                  "m=tcp://127.0.0.1:5595"},
+                 "--model-url");
   ExpectRejected({"--model-chunk-size", "m=0", "--chunk-size", "1"}, "must be in [1, 1048576]");
   ExpectRejected({"--model-chunk-size", "m=2097152"}, "must be in [1, 1048576]");
   ExpectRejected({"--model-chunk-size", "m=640", "--model-chunk-size", "m=1280"}, "named twice");

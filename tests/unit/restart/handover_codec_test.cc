@@ -118,6 +118,10 @@ TEST(HandoverCodec, HelloAndVerdictRoundTripAndRefuseWhatTheyDoNotKnow) {
   for (std::size_t cut = plain.size() + 1; cut < with_models.size(); ++cut) {
     EXPECT_FALSE(DecodeHello(with_models.substr(0, cut)).ok()) << "cut at " << cut;
   }
+  // The last model's size (the last 8 bytes) as 0: checked as a peer's would be.
+  std::string zero_size = with_models;
+  zero_size.replace(zero_size.size() - 8, 8, std::string(8, '\0'));
+  EXPECT_EQ(DecodeHello(zero_size).status().code(), ErrorCode::kMalformedRequest);
 
   auto verdict = DecodeVerdict(EncodeVerdict({Verdict::kCold, "size differs"}));
   ASSERT_TRUE(verdict.ok());

@@ -53,6 +53,7 @@ TEST(ChunkSizes, ParsesModelSizesAndRefusesWhatCannotBeServed) {
       {"m=255", "below --chunk-size (256)"},    {"m=", "is not a number"},
       {"m=-640", "must be in [1, 1048576]"},    {"=640", "MODEL=TOKENS"},
       {"m=2097152", "must be in [1, 1048576]"}, {"m=64 ", "is not a number"},
+      {"m=256", "every model's size already"},
   };
   for (const auto& [spec, why] : refused) {
     auto result = ParseModelChunkSizes({spec}, 256);
@@ -62,6 +63,13 @@ TEST(ChunkSizes, ParsesModelSizesAndRefusesWhatCannotBeServed) {
         << spec << ": " << result.status().message();
   }
   EXPECT_FALSE(ParseModelChunkSizes({"m=640", "m=640"}, 256).ok());
+  std::vector<std::string> many;
+  for (std::size_t i = 0; i <= kMaxModelChunkSizes; ++i)
+    many.push_back("m" + std::to_string(i) + "=640");
+  EXPECT_NE(ParseModelChunkSizes(many, 256).status().message().find("more than 1024"),
+            std::string::npos);
+  many.pop_back();
+  EXPECT_TRUE(ParseModelChunkSizes(many, 256).ok());
   EXPECT_FALSE(
       ParseModelChunkSizes({std::string(2000, 'm') + "=640"}, 256).ok());  // too long a name
 }

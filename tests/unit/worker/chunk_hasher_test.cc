@@ -142,9 +142,6 @@ TEST_P(ChunkHasherTest, ChunkSizesSharingTheCacheKeepTheirOwnHashes) {
           << "chunk size " << size << ", round " << round;
     }
   }
-  const auto at4 = hasher_.Hashes(tokens, kChunk, 2);
-  const auto at8 = hasher_.Hashes(tokens, 2 * kChunk, 1);
-  EXPECT_NE(at4[1], at8[0]);  // the same 8 tokens, cut otherwise: another key
 }
 
 }  // namespace
