@@ -400,8 +400,9 @@ Result<std::vector<transport::RouterConfig::ModelEndpoint>> ParseModelUrls(
   // (store::ChunkSizes::CheckServedAt): by its endpoint, or another model's
   // of the same size. Without one its workers would be refused every time.
   for (const auto& [model, size] : sizes) {
+    const std::int64_t wanted = size;  // clang 14 captures no structured binding
     const bool advertised = std::ranges::any_of(
-        out, [&](const auto& endpoint) { return sizes.at(endpoint.model) == size; });
+        out, [&](const auto& endpoint) { return sizes.at(endpoint.model) == wanted; });
     if (!advertised) {
       return InvalidConfig("--model-chunk-size " + model + "=" + std::to_string(size) +
                            ": no endpoint answers get_chunk_size with " + std::to_string(size) +
