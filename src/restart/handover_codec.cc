@@ -28,11 +28,14 @@ void PutModelChunkSizes(ByteWriter& w, const store::ChunkSizes& sizes) {
   }
 }
 
+// One encoding per hello, as PutModelChunkSizes writes it: a tail only with
+// models in it, the models in increasing order (so each once).
 Status GetModelChunkSizes(ByteReader& r, store::ChunkSizes* sizes) {
   if (r.AtEnd()) return Status::Ok();
   std::uint64_t count = 0;
   LMC_RETURN_IF_ERROR(r.GetCount(&count, sizeof(std::uint32_t) + sizeof(std::int64_t),
                                  "geometry.model_chunk_sizes"));
+  if (count == 0) return r.Bad("geometry.model_chunk_sizes", "is present with no model");
   store::ChunkSizes::Overrides overrides;
   for (std::uint64_t i = 0; i < count; ++i) {
     std::string model;
@@ -42,9 +45,10 @@ Status GetModelChunkSizes(ByteReader& r, store::ChunkSizes* sizes) {
     if (Status valid = store::CheckModelChunkSize(model, size); !valid.ok()) {
       return r.Bad("geometry.model_chunk_sizes", valid.message());
     }
-    if (!overrides.emplace(std::move(model), size).second) {
-      return r.Bad("geometry.model_chunk_sizes", "names a model twice");
+    if (!overrides.empty() && model <= overrides.rbegin()->first) {
+      return r.Bad("geometry.model_chunk_sizes", "is not in increasing order of models");
     }
+    overrides.emplace(std::move(model), size);
   }
   *sizes = store::ChunkSizes(sizes->default_size(), std::move(overrides));
   return Status::Ok();

@@ -122,6 +122,17 @@ TEST(HandoverCodec, HelloAndVerdictRoundTripAndRefuseWhatTheyDoNotKnow) {
   std::string zero_size = with_models;
   zero_size.replace(zero_size.size() - 8, 8, std::string(8, '\0'));
   EXPECT_EQ(DecodeHello(zero_size).status().code(), ErrorCode::kMalformedRequest);
+  // One encoding per hello (the handover fuzzer re-encodes what decodes): an
+  // empty tail, and models out of order or twice, are refused.
+  EXPECT_EQ(DecodeHello(plain + std::string(8, '\0')).status().code(),
+            ErrorCode::kMalformedRequest);
+  std::string swapped = with_models;  // "glm" then "mla": swap the two names' first letters
+  const std::size_t glm = swapped.find("glm");
+  const std::size_t mla = swapped.find("mla");
+  ASSERT_NE(glm, std::string::npos);
+  ASSERT_NE(mla, std::string::npos);
+  std::swap(swapped[glm], swapped[mla]);  // "mlm" before "gla": out of order
+  EXPECT_EQ(DecodeHello(swapped).status().code(), ErrorCode::kMalformedRequest);
 
   auto verdict = DecodeVerdict(EncodeVerdict({Verdict::kCold, "size differs"}));
   ASSERT_TRUE(verdict.ok());
@@ -130,6 +141,21 @@ TEST(HandoverCodec, HelloAndVerdictRoundTripAndRefuseWhatTheyDoNotKnow) {
   std::string unknown = EncodeVerdict({Verdict::kHandover, ""});
   unknown[0] = '\x09';
   EXPECT_EQ(DecodeVerdict(unknown).status().code(), ErrorCode::kMalformedRequest);
+}
+
+// The handover fuzzer's find (a hello with an empty models tail decoded,
+// then re-encoded without it): what decodes re-encodes to the same bytes.
+TEST(HandoverCodec, AHelloThatDecodesReencodesToTheSameBytes) {
+  const unsigned char found[] = {
+      0x01, 0x00, 0x00, 0x00, 0x1a, 0x00, 0x00, 0x00, 0x6c, 0x6d, 0x63, 0x61, 0x63, 0x68,
+      0x65, 0x5f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x01, 0x00, 0x00, 0x00, 0x1a, 0x00, 0x00, 0x00,
+      0x6c, 0x6d, 0x63, 0x61, 0x63, 0x68, 0x65, 0x5f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x20, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x20, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00};
+  const std::string bytes(reinterpret_cast<const char*>(found), sizeof(found));
+  auto hello = DecodeHello(bytes);
+  if (hello.ok()) EXPECT_EQ(EncodeHello(*hello), bytes);
 }
 
 TEST(HandoverCodec, AGeometryMismatchNamesTheSettingAndBothValues) {
