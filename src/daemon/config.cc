@@ -379,8 +379,8 @@ Result<std::vector<transport::RouterConfig::ModelEndpoint>> ParseModelUrls(
   std::set<std::string> models;
   for (const std::string& spec : specs) {
     const std::string what = "--model-url '" + spec + "'";
-    const std::size_t at =
-        spec.find("=tcp://") != std::string::npos ? spec.find("=tcp://") : spec.find("=ipc://");
+    // The first '=' that opens a URL: a model name may hold '=' itself.
+    const std::size_t at = std::min(spec.find("=tcp://"), spec.find("=ipc://"));
     if (at == std::string::npos || at == 0) {
       return InvalidConfig(what + ": give MODEL=URL with a tcp:// or ipc:// URL");
     }

@@ -81,15 +81,16 @@ std::vector<ChunkHash> ChunkHasher::Hashes(std::span<const std::uint32_t> tokens
   hashes.reserve(count);
   ChunkHash previous = NoneHash();
   std::uint64_t hits = 0;
+  const bool cached = cache_bytes_ > 0 && chunk_size > kUncachedChunkTokens;
   for (std::size_t c = 0; c < count; ++c) {
     const std::span<const std::uint32_t> chunk = tokens.subspan(c * chunk_size, chunk_size);
-    const std::uint64_t fingerprint = cache_bytes_ > 0 ? Fingerprint(previous, chunk) : 0;
+    const std::uint64_t fingerprint = cached ? Fingerprint(previous, chunk) : 0;
     ChunkHash hash;
-    if (cache_bytes_ > 0 && Find(fingerprint, previous, chunk, &hash)) {
+    if (cached && Find(fingerprint, previous, chunk, &hash)) {
       hits += 1;
     } else {
       hash = HashChunk(previous, chunk);
-      if (cache_bytes_ > 0) Insert(fingerprint, previous, chunk, hash);
+      if (cached) Insert(fingerprint, previous, chunk, hash);
     }
     hashes.push_back(hash);
     previous = hash;

@@ -11,7 +11,12 @@
 // collision of the fast hash costs a miss, never a wrong chunk hash. The
 // cache is capped in bytes and evicts least recently used entries; with a
 // capacity of 0 every chunk is hashed afresh. Models of every chunk size
-// share it: an entry's tokens are its chunk, of whatever length.
+// share it: an entry's tokens are its chunk, of whatever length. Chunks of
+// at most kUncachedChunkTokens tokens never use it: their BLAKE3 input (the
+// previous hash and the tokens) is one 64-byte block, which costs less than a
+// cache hit once the cache outgrows the CPU's caches (bench/codec_bench,
+// BM_ChunkHasherPerChunk), and at chunk size 1 an entry per token would
+// evict every longer chunk's entries.
 //
 // Thread-safety: internally synchronised (sharded mutexes, leaves in the lock
 // order); Hashes may be called from any number of threads.
@@ -32,6 +37,9 @@
 #include "worker/worker_stats.h"
 
 namespace lmcache::worker {
+
+// 32 bytes of previous hash + 4 per token fill one BLAKE3 block at 8 tokens.
+inline constexpr std::size_t kUncachedChunkTokens = 8;
 
 class ChunkHasher {
  public:

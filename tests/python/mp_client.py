@@ -290,7 +290,7 @@ def new_instance_id():
     return uuid.uuid4().int & ((1 << 63) - 1)
 
 
-def register(client, instance_id, model=MODEL):
+def register(client, instance_id, model=MODEL, use_mla=False):
     """RegisterEngineDrivenContextPayload as msgspec encodes the Struct: every
     field by name (spec 4.2)."""
     payload = {
@@ -301,7 +301,7 @@ def register(client, instance_id, model=MODEL):
         "num_layers": NUM_LAYERS,
         "hidden_dim_size": HIDDEN_DIM,
         "dtype_str": DTYPE,
-        "use_mla": False,
+        "use_mla": use_mla,
         "num_physical_slots": None,
         "engine_group_infos": [],
         "group_hidden_dim_sizes": None,
@@ -422,14 +422,17 @@ def lookup(client, tokens, request_id, cache_salt="", num_kv_readers=1):
     return client.call(OP_QUERY_PREFETCH_STATUS, request_id)
 
 
-def lookup_l2(client, tokens, request_id, timeout_s, poll_s=0.01, request_configs=None):
+def lookup_l2(client, tokens, request_id, timeout_s, poll_s=0.01, request_configs=None,
+              model=MODEL, cache_salt="", chunk=None):
     """lookup, then query_prefetch_status until it stops answering nil: with an
     L2 tier the count arrives once the prefetch's loads landed (docs/protocol.md).
     Fails if that takes longer than `timeout_s`. `request_configs`: the key's
-    lmcache.* entries, as the reference's connector forwards them."""
-    chunk = chunk_size(client)
+    lmcache.* entries, as the reference's connector forwards them. `chunk`:
+    the chunk size the key is cut at (default: what the endpoint answers)."""
+    chunk = chunk or chunk_size(client)
     full = (len(tokens) // chunk) * chunk
-    key = make_key(tokens, 0, full, request_id, worker_id=None)
+    key = make_key(tokens, 0, full, request_id, worker_id=None, model=model,
+                   cache_salt=cache_salt)
     key["request_configs"] = request_configs
     deadline = time.monotonic() + timeout_s
     assert client.call(OP_LOOKUP, key, 1) is None

@@ -167,3 +167,28 @@ def test_allow_uids_refuses_a_name_that_is_no_user(binary, tmp_path):
     assert done.returncode != 0
     assert "--allow-uids: 'no-such-user-here' is neither a uid nor a user" in \
         done.stdout + done.stderr
+
+
+def test_a_models_own_endpoints_are_guarded_as_the_main_one(binary, tmp_path, zmq_ctx):
+    """The endpoints of --model-url (issue 63) are surfaces of their own: a
+    tcp one refuses another local user as --url does, an ipc one is a socket
+    file only the server's user may open (0600), and both serve the owner."""
+    needs_root()
+    main_port, glm_port = free_tcp_ports(2)
+    glm_url = f"tcp://127.0.0.1:{glm_port}"
+    qwen_path = tmp_path / "qwen.sock"
+    server = start_server(binary, f"tcp://127.0.0.1:{main_port}", tmp_path / "server.log",
+                          ["--l1-size-gb", "0.1",
+                           "--model-chunk-size", "glm=640", "--model-url", f"glm={glm_url}",
+                           "--model-chunk-size", "qwen=400",
+                           "--model-url", f"qwen=ipc://{qwen_path}"])
+    try:
+        errors = as_user(NOBODY, glm_url)
+        assert [e and e["code"] for e in errors] == [105, 105], errors
+        assert (os.stat(qwen_path).st_mode & 0o777) == 0o600, oct(os.stat(qwen_path).st_mode)
+        for url, size in ((glm_url, 640), (f"ipc://{qwen_path}", 400)):
+            own = Client(zmq_ctx, url)
+            assert own.call("get_chunk_size") == size, url
+            own.close()
+    finally:
+        assert server.stop() == 0, server.log()

@@ -13,8 +13,9 @@ import time
 
 import numpy as np
 
+import mp_client
 from mp_client import (DTYPE, HIDDEN_DIM, MODEL, NUM_LAYERS, OP_COMMIT_RETRIEVE, OP_COMMIT_STORE,
-                       OP_LOOKUP, OP_PREPARE_RETRIEVE, OP_PREPARE_STORE, OP_QUERY_PREFETCH_STATUS,
+                       OP_LOOKUP, OP_PREPARE_RETRIEVE, OP_PREPARE_STORE,
                        OP_REGISTER_ENGINE_CONTEXT, Client, check_slots_disjoint, chunk_size,
                        free_tcp_ports, http_json, make_key, map_pool, new_instance_id, random_tokens,
                        start_server, stats)
@@ -27,13 +28,8 @@ MLA_MODELS = {MLA}
 
 
 def register(client, instance_id, model):
-    """RegisterEngineDrivenContextPayload as msgspec encodes the Struct (spec 4.2)."""
-    return client.call(OP_REGISTER_ENGINE_CONTEXT, {
-        "instance_id": instance_id, "model_name": model, "world_size": 1, "block_size": 16,
-        "num_layers": NUM_LAYERS, "hidden_dim_size": HIDDEN_DIM, "dtype_str": DTYPE,
-        "use_mla": model in MLA_MODELS, "num_physical_slots": None, "engine_group_infos": [],
-        "group_hidden_dim_sizes": None, "group_layout_descs": None,
-        "enable_l1_kvweave_quant": False})
+    """The reference's registration of `model` (spec 4.2), use_mla as it has it."""
+    return mp_client.register(client, instance_id, model, use_mla=model in MLA_MODELS)
 
 
 def shape_of(model, chunk):
@@ -67,17 +63,11 @@ def store(client, pool, instance_id, tokens, model, request_id, rng, salt=""):
 
 
 def look_up(client, tokens, model, request_id, salt="", timeout_s=60):
-    """The scheduler's lookup (worker_id nil), then query_prefetch_status
-    until it answers a count (an L2 or peer load may be in flight)."""
-    chunk = SIZES[model]
-    key = make_key(tokens, 0, len(tokens) // chunk * chunk, request_id, worker_id=None,
-                   model=model, cache_salt=salt)
-    assert client.call(OP_LOOKUP, key, 1) is None
-    deadline = time.monotonic() + timeout_s
-    while (hits := client.call(OP_QUERY_PREFETCH_STATUS, request_id)) is None:
-        assert time.monotonic() < deadline, f"{model}: no count within {timeout_s} s"
-        time.sleep(0.01)
-    return hits
+    """The scheduler's lookup (worker_id nil) at `model`'s chunk size, then
+    query_prefetch_status until it answers a count (an L2 or peer load may
+    be in flight)."""
+    return mp_client.lookup_l2(client, tokens, request_id, timeout_s, model=model,
+                               cache_salt=salt, chunk=SIZES[model])
 
 
 def retrieve(client, pool, instance_id, tokens, model, request_id, chunks, salt=""):
@@ -312,13 +302,7 @@ def test_peers_share_the_models_they_cut_alike_and_only_those(binary, tmp_path, 
         # it up): A is not asked (its lookups served do not move).
         before = a_served()
         c_client, _, _ = worker_of(zmq_ctx, c_hybrid, HYBRID, SIZES_C[HYBRID])
-        key = make_key(tokens, 0, 2560, "c-hybrid", worker_id=None, model=HYBRID)
-        assert SIZES_C[HYBRID] * 5 == 2560
-        assert c_client.call(OP_LOOKUP, key, 1) is None
-        deadline = time.monotonic() + 60
-        while (hits := c_client.call(OP_QUERY_PREFETCH_STATUS, "c-hybrid")) is None:
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
+        hits = mp_client.lookup_l2(c_client, tokens, "c-hybrid", 60, model=HYBRID)
         assert hits == 0
         assert a_served() == before, "C asked A for a model A cuts otherwise"
         # The default model still is asked of A (under a salt nobody stored,

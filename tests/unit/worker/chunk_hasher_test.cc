@@ -11,7 +11,7 @@
 namespace lmcache::worker {
 namespace {
 
-constexpr std::size_t kChunk = 4;
+constexpr std::size_t kChunk = 16;  // above kUncachedChunkTokens: the cache is used
 
 std::vector<std::uint32_t> Prompt(std::size_t n, std::uint32_t first = 100) {
   std::vector<std::uint32_t> tokens(n);
@@ -37,9 +37,9 @@ class ChunkHasherTest : public ::testing::TestWithParam<std::size_t> {
   ChunkHasher hasher_{GetParam()};
 };
 
-// With no cache, a small one that must evict, and a large one.
-INSTANTIATE_TEST_SUITE_P(CacheSizes, ChunkHasherTest, ::testing::Values(0, 2048, 1u << 20));
-
+// With no cache, a small one that must evict (four entries a shard), and a
+// large one.
+INSTANTIATE_TEST_SUITE_P(CacheSizes, ChunkHasherTest, ::testing::Values(0, 16384, 1u << 20));
 
 TEST_P(ChunkHasherTest, HashesEqualHashChunks) {
   const auto tokens = Prompt(5 * kChunk);
@@ -113,10 +113,10 @@ TEST_P(ChunkHasherTest, ShorterPromptThenTheLongerOneAgain) {
 }
 
 TEST_P(ChunkHasherTest, SharedPrefixesHitTheCache) {
-  const auto system_prompt = Prompt(32);
+  const auto system_prompt = Prompt(8 * kChunk);
   auto a = system_prompt;
   auto b = system_prompt;
-  for (std::uint32_t t = 0; t < 8; ++t) {
+  for (std::uint32_t t = 0; t < 2 * kChunk; ++t) {
     a.push_back(7000 + t);
     b.push_back(9000 + t);
   }
@@ -142,6 +142,28 @@ TEST_P(ChunkHasherTest, ChunkSizesSharingTheCacheKeepTheirOwnHashes) {
           << "chunk size " << size << ", round " << round;
     }
   }
+}
+
+// Chunks of up to kUncachedChunkTokens tokens are hashed afresh every time:
+// the same prompt twice gives the same hashes, and leaves the cache empty.
+TEST_P(ChunkHasherTest, SmallChunksBypassTheCache) {
+  const auto tokens = Prompt(64);
+  for (const std::size_t size : {std::size_t{1}, kUncachedChunkTokens}) {
+    const std::size_t count = tokens.size() / size;
+    for (int round = 0; round < 2; ++round) {
+      EXPECT_EQ(hasher_.Hashes(tokens, size, count),
+                HashChunks(tokens, size, 0, count, NoneHash()));
+    }
+  }
+  const ChunkHasherStats stats = hasher_.Stats();
+  EXPECT_EQ(stats.entries, 0u);
+  EXPECT_EQ(stats.hits, 0u);
+  EXPECT_EQ(stats.misses, 2 * (64 + 64 / kUncachedChunkTokens));
+  // One size above: the second pass hits (when there is room).
+  const std::size_t size = kUncachedChunkTokens + 1;
+  (void)hasher_.Hashes(tokens, size, tokens.size() / size);
+  (void)hasher_.Hashes(tokens, size, tokens.size() / size);
+  if (GetParam() >= (1u << 20)) EXPECT_EQ(hasher_.Stats().hits, tokens.size() / size);
 }
 
 }  // namespace
