@@ -17,7 +17,8 @@ import sys
 FIELDS = [
     "memcpy_gbps", "store_gbps", "retrieve_gbps", "socket_store_gbps",
     "socket_retrieve_gbps", "redis_store_gbps", "redis_retrieve_gbps", "ping_p50_us",
-    "zmq_echo_p50_us", "lookup_p50_us", "store_vs_memcpy", "retrieve_vs_memcpy",
+    "zmq_echo_p50_us", "lookup_p50_us", "lookup_server_us", "lookup_decode_us",
+    "lookup_hash_us", "lookup_lock_us", "store_vs_memcpy", "retrieve_vs_memcpy",
     "shm_vs_socket", "shm_vs_redis", "ping_vs_echo", "lookup_cold_p50_us",
     "shared_prefix_lookup_p50_us", "shared_prefix_hit_fraction", "l2_store_gbps",
     "l2_load_gbps", "disk_write_gbps", "disk_read_gbps", "l2_store_vs_disk", "l2_load_vs_disk",
@@ -37,8 +38,11 @@ FIELDS = [
     "chunk1_store_ns_per_token", "chunk256_store_ns_per_token", "chunk1_lookup_ns_per_token",
     "chunk256_lookup_ns_per_token", "chunk1_store_vs_256", "chunk1_lookup_vs_256",
 ]
-# Counts that may be zero (every other field is a positive rate or time).
-COUNTS = {"store_faults_per_mib", "retrieve_faults_per_mib"}
+# Fields that may be zero (every other field is a positive rate or time):
+# counts, and a lookup's stages, whose means a short --quick prompt may
+# round to 0 us.
+MAY_BE_ZERO = {"store_faults_per_mib", "retrieve_faults_per_mib", "lookup_decode_us",
+               "lookup_hash_us", "lookup_lock_us"}
 # The guard: page faults per MiB moved that a timed round of the shared-memory
 # path may take, workers and server together. A copy into or out of a mapped,
 # resident pool takes none; 1 MiB of untouched 4 KiB pages takes 256.
@@ -74,7 +78,7 @@ def check(path):
         value = results.get(name)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             problems.append("%s is %r, not a number" % (name, value))
-        elif not math.isfinite(value) or value < 0 or (value == 0 and name not in COUNTS):
+        elif not math.isfinite(value) or value < 0 or (value == 0 and name not in MAY_BE_ZERO):
             problems.append("%s is %r, not a positive finite number" % (name, value))
     spread = report.get("spread", {})
     for name in SPREADS:

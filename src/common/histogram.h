@@ -9,6 +9,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -26,6 +27,14 @@ class LatencyHistogram {
     std::uint64_t count = 0;
     std::uint64_t sum_us = 0;
   };
+
+  // The time from `start` to `now`, to the nearest microsecond (a stage of
+  // tens of microseconds would be biased by truncation).
+  void RecordSince(std::chrono::steady_clock::time_point start,
+                   std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now()) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now - start).count();
+    Record(ns <= 0 ? 0 : static_cast<std::uint64_t>((ns + 500) / 1000));
+  }
 
   void Record(std::uint64_t micros) {
     std::size_t i = 0;

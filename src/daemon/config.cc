@@ -113,9 +113,11 @@ void AddFlags(CLI::App& app, ServerConfig* c) {
                  "MiB that all sessions together may hold (chunk hashes and lookup state of "
                  "requests in flight); past it the least recently used sessions are dropped")
       ->capture_default_str();
-  app.add_option("--hash-cache-mb", c->hash_cache_mb,
-                 "MiB of the cache of chunk hashes shared by all requests (a prompt whose prefix "
-                 "was seen before skips hashing it); 0 disables")
+  app.add_option(
+         "--hash-cache-mb", c->hash_cache_mb,
+         "MiB of the cache of chunk hashes shared by all requests (a prompt whose prefix "
+         "was seen before skips hashing it; chunks of up to 8 tokens are always hashed, which "
+         "costs less); 0 disables")
       ->capture_default_str();
   app.add_option("--admin-ops", c->admin_ops,
                  "Who may run destructive operations (clear over ZMQ, POST /clear-cache over "

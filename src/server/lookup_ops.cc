@@ -54,8 +54,16 @@ void LookupOps::AddTo(OpTable* table) {
       return QueryStatus(args, query);
     };
   };
+  // A lookup's key decode is its first stage (lookup_stage_duration_seconds).
+  auto timed_key = [this](Payloads p) {
+    const auto start = std::chrono::steady_clock::now();
+    auto decoded = DecodeKey(p);
+    deps_.counters.lookup_decode_latency.RecordSince(start);
+    return decoded;
+  };
   table->Add({Op::kLookup, "lookup", true, P::kCpu, 1, 2, kKeyRequestBytes, F::kNil},
-             Bind(key, [this](const RequestContext& c, const KeyArgs& a) { return Lookup(c, a.key); }));
+             Bind(timed_key,
+                  [this](const RequestContext& c, const KeyArgs& a) { return Lookup(c, a.key); }));
   table->Add({Op::kQueryPrefetchStatus, "query_prefetch_status", true, P::kCpu, 1, 1, 8192,
               F::kZero},
              Bind(DecodeStatus, status(StatusQuery::kStatus)));
@@ -184,13 +192,17 @@ Result<std::string> LookupOps::Lookup(const RequestContext& context, const IpcKe
     if (!key.skip_load) layout = deps_.instances.LayoutOf(key.model_name, key.world_size);
     if (layout) {
       lookup.layout_namespace = layout->object_namespace;
+      const auto hashing = std::chrono::steady_clock::now();
       lookup.hashes = deps_.hasher.Hashes(key.token_ids, chunk, chunks);
+      const auto locking = std::chrono::steady_clock::now();
+      deps_.counters.lookup_hash_latency.RecordSince(hashing, locking);
       // The chunks the engine holds whole are hits where resident, and are
       // not locked: no worker retrieves them.
       if (held_chunks > 0) lookup.hit_chunks = ResidentPrefix(lookup, held_chunks);
       const Status locked = lookup.hit_chunks < held_chunks
                                 ? Status::Ok()
                                 : LockPrefix(session->owner(), held_chunks, chunks, &lookup);
+      deps_.counters.lookup_lock_latency.RecordSince(locking);
       if (!locked.ok()) {
         session->Account();
         return locked;

@@ -127,12 +127,7 @@ void Service::Handle(const RequestRoute& route, const RequestContext& context, P
   stats.counters.requests.fetch_add(1, std::memory_order_relaxed);
   const auto start = std::chrono::steady_clock::now();
   auto responded = std::make_shared<std::atomic<bool>>(false);
-  auto record_latency = [&stats, start] {
-    stats.latency.Record(static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                              start)
-            .count()));
-  };
+  auto record_latency = [&stats, start] { stats.latency.RecordSince(start); };
   // Shared by a stream's items and its final reply.
   auto shared_done = std::make_shared<ReplyFn>(std::move(done));
   Respond respond = [this, &row, &stats, record_latency, responded,

@@ -116,6 +116,16 @@ std::span<const stats::Row<RestartStats>> RestartStatRows();
     "lookup_engine_held_total",                                                                   \
     "Tokens in whole chunks that lookups' engines already "                                       \
     "held (lmcache.hint.engine_computed_tokens): never locked or loaded for them.")               \
+  X(lookup_decode_latency, "decode_latency", LatencyHistogram::Snapshot, kHistogram,              \
+    "µs (seconds in Prometheus)", "lookup_stage_duration_seconds",                                \
+    "Time of one stage of a lookup on the server, by stage: decoding its key, hashing its "       \
+    "chunks, locking the resident prefix (the rest of its request time is the session, the "      \
+    "prefetch's submission and the reply).",                                                      \
+    {"stage", "decode"})                                                                          \
+  X(lookup_hash_latency, "hash_latency", LatencyHistogram::Snapshot, kHistogram,                  \
+    "µs (seconds in Prometheus)", "lookup_stage_duration_seconds", "", {"stage", "hash"})         \
+  X(lookup_lock_latency, "lock_latency", LatencyHistogram::Snapshot, kHistogram,                  \
+    "µs (seconds in Prometheus)", "lookup_stage_duration_seconds", "", {"stage", "lock"})         \
   X(block_allocation_reports, "block_allocation_reports", std::uint64_t, kCounter, "reports",     \
     "block_allocation_reports_total",                                                             \
     "report_block_allocation calls received (counted, "                                           \

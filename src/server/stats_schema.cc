@@ -241,7 +241,7 @@ void VisitStats(const S* s, stats::Visitor& v) {
   VisitL2(s, v);
   const auto counted = ServiceCountedStatRows();
   v.BeginGroup(kLookupGroup);
-  Fields(Slice(counted, "lookups", "engine_held_tokens"), s, v);
+  Fields(Slice(counted, "lookups", "lock_latency"), s, v);
   Fields(worker::ChunkHasherStatRows(), Of(s, &S::hash_cache), v);
   v.EndGroup();
   Fields(Slice(counted, "block_allocation_reports", "block_allocation_reports"), s, v);

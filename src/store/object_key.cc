@@ -194,7 +194,7 @@ std::vector<std::pair<ObjectKey, std::uint64_t>> ListingWindow::Take() {
   return out;
 }
 
-std::size_t ObjectKeyHash::operator()(const ObjectKey& key) const noexcept {
+std::size_t ObjectKeyHash::operator()(const ObjectKey& key) const {
   // The chunk hash is already uniformly distributed; mix in the rest so keys of
   // one chunk on different ranks or models spread too.
   std::uint64_t h = 0;

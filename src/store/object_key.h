@@ -70,8 +70,14 @@ Status ValidateCanonicalTags(std::string_view tags);
 // with local and global rank equal in MP mode. Fails unless 0 <= rank < world_size <= 255.
 Result<std::int64_t> PackKvRank(std::int64_t world_size, std::int64_t worker_id);
 
+// Deliberately not noexcept: libstdc++ then keeps each node's hash code in
+// the node (std::__cache_default), so a bucket walk compares codes before it
+// compares keys and never hashes a stored key again. With the codes left out
+// every step of a walk rehashed the next node's key (its model name too) to
+// find the bucket's end: at chunk size 1 that and the key compares were a
+// third of a store's server time (docs/performance.md, "Chunk size 1").
 struct ObjectKeyHash {
-  std::size_t operator()(const ObjectKey& key) const noexcept;
+  std::size_t operator()(const ObjectKey& key) const;
 };
 
 // A total order on keys for listings that page (ObjectTable::ListResident,

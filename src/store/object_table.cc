@@ -76,9 +76,18 @@ ObjectShard& ObjectTable::ShardOf(const ObjectKey& key) const { return *shards_[
 Status ObjectTable::ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const {
   for (const ObjectKey& key : keys) LMC_RETURN_IF_ERROR(ValidateObjectKey(key));
   if (require_distinct) {
-    std::unordered_set<ObjectKey, ObjectKeyHash> seen;
+    // The batch's own keys, by address: no key is copied (a batch at chunk
+    // size 1 holds one key per token).
+    struct Hash {
+      std::size_t operator()(const ObjectKey* key) const { return ObjectKeyHash{}(*key); }
+    };
+    struct Equal {
+      bool operator()(const ObjectKey* a, const ObjectKey* b) const { return *a == *b; }
+    };
+    std::unordered_set<const ObjectKey*, Hash, Equal> seen;
+    seen.reserve(keys.size());
     for (const ObjectKey& key : keys) {
-      if (!seen.insert(key).second) {
+      if (!seen.insert(&key).second) {
         return Status(ErrorCode::kInvalidArgument,
                       "the batch names key " + key.DebugString() + " twice");
       }

@@ -23,10 +23,13 @@ class ObjectTable::ShardSetLock {
  public:
   ShardSetLock(const ObjectTable& table,
                std::span<const ObjectKey> keys) LMC_NO_THREAD_SAFETY_ANALYSIS : table_(table) {
-    indices_.reserve(keys.size());
-    for (const ObjectKey& key : keys) indices_.push_back(table.ShardIndex(key));
-    std::sort(indices_.begin(), indices_.end());
-    indices_.erase(std::unique(indices_.begin(), indices_.end()), indices_.end());
+    // Marks, then collects in order: a batch of many keys (one per token at
+    // chunk size 1) costs a pass over the keys and one over the shards, no sort.
+    std::vector<bool> named(table.num_shards(), false);
+    for (const ObjectKey& key : keys) named[table.ShardIndex(key)] = true;
+    for (std::uint32_t i = 0; i < named.size(); ++i) {
+      if (named[i]) indices_.push_back(i);
+    }
     for (const std::uint32_t i : indices_) table_.shards_[i]->Lock();
   }
   ShardSetLock(const ObjectTable& table, std::uint32_t index) LMC_NO_THREAD_SAFETY_ANALYSIS

@@ -249,10 +249,7 @@ void PrefetchController::Finish(PrefetchHandle handle, PrefetchResult result) {
       release = result.lease;  // nobody will take it
       if (it != jobs_.end() && !abandoned) jobs_.erase(it);
     } else {
-      counters_.latency.Record(
-          static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                         std::chrono::steady_clock::now() - it->second.submitted)
-                                         .count()));
+      counters_.latency.RecordSince(it->second.submitted);
       it->second.lookup_hits = it->second.lookup_hits.value_or(0);
       it->second.result = result;
     }
@@ -288,8 +285,7 @@ void PrefetchController::AbandonOverdue() {
       if (abandoned_.contains(handle)) continue;
       abandoned_.insert(handle);
       counters_.abandoned_loads.fetch_add(1, std::memory_order_relaxed);
-      counters_.latency.Record(static_cast<std::uint64_t>(
-          std::chrono::duration_cast<std::chrono::microseconds>(now - job.submitted).count()));
+      counters_.latency.RecordSince(job.submitted, now);
       job.lookup_hits = job.lookup_hits.value_or(0);
       job.result = PrefetchResult{};  // no L2 chunks: the lookup's L1 prefix stands
       for (auto& fn : job.on_landed) landed.push_back(std::move(fn));

@@ -321,6 +321,9 @@ inline server::StatsSnapshot PopulatedStats(bool with_l2 = true) {
   s.lookups_skip_load = next();
   s.lookups_engine_hinted = next();
   s.lookup_engine_held_tokens = next();
+  s.lookup_decode_latency = Histogram(next());
+  s.lookup_hash_latency = Histogram(next());
+  s.lookup_lock_latency = Histogram(next());
   return s;
 }
 

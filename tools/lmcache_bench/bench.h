@@ -81,11 +81,23 @@ struct Spread {
 Spread SpreadOf(const std::vector<double>& values);
 double Median(std::vector<double> values);
 
+// Where the all-cached lookups' time went on the server: means per lookup
+// over the timed loop, from its `stats` before and after (the request's own
+// latency and the lookup_stage_duration_seconds histograms). The rest of a
+// round trip is the client, the transport and the hand-offs between threads.
+struct LookupStages {
+  double server_us = 0;  // the request, from its start on a pool thread to its reply
+  double decode_us = 0;  // the key
+  double hash_us = 0;    // the chunk hashes (the hash cache answers them here)
+  double lock_us = 0;    // the table walk: every chunk read-locked
+};
+
 struct Latencies {
   double ping_p50_us = 0;
   double zmq_echo_p50_us = 0;
   Spread ping_vs_echo;  // per block of alternating ping and echo samples
   double lookup_p50_us = 0;
+  LookupStages lookup_stages;
   double shared_prefix_lookup_p50_us = 0;
   double shared_prefix_hit_fraction = 0;  // of the prompt's chunks, found cached
 };

@@ -14,6 +14,7 @@
 #include "common/msgpack_codec.h"
 #include "lmcache/client.h"
 #include "lmcache/protocol.h"
+#include "support/server_stats.h"
 
 namespace lmcache::bench {
 namespace {
@@ -162,9 +163,24 @@ Result<std::pair<double, std::size_t>> TimedLookup(client::Client& client, clien
   return std::make_pair(us, hits);
 }
 
+// The mean per event of the histogram `name` ("lookup.hash_latency") or of
+// an operation's latency ("operations.lookup.latency") between two replies.
+double MeanUs(const tools::ServerStats& before, const tools::ServerStats& after,
+              const std::string& name) {
+  const bool operation = name.starts_with("operations.");
+  const std::string sum = name + (operation ? "_sum_us" : ".sum_us");
+  const std::string count =
+      operation ? name.substr(0, name.rfind('.')) + ".requests" : name + ".count";
+  const double events = after.Number(count).value_or(0) - before.Number(count).value_or(0);
+  if (events <= 0) return 0;
+  return (after.Number(sum).value_or(0) - before.Number(sum).value_or(0)) / events;
+}
+
 // Lookup of a `lookup_tokens` prompt whose chunks are all cached: the server
 // hashes every chunk (or finds its hash cached) and read-locks every object.
-Result<double> LookupP50(const BenchOptions& o, const std::string& url, int samples) {
+// With `stages`, also where the server's time went.
+Result<double> LookupP50(const BenchOptions& o, const std::string& url, int samples,
+                         LookupStages* stages = nullptr) {
   LMC_ASSIGN_OR_RETURN(auto client, RegisteredClient(url, 8'000'000, "bench-lookup"));
   const std::vector<std::uint32_t> tokens = PromptTokens(o.lookup_tokens, 424242);
   LMC_RETURN_IF_ERROR(StoreTokens(*client, o, "bench-lookup", tokens));
@@ -174,10 +190,18 @@ Result<double> LookupP50(const BenchOptions& o, const std::string& url, int samp
   key.token_ids = tokens;
   key.end = static_cast<std::int64_t>(chunks * o.chunk_size);
   std::vector<double> times;
+  LMC_ASSIGN_OR_RETURN(const tools::ServerStats before, tools::ServerStats::Fetch(*client));
   for (int i = 0; i < samples; ++i) {
     LMC_ASSIGN_OR_RETURN(const auto sample, TimedLookup(*client, key, "lookup-" + std::to_string(i)));
     if (sample.second != chunks) return Internal("lookup hit " + std::to_string(sample.second));
     times.push_back(sample.first);
+  }
+  LMC_ASSIGN_OR_RETURN(const tools::ServerStats after, tools::ServerStats::Fetch(*client));
+  if (stages != nullptr) {
+    stages->server_us = MeanUs(before, after, "operations.lookup.latency");
+    stages->decode_us = MeanUs(before, after, "lookup.decode_latency");
+    stages->hash_us = MeanUs(before, after, "lookup.hash_latency");
+    stages->lock_us = MeanUs(before, after, "lookup.lock_latency");
   }
   (void)client->Unregister();
   return Median(times);
@@ -220,7 +244,7 @@ Result<Latencies> MeasureLatencies(const BenchOptions& o, const std::string& url
   Latencies result;
   LMC_RETURN_IF_ERROR(MeasurePingAndEcho(url, o.latency_samples, &result));
   const int lookups = std::max(5, o.latency_samples / 20);
-  LMC_ASSIGN_OR_RETURN(result.lookup_p50_us, LookupP50(o, url, lookups));
+  LMC_ASSIGN_OR_RETURN(result.lookup_p50_us, LookupP50(o, url, lookups, &result.lookup_stages));
   LMC_RETURN_IF_ERROR(SharedPrefixLookups(o, url, lookups, &result));
   return result;
 }

@@ -619,16 +619,22 @@ class ServicePrefetchTest : public ::testing::Test {
     prefetcher_.Attach(&h_.service().table());
     EXPECT_TRUE(h_.Call("register_kv_cache_engine_driven_context", {RegisterFrame(1)}).status.ok());
   }
+  // Stores chunks 0-1 of a 4-chunk prompt in L1; returns the scheduler's
+  // key of the whole prompt (worker_id nil), for a lookup.
+  KeyArgs StoreHalfThePrompt() {
+    KeyArgs stored = Key(1024, 2);
+    h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
+    h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
+    KeyArgs lookup = Key(1024, 0);
+    lookup.worker_id.reset();
+    return lookup;
+  }
   testing::FakePrefetcher prefetcher_;
   testing::ServiceHarness h_;
 };
 
 TEST_F(ServicePrefetchTest, StatusIsNilUntilThePrefetchLandsThenCountsBothTiers) {
-  KeyArgs stored = Key(1024, 2);  // L1 holds chunks 0-1 of a 4-chunk prompt
-  auto prepared = h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
-  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
-  KeyArgs lookup = Key(1024, 0);
-  lookup.worker_id.reset();
+  KeyArgs lookup = StoreHalfThePrompt();  // L1 holds chunks 0-1 of a 4-chunk prompt
   h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
   EXPECT_EQ(prefetcher_.pending(), 1u);
   EXPECT_EQ(h_.Ok("query_prefetch_status", {StrFrame("req")}).get().type, msgpack::type::NIL);
@@ -699,11 +705,7 @@ TEST_F(ServiceKvEventsTest, ChunksLoadedFromL2AreAnnouncedWithTheTokensTheLookup
 }
 
 TEST_F(ServicePrefetchTest, LookupHitsAreKnownOnceTheL2LookupsAreDoneBeforeTheLoadsLand) {
-  KeyArgs stored = Key(1024, 2);
-  h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
-  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
-  KeyArgs lookup = Key(1024, 0);
-  lookup.worker_id.reset();
+  KeyArgs lookup = StoreHalfThePrompt();  // L1 holds chunks 0-1 of a 4-chunk prompt
   h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
   EXPECT_EQ(prefetcher_.request(prefetcher_.last_handle()).object_bytes, kObject);
   EXPECT_EQ(h_.Ok("query_prefetch_lookup_hits", {StrFrame("req")}).get().type, msgpack::type::NIL);
@@ -866,11 +868,7 @@ TEST_F(ServiceParkedWaitTest, AClientOverItsParkedLimitIsRefusedOthersAreNot) {
 // The reference's per-request load controls (its kv_load_policy design):
 // lmcache.skip_load answers a miss with nothing locked or prefetched.
 TEST_F(ServicePrefetchTest, SkipLoadAnswersAMissWithNothingLockedOrPrefetched) {
-  KeyArgs stored = Key(1024, 2);  // L1 holds chunks 0-1 of a 4-chunk prompt
-  h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
-  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
-  KeyArgs lookup = Key(1024, 0);
-  lookup.worker_id.reset();
+  KeyArgs lookup = StoreHalfThePrompt();  // L1 holds chunks 0-1 of a 4-chunk prompt
   lookup.skip_load = true;
   h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
   EXPECT_EQ(prefetcher_.pending(), 0u);
@@ -887,15 +885,32 @@ TEST_F(ServicePrefetchTest, SkipLoadAnswersAMissWithNothingLockedOrPrefetched) {
   EXPECT_EQ(h_.service().table().Stats().locked_objects, 2u);
 }
 
+// Each stage of a lookup is timed once per lookup that reaches it
+// (lookup_stage_duration_seconds): a skip_load lookup decodes its key but
+// neither hashes nor locks.
+TEST_F(ServicePrefetchTest, ALookupTimesEachStageItRuns) {
+  KeyArgs lookup = StoreHalfThePrompt();  // L1 holds chunks 0-1 of a 4-chunk prompt
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  const server::ServiceCounters& counters = h_.service().state().counters();
+  EXPECT_EQ(counters.lookup_decode_latency.Take().count, 1u);
+  EXPECT_EQ(counters.lookup_hash_latency.Take().count, 1u);
+  EXPECT_EQ(counters.lookup_lock_latency.Take().count, 1u);
+  lookup.skip_load = true;
+  lookup.request_id = "req-skip";
+  h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_EQ(counters.lookup_decode_latency.Take().count, 2u);
+  EXPECT_EQ(counters.lookup_hash_latency.Take().count, 1u);
+  EXPECT_EQ(counters.lookup_lock_latency.Take().count, 1u);
+  // free_lookup_locks decodes a key too, and is no lookup.
+  h_.Ok("free_lookup_locks", {KeyFrame(lookup), IntFrame(1)});
+  EXPECT_EQ(counters.lookup_decode_latency.Take().count, 2u);
+}
+
 // lmcache.hint.engine_computed_tokens: the whole chunks the engine holds
 // count as hits where cached, but are neither locked (no worker retrieves
 // them) nor loaded from L2 (the prefetch is told how many it holds).
 TEST_F(ServicePrefetchTest, ChunksTheEngineHoldsCountButAreNeitherLockedNorLoaded) {
-  KeyArgs stored = Key(1024, 2);  // L1 holds chunks 0-1 of a 4-chunk prompt
-  h_.Ok("prepare_store", {KeyFrame(stored), IntFrame(1)});
-  h_.Ok("commit_store", {KeyFrame(stored), IntFrame(1), msgpk::Encoder().Bin("").Take()});
-  KeyArgs lookup = Key(1024, 0);
-  lookup.worker_id.reset();
+  KeyArgs lookup = StoreHalfThePrompt();  // L1 holds chunks 0-1 of a 4-chunk prompt
   lookup.engine_computed_tokens = 300;  // chunk 0 whole, and part of chunk 1
   h_.Ok("lookup", {KeyFrame(lookup), IntFrame(1)});
   EXPECT_EQ(h_.service().table().Stats().locked_objects, 1u);  // chunk 1 only
