@@ -28,17 +28,19 @@ void LruPolicy::MakeMostRecentLocked(std::span<const ObjectKey> keys, bool inser
   // most recent and the tail is evicted first.
   for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
     if (!insert_unknown) {
-      if (auto found = where_.find(*it); found != where_.end()) MoveToBackLocked(found->second);
+      if (auto found = where_.find(*it); found != where_.end()) MoveToBackLocked(*found);
       continue;
     }
-    // One hash per key: an admission is usually of a key not yet known.
-    auto [found, inserted] = where_.try_emplace(*it, order_.end());
-    if (!inserted) {
-      MoveToBackLocked(found->second);
-      continue;
-    }
+    // One hash per key: an admission is usually of a key not yet known, so
+    // its node is made first and indexed, and taken back if the key was known.
     order_.push_back(Node{*it, ++uses_, nullptr, {}});
-    found->second = std::prev(order_.end());
+    auto [found, inserted] = where_.insert(std::prev(order_.end()));
+    if (!inserted) {
+      order_.pop_back();
+      --uses_;
+      MoveToBackLocked(*found);
+      continue;
+    }
     if (!per_tenant_order_) continue;
     if (tenant_salt == nullptr || *tenant_salt != it->cache_salt) {
       tenant = TenantOrderLocked(it->cache_salt);
@@ -66,13 +68,13 @@ void LruPolicy::OnRemoved(std::span<const ObjectKey> keys) {
   for (const ObjectKey& key : keys) {
     auto found = where_.find(key);
     if (found == where_.end()) continue;
-    Node& node = *found->second;
-    if (node.tenant != nullptr) {
-      node.tenant->erase(node.in_tenant);
-      if (node.tenant->empty()) tenants_.erase(node.key.cache_salt);
+    const Order::iterator position = *found;
+    where_.erase(found);  // before its node, whose key the set's hash reads
+    if (position->tenant != nullptr) {
+      position->tenant->erase(position->in_tenant);
+      if (position->tenant->empty()) tenants_.erase(position->key.cache_salt);
     }
-    order_.erase(found->second);
-    where_.erase(found);
+    order_.erase(position);
   }
 }
 

@@ -101,6 +101,32 @@ TEST(LruPolicy, UsedCandidatesCarryEachKeysLastUse) {
   EXPECT_TRUE(NoopPolicy().UsedCandidates(0, 10).empty());
 }
 
+// A key admitted again (a store of a chunk already resident elsewhere in the
+// batch's order) is one node: moved to the most recent end with the next
+// use, once in its tenant's order, and removed whole.
+TEST(LruPolicy, AKeyAdmittedAgainStaysOneNode) {
+  LruPolicy lru;
+  lru.OnAdmitted(std::vector{SaltedKey(0, "a"), SaltedKey(1, "a"), SaltedKey(2, "a")});  // 3 uses
+  lru.OnAdmitted(std::vector{SaltedKey(3, "a"), SaltedKey(0, "a")});  // 0: use 4; 3: use 5
+  EXPECT_EQ(lru.size(), 4u);
+  const auto used = lru.UsedCandidates(0, 10);
+  ASSERT_EQ(used.size(), 4u);
+  const std::vector<ObjectKey> keys = {SaltedKey(2, "a"), SaltedKey(1, "a"), SaltedKey(0, "a"),
+                                       SaltedKey(3, "a")};
+  const std::vector<std::uint64_t> uses = {1, 2, 4, 5};
+  for (std::size_t i = 0; i < used.size(); ++i) {
+    EXPECT_EQ(used[i].key, keys[i]) << i;
+    EXPECT_EQ(used[i].last_use, uses[i]) << i;
+  }
+  EXPECT_EQ(lru.TenantCandidates("a", 0, 10),
+            (std::vector<ObjectKey>{keys[0], keys[1], keys[2], keys[3]}));
+  lru.OnRemoved(std::vector{SaltedKey(0, "a")});
+  EXPECT_EQ(lru.size(), 3u);
+  EXPECT_EQ(lru.TenantCandidates("a", 0, 10), (std::vector<ObjectKey>{keys[0], keys[1], keys[3]}));
+  lru.OnAccessed(std::vector{SaltedKey(0, "a")});  // gone: no use, no node
+  EXPECT_EQ(lru.size(), 3u);
+}
+
 TEST(EvictionPolicy, FactoryAcceptsKnownNamesOnly) {
   EXPECT_EQ((*MakeEvictionPolicy("LRU"))->name(), "LRU");
   EXPECT_EQ((*MakeEvictionPolicy("lru"))->name(), "LRU");
