@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
+#include <string_view>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -163,14 +165,10 @@ Result<std::pair<double, std::size_t>> TimedLookup(client::Client& client, clien
   return std::make_pair(us, hits);
 }
 
-// The mean per event of the histogram `name` ("lookup.hash_latency") or of
-// an operation's latency ("operations.lookup.latency") between two replies.
+// The mean per event, between two replies, of the microseconds summed at
+// `sum` over the events counted at `count`.
 double MeanUs(const tools::ServerStats& before, const tools::ServerStats& after,
-              const std::string& name) {
-  const bool operation = name.starts_with("operations.");
-  const std::string sum = name + (operation ? "_sum_us" : ".sum_us");
-  const std::string count =
-      operation ? name.substr(0, name.rfind('.')) + ".requests" : name + ".count";
+              std::string_view sum, std::string_view count) {
   const double events = after.Number(count).value_or(0) - before.Number(count).value_or(0);
   if (events <= 0) return 0;
   return (after.Number(sum).value_or(0) - before.Number(sum).value_or(0)) / events;
@@ -190,18 +188,25 @@ Result<double> LookupP50(const BenchOptions& o, const std::string& url, int samp
   key.token_ids = tokens;
   key.end = static_cast<std::int64_t>(chunks * o.chunk_size);
   std::vector<double> times;
-  LMC_ASSIGN_OR_RETURN(const tools::ServerStats before, tools::ServerStats::Fetch(*client));
+  std::optional<tools::ServerStats> before;
+  if (stages != nullptr) {
+    LMC_ASSIGN_OR_RETURN(before, tools::ServerStats::Fetch(*client));
+  }
   for (int i = 0; i < samples; ++i) {
     LMC_ASSIGN_OR_RETURN(const auto sample, TimedLookup(*client, key, "lookup-" + std::to_string(i)));
     if (sample.second != chunks) return Internal("lookup hit " + std::to_string(sample.second));
     times.push_back(sample.first);
   }
-  LMC_ASSIGN_OR_RETURN(const tools::ServerStats after, tools::ServerStats::Fetch(*client));
   if (stages != nullptr) {
-    stages->server_us = MeanUs(before, after, "operations.lookup.latency");
-    stages->decode_us = MeanUs(before, after, "lookup.decode_latency");
-    stages->hash_us = MeanUs(before, after, "lookup.hash_latency");
-    stages->lock_us = MeanUs(before, after, "lookup.lock_latency");
+    LMC_ASSIGN_OR_RETURN(const tools::ServerStats after, tools::ServerStats::Fetch(*client));
+    stages->server_us =
+        MeanUs(*before, after, "operations.lookup.latency_sum_us", "operations.lookup.requests");
+    stages->decode_us =
+        MeanUs(*before, after, "lookup.decode_latency.sum_us", "lookup.decode_latency.count");
+    stages->hash_us =
+        MeanUs(*before, after, "lookup.hash_latency.sum_us", "lookup.hash_latency.count");
+    stages->lock_us =
+        MeanUs(*before, after, "lookup.lock_latency.sum_us", "lookup.lock_latency.count");
   }
   (void)client->Unregister();
   return Median(times);
