@@ -1,12 +1,15 @@
 // libFuzzer target: every decoder of the wire codec (lmcache/messages.h), of
 // the P2P operations' payloads (protocol/p2p_codec.h) and the msgpack cursor
-// under them, fed arbitrary bytes. Beyond "no crash, no
-// sanitizer report": a key that decodes re-encodes to a frame that decodes to
-// the same key, and decoders never accept invalid UTF-8 as a string.
+// under them (its token arrays against an item-by-item decode), fed arbitrary bytes. Beyond "no
+// crash, no sanitizer report": a key that decodes re-encodes to a frame that decodes to the same
+// key, and decoders never accept invalid UTF-8 as a string.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/msgpack_cursor.h"
 #include "common/utf8.h"
@@ -75,6 +78,47 @@ void Walk(std::string_view frame) {
 
 }  // namespace
 
+// The unsigned items (positive fixint, uint8-64) at `in`, one by one, while
+// each is below 2^32: the reference a token array's decoder must agree with.
+std::optional<std::vector<std::uint32_t>> UnsignedItems(std::string_view in, std::uint32_t count) {
+  std::vector<std::uint32_t> items;
+  std::size_t pos = 0;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    if (pos >= in.size()) return std::nullopt;
+    const auto type = static_cast<std::uint8_t>(in[pos]);
+    std::size_t bytes = 0;
+    if (type <= 0x7f) {
+      items.push_back(type);
+      pos += 1;
+      continue;
+    }
+    if (type < 0xcc || type > 0xcf) return std::nullopt;
+    bytes = std::size_t{1} << (type - 0xcc);
+    if (in.size() - pos - 1 < bytes) return std::nullopt;
+    std::uint64_t value = 0;
+    for (std::size_t b = 0; b < bytes; ++b)
+      value = value << 8 | static_cast<std::uint8_t>(in[pos + 1 + b]);
+    if (value > UINT32_MAX) return std::nullopt;
+    items.push_back(static_cast<std::uint32_t>(value));
+    pos += 1 + bytes;
+  }
+  return items;
+}
+
+// Token arrays: the cursor (64-byte windows where the CPU has AVX-512 VBMI)
+// against UnsignedItems: the same values, or an error from both. The input's
+// first two bytes are the array's length, the rest its items.
+void TokenArrayAgrees(std::string_view input) {
+  if (input.size() < 2) return;
+  const auto count = static_cast<std::uint32_t>(static_cast<std::uint8_t>(input[0]) << 8 |
+                                                static_cast<std::uint8_t>(input[1]));
+  const std::string frame = msgpk::Encoder().Array(count).Take() + std::string(input.substr(2));
+  const auto fast = msgpk::MsgpackCursor(frame).ReadUint32Array("tokens");
+  const auto expected = UnsignedItems(input.substr(2), count);
+  Check(fast.ok() == expected.has_value());
+  if (expected) Check(*fast == *expected);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view frame(reinterpret_cast<const char*>(data), size);
   KeyRoundTrip(frame);
@@ -91,5 +135,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (auto text = protocol::DecodeString(frame, "str"); text.ok()) Check(IsValidUtf8(*text));
   (void)protocol::DecodeBytes(frame, "bytes");
   Walk(frame);
+  TokenArrayAgrees(frame);
   return 0;
 }

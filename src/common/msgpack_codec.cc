@@ -1,5 +1,6 @@
 #include "common/msgpack_codec.h"
 
+#include "common/uint_windows.h"
 #include "common/utf8.h"
 
 #include <algorithm>
@@ -114,10 +115,16 @@ Encoder& Encoder::UintArray(std::span<const std::uint32_t> values) {
   Array(static_cast<std::uint32_t>(values.size()));
   const std::size_t start = buffer_.size();
   // The longest form is 5 bytes (0xce + 4); each value is written as one
-  // 8-byte store, so 3 bytes of slack follow the last one.
-  buffer_.resize(start + values.size() * 5 + 3);
+  // 8-byte store, so 3 bytes of slack follow the last one, and 12 at a time
+  // as one 64-byte store where the CPU can.
+  const bool windows = UintWindowsEncodeAvailable();
+  buffer_.resize(start + values.size() * 5 + (windows ? kUintWindowBytes : 3));
   char* out = buffer_.data() + start;
   std::size_t i = 0;
+  if (windows) {
+    out += EncodeUintWindows(values.data(), values.size(), out);
+    i = values.size() / kUintEncodeGroup * kUintEncodeGroup;
+  }
   for (; i + kGroup <= values.size(); i += kGroup) {
     const std::size_t written = PutGroup(out, values.data() + i);
     if (written > 0) {
