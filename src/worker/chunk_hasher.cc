@@ -2,24 +2,40 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
+#include <array>
 #include <cstring>
+#include <optional>
+#include <random>
+
+#include "common/check.h"
 
 namespace lmcache::worker {
 namespace {
 
 constexpr std::size_t kShards = 16;
+// Entries whose chunks' tokens share a fingerprint: the same chunk after
+// different prefixes (or a crafted XXH3 collision). A lookup compares each,
+// so a fingerprint holds at most this many; a newer one evicts the oldest.
+constexpr std::size_t kEntriesPerFingerprint = 8;
+// A thread keeps its lookup's scratch up to this size for its next one.
+constexpr std::size_t kScratchBytes = 4u << 20;
 
 struct Entry {
   std::uint64_t fingerprint = 0;
   ChunkHash previous{};
   ChunkHash hash{};
   std::vector<std::uint32_t> tokens;
+  std::uint64_t used = 0;  // the shard's use count at its last hit or insert
   std::size_t Bytes() const { return sizeof(Entry) + tokens.capacity() * 4 + 64; }
 };
 
-std::uint64_t Fingerprint(const ChunkHash& previous, std::span<const std::uint32_t> tokens) {
-  std::uint64_t seed = 0;
-  std::memcpy(&seed, previous.data(), sizeof(seed));
+// The fingerprint of a chunk's tokens alone, so that a prompt's chunks are
+// all looked up at once, before their chain of hashes is known; seeded per
+// process, so that colliding chunks cannot be prepared in advance.
+std::uint64_t Fingerprint(std::span<const std::uint32_t> tokens) {
+  static const std::uint64_t seed =
+      std::random_device{}() * 0x9e3779b97f4a7c15ull ^ std::random_device{}();
   return XXH3_64bits_withSeed(tokens.data(), tokens.size_bytes(), seed);
 }
 
@@ -28,8 +44,16 @@ std::uint64_t Fingerprint(const ChunkHash& previous, std::span<const std::uint32
 struct ChunkHasher::Shard {
   Mutex mu;
   std::list<Entry> lru LMC_GUARDED_BY(mu);  // front = least recently used
-  std::unordered_map<std::uint64_t, std::list<Entry>::iterator> index LMC_GUARDED_BY(mu);
+  std::unordered_multimap<std::uint64_t, std::list<Entry>::iterator> index LMC_GUARDED_BY(mu);
   std::size_t bytes LMC_GUARDED_BY(mu) = 0;
+  std::uint64_t uses LMC_GUARDED_BY(mu) = 0;
+
+  void EraseLocked(std::unordered_multimap<std::uint64_t, std::list<Entry>::iterator>::iterator it)
+      LMC_REQUIRES(mu) {
+    bytes -= it->second->Bytes();
+    lru.erase(it->second);
+    index.erase(it);
+  }
 };
 
 ChunkHasher::ChunkHasher(std::size_t cache_bytes)
@@ -37,20 +61,52 @@ ChunkHasher::ChunkHasher(std::size_t cache_bytes)
 
 ChunkHasher::~ChunkHasher() = default;
 
-bool ChunkHasher::Find(std::uint64_t fingerprint, const ChunkHash& previous,
-                       std::span<const std::uint32_t> tokens, ChunkHash* out) {
-  Shard& shard = shards_[fingerprint % kShards];
-  MutexLock lock(&shard.mu);
-  auto it = shard.index.find(fingerprint);
-  if (it == shard.index.end()) return false;
-  const Entry& entry = *it->second;
-  if (entry.previous != previous || entry.tokens.size() != tokens.size() ||
-      std::memcmp(entry.tokens.data(), tokens.data(), tokens.size_bytes()) != 0) {
-    return false;  // another chunk with the same fingerprint
+void ChunkHasher::FindCandidates(std::span<const std::uint32_t> tokens, std::size_t chunk_size,
+                                 std::span<const std::uint64_t> fingerprints,
+                                 Candidates* candidates) {
+  // Chunks in shard order (a counting sort), so that each shard is locked
+  // once; within one, no lookup waits on another's, and their cache misses
+  // overlap.
+  const std::size_t count = fingerprints.size();
+  std::array<std::uint32_t, kShards + 1> shard_start{};
+  for (const std::uint64_t f : fingerprints) ++shard_start[f % kShards + 1];
+  for (std::size_t s = 0; s < kShards; ++s) shard_start[s + 1] += shard_start[s];
+  std::vector<std::uint32_t>& by_shard = candidates->by_shard;
+  by_shard.resize(count);
+  std::array<std::uint32_t, kShards> next_slot{};
+  std::copy_n(shard_start.begin(), kShards, next_slot.begin());
+  for (std::size_t c = 0; c < count; ++c)
+    by_shard[next_slot[fingerprints[c] % kShards]++] = static_cast<std::uint32_t>(c);
+  candidates->first.assign(count, Candidates::kNone);
+  for (std::size_t s = 0; s < kShards; ++s) {
+    if (shard_start[s] == shard_start[s + 1]) continue;
+    Shard& shard = shards_[s];
+    MutexLock lock(&shard.mu);
+    for (std::uint32_t i = shard_start[s]; i < shard_start[s + 1]; ++i) {
+      const std::uint32_t c = by_shard[i];
+      const std::span<const std::uint32_t> chunk = tokens.subspan(c * chunk_size, chunk_size);
+      auto [it, last] = shard.index.equal_range(fingerprints[c]);
+      std::size_t found = 0;
+      std::list<Entry>::iterator sole;
+      for (; it != last; ++it) {
+        const Entry& entry = *it->second;
+        if (entry.tokens.size() != chunk.size() ||
+            std::memcmp(entry.tokens.data(), chunk.data(), chunk.size_bytes()) != 0) {
+          continue;  // another chunk with the same fingerprint
+        }
+        candidates->all.push_back({entry.previous, entry.hash, candidates->first[c]});
+        candidates->first[c] = static_cast<std::uint32_t>(candidates->all.size() - 1);
+        sole = it->second;
+        ++found;
+      }
+      // Which of several is used is known only once the chain is: a chunk
+      // after many prefixes counts as used only where it has one entry.
+      if (found == 1) {
+        sole->used = ++shard.uses;
+        shard.lru.splice(shard.lru.end(), shard.lru, sole);
+      }
+    }
   }
-  *out = entry.hash;
-  shard.lru.splice(shard.lru.end(), shard.lru, it->second);
-  return true;
 }
 
 void ChunkHasher::Insert(std::uint64_t fingerprint, const ChunkHash& previous,
@@ -60,16 +116,23 @@ void ChunkHasher::Insert(std::uint64_t fingerprint, const ChunkHash& previous,
   const std::size_t budget = cache_bytes_ / kShards;
   if (entry.Bytes() > budget) return;
   MutexLock lock(&shard.mu);
-  if (auto it = shard.index.find(fingerprint); it != shard.index.end()) {
-    shard.bytes -= it->second->Bytes();  // a colliding entry makes way: the newest wins
-    shard.lru.erase(it->second);
-    shard.index.erase(it);
+  auto [it, last] = shard.index.equal_range(fingerprint);
+  std::size_t same_fingerprint = 0;
+  auto least_used = shard.index.end();
+  for (; it != last; ++it) {
+    const Entry& held = *it->second;
+    if (held.previous == previous && held.tokens == entry.tokens) return;  // a racing insert
+    ++same_fingerprint;
+    if (least_used == shard.index.end() || held.used < least_used->second->used) least_used = it;
   }
+  if (same_fingerprint >= kEntriesPerFingerprint) shard.EraseLocked(least_used);
   while (shard.bytes + entry.Bytes() > budget && !shard.lru.empty()) {
-    shard.bytes -= shard.lru.front().Bytes();
-    shard.index.erase(shard.lru.front().fingerprint);
-    shard.lru.pop_front();
+    auto [first, end] = shard.index.equal_range(shard.lru.front().fingerprint);
+    while (first != end && first->second != shard.lru.begin()) ++first;
+    LMC_CHECK(first != end);  // every entry is indexed
+    shard.EraseLocked(first);
   }
+  entry.used = ++shard.uses;
   shard.bytes += entry.Bytes();
   shard.lru.push_back(std::move(entry));
   shard.index.emplace(fingerprint, std::prev(shard.lru.end()));
@@ -80,20 +143,49 @@ std::vector<ChunkHash> ChunkHasher::Hashes(std::span<const std::uint32_t> tokens
   std::vector<ChunkHash> hashes;
   hashes.reserve(count);
   ChunkHash previous = NoneHash();
-  std::uint64_t hits = 0;
   const bool cached = cache_bytes_ > 0 && chunk_size > kUncachedChunkTokens;
+  // Reused by the thread's next call: a prompt's lookup allocates nothing
+  // that the next would fault in again (kept up to kScratchBytes).
+  thread_local Candidates candidates;
+  thread_local std::vector<std::uint64_t> fingerprints;
+  candidates.all.clear();
+  if (cached) {
+    fingerprints.resize(count);
+    for (std::size_t c = 0; c < count; ++c) {
+      fingerprints[c] = Fingerprint(tokens.subspan(c * chunk_size, chunk_size));
+    }
+    FindCandidates(tokens, chunk_size, fingerprints, &candidates);
+  }
+  // The chain: a chunk's cached hash counts only after the same previous
+  // hash (its tokens were compared in full above).
+  std::uint64_t hits = 0;
   for (std::size_t c = 0; c < count; ++c) {
-    const std::span<const std::uint32_t> chunk = tokens.subspan(c * chunk_size, chunk_size);
-    const std::uint64_t fingerprint = cached ? Fingerprint(previous, chunk) : 0;
+    std::optional<ChunkHash> found;
+    for (std::uint32_t k = cached ? candidates.first[c] : Candidates::kNone; k != Candidates::kNone;
+         k = candidates.all[k].next) {
+      if (candidates.all[k].previous == previous) {
+        found = candidates.all[k].hash;
+        break;
+      }
+    }
     ChunkHash hash;
-    if (cached && Find(fingerprint, previous, chunk, &hash)) {
+    if (found) {
+      hash = *found;
       hits += 1;
     } else {
+      const std::span<const std::uint32_t> chunk = tokens.subspan(c * chunk_size, chunk_size);
       hash = HashChunk(previous, chunk);
-      if (cached) Insert(fingerprint, previous, chunk, hash);
+      if (cached) Insert(fingerprints[c], previous, chunk, hash);
     }
     hashes.push_back(hash);
     previous = hash;
+  }
+  if (candidates.all.capacity() * sizeof(Candidates::Entry) +
+          (candidates.first.capacity() + candidates.by_shard.capacity()) * 4 +
+          fingerprints.capacity() * 8 >
+      kScratchBytes) {
+    candidates = Candidates{};
+    fingerprints = {};
   }
   counters_.hits.fetch_add(hits, std::memory_order_relaxed);
   counters_.misses.fetch_add(count - hits, std::memory_order_relaxed);

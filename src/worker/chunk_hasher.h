@@ -8,9 +8,14 @@
 // The cache answers those from memory: a hit costs a fast non-cryptographic
 // hash of the chunk and a comparison of its tokens, not a BLAKE3 pass. Keys
 // are compared in full (the previous hash and every token), so a crafted
-// collision of the fast hash costs a miss, never a wrong chunk hash. The
-// cache is capped in bytes and evicts least recently used entries; with a
-// capacity of 0 every chunk is hashed afresh. Models of every chunk size
+// collision of the fast hash costs a miss, never a wrong chunk hash. Entries
+// are found by their tokens' fingerprint alone (XXH3 with a per-process
+// seed), so all of a prompt's chunks are looked up at once, each shard
+// locked once, their cache misses overlapping, before the chain of previous
+// hashes picks the valid ones; one chunk's tokens after many prefixes keep
+// at most 8 entries (each is compared on a lookup). The cache is capped in
+// bytes and evicts least recently used entries; with a capacity of 0 every
+// chunk is hashed afresh. Models of every chunk size
 // share it: an entry's tokens are its chunk, of whatever length. Chunks of
 // at most kUncachedChunkTokens tokens never use it: their BLAKE3 input (the
 // previous hash and the tokens) is one 64-byte block, which costs less than a
@@ -56,9 +61,23 @@ class ChunkHasher {
 
  private:
   struct Shard;
-  // The cached hash of the chunk after `previous`, or nullopt.
-  bool Find(std::uint64_t fingerprint, const ChunkHash& previous,
-            std::span<const std::uint32_t> tokens, ChunkHash* out);
+  // The cached entries whose tokens are a prompt's chunks': all[k] is valid
+  // after `previous`; first[c] and each `next` link chunk c's.
+  struct Candidates {
+    static constexpr std::uint32_t kNone = UINT32_MAX;
+    struct Entry {
+      ChunkHash previous{};
+      ChunkHash hash{};
+      std::uint32_t next = kNone;
+    };
+    std::vector<Entry> all;
+    std::vector<std::uint32_t> first;
+    std::vector<std::uint32_t> by_shard;  // chunk indices in shard order
+  };
+  // Every cached entry for the chunks of `tokens` (fingerprints[c] is chunk
+  // c's); each shard locked once.
+  void FindCandidates(std::span<const std::uint32_t> tokens, std::size_t chunk_size,
+                      std::span<const std::uint64_t> fingerprints, Candidates* candidates);
   void Insert(std::uint64_t fingerprint, const ChunkHash& previous,
               std::span<const std::uint32_t> tokens, const ChunkHash& hash);
 

@@ -130,6 +130,34 @@ TEST_P(ChunkHasherTest, SharedPrefixesHitTheCache) {
   EXPECT_LE(stats.bytes, GetParam());
 }
 
+// The same chunk after different prefixes: each (prefix, chunk) keeps its
+// own entry, up to 8 for one chunk's tokens (a lookup compares each; more
+// would let one chunk repeated after many prefixes slow every lookup of it),
+// and the hashes stay right whatever was evicted.
+TEST_P(ChunkHasherTest, OneChunkAfterManyPrefixesKeepsAtMostEightEntries) {
+  const auto shared_chunk = Prompt(kChunk, 50000);
+  std::vector<std::vector<std::uint32_t>> prompts;
+  for (std::uint32_t k = 0; k < 12; ++k) {
+    auto prompt = Prompt(kChunk, 1000 * (k + 1));
+    prompt.insert(prompt.end(), shared_chunk.begin(), shared_chunk.end());
+    prompts.push_back(prompt);
+  }
+  for (const auto& prompt : prompts) EXPECT_EQ(HashesOf(prompt, 0, 2), Expected(prompt));
+  if (GetParam() >= (1u << 20)) {
+    EXPECT_EQ(hasher_.Stats().entries, 12u + 8u);  // 12 first chunks, 8 of the shared one
+  }
+  // The newest prefix's entry was kept, the oldest's evicted.
+  const std::uint64_t hits_before = hasher_.Stats().hits;
+  EXPECT_EQ(HashesOf(prompts[11], 0, 2), Expected(prompts[11]));
+  if (GetParam() >= (1u << 20)) EXPECT_EQ(hasher_.Stats().hits - hits_before, 2u);
+  EXPECT_EQ(HashesOf(prompts[0], 0, 2), Expected(prompts[0]));
+  if (GetParam() >= (1u << 20)) {
+    EXPECT_EQ(hasher_.Stats().hits - hits_before, 3u);
+    EXPECT_EQ(hasher_.Stats().entries, 12u + 8u);
+  }
+  for (const auto& prompt : prompts) EXPECT_EQ(HashesOf(prompt, 0, 2), Expected(prompt));
+}
+
 // Two models at different chunk sizes share the cache: the same prompt
 // hashed at 4, 8 and 1 tokens, interleaved and again, gives each size its
 // own hashes from scratch, never another size's cached entry.
