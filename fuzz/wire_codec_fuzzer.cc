@@ -76,8 +76,6 @@ void Walk(std::string_view frame) {
   }
 }
 
-}  // namespace
-
 // The unsigned items (positive fixint, uint8-64) at `in`, one by one, while
 // each is below 2^32: the reference a token array's decoder must agree with.
 std::optional<std::vector<std::uint32_t>> UnsignedItems(std::string_view in, std::uint32_t count) {
@@ -118,6 +116,8 @@ void TokenArrayAgrees(std::string_view input) {
   Check(fast.ok() == expected.has_value());
   if (expected) Check(*fast == *expected);
 }
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view frame(reinterpret_cast<const char*>(data), size);

@@ -285,7 +285,10 @@ Result<std::vector<std::uint32_t>> MsgpackCursor::ReadUint32Array(std::string_vi
             DecodeUintWindows(bytes + pos, size - pos, values.data() + i, count - i);
         pos += done.bytes;
         i += static_cast<std::uint32_t>(done.items);
-        if (done.items > 0) continue;
+        if (i == count) break;  // what follows the array may well be of another form
+        // Before an item of another form, the next ones go one by one (below):
+        // a window's tables are never built again only to stop at it.
+        if (done.items > 0 && !done.other_form) continue;
       }
       // Mixed widths here: the next items go one by one, so a prompt with no
       // runs pays one failed check per kScalarStretch items, not one per item.

@@ -3,8 +3,10 @@
 #include <immintrin.h>
 
 // GCC 12's AVX-512 intrinsics start their results from a self-initialized
-// "undefined" vector, which -Wmaybe-uninitialized reports in every caller.
+// "undefined" vector, which -Wmaybe-uninitialized reports in every caller:
+// this file's functions (popped at its end, as unity builds join files).
 #if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
@@ -27,6 +29,7 @@ constexpr std::size_t kHops = 6;  // 2^6 hops: more than 56 items
 // Windows whose tables are built before any is decoded: their entries are
 // then a chain of byte loads, and the rest runs in parallel.
 constexpr std::size_t kBlockWindows = 16;
+constexpr std::size_t kMinItemsPerWindow = 11;
 
 // hop[b][x]: where the item 2^b items after one starting at x starts.
 struct Hops {
@@ -65,8 +68,7 @@ LMC_VBMI void BuildHops(__m512i bytes, Hops& hops) {
 LMC_VBMI std::uint64_t Exits(const Hops& hops) {
   const __m512i invalid = _mm512_set1_epi8(kInvalid);
   const __m512i last = hops.hop[kHops - 1];
-  const __m512i after = _mm512_permutex2var_epi8(
-      last, _mm512_permutex2var_epi8(last, _mm512_load_si512(kIota.data()), invalid), invalid);
+  const __m512i after = _mm512_permutex2var_epi8(last, last, invalid);  // 2^5 + 2^5 hops
   return static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm512_castsi512_si128(after)));
 }
 
@@ -151,6 +153,7 @@ LMC_VBMI void DecodeBlock(const std::uint8_t* p, std::size_t windows, std::uint3
     const std::size_t items = std::min(whole, max_items - done.items);
     WriteWindow(bytes[w], starts, items, out + done.items);
     done.items += items;
+    done.other_form = items == whole && exit == kInvalid;
     if (items < owned) {  // stopped inside the window: at the item after the last decoded
       alignas(64) std::uint8_t at[64];
       _mm512_store_si512(at, starts);
@@ -166,7 +169,11 @@ LMC_VBMI UintWindowsResult DecodeWindowsVbmi(const std::uint8_t* p, std::size_t 
                                              std::uint32_t* out, std::size_t max_items) {
   UintWindowsResult done;
   if (size >= kUintWindowBytes && max_items > 0) {
-    const std::size_t windows = std::min(kBlockWindows, (size - kUintWindowBytes) / kStride + 1);
+    // A window owns at least 11 items (52 bytes or more, 5 at most each):
+    // no more windows than the items asked for can fill.
+    const std::size_t windows =
+        std::min({kBlockWindows, (size - kUintWindowBytes) / kStride + 1,
+                  (max_items + kMinItemsPerWindow - 1) / kMinItemsPerWindow});
     DecodeBlock(p, windows, out, max_items, done);
   }
   return done;
@@ -271,3 +278,7 @@ UintWindowsResult DecodeUintWindows(const std::uint8_t* p, std::size_t size, std
 }
 
 }  // namespace lmcache::msgpk
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif

@@ -16,8 +16,11 @@ namespace {
 constexpr std::size_t kShards = 16;
 // Entries whose chunks' tokens share a fingerprint: the same chunk after
 // different prefixes (or a crafted XXH3 collision). A lookup compares each,
-// so a fingerprint holds at most this many; a newer one evicts the oldest.
+// so a fingerprint holds at most this many; a newer one evicts the least
+// recently used of them.
 constexpr std::size_t kEntriesPerFingerprint = 8;
+// Chunks looked up per hold of a shard's lock.
+constexpr std::uint32_t kChunksPerLock = 64;
 // A thread keeps its lookup's scratch up to this size for its next one.
 constexpr std::size_t kScratchBytes = 4u << 20;
 
@@ -47,6 +50,11 @@ struct ChunkHasher::Shard {
   std::unordered_multimap<std::uint64_t, std::list<Entry>::iterator> index LMC_GUARDED_BY(mu);
   std::size_t bytes LMC_GUARDED_BY(mu) = 0;
   std::uint64_t uses LMC_GUARDED_BY(mu) = 0;
+
+  // FindCandidates' step for chunk `c`.
+  void FindChunkLocked(std::span<const std::uint32_t> tokens, std::size_t chunk_size,
+                       std::uint32_t c, std::uint64_t fingerprint, Candidates* candidates)
+      LMC_REQUIRES(mu);
 
   void EraseLocked(std::unordered_multimap<std::uint64_t, std::list<Entry>::iterator>::iterator it)
       LMC_REQUIRES(mu) {
@@ -78,33 +86,73 @@ void ChunkHasher::FindCandidates(std::span<const std::uint32_t> tokens, std::siz
   for (std::size_t c = 0; c < count; ++c)
     by_shard[next_slot[fingerprints[c] % kShards]++] = static_cast<std::uint32_t>(c);
   candidates->first.assign(count, Candidates::kNone);
+  candidates->repeated.clear();
   for (std::size_t s = 0; s < kShards; ++s) {
-    if (shard_start[s] == shard_start[s + 1]) continue;
-    Shard& shard = shards_[s];
-    MutexLock lock(&shard.mu);
-    for (std::uint32_t i = shard_start[s]; i < shard_start[s + 1]; ++i) {
-      const std::uint32_t c = by_shard[i];
-      const std::span<const std::uint32_t> chunk = tokens.subspan(c * chunk_size, chunk_size);
-      auto [it, last] = shard.index.equal_range(fingerprints[c]);
-      std::size_t found = 0;
-      std::list<Entry>::iterator sole;
-      for (; it != last; ++it) {
-        const Entry& entry = *it->second;
-        if (entry.tokens.size() != chunk.size() ||
-            std::memcmp(entry.tokens.data(), chunk.data(), chunk.size_bytes()) != 0) {
-          continue;  // another chunk with the same fingerprint
-        }
-        candidates->all.push_back({entry.previous, entry.hash, candidates->first[c]});
-        candidates->first[c] = static_cast<std::uint32_t>(candidates->all.size() - 1);
-        sole = it->second;
-        ++found;
+    // The lock is taken again every kChunksPerLock chunks: a long prompt's
+    // lookup never holds a shard from every other request for long.
+    for (std::uint32_t from = shard_start[s]; from < shard_start[s + 1]; from += kChunksPerLock) {
+      const std::uint32_t to = std::min<std::uint32_t>(from + kChunksPerLock, shard_start[s + 1]);
+      MutexLock lock(&shards_[s].mu);
+      for (std::uint32_t i = from; i < to; ++i) {
+        shards_[s].FindChunkLocked(tokens, chunk_size, by_shard[i], fingerprints[by_shard[i]],
+                                   candidates);
       }
-      // Which of several is used is known only once the chain is: a chunk
-      // after many prefixes counts as used only where it has one entry.
-      if (found == 1) {
-        sole->used = ++shard.uses;
-        shard.lru.splice(shard.lru.end(), shard.lru, sole);
-      }
+    }
+  }
+}
+
+void ChunkHasher::Shard::FindChunkLocked(std::span<const std::uint32_t> tokens,
+                                         std::size_t chunk_size, std::uint32_t c,
+                                         std::uint64_t fingerprint, Candidates* candidates) {
+  const std::span<const std::uint32_t> chunk = tokens.subspan(c * chunk_size, chunk_size);
+  // A chunk repeated in the prompt whose tokens have several entries shares
+  // the first occurrence's list: a prompt of one chunk repeated costs one
+  // list, not one per occurrence.
+  if (!candidates->repeated.empty()) {
+    if (auto earlier = candidates->repeated.find(fingerprint);
+        earlier != candidates->repeated.end() &&
+        std::memcmp(tokens.data() + earlier->second * chunk_size, chunk.data(),
+                    chunk.size_bytes()) == 0) {
+      candidates->first[c] = candidates->first[earlier->second];
+      return;
+    }
+  }
+  auto [it, last] = index.equal_range(fingerprint);
+  std::size_t found = 0;
+  std::list<Entry>::iterator sole;
+  for (; it != last; ++it) {
+    const Entry& entry = *it->second;
+    if (entry.tokens.size() != chunk.size() ||
+        std::memcmp(entry.tokens.data(), chunk.data(), chunk.size_bytes()) != 0) {
+      continue;  // another chunk with the same fingerprint
+    }
+    candidates->all.push_back({entry.previous, entry.hash, candidates->first[c]});
+    candidates->first[c] = static_cast<std::uint32_t>(candidates->all.size() - 1);
+    sole = it->second;
+    ++found;
+  }
+  // Which of several entries is used is known once the chain is: Hashes
+  // touches the chosen one then.
+  if (found == 1) {
+    sole->used = ++uses;
+    lru.splice(lru.end(), lru, sole);
+  } else if (found > 1) {
+    candidates->repeated.emplace(fingerprint, c);
+  }
+}
+
+void ChunkHasher::Touch(std::uint64_t fingerprint, const ChunkHash& previous,
+                        std::span<const std::uint32_t> tokens) {
+  Shard& shard = shards_[fingerprint % kShards];
+  MutexLock lock(&shard.mu);
+  auto [it, last] = shard.index.equal_range(fingerprint);
+  for (; it != last; ++it) {
+    Entry& entry = *it->second;
+    if (entry.previous == previous && entry.tokens.size() == tokens.size() &&
+        std::memcmp(entry.tokens.data(), tokens.data(), tokens.size_bytes()) == 0) {
+      entry.used = ++shard.uses;
+      shard.lru.splice(shard.lru.end(), shard.lru, it->second);
+      return;
     }
   }
 }
@@ -161,10 +209,14 @@ std::vector<ChunkHash> ChunkHasher::Hashes(std::span<const std::uint32_t> tokens
   std::uint64_t hits = 0;
   for (std::size_t c = 0; c < count; ++c) {
     std::optional<ChunkHash> found;
-    for (std::uint32_t k = cached ? candidates.first[c] : Candidates::kNone; k != Candidates::kNone;
-         k = candidates.all[k].next) {
+    const std::uint32_t first = cached ? candidates.first[c] : Candidates::kNone;
+    for (std::uint32_t k = first; k != Candidates::kNone; k = candidates.all[k].next) {
       if (candidates.all[k].previous == previous) {
         found = candidates.all[k].hash;
+        // One of several entries: the one used is known now.
+        if (candidates.all[first].next != Candidates::kNone) {
+          Touch(fingerprints[c], previous, tokens.subspan(c * chunk_size, chunk_size));
+        }
         break;
       }
     }

@@ -6,7 +6,8 @@
 // lookup and each worker's stores and retrieves need the same hashes, and
 // prompts that share a prefix (a system prompt) share their leading chunks.
 // The cache answers those from memory: a hit costs a fast non-cryptographic
-// hash of the chunk and a comparison of its tokens, not a BLAKE3 pass. Keys
+// hash of the chunk and a comparison of its tokens with each entry for them
+// (one, or up to 8 after different prefixes), not a BLAKE3 pass. Keys
 // are compared in full (the previous hash and every token), so a crafted
 // collision of the fast hash costs a miss, never a wrong chunk hash. Entries
 // are found by their tokens' fingerprint alone (XXH3 with a per-process
@@ -73,11 +74,16 @@ class ChunkHasher {
     std::vector<Entry> all;
     std::vector<std::uint32_t> first;
     std::vector<std::uint32_t> by_shard;  // chunk indices in shard order
+    // fingerprint -> the first chunk of the call whose tokens have several entries
+    std::unordered_map<std::uint64_t, std::uint32_t> repeated;
   };
   // Every cached entry for the chunks of `tokens` (fingerprints[c] is chunk
   // c's); each shard locked once.
   void FindCandidates(std::span<const std::uint32_t> tokens, std::size_t chunk_size,
                       std::span<const std::uint64_t> fingerprints, Candidates* candidates);
+  // Marks the entry (previous, tokens) used, if it is still cached.
+  void Touch(std::uint64_t fingerprint, const ChunkHash& previous,
+             std::span<const std::uint32_t> tokens);
   void Insert(std::uint64_t fingerprint, const ChunkHash& previous,
               std::span<const std::uint32_t> tokens, const ChunkHash& hash);
 

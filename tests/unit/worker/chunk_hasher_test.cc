@@ -130,18 +130,24 @@ TEST_P(ChunkHasherTest, SharedPrefixesHitTheCache) {
   EXPECT_LE(stats.bytes, GetParam());
 }
 
+// `n` two-chunk prompts: n different first chunks, then one same chunk.
+std::vector<std::vector<std::uint32_t>> OneChunkAfterPrefixes(std::uint32_t n) {
+  const auto shared_chunk = Prompt(kChunk, 50000);
+  std::vector<std::vector<std::uint32_t>> prompts;
+  for (std::uint32_t k = 0; k < n; ++k) {
+    auto prompt = Prompt(kChunk, 1000 * (k + 1));
+    prompt.insert(prompt.end(), shared_chunk.begin(), shared_chunk.end());
+    prompts.push_back(prompt);
+  }
+  return prompts;
+}
+
 // The same chunk after different prefixes: each (prefix, chunk) keeps its
 // own entry, up to 8 for one chunk's tokens (a lookup compares each; more
 // would let one chunk repeated after many prefixes slow every lookup of it),
 // and the hashes stay right whatever was evicted.
 TEST_P(ChunkHasherTest, OneChunkAfterManyPrefixesKeepsAtMostEightEntries) {
-  const auto shared_chunk = Prompt(kChunk, 50000);
-  std::vector<std::vector<std::uint32_t>> prompts;
-  for (std::uint32_t k = 0; k < 12; ++k) {
-    auto prompt = Prompt(kChunk, 1000 * (k + 1));
-    prompt.insert(prompt.end(), shared_chunk.begin(), shared_chunk.end());
-    prompts.push_back(prompt);
-  }
+  const auto prompts = OneChunkAfterPrefixes(12);
   for (const auto& prompt : prompts) EXPECT_EQ(HashesOf(prompt, 0, 2), Expected(prompt));
   if (GetParam() >= (1u << 20)) {
     EXPECT_EQ(hasher_.Stats().entries, 12u + 8u);  // 12 first chunks, 8 of the shared one
@@ -156,6 +162,39 @@ TEST_P(ChunkHasherTest, OneChunkAfterManyPrefixesKeepsAtMostEightEntries) {
     EXPECT_EQ(hasher_.Stats().entries, 12u + 8u);
   }
   for (const auto& prompt : prompts) EXPECT_EQ(HashesOf(prompt, 0, 2), Expected(prompt));
+}
+
+// Of several entries for one chunk's tokens, the one a lookup used counts as
+// used (it is known once the chain is): the 9th prefix evicts another.
+TEST_P(ChunkHasherTest, TheEntryALookupUsedIsKeptOverItsSiblings) {
+  if (GetParam() < (1u << 20)) GTEST_SKIP() << "needs room for every entry";
+  const auto prompts = OneChunkAfterPrefixes(9);
+  for (std::size_t k = 0; k < 8; ++k) EXPECT_EQ(HashesOf(prompts[k], 0, 2), Expected(prompts[k]));
+  EXPECT_EQ(HashesOf(prompts[0], 0, 2), Expected(prompts[0]));  // uses the oldest entry
+  EXPECT_EQ(HashesOf(prompts[8], 0, 2), Expected(prompts[8]));  // a 9th: evicts the next oldest
+  std::uint64_t hits = hasher_.Stats().hits;
+  EXPECT_EQ(HashesOf(prompts[0], 0, 2), Expected(prompts[0]));
+  EXPECT_EQ(hasher_.Stats().hits - hits, 2u);
+  hits = hasher_.Stats().hits;
+  EXPECT_EQ(HashesOf(prompts[1], 0, 2), Expected(prompts[1]));
+  EXPECT_EQ(hasher_.Stats().hits - hits, 1u);  // its first chunk only
+}
+
+// One chunk repeated through a prompt, with several entries cached for its
+// tokens: every occurrence gets the right hash (the occurrences share one
+// list of the entries).
+TEST_P(ChunkHasherTest, APromptRepeatingOneChunkHashesRight) {
+  const auto chunk = Prompt(kChunk, 70000);
+  for (std::uint32_t k = 0; k < 10; ++k) {  // the chunk after ten other prefixes
+    auto prompt = Prompt(kChunk, 2000 * (k + 1));
+    prompt.insert(prompt.end(), chunk.begin(), chunk.end());
+    EXPECT_EQ(HashesOf(prompt, 0, 2), Expected(prompt));
+  }
+  std::vector<std::uint32_t> repeated;
+  for (int r = 0; r < 200; ++r) repeated.insert(repeated.end(), chunk.begin(), chunk.end());
+  for (int round = 0; round < 2; ++round) {
+    EXPECT_EQ(hasher_.Hashes(repeated, kChunk, 200), Expected(repeated)) << "round " << round;
+  }
 }
 
 // Two models at different chunk sizes share the cache: the same prompt
