@@ -31,6 +31,10 @@ struct Entry {
   std::vector<std::uint32_t> tokens;
   std::uint64_t used = 0;  // the shard's use count at its last hit or insert
   std::size_t Bytes() const { return sizeof(Entry) + tokens.capacity() * 4 + 64; }
+  bool HasTokens(std::span<const std::uint32_t> chunk) const {
+    return tokens.size() == chunk.size() &&
+           std::memcmp(tokens.data(), chunk.data(), chunk.size_bytes()) == 0;
+  }
 };
 
 // The fingerprint of a chunk's tokens alone, so that a prompt's chunks are
@@ -69,13 +73,22 @@ ChunkHasher::ChunkHasher(std::size_t cache_bytes)
 
 ChunkHasher::~ChunkHasher() = default;
 
+std::size_t ChunkHasher::Candidates::CapacityBytes() const {
+  return fingerprints.capacity() * sizeof(std::uint64_t) + all.capacity() * sizeof(Entry) +
+         (first.capacity() + by_shard.capacity()) * sizeof(std::uint32_t) +
+         repeated.bucket_count() * sizeof(void*);
+}
+
 void ChunkHasher::FindCandidates(std::span<const std::uint32_t> tokens, std::size_t chunk_size,
-                                 std::span<const std::uint64_t> fingerprints,
-                                 Candidates* candidates) {
+                                 std::size_t count, Candidates* candidates) {
+  std::vector<std::uint64_t>& fingerprints = candidates->fingerprints;
+  fingerprints.resize(count);
+  for (std::size_t c = 0; c < count; ++c) {
+    fingerprints[c] = Fingerprint(tokens.subspan(c * chunk_size, chunk_size));
+  }
   // Chunks in shard order (a counting sort), so that each shard is locked
   // once; within one, no lookup waits on another's, and their cache misses
   // overlap.
-  const std::size_t count = fingerprints.size();
   std::array<std::uint32_t, kShards + 1> shard_start{};
   for (const std::uint64_t f : fingerprints) ++shard_start[f % kShards + 1];
   for (std::size_t s = 0; s < kShards; ++s) shard_start[s + 1] += shard_start[s];
@@ -122,10 +135,7 @@ void ChunkHasher::Shard::FindChunkLocked(std::span<const std::uint32_t> tokens,
   std::list<Entry>::iterator sole;
   for (; it != last; ++it) {
     const Entry& entry = *it->second;
-    if (entry.tokens.size() != chunk.size() ||
-        std::memcmp(entry.tokens.data(), chunk.data(), chunk.size_bytes()) != 0) {
-      continue;  // another chunk with the same fingerprint
-    }
+    if (!entry.HasTokens(chunk)) continue;  // another chunk with the same fingerprint
     candidates->all.push_back({entry.previous, entry.hash, candidates->first[c]});
     candidates->first[c] = static_cast<std::uint32_t>(candidates->all.size() - 1);
     sole = it->second;
@@ -148,8 +158,7 @@ void ChunkHasher::Touch(std::uint64_t fingerprint, const ChunkHash& previous,
   auto [it, last] = shard.index.equal_range(fingerprint);
   for (; it != last; ++it) {
     Entry& entry = *it->second;
-    if (entry.previous == previous && entry.tokens.size() == tokens.size() &&
-        std::memcmp(entry.tokens.data(), tokens.data(), tokens.size_bytes()) == 0) {
+    if (entry.previous == previous && entry.HasTokens(tokens)) {
       entry.used = ++shard.uses;
       shard.lru.splice(shard.lru.end(), shard.lru, it->second);
       return;
@@ -169,7 +178,7 @@ void ChunkHasher::Insert(std::uint64_t fingerprint, const ChunkHash& previous,
   auto least_used = shard.index.end();
   for (; it != last; ++it) {
     const Entry& held = *it->second;
-    if (held.previous == previous && held.tokens == entry.tokens) return;  // a racing insert
+    if (held.previous == previous && held.HasTokens(tokens)) return;  // a racing insert
     ++same_fingerprint;
     if (least_used == shard.index.end() || held.used < least_used->second->used) least_used = it;
   }
@@ -195,15 +204,9 @@ std::vector<ChunkHash> ChunkHasher::Hashes(std::span<const std::uint32_t> tokens
   // Reused by the thread's next call: a prompt's lookup allocates nothing
   // that the next would fault in again (kept up to kScratchBytes).
   thread_local Candidates candidates;
-  thread_local std::vector<std::uint64_t> fingerprints;
   candidates.all.clear();
-  if (cached) {
-    fingerprints.resize(count);
-    for (std::size_t c = 0; c < count; ++c) {
-      fingerprints[c] = Fingerprint(tokens.subspan(c * chunk_size, chunk_size));
-    }
-    FindCandidates(tokens, chunk_size, fingerprints, &candidates);
-  }
+  if (cached) FindCandidates(tokens, chunk_size, count, &candidates);
+  const std::vector<std::uint64_t>& fingerprints = candidates.fingerprints;
   // The chain: a chunk's cached hash counts only after the same previous
   // hash (its tokens were compared in full above).
   std::uint64_t hits = 0;
@@ -232,13 +235,7 @@ std::vector<ChunkHash> ChunkHasher::Hashes(std::span<const std::uint32_t> tokens
     hashes.push_back(hash);
     previous = hash;
   }
-  if (candidates.all.capacity() * sizeof(Candidates::Entry) +
-          (candidates.first.capacity() + candidates.by_shard.capacity()) * 4 +
-          fingerprints.capacity() * 8 >
-      kScratchBytes) {
-    candidates = Candidates{};
-    fingerprints = {};
-  }
+  if (candidates.CapacityBytes() > kScratchBytes) candidates = Candidates{};
   counters_.hits.fetch_add(hits, std::memory_order_relaxed);
   counters_.misses.fetch_add(count - hits, std::memory_order_relaxed);
   return hashes;

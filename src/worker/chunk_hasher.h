@@ -62,8 +62,9 @@ class ChunkHasher {
 
  private:
   struct Shard;
-  // The cached entries whose tokens are a prompt's chunks': all[k] is valid
-  // after `previous`; first[c] and each `next` link chunk c's.
+  // A prompt's chunks' fingerprints and the cached entries whose tokens are
+  // its chunks': all[k] is valid after `previous`; first[c] and each `next`
+  // link chunk c's.
   struct Candidates {
     static constexpr std::uint32_t kNone = UINT32_MAX;
     struct Entry {
@@ -71,16 +72,20 @@ class ChunkHasher {
       ChunkHash hash{};
       std::uint32_t next = kNone;
     };
+    std::vector<std::uint64_t> fingerprints;  // of chunk c's tokens
     std::vector<Entry> all;
     std::vector<std::uint32_t> first;
     std::vector<std::uint32_t> by_shard;  // chunk indices in shard order
     // fingerprint -> the first chunk of the call whose tokens have several entries
     std::unordered_map<std::uint64_t, std::uint32_t> repeated;
+
+    // What the vectors and the map's buckets hold, kept between calls.
+    std::size_t CapacityBytes() const;
   };
-  // Every cached entry for the chunks of `tokens` (fingerprints[c] is chunk
-  // c's); each shard locked once.
+  // The fingerprints of the first `count` chunks of `tokens`, and every
+  // cached entry for them; each shard's lock taken once per 64 chunks.
   void FindCandidates(std::span<const std::uint32_t> tokens, std::size_t chunk_size,
-                      std::span<const std::uint64_t> fingerprints, Candidates* candidates);
+                      std::size_t count, Candidates* candidates);
   // Marks the entry (previous, tokens) used, if it is still cached.
   void Touch(std::uint64_t fingerprint, const ChunkHash& previous,
              std::span<const std::uint32_t> tokens);
