@@ -13,7 +13,6 @@ Usage: prometheus_scrape_test.py LMCACHE_SERVER_BINARY
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,13 +23,10 @@ import urllib.request
 import msgpack
 import zmq
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from free_ports import free_tcp_ports  # noqa: E402 (needs the path above)
+
 DEADLINE_S = 90
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(what, check, seconds):
@@ -81,7 +77,7 @@ def main():
               "(apt install prometheus; tools/dev.sh deps installs it)")
         return 77
     work = tempfile.mkdtemp(prefix="lmcache_prom_")
-    http_port, prom_port = free_port(), free_port()
+    http_port, prom_port = free_tcp_ports(2)
     url = f"ipc://{work}/server.sock"
     procs = []
     try:

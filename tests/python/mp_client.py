@@ -15,10 +15,8 @@ when the request failed.
 """
 
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -26,6 +24,8 @@ import uuid
 import msgpack
 import numpy as np
 import zmq
+
+from free_ports import free_tcp_port, free_tcp_ports  # noqa: F401 (the tests and tools take them from here)
 
 # The build tree of this checkout; LMCACHE_SERVER_BINARY overrides it.
 DEFAULT_BINARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
@@ -69,49 +69,6 @@ ITEM_SIZE = 2  # bfloat16, carried in numpy as uint16
 
 def server_binary():
     return os.environ.get("LMCACHE_SERVER_BINARY", DEFAULT_BINARY)
-
-
-def _ephemeral_port_floor():
-    """The lowest port the kernel hands out on its own (bind to port 0, an
-    outgoing connection, a UCX listener): a port below it is taken only by
-    someone who asked for it by number."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-
-
-def free_tcp_ports(count):
-    """`count` distinct loopback ports nobody listens on now, drawn at random
-    below the kernel's ephemeral range (so no server's outgoing connection or
-    port-0 listener can take one before its server binds it), each held bound
-    until all are picked. Where the ephemeral range starts too low to leave
-    room, the kernel picks (bound to port 0)."""
-    floor = _ephemeral_port_floor()
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(s)
-            for _attempt in range(200 if floor > 12000 else 0):
-                try:
-                    s.bind(("127.0.0.1", random.randrange(10000, floor)))
-                    break
-                except OSError:
-                    continue
-            else:
-                s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def free_tcp_port():
-    """One port as free_tcp_ports picks them. Two calls may return the same
-    port only by a 1-in-20,000 chance: take several with free_tcp_ports."""
-    return free_tcp_ports(1)[0]
 
 
 def read_text(path):

@@ -70,7 +70,7 @@ rm -rf "$KIT"
 mkdir -p "$KIT/bin" "$KIT/lib" "$KIT/python/zmq_shim"
 cp "$BUILD/src/lmcache-server" "$BUILD/tests/cuda_kv_copy_test" "$KIT/bin/"
 strip --strip-unneeded "$KIT"/bin/*
-for f in mp_client.py cuda_worker.py gpu_worker.py make_ipc_pickles.py conftest.py \
+for f in mp_client.py free_ports.py cuda_worker.py gpu_worker.py make_ipc_pickles.py conftest.py \
          test_gpu_cuda.py test_gpu_torch.py; do
   cp "$ROOT/tests/python/$f" "$KIT/python/"
 done
