@@ -1,11 +1,14 @@
 // ChunkHasher: rolling chunk hashes equal to hashing from scratch, with and
-// without its cache, whatever the order prompts come in.
+// without its cache, whatever the order prompts come in, and from several
+// threads at once.
 #include "worker/chunk_hasher.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <numeric>
+#include <random>
+#include <thread>
 #include <vector>
 
 namespace lmcache::worker {
@@ -155,7 +158,9 @@ TEST_P(ChunkHasherTest, OneChunkAfterManyPrefixesKeepsAtMostEightEntries) {
   // The newest prefix's entry was kept, the oldest's evicted.
   const std::uint64_t hits_before = hasher_.Stats().hits;
   EXPECT_EQ(HashesOf(prompts[11], 0, 2), Expected(prompts[11]));
-  if (GetParam() >= (1u << 20)) EXPECT_EQ(hasher_.Stats().hits - hits_before, 2u);
+  if (GetParam() >= (1u << 20)) {
+    EXPECT_EQ(hasher_.Stats().hits - hits_before, 2u);
+  }
   EXPECT_EQ(HashesOf(prompts[0], 0, 2), Expected(prompts[0]));
   if (GetParam() >= (1u << 20)) {
     EXPECT_EQ(hasher_.Stats().hits - hits_before, 3u);
@@ -230,7 +235,54 @@ TEST_P(ChunkHasherTest, SmallChunksBypassTheCache) {
   const std::size_t size = kUncachedChunkTokens + 1;
   (void)hasher_.Hashes(tokens, size, tokens.size() / size);
   (void)hasher_.Hashes(tokens, size, tokens.size() / size);
-  if (GetParam() >= (1u << 20)) EXPECT_EQ(hasher_.Stats().hits, tokens.size() / size);
+  if (GetParam() >= (1u << 20)) {
+    EXPECT_EQ(hasher_.Stats().hits, tokens.size() / size);
+  }
+}
+
+// Threads hashing prompts that share prefixes, repeat chunks and hold one
+// chunk after many prefixes, all at once: every hash is right while entries
+// are found, inserted (the same one by two threads racing) and evicted on
+// other threads (the small cache evicts all the time). TSan runs it too.
+TEST_P(ChunkHasherTest, ThreadsHashingAtOnceGetTheHashesFromScratch) {
+  std::vector<std::vector<std::uint32_t>> prompts = OneChunkAfterPrefixes(10);
+  for (std::uint32_t p = 0; p < 6; ++p) {  // a system prompt, then each its own turn
+    auto prompt = Prompt(6 * kChunk);
+    const auto own = Prompt((p + 1) * kChunk, 30000 + 1000 * p);
+    prompt.insert(prompt.end(), own.begin(), own.end());
+    prompts.push_back(prompt);
+  }
+  std::vector<std::uint32_t> repeated;
+  for (int r = 0; r < 40; ++r)
+    repeated.insert(repeated.end(), prompts[0].begin() + kChunk, prompts[0].end());
+  prompts.push_back(repeated);
+  std::vector<std::vector<store::ChunkHash>> expected;
+  for (const auto& prompt : prompts) expected.push_back(Expected(prompt));
+
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 300;
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 random(static_cast<std::uint32_t>(t));
+      for (int round = 0; round < kRounds; ++round) {
+        const std::size_t p = random() % prompts.size();
+        const std::size_t count = 1 + random() % (prompts[p].size() / kChunk);
+        const auto hashes = hasher_.Hashes(prompts[p], kChunk, count);
+        if (hashes !=
+            std::vector<store::ChunkHash>(expected[p].begin(), expected[p].begin() + count)) {
+          ++wrong[t];
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
+  EXPECT_LE(hasher_.Stats().bytes, GetParam());
+  if (GetParam() >= (1u << 20)) {
+    EXPECT_GT(hasher_.Stats().hits, 0u);
+  }
 }
 
 }  // namespace
