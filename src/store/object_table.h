@@ -456,9 +456,11 @@ class ObjectTable {
   // frees goes to `to_free`.
   void GiveBackShares(const ReadRequest& request, const std::vector<ResidentEntry*>& entries,
                       TimeMs now, std::vector<Offset>* to_free);
-  // Releases up to `count` locks of `lease` on the keys (shards locked by the caller).
-  std::uint64_t ReleaseLocked(LeaseId lease, std::span<const ObjectKey> keys, std::uint32_t count,
-                              TimeMs now, std::vector<Offset>* to_free);
+  // Releases up to `count` locks of `lease` on the keys (their shards locked
+  // by `lock`, built from the same keys).
+  std::uint64_t ReleaseLocked(const ShardSetLock& lock, LeaseId lease,
+                              std::span<const ObjectKey> keys, std::uint32_t count, TimeMs now,
+                              std::vector<Offset>* to_free);
   // Drops the staged copies of `write_lease` among `keys` (its record already taken).
   std::size_t AbortStaged(LeaseId write_lease, std::span<const ObjectKey> keys);
   // Tell the listeners (with no shard lock held).

@@ -18,7 +18,9 @@
 namespace lmcache::store {
 
 // Locks the shards of a set of keys in ascending index order (deadlock-free
-// against any other ShardSetLock) and unlocks them on destruction.
+// against any other ShardSetLock) and unlocks them on destruction. Built from
+// keys, it remembers each key's shard, so a batch hashes each key for its
+// shard once (ShardOf(i)), not once per pass.
 class ObjectTable::ShardSetLock {
  public:
   ShardSetLock(const ObjectTable& table,
@@ -26,7 +28,11 @@ class ObjectTable::ShardSetLock {
     // Marks, then collects in order: a batch of many keys (one per token at
     // chunk size 1) costs a pass over the keys and one over the shards, no sort.
     std::vector<bool> named(table.num_shards(), false);
-    for (const ObjectKey& key : keys) named[table.ShardIndex(key)] = true;
+    key_shards_.reserve(keys.size());
+    for (const ObjectKey& key : keys) {
+      key_shards_.push_back(table.ShardIndex(key));
+      named[key_shards_.back()] = true;
+    }
     for (std::uint32_t i = 0; i < named.size(); ++i) {
       if (named[i]) indices_.push_back(i);
     }
@@ -43,9 +49,15 @@ class ObjectTable::ShardSetLock {
   ShardSetLock(const ShardSetLock&) = delete;
   ShardSetLock& operator=(const ShardSetLock&) = delete;
 
+  // The shard of the `key_index`th key this lock was built from (locked).
+  ObjectShard& ShardOf(std::size_t key_index) const {
+    return *table_.shards_[key_shards_[key_index]];
+  }
+
  private:
   const ObjectTable& table_;
   std::vector<std::uint32_t> indices_;
+  std::vector<std::uint32_t> key_shards_;  // by key, when built from keys
 };
 
 // Frees the offsets collected under shard locks once the locks are gone: the

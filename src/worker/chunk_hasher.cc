@@ -11,19 +11,10 @@
 #include "common/check.h"
 
 namespace lmcache::worker {
-namespace {
 
-constexpr std::size_t kShards = 16;
-// Entries whose chunks' tokens share a fingerprint: the same chunk after
-// different prefixes (or a crafted XXH3 collision). A lookup compares each,
-// so a fingerprint holds at most this many; a newer one evicts the least
-// recently used of them.
-constexpr std::size_t kEntriesPerFingerprint = 8;
-// Chunks looked up per hold of a shard's lock.
-constexpr std::uint32_t kChunksPerLock = 64;
-// A thread keeps its lookup's scratch up to this size for its next one.
-constexpr std::size_t kScratchBytes = 4u << 20;
-
+// A cached chunk. Not in the anonymous namespace: ChunkHasher::Shard, which
+// has external linkage, holds a list of them.
+namespace chunk_hasher_internal {
 struct Entry {
   std::uint64_t fingerprint = 0;
   ChunkHash previous{};
@@ -36,6 +27,21 @@ struct Entry {
            std::memcmp(tokens.data(), chunk.data(), chunk.size_bytes()) == 0;
   }
 };
+}  // namespace chunk_hasher_internal
+using chunk_hasher_internal::Entry;
+
+namespace {
+
+constexpr std::size_t kShards = 16;
+// Entries whose chunks' tokens share a fingerprint: the same chunk after
+// different prefixes (or a crafted XXH3 collision). A lookup compares each,
+// so a fingerprint holds at most this many; a newer one evicts the least
+// recently used of them.
+constexpr std::size_t kEntriesPerFingerprint = 8;
+// Chunks looked up per hold of a shard's lock.
+constexpr std::uint32_t kChunksPerLock = 64;
+// A thread keeps its lookup's scratch up to this size for its next one.
+constexpr std::size_t kScratchBytes = 4u << 20;
 
 // The fingerprint of a chunk's tokens alone, so that a prompt's chunks are
 // all looked up at once, before their chain of hashes is known; seeded per
