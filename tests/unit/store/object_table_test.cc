@@ -637,6 +637,32 @@ TEST_F(ObjectTableTest, InvalidInputIsRejected) {
   EXPECT_EQ(allocator_->UsedBytes(), 0u);
 }
 
+// A batch's keys are checked once per run of equal strings: a bad key after
+// good ones is still refused, whether its strings or its numbers are bad,
+// and nothing of the batch is reserved or locked.
+TEST_F(ObjectTableTest, ABadKeyAfterGoodOnesIsRefused) {
+  Store(KeysN(0, 3));
+  std::vector<ObjectKey> bad_salt = KeysN(0, 3);
+  bad_salt[2].cache_salt = "a/b";
+  std::vector<ObjectKey> bad_model = KeysN(0, 3);
+  bad_model[1].model_name = "a@b";
+  std::vector<ObjectKey> bad_rank = KeysN(0, 3);  // the same strings as the key before it
+  bad_rank[2].kv_rank = -1;
+  std::vector<ObjectKey> bad_group = KeysN(0, 3);
+  bad_group[1].object_group_id = -2;
+  for (const auto& keys : {bad_salt, bad_model, bad_rank, bad_group}) {
+    EXPECT_EQ(
+        table_->ReserveWrite(keys, kObject, kWriter, AllocationMode::kAllOrNothing).status().code(),
+        ErrorCode::kInvalidKey);
+    ReadRequest request;
+    request.keys = keys;
+    request.owner = kReader;
+    EXPECT_EQ(table_->AcquireRead(request).status().code(), ErrorCode::kInvalidKey);
+  }
+  EXPECT_EQ(table_->Stats().locked_objects, 0u);
+  EXPECT_EQ(table_->Stats().resident_objects, 3u);
+}
+
 TEST_F(ObjectTableTest, TouchReordersEviction) {
   Store(KeysN(0, 1));
   Store(KeysN(1, 1));
