@@ -118,6 +118,12 @@ Status MeasurePingAndEcho(const std::string& url, int samples, Latencies* out) {
   return Status::Ok();
 }
 
+// Real models' names, not short ones: a name past 15 characters is
+// allocated with every copy of an object's key, and the server hashes,
+// compares and checks it per key (docs/performance.md, "Lookup").
+constexpr const char* kLookupModel = "meta-llama/Llama-3.1-8B-Instruct";
+constexpr const char* kSharedPrefixModel = "Qwen/Qwen3-30B-A3B-Instruct-2507";
+
 Result<std::unique_ptr<client::Client>> RegisteredClient(const std::string& url,
                                                          std::int64_t instance,
                                                          const std::string& model) {
@@ -179,11 +185,11 @@ double MeanUs(const tools::ServerStats& before, const tools::ServerStats& after,
 // With `stages`, also where the server's time went.
 Result<double> LookupP50(const BenchOptions& o, const std::string& url, int samples,
                          LookupStages* stages = nullptr) {
-  LMC_ASSIGN_OR_RETURN(auto client, RegisteredClient(url, 8'000'000, "bench-lookup"));
+  LMC_ASSIGN_OR_RETURN(auto client, RegisteredClient(url, 8'000'000, kLookupModel));
   const std::vector<std::uint32_t> tokens = PromptTokens(o.lookup_tokens, 424242);
-  LMC_RETURN_IF_ERROR(StoreTokens(*client, o, "bench-lookup", tokens));
+  LMC_RETURN_IF_ERROR(StoreTokens(*client, o, kLookupModel, tokens));
   client::KeySpec key;
-  key.model_name = "bench-lookup";
+  key.model_name = kLookupModel;
   const std::uint64_t chunks = o.lookup_tokens / o.chunk_size;
   key.token_ids = tokens;
   key.end = static_cast<std::int64_t>(chunks * o.chunk_size);
@@ -216,17 +222,17 @@ Result<double> LookupP50(const BenchOptions& o, const std::string& url, int samp
 // system prompt stored before; every sample has a suffix never seen before.
 Status SharedPrefixLookups(const BenchOptions& o, const std::string& url, int samples,
                            Latencies* out) {
-  LMC_ASSIGN_OR_RETURN(auto client, RegisteredClient(url, 8'000'001, "bench-shared"));
+  LMC_ASSIGN_OR_RETURN(auto client, RegisteredClient(url, 8'000'001, kSharedPrefixModel));
   const std::uint64_t chunks = o.lookup_tokens / o.chunk_size;
   const std::uint64_t shared_chunks = std::max<std::uint64_t>(1, chunks * 8 / 10);
   const std::uint64_t shared_tokens = shared_chunks * o.chunk_size;
   const std::vector<std::uint32_t> system_prompt = PromptTokens(shared_tokens, 515151);
-  LMC_RETURN_IF_ERROR(StoreTokens(*client, o, "bench-shared", system_prompt));
+  LMC_RETURN_IF_ERROR(StoreTokens(*client, o, kSharedPrefixModel, system_prompt));
   std::vector<double> times;
   std::size_t hits = 0;
   for (int i = 0; i < samples; ++i) {
     client::KeySpec key;
-    key.model_name = "bench-shared";
+    key.model_name = kSharedPrefixModel;
     key.token_ids = system_prompt;
     const std::vector<std::uint32_t> suffix =
         PromptTokens(chunks * o.chunk_size - shared_tokens, 900'000 + static_cast<std::uint64_t>(i));
