@@ -121,13 +121,42 @@ Status ValidateCanonicalTags(std::string_view tags) {
   return Status::Ok();
 }
 
-Status ValidateObjectKey(const ObjectKey& key) {
+namespace {
+
+Status ValidateKeyStrings(const ObjectKey& key) {
   LMC_RETURN_IF_ERROR(ValidateModelName(key.model_name));
   LMC_RETURN_IF_ERROR(ValidateCacheSalt(key.cache_salt));
   if (!key.tags.empty()) LMC_RETURN_IF_ERROR(ValidateCanonicalTags(key.tags));
+  return Status::Ok();
+}
+
+Status ValidateKeyNumbers(const ObjectKey& key) {
   if (key.kv_rank < 0) return Status(ErrorCode::kInvalidKey, "kv_rank must not be negative");
   if (key.object_group_id < 0) {
     return Status(ErrorCode::kInvalidKey, "object_group_id must not be negative");
+  }
+  return Status::Ok();
+}
+
+bool SameStrings(const ObjectKey& a, const ObjectKey& b) {
+  return a.model_name == b.model_name && a.cache_salt == b.cache_salt && a.tags == b.tags;
+}
+
+}  // namespace
+
+Status ValidateObjectKey(const ObjectKey& key) {
+  LMC_RETURN_IF_ERROR(ValidateKeyStrings(key));
+  return ValidateKeyNumbers(key);
+}
+
+Status ValidateObjectKeys(std::span<const ObjectKey> keys) {
+  const ObjectKey* checked = nullptr;  // the last key whose strings were checked
+  for (const ObjectKey& key : keys) {
+    if (checked == nullptr || !SameStrings(key, *checked)) {
+      LMC_RETURN_IF_ERROR(ValidateKeyStrings(key));
+      checked = &key;
+    }
+    LMC_RETURN_IF_ERROR(ValidateKeyNumbers(key));
   }
   return Status::Ok();
 }

@@ -74,19 +74,7 @@ std::uint32_t ObjectTable::ShardIndex(const ObjectKey& key) const {
 ObjectShard& ObjectTable::ShardOf(const ObjectKey& key) const { return *shards_[ShardIndex(key)]; }
 
 Status ObjectTable::ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const {
-  // A batch's keys share their strings (one prompt's chunks of one model,
-  // salt and tags): each run of equal strings is checked once. A model
-  // name's check (its UTF-8 and characters) per key was 16 % of a
-  // 512-key read lock's time (bench/store_bench, BM_ReadLockUnlock).
-  const ObjectKey* checked = nullptr;
-  for (const ObjectKey& key : keys) {
-    const bool strings_checked = checked != nullptr && key.model_name == checked->model_name &&
-                                 key.cache_salt == checked->cache_salt && key.tags == checked->tags;
-    if (!strings_checked || key.kv_rank < 0 || key.object_group_id < 0) {
-      LMC_RETURN_IF_ERROR(ValidateObjectKey(key));
-      checked = &key;
-    }
-  }
+  LMC_RETURN_IF_ERROR(ValidateObjectKeys(keys));
   if (require_distinct) {
     // The batch's own keys, by address: no key is copied (a batch at chunk
     // size 1 holds one key per token).
@@ -543,6 +531,7 @@ void ObjectTable::NotifyDeleted(const std::vector<ObjectKey>& keys,
 std::uint64_t ObjectTable::ReleaseLocked(const ShardSetLock& lock, LeaseId lease,
                                          std::span<const ObjectKey> keys, std::uint32_t count,
                                          TimeMs now, std::vector<Offset>* to_free) {
+  LMC_DCHECK(lock.key_count() == keys.size());
   std::uint64_t released = 0;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     ObjectShard& shard = lock.ShardOf(i);

@@ -12,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/check.h"
 #include "store/object_shard.h"
 #include "store/object_table.h"
 
@@ -51,8 +52,11 @@ class ObjectTable::ShardSetLock {
 
   // The shard of the `key_index`th key this lock was built from (locked).
   ObjectShard& ShardOf(std::size_t key_index) const {
+    LMC_DCHECK(key_index < key_shards_.size());
     return *table_.shards_[key_shards_[key_index]];
   }
+  // How many keys it was built from (0 when built from a shard number).
+  std::size_t key_count() const { return key_shards_.size(); }
 
  private:
   const ObjectTable& table_;

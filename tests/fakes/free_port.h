@@ -21,8 +21,10 @@
 #include <netinet/in.h>
 #include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -68,18 +70,29 @@ inline std::optional<std::pair<int, int>> PickRange() {
   return std::pair{kLowestPort, floor - 1};
 }
 
+// LMCACHE_TEST_PORT_REGISTRY, else lmcache-test-ports.UID in $TMPDIR where
+// that is a directory, else in /tmp: free_ports.py's rule, so both languages
+// always meet in one file.
 inline std::string RegistryPath() {
   if (const char* path = std::getenv("LMCACHE_TEST_PORT_REGISTRY"); path && *path) return path;
-  return (std::filesystem::temp_directory_path() /
-          ("lmcache-test-ports." + std::to_string(::getuid())))
-      .string();
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::error_code error;
+  const std::filesystem::path directory =
+      tmpdir && *tmpdir && std::filesystem::is_directory(tmpdir, error) ? tmpdir : "/tmp";
+  return (directory / ("lmcache-test-ports." + std::to_string(::getuid()))).string();
 }
 
-// The registry file, opened and flocked for as long as this lives.
+// The registry file, opened and flocked for as long as this lives. Never
+// follows a symbolic link and takes only a regular file of this user's: in a
+// shared /tmp another user could otherwise plant a link to a file of ours,
+// which the rewrite would truncate.
 class LockedRegistry {
  public:
-  LockedRegistry() : fd_(::open(RegistryPath().c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600)) {
-    if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
+  LockedRegistry()
+      : fd_(::open(RegistryPath().c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600)) {
+    struct stat info {};
+    if (fd_ >= 0 && (::fstat(fd_, &info) != 0 || !S_ISREG(info.st_mode) ||
+                     info.st_uid != ::getuid() || !Lock())) {
       ::close(fd_);
       fd_ = -1;
     }
@@ -111,21 +124,31 @@ class LockedRegistry {
     return reserved;
   }
 
+  // Written over from the start, then cut to length, so a writer killed
+  // midway leaves the reservations it had read.
   void Write(const std::map<int, std::int64_t>& reserved) const {
     std::string text;
     for (const auto& [port, expiry] : reserved) {
       text += std::to_string(port) + ' ' + std::to_string(expiry) + '\n';
     }
-    if (::ftruncate(fd_, 0) != 0) return;
     ::lseek(fd_, 0, SEEK_SET);
     for (std::size_t done = 0; done < text.size();) {
       const ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
       if (n <= 0) return;
       done += static_cast<std::size_t>(n);
     }
+    (void)::ftruncate(fd_, static_cast<off_t>(text.size()));
   }
 
  private:
+  bool Lock() const {
+    int result = 0;
+    do {
+      result = ::flock(fd_, LOCK_EX);
+    } while (result != 0 && errno == EINTR);  // a signal while another picker holds it
+    return result == 0;
+  }
+
   int fd_;
 };
 

@@ -24,7 +24,7 @@ import fcntl
 import os
 import random
 import socket
-import tempfile
+import stat
 import time
 
 RESERVE_S = 900  # > the longest ctest TIMEOUT of a test that picks ports (600 s)
@@ -55,8 +55,38 @@ def pick_range():
 
 
 def registry_path():
-    return os.environ.get("LMCACHE_TEST_PORT_REGISTRY") or os.path.join(
-        tempfile.gettempdir(), f"lmcache-test-ports.{os.getuid()}")
+    """LMCACHE_TEST_PORT_REGISTRY, else lmcache-test-ports.UID in $TMPDIR where
+    that is a directory, else in /tmp: the rule free_port.h follows too, so
+    both languages always meet in one file."""
+    override = os.environ.get("LMCACHE_TEST_PORT_REGISTRY")
+    if override:
+        return override
+    tmpdir = os.environ.get("TMPDIR")
+    directory = tmpdir if tmpdir and os.path.isdir(tmpdir) else "/tmp"
+    return os.path.join(directory, f"lmcache-test-ports.{os.getuid()}")
+
+
+def _open_registry():
+    """The registry, opened and flocked; None where it cannot be (then picks go
+    unregistered). Never follows a symbolic link and takes only a regular file
+    of this user's: in a shared /tmp another user could otherwise plant a link
+    to a file of ours, which the rewrite would truncate."""
+    try:
+        fd = os.open(registry_path(), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except OSError:
+        return None
+    registry = os.fdopen(fd, "r+")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+            registry.close()
+            return None
+        fcntl.flock(fd, fcntl.LOCK_EX)  # Python retries it after a signal (PEP 475)
+    except OSError:
+        registry.close()
+        return None
+    return registry
 
 
 def _read_reservations(f, now):
@@ -72,10 +102,12 @@ def _read_reservations(f, now):
 
 
 def _write_reservations(f, reserved):
+    """Rewrites the registry: written over from the start, then cut to length,
+    so a writer killed midway leaves the reservations it had read."""
     f.seek(0)
-    f.truncate()
     f.write("".join(f"{port} {expiry}\n" for port, expiry in sorted(reserved.items())))
     f.flush()
+    f.truncate()
 
 
 def _bind_one(s, ports, reserved):
@@ -99,13 +131,8 @@ def free_tcp_ports(count):
     bound until all are picked."""
     ports = pick_range()
     sockets = []
+    registry = _open_registry()
     try:
-        registry = os.fdopen(os.open(registry_path(), os.O_RDWR | os.O_CREAT, 0o600), "r+")
-    except OSError:
-        registry = None
-    try:
-        if registry is not None:
-            fcntl.flock(registry, fcntl.LOCK_EX)
         now = int(time.time())
         reserved = _read_reservations(registry, now) if registry is not None else {}
         for _ in range(count):

@@ -11,6 +11,7 @@ port 12095: "cannot serve HTTP on 127.0.0.1:12095 (in use ...)".)
 """
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RANGE_LOW = 9400  # below the default range (from 10000): no other test picks these
 
 
+def require_free(low, high):
+    """Skips the test unless every port of [low, high] can be bound now: the
+    cases expect exact sets of ports, and on some hosts a service listens in
+    this range (NVIDIA's dcgm-exporter on 9400, for one)."""
+    for port in range(low, high + 1):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                pytest.skip(f"port {port} of the test's range {low}-{high} is in use here")
+
+
 def picker_env(tmp_path, low, high):
     return {**os.environ, "LMCACHE_TEST_PORT_REGISTRY": str(tmp_path / "registry"),
             "LMCACHE_TEST_PORT_RANGE": f"{low}-{high}"}
@@ -31,6 +44,7 @@ def picker_env(tmp_path, low, high):
 @pytest.fixture
 def narrow(tmp_path, monkeypatch):
     """A private registry and the 8 ports from RANGE_LOW for this process's picks."""
+    require_free(RANGE_LOW, RANGE_LOW + 7)
     for name, value in picker_env(tmp_path, RANGE_LOW, RANGE_LOW + 7).items():
         monkeypatch.setenv(name, value)
     return tmp_path / "registry"
@@ -38,6 +52,7 @@ def narrow(tmp_path, monkeypatch):
 
 def test_pickers_in_many_processes_never_share_a_port(tmp_path):
     low, high = RANGE_LOW, RANGE_LOW + 199
+    require_free(low, high)
     script = ("import free_ports\n"
               "print(' '.join(str(free_ports.free_tcp_port()) for _ in range(40)))\n")
     procs = [subprocess.Popen([sys.executable, "-c", script], cwd=HERE, text=True,
@@ -83,3 +98,15 @@ def test_the_registry_keeps_one_line_per_live_reservation(narrow):
         port, expiry = (int(f) for f in line.split())
         if port in picked:
             assert expiry >= now + free_ports.RESERVE_S
+
+
+def test_a_registry_path_that_is_a_link_is_never_followed(narrow, tmp_path):
+    """Another local user may plant the registry's name in a shared /tmp as a
+    link to a file of ours: the picker must not rewrite (truncate) it, and
+    picks anyway, unregistered."""
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    os.symlink(victim, narrow)
+    picked = free_ports.free_tcp_ports(2)
+    assert len(set(picked)) == 2
+    assert victim.read_text() == "precious\n"

@@ -29,9 +29,27 @@ namespace {
 // the Python test's (9400-9599): the two may run at once.
 constexpr int kRangeLow = 9600;
 
+// Whether every port of [low, high] can be bound now: the cases expect exact
+// sets of ports, and on some hosts a service listens in this range.
+bool RangeIsFree(int low, int high) {
+  for (int port = low; port <= high; ++port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const bool bound = free_port_detail::BindLoopback(fd, port);
+    ::close(fd);
+    if (!bound) return false;
+  }
+  return true;
+}
+
 class FreePortTest : public ::testing::Test {
  protected:
-  void SetUp() override { UseRange(kRangeLow, kRangeLow + 7); }
+  void SetUp() override {
+    if (!RangeIsFree(kRangeLow, kRangeLow + 199)) {
+      GTEST_SKIP() << "a port of the test's range " << kRangeLow << "-" << kRangeLow + 199
+                   << " is in use here";
+    }
+    UseRange(kRangeLow, kRangeLow + 7);
+  }
   void TearDown() override {
     ::unsetenv("LMCACHE_TEST_PORT_REGISTRY");
     ::unsetenv("LMCACHE_TEST_PORT_RANGE");
@@ -136,6 +154,20 @@ TEST_F(FreePortTest, TheRegistryKeepsOneLinePerLiveReservation) {
   std::vector<int> expected = picked;
   expected.push_back(kRangeLow);
   EXPECT_EQ(listed, Sorted(expected));
+}
+
+// Another local user may plant the registry's name in a shared /tmp as a
+// link to a file of ours: the picker must not rewrite (truncate) it, and
+// picks anyway, unregistered.
+TEST_F(FreePortTest, ARegistryPathThatIsALinkIsNeverFollowed) {
+  const std::string victim = (dir_.path() / "victim").string();
+  std::ofstream(victim) << "precious\n";
+  ASSERT_EQ(::symlink(victim.c_str(), registry_.c_str()), 0);
+  const std::vector<int> picked = FreeTcpPorts(2);
+  EXPECT_NE(picked[0], picked[1]);
+  std::stringstream text;
+  text << std::ifstream(victim).rdbuf();
+  EXPECT_EQ(text.str(), "precious\n");
 }
 
 #ifdef LMC_PYTHON3

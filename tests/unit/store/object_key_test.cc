@@ -60,6 +60,39 @@ TEST(ObjectKey, EveryFieldTakesPartInIdentity) {
   EXPECT_FALSE(ValidateObjectKey(negative).ok());
 }
 
+// A batch's check gives the first bad key's error, as checking each key in
+// turn does, whatever is bad and wherever: the strings of a key that repeats
+// the one before are checked once, its numbers always.
+TEST(ObjectKey, ABatchIsCheckedAsEachOfItsKeys) {
+  const auto first_error = [](const std::vector<ObjectKey>& keys) {
+    for (const ObjectKey& key : keys) {
+      if (Status status = ValidateObjectKey(key); !status.ok()) return status.ToString();
+    }
+    return Status::Ok().ToString();
+  };
+  const std::vector<ObjectKey> good = testing::KeysN(0, 4);
+  std::vector<std::vector<ObjectKey>> batches{good, {}};
+  for (std::size_t at = 0; at < good.size(); ++at) {
+    for (int spoil = 0; spoil < 5; ++spoil) {
+      std::vector<ObjectKey> keys = good;
+      ObjectKey& key = keys[at];
+      if (spoil == 0) key.model_name = "a@b";
+      if (spoil == 1) key.cache_salt = "a/b";
+      if (spoil == 2) key.tags = "no-percent";
+      if (spoil == 3) key.kv_rank = -1;
+      if (spoil == 4) {
+        key.object_group_id = -1;
+        key.cache_salt = "tenant";  // other strings, good ones
+      }
+      batches.push_back(keys);
+    }
+  }
+  for (const auto& keys : batches) {
+    EXPECT_EQ(ValidateObjectKeys(keys).ToString(), first_error(keys));
+  }
+  EXPECT_TRUE(ValidateObjectKeys(good).ok());
+}
+
 // Request tags under the reference's rules (docs/source/mp/request_tags.rst:
 // names and values at most 128 characters, none of '@', '%', '/', '\\', NUL;
 // sorted, so the order a request map lists them in does not matter).
