@@ -8,8 +8,9 @@
 // under an flock, to a registry shared by all pickers of one user, C++ and
 // Python alike (tests/python/free_ports.py: same file, same format, the
 // reasons in full there). A port stays reserved there for kReserveSeconds.
-// Where the registry cannot be opened, or the range has no port left, a pick
-// falls back to a free port below the range, or one the kernel picks.
+// Where the registry cannot be used (not created or locked, or not a regular
+// file of this user's), picks go unregistered; where the range has no free
+// port left, the kernel picks one.
 // LMCACHE_TEST_PORT_REGISTRY and LMCACHE_TEST_PORT_RANGE ("LOW-HIGH") replace
 // the registry and the range, for the picker's own tests.
 // Thread-safety: free functions; calls from several threads or processes

@@ -12,9 +12,10 @@ stays reserved there for RESERVE_S seconds: longer than any test's ctest
 timeout, so no other test picks it while its test may still bind it.
 
 The registry is one line per port, "PORT EXPIRY" (EXPIRY in whole seconds of
-the epoch), rewritten whole under the lock. Where it cannot be used (no
-writable temp dir), or the range has no port left, a pick falls back to what
-it did before: a free port below the range, or one the kernel picks.
+the epoch), rewritten whole under the lock. Where it cannot be used (it
+cannot be created or locked, or is not a regular file of this user's), picks
+go unregistered, as before it existed; where the range has no free port
+left, the kernel picks one.
 
 LMCACHE_TEST_PORT_REGISTRY (a path) and LMCACHE_TEST_PORT_RANGE ("LOW-HIGH",
 both included) replace the registry and the range, for the picker's own tests.
