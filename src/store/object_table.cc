@@ -71,8 +71,6 @@ std::uint32_t ObjectTable::ShardIndex(const ObjectKey& key) const {
   return static_cast<std::uint32_t>(ObjectKeyHash{}(key) % num_shards());
 }
 
-ObjectShard& ObjectTable::ShardOf(const ObjectKey& key) const { return *shards_[ShardIndex(key)]; }
-
 Status ObjectTable::ValidateKeys(std::span<const ObjectKey> keys, bool require_distinct) const {
   LMC_RETURN_IF_ERROR(ValidateObjectKeys(keys));
   if (require_distinct) {
@@ -430,13 +428,13 @@ std::size_t ObjectTable::AbortStaged(LeaseId write_lease, std::span<const Object
   return freed.size();
 }
 
-void ObjectTable::GiveBackShares(const ReadRequest& request,
+void ObjectTable::GiveBackShares(const ShardSetLock& lock, const ReadRequest& request,
                                  const std::vector<ResidentEntry*>& entries, TimeMs now,
                                  std::vector<Offset>* to_free) {
   // (A served-once copy whose last lock this was is freed.)
   for (std::size_t i = 0; i < request.keys.size(); ++i) {
     if (entries[i] == nullptr) continue;
-    ObjectShard& shard = ShardOf(request.keys[i]);
+    ObjectShard& shard = lock.ShardOf(i);
     shard.AssertHeld();
     for (const LeaseId from : request.consume) {
       if (shard.UnlockReadLocked(request.keys[i], from, 1, now, to_free) > 0) break;
@@ -470,7 +468,8 @@ Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
       if (out.missing > 0) {
         // Nothing is locked. A failed retrieve still gives its share of the
         // lookup's locks back on what it found (spec 11.5).
-        if (request.release_share_on_miss) GiveBackShares(request, entries, now, freed.list());
+        if (request.release_share_on_miss)
+          GiveBackShares(lock, request, entries, now, freed.list());
         return out;
       }
       out.granted = keys.size();

@@ -413,7 +413,6 @@ class ObjectTable {
  private:
   class ShardSetLock;
 
-  ObjectShard& ShardOf(const ObjectKey& key) const;
   std::uint32_t ShardIndex(const ObjectKey& key) const;
   std::uint32_t num_shards() const;
   // Lease lifetimes by owner: a device owner's leases never expire (see the
@@ -452,10 +451,11 @@ class ObjectTable {
                                        std::span<const std::size_t> pending,
                                        std::span<const Offset> offered, WriteLease* result);
   // Releases one lock of the first of `request.consume` that holds one on
-  // each resident key of `entries` (shards locked by the caller); what that
-  // frees goes to `to_free`.
-  void GiveBackShares(const ReadRequest& request, const std::vector<ResidentEntry*>& entries,
-                      TimeMs now, std::vector<Offset>* to_free);
+  // each resident key of `entries` (their shards locked by `lock`, built
+  // from `request.keys`); what that frees goes to `to_free`.
+  void GiveBackShares(const ShardSetLock& lock, const ReadRequest& request,
+                      const std::vector<ResidentEntry*>& entries, TimeMs now,
+                      std::vector<Offset>* to_free);
   // Releases up to `count` locks of `lease` on the keys (their shards locked
   // by `lock`, built from the same keys).
   std::uint64_t ReleaseLocked(const ShardSetLock& lock, LeaseId lease,

@@ -43,8 +43,9 @@ std::vector<PinOutcome> ObjectTable::Pin(std::span<const ObjectKey> keys) {
   outcomes.reserve(keys.size());
   std::vector<ObjectKey> first_pins;
   ShardSetLock lock(*this, keys);
-  for (const ObjectKey& key : keys) {
-    ObjectShard& shard = ShardOf(key);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const ObjectKey& key = keys[i];
+    ObjectShard& shard = lock.ShardOf(i);
     shard.AssertHeld();
     bool first = false;
     outcomes.push_back(shard.PinLocked(key, &first));
@@ -61,8 +62,9 @@ std::vector<UnpinOutcome> ObjectTable::Unpin(std::span<const ObjectKey> keys) {
   outcomes.reserve(keys.size());
   std::vector<ObjectKey> unpinned;
   ShardSetLock lock(*this, keys);
-  for (const ObjectKey& key : keys) {
-    ObjectShard& shard = ShardOf(key);
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const ObjectKey& key = keys[i];
+    ObjectShard& shard = lock.ShardOf(i);
     shard.AssertHeld();
     bool last = false;
     outcomes.push_back(shard.UnpinLocked(key, &last));

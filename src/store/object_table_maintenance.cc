@@ -25,7 +25,7 @@ std::vector<DeleteOutcome> ObjectTable::Delete(std::span<const ObjectKey> keys, 
     ShardSetLock lock(*this, keys);
     const TimeMs now = clock_->NowMs();
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      ObjectShard& shard = ShardOf(keys[i]);
+      ObjectShard& shard = lock.ShardOf(i);
       shard.AssertHeld();
       const DeleteStep step = shard.DeleteLocked(keys[i], force, now, freed.list());
       outcomes[i] = step.outcome;
@@ -160,9 +160,10 @@ void ObjectTable::EvictBatch(std::span<const ObjectKey> batch, std::uint64_t byt
     ShardSetLock lock(*this, batch);
     const TimeMs now = clock_->NowMs();
     std::vector<ObjectKey> removed;
-    for (const ObjectKey& key : batch) {
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      const ObjectKey& key = batch[i];
       if (report->bytes >= bytes) break;
-      ObjectShard& shard = ShardOf(key);
+      ObjectShard& shard = lock.ShardOf(i);
       shard.AssertHeld();
       const EvictStep step = shard.EvictLocked(key, now, freed.list());
       if (step.state == EvictState::kLocked) {
@@ -242,8 +243,9 @@ std::span<std::byte> ObjectTable::PoolBytes() const {
 }
 
 std::optional<ObjectInfo> ObjectTable::Find(const ObjectKey& key) const {
-  ShardSetLock lock(*this, ShardIndex(key));
-  const ObjectShard& shard = ShardOf(key);
+  const std::uint32_t index = ShardIndex(key);
+  ShardSetLock lock(*this, index);
+  const ObjectShard& shard = *shards_[index];
   shard.AssertHeld();
   return shard.FindLocked(key, clock_->NowMs());
 }
