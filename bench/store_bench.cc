@@ -112,6 +112,42 @@ void BM_StoreBatch(benchmark::State& state) {
 }
 BENCHMARK(BM_StoreBatch)->ArgsProduct({{1, 16, 512}, {0, 1}})->ArgNames({"chunks", "journal"});
 
+// A prompt's chunks of 1 KiB (range(0) of them: 32768 is a 32768-token prompt
+// at chunk size 1) stored into a table already holding range(1) objects, the
+// way the server stores them (the lease takes the keys over): reserve and
+// finish timed, the delete that keeps the table's size untimed. Per-key cost
+// grows with the batch and the table (cache misses of a larger index).
+void BM_StorePromptIntoTable(benchmark::State& state) {
+  Fixture fixture;
+  ObjectTable& table = *fixture.table;
+  const auto chunks = static_cast<std::size_t>(state.range(0));
+  const auto resident = static_cast<std::size_t>(state.range(1));
+  for (std::size_t first = 0; first < resident; first += 32768) {
+    auto r = table.ReserveWrite(Keys(first, std::min<std::size_t>(32768, resident - first)), 1024,
+                                kWriter, AllocationMode::kAllOrNothing);
+    if (!r.ok() || r->reserved == 0) return state.SkipWithError("cannot fill the table");
+    table.FinishWrite(r->lease);
+  }
+  std::size_t next = resident;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<ObjectKey> keys = Keys(next, chunks);
+    next += chunks;
+    state.ResumeTiming();
+    auto r = table.ReserveWrite(std::move(keys), 1024, kWriter, AllocationMode::kAllOrNothing);
+    if (!r.ok() || r->reserved != chunks) return state.SkipWithError("a prompt was not staged");
+    const WriteCompletion done = table.FinishWrite(r->lease);
+    state.PauseTiming();
+    table.Delete(done.keys, /*force=*/false);
+    state.ResumeTiming();
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_StorePromptIntoTable)
+    ->ArgsProduct({{512, 32768}, {0, 262144}})
+    ->ArgNames({"chunks", "resident"})
+    ->Unit(benchmark::kMicrosecond);
+
 // The store path of BM_StoreBatch with quotas off (--quota-mode off: no
 // ledger, no per-tenant order) and on, the keys' tenant given a quota that
 // never binds (range(1) = 1): what per-tenant accounting costs a store,

@@ -5,6 +5,10 @@ find_package(Threads REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(cppzmq REQUIRED)
+# libabsl-dev: the object table's hash maps (Swiss tables: a probe of a large
+# index costs fewer cache misses than std::unordered_map's; docs/performance.md,
+# "Chunk size 1").
+find_package(absl REQUIRED CONFIG)
 find_package(nlohmann_json REQUIRED)  # nlohmann-json3-dev: --l2-adapter JSON, HTTP replies
 # libssl-dev: HMAC-SHA256 (libcrypto) derives the fleet's CURVE keys from
 # --p2p-auth-key-file (fleet/fleet_key.h).

@@ -27,7 +27,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libzmq3-dev cppzmq-dev libmsgpack-cxx-dev libspdlog-dev libcli11-dev
   libxxhash-dev librust-blake3-dev nlohmann-json3-dev libcpp-httplib-dev libssl-dev libucx-dev prometheus-cpp-dev liburing-dev
-  libzstd-dev libcurl4-openssl-dev
+  libzstd-dev libcurl4-openssl-dev libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev llvm-14 lld
   b3sum iproute2 iptables ucx-utils redis-server libhiredis-dev prometheus python3-yaml patchelf openssl

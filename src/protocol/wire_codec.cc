@@ -379,18 +379,54 @@ void EncodeSlot(Encoder& e, const SlotDescriptor& slot) {
   e.Str("dtype").Str(slot.dtype);
 }
 
-std::string EncodePrepareStoreReply(const PrepareStoreReply& reply) {
+namespace {
+
+// A prepare_store reply from its slots as `encode_slots` writes them.
+template <typename EncodeSlots>
+std::string EncodePrepareStoreReplyWith(std::size_t slot_count, EncodeSlots encode_slots,
+                                        std::span<const std::uint64_t> chunk_indices,
+                                        std::uint64_t oom_chunks) {
   Encoder e;
   e.Map(2);
   e.Str("context").Map(2);
-  e.Str("slots").Array(static_cast<std::uint32_t>(reply.slots.size()));
-  for (const SlotDescriptor& slot : reply.slots) EncodeSlot(e, slot);
-  e.Str("chunk_indices").Array(static_cast<std::uint32_t>(reply.chunk_indices.size()));
-  for (const std::uint64_t index : reply.chunk_indices) e.Uint(index);
+  e.Str("slots").Array(static_cast<std::uint32_t>(slot_count));
+  encode_slots(e);
+  e.Str("chunk_indices").Array(static_cast<std::uint32_t>(chunk_indices.size()));
+  for (const std::uint64_t index : chunk_indices) e.Uint(index);
   // Ours: how many chunks found no memory (the reference cannot tell OOM from
   // "already cached"; its clients ignore the unknown key).
-  e.Str("oom_chunks").Uint(reply.oom_chunks);
+  e.Str("oom_chunks").Uint(oom_chunks);
   return e.Take();
+}
+
+}  // namespace
+
+std::string EncodePrepareStoreReply(const PrepareStoreReply& reply) {
+  return EncodePrepareStoreReplyWith(
+      reply.slots.size(),
+      [&reply](Encoder& e) {
+        for (const SlotDescriptor& slot : reply.slots) EncodeSlot(e, slot);
+      },
+      reply.chunk_indices, reply.oom_chunks);
+}
+
+std::string EncodePrepareStoreReply(const SlotDescriptor& shared,
+                                    std::span<const std::uint64_t> offsets,
+                                    std::span<const std::uint64_t> chunk_indices,
+                                    std::uint64_t oom_chunks) {
+  // A slot's fields after its offset, the same in every slot: encoded once.
+  SlotDescriptor probe = shared;
+  probe.offset = 0;  // one byte
+  Encoder one;
+  EncodeSlot(one, probe);
+  const std::string prefix = Encoder().Map(4).Str("offset").Take();
+  const std::string_view tail = std::string_view(one.bytes()).substr(prefix.size() + 1);
+  return EncodePrepareStoreReplyWith(
+      offsets.size(),
+      [&](Encoder& e) {
+        for (const std::uint64_t offset : offsets) e.Raw(prefix).Uint(offset).Raw(tail);
+      },
+      chunk_indices, oom_chunks);
 }
 
 Result<PrepareStoreReply> DecodePrepareStoreReply(std::string_view frame) {

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -87,6 +88,13 @@ Result<Registration> DecodeRegistration(std::string_view frame);
 
 void EncodeSlot(Encoder& e, const SlotDescriptor& slot);
 std::string EncodePrepareStoreReply(const PrepareStoreReply& reply);
+// The same bytes for slots alike but for their offsets (one registration's
+// chunks: `shared`'s offset is ignored), without a descriptor per slot (at
+// chunk size 1 a reply has 32768, each with its shape's allocation).
+std::string EncodePrepareStoreReply(const SlotDescriptor& shared,
+                                    std::span<const std::uint64_t> offsets,
+                                    std::span<const std::uint64_t> chunk_indices,
+                                    std::uint64_t oom_chunks);
 Result<PrepareStoreReply> DecodePrepareStoreReply(std::string_view frame);
 std::string EncodePrepareRetrieveReply(const PrepareRetrieveReply& reply);
 Result<PrepareRetrieveReply> DecodePrepareRetrieveReply(std::string_view frame);

@@ -109,13 +109,16 @@ Attempted TransferOps::PrepareStore(const RequestContext& context, const Transfe
                                     store::WhilePoolWarms warming) {
   LMC_ASSIGN_OR_RETURN(const worker::InstanceInfo instance,
                        deps_.instance_rules.Authorize(args.instance_id, context.connection));
-  LMC_ASSIGN_OR_RETURN(const worker::WorkerKeys worker,
-                       deps_.instance_rules.ResolveWorkerKeys(args.key, instance, worker::KeyUse::kStore));
+  LMC_ASSIGN_OR_RETURN(worker::WorkerKeys worker, deps_.instance_rules.ResolveWorkerKeys(
+                                                      args.key, instance, worker::KeyUse::kStore));
   const worker::ChunkLayout& layout = instance.layout;
   store::ObjectTable& table = deps_.table;
-  LMC_ASSIGN_OR_RETURN(const store::WriteLease staged,
-                       table.ReserveWrite(worker.keys, layout.object_bytes, instance.owner(),
-                                          store::AllocationMode::kLongestPrefix, warming));
+  const std::size_t chunks = worker.keys.size();
+  // The lease takes the keys over (worker.keys is not read again).
+  LMC_ASSIGN_OR_RETURN(
+      const store::WriteLease staged,
+      table.ReserveWrite(std::move(worker.keys), layout.object_bytes, instance.owner(),
+                         store::AllocationMode::kLongestPrefix, warming));
   if (staged.pages_pending) return Attempted::PagesPending(staged.ready_bytes_seen);
   // Recorded even when nothing was staged, so a commit after an all-cached
   // prepare answers True. If this registration went away meanwhile, the
@@ -128,19 +131,22 @@ Attempted TransferOps::PrepareStore(const RequestContext& context, const Transfe
   }
   if (*recorded && (*recorded)->lease != staged.lease) table.AbortWrite((*recorded)->lease);
 
-  PrepareStoreReply reply;
-  reply.oom_chunks = staged.out_of_memory;
-  for (std::size_t i = 0; i < worker.keys.size(); ++i) {
+  std::vector<std::uint64_t> offsets;
+  std::vector<std::uint64_t> chunk_indices;
+  offsets.reserve(staged.reserved);
+  chunk_indices.reserve(staged.reserved);
+  for (std::size_t i = 0; i < chunks; ++i) {
     if (staged.outcomes[i] != store::WriteReservation::kReserved) continue;
-    reply.slots.push_back(Slot(layout, staged.offsets[i]));
-    reply.chunk_indices.push_back(i);
+    offsets.push_back(staged.offsets[i]);
+    chunk_indices.push_back(i);
   }
   if (staged.out_of_memory > 0) {
     static RateLimitedLog oom_log(std::chrono::seconds(10));
     oom_log.Warn("prepare_store by instance {}: {} of {} chunks found no memory", args.instance_id,
-                 staged.out_of_memory, worker.keys.size());
+                 staged.out_of_memory, chunks);
   }
-  return Result<std::string>(protocol::EncodePrepareStoreReply(reply));
+  return Result<std::string>(protocol::EncodePrepareStoreReply(
+      Slot(layout, 0), offsets, chunk_indices, staged.out_of_memory));
 }
 
 Result<std::optional<worker::PendingWrite>> TransferOps::TakePendingWrite(const RequestContext& context,

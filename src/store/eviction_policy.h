@@ -28,8 +28,9 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
+
+#include <absl/container/flat_hash_set.h>
 
 #include "common/mutex.h"
 #include "lmcache/status.h"
@@ -128,7 +129,8 @@ class LruPolicy final : public EvictionPolicy {
   mutable Mutex mu_;
   Order order_ LMC_GUARDED_BY(mu_);  // front = least recently used
   std::uint64_t uses_ LMC_GUARDED_BY(mu_) = 0;  // the last use stamped
-  std::unordered_set<Order::iterator, NodeHash, NodeEqual> where_ LMC_GUARDED_BY(mu_);
+  // A Swiss table (object_shard.h says why): the positions are values, so flat.
+  absl::flat_hash_set<Order::iterator, NodeHash, NodeEqual> where_ LMC_GUARDED_BY(mu_);
   // Lists never move inside the map's nodes, so a Node's pointer stays valid.
   std::unordered_map<std::string, TenantOrder, SaltHash, std::equal_to<>> tenants_
       LMC_GUARDED_BY(mu_);

@@ -14,10 +14,14 @@ ResidentEntry* ObjectShard::AdmitResidentLocked(const ObjectKey& key, Offset off
                                                 std::uint64_t size) {
   auto [it, inserted] = resident_.try_emplace(key);
   if (!inserted) return nullptr;
-  it->second.offset = offset;
-  it->second.size = size;
-  resident_bytes_ += Aligned(size);
+  FillResidentLocked(&it->second, offset, size);
   return &it->second;
+}
+
+void ObjectShard::FillResidentLocked(ResidentEntry* entry, Offset offset, std::uint64_t size) {
+  entry->offset = offset;
+  entry->size = size;
+  resident_bytes_ += Aligned(size);
 }
 
 void ObjectShard::EraseResidentLocked(const ObjectKey& key, ResidentEntry* entry) {
@@ -126,26 +130,28 @@ AdmitStep ObjectShard::AdmitLocked(const ObjectKey& key, LeaseId lease, TimeMs n
                                    std::vector<Offset>* to_free) {
   std::optional<StagedCopy> copy =
       TakeStagedLocked(key, [lease](const StagedCopy& c) { return c.lease == lease; });
-  ResidentEntry* resident = FindResidentLocked(key);
   if (!copy) {
     // A forced delete may have abandoned this lease's copy: it ends here.
     FreeAbandonedLocked(key, lease, to_free);
-    return {WriteOutcome::kNotStaged, resident};
+    return {WriteOutcome::kNotStaged, FindResidentLocked(key)};
   }
   if (now >= copy->expires_ms) {
     to_free->push_back(copy->offset);
     CreditTenant(key, copy->size);
-    return {WriteOutcome::kLeaseExpired, resident};
+    return {WriteOutcome::kLeaseExpired, FindResidentLocked(key)};
   }
-  if (resident != nullptr) {
+  // One probe finds another writer's copy or makes room for this one (at
+  // chunk size 1 every probe of a large index is a cache miss or more).
+  auto [it, inserted] = resident_.try_emplace(key);
+  if (!inserted) {
     to_free->push_back(copy->offset);
     CreditTenant(key, copy->size);
-    return {WriteOutcome::kDuplicateDiscarded, resident};
+    return {WriteOutcome::kDuplicateDiscarded, &it->second};
   }
   // Recorded before any reader can learn of it (the shard is locked).
   if (context_->journal != nullptr) context_->journal->Committed(key, copy->offset, copy->size, std::nullopt);
-  resident = AdmitResidentLocked(key, copy->offset, copy->size);
-  return {WriteOutcome::kAdmitted, resident, Aligned(copy->size)};
+  FillResidentLocked(&it->second, copy->offset, copy->size);
+  return {WriteOutcome::kAdmitted, &it->second, Aligned(copy->size)};
 }
 
 bool ObjectShard::AbortLocked(const ObjectKey& key, LeaseId lease, std::vector<Offset>* to_free) {
@@ -329,7 +335,11 @@ ReclaimStep ObjectShard::ReclaimLocked(TimeMs now, std::vector<Offset>* to_free)
       }
       c = copies.erase(c);
     }
-    it = copies.empty() ? staged_.erase(it) : std::next(it);
+    if (copies.empty()) {
+      staged_.erase(it++);  // the other iterators stay valid
+    } else {
+      ++it;
+    }
   }
   std::erase_if(retired_, [&](const RetiredObject& r) {
     if (r.locks.IsLocked(now)) return false;

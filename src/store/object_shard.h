@@ -32,9 +32,10 @@
 #include <functional>
 #include <optional>
 #include <span>
-#include <unordered_map>
 #include <unordered_set>
 #include <vector>
+
+#include <absl/container/node_hash_map.h>
 
 #include "alloc/slab_allocator.h"
 #include "common/clock.h"
@@ -75,7 +76,7 @@ struct ResidentEntry {
   std::uint64_t size = 0;  // bytes the writer asked for (slot length); memory is size aligned up
   ReadLocks locks;
   // Its links in its shard's list of lock holders: entries of an
-  // unordered_map never move, and linking costs no hashing and no allocation
+  // node_hash_map never move, and linking costs no hashing and no allocation
   // on the read path.
   ResidentEntry* holder_prev = nullptr;
   ResidentEntry* holder_next = nullptr;
@@ -254,7 +255,13 @@ class ObjectShard {
     std::uint64_t size = 0;
     Owner writer;
   };
-  using StagingMap = std::unordered_map<ObjectKey, std::vector<StagedCopy>, ObjectKeyHash>;
+  // Swiss tables (absl) for the two indexes every store probes: a probe of a
+  // large index reads a row of one-byte tags and then the entry, where
+  // std::unordered_map read the bucket, the node before it and the node (at
+  // chunk size 1, with a few hundred thousand objects, each a cache and TLB
+  // miss; docs/performance.md, "Chunk size 1"). node_hash_map keeps each
+  // entry where it was made, as ResidentEntry's links need.
+  using StagingMap = absl::node_hash_map<ObjectKey, std::vector<StagedCopy>, ObjectKeyHash>;
 
   std::uint64_t Aligned(std::uint64_t size) const { return context_->allocator->AlignedSize(size); }
   // The tenant of `key` no longer holds a copy of `size` bytes (tenant_ledger.h;
@@ -263,6 +270,9 @@ class ObjectShard {
     if (context_->ledger != nullptr) context_->ledger->Credit(key.cache_salt, Aligned(size));
   }
   ResidentEntry* AdmitResidentLocked(const ObjectKey& key, Offset offset, std::uint64_t size)
+      LMC_REQUIRES(mu_);
+  // Gives a new resident `entry` its slot and counts its bytes.
+  void FillResidentLocked(ResidentEntry* entry, Offset offset, std::uint64_t size)
       LMC_REQUIRES(mu_);
   void EraseResidentLocked(const ObjectKey& key, ResidentEntry* entry) LMC_REQUIRES(mu_);
   // Frees a served-once `entry` of `key` whose last lock went.
@@ -280,7 +290,7 @@ class ObjectShard {
 
   const ShardContext* const context_;
   mutable Mutex mu_;
-  std::unordered_map<ObjectKey, ResidentEntry, ObjectKeyHash> resident_ LMC_GUARDED_BY(mu_);
+  absl::node_hash_map<ObjectKey, ResidentEntry, ObjectKeyHash> resident_ LMC_GUARDED_BY(mu_);
   StagingMap staged_ LMC_GUARDED_BY(mu_);
   std::vector<RetiredObject> retired_ LMC_GUARDED_BY(mu_);
   std::vector<AbandonedCopy> abandoned_ LMC_GUARDED_BY(mu_);

@@ -176,6 +176,19 @@ std::vector<std::size_t> ObjectTable::ReservePass(
 Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, std::uint64_t size,
                                              Owner owner, AllocationMode mode,
                                              WhilePoolWarms warming) {
+  return ReserveWriteOf(keys, nullptr, size, std::move(owner), mode, warming);
+}
+
+Result<WriteLease> ObjectTable::ReserveWrite(std::vector<ObjectKey>&& keys, std::uint64_t size,
+                                             Owner owner, AllocationMode mode,
+                                             WhilePoolWarms warming) {
+  return ReserveWriteOf(keys, &keys, size, std::move(owner), mode, warming);
+}
+
+Result<WriteLease> ObjectTable::ReserveWriteOf(std::span<const ObjectKey> keys,
+                                               std::vector<ObjectKey>* movable, std::uint64_t size,
+                                               Owner owner, AllocationMode mode,
+                                               WhilePoolWarms warming) {
   if (size == 0) return InvalidArgument("reserve_write: object size must be > 0");
   LMC_RETURN_IF_ERROR(ValidateKeys(keys, /*require_distinct=*/true));
   WriteLease result;
@@ -218,11 +231,18 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
     AbortStaged(lease, staged);
   }
   LeaseRecord record{owner, LeaseKind::kWrite, {}, clock_->NowMs() + WriteTtl(owner)};
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    if (result.outcomes[i] == WriteReservation::kReserved) record.keys.push_back(keys[i]);
-    if (result.outcomes[i] == WriteReservation::kOutOfMemory) result.out_of_memory += 1;
+  for (const WriteReservation outcome : result.outcomes) {
+    if (outcome == WriteReservation::kReserved) result.reserved += 1;
+    if (outcome == WriteReservation::kOutOfMemory) result.out_of_memory += 1;
   }
-  result.reserved = record.keys.size();
+  if (movable != nullptr && result.reserved == keys.size()) {
+    record.keys = std::move(*movable);  // `keys` viewed it: not read again below
+  } else {
+    record.keys.reserve(result.reserved);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (result.outcomes[i] == WriteReservation::kReserved) record.keys.push_back(keys[i]);
+    }
+  }
   if (result.reserved > 0) {
     result.lease = lease;
     leases_.Add(lease, std::move(record));
@@ -233,8 +253,8 @@ Result<WriteLease> ObjectTable::ReserveWrite(std::span<const ObjectKey> keys, st
     // that never comes back leaves nothing staged.
     AbortWrite(result.lease);
     WriteLease pending;
-    pending.outcomes.assign(keys.size(), WriteReservation::kOutOfMemory);
-    pending.offsets.assign(keys.size(), 0);
+    pending.outcomes.assign(result.outcomes.size(), WriteReservation::kOutOfMemory);
+    pending.offsets.assign(result.outcomes.size(), 0);
     pending.pages_pending = true;
     pending.ready_bytes_seen = ready_bytes_seen;
     return pending;
@@ -315,21 +335,31 @@ WriteCompletion ObjectTable::FinishWrite(LeaseId write_lease) {
   if (!record) return completion;
   completion.keys = std::move(record->keys);
   completion.outcomes.assign(completion.keys.size(), WriteOutcome::kNotStaged);
-  std::vector<ObjectKey> admitted;
   std::vector<std::uint64_t> admitted_bytes;
+  admitted_bytes.reserve(completion.keys.size());
+  // The admitted keys: all of the lease's as a rule (then not copied: at
+  // chunk size 1 a prompt's keys are 5 MB), else a copy of those admitted.
+  std::vector<ObjectKey> some_admitted;
+  std::span<const ObjectKey> admitted;
   {
     DeferredFree freed(*this);
     ShardSetLock lock(*this, completion.keys);
     const TimeMs now = clock_->NowMs();
     for (std::size_t i = 0; i < completion.keys.size(); ++i) {
-      const ObjectKey& key = completion.keys[i];
       ObjectShard& shard = lock.ShardOf(i);
       shard.AssertHeld();
-      const AdmitStep step = shard.AdmitLocked(key, write_lease, now, freed.list());
+      const AdmitStep step = shard.AdmitLocked(completion.keys[i], write_lease, now, freed.list());
       completion.outcomes[i] = step.outcome;
-      if (step.outcome != WriteOutcome::kAdmitted) continue;
-      admitted.push_back(key);
-      admitted_bytes.push_back(step.aligned_bytes);
+      if (step.outcome == WriteOutcome::kAdmitted) admitted_bytes.push_back(step.aligned_bytes);
+    }
+    if (admitted_bytes.size() == completion.keys.size()) {
+      admitted = completion.keys;
+    } else {
+      for (std::size_t i = 0; i < completion.keys.size(); ++i) {
+        if (completion.outcomes[i] == WriteOutcome::kAdmitted)
+          some_admitted.push_back(completion.keys[i]);
+      }
+      admitted = some_admitted;
     }
     // Inside the shard locks, so an eviction of these keys cannot slip between
     // admission and the policy learning of it.
@@ -508,7 +538,7 @@ Result<ReadAcquisition> ObjectTable::AcquireRead(const ReadRequest& request) {
   return out;
 }
 
-void ObjectTable::NotifyAdmitted(const std::vector<ObjectKey>& keys,
+void ObjectTable::NotifyAdmitted(std::span<const ObjectKey> keys,
                                  const std::vector<std::uint64_t>& bytes,
                                  AdmissionSource source) const {
   if (keys.empty()) return;

@@ -363,5 +363,35 @@ TEST(DecodeScalars, DecodeOneValueAndRejectTrailingBytes) {
   EXPECT_TRUE(*DecodeBool(Encoder().Bool(true).Take(), "flag"));
 }
 
+// The server's reply for one registration's chunks encodes a slot's shared
+// fields once: it must be the reply a descriptor per slot gives, byte for
+// byte, for offsets of every msgpack width.
+TEST(EncodePrepareStoreReply, SharedSlotFieldsGiveTheSameBytesAsOneDescriptorPerSlot) {
+  const SlotDescriptor shared{999, 1024, {2, 1, 1, 256}, "bfloat16"};
+  const std::vector<std::uint64_t> offsets = {0, 127, 128, 65535, 65536, (1ull << 32) + 5};
+  const std::vector<std::uint64_t> indices = {0, 1, 2, 4, 300, 70000};
+  PrepareStoreReply reply;
+  for (const std::uint64_t offset : offsets) {
+    reply.slots.push_back({offset, shared.length, shared.shape, shared.dtype});
+  }
+  reply.chunk_indices = indices;
+  reply.oom_chunks = 3;
+  const std::string shared_bytes = EncodePrepareStoreReply(shared, offsets, indices, 3);
+  EXPECT_EQ(shared_bytes, EncodePrepareStoreReply(reply));
+  auto decoded = DecodePrepareStoreReply(shared_bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  ASSERT_EQ(decoded->slots.size(), offsets.size());
+  for (std::size_t i = 0; i < offsets.size(); ++i) {
+    EXPECT_EQ(decoded->slots[i].offset, offsets[i]);
+    EXPECT_EQ(decoded->slots[i].length, 1024u);
+    EXPECT_EQ(decoded->slots[i].shape, shared.shape);
+    EXPECT_EQ(decoded->slots[i].dtype, "bfloat16");
+  }
+  EXPECT_EQ(decoded->chunk_indices, indices);
+  EXPECT_EQ(decoded->oom_chunks, 3u);
+  EXPECT_EQ(EncodePrepareStoreReply(shared, {}, {}, 0),
+            EncodePrepareStoreReply(PrepareStoreReply{}));
+}
+
 }  // namespace
 }  // namespace lmcache::protocol
