@@ -148,9 +148,11 @@ AdmitStep ObjectShard::AdmitLocked(const ObjectKey& key, LeaseId lease, TimeMs n
     CreditTenant(key, copy->size);
     return {WriteOutcome::kDuplicateDiscarded, &it->second};
   }
-  // Recorded before any reader can learn of it (the shard is locked).
-  if (context_->journal != nullptr) context_->journal->Committed(key, copy->offset, copy->size, std::nullopt);
+  // Filled first: should the journal throw, the entry already names its
+  // slot. Recorded before any reader can learn of it (the shard is locked).
   FillResidentLocked(&it->second, copy->offset, copy->size);
+  if (context_->journal != nullptr)
+    context_->journal->Committed(key, copy->offset, copy->size, std::nullopt);
   return {WriteOutcome::kAdmitted, &it->second, Aligned(copy->size)};
 }
 

@@ -448,14 +448,14 @@ class ObjectTable {
   Result<std::vector<Offset>> AllocateWithEviction(std::uint64_t size, std::size_t count,
                                                    AllocationMode mode, WhilePoolWarms warming,
                                                    bool* pages_pending);
-  // One pass of a reservation over `keys` under their shard locks: each key
-  // not yet decided in `result` is offered `offered[j]` for its j-th place in
-  // `pending` (none in the first pass). Returns the keys still needing memory.
   // ReserveWrite's body; `movable`, when given, holds `keys` and may be
   // moved into the lease's record.
   Result<WriteLease> ReserveWriteOf(std::span<const ObjectKey> keys,
                                     std::vector<ObjectKey>* movable, std::uint64_t size,
                                     Owner owner, AllocationMode mode, WhilePoolWarms warming);
+  // One pass of a reservation over `keys` under their shard locks: each key
+  // not yet decided in `result` is offered `offered[j]` for its j-th place in
+  // `pending` (none in the first pass). Returns the keys still needing memory.
   std::vector<std::size_t> ReservePass(std::span<const ObjectKey> keys, std::uint64_t size,
                                        const Owner& owner, LeaseId lease,
                                        std::span<const std::size_t> pending,
